@@ -1,0 +1,99 @@
+# udapl-rs: `make` builds, `make test` installs what it needs and tests.
+#
+# Outputs land in build/: build/lib/libdat2.so.2 (+ libdat2.so), the provider
+# build/lib/libdaplrs.so.2, build/bin/ tools, build/tests/ C tests.
+
+PREFIX      ?= /usr/local
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+SYSCONFDIR  ?= $(PREFIX)/etc
+CARGO       ?= cargo
+CC          ?= cc
+CFLAGS      ?= -O2 -g -Wall -Wextra
+PROFILE     ?= release
+
+BUILD       := build
+LIB         := $(BUILD)/lib
+OBJ         := $(BUILD)/obj
+TARGET      := target/$(PROFILE)
+CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
+
+# Debian packages `make test` needs: the C toolchain, OFED's headers and
+# library (ABI comparison, third-party provider), and the conformance suite.
+TEST_DEBS   := gcc make pkg-config python3 libdapl-dev libdapl2 dapl2-utils
+
+.PHONY: all libs header test test-rust test-c deps install uninstall clean
+
+all: libs
+
+libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so
+
+# Rust is built by cargo (which tracks its own dependencies); the .so is
+# linked here with cc so that a version script can give every export the
+# DAT_2.0 node OFED's binaries import (rustc's own linking cannot).
+$(TARGET)/libdat2.a: FORCE
+	$(CARGO) build $(CARGO_FLAGS) -p dat2
+
+$(OBJ)/%.o: src/libdat2/c/%.c
+	@mkdir -p $(OBJ)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+$(LIB)/libdat2.so.2: $(TARGET)/libdat2.a $(OBJ)/extension_op.o src/libdat2/libdat2.map
+	@mkdir -p $(LIB)
+	$(CC) -shared -o $@ -Wl,-soname,libdat2.so.2 \
+		-Wl,--version-script=src/libdat2/libdat2.map -Wl,--gc-sections \
+		$(OBJ)/extension_op.o \
+		-Wl,--whole-archive $(TARGET)/libdat2.a -Wl,--no-whole-archive \
+		-ldl -lpthread
+
+$(LIB)/libdat2.so: $(LIB)/libdat2.so.2
+	ln -sf libdat2.so.2 $@
+
+FORCE:
+
+# Regenerates include/dat2/dat_types.h and dat_api.h from the Rust ABI.
+header:
+	$(CARGO) run -q -p udapl-tools --bin gen-header
+
+# ------------------------------------------------------------------ tests
+
+# Installs missing Debian packages (CI runs as root on a fresh machine).
+deps:
+	@missing=""; for p in $(TEST_DEBS); do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "make deps: installing$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "make deps: need root for apt-get" >&2; exit 1; fi; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	fi
+
+test: deps all test-rust test-c
+
+test-rust:
+	$(CARGO) run -q -p udapl-tools --bin gen-header -- --verify
+	$(CARGO) test --workspace
+
+test-c: all
+	$(MAKE) -C tests-c test
+
+# ---------------------------------------------------------------- install
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(SYSCONFDIR)
+	install -m 0755 $(LIB)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so.2
+	ln -sf libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	install -m 0644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+		dat2.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc
+	install -m 0644 dat.conf $(DESTDIR)$(SYSCONFDIR)/dat.conf.udapl-rs.example
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat2/,$(notdir $(wildcard include/dat2/*.h)))
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat2
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc $(DESTDIR)$(SYSCONFDIR)/dat.conf.udapl-rs.example
+
+clean:
+	rm -rf $(BUILD)
+	$(CARGO) clean

@@ -1,0 +1,50 @@
+//! Names of DAT_RETURN types and subtypes, as static C strings.
+
+use dat_abi::*;
+use std::ffi::{CStr, CString};
+use std::sync::OnceLock;
+
+struct Names {
+    types: Vec<(DAT_RETURN_TYPE, CString)>,
+    subtypes: Vec<CString>,
+}
+
+fn names_table() -> &'static Names {
+    static NAMES: OnceLock<Names> = OnceLock::new();
+    NAMES.get_or_init(|| Names {
+        types: DAT_RETURN_TYPE_NAMES.iter().map(|&(v, n)| (v, CString::new(n).unwrap())).collect(),
+        subtypes: DAT_RETURN_SUBTYPE_NAMES.iter().map(|&n| CString::new(n).unwrap()).collect(),
+    })
+}
+
+/// `(type name, subtype name)` of `value`, or None when either part is not
+/// a code the DAT 2.0 headers define. The class bits (error, warning) do
+/// not change the names.
+pub fn names(value: DAT_RETURN) -> Option<(&'static CStr, &'static CStr)> {
+    let t = names_table();
+    let ty = dat_get_type(value);
+    let sub = dat_get_subtype(value) as usize;
+    let major = t.types.iter().find(|(v, _)| *v == ty).map(|(_, n)| n.as_c_str())?;
+    let minor = t.subtypes.get(sub)?.as_c_str();
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_every_type_and_subtype() {
+        assert_eq!(names(0x8005000c).unwrap(), (c"DAT_INVALID_HANDLE", c"DAT_INVALID_HANDLE_EP"));
+        assert_eq!(names(0x800a0064).unwrap(), (c"DAT_PROVIDER_NOT_FOUND", c"DAT_NAME_NOT_REGISTERED"));
+        assert_eq!(names(DAT_SUCCESS).unwrap(), (c"DAT_SUCCESS", c"DAT_NO_SUBTYPE"));
+        assert_eq!(names(DAT_NOT_IMPLEMENTED).unwrap().0, c"DAT_NOT_IMPLEMENTED");
+        for &(ty, _) in DAT_RETURN_TYPE_NAMES {
+            for sub in 0..DAT_RETURN_SUBTYPE_NAMES.len() as u32 {
+                assert!(names(DAT_CLASS_ERROR | ty | sub).is_some());
+            }
+        }
+        assert!(names(0x0abc0000).is_none());
+        assert!(names(DAT_CLASS_ERROR | DAT_ABORT | 0x7777).is_none());
+    }
+}

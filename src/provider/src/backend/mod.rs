@@ -1,0 +1,306 @@
+//! The verbs-shaped transport interface the core is written against.
+//!
+//! The shapes follow ibverbs + rdma_cm on purpose (device, protection domain, memory region with
+//! lkey/rkey, memory window, completion queue with a notify hook, queue pair with send/recv work
+//! requests of (addr, len, lkey) scatter-gather lists, shared receive queue, connection manager
+//! with listen/connect/accept/reject/disconnect and asynchronous events), so an ibverbs backend can
+//! implement the same traits. The TCP backend (`tcp`) is the software transport.
+//!
+//! Errors are `DatError`s: a backend maps its native errors to the DAT code the caller should see.
+
+pub mod tcp;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+
+/// Memory access rights of a memory region or window (ibverbs IBV_ACCESS_* bit values).
+pub mod access {
+    pub const LOCAL_WRITE: u32 = 1;
+    pub const REMOTE_WRITE: u32 = 2;
+    pub const REMOTE_READ: u32 = 4;
+    pub const MW_BIND: u32 = 16;
+}
+
+/// Limits of a device, reported through dat_ia_query and used to validate attributes.
+#[derive(Clone, Debug)]
+pub struct DeviceAttr {
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_mr_size: u64,
+    pub max_pd: u32,
+    pub max_mw: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_msg_size: u32,
+    pub max_rdma_size: u32,
+    /// Outstanding RDMA reads per QP, as initiator and as target.
+    pub max_rd_atomic: u32,
+    pub max_private_data: u32,
+}
+
+/// One element of a scatter-gather list: the 2.0 LMR triplet, same layout as ibv_sge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+pub enum SendOp {
+    Send,
+    RdmaWrite { remote_addr: u64, rkey: u32 },
+    RdmaRead { remote_addr: u64, rkey: u32 },
+    /// Bind (or, with length 0, unbind) a memory window to a range of a memory region.
+    /// The window's rkey becomes `new_rkey` once the bind completes in order.
+    BindMw {
+        mw: Arc<dyn MemoryWindow>,
+        /// None unbinds.
+        mr: Option<Arc<dyn MemoryRegion>>,
+        addr: u64,
+        length: u64,
+        access: u32,
+        /// The rkey the window carries once this bind executes (from `MemoryWindow::next_rkey`).
+        new_rkey: u32,
+    },
+}
+
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sgl: Vec<Sge>,
+    /// Generate a completion on success (errors always complete).
+    pub signaled: bool,
+    pub solicited: bool,
+    /// Do not start until every earlier request on this QP has completed.
+    pub fence: bool,
+}
+
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sgl: Vec<Sge>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    Recv,
+    BindMw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    Success,
+    LocalLength,
+    LocalQpOp,
+    LocalProtection,
+    Flushed,
+    MwBind,
+    BadResponse,
+    RemoteAccess,
+    RemoteInvalidRequest,
+    RemoteOp,
+    Transport,
+    ReceiverNotReady,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u32,
+    pub qp_num: u32,
+    /// For a BindMw completion, the rkey the window now carries.
+    pub new_rkey: u32,
+}
+
+/// Called by a backend (from any thread, holding none of its own locks) after it added
+/// completions to a CQ, so the consumer of the CQ can poll it.
+pub type NotifyFn = Arc<dyn Fn() + Send + Sync>;
+
+pub trait CompletionQueue: Send + Sync {
+    /// Moves up to `max` completions into `out`; returns how many.
+    fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize;
+    /// Installs (or removes) the notification hook.
+    fn set_notify(&self, notify: Option<NotifyFn>);
+    fn resize(&self, depth: u32) -> DatResult<()>;
+    fn depth(&self) -> u32;
+}
+
+pub trait ProtectionDomain: Send + Sync {
+    fn id(&self) -> u32;
+    /// Registers [addr, addr+length) of this process's memory. The caller guarantees the range
+    /// stays valid memory until `MemoryRegion::deregister` returns.
+    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>>;
+    fn alloc_mw(&self) -> DatResult<Arc<dyn MemoryWindow>>;
+}
+
+pub trait MemoryRegion: Send + Sync {
+    fn lkey(&self) -> u32;
+    fn rkey(&self) -> u32;
+    fn addr(&self) -> u64;
+    fn length(&self) -> u64;
+    fn access(&self) -> u32;
+    fn pd_id(&self) -> u32;
+    /// After this returns, the backend never touches the range again.
+    fn deregister(&self);
+}
+
+pub trait MemoryWindow: Send + Sync {
+    /// The current rkey (changes with every bind; 0 while unbound).
+    fn rkey(&self) -> u32;
+    /// The rkey the next bind will give (verbs: ibv_inc_rkey of the current one). Binds on one
+    /// window are serialised by the caller.
+    fn next_rkey(&self) -> u32;
+    fn pd_id(&self) -> u32;
+    /// Invalidates the window's current binding; after this returns it grants no access.
+    fn dealloc(&self);
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QpCap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_rd_atomic: u32,
+    pub max_inline: u32,
+}
+
+pub struct QpInit {
+    pub pd: Arc<dyn ProtectionDomain>,
+    pub send_cq: Arc<dyn CompletionQueue>,
+    pub recv_cq: Arc<dyn CompletionQueue>,
+    pub srq: Option<Arc<dyn SharedReceiveQueue>>,
+    pub cap: QpCap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Accepts receives; not connected.
+    Init,
+    Connecting,
+    Connected,
+    /// Every queued and every later request completes as Flushed.
+    Error,
+}
+
+pub trait QueuePair: Send + Sync {
+    fn qp_num(&self) -> u32;
+    fn state(&self) -> QpState;
+    /// Valid in Connected (executed) and Error (flushed at once).
+    fn post_send(&self, wr: SendWr) -> DatResult<()>;
+    /// Valid in every state; in Error flushed at once.
+    fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
+    /// Flushes everything outstanding and returns to Init (only from Error or Init).
+    fn reset(&self) -> DatResult<()>;
+    /// Receives posted and not yet completed.
+    fn posted_recvs(&self) -> u32;
+    fn local_addr(&self) -> Option<SocketAddrV4>;
+    fn remote_addr(&self) -> Option<SocketAddrV4>;
+    /// Moves to Error (flushing) without telling the peer; used for abrupt teardown.
+    fn destroy(&self);
+}
+
+pub trait SharedReceiveQueue: Send + Sync {
+    fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
+    fn posted(&self) -> u32;
+    fn max_wr(&self) -> u32;
+    fn resize(&self, max_wr: u32) -> DatResult<()>;
+    fn set_limit(&self, low_watermark: u32);
+    /// Completes every posted receive as Flushed on the CQ of the QP it was last bound to (or drops
+    /// it if none); used when the SRQ is freed.
+    fn destroy(&self);
+}
+
+/// Identifies a connection request until it is accepted or rejected.
+pub type ConnRequestId = u64;
+
+pub trait Listener: Send + Sync {
+    fn id(&self) -> u64;
+    fn port(&self) -> u16;
+    fn close(&self);
+}
+
+#[derive(Clone, Debug)]
+pub enum CmEvent {
+    ConnectRequest {
+        listener: u64,
+        req: ConnRequestId,
+        private_data: Vec<u8>,
+        remote: SocketAddrV4,
+        local: SocketAddrV4,
+    },
+    /// The QP is connected; for the active side `private_data` is the peer's accept data.
+    Established { qp_num: u32, private_data: Vec<u8> },
+    Rejected { qp_num: u32, private_data: Vec<u8>, by_peer: bool },
+    Unreachable { qp_num: u32 },
+    TimedOut { qp_num: u32 },
+    /// Orderly disconnect (either side asked).
+    Disconnected { qp_num: u32 },
+    /// The connection failed (peer vanished, protocol error, remote access violation).
+    Broken { qp_num: u32 },
+    /// A request disappeared (requester gave up) before it was accepted or rejected.
+    RequestCancelled { listener: u64, req: ConnRequestId },
+}
+
+pub type CmHandler = Arc<dyn Fn(CmEvent) + Send + Sync>;
+
+pub trait Device: Send + Sync {
+    fn name(&self) -> String;
+    fn address(&self) -> Ipv4Addr;
+    fn attr(&self) -> DeviceAttr;
+    fn alloc_pd(&self) -> DatResult<Arc<dyn ProtectionDomain>>;
+    fn create_cq(&self, depth: u32) -> DatResult<Arc<dyn CompletionQueue>>;
+    fn create_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>>;
+    fn create_srq(
+        &self,
+        pd: &Arc<dyn ProtectionDomain>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> DatResult<Arc<dyn SharedReceiveQueue>>;
+
+    // Connection manager.
+    /// The one handler for every connection event of this device.
+    fn set_cm_handler(&self, handler: Option<CmHandler>);
+    /// Listens on `port` (0 = pick a free one).
+    fn listen(&self, port: u16) -> DatResult<Arc<dyn Listener>>;
+    fn connect(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<Duration>,
+    ) -> DatResult<()>;
+    fn accept(&self, req: ConnRequestId, qp: &Arc<dyn QueuePair>, private_data: &[u8])
+        -> DatResult<()>;
+    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()>;
+    /// Graceful: queued sends complete first, then the peer is told. Abrupt: flush now.
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()>;
+
+    /// Stops the device's progress engine; every QP goes to Error.
+    fn close(&self);
+}
+
+/// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
+pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
+    let mut words = ia_params.split_whitespace();
+    let kind = words.next().unwrap_or("tcp");
+    let target = words.next().unwrap_or("lo");
+    match kind {
+        "tcp" => {
+            let device = tcp::TcpDevice::open(target)?;
+            Ok(device)
+        }
+        _ => Err(DatError::new(ErrorType::ProviderNotFound, SubType::ResourceDevice)),
+    }
+}

@@ -1,0 +1,145 @@
+//! CR: a pending connection request, created when a request reaches a PSP or RSP, consumed by
+//! accept, reject or handoff.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::ep::Ep;
+use super::error::{DatError, DatResult};
+use super::handle::{self, Handle, HandleKind, Object};
+use super::sp::Sp;
+use crate::backend::ConnRequestId;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrParam {
+    pub remote_address: Ipv4Addr,
+    pub remote_port: u64,
+    pub private_data: Arc<[u8]>,
+    pub sp: Handle,
+    /// The RSP's reserved EP (NULL for a PSP request).
+    pub ep: Handle,
+}
+
+pub struct Cr {
+    handle: Handle,
+    sp: Arc<Sp>,
+    req: ConnRequestId,
+    private_data: Arc<[u8]>,
+    remote: SocketAddrV4,
+    ep: Option<Arc<Ep>>,
+    done: AtomicBool,
+}
+
+impl Cr {
+    pub(crate) fn create(
+        sp: &Arc<Sp>,
+        req: ConnRequestId,
+        private_data: Vec<u8>,
+        remote: SocketAddrV4,
+        ep: Option<Arc<Ep>>,
+    ) -> Arc<Cr> {
+        let reservation = handle::reserve(HandleKind::Cr);
+        let cr = Arc::new(Cr {
+            handle: reservation.handle(),
+            sp: sp.clone(),
+            req,
+            private_data: Arc::from(private_data),
+            remote,
+            ep,
+            done: AtomicBool::new(false),
+        });
+        reservation.commit(Object::Cr(cr.clone()), sp.ia().handle());
+        cr
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    /// dat_cr_query.
+    pub fn query(&self) -> CrParam {
+        CrParam {
+            remote_address: *self.remote.ip(),
+            remote_port: u64::from(self.remote.port()),
+            private_data: self.private_data.clone(),
+            sp: self.sp.handle(),
+            ep: self.ep.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+        }
+    }
+
+    /// The private data stays valid while the CR lives.
+    pub fn private_data(&self) -> Arc<[u8]> {
+        self.private_data.clone()
+    }
+
+    /// Consumes the CR (its handle dies) exactly once.
+    fn consume(&self) -> DatResult<()> {
+        if self.done.swap(true, Ordering::SeqCst) {
+            return Err(HandleKind::Cr.invalid());
+        }
+        handle::remove(self.handle, HandleKind::Cr).map(|_| ())
+    }
+
+    /// dat_cr_accept: `ep` may be None for an RSP's request (its reserved EP is used).
+    /// C positions: ep 2, private data size 3, private data 4.
+    pub fn accept(&self, ep: Option<&Arc<Ep>>, private_data: &[u8]) -> DatResult<()> {
+        let ia = self.sp.ia().clone();
+        if private_data.len() > ia.device().attr().max_private_data as usize {
+            return Err(DatError::invalid_arg(3));
+        }
+        let ep = match (ep, &self.ep) {
+            (Some(e), _) => e.clone(),
+            (None, Some(e)) => e.clone(),
+            (None, None) => return Err(HandleKind::Ep.invalid()),
+        };
+        if !Arc::ptr_eq(ep.ia(), &ia) {
+            return Err(HandleKind::Ep.invalid());
+        }
+        if !handle::is_live(self.handle) || self.done.load(Ordering::SeqCst) {
+            return Err(HandleKind::Cr.invalid());
+        }
+        let qp = ep.begin_accept(self.remote, &self.private_data)?;
+        if let Err(e) = ia.device().accept(self.req, &qp, private_data) {
+            ep.abort_accept();
+            // The request is gone (peer gave up): the CR is spent either way.
+            let _ = self.consume();
+            return Err(e);
+        }
+        self.consume()
+    }
+
+    /// dat_cr_reject.
+    pub fn reject(&self, private_data: &[u8]) -> DatResult<()> {
+        let ia = self.sp.ia().clone();
+        if private_data.len() > ia.device().attr().max_private_data as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        self.consume()?;
+        if let Some(ep) = &self.ep {
+            ep.unreserve(self.sp.handle());
+        }
+        let _ = ia.device().reject(self.req, private_data);
+        Ok(())
+    }
+
+    /// dat_cr_handoff: passes the request to this IA's PSP on `conn_qual`.
+    pub fn handoff(&self, conn_qual: u64) -> DatResult<()> {
+        let target = Sp::find_psp(self.sp.ia(), conn_qual)?;
+        self.consume()?;
+        target.on_connect_request(
+            self.req,
+            self.private_data.to_vec(),
+            self.remote,
+            SocketAddrV4::new(self.sp.ia().address(), target.conn_qual() as u16),
+        );
+        Ok(())
+    }
+
+    /// Abrupt teardown: an unanswered request is rejected.
+    pub(crate) fn destroy(&self) {
+        if !self.done.swap(true, Ordering::SeqCst) {
+            let _ = self.sp.ia().device().reject(self.req, &[]);
+        }
+    }
+}

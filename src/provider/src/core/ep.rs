@@ -1,0 +1,1093 @@
+//! EP: an endpoint, its state machine, and the DAT data-transfer calls, which become work
+//! requests on the EP's backend queue pair.
+//!
+//! States (DAT_EP_STATE values): UNCONNECTED -> ACTIVE_CONNECTION_PENDING (connect) or
+//! PASSIVE_CONNECTION_PENDING (accept) or RESERVED (RSP) -> TENTATIVE_CONNECTION_PENDING (request
+//! on its RSP) -> CONNECTED -> DISCONNECT_PENDING -> DISCONNECTED -> (reset) UNCONNECTED.
+//! An EP without a PZ is UNCONFIGURED_UNCONNECTED until dat_ep_modify gives it one.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::consts::{completion_flags, dto_op, ep_state, event_number, evd_flags, mem_priv};
+use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::evd::{Event, EventData, Evd};
+use super::handle::{self, Handle, HandleKind, Object};
+use super::ia::{Ia, PendingDto};
+use super::pz::Pz;
+use super::srq::Srq;
+use crate::backend::{
+    CompletionQueue, DeviceAttr, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge,
+};
+
+/// DAT_EP_ATTR without the transport/provider-specific attribute lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpAttr {
+    pub service_type: u32,
+    pub max_message_size: u32,
+    pub max_rdma_size: u32,
+    pub qos: u32,
+    pub recv_completion_flags: u32,
+    pub request_completion_flags: u32,
+    pub max_recv_dtos: u32,
+    pub max_request_dtos: u32,
+    pub max_recv_iov: u32,
+    pub max_request_iov: u32,
+    pub max_rdma_read_in: u32,
+    pub max_rdma_read_out: u32,
+    pub srq_soft_hw: u32,
+    pub max_rdma_read_iov: u32,
+    pub max_rdma_write_iov: u32,
+}
+
+impl EpAttr {
+    /// The attributes an EP created without any gets.
+    pub fn defaults(dev: &DeviceAttr) -> EpAttr {
+        EpAttr {
+            service_type: 0,
+            max_message_size: dev.max_msg_size,
+            max_rdma_size: dev.max_rdma_size,
+            qos: 0,
+            recv_completion_flags: completion_flags::DEFAULT,
+            request_completion_flags: completion_flags::DEFAULT,
+            max_recv_dtos: 64.min(dev.max_qp_wr),
+            max_request_dtos: 64.min(dev.max_qp_wr),
+            max_recv_iov: 4.min(dev.max_sge),
+            max_request_iov: 4.min(dev.max_sge),
+            max_rdma_read_in: 4.min(dev.max_rd_atomic),
+            max_rdma_read_out: 4.min(dev.max_rd_atomic),
+            srq_soft_hw: 0,
+            max_rdma_read_iov: 4.min(dev.max_sge),
+            max_rdma_write_iov: 4.min(dev.max_sge),
+        }
+    }
+
+    /// Checks the attributes against the device; `arg` is their C argument position.
+    pub fn validate(&self, dev: &DeviceAttr, arg: u32) -> DatResult<()> {
+        let bad = self.service_type != 0
+            || self.max_message_size > dev.max_msg_size
+            || self.max_rdma_size > dev.max_rdma_size
+            || self.max_recv_dtos > dev.max_qp_wr
+            || self.max_request_dtos > dev.max_qp_wr
+            || self.max_recv_iov > dev.max_sge
+            || self.max_request_iov > dev.max_sge
+            || self.max_rdma_read_iov > dev.max_sge
+            || self.max_rdma_write_iov > dev.max_sge
+            || self.max_rdma_read_in > dev.max_rd_atomic
+            || self.max_rdma_read_out > dev.max_rd_atomic;
+        if bad {
+            Err(DatError::invalid_arg(arg))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// What dat_ep_query reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpParam {
+    pub ia: Handle,
+    pub state: u32,
+    pub local_address: Ipv4Addr,
+    pub local_port: u64,
+    pub remote_address: Option<Ipv4Addr>,
+    pub remote_port: u64,
+    pub pz: Handle,
+    pub recv_evd: Handle,
+    pub request_evd: Handle,
+    pub connect_evd: Handle,
+    pub srq: Handle,
+    pub attr: EpAttr,
+}
+
+/// A remote buffer of an RDMA operation (DAT_RMR_TRIPLET).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteBuffer {
+    pub address: u64,
+    pub length: u32,
+    pub rmr_context: u32,
+}
+
+/// Changes for dat_ep_modify; None leaves a field alone (Some(None) clears an EVD).
+#[derive(Default)]
+pub struct EpModify {
+    pub pz: Option<Arc<Pz>>,
+    pub recv_evd: Option<Option<Arc<Evd>>>,
+    pub request_evd: Option<Option<Arc<Evd>>>,
+    pub connect_evd: Option<Option<Arc<Evd>>>,
+    pub attr: Option<EpAttr>,
+}
+
+struct EpInner {
+    state: u32,
+    pz: Option<Arc<Pz>>,
+    recv_evd: Option<Arc<Evd>>,
+    request_evd: Option<Arc<Evd>>,
+    connect_evd: Option<Arc<Evd>>,
+    srq: Option<Arc<Srq>>,
+    attr: EpAttr,
+    qp: Option<Arc<dyn QueuePair>>,
+    /// Completions of a QP whose EVD is NULL go here and are dropped.
+    sink_cq: Option<Arc<dyn CompletionQueue>>,
+    remote: Option<SocketAddrV4>,
+    /// Private data the peer sent with its request or accept.
+    peer_private_data: Arc<[u8]>,
+    watermarks: (i32, i32),
+    /// Held by an RSP (RESERVED / TENTATIVE).
+    reserved_by: Handle,
+    freed: bool,
+}
+
+pub struct Ep {
+    handle: Handle,
+    ia: Arc<Ia>,
+    inner: Mutex<EpInner>,
+}
+
+/// The INVALID_STATE subtype naming an EP state.
+pub(crate) fn state_error(state: u32) -> DatError {
+    let sub = match state {
+        ep_state::UNCONNECTED => SubType::EpUnconnected,
+        ep_state::UNCONFIGURED_UNCONNECTED => SubType::EpUnconfigured,
+        ep_state::RESERVED => SubType::EpReserved,
+        ep_state::UNCONFIGURED_RESERVED => SubType::EpUnconfReserved,
+        ep_state::PASSIVE_CONNECTION_PENDING => SubType::EpPassConnPending,
+        ep_state::UNCONFIGURED_PASSIVE => SubType::EpUnconfPassive,
+        ep_state::ACTIVE_CONNECTION_PENDING => SubType::EpActConnPending,
+        ep_state::TENTATIVE_CONNECTION_PENDING => SubType::EpTentConnPending,
+        ep_state::UNCONFIGURED_TENTATIVE => SubType::EpUnconfTentative,
+        ep_state::CONNECTED => SubType::EpConnected,
+        ep_state::DISCONNECT_PENDING => SubType::EpDiscPending,
+        ep_state::DISCONNECTED => SubType::EpDisconnected,
+        ep_state::COMPLETION_PENDING => SubType::EpComplPending,
+        _ => SubType::None,
+    };
+    DatError::invalid_state(sub)
+}
+
+fn acquire_evd(evd: &Option<Arc<Evd>>, bad: SubType) -> DatResult<()> {
+    if let Some(e) = evd {
+        if !e.users.acquire() {
+            return Err(DatError::invalid_handle(bad));
+        }
+    }
+    Ok(())
+}
+
+fn release_evd(evd: &Option<Arc<Evd>>) {
+    if let Some(e) = evd {
+        e.users.release();
+    }
+}
+
+/// Checks that an EVD given for a role has the flag that role needs.
+fn check_evd_role(evd: &Option<Arc<Evd>>, flag: u32, bad: SubType) -> DatResult<()> {
+    match evd {
+        Some(e) if e.flags() & flag == 0 => Err(DatError::invalid_handle(bad)),
+        _ => Ok(()),
+    }
+}
+
+impl Ep {
+    /// dat_ep_create (srq None) and dat_ep_create_with_srq. C argument positions: ia 1, pz 2,
+    /// recv_evd 3, request_evd 4, connect_evd 5, (srq 6), attributes 6 (7 with srq).
+    pub fn create(
+        ia: &Arc<Ia>,
+        pz: Option<Arc<Pz>>,
+        recv_evd: Option<Arc<Evd>>,
+        request_evd: Option<Arc<Evd>>,
+        connect_evd: Option<Arc<Evd>>,
+        srq: Option<Arc<Srq>>,
+        attr: Option<EpAttr>,
+    ) -> DatResult<Arc<Ep>> {
+        ia.check_open()?;
+        let dev = ia.device().attr();
+        let attr_arg = if srq.is_some() { 7 } else { 6 };
+        let attr = match attr {
+            Some(a) => {
+                a.validate(&dev, attr_arg)?;
+                a
+            }
+            None => EpAttr::defaults(&dev),
+        };
+        check_evd_role(&recv_evd, evd_flags::DTO, SubType::InvalidHandleEvdRecv)?;
+        check_evd_role(
+            &request_evd,
+            evd_flags::DTO | evd_flags::RMR_BIND,
+            SubType::InvalidHandleEvdRequest,
+        )?;
+        check_evd_role(&connect_evd, evd_flags::CONNECTION, SubType::InvalidHandleEvdConn)?;
+        for (e, bad) in [
+            (&recv_evd, SubType::InvalidHandleEvdRecv),
+            (&request_evd, SubType::InvalidHandleEvdRequest),
+            (&connect_evd, SubType::InvalidHandleEvdConn),
+        ] {
+            if let Some(e) = e {
+                if !Arc::ptr_eq(e.ia(), ia) {
+                    return Err(DatError::invalid_handle(bad));
+                }
+            }
+        }
+        if let Some(p) = &pz {
+            if !Arc::ptr_eq(p.ia(), ia) {
+                return Err(HandleKind::Pz.invalid());
+            }
+        }
+
+        // Take every use before building anything, undoing on failure.
+        let mut taken: Vec<Box<dyn FnOnce()>> = Vec::new();
+        let undo = |taken: Vec<Box<dyn FnOnce()>>| {
+            for f in taken {
+                f();
+            }
+        };
+        if let Some(p) = &pz {
+            p.acquire()?;
+            let p = p.clone();
+            taken.push(Box::new(move || p.users.release()));
+        }
+        for (e, bad) in [
+            (&recv_evd, SubType::InvalidHandleEvdRecv),
+            (&request_evd, SubType::InvalidHandleEvdRequest),
+            (&connect_evd, SubType::InvalidHandleEvdConn),
+        ] {
+            if let Err(err) = acquire_evd(e, bad) {
+                undo(taken);
+                return Err(err);
+            }
+            let e = e.clone();
+            taken.push(Box::new(move || release_evd(&e)));
+        }
+        if let Some(s) = &srq {
+            if !s.users.acquire() {
+                undo(taken);
+                return Err(HandleKind::Srq.invalid());
+            }
+            let s = s.clone();
+            taken.push(Box::new(move || s.users.release()));
+        }
+
+        let (qp, sink_cq) = match &pz {
+            Some(p) => match build_qp(ia, p, &recv_evd, &request_evd, &srq, &attr) {
+                Ok((qp, sink)) => (Some(qp), sink),
+                Err(e) => {
+                    undo(taken);
+                    return Err(e);
+                }
+            },
+            None => (None, None),
+        };
+        let state =
+            if pz.is_some() { ep_state::UNCONNECTED } else { ep_state::UNCONFIGURED_UNCONNECTED };
+        let reservation = handle::reserve(HandleKind::Ep);
+        let ep = Arc::new(Ep {
+            handle: reservation.handle(),
+            ia: ia.clone(),
+            inner: Mutex::new(EpInner {
+                state,
+                pz,
+                recv_evd,
+                request_evd,
+                connect_evd,
+                srq,
+                attr,
+                qp: qp.clone(),
+                sink_cq,
+                remote: None,
+                peer_private_data: Arc::from(Vec::new()),
+                watermarks: (0, 0),
+                reserved_by: Handle::NULL,
+                freed: false,
+            }),
+        });
+        if let Some(qp) = &qp {
+            ia.eps_by_qp.lock().insert(qp.qp_num(), Arc::downgrade(&ep));
+        }
+        reservation.commit(Object::Ep(ep.clone()), ia.handle());
+        Ok(ep)
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+    pub fn ia(&self) -> &Arc<Ia> {
+        &self.ia
+    }
+    pub fn state(&self) -> u32 {
+        self.inner.lock().state
+    }
+    pub fn attr(&self) -> EpAttr {
+        self.inner.lock().attr
+    }
+    /// The private data of the peer's request or accept; stays valid while the EP lives.
+    pub fn peer_private_data(&self) -> Arc<[u8]> {
+        self.inner.lock().peer_private_data.clone()
+    }
+
+    pub(crate) fn pz_or_err(&self) -> DatResult<Arc<Pz>> {
+        self.inner.lock().pz.clone().ok_or(DatError::invalid_state(SubType::EpUnconfigured))
+    }
+
+    pub(crate) fn qp(&self) -> Option<Arc<dyn QueuePair>> {
+        self.inner.lock().qp.clone()
+    }
+
+    /// dat_ep_query.
+    pub fn query(&self) -> EpParam {
+        let i = self.inner.lock();
+        let local = i.qp.as_ref().and_then(|q| q.local_addr());
+        EpParam {
+            ia: self.ia.handle(),
+            state: i.state,
+            local_address: self.ia.address(),
+            local_port: local.map(|a| u64::from(a.port())).unwrap_or(0),
+            remote_address: i.remote.map(|a| *a.ip()),
+            remote_port: i.remote.map(|a| u64::from(a.port())).unwrap_or(0),
+            pz: i.pz.as_ref().map(|p| p.handle()).unwrap_or(Handle::NULL),
+            recv_evd: i.recv_evd.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+            request_evd: i.request_evd.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+            connect_evd: i.connect_evd.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+            srq: i.srq.as_ref().map(|s| s.handle()).unwrap_or(Handle::NULL),
+            attr: i.attr,
+        }
+    }
+
+    /// dat_ep_get_status: (state, recv_idle, request_idle).
+    pub fn get_status(&self) -> (u32, bool, bool) {
+        let i = self.inner.lock();
+        let recv_idle = i.qp.as_ref().map(|q| q.posted_recvs() == 0).unwrap_or(true);
+        (i.state, recv_idle, true)
+    }
+
+    /// dat_ep_modify: only while not connected (UNCONNECTED or an UNCONFIGURED state).
+    pub fn modify(&self, change: EpModify) -> DatResult<()> {
+        let mut i = self.inner.lock();
+        match i.state {
+            ep_state::UNCONNECTED
+            | ep_state::UNCONFIGURED_UNCONNECTED
+            | ep_state::UNCONFIGURED_RESERVED
+            | ep_state::UNCONFIGURED_PASSIVE
+            | ep_state::UNCONFIGURED_TENTATIVE => {}
+            s => return Err(state_error(s)),
+        }
+        let dev = self.ia.device().attr();
+        if let Some(a) = &change.attr {
+            a.validate(&dev, 3)?;
+        }
+        if let Some(Some(e)) = &change.recv_evd {
+            check_evd_role(&Some(e.clone()), evd_flags::DTO, SubType::InvalidHandleEvdRecv)?;
+        }
+        if let Some(Some(e)) = &change.request_evd {
+            check_evd_role(
+                &Some(e.clone()),
+                evd_flags::DTO | evd_flags::RMR_BIND,
+                SubType::InvalidHandleEvdRequest,
+            )?;
+        }
+        if let Some(Some(e)) = &change.connect_evd {
+            check_evd_role(&Some(e.clone()), evd_flags::CONNECTION, SubType::InvalidHandleEvdConn)?;
+        }
+        let pz = change.pz.clone().or_else(|| i.pz.clone());
+        let recv_evd = change.recv_evd.clone().unwrap_or_else(|| i.recv_evd.clone());
+        let request_evd = change.request_evd.clone().unwrap_or_else(|| i.request_evd.clone());
+        let connect_evd = change.connect_evd.clone().unwrap_or_else(|| i.connect_evd.clone());
+        let attr = change.attr.unwrap_or(i.attr);
+
+        // Acquire the new uses first so a failure leaves the EP unchanged.
+        if let Some(p) = &change.pz {
+            p.acquire()?;
+        }
+        let mut acquired: Vec<Arc<Evd>> = Vec::new();
+        for (new, bad) in [
+            (&change.recv_evd, SubType::InvalidHandleEvdRecv),
+            (&change.request_evd, SubType::InvalidHandleEvdRequest),
+            (&change.connect_evd, SubType::InvalidHandleEvdConn),
+        ] {
+            if let Some(Some(e)) = new {
+                if !e.users.acquire() {
+                    for a in &acquired {
+                        a.users.release();
+                    }
+                    if let Some(p) = &change.pz {
+                        p.users.release();
+                    }
+                    return Err(DatError::invalid_handle(bad));
+                }
+                acquired.push(e.clone());
+            }
+        }
+        let rebuilt = match &pz {
+            Some(p) => match build_qp(&self.ia, p, &recv_evd, &request_evd, &i.srq, &attr) {
+                Ok(x) => Some(x),
+                Err(e) => {
+                    for a in &acquired {
+                        a.users.release();
+                    }
+                    if let Some(p) = &change.pz {
+                        p.users.release();
+                    }
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        // Commit: release the old uses that were replaced.
+        if change.pz.is_some() {
+            if let Some(old) = i.pz.take() {
+                old.users.release();
+            }
+        }
+        if change.recv_evd.is_some() {
+            release_evd(&i.recv_evd);
+        }
+        if change.request_evd.is_some() {
+            release_evd(&i.request_evd);
+        }
+        if change.connect_evd.is_some() {
+            release_evd(&i.connect_evd);
+        }
+        if let Some(old) = i.qp.take() {
+            self.ia.eps_by_qp.lock().remove(&old.qp_num());
+            old.destroy();
+        }
+        i.pz = pz;
+        i.recv_evd = recv_evd;
+        i.request_evd = request_evd;
+        i.connect_evd = connect_evd;
+        i.attr = attr;
+        if let Some((qp, sink)) = rebuilt {
+            self.ia.eps_by_qp.lock().insert(qp.qp_num(), weak_of(&self.ia, self.handle));
+            i.qp = Some(qp);
+            i.sink_cq = sink;
+            if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
+                i.state = ep_state::UNCONNECTED;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- connection management ---------------------------------------------------------------
+
+    /// dat_ep_connect. C positions: remote address 2, conn_qual 3, timeout 4, private data
+    /// size 5, private data 6, qos 7, flags 8.
+    pub fn connect(
+        &self,
+        remote: Ipv4Addr,
+        conn_qual: u64,
+        timeout_us: u32,
+        private_data: &[u8],
+        _qos: u32,
+        flags: u32,
+    ) -> DatResult<()> {
+        self.ia.check_open()?;
+        let port = u16::try_from(conn_qual).map_err(|_| DatError::invalid_arg(3))?;
+        if port == 0 {
+            return Err(DatError::invalid_arg(3));
+        }
+        if private_data.len() > self.ia.device().attr().max_private_data as usize {
+            return Err(DatError::invalid_arg(5));
+        }
+        if flags > 1 {
+            return Err(DatError::invalid_arg(8));
+        }
+        let qp = {
+            let mut i = self.inner.lock();
+            if i.state != ep_state::UNCONNECTED {
+                return Err(state_error(i.state));
+            }
+            if i.connect_evd.is_none() {
+                return Err(DatError::invalid_handle(SubType::InvalidHandleEvdConn));
+            }
+            let qp = i.qp.clone().ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+            i.state = ep_state::ACTIVE_CONNECTION_PENDING;
+            i.remote = Some(SocketAddrV4::new(remote, port));
+            qp
+        };
+        let timeout = if timeout_us == super::consts::TIMEOUT_INFINITE {
+            None
+        } else {
+            Some(Duration::from_micros(u64::from(timeout_us)))
+        };
+        let result =
+            self.ia.device().connect(&qp, SocketAddrV4::new(remote, port), private_data, timeout);
+        if let Err(e) = result {
+            let mut i = self.inner.lock();
+            if i.state == ep_state::ACTIVE_CONNECTION_PENDING {
+                i.state = ep_state::UNCONNECTED;
+                i.remote = None;
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// dat_ep_dup_connect: connects to the peer `dup` is connected to.
+    pub fn dup_connect(
+        &self,
+        dup: &Arc<Ep>,
+        timeout_us: u32,
+        private_data: &[u8],
+        qos: u32,
+    ) -> DatResult<()> {
+        let remote = {
+            let d = dup.inner.lock();
+            if d.state != ep_state::CONNECTED {
+                return Err(state_error(d.state));
+            }
+            d.remote.ok_or(DatError::invalid_state(SubType::EpUnconnected))?
+        };
+        self.connect(*remote.ip(), u64::from(remote.port()), timeout_us, private_data, qos, 0)
+    }
+
+    /// dat_ep_disconnect. Completion is the DISCONNECTED event on the connect EVD.
+    pub fn disconnect(&self, flags: u32) -> DatResult<()> {
+        if flags > 1 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let abrupt = flags == super::consts::close_flags::ABRUPT;
+        let qp = {
+            let mut i = self.inner.lock();
+            match i.state {
+                ep_state::DISCONNECTED => return Ok(()),
+                ep_state::CONNECTED
+                | ep_state::ACTIVE_CONNECTION_PENDING
+                | ep_state::PASSIVE_CONNECTION_PENDING
+                | ep_state::DISCONNECT_PENDING => {}
+                s => return Err(state_error(s)),
+            }
+            i.state = ep_state::DISCONNECT_PENDING;
+            i.qp.clone()
+        };
+        match qp {
+            Some(qp) => self.ia.device().disconnect(&qp, abrupt),
+            None => Ok(()),
+        }
+    }
+
+    /// dat_ep_reset: DISCONNECTED (or UNCONNECTED) -> UNCONNECTED with empty queues.
+    pub fn reset(&self) -> DatResult<()> {
+        let mut i = self.inner.lock();
+        match i.state {
+            ep_state::DISCONNECTED | ep_state::UNCONNECTED => {}
+            s => return Err(state_error(s)),
+        }
+        if let Some(qp) = &i.qp {
+            qp.reset()?;
+        }
+        i.state = ep_state::UNCONNECTED;
+        i.remote = None;
+        i.peer_private_data = Arc::from(Vec::new());
+        Ok(())
+    }
+
+    /// Called by an RSP: UNCONNECTED -> RESERVED.
+    pub(crate) fn reserve_for(&self, sp: Handle) -> DatResult<()> {
+        let mut i = self.inner.lock();
+        if i.state != ep_state::UNCONNECTED {
+            return Err(state_error(i.state));
+        }
+        i.state = ep_state::RESERVED;
+        i.reserved_by = sp;
+        Ok(())
+    }
+
+    /// Called when an RSP goes away or a tentative request is rejected.
+    pub(crate) fn unreserve(&self, sp: Handle) {
+        let mut i = self.inner.lock();
+        if i.reserved_by == sp
+            && matches!(i.state, ep_state::RESERVED | ep_state::TENTATIVE_CONNECTION_PENDING)
+        {
+            i.state = ep_state::UNCONNECTED;
+            i.reserved_by = Handle::NULL;
+        }
+    }
+
+    /// A request arrived on this EP's RSP: RESERVED -> TENTATIVE_CONNECTION_PENDING.
+    pub(crate) fn make_tentative(&self, private_data: &[u8]) -> bool {
+        let mut i = self.inner.lock();
+        if i.state != ep_state::RESERVED {
+            return false;
+        }
+        i.state = ep_state::TENTATIVE_CONNECTION_PENDING;
+        i.peer_private_data = Arc::from(private_data.to_vec());
+        true
+    }
+
+    /// dat_cr_accept's part on the EP: -> PASSIVE_CONNECTION_PENDING, returns the QP to accept on.
+    pub(crate) fn begin_accept(
+        &self,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+    ) -> DatResult<Arc<dyn QueuePair>> {
+        let mut i = self.inner.lock();
+        match i.state {
+            ep_state::UNCONNECTED | ep_state::TENTATIVE_CONNECTION_PENDING => {}
+            s => return Err(state_error(s)),
+        }
+        if i.connect_evd.is_none() {
+            return Err(DatError::invalid_handle(SubType::InvalidHandleEvdConn));
+        }
+        let qp = i.qp.clone().ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        i.state = ep_state::PASSIVE_CONNECTION_PENDING;
+        i.remote = Some(remote);
+        i.peer_private_data = Arc::from(private_data.to_vec());
+        i.reserved_by = Handle::NULL;
+        Ok(qp)
+    }
+
+    /// An accept failed synchronously.
+    pub(crate) fn abort_accept(&self) {
+        let mut i = self.inner.lock();
+        if i.state == ep_state::PASSIVE_CONNECTION_PENDING {
+            i.state = ep_state::UNCONNECTED;
+            i.remote = None;
+        }
+    }
+
+    fn post_connection_event(&self, evd: Option<Arc<Evd>>, number: u32, pd: Arc<[u8]>) {
+        if let Some(evd) = evd {
+            evd.push_provider(Event {
+                number,
+                evd: evd.handle(),
+                data: EventData::Connection { ep: self.handle, private_data: pd },
+            });
+        }
+    }
+
+    pub(crate) fn on_established(&self, private_data: Vec<u8>) {
+        let (evd, pd) = {
+            let mut i = self.inner.lock();
+            match i.state {
+                ep_state::ACTIVE_CONNECTION_PENDING => {
+                    i.peer_private_data = Arc::from(private_data);
+                }
+                ep_state::PASSIVE_CONNECTION_PENDING => {}
+                _ => return,
+            }
+            i.state = ep_state::CONNECTED;
+            (i.connect_evd.clone(), i.peer_private_data.clone())
+        };
+        self.post_connection_event(evd, event_number::CONNECTION_ESTABLISHED, pd);
+    }
+
+    pub(crate) fn on_connection_lost(&self, number: u32, private_data: Vec<u8>) {
+        let (evd, pd) = {
+            let mut i = self.inner.lock();
+            match i.state {
+                ep_state::ACTIVE_CONNECTION_PENDING
+                | ep_state::PASSIVE_CONNECTION_PENDING
+                | ep_state::TENTATIVE_CONNECTION_PENDING
+                | ep_state::CONNECTED
+                | ep_state::DISCONNECT_PENDING => {}
+                _ => return,
+            }
+            let number = if i.state == ep_state::PASSIVE_CONNECTION_PENDING
+                && number != event_number::CONNECTION_DISCONNECTED
+            {
+                event_number::CONNECTION_ACCEPT_COMPLETION_ERROR
+            } else {
+                number
+            };
+            i.state = ep_state::DISCONNECTED;
+            if !private_data.is_empty() {
+                i.peer_private_data = Arc::from(private_data);
+            }
+            (i.connect_evd.clone().map(|e| (e, number)), i.peer_private_data.clone())
+        };
+        if let Some((evd, number)) = evd {
+            self.post_connection_event(Some(evd), number, pd);
+        }
+    }
+
+    // ---- data transfer ----------------------------------------------------------------------
+
+    /// UNSIGNALLED is allowed only if the EP was configured for it.
+    pub(crate) fn check_request_flags(&self, flags: u32, arg: u32) -> DatResult<()> {
+        let attr = self.inner.lock().attr;
+        if flags & completion_flags::UNSIGNALLED != 0
+            && attr.request_completion_flags & completion_flags::UNSIGNALLED == 0
+        {
+            return Err(DatError::invalid_arg(arg));
+        }
+        Ok(())
+    }
+
+    /// Requests are valid in CONNECTED and DISCONNECTED (where they are flushed).
+    pub(crate) fn check_request_state(&self) -> DatResult<()> {
+        let s = self.inner.lock().state;
+        match s {
+            ep_state::CONNECTED | ep_state::DISCONNECTED => Ok(()),
+            s => Err(state_error(s)),
+        }
+    }
+
+    /// Validates a local IOV against the IA's LMRs: each non-empty segment must name a live LMR
+    /// (else PRIVILEGES_VIOLATION) of the EP's PZ (else PROTECTION_VIOLATION), lie inside it
+    /// (else INVALID_PARAMETER on `iov_arg`) and have `need` privilege. Returns the segments to
+    /// post and the total length.
+    pub(crate) fn check_local_iov(
+        ia: &Ia,
+        pz: &Arc<Pz>,
+        iov: &[Sge],
+        need: u32,
+        iov_arg: u32,
+    ) -> DatResult<(Vec<Sge>, u64)> {
+        let mut out = Vec::with_capacity(iov.len());
+        let mut total: u64 = 0;
+        let lmrs = ia.lmrs_by_context.lock();
+        for seg in iov {
+            if seg.length == 0 {
+                continue;
+            }
+            let lmr = lmrs.get(&seg.lkey).and_then(|w| w.upgrade()).ok_or(DatError::new(
+                ErrorType::PrivilegesViolation,
+                if need == mem_priv::LOCAL_READ {
+                    SubType::PrivilegesRead
+                } else {
+                    SubType::PrivilegesWrite
+                },
+            ))?;
+            if !Arc::ptr_eq(lmr.pz(), pz) {
+                return Err(DatError::new(
+                    ErrorType::ProtectionViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::ProtectionRead
+                    } else {
+                        SubType::ProtectionWrite
+                    },
+                ));
+            }
+            if !lmr.contains(seg.addr, u64::from(seg.length)) {
+                return Err(DatError::invalid_arg(iov_arg));
+            }
+            if lmr.privileges() & need == 0 {
+                return Err(DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                ));
+            }
+            total += u64::from(seg.length);
+            out.push(*seg);
+        }
+        Ok((out, total))
+    }
+
+    /// Posts a send-queue request with its tracking entry.
+    pub(crate) fn post_tracked(&self, mut wr: SendWr, pending: PendingDto) -> DatResult<()> {
+        let qp = self.qp().ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        let wr_id = self.ia.track(pending);
+        wr.wr_id = wr_id;
+        if let Err(e) = qp.post_send(wr) {
+            self.ia.untrack(wr_id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn request_common(
+        &self,
+        flags: u32,
+        flags_arg: u32,
+        num_segments: usize,
+        max_iov: impl Fn(&EpAttr) -> u32,
+    ) -> DatResult<(Arc<Pz>, EpAttr)> {
+        let known = completion_flags::SUPPRESS
+            | completion_flags::SOLICITED_WAIT
+            | completion_flags::UNSIGNALLED
+            | completion_flags::BARRIER_FENCE
+            | completion_flags::EVD_THRESHOLD;
+        if flags & !known != 0 {
+            return Err(DatError::invalid_arg(flags_arg));
+        }
+        self.check_request_flags(flags, flags_arg)?;
+        self.check_request_state()?;
+        let (pz, attr) = {
+            let i = self.inner.lock();
+            (i.pz.clone(), i.attr)
+        };
+        let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        if num_segments > max_iov(&attr) as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        Ok((pz, attr))
+    }
+
+    fn report_success(flags: u32) -> bool {
+        flags & (completion_flags::SUPPRESS | completion_flags::UNSIGNALLED) == 0
+    }
+
+    /// dat_ep_post_send (C positions: num_segments 2, local_iov 3, cookie 4, flags 5).
+    pub fn post_send(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
+        let (pz, attr) = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
+        if total > u64::from(attr.max_message_size) {
+            return Err(DatError::length());
+        }
+        self.post_tracked(
+            SendWr {
+                wr_id: 0,
+                op: SendOp::Send,
+                sgl,
+                signaled: true,
+                solicited: flags & completion_flags::SOLICITED_WAIT != 0,
+                fence: flags & completion_flags::BARRIER_FENCE != 0,
+            },
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: dto_op::SEND,
+                report_success: Self::report_success(flags),
+                rmr: None,
+            },
+        )
+    }
+
+    /// dat_ep_post_rdma_write (positions: num_segments 2, local_iov 3, cookie 4, remote 5,
+    /// flags 6).
+    pub fn post_rdma_write(
+        &self,
+        iov: &[Sge],
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let (pz, attr) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
+        if total > u64::from(attr.max_rdma_size) || total > u64::from(remote.length) {
+            return Err(DatError::length());
+        }
+        self.post_tracked(
+            SendWr {
+                wr_id: 0,
+                op: SendOp::RdmaWrite { remote_addr: remote.address, rkey: remote.rmr_context },
+                sgl,
+                signaled: true,
+                solicited: false,
+                fence: flags & completion_flags::BARRIER_FENCE != 0,
+            },
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: dto_op::RDMA_WRITE,
+                report_success: Self::report_success(flags),
+                rmr: None,
+            },
+        )
+    }
+
+    /// dat_ep_post_rdma_read: reads `remote.length` bytes, filling the local IOV front to back.
+    pub fn post_rdma_read(
+        &self,
+        iov: &[Sge],
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let (pz, attr) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let want = u64::from(remote.length);
+        if want > u64::from(attr.max_rdma_size) || total < want {
+            return Err(DatError::length());
+        }
+        // Only as much of the IOV as the remote buffer fills: front segments completely.
+        let mut left = want;
+        let mut trimmed = Vec::with_capacity(sgl.len());
+        for seg in sgl {
+            if left == 0 {
+                break;
+            }
+            let take = u64::from(seg.length).min(left);
+            trimmed.push(Sge { addr: seg.addr, length: take as u32, lkey: seg.lkey });
+            left -= take;
+        }
+        self.post_tracked(
+            SendWr {
+                wr_id: 0,
+                op: SendOp::RdmaRead { remote_addr: remote.address, rkey: remote.rmr_context },
+                sgl: trimmed,
+                signaled: true,
+                solicited: false,
+                fence: flags & completion_flags::BARRIER_FENCE != 0,
+            },
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: dto_op::RDMA_READ,
+                report_success: Self::report_success(flags),
+                rmr: None,
+            },
+        )
+    }
+
+    /// dat_ep_post_recv (positions: num_segments 2, local_iov 3, cookie 4, flags 5). Valid in
+    /// every configured state; on a DISCONNECTED EP it is flushed.
+    pub fn post_recv(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
+        let known = completion_flags::SUPPRESS
+            | completion_flags::UNSIGNALLED
+            | completion_flags::EVD_THRESHOLD
+            | completion_flags::SOLICITED_WAIT;
+        if flags & !known != 0 {
+            return Err(DatError::invalid_arg(5));
+        }
+        let (pz, attr, qp, has_srq, state) = {
+            let i = self.inner.lock();
+            (i.pz.clone(), i.attr, i.qp.clone(), i.srq.is_some(), i.state)
+        };
+        if flags & completion_flags::UNSIGNALLED != 0
+            && attr.recv_completion_flags & completion_flags::UNSIGNALLED == 0
+        {
+            return Err(DatError::invalid_arg(5));
+        }
+        if has_srq {
+            return Err(state_error(state));
+        }
+        let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        let qp = qp.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        if iov.len() > attr.max_recv_iov as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        let (sgl, _) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let wr_id = self.ia.track(PendingDto {
+            ep: self.handle,
+            cookie,
+            op: dto_op::RECEIVE,
+            report_success: Self::report_success(flags),
+            rmr: None,
+        });
+        if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
+            self.ia.untrack(wr_id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// dat_ep_recv_query: (receives posted and not completed, bytes they span).
+    pub fn recv_query(&self) -> DatResult<(i32, i32)> {
+        let i = self.inner.lock();
+        let posted = i.qp.as_ref().map(|q| q.posted_recvs()).unwrap_or(0);
+        Ok((posted as i32, 0))
+    }
+
+    /// dat_ep_set_watermark: recorded; the TCP transport has no use for it.
+    pub fn set_watermark(&self, soft_high: i32, hard_high: i32) -> DatResult<()> {
+        if soft_high < 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        if hard_high < 0 {
+            return Err(DatError::invalid_arg(3));
+        }
+        self.inner.lock().watermarks = (soft_high, hard_high);
+        Ok(())
+    }
+
+    /// dat_ep_free: any state; a connection is torn down abruptly and outstanding requests are
+    /// flushed.
+    pub fn free(self: &Arc<Self>) -> DatResult<()> {
+        handle::remove(self.handle, HandleKind::Ep)?;
+        self.destroy();
+        Ok(())
+    }
+
+    pub(crate) fn destroy(&self) {
+        let mut i = self.inner.lock();
+        if i.freed {
+            return;
+        }
+        i.freed = true;
+        if let Some(qp) = i.qp.take() {
+            if matches!(
+                i.state,
+                ep_state::CONNECTED
+                    | ep_state::ACTIVE_CONNECTION_PENDING
+                    | ep_state::PASSIVE_CONNECTION_PENDING
+                    | ep_state::DISCONNECT_PENDING
+            ) {
+                let _ = self.ia.device().disconnect(&qp, true);
+            }
+            qp.destroy();
+            // Drain what the flush produced while the EVDs still belong to us.
+            for evd in [&i.request_evd, &i.recv_evd].into_iter().flatten() {
+                evd.drain_cq();
+            }
+            self.ia.eps_by_qp.lock().remove(&qp.qp_num());
+        }
+        i.state = ep_state::DISCONNECTED;
+        if let Some(p) = i.pz.take() {
+            p.users.release();
+        }
+        release_evd(&i.recv_evd);
+        release_evd(&i.request_evd);
+        release_evd(&i.connect_evd);
+        if let Some(s) = i.srq.take() {
+            s.users.release();
+        }
+    }
+}
+
+fn weak_of(ia: &Arc<Ia>, h: Handle) -> std::sync::Weak<Ep> {
+    let _ = ia;
+    match handle::ep(h) {
+        Ok(ep) => Arc::downgrade(&ep),
+        Err(_) => std::sync::Weak::new(),
+    }
+}
+
+/// Creates the QP of an EP: CQs of its EVDs (or a private sink CQ for a missing one).
+fn build_qp(
+    ia: &Arc<Ia>,
+    pz: &Arc<Pz>,
+    recv_evd: &Option<Arc<Evd>>,
+    request_evd: &Option<Arc<Evd>>,
+    srq: &Option<Arc<Srq>>,
+    attr: &EpAttr,
+) -> DatResult<(Arc<dyn QueuePair>, Option<Arc<dyn CompletionQueue>>)> {
+    let dev = ia.device();
+    let mut sink: Option<Arc<dyn CompletionQueue>> = None;
+    let mut cq_for = |evd: &Option<Arc<Evd>>| -> DatResult<Arc<dyn CompletionQueue>> {
+        if let Some(cq) = evd.as_ref().and_then(|e| e.cq().cloned()) {
+            return Ok(cq);
+        }
+        if let Some(s) = &sink {
+            return Ok(s.clone());
+        }
+        let s = dev.create_cq(attr.max_request_dtos.max(attr.max_recv_dtos).max(1))?;
+        // Nobody waits on a sink: drop its completions and their tracking entries as they come.
+        let weak_ia = Arc::downgrade(ia);
+        let weak_cq = Arc::downgrade(&s);
+        s.set_notify(Some(Arc::new(move || {
+            let (Some(ia), Some(cq)) = (weak_ia.upgrade(), weak_cq.upgrade()) else { return };
+            let mut batch = Vec::new();
+            while cq.poll(64, &mut batch) > 0 {
+                for wc in batch.drain(..) {
+                    ia.untrack(wc.wr_id);
+                }
+            }
+        })));
+        sink = Some(s.clone());
+        Ok(s)
+    };
+    let send_cq = cq_for(request_evd)?;
+    let recv_cq = cq_for(recv_evd)?;
+    let qp = dev.create_qp(QpInit {
+        pd: pz.pd().clone(),
+        send_cq,
+        recv_cq,
+        srq: srq.as_ref().map(|s| s.backend().clone()),
+        cap: QpCap {
+            max_send_wr: attr.max_request_dtos.max(1),
+            max_recv_wr: attr.max_recv_dtos,
+            max_send_sge: attr.max_request_iov.max(attr.max_rdma_read_iov).max(attr.max_rdma_write_iov),
+            max_recv_sge: attr.max_recv_iov,
+            max_rd_atomic: attr.max_rdma_read_out,
+            max_inline: 0,
+        },
+    })?;
+    Ok((qp, sink))
+}

@@ -1,0 +1,433 @@
+//! One handle mechanism for every DAT object.
+//!
+//! C receives the address of a `HandleHeader`. Headers are leaked on purpose: they are never given
+//! back to the allocator, so a stale pointer still points at readable memory that we own. The
+//! table of live handles is keyed by header address and is consulted *before* anything is read
+//! through a pointer, so a freed, stale or foreign handle is rejected without dereferencing it.
+//! A freed header goes to a quarantine and is reused only after `QUARANTINE` later frees, with a
+//! new generation, so a recently freed handle cannot alias a new object.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::consts::handle_type;
+use super::cno::Cno;
+use super::cr::Cr;
+use super::ep::Ep;
+use super::error::{DatError, DatResult, SubType};
+use super::evd::Evd;
+use super::ia::Ia;
+use super::lmr::Lmr;
+use super::pz::Pz;
+use super::rmr::Rmr;
+use super::sp::Sp;
+use super::srq::Srq;
+
+/// Tag of a live header: `TAG_LIVE | kind`. Read by ffi only as a fast pre-check; the table is
+/// the authority.
+pub const TAG_LIVE: u32 = 0x4450_0000;
+/// Tag written into a header when its object is freed.
+pub const TAG_DEAD: u32 = 0x4445_4144;
+/// Freed headers wait for this many later frees before reuse.
+const QUARANTINE: usize = 4096;
+
+/// What C holds: the first word is the DAT_PROVIDER pointer libdat2 dispatches through.
+#[repr(C)]
+pub struct HandleHeader {
+    pub provider: AtomicPtr<c_void>,
+    pub tag: AtomicU32,
+    /// Position in allocation order (for diagnostics).
+    pub slot: AtomicU32,
+    /// Incremented every time the header is reused.
+    pub generation: AtomicU32,
+    _reserved: AtomicU32,
+}
+
+/// A handle value: the address of its header (0 = DAT_HANDLE_NULL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Handle(usize);
+
+impl Handle {
+    pub const NULL: Handle = Handle(0);
+
+    /// Wraps any pointer a caller passed in; nothing is read through it.
+    pub fn from_ptr(ptr: *const c_void) -> Handle {
+        Handle(ptr as usize)
+    }
+    pub fn as_ptr(self) -> *mut c_void {
+        self.0 as *mut c_void
+    }
+    pub fn is_null(self) -> bool {
+        self.0 == 0
+    }
+    pub fn addr(self) -> usize {
+        self.0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HandleKind {
+    Ia,
+    Pz,
+    Lmr,
+    Rmr,
+    Evd,
+    Cno,
+    Ep,
+    Psp,
+    Rsp,
+    Cr,
+    Srq,
+}
+
+impl HandleKind {
+    /// DAT_HANDLE_TYPE value.
+    pub fn dat_type(self) -> u32 {
+        match self {
+            HandleKind::Ia => handle_type::IA,
+            HandleKind::Pz => handle_type::PZ,
+            HandleKind::Lmr => handle_type::LMR,
+            HandleKind::Rmr => handle_type::RMR,
+            HandleKind::Evd => handle_type::EVD,
+            HandleKind::Cno => handle_type::CNO,
+            HandleKind::Ep => handle_type::EP,
+            HandleKind::Psp => handle_type::PSP,
+            HandleKind::Rsp => handle_type::RSP,
+            HandleKind::Cr => handle_type::CR,
+            HandleKind::Srq => handle_type::SRQ,
+        }
+    }
+
+    /// The DAT_INVALID_HANDLE subtype for a bad handle of this kind. EVD handles have one
+    /// subtype per role; callers that know the role pass it to `lookup_evd` instead.
+    pub fn invalid_subtype(self) -> SubType {
+        match self {
+            HandleKind::Ia => SubType::InvalidHandleIa,
+            HandleKind::Pz => SubType::InvalidHandlePz,
+            HandleKind::Lmr => SubType::InvalidHandleLmr,
+            HandleKind::Rmr => SubType::InvalidHandleRmr,
+            HandleKind::Evd => SubType::InvalidHandle1,
+            HandleKind::Cno => SubType::InvalidHandleCno,
+            HandleKind::Ep => SubType::InvalidHandleEp,
+            HandleKind::Psp => SubType::InvalidHandlePsp,
+            HandleKind::Rsp => SubType::InvalidHandleRsp,
+            HandleKind::Cr => SubType::InvalidHandleCr,
+            HandleKind::Srq => SubType::InvalidHandleSrq,
+        }
+    }
+
+    pub fn invalid(self) -> DatError {
+        DatError::invalid_handle(self.invalid_subtype())
+    }
+}
+
+/// A live object as the table holds it.
+#[derive(Clone)]
+pub enum Object {
+    Ia(Arc<Ia>),
+    Pz(Arc<Pz>),
+    Lmr(Arc<Lmr>),
+    Rmr(Arc<Rmr>),
+    Evd(Arc<Evd>),
+    Cno(Arc<Cno>),
+    Ep(Arc<Ep>),
+    Psp(Arc<Sp>),
+    Rsp(Arc<Sp>),
+    Cr(Arc<Cr>),
+    Srq(Arc<Srq>),
+}
+
+impl Object {
+    pub fn kind(&self) -> HandleKind {
+        match self {
+            Object::Ia(_) => HandleKind::Ia,
+            Object::Pz(_) => HandleKind::Pz,
+            Object::Lmr(_) => HandleKind::Lmr,
+            Object::Rmr(_) => HandleKind::Rmr,
+            Object::Evd(_) => HandleKind::Evd,
+            Object::Cno(_) => HandleKind::Cno,
+            Object::Ep(_) => HandleKind::Ep,
+            Object::Psp(_) => HandleKind::Psp,
+            Object::Rsp(_) => HandleKind::Rsp,
+            Object::Cr(_) => HandleKind::Cr,
+            Object::Srq(_) => HandleKind::Srq,
+        }
+    }
+}
+
+struct Entry {
+    object: Object,
+    /// The IA this object belongs to (NULL for an IA).
+    owner: Handle,
+    consumer_context: u64,
+}
+
+struct Table {
+    live: HashMap<usize, Entry>,
+    /// Headers reserved for an object under construction.
+    reserved: HashMap<usize, HandleKind>,
+    quarantine: VecDeque<&'static HandleHeader>,
+    next_slot: u32,
+}
+
+static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
+static PROVIDER: AtomicUsize = AtomicUsize::new(0);
+
+fn table() -> &'static Mutex<Table> {
+    TABLE.get_or_init(|| {
+        Mutex::new(Table {
+            live: HashMap::new(),
+            reserved: HashMap::new(),
+            quarantine: VecDeque::new(),
+            next_slot: 1,
+        })
+    })
+}
+
+/// Sets the DAT_PROVIDER pointer written into every header created from now on.
+pub fn set_provider(provider: *const c_void) {
+    PROVIDER.store(provider as usize, Ordering::SeqCst);
+}
+
+/// Reads the header of a handle known to be live or reserved.
+fn header_of(handle: Handle) -> &'static HandleHeader {
+    // SAFETY: only called for addresses present in `live` or `reserved`, which are exclusively
+    // addresses of leaked (never freed) `HandleHeader`s created by `reserve`.
+    unsafe { &*(handle.0 as *const HandleHeader) }
+}
+
+/// A header set aside for an object under construction. Dropping it without `commit` returns
+/// the header to the quarantine.
+pub struct Reservation {
+    handle: Handle,
+    kind: HandleKind,
+    committed: bool,
+}
+
+impl Reservation {
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    /// Makes the object reachable through its handle.
+    pub fn commit(mut self, object: Object, owner: Handle) -> Handle {
+        debug_assert_eq!(object.kind(), self.kind);
+        let mut t = table().lock();
+        t.reserved.remove(&self.handle.0);
+        header_of(self.handle)
+            .tag
+            .store(TAG_LIVE | self.kind.dat_type(), Ordering::SeqCst);
+        t.live.insert(self.handle.0, Entry { object, owner, consumer_context: 0 });
+        self.committed = true;
+        self.handle
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.committed {
+            let mut t = table().lock();
+            t.reserved.remove(&self.handle.0);
+            let header = header_of(self.handle);
+            header.tag.store(TAG_DEAD, Ordering::SeqCst);
+            t.quarantine.push_back(header);
+        }
+    }
+}
+
+/// Allocates (or reuses from quarantine) a header for a new object of `kind`.
+pub fn reserve(kind: HandleKind) -> Reservation {
+    let mut t = table().lock();
+    let header: &'static HandleHeader = if t.quarantine.len() > QUARANTINE {
+        match t.quarantine.pop_front() {
+            Some(h) => {
+                h.generation.fetch_add(1, Ordering::SeqCst);
+                h
+            }
+            None => new_header(&mut t),
+        }
+    } else {
+        new_header(&mut t)
+    };
+    header
+        .provider
+        .store(PROVIDER.load(Ordering::SeqCst) as *mut c_void, Ordering::SeqCst);
+    header.tag.store(TAG_DEAD, Ordering::SeqCst);
+    let handle = Handle(header as *const HandleHeader as usize);
+    t.reserved.insert(handle.0, kind);
+    Reservation { handle, kind, committed: false }
+}
+
+fn new_header(t: &mut Table) -> &'static HandleHeader {
+    let slot = t.next_slot;
+    t.next_slot = t.next_slot.wrapping_add(1);
+    Box::leak(Box::new(HandleHeader {
+        provider: AtomicPtr::new(std::ptr::null_mut()),
+        tag: AtomicU32::new(TAG_DEAD),
+        slot: AtomicU32::new(slot),
+        generation: AtomicU32::new(0),
+        _reserved: AtomicU32::new(0),
+    }))
+}
+
+/// The live object behind `handle`, whatever its kind.
+pub fn lookup_any(handle: Handle) -> Option<Object> {
+    if handle.is_null() {
+        return None;
+    }
+    table().lock().live.get(&handle.0).map(|e| e.object.clone())
+}
+
+/// The live object behind `handle` if it is of `kind`; else INVALID_HANDLE with `bad`.
+pub fn lookup(handle: Handle, kind: HandleKind, bad: SubType) -> DatResult<Object> {
+    match lookup_any(handle) {
+        Some(obj) if obj.kind() == kind => Ok(obj),
+        _ => Err(DatError::invalid_handle(bad)),
+    }
+}
+
+macro_rules! typed_lookup {
+    ($fn_name:ident, $variant:ident, $ty:ty, $kind:expr) => {
+        /// Typed lookup; a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with the
+        /// kind's subtype.
+        pub fn $fn_name(handle: Handle) -> DatResult<Arc<$ty>> {
+            match lookup(handle, $kind, $kind.invalid_subtype())? {
+                Object::$variant(o) => Ok(o),
+                _ => Err($kind.invalid()),
+            }
+        }
+    };
+}
+
+typed_lookup!(ia, Ia, Ia, HandleKind::Ia);
+typed_lookup!(pz, Pz, Pz, HandleKind::Pz);
+typed_lookup!(lmr, Lmr, Lmr, HandleKind::Lmr);
+typed_lookup!(rmr, Rmr, Rmr, HandleKind::Rmr);
+typed_lookup!(cno, Cno, Cno, HandleKind::Cno);
+typed_lookup!(ep, Ep, Ep, HandleKind::Ep);
+typed_lookup!(psp, Psp, Sp, HandleKind::Psp);
+typed_lookup!(rsp, Rsp, Sp, HandleKind::Rsp);
+typed_lookup!(cr, Cr, Cr, HandleKind::Cr);
+typed_lookup!(srq, Srq, Srq, HandleKind::Srq);
+
+/// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
+pub fn evd(handle: Handle, bad: SubType) -> DatResult<Arc<Evd>> {
+    match lookup(handle, HandleKind::Evd, bad)? {
+        Object::Evd(o) => Ok(o),
+        _ => Err(DatError::invalid_handle(bad)),
+    }
+}
+
+/// An optional EVD argument: NULL means none.
+pub fn evd_opt(handle: Handle, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
+    if handle.is_null() {
+        Ok(None)
+    } else {
+        evd(handle, bad).map(Some)
+    }
+}
+
+/// Removes a live handle of `kind`; later lookups fail. Returns the object so the caller can
+/// tear it down. The header goes to quarantine.
+pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
+    let mut t = table().lock();
+    match t.live.get(&handle.0) {
+        Some(e) if e.object.kind() == kind => {}
+        _ => return Err(kind.invalid()),
+    }
+    let entry = t.live.remove(&handle.0).ok_or_else(|| kind.invalid())?;
+    let header = header_of(handle);
+    header.tag.store(TAG_DEAD, Ordering::SeqCst);
+    t.quarantine.push_back(header);
+    Ok(entry.object)
+}
+
+/// dat_get_handle_type.
+pub fn handle_type(handle: Handle) -> DatResult<u32> {
+    lookup_any(handle)
+        .map(|o| o.kind().dat_type())
+        .ok_or(DatError::invalid_handle(SubType::InvalidHandle1))
+}
+
+/// dat_set_consumer_context.
+pub fn set_consumer_context(handle: Handle, context: u64) -> DatResult<()> {
+    let mut t = table().lock();
+    match t.live.get_mut(&handle.0) {
+        Some(e) => {
+            e.consumer_context = context;
+            Ok(())
+        }
+        None => Err(DatError::invalid_handle(SubType::InvalidHandle1)),
+    }
+}
+
+/// dat_get_consumer_context.
+pub fn consumer_context(handle: Handle) -> DatResult<u64> {
+    let t = table().lock();
+    t.live
+        .get(&handle.0)
+        .map(|e| e.consumer_context)
+        .ok_or(DatError::invalid_handle(SubType::InvalidHandle1))
+}
+
+/// Every live object owned by the IA `ia`.
+pub fn children(ia: Handle) -> Vec<(Handle, Object)> {
+    let t = table().lock();
+    t.live
+        .iter()
+        .filter(|(_, e)| e.owner == ia && !ia.is_null())
+        .map(|(addr, e)| (Handle(*addr), e.object.clone()))
+        .collect()
+}
+
+/// Whether `handle` currently names a live object (no dereference).
+pub fn is_live(handle: Handle) -> bool {
+    table().lock().live.contains_key(&handle.0)
+}
+
+/// Counts uses of an object by others (an EP of a PZ, an EVD of a CNO, ...) and refuses new uses
+/// once the object is being freed, so "free while in use" and "use while freeing" cannot race.
+#[derive(Default)]
+pub struct UseCount {
+    state: Mutex<(usize, bool)>,
+}
+
+impl UseCount {
+    /// Records one more user; false once the object is retired.
+    pub fn acquire(&self) -> bool {
+        let mut s = self.state.lock();
+        if s.1 {
+            return false;
+        }
+        s.0 += 1;
+        true
+    }
+    pub fn release(&self) {
+        let mut s = self.state.lock();
+        s.0 = s.0.saturating_sub(1);
+    }
+    /// Retires the object if nobody uses it; else returns the number of users.
+    pub fn retire(&self) -> Result<(), usize> {
+        let mut s = self.state.lock();
+        if s.0 > 0 {
+            return Err(s.0);
+        }
+        s.1 = true;
+        Ok(())
+    }
+    /// Undoes a successful `retire` (a later check refused the free).
+    pub fn release_retire(&self) {
+        self.state.lock().1 = false;
+    }
+    /// Retires regardless of users (abrupt teardown).
+    pub fn force_retire(&self) {
+        self.state.lock().1 = true;
+    }
+    pub fn users(&self) -> usize {
+        self.state.lock().0
+    }
+}

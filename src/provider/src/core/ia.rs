@@ -1,0 +1,427 @@
+//! IA: an opened interface adapter. Owns the backend device, routes connection-manager events to
+//! EPs and service points, turns work completions into DTO events, and tears children down on
+//! abrupt close.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::consts::{close_flags, dto_op, dto_status, event_number, evd_flags};
+use super::ep::Ep;
+use super::error::{DatError, DatResult, SubType};
+use super::evd::{Event, EventData, Evd};
+use super::handle::{self, Handle, HandleKind, Object};
+use super::lmr::Lmr;
+use super::rmr::Rmr;
+use super::sp::Sp;
+use crate::backend::{self, CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
+
+/// What dat_ia_query reports (DAT_IA_ATTR, minus the fixed strings the ffi layer fills).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IaAttr {
+    pub adapter_name: String,
+    pub vendor_name: String,
+    pub address: Ipv4Addr,
+    pub max_eps: u32,
+    pub max_dto_per_ep: u32,
+    pub max_rdma_read_per_ep_in: u32,
+    pub max_rdma_read_per_ep_out: u32,
+    pub max_evds: u32,
+    pub max_evd_qlen: u32,
+    pub max_iov_segments_per_dto: u32,
+    pub max_lmrs: u32,
+    pub max_lmr_block_size: u64,
+    pub max_lmr_virtual_address: u64,
+    pub max_pzs: u32,
+    pub max_message_size: u32,
+    pub max_rdma_size: u32,
+    pub max_rmrs: u32,
+    pub max_rmr_target_address: u64,
+    pub max_srqs: u32,
+    pub max_ep_per_srq: u32,
+    pub max_recv_per_srq: u32,
+    pub max_iov_segments_per_rdma_read: u32,
+    pub max_iov_segments_per_rdma_write: u32,
+    pub max_rdma_read_in: u32,
+    pub max_rdma_read_out: u32,
+    pub max_private_data_size: u32,
+}
+
+/// A posted request the core waits to see completed.
+pub(crate) struct PendingDto {
+    /// NULL for SRQ receives: the EP is known only from the completing QP.
+    pub ep: Handle,
+    pub cookie: u64,
+    pub op: u32,
+    /// DAT_COMPLETION_SUPPRESS_FLAG / UNSIGNALLED: no event on success.
+    pub report_success: bool,
+    pub rmr: Option<Arc<Rmr>>,
+}
+
+pub struct Ia {
+    handle: Handle,
+    name: String,
+    device: Arc<dyn Device>,
+    closed: AtomicBool,
+    /// The IA's async EVD (implicit ones are freed by graceful close).
+    async_evd: Mutex<Option<(Weak<Evd>, bool)>>,
+    pub(crate) eps_by_qp: Mutex<HashMap<u32, Weak<Ep>>>,
+    pub(crate) sps_by_listener: Mutex<HashMap<u64, Weak<Sp>>>,
+    pub(crate) lmrs_by_context: Mutex<HashMap<u32, Weak<Lmr>>>,
+    next_wr_id: AtomicU64,
+    pending: Mutex<HashMap<u64, PendingDto>>,
+}
+
+impl Ia {
+    /// dat_ia_open: opens the device named by `ia_params` ("tcp lo", "tcp 10.0.0.1", ...).
+    /// With `async_evd_qlen`, also creates the IA's async EVD (the DAT_HANDLE_NULL case).
+    pub fn open(
+        name: &str,
+        ia_params: &str,
+        async_evd_qlen: Option<i32>,
+    ) -> DatResult<(Arc<Ia>, Option<Arc<Evd>>)> {
+        let device = backend::open_device(ia_params)?;
+        let reservation = handle::reserve(HandleKind::Ia);
+        let ia = Arc::new(Ia {
+            handle: reservation.handle(),
+            name: name.to_string(),
+            device: device.clone(),
+            closed: AtomicBool::new(false),
+            async_evd: Mutex::new(None),
+            eps_by_qp: Mutex::new(HashMap::new()),
+            sps_by_listener: Mutex::new(HashMap::new()),
+            lmrs_by_context: Mutex::new(HashMap::new()),
+            next_wr_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+        });
+        let weak = Arc::downgrade(&ia);
+        device.set_cm_handler(Some(Arc::new(move |ev| {
+            if let Some(ia) = weak.upgrade() {
+                ia.on_cm_event(ev);
+            }
+        })));
+        reservation.commit(Object::Ia(ia.clone()), Handle::NULL);
+        let async_evd = match async_evd_qlen {
+            Some(qlen) => match Evd::create(&ia, qlen, None, evd_flags::ASYNC) {
+                Ok(evd) => {
+                    *ia.async_evd.lock() = Some((Arc::downgrade(&evd), true));
+                    Some(evd)
+                }
+                Err(e) => {
+                    let _ = ia.close(close_flags::ABRUPT);
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        Ok((ia, async_evd))
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+    pub fn address(&self) -> Ipv4Addr {
+        self.device.address()
+    }
+
+    pub(crate) fn check_open(&self) -> DatResult<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(HandleKind::Ia.invalid())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The async EVD, if the IA has one.
+    pub fn async_evd(&self) -> Option<Arc<Evd>> {
+        self.async_evd.lock().as_ref().and_then(|(w, _)| w.upgrade())
+    }
+
+    /// Makes a consumer-created ASYNC EVD the IA's async EVD if it has none.
+    pub(crate) fn adopt_async_evd(&self, evd: &Arc<Evd>) {
+        let mut slot = self.async_evd.lock();
+        let has_live = slot.as_ref().map(|(w, _)| w.strong_count() > 0).unwrap_or(false);
+        if !has_live {
+            *slot = Some((Arc::downgrade(evd), false));
+        }
+    }
+
+    pub(crate) fn forget_async_evd(&self, evd: Handle) {
+        let mut slot = self.async_evd.lock();
+        let is_it = slot
+            .as_ref()
+            .and_then(|(w, _)| w.upgrade())
+            .map(|e| e.handle() == evd)
+            .unwrap_or(false);
+        if is_it {
+            *slot = None;
+        }
+    }
+
+    /// Queues an async error event (no-op without an async EVD).
+    pub(crate) fn post_async(&self, number: u32, object: Handle, source_evd: Handle) {
+        if let Some(evd) = self.async_evd() {
+            if evd.handle() == source_evd && number == event_number::ASYNC_EVD_OVERFLOW {
+                return; // an overflowing async EVD cannot report itself
+            }
+            evd.push_provider(Event {
+                number,
+                evd: evd.handle(),
+                data: EventData::Async { handle: object, reason: 0 },
+            });
+        }
+    }
+
+    /// dat_ia_query.
+    pub fn query(&self) -> IaAttr {
+        let a = self.device.attr();
+        IaAttr {
+            adapter_name: self.device.name(),
+            vendor_name: "udapl-rs".to_string(),
+            address: self.device.address(),
+            max_eps: a.max_qp,
+            max_dto_per_ep: a.max_qp_wr,
+            max_rdma_read_per_ep_in: a.max_rd_atomic,
+            max_rdma_read_per_ep_out: a.max_rd_atomic,
+            max_evds: a.max_cq,
+            max_evd_qlen: a.max_cqe,
+            max_iov_segments_per_dto: a.max_sge,
+            max_lmrs: a.max_mr,
+            max_lmr_block_size: a.max_mr_size,
+            max_lmr_virtual_address: u64::MAX,
+            max_pzs: a.max_pd,
+            max_message_size: a.max_msg_size,
+            max_rdma_size: a.max_rdma_size,
+            max_rmrs: a.max_mw,
+            max_rmr_target_address: u64::MAX,
+            max_srqs: a.max_srq,
+            max_ep_per_srq: a.max_qp,
+            max_recv_per_srq: a.max_srq_wr,
+            max_iov_segments_per_rdma_read: a.max_sge,
+            max_iov_segments_per_rdma_write: a.max_sge,
+            max_rdma_read_in: a.max_rd_atomic,
+            max_rdma_read_out: a.max_rd_atomic,
+            max_private_data_size: a.max_private_data,
+        }
+    }
+
+    /// dat_ia_close. Graceful fails with INVALID_STATE IA_IN_USE while any object other than the
+    /// implicit async EVD remains; abrupt destroys every child first.
+    pub fn close(self: &Arc<Self>, flags: u32) -> DatResult<()> {
+        if !handle::is_live(self.handle) {
+            return Err(HandleKind::Ia.invalid());
+        }
+        let implicit_async = {
+            let slot = self.async_evd.lock();
+            match slot.as_ref() {
+                Some((w, true)) => w.upgrade().map(|e| e.handle()),
+                _ => None,
+            }
+        };
+        let mut children = handle::children(self.handle);
+        if flags == close_flags::GRACEFUL {
+            if children.iter().any(|(h, _)| Some(*h) != implicit_async) {
+                return Err(DatError::invalid_state(SubType::IaInUse));
+            }
+        } else if flags != close_flags::ABRUPT {
+            return Err(DatError::invalid_arg(2));
+        }
+        self.closed.store(true, Ordering::SeqCst);
+        children.sort_by_key(|(_, o)| teardown_rank(o));
+        for (h, obj) in children {
+            if handle::remove(h, obj.kind()).is_err() {
+                continue; // freed concurrently by its owner
+            }
+            destroy_object(&obj);
+        }
+        handle::remove(self.handle, HandleKind::Ia)?;
+        self.device.set_cm_handler(None);
+        self.device.close();
+        self.pending.lock().clear();
+        Ok(())
+    }
+
+    // ---- DTO bookkeeping -------------------------------------------------------------------
+
+    /// Registers a request about to be posted; the returned id is its wr_id.
+    pub(crate) fn track(&self, p: PendingDto) -> u64 {
+        let id = self.next_wr_id.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().insert(id, p);
+        id
+    }
+
+    /// Forgets a request whose post failed.
+    pub(crate) fn untrack(&self, wr_id: u64) {
+        self.pending.lock().remove(&wr_id);
+    }
+
+    /// Converts a work completion into the DAT event for the EVD `evd`, or None when the
+    /// consumer asked not to see it.
+    pub(crate) fn dto_event(&self, wc: &WorkCompletion, evd: Handle) -> Option<Event> {
+        let pending = self.pending.lock().remove(&wc.wr_id)?;
+        let status = dto_status_of(wc.status);
+        if status == dto_status::SUCCESS && !pending.report_success {
+            return None;
+        }
+        if wc.opcode == WcOpcode::BindMw {
+            let rmr = pending.rmr.as_ref()?;
+            if status != dto_status::SUCCESS {
+                rmr.bind_failed();
+            }
+            return Some(Event {
+                number: event_number::RMR_BIND_COMPLETION,
+                evd,
+                data: EventData::RmrBind { rmr: rmr.handle(), cookie: pending.cookie, status },
+            });
+        }
+        let ep = if pending.ep.is_null() {
+            self.eps_by_qp
+                .lock()
+                .get(&wc.qp_num)
+                .and_then(|w| w.upgrade())
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL)
+        } else {
+            pending.ep
+        };
+        let transferred = if status == dto_status::SUCCESS { wc.byte_len } else { 0 };
+        Some(Event {
+            number: event_number::DTO_COMPLETION,
+            evd,
+            data: EventData::Dto {
+                ep,
+                cookie: pending.cookie,
+                status,
+                transferred,
+                op: pending.op,
+                rmr_context: 0,
+            },
+        })
+    }
+
+    // ---- connection manager events ----------------------------------------------------------
+
+    fn ep_by_qp(&self, qp_num: u32) -> Option<Arc<Ep>> {
+        self.eps_by_qp.lock().get(&qp_num).and_then(|w| w.upgrade())
+    }
+
+    fn on_cm_event(self: &Arc<Self>, ev: CmEvent) {
+        log::debug!("IA {}: cm event {:?}", self.name, ev);
+        match ev {
+            CmEvent::ConnectRequest { listener, req, private_data, remote, local } => {
+                let sp = self.sps_by_listener.lock().get(&listener).and_then(|w| w.upgrade());
+                match sp {
+                    Some(sp) => sp.on_connect_request(req, private_data, remote, local),
+                    None => {
+                        let _ = self.device.reject(req, &[]);
+                    }
+                }
+            }
+            CmEvent::RequestCancelled { .. } => {}
+            CmEvent::Established { qp_num, private_data } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_established(private_data);
+                }
+            }
+            CmEvent::Rejected { qp_num, private_data, by_peer } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    let number = if by_peer {
+                        event_number::CONNECTION_PEER_REJECTED
+                    } else {
+                        event_number::CONNECTION_NON_PEER_REJECTED
+                    };
+                    ep.on_connection_lost(number, private_data);
+                }
+            }
+            CmEvent::Unreachable { qp_num } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_connection_lost(event_number::CONNECTION_UNREACHABLE, Vec::new());
+                }
+            }
+            CmEvent::TimedOut { qp_num } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_connection_lost(event_number::CONNECTION_TIMED_OUT, Vec::new());
+                }
+            }
+            CmEvent::Disconnected { qp_num } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_connection_lost(event_number::CONNECTION_DISCONNECTED, Vec::new());
+                }
+            }
+            CmEvent::Broken { qp_num } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_connection_lost(event_number::CONNECTION_BROKEN, Vec::new());
+                }
+            }
+        }
+    }
+}
+
+/// Children die before what they use: EPs, then CRs and service points, RMRs, LMRs, SRQs,
+/// EVDs, CNOs, PZs.
+fn teardown_rank(o: &Object) -> u8 {
+    match o {
+        Object::Ep(_) => 0,
+        Object::Cr(_) => 1,
+        Object::Psp(_) | Object::Rsp(_) => 2,
+        Object::Rmr(_) => 3,
+        Object::Lmr(_) => 4,
+        Object::Srq(_) => 5,
+        Object::Evd(_) => 6,
+        Object::Cno(_) => 7,
+        Object::Pz(_) => 8,
+        Object::Ia(_) => 9,
+    }
+}
+
+fn destroy_object(o: &Object) {
+    match o {
+        Object::Ep(x) => x.destroy(),
+        Object::Cr(x) => x.destroy(),
+        Object::Psp(x) | Object::Rsp(x) => x.destroy(),
+        Object::Rmr(x) => x.destroy(),
+        Object::Lmr(x) => x.destroy(),
+        Object::Srq(x) => x.destroy(),
+        Object::Evd(x) => x.destroy(),
+        Object::Cno(x) => x.destroy(),
+        Object::Pz(x) => x.destroy(),
+        Object::Ia(_) => {}
+    }
+}
+
+/// Maps a backend completion status onto DAT_DTO_COMPLETION_STATUS.
+pub(crate) fn dto_status_of(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => dto_status::SUCCESS,
+        WcStatus::Flushed => dto_status::FLUSHED,
+        WcStatus::LocalLength => dto_status::LOCAL_LENGTH,
+        WcStatus::LocalQpOp => dto_status::LOCAL_EP,
+        WcStatus::LocalProtection => dto_status::LOCAL_PROTECTION,
+        WcStatus::MwBind => dto_status::RMR_OPERATION_FAILED,
+        WcStatus::BadResponse => dto_status::BAD_RESPONSE,
+        WcStatus::RemoteAccess => dto_status::REMOTE_ACCESS,
+        WcStatus::RemoteInvalidRequest | WcStatus::RemoteOp => dto_status::REMOTE_RESPONDER,
+        WcStatus::Transport => dto_status::TRANSPORT,
+        WcStatus::ReceiverNotReady => dto_status::RECEIVER_NOT_READY,
+    }
+}
+
+/// The DAT_DTOS value for a completion opcode.
+pub(crate) fn dto_op_of(op: WcOpcode) -> u32 {
+    match op {
+        WcOpcode::Send => dto_op::SEND,
+        WcOpcode::RdmaWrite => dto_op::RDMA_WRITE,
+        WcOpcode::RdmaRead => dto_op::RDMA_READ,
+        WcOpcode::Recv => dto_op::RECEIVE,
+        WcOpcode::BindMw => dto_op::BIND_MW,
+    }
+}

@@ -1,0 +1,216 @@
+//! LMR: a registered local memory region. Its lmr_context is the backend lkey and its
+//! rmr_context the backend rkey; both are unique among live registrations of the device.
+
+use std::sync::Arc;
+
+use super::consts::mem_priv;
+use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::handle::{self, Handle, HandleKind, Object, UseCount};
+use super::ia::Ia;
+use super::pz::Pz;
+use crate::backend::{access, MemoryRegion};
+
+/// DAT_VA_TYPE.
+pub const VA_TYPE_VA: u32 = 0;
+pub const VA_TYPE_ZB: u32 = 1;
+
+/// Where the memory of a new LMR comes from (DAT_MEM_TYPE + DAT_REGION_DESCRIPTION).
+pub enum LmrRegion {
+    /// DAT_MEM_TYPE_VIRTUAL: a range of this process's address space.
+    Virtual { address: u64, length: u64 },
+    /// DAT_MEM_TYPE_LMR: the same memory as an existing LMR.
+    Lmr(Arc<Lmr>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LmrParam {
+    pub ia: Handle,
+    /// DAT_MEM_TYPE_VIRTUAL (0) or DAT_MEM_TYPE_LMR (1).
+    pub mem_type: u32,
+    pub address: u64,
+    pub length: u64,
+    pub pz: Handle,
+    pub mem_priv: u32,
+    pub va_type: u32,
+    pub lmr_context: u32,
+    pub rmr_context: u32,
+    pub registered_size: u64,
+    pub registered_address: u64,
+}
+
+pub struct Lmr {
+    handle: Handle,
+    ia: Arc<Ia>,
+    pz: Arc<Pz>,
+    mr: Arc<dyn MemoryRegion>,
+    mem_type: u32,
+    mem_priv: u32,
+    va_type: u32,
+    /// RMRs bound into this LMR.
+    pub(crate) users: UseCount,
+}
+
+/// Maps DAT privileges onto backend access flags.
+pub(crate) fn access_of(privileges: u32) -> u32 {
+    let mut a = access::MW_BIND;
+    if privileges & (mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE) != 0 {
+        a |= access::LOCAL_WRITE;
+    }
+    if privileges & mem_priv::REMOTE_WRITE != 0 {
+        a |= access::REMOTE_WRITE;
+    }
+    if privileges & mem_priv::REMOTE_READ != 0 {
+        a |= access::REMOTE_READ;
+    }
+    a
+}
+
+impl Lmr {
+    /// dat_lmr_create. Argument positions (for INVALID_ARGn) follow the C call:
+    /// (ia 1, mem_type 2, region 3, length 4, pz 5, privileges 6, va_type 7).
+    ///
+    /// The caller guarantees a `Virtual` range stays mapped until the LMR is freed (DAT's rule
+    /// for the consumer).
+    pub fn create(
+        ia: &Arc<Ia>,
+        region: LmrRegion,
+        pz: &Arc<Pz>,
+        privileges: u32,
+        va_type: u32,
+    ) -> DatResult<Arc<Lmr>> {
+        ia.check_open()?;
+        if !Arc::ptr_eq(pz.ia(), ia) {
+            return Err(HandleKind::Pz.invalid());
+        }
+        if privileges & !mem_priv::ALL != 0 {
+            return Err(DatError::invalid_arg(6));
+        }
+        if va_type == VA_TYPE_ZB {
+            return Err(DatError::plain(ErrorType::ModelNotSupported));
+        }
+        if va_type != VA_TYPE_VA {
+            return Err(DatError::invalid_arg(7));
+        }
+        let (address, length, mem_type) = match &region {
+            LmrRegion::Virtual { address, length } => (*address, *length, 0),
+            LmrRegion::Lmr(other) => (other.mr.addr(), other.mr.length(), 1),
+        };
+        if length == 0 {
+            return Err(DatError::invalid_arg(4));
+        }
+        if address == 0 || address.checked_add(length).is_none() {
+            return Err(DatError::invalid_arg(3));
+        }
+        if length > ia.device().attr().max_mr_size {
+            return Err(DatError::invalid_arg(4));
+        }
+        pz.acquire()?;
+        let mr = match pz.pd().reg_mr(address, length, access_of(privileges)) {
+            Ok(mr) => mr,
+            Err(e) => {
+                pz.users.release();
+                return Err(e);
+            }
+        };
+        let reservation = handle::reserve(HandleKind::Lmr);
+        let lmr = Arc::new(Lmr {
+            handle: reservation.handle(),
+            ia: ia.clone(),
+            pz: pz.clone(),
+            mr,
+            mem_type,
+            mem_priv: privileges,
+            va_type,
+            users: UseCount::default(),
+        });
+        ia.lmrs_by_context.lock().insert(lmr.mr.lkey(), Arc::downgrade(&lmr));
+        reservation.commit(Object::Lmr(lmr.clone()), ia.handle());
+        Ok(lmr)
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+    pub fn pz(&self) -> &Arc<Pz> {
+        &self.pz
+    }
+    pub fn lmr_context(&self) -> u32 {
+        self.mr.lkey()
+    }
+    pub fn rmr_context(&self) -> u32 {
+        self.mr.rkey()
+    }
+    pub fn address(&self) -> u64 {
+        self.mr.addr()
+    }
+    pub fn length(&self) -> u64 {
+        self.mr.length()
+    }
+    pub fn privileges(&self) -> u32 {
+        self.mem_priv
+    }
+    pub(crate) fn mr(&self) -> &Arc<dyn MemoryRegion> {
+        &self.mr
+    }
+
+    /// Whether [addr, addr+len) lies inside the region.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        let start = self.mr.addr();
+        let Some(end) = start.checked_add(self.mr.length()) else { return false };
+        match addr.checked_add(len) {
+            Some(e) => addr >= start && e <= end,
+            None => false,
+        }
+    }
+
+    pub fn query(&self) -> LmrParam {
+        LmrParam {
+            ia: self.ia.handle(),
+            mem_type: self.mem_type,
+            address: self.mr.addr(),
+            length: self.mr.length(),
+            pz: self.pz.handle(),
+            mem_priv: self.mem_priv,
+            va_type: self.va_type,
+            lmr_context: self.mr.lkey(),
+            rmr_context: self.mr.rkey(),
+            registered_size: self.mr.length(),
+            registered_address: self.mr.addr(),
+        }
+    }
+
+    /// dat_lmr_free: refused while an RMR is bound into the region.
+    pub fn free(self: &Arc<Self>) -> DatResult<()> {
+        if !handle::is_live(self.handle) {
+            return Err(HandleKind::Lmr.invalid());
+        }
+        if self.users.retire().is_err() {
+            return Err(DatError::invalid_state(SubType::LmrInUse));
+        }
+        handle::remove(self.handle, HandleKind::Lmr)?;
+        self.destroy();
+        Ok(())
+    }
+
+    pub(crate) fn destroy(&self) {
+        self.users.force_retire();
+        self.ia.lmrs_by_context.lock().remove(&self.mr.lkey());
+        self.mr.deregister();
+        self.pz.users.release();
+    }
+}
+
+/// dat_lmr_sync_rdma_read / _write: memory is coherent on this transport, so only the
+/// segments are checked.
+pub fn sync_rdma(ia: &Arc<Ia>, segments: &[(u64, u64)]) -> DatResult<()> {
+    ia.check_open()?;
+    if segments.is_empty() {
+        return Err(DatError::invalid_arg(3));
+    }
+    for &(addr, len) in segments {
+        if addr.checked_add(len).is_none() {
+            return Err(DatError::invalid_arg(2));
+        }
+    }
+    Ok(())
+}

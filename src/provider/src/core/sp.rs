@@ -1,0 +1,211 @@
+//! PSP and RSP: service points. The connection qualifier is the TCP port the backend listens on.
+//! A PSP turns every connection request into a CR; an RSP serves one request on its reserved EP.
+
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::consts::{event_number, evd_flags, psp_flags};
+use super::cr::Cr;
+use super::ep::Ep;
+use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::evd::{Event, EventData, Evd};
+use super::handle::{self, Handle, HandleKind, Object};
+use super::ia::Ia;
+use crate::backend::{ConnRequestId, Listener};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpKind {
+    Psp,
+    Rsp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpParam {
+    pub ia: Handle,
+    pub conn_qual: u64,
+    pub evd: Handle,
+    /// PSP: DAT_PSP_FLAGS. RSP: 0.
+    pub flags: u32,
+    /// RSP: the reserved EP.
+    pub ep: Handle,
+}
+
+pub struct Sp {
+    handle: Handle,
+    kind: SpKind,
+    ia: Arc<Ia>,
+    evd: Arc<Evd>,
+    flags: u32,
+    listener: Arc<dyn Listener>,
+    ep: Option<Arc<Ep>>,
+    freed: Mutex<bool>,
+}
+
+impl Sp {
+    fn create(
+        ia: &Arc<Ia>,
+        kind: SpKind,
+        conn_qual: Option<u64>,
+        evd: &Arc<Evd>,
+        flags: u32,
+        ep: Option<Arc<Ep>>,
+    ) -> DatResult<Arc<Sp>> {
+        ia.check_open()?;
+        if evd.flags() & evd_flags::CR == 0 || !Arc::ptr_eq(evd.ia(), ia) {
+            return Err(DatError::invalid_handle(SubType::InvalidHandleEvdCr));
+        }
+        let port = match conn_qual {
+            Some(q) => match u16::try_from(q) {
+                Ok(p) if p != 0 => p,
+                _ => return Err(DatError::invalid_arg(2)),
+            },
+            None => 0,
+        };
+        if !evd.users.acquire() {
+            return Err(DatError::invalid_handle(SubType::InvalidHandleEvdCr));
+        }
+        let listener = match ia.device().listen(port) {
+            Ok(l) => l,
+            Err(e) => {
+                evd.users.release();
+                return Err(e);
+            }
+        };
+        let hk = if kind == SpKind::Psp { HandleKind::Psp } else { HandleKind::Rsp };
+        let reservation = handle::reserve(hk);
+        if let Some(ep) = &ep {
+            if let Err(e) = ep.reserve_for(reservation.handle()) {
+                listener.close();
+                evd.users.release();
+                return Err(e);
+            }
+        }
+        let sp = Arc::new(Sp {
+            handle: reservation.handle(),
+            kind,
+            ia: ia.clone(),
+            evd: evd.clone(),
+            flags,
+            listener,
+            ep,
+            freed: Mutex::new(false),
+        });
+        ia.sps_by_listener.lock().insert(sp.listener.id(), Arc::downgrade(&sp));
+        let obj = if kind == SpKind::Psp { Object::Psp(sp.clone()) } else { Object::Rsp(sp.clone()) };
+        reservation.commit(obj, ia.handle());
+        Ok(sp)
+    }
+
+    /// dat_psp_create. A conn_qual already in use gives DAT_CONN_QUAL_IN_USE.
+    pub fn create_psp(ia: &Arc<Ia>, conn_qual: u64, evd: &Arc<Evd>, flags: u32) -> DatResult<Arc<Sp>> {
+        if flags > psp_flags::PROVIDER {
+            return Err(DatError::invalid_arg(4));
+        }
+        Sp::create(ia, SpKind::Psp, Some(conn_qual), evd, flags, None)
+    }
+
+    /// dat_psp_create_any: the backend picks a free port; returns it as the conn_qual.
+    pub fn create_psp_any(ia: &Arc<Ia>, evd: &Arc<Evd>, flags: u32) -> DatResult<(Arc<Sp>, u64)> {
+        if flags > psp_flags::PROVIDER {
+            return Err(DatError::invalid_arg(4));
+        }
+        let sp = Sp::create(ia, SpKind::Psp, None, evd, flags, None)?;
+        let q = sp.conn_qual();
+        Ok((sp, q))
+    }
+
+    /// dat_rsp_create: reserves `ep` (which must be UNCONNECTED) for one request on `conn_qual`.
+    pub fn create_rsp(ia: &Arc<Ia>, conn_qual: u64, ep: &Arc<Ep>, evd: &Arc<Evd>) -> DatResult<Arc<Sp>> {
+        Sp::create(ia, SpKind::Rsp, Some(conn_qual), evd, 0, Some(ep.clone()))
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+    pub fn kind(&self) -> SpKind {
+        self.kind
+    }
+    pub fn conn_qual(&self) -> u64 {
+        u64::from(self.listener.port())
+    }
+    pub fn ia(&self) -> &Arc<Ia> {
+        &self.ia
+    }
+
+    pub fn query(&self) -> SpParam {
+        SpParam {
+            ia: self.ia.handle(),
+            conn_qual: self.conn_qual(),
+            evd: self.evd.handle(),
+            flags: self.flags,
+            ep: self.ep.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+        }
+    }
+
+    /// A connection request arrived (called from the CM event path).
+    pub(crate) fn on_connect_request(
+        self: &Arc<Self>,
+        req: ConnRequestId,
+        private_data: Vec<u8>,
+        remote: SocketAddrV4,
+        local: SocketAddrV4,
+    ) {
+        if *self.freed.lock() {
+            let _ = self.ia.device().reject(req, &[]);
+            return;
+        }
+        if let Some(ep) = &self.ep {
+            // An RSP serves one request at a time, on its reserved EP.
+            if !ep.make_tentative(&private_data) {
+                let _ = self.ia.device().reject(req, &[]);
+                return;
+            }
+        }
+        let cr = Cr::create(self, req, private_data, remote, self.ep.clone());
+        self.evd.push_provider(Event {
+            number: event_number::CONNECTION_REQUEST,
+            evd: self.evd.handle(),
+            data: EventData::CrArrival {
+                sp: self.handle,
+                local_addr: *local.ip(),
+                conn_qual: self.conn_qual(),
+                cr: cr.handle(),
+            },
+        });
+    }
+
+    /// dat_psp_free / dat_rsp_free. Requests not yet accepted stay valid CRs.
+    pub fn free(self: &Arc<Self>) -> DatResult<()> {
+        let hk = if self.kind == SpKind::Psp { HandleKind::Psp } else { HandleKind::Rsp };
+        handle::remove(self.handle, hk)?;
+        self.destroy();
+        Ok(())
+    }
+
+    pub(crate) fn destroy(&self) {
+        {
+            let mut f = self.freed.lock();
+            if *f {
+                return;
+            }
+            *f = true;
+        }
+        self.listener.close();
+        self.ia.sps_by_listener.lock().remove(&self.listener.id());
+        if let Some(ep) = &self.ep {
+            ep.unreserve(self.handle);
+        }
+        self.evd.users.release();
+    }
+
+    /// Used by dat_cr_handoff: a live PSP of this IA on `conn_qual`.
+    pub(crate) fn find_psp(ia: &Arc<Ia>, conn_qual: u64) -> DatResult<Arc<Sp>> {
+        let sps: Vec<Arc<Sp>> =
+            ia.sps_by_listener.lock().values().filter_map(|w| w.upgrade()).collect();
+        sps.into_iter()
+            .find(|s| s.kind == SpKind::Psp && s.conn_qual() == conn_qual && !*s.freed.lock())
+            .ok_or(DatError::new(ErrorType::InvalidParameter, SubType::InvalidArg2))
+    }
+}

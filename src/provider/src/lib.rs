@@ -1,0 +1,2 @@
+pub mod backend;
+pub mod core;
