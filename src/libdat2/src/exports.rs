@@ -326,12 +326,12 @@ pub unsafe extern "C" fn dat_lmr_sync_rdma_write(ia_handle: DAT_IA_HANDLE, local
 
 #[no_mangle]
 pub unsafe extern "C" fn dat_rmr_create(pz_handle: DAT_PZ_HANDLE, rmr_handle: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
-    on_object(pz_handle, DAT_INVALID_HANDLE_RMR, |p| slot!(p, rmr_create_func)(pz_handle, rmr_handle))
+    on_object(pz_handle, DAT_INVALID_HANDLE_PZ, |p| slot!(p, rmr_create_func)(pz_handle, rmr_handle))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dat_rmr_create_for_ep(pz_handle: DAT_PZ_HANDLE, rmr_handle: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
-    on_object(pz_handle, DAT_INVALID_HANDLE_RMR, |p| slot!(p, rmr_create_for_ep_func)(pz_handle, rmr_handle))
+    on_object(pz_handle, DAT_INVALID_HANDLE_PZ, |p| slot!(p, rmr_create_for_ep_func)(pz_handle, rmr_handle))
 }
 
 #[no_mangle]

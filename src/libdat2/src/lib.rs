@@ -41,3 +41,15 @@ pub(crate) fn ffi_guard(f: impl FnOnce() -> DAT_RETURN) -> DAT_RETURN {
         dat_error(DAT_INTERNAL_ERROR, DAT_NO_SUBTYPE)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_internal_error() {
+        let rc = ffi_guard(|| panic!("provoked"));
+        assert_eq!(rc, dat_error(DAT_INTERNAL_ERROR, DAT_NO_SUBTYPE));
+        assert_eq!(ffi_guard(|| DAT_SUCCESS), DAT_SUCCESS);
+    }
+}

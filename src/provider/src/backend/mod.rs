@@ -128,6 +128,8 @@ pub struct WorkCompletion {
 pub type NotifyFn = Arc<dyn Fn() + Send + Sync>;
 
 pub trait CompletionQueue: Send + Sync {
+    /// Unique within the device that created it (lets a backend find its own concrete CQ).
+    fn id(&self) -> u64;
     /// Moves up to `max` completions into `out`; returns how many.
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize;
     /// Installs (or removes) the notification hook.
@@ -212,6 +214,8 @@ pub trait QueuePair: Send + Sync {
 }
 
 pub trait SharedReceiveQueue: Send + Sync {
+    /// Unique within the device that created it.
+    fn id(&self) -> u64;
     fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
     fn posted(&self) -> u32;
     fn max_wr(&self) -> u32;

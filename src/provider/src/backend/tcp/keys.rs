@@ -1,0 +1,161 @@
+//! Registered memory of one device: the key registry and every access to registered memory.
+//!
+//! Keys are `index << 8 | generation`. An index is unique among live registrations (memory
+//! regions and windows), so no key is reused while its registration lives; a window's
+//! generation changes with each bind, so a key from an earlier bind stops working.
+//! Every copy into or out of registered memory happens here, under the registry lock, after the
+//! key, range, protection domain and access have been checked. Deregistration takes the same
+//! lock, so once it returns no copy can touch the range.
+
+use std::collections::{HashMap, HashSet};
+
+use super::super::{access, Sge, WcStatus};
+use super::sys;
+use super::wire::Status;
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct KeyEntry {
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
+    pub pd: u32,
+    /// Memory windows are remote-only keys.
+    pub window: bool,
+}
+
+impl KeyEntry {
+    fn covers(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = self.addr.checked_add(self.len) else { return false };
+        match addr.checked_add(len) {
+            Some(e) => addr >= self.addr && e <= end,
+            None => false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Keys {
+    map: HashMap<u32, KeyEntry>,
+    used_index: HashSet<u32>,
+    next_index: u32,
+}
+
+const MAX_INDEX: u32 = 0x00ff_ffff;
+
+impl Keys {
+    /// A fresh index not used by any live registration.
+    pub fn alloc_index(&mut self) -> Option<u32> {
+        for _ in 0..=MAX_INDEX {
+            self.next_index = if self.next_index >= MAX_INDEX { 1 } else { self.next_index + 1 };
+            if !self.used_index.contains(&self.next_index) {
+                self.used_index.insert(self.next_index);
+                return Some(self.next_index);
+            }
+        }
+        None
+    }
+
+    pub fn free_index(&mut self, index: u32) {
+        self.used_index.remove(&index);
+    }
+
+    pub fn insert(&mut self, key: u32, e: KeyEntry) {
+        self.map.insert(key, e);
+    }
+
+    pub fn remove(&mut self, key: u32) -> Option<KeyEntry> {
+        self.map.remove(&key)
+    }
+
+    pub fn get(&self, key: u32) -> Option<KeyEntry> {
+        self.map.get(&key).copied()
+    }
+
+    /// Checks a local segment: live region key (not a window), same PD, inside, and writable if
+    /// `write`.
+    fn check_local(&self, sge: &Sge, pd: u32, write: bool) -> Result<(), WcStatus> {
+        if sge.length == 0 {
+            return Ok(());
+        }
+        let e = self.map.get(&sge.lkey).ok_or(WcStatus::LocalProtection)?;
+        if e.window || e.pd != pd || !e.covers(sge.addr, u64::from(sge.length)) {
+            return Err(WcStatus::LocalProtection);
+        }
+        if write && e.access & access::LOCAL_WRITE == 0 {
+            return Err(WcStatus::LocalProtection);
+        }
+        Ok(())
+    }
+
+    pub fn check_local_sgl(&self, sgl: &[Sge], pd: u32, write: bool) -> Result<u64, WcStatus> {
+        let mut total = 0u64;
+        for s in sgl {
+            self.check_local(s, pd, write)?;
+            total += u64::from(s.length);
+        }
+        Ok(total)
+    }
+
+    /// Reads the bytes a local SGL describes.
+    pub fn gather(&self, sgl: &[Sge], pd: u32) -> Result<Vec<u8>, WcStatus> {
+        let total = self.check_local_sgl(sgl, pd, false)?;
+        let mut out = vec![0u8; total as usize];
+        let mut off = 0usize;
+        for s in sgl {
+            let n = s.length as usize;
+            // SAFETY: check_local_sgl verified the segment lies inside a live registration of
+            // this PD, and we hold the registry lock (see module docs).
+            unsafe { sys::copy_from_registered(s.addr, &mut out[off..off + n]) };
+            off += n;
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` into a local SGL, front segments first. LocalLength if it does not fit.
+    pub fn scatter(&self, sgl: &[Sge], pd: u32, data: &[u8]) -> Result<(), WcStatus> {
+        let total = self.check_local_sgl(sgl, pd, true)?;
+        if (data.len() as u64) > total {
+            return Err(WcStatus::LocalLength);
+        }
+        let mut off = 0usize;
+        for s in sgl {
+            if off >= data.len() {
+                break;
+            }
+            let n = (s.length as usize).min(data.len() - off);
+            // SAFETY: as in `gather`; the registration grants local write.
+            unsafe { sys::copy_to_registered(s.addr, &data[off..off + n]) };
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Target-side check of a remote access: live key, same PD as the target QP, range inside,
+    /// privilege granted. Zero-length accesses need no key (as on RDMA NICs).
+    fn check_remote(&self, rkey: u32, addr: u64, len: u64, pd: u32, need: u32) -> Result<(), Status> {
+        if len == 0 {
+            return Ok(());
+        }
+        let e = self.map.get(&rkey).ok_or(Status::RemoteAccess)?;
+        if e.pd != pd || !e.covers(addr, len) || e.access & need == 0 {
+            return Err(Status::RemoteAccess);
+        }
+        Ok(())
+    }
+
+    pub fn remote_write(&self, rkey: u32, addr: u64, pd: u32, data: &[u8]) -> Result<(), Status> {
+        self.check_remote(rkey, addr, data.len() as u64, pd, access::REMOTE_WRITE)?;
+        // SAFETY: check_remote verified [addr, addr+len) lies in a live registration with remote
+        // write access, under the registry lock.
+        unsafe { sys::copy_to_registered(addr, data) };
+        Ok(())
+    }
+
+    pub fn remote_read(&self, rkey: u32, addr: u64, len: u32, pd: u32) -> Result<Vec<u8>, Status> {
+        self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
+        let mut out = vec![0u8; len as usize];
+        // SAFETY: as in remote_write, with remote read access.
+        unsafe { sys::copy_from_registered(addr, &mut out) };
+        Ok(out)
+    }
+}

@@ -1,0 +1,691 @@
+//! The TCP software transport: implements the verbs-shaped traits over TCP sockets.
+//!
+//! One progress thread per device (per IA) polls every socket of the device, so a target
+//! serves RDMA reads and writes and places incoming sends without its application calling
+//! anything. All queue-pair and connection state lives in one `Engine` behind one lock; calls
+//! from application threads take the lock, do their work (including a first non-blocking write
+//! attempt), and hand anything left to the progress thread. Completions and connection events
+//! produced under the lock are delivered after it is released, in the order produced.
+
+mod engine;
+mod keys;
+mod sys;
+pub mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{
+    CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener, MemoryRegion,
+    MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair, RecvWr, SendWr,
+    SharedReceiveQueue, WorkCompletion,
+};
+use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use engine::{Deferred, Engine};
+use keys::{KeyEntry, Keys};
+
+/// Largest message / RDMA transfer (also the wire bound on payloads).
+pub const MAX_MESSAGE: u32 = 16 << 20;
+
+/// Resolves the second word of ia_params: an IPv4 address assigned to this host, or the name
+/// of an interface with an IPv4 address. The error says why not, for datinfo.
+pub fn resolve_address(target: &str) -> Result<Ipv4Addr, String> {
+    if let Ok(addr) = target.parse::<Ipv4Addr>() {
+        // Binding proves the address is configured on this host.
+        return match UdpSocket::bind(SocketAddrV4::new(addr, 0)) {
+            Ok(_) => Ok(addr),
+            Err(e) => Err(format!("address {addr} is not configured on this host: {e}")),
+        };
+    }
+    match sys::interface_ipv4(target) {
+        Ok(Some(a)) => Ok(a),
+        Ok(None) => Err(format!("interface {target} does not exist or has no IPv4 address")),
+        Err(e) => Err(format!("cannot list interfaces: {e}")),
+    }
+}
+
+pub(crate) struct Shared {
+    name: String,
+    addr: Ipv4Addr,
+    attr: DeviceAttr,
+    engine: Mutex<Engine>,
+    keys: Mutex<Keys>,
+    wake_tx: UnixStream,
+    wake_rx: UnixStream,
+    cm_handler: Mutex<Option<CmHandler>>,
+    cqs: Mutex<HashMap<u64, Weak<TcpCq>>>,
+    srqs: Mutex<HashMap<u64, Weak<TcpSrq>>>,
+    /// Memory windows by key index, so a bind work request can reach its window.
+    mws: Mutex<HashMap<u32, Weak<TcpMw>>>,
+    next_id: AtomicU64,
+    limits: wire::Limits,
+    stopped: AtomicBool,
+}
+
+impl Shared {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Wakes the progress thread (a full pipe is already a pending wake-up).
+    pub(crate) fn wake(&self) {
+        let _ = (&self.wake_tx).write(&[1u8]);
+    }
+
+    /// Runs `f` on the engine, then delivers what it produced with no lock held.
+    pub(crate) fn run<T>(&self, f: impl FnOnce(&mut Engine, &Shared) -> T) -> T {
+        let (result, deferred, wake) = {
+            let mut eng = self.engine.lock();
+            let r = f(&mut eng, self);
+            let wake = std::mem::take(&mut eng.wake_needed);
+            (r, std::mem::take(&mut eng.deferred), wake)
+        };
+        if wake {
+            self.wake();
+        }
+        self.deliver(deferred);
+        result
+    }
+
+    pub(crate) fn deliver(&self, deferred: Vec<Deferred>) {
+        let mut last_cq: Option<u64> = None;
+        for d in deferred {
+            match d {
+                Deferred::Notify(cq) => {
+                    if last_cq == Some(cq.id) {
+                        continue;
+                    }
+                    last_cq = Some(cq.id);
+                    cq.notify();
+                }
+                Deferred::Cm(ev) => {
+                    last_cq = None;
+                    let handler = self.cm_handler.lock().clone();
+                    if let Some(h) = handler {
+                        h(ev);
+                    }
+                }
+            }
+        }
+    }
+
+    fn cq(&self, cq: &Arc<dyn CompletionQueue>) -> DatResult<Arc<TcpCq>> {
+        self.cqs
+            .lock()
+            .get(&cq.id())
+            .and_then(|w| w.upgrade())
+            .ok_or(DatError::invalid_arg(1))
+    }
+}
+
+/// A TCP "device": one local IPv4 address and its progress thread.
+pub struct TcpDevice {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl TcpDevice {
+    /// Opens the device for `target` ("lo", "eth0", "127.0.0.1", ...).
+    pub fn open(target: &str) -> DatResult<Arc<TcpDevice>> {
+        let addr = resolve_address(target).map_err(|why| {
+            log::warn!("tcp device {target}: {why}");
+            DatError::resources(SubType::ResourceDevice)
+        })?;
+        let (wake_tx, wake_rx) =
+            UnixStream::pair().map_err(|_| DatError::resources(SubType::ResourceMemory))?;
+        wake_tx.set_nonblocking(true).map_err(|_| DatError::internal())?;
+        wake_rx.set_nonblocking(true).map_err(|_| DatError::internal())?;
+        let attr = DeviceAttr {
+            max_qp: 4096,
+            max_qp_wr: 16384,
+            max_sge: 32,
+            max_cq: 16384,
+            max_cqe: 1 << 20,
+            max_mr: 1 << 20,
+            max_mr_size: 1 << 40,
+            max_pd: 4096,
+            max_mw: 1 << 20,
+            max_srq: 4096,
+            max_srq_wr: 16384,
+            max_msg_size: MAX_MESSAGE,
+            max_rdma_size: MAX_MESSAGE,
+            max_rd_atomic: 128,
+            max_private_data: wire::MAX_PRIVATE_DATA,
+        };
+        let shared = Arc::new(Shared {
+            name: format!("tcp:{target}"),
+            addr,
+            attr,
+            engine: Mutex::new(Engine::default()),
+            keys: Mutex::new(Keys::default()),
+            wake_tx,
+            wake_rx,
+            cm_handler: Mutex::new(None),
+            cqs: Mutex::new(HashMap::new()),
+            srqs: Mutex::new(HashMap::new()),
+            mws: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            limits: wire::Limits { max_message: MAX_MESSAGE },
+            stopped: AtomicBool::new(false),
+        });
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("daplrs-tcp-{target}"))
+            .spawn(move || engine::progress_loop(s2))
+            .map_err(|_| DatError::resources(SubType::ResourceDevice))?;
+        Ok(Arc::new(TcpDevice { shared, thread: Mutex::new(Some(thread)) }))
+    }
+
+    fn qp_num_of(&self, qp: &Arc<dyn QueuePair>) -> u32 {
+        qp.qp_num()
+    }
+}
+
+impl Drop for TcpDevice {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Device for TcpDevice {
+    fn name(&self) -> String {
+        self.shared.name.clone()
+    }
+    fn address(&self) -> Ipv4Addr {
+        self.shared.addr
+    }
+    fn attr(&self) -> DeviceAttr {
+        self.shared.attr.clone()
+    }
+
+    fn alloc_pd(&self) -> DatResult<Arc<dyn ProtectionDomain>> {
+        let id = self.shared.next_id() as u32;
+        Ok(Arc::new(TcpPd { id, shared: self.shared.clone() }))
+    }
+
+    fn create_cq(&self, depth: u32) -> DatResult<Arc<dyn CompletionQueue>> {
+        let cq = Arc::new(TcpCq {
+            id: self.shared.next_id(),
+            queue: Mutex::new(VecDeque::new()),
+            notify: Mutex::new(None),
+            depth: AtomicU32::new(depth),
+        });
+        self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
+        Ok(cq)
+    }
+
+    fn create_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+        let send_cq = self.shared.cq(&init.send_cq)?;
+        let recv_cq = self.shared.cq(&init.recv_cq)?;
+        let srq = match &init.srq {
+            Some(s) => Some(
+                self.shared
+                    .srqs
+                    .lock()
+                    .get(&s.id())
+                    .and_then(|w| w.upgrade())
+                    .ok_or(DatError::invalid_arg(1))?,
+            ),
+            None => None,
+        };
+        let pd = init.pd.id();
+        let qp_num = self.shared.run(|eng, _| eng.create_qp(pd, send_cq, recv_cq, srq, init.cap));
+        Ok(Arc::new(TcpQp { qp_num, shared: self.shared.clone() }))
+    }
+
+    fn create_srq(
+        &self,
+        pd: &Arc<dyn ProtectionDomain>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> DatResult<Arc<dyn SharedReceiveQueue>> {
+        let srq = Arc::new(TcpSrq {
+            id: self.shared.next_id(),
+            pd: pd.id(),
+            queue: Mutex::new(VecDeque::new()),
+            max_wr: AtomicU32::new(max_wr),
+            max_sge,
+            limit: AtomicU32::new(0),
+            shared: Arc::downgrade(&self.shared),
+        });
+        self.shared.srqs.lock().insert(srq.id, Arc::downgrade(&srq));
+        Ok(srq)
+    }
+
+    fn set_cm_handler(&self, handler: Option<CmHandler>) {
+        *self.shared.cm_handler.lock() = handler;
+    }
+
+    fn listen(&self, port: u16) -> DatResult<Arc<dyn Listener>> {
+        let sock = TcpListener::bind(SocketAddrV4::new(self.shared.addr, port)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                DatError::plain(ErrorType::ConnQualInUse)
+            } else {
+                log::warn!("listen on port {port}: {e}");
+                DatError::resources(SubType::None)
+            }
+        })?;
+        sock.set_nonblocking(true).map_err(|_| DatError::internal())?;
+        let port = sock.local_addr().map(|a| a.port()).map_err(|_| DatError::internal())?;
+        let id = self.shared.next_id();
+        self.shared.run(|eng, _| {
+            eng.listeners.insert(id, engine::ListenerEntry { sock, port });
+            eng.wake_needed = true;
+        });
+        Ok(Arc::new(TcpListenerHandle { id, port, shared: Arc::downgrade(&self.shared) }))
+    }
+
+    fn connect(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<Duration>,
+    ) -> DatResult<()> {
+        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
+            return Err(DatError::invalid_arg(5));
+        }
+        let qp_num = self.qp_num_of(qp);
+        let attempt = self
+            .shared
+            .run(|eng, _| eng.begin_connect(qp_num, remote, private_data.to_vec(), timeout))?;
+        // TCP's connect blocks; a helper thread does it and hands the socket to the engine.
+        let weak = Arc::downgrade(&self.shared);
+        let limit = timeout.unwrap_or(Duration::from_secs(60)).max(Duration::from_millis(1));
+        std::thread::Builder::new()
+            .name("daplrs-connect".into())
+            .spawn(move || {
+                let result = std::net::TcpStream::connect_timeout(&remote.into(), limit);
+                if let Some(shared) = weak.upgrade() {
+                    shared.run(|eng, _| {
+                        eng.connect_results.push((qp_num, attempt, result));
+                        eng.wake_needed = true;
+                    });
+                }
+            })
+            .map_err(|_| DatError::resources(SubType::None))?;
+        Ok(())
+    }
+
+    fn accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
+            return Err(DatError::invalid_arg(3));
+        }
+        let qp_num = self.qp_num_of(qp);
+        self.shared.run(|eng, sh| eng.accept(sh, req, qp_num, private_data))
+    }
+
+    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()> {
+        self.shared.run(|eng, sh| eng.reject(sh, req, private_data))
+    }
+
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()> {
+        let qp_num = self.qp_num_of(qp);
+        self.shared.run(|eng, sh| eng.disconnect(sh, qp_num, abrupt))
+    }
+
+    fn close(&self) {
+        if self.shared.stopped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.shared.run(|eng, sh| eng.shutdown(sh));
+        self.shared.wake();
+        let handle = self.thread.lock().take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+struct TcpPd {
+    id: u32,
+    shared: Arc<Shared>,
+}
+
+impl ProtectionDomain for TcpPd {
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>> {
+        if length == 0 || addr.checked_add(length).is_none() {
+            return Err(DatError::invalid_arg(3));
+        }
+        let mut keys = self.shared.keys.lock();
+        let index = keys.alloc_index().ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+        let key = index << 8;
+        keys.insert(key, KeyEntry { addr, len: length, access, pd: self.id, window: false });
+        Ok(Arc::new(TcpMr {
+            key,
+            addr,
+            length,
+            access,
+            pd: self.id,
+            shared: Arc::downgrade(&self.shared),
+            live: AtomicBool::new(true),
+        }))
+    }
+
+    fn alloc_mw(&self) -> DatResult<Arc<dyn MemoryWindow>> {
+        let index = self
+            .shared
+            .keys
+            .lock()
+            .alloc_index()
+            .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+        let mw = Arc::new(TcpMw {
+            index,
+            rkey: Mutex::new(index << 8),
+            bound: AtomicBool::new(false),
+            pd: self.id,
+            shared: Arc::downgrade(&self.shared),
+            live: AtomicBool::new(true),
+        });
+        self.shared.mws.lock().insert(index, Arc::downgrade(&mw));
+        Ok(mw)
+    }
+}
+
+struct TcpMr {
+    key: u32,
+    addr: u64,
+    length: u64,
+    access: u32,
+    pd: u32,
+    shared: Weak<Shared>,
+    live: AtomicBool,
+}
+
+impl MemoryRegion for TcpMr {
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn length(&self) -> u64 {
+        self.length
+    }
+    fn access(&self) -> u32 {
+        self.access
+    }
+    fn pd_id(&self) -> u32 {
+        self.pd
+    }
+    fn deregister(&self) {
+        if !self.live.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(shared) = self.shared.upgrade() {
+            let mut keys = shared.keys.lock();
+            keys.remove(self.key);
+            keys.free_index(self.key >> 8);
+        }
+    }
+}
+
+impl Drop for TcpMr {
+    fn drop(&mut self) {
+        self.deregister();
+    }
+}
+
+pub(crate) struct TcpMw {
+    index: u32,
+    /// Current rkey (index << 8 | generation).
+    rkey: Mutex<u32>,
+    bound: AtomicBool,
+    pd: u32,
+    shared: Weak<Shared>,
+    live: AtomicBool,
+}
+
+impl TcpMw {
+    /// Applies a bind (mr Some) or unbind (None) with the new rkey; called by the engine in QP
+    /// order. Checks the region key is live, in the same PD, and covers the range.
+    pub(crate) fn apply_bind(
+        &self,
+        keys: &mut Keys,
+        mr_key: Option<u32>,
+        addr: u64,
+        length: u64,
+        access: u32,
+        new_rkey: u32,
+    ) -> bool {
+        if !self.live.load(Ordering::SeqCst) || new_rkey >> 8 != self.index {
+            return false;
+        }
+        let mut cur = self.rkey.lock();
+        keys.remove(*cur);
+        *cur = new_rkey;
+        self.bound.store(false, Ordering::SeqCst);
+        let Some(mr_key) = mr_key else { return true };
+        let Some(mr) = keys.get(mr_key) else { return false };
+        let inside = addr >= mr.addr
+            && addr.checked_add(length).map(|e| e <= mr.addr + mr.len).unwrap_or(false);
+        if mr.window || mr.pd != self.pd || !inside {
+            return false;
+        }
+        keys.insert(new_rkey, KeyEntry { addr, len: length, access, pd: self.pd, window: true });
+        self.bound.store(true, Ordering::SeqCst);
+        true
+    }
+}
+
+impl MemoryWindow for TcpMw {
+    fn rkey(&self) -> u32 {
+        *self.rkey.lock()
+    }
+    fn next_rkey(&self) -> u32 {
+        let cur = *self.rkey.lock();
+        (self.index << 8) | ((cur + 1) & 0xff)
+    }
+    fn pd_id(&self) -> u32 {
+        self.pd
+    }
+    fn dealloc(&self) {
+        if !self.live.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(shared) = self.shared.upgrade() {
+            let mut keys = shared.keys.lock();
+            keys.remove(*self.rkey.lock());
+            keys.free_index(self.index);
+            drop(keys);
+            shared.mws.lock().remove(&self.index);
+        }
+    }
+}
+
+impl Drop for TcpMw {
+    fn drop(&mut self) {
+        self.dealloc();
+    }
+}
+
+pub(crate) struct TcpCq {
+    pub(crate) id: u64,
+    queue: Mutex<VecDeque<WorkCompletion>>,
+    notify: Mutex<Option<NotifyFn>>,
+    depth: AtomicU32,
+}
+
+impl TcpCq {
+    /// Queues a completion (never dropped: a CQ past its depth keeps growing; the EVD above
+    /// reports the overflow).
+    pub(crate) fn push(&self, wc: WorkCompletion) {
+        self.queue.lock().push_back(wc);
+    }
+
+    fn notify(&self) {
+        let n = self.notify.lock().clone();
+        if let Some(n) = n {
+            n();
+        }
+    }
+}
+
+impl CompletionQueue for TcpCq {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let mut q = self.queue.lock();
+        let n = max.min(q.len());
+        out.extend(q.drain(..n));
+        n
+    }
+    fn set_notify(&self, notify: Option<NotifyFn>) {
+        *self.notify.lock() = notify;
+    }
+    fn resize(&self, depth: u32) -> DatResult<()> {
+        self.depth.store(depth, Ordering::SeqCst);
+        Ok(())
+    }
+    fn depth(&self) -> u32 {
+        self.depth.load(Ordering::SeqCst)
+    }
+}
+
+struct TcpQp {
+    qp_num: u32,
+    shared: Arc<Shared>,
+}
+
+impl QueuePair for TcpQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn state(&self) -> QpState {
+        self.shared.run(|eng, _| eng.qp_state(self.qp_num))
+    }
+    fn post_send(&self, wr: SendWr) -> DatResult<()> {
+        self.shared.run(|eng, sh| eng.post_send(sh, self.qp_num, wr))
+    }
+    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+        self.shared.run(|eng, sh| eng.post_recv(sh, self.qp_num, wr))
+    }
+    fn reset(&self) -> DatResult<()> {
+        self.shared.run(|eng, _| eng.reset_qp(self.qp_num))
+    }
+    fn posted_recvs(&self) -> u32 {
+        self.shared.run(|eng, _| eng.posted_recvs(self.qp_num))
+    }
+    fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.shared.run(|eng, _| eng.qp_addrs(self.qp_num).0)
+    }
+    fn remote_addr(&self) -> Option<SocketAddrV4> {
+        self.shared.run(|eng, _| eng.qp_addrs(self.qp_num).1)
+    }
+    fn destroy(&self) {
+        self.shared.run(|eng, sh| eng.destroy_qp(sh, self.qp_num));
+    }
+}
+
+impl Drop for TcpQp {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+pub(crate) struct TcpSrq {
+    id: u64,
+    pub(crate) pd: u32,
+    pub(crate) queue: Mutex<VecDeque<RecvWr>>,
+    max_wr: AtomicU32,
+    max_sge: u32,
+    limit: AtomicU32,
+    shared: Weak<Shared>,
+}
+
+impl SharedReceiveQueue for TcpSrq {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+        if wr.sgl.len() > self.max_sge as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        {
+            let mut q = self.queue.lock();
+            if q.len() >= self.max_wr.load(Ordering::SeqCst) as usize {
+                return Err(DatError::resources(SubType::ResourceSrq));
+            }
+            q.push_back(wr);
+        }
+        // A send may be waiting for exactly this receive.
+        if let Some(shared) = self.shared.upgrade() {
+            let id = self.id;
+            shared.run(|eng, sh| eng.retry_held_for_srq(sh, id));
+        }
+        Ok(())
+    }
+    fn posted(&self) -> u32 {
+        self.queue.lock().len() as u32
+    }
+    fn max_wr(&self) -> u32 {
+        self.max_wr.load(Ordering::SeqCst)
+    }
+    fn resize(&self, max_wr: u32) -> DatResult<()> {
+        self.max_wr.store(max_wr, Ordering::SeqCst);
+        Ok(())
+    }
+    fn set_limit(&self, low_watermark: u32) {
+        self.limit.store(low_watermark, Ordering::SeqCst);
+    }
+    fn destroy(&self) {
+        // Receives never consumed are dropped with the SRQ; DAT forbids freeing an SRQ that
+        // EPs still use, so no connection can need them.
+        self.queue.lock().clear();
+    }
+}
+
+struct TcpListenerHandle {
+    id: u64,
+    port: u16,
+    shared: Weak<Shared>,
+}
+
+impl Listener for TcpListenerHandle {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn close(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.run(|eng, _| {
+                eng.listeners.remove(&self.id);
+                eng.wake_needed = true;
+            });
+        }
+    }
+}
+
+impl Drop for TcpListenerHandle {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the C tests and conformance checks given as arguments (programs or
+# scripts), each under a timeout, and adds up their "N passed, N failed"
+# lines into one total line.
+set -u
+passed=0 failed=0
+for t in "$@"; do
+	echo "== $t"
+	out=$(timeout 120 "$t" 2>&1); rc=$?
+	printf '%s\n' "$out"
+	line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -1)
+	if [ -n "$line" ]; then
+		p=$(sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/' <<<"$line")
+		f=$(sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/' <<<"$line")
+	else
+		p=0 f=1
+	fi
+	# a crash or timeout after a clean summary still counts as a failure
+	if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; echo "$t: exit status $rc"; fi
+	passed=$((passed + p)) failed=$((failed + f))
+done
+echo "tests-c: $passed passed, $failed failed"
+[ $failed -eq 0 ]
