@@ -26,7 +26,7 @@ TEST_DEBS   := gcc make pkg-config python3 libdapl-dev libdapl2 dapl2-utils
 
 all: libs
 
-libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so
+libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdaplrs.so.2
 
 # Rust is built by cargo (which tracks its own dependencies); the .so is
 # linked here with cc so that a version script can give every export the
@@ -48,6 +48,19 @@ $(LIB)/libdat2.so.2: $(TARGET)/libdat2.a $(OBJ)/extension_op.o src/libdat2/libda
 
 $(LIB)/libdat2.so: $(LIB)/libdat2.so.2
 	ln -sf libdat2.so.2 $@
+
+# Our provider: exports dat_provider_init/fini only. dat_registry_add_provider
+# stays undefined here and binds to whichever libdat2 loaded us (ours or
+# OFED's), as OFED's own providers do.
+$(TARGET)/libdaplrs_ffi.a: FORCE
+	$(CARGO) build $(CARGO_FLAGS) -p daplrs-ffi
+
+$(LIB)/libdaplrs.so.2: $(TARGET)/libdaplrs_ffi.a src/provider-ffi/libdaplrs.map
+	@mkdir -p $(LIB)
+	$(CC) -shared -o $@ -Wl,-soname,libdaplrs.so.2 \
+		-Wl,--version-script=src/provider-ffi/libdaplrs.map -Wl,--gc-sections \
+		-Wl,--whole-archive $(TARGET)/libdaplrs_ffi.a -Wl,--no-whole-archive \
+		-ldl -lpthread
 
 FORCE:
 

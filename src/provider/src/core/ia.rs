@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::consts::{close_flags, dto_op, dto_status, event_number, evd_flags};
+use super::consts::{close_flags, dto_status, event_number, evd_flags};
 use super::ep::Ep;
 use super::error::{DatError, DatResult, SubType};
 use super::evd::{Event, EventData, Evd};
@@ -412,16 +412,5 @@ pub(crate) fn dto_status_of(s: WcStatus) -> u32 {
         WcStatus::RemoteInvalidRequest | WcStatus::RemoteOp => dto_status::REMOTE_RESPONDER,
         WcStatus::Transport => dto_status::TRANSPORT,
         WcStatus::ReceiverNotReady => dto_status::RECEIVER_NOT_READY,
-    }
-}
-
-/// The DAT_DTOS value for a completion opcode.
-pub(crate) fn dto_op_of(op: WcOpcode) -> u32 {
-    match op {
-        WcOpcode::Send => dto_op::SEND,
-        WcOpcode::RdmaWrite => dto_op::RDMA_WRITE,
-        WcOpcode::RdmaRead => dto_op::RDMA_READ,
-        WcOpcode::Recv => dto_op::RECEIVE,
-        WcOpcode::BindMw => dto_op::BIND_MW,
     }
 }

@@ -130,7 +130,7 @@ impl Rmr {
         }
         ep.check_request_flags(flags, 9)?;
         ep.check_request_state()?;
-        if !Arc::ptr_eq(ep.pz_or_err()?.as_ref(), self.pz.as_ref()) {
+        if !Arc::ptr_eq(&ep.pz_or_err()?, &self.pz) {
             return Err(DatError::new(ErrorType::ProtectionViolation, SubType::None));
         }
         // Length 0 unbinds: the window stops granting access.

@@ -277,7 +277,7 @@ impl Device for TcpDevice {
         let port = sock.local_addr().map(|a| a.port()).map_err(|_| DatError::internal())?;
         let id = self.shared.next_id();
         self.shared.run(|eng, _| {
-            eng.listeners.insert(id, engine::ListenerEntry { sock, port });
+            eng.listeners.insert(id, engine::ListenerEntry { sock });
             eng.wake_needed = true;
         });
         Ok(Arc::new(TcpListenerHandle { id, port, shared: Arc::downgrade(&self.shared) }))
@@ -461,7 +461,7 @@ pub(crate) struct TcpMw {
 impl TcpMw {
     /// Applies a bind (mr Some) or unbind (None) with the new rkey; called by the engine in QP
     /// order. Checks the region key is live, in the same PD, and covers the range.
-    pub(crate) fn apply_bind(
+    fn apply_bind(
         &self,
         keys: &mut Keys,
         mr_key: Option<u32>,

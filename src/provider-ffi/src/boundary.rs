@@ -1,0 +1,168 @@
+//! Where C meets Rust: the panic guard, and every conversion of a raw
+//! pointer the C caller hands us. Other modules of this crate call these
+//! helpers instead of dereferencing pointers themselves.
+
+use dat_abi::*;
+use daplrs::backend::Sge;
+use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
+use daplrs::core::handle::Handle;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::net::Ipv4Addr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs one provider entry point: its error becomes the DAT_RETURN, and a
+/// panic becomes DAT_INTERNAL_ERROR instead of unwinding into C.
+pub(crate) fn guard(f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => DAT_SUCCESS,
+        Ok(Err(e)) => e.code(),
+        Err(_) => {
+            log::error!("panic caught at the provider's C boundary");
+            DatError::internal().code()
+        }
+    }
+}
+
+/// A handle value as the core knows it; nothing is read through it.
+pub(crate) fn h(p: DAT_HANDLE) -> Handle {
+    Handle::from_ptr(p)
+}
+
+/// The C handle of a core handle.
+pub(crate) fn c(h: Handle) -> DAT_HANDLE {
+    h.as_ptr()
+}
+
+/// An OUT parameter: NULL is DAT_INVALID_PARAMETER for argument `arg`.
+///
+/// # Safety
+/// `p` is NULL or points to writable memory of a `T` (the C contract).
+pub(crate) unsafe fn out<'a, T>(p: *mut T, arg: u32) -> DatResult<&'a mut T> {
+    p.as_mut().ok_or_else(|| DatError::invalid_arg(arg))
+}
+
+/// An IN struct: NULL is DAT_INVALID_PARAMETER for argument `arg`.
+///
+/// # Safety
+/// `p` is NULL or points to a readable `T`.
+pub(crate) unsafe fn input<'a, T>(p: *const T, arg: u32) -> DatResult<&'a T> {
+    p.as_ref().ok_or_else(|| DatError::invalid_arg(arg))
+}
+
+/// Most IOVs are short: keep up to this many segments on the stack.
+const INLINE_SEGMENTS: usize = 8;
+const NO_SEGMENT: Sge = Sge { addr: 0, length: 0, lkey: 0 };
+
+/// A local IOV copied out of the caller's DAT_LMR_TRIPLET array.
+pub(crate) enum Iov {
+    Inline([Sge; INLINE_SEGMENTS], usize),
+    Heap(Vec<Sge>),
+}
+
+impl std::ops::Deref for Iov {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        match self {
+            Iov::Inline(a, n) => &a[..*n],
+            Iov::Heap(v) => v,
+        }
+    }
+}
+
+/// Reads `n` triplets at `p`. A negative count is DAT_INVALID_PARAMETER for
+/// `arg_n`; a NULL array with segments for `arg_iov`. Zero segments (a
+/// zero-length message) may come with a NULL array.
+///
+/// # Safety
+/// `p` is NULL or points to `n` readable triplets.
+pub(crate) unsafe fn lmr_iov(p: *const DAT_LMR_TRIPLET, n: DAT_COUNT, arg_n: u32, arg_iov: u32) -> DatResult<Iov> {
+    if n < 0 {
+        return Err(DatError::invalid_arg(arg_n));
+    }
+    if n == 0 {
+        return Ok(Iov::Inline([NO_SEGMENT; INLINE_SEGMENTS], 0));
+    }
+    if p.is_null() {
+        return Err(DatError::invalid_arg(arg_iov));
+    }
+    let triplets = std::slice::from_raw_parts(p, n as usize);
+    let sge = |t: &DAT_LMR_TRIPLET| Sge { addr: t.virtual_address, length: t.segment_length, lkey: t.lmr_context };
+    if triplets.len() <= INLINE_SEGMENTS {
+        let mut a = [NO_SEGMENT; INLINE_SEGMENTS];
+        for (d, t) in a.iter_mut().zip(triplets) {
+            *d = sge(t);
+        }
+        Ok(Iov::Inline(a, triplets.len()))
+    } else {
+        Ok(Iov::Heap(triplets.iter().map(sge).collect()))
+    }
+}
+
+/// Private data: `size` bytes at `p` (NULL allowed with size 0).
+///
+/// # Safety
+/// `p` is NULL or points to `size` readable bytes.
+pub(crate) unsafe fn bytes<'a>(p: *const c_void, size: DAT_COUNT, arg_size: u32, arg_p: u32) -> DatResult<&'a [u8]> {
+    if size < 0 {
+        return Err(DatError::invalid_arg(arg_size));
+    }
+    if size == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(DatError::invalid_arg(arg_p));
+    }
+    Ok(std::slice::from_raw_parts(p as *const u8, size as usize))
+}
+
+/// The IPv4 address of a DAT_IA_ADDRESS_PTR (a `struct sockaddr`).
+///
+/// # Safety
+/// `p` is NULL or points to a sockaddr of at least its family's size.
+pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr> {
+    let sa = input(p, arg)?;
+    if i32::from(sa.sa_family) != libc::AF_INET {
+        return Err(DatError::new(ErrorType::InvalidAddress, SubType::InvalidAddressUnsupported));
+    }
+    let sin = &*(p as *const libc::sockaddr_in);
+    Ok(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+}
+
+/// A stable `struct sockaddr` for an IPv4 address, for the address pointers
+/// DAT hands out (IA address, CR and EP peers). One per distinct address,
+/// kept for the life of the process, so a pointer a consumer holds never
+/// dangles.
+pub(crate) fn sockaddr_of(ip: Ipv4Addr) -> DAT_IA_ADDRESS_PTR {
+    static INTERNED: Mutex<Option<HashMap<Ipv4Addr, usize>>> = Mutex::new(None);
+    let mut map = INTERNED.lock();
+    let addr = *map.get_or_insert_with(HashMap::new).entry(ip).or_insert_with(|| {
+        // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
+        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_addr.s_addr = u32::from(ip).to_be();
+        Box::leak(Box::new(sin)) as *mut libc::sockaddr_in as usize
+    });
+    addr as DAT_IA_ADDRESS_PTR
+}
+
+/// Copies `s` into a fixed C char array, NUL-terminated and truncated.
+pub(crate) fn cstr_into(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}
+
+/// DAT_BOOLEAN of a bool.
+pub(crate) fn boolean(b: bool) -> DAT_BOOLEAN {
+    if b {
+        DAT_TRUE
+    } else {
+        DAT_FALSE
+    }
+}

@@ -1,0 +1,50 @@
+//! CR: a connection request waiting on a service point.
+
+use crate::boundary::{bytes, c, guard, h, out, sockaddr_of};
+use dat_abi::*;
+use daplrs::core::error::DatError;
+use daplrs::core::handle;
+
+pub(crate) unsafe extern "C" fn query(cr: DAT_CR_HANDLE, mask: DAT_CR_PARAM_MASK, param: *mut DAT_CR_PARAM) -> DAT_RETURN {
+    guard(|| {
+        let cr = handle::cr(h(cr))?;
+        let param = out(param, 3)?;
+        if mask & !DAT_CR_FIELD_ALL != 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let p = cr.query();
+        param.remote_ia_address_ptr = sockaddr_of(p.remote_address);
+        param.remote_port_qual = p.remote_port;
+        param.private_data_size = p.private_data.len() as DAT_COUNT;
+        // The CR keeps its private data alive until it is accepted or
+        // rejected, which is as long as DAT promises the pointer.
+        param.private_data = if p.private_data.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            p.private_data.as_ptr() as DAT_PVOID
+        };
+        param.local_ep_handle = c(p.ep);
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn accept(cr: DAT_CR_HANDLE, ep: DAT_EP_HANDLE, pd_size: DAT_COUNT, pd: DAT_PVOID) -> DAT_RETURN {
+    guard(|| {
+        let cr = handle::cr(h(cr))?;
+        let ep = if ep.is_null() { None } else { Some(handle::ep(h(ep))?) };
+        let pd = bytes(pd, pd_size, 3, 4)?;
+        cr.accept(ep.as_ref(), pd)
+    })
+}
+
+pub(crate) unsafe extern "C" fn reject(cr: DAT_CR_HANDLE, pd_size: DAT_COUNT, pd: DAT_PVOID) -> DAT_RETURN {
+    guard(|| {
+        let cr = handle::cr(h(cr))?;
+        let pd = bytes(pd, pd_size, 2, 3)?;
+        cr.reject(pd)
+    })
+}
+
+pub(crate) unsafe extern "C" fn handoff(cr: DAT_CR_HANDLE, conn_qual: DAT_CONN_QUAL) -> DAT_RETURN {
+    guard(|| handle::cr(h(cr))?.handoff(conn_qual))
+}

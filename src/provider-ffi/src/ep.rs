@@ -1,0 +1,374 @@
+//! EP: endpoints, their connections and every data transfer call.
+
+use crate::boundary::{boolean, bytes, c, guard, h, input, ipv4_of, lmr_iov, out, sockaddr_of};
+use dat_abi::*;
+use daplrs::core::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
+use daplrs::core::error::{DatError, DatResult, SubType};
+use daplrs::core::evd::Evd;
+use daplrs::core::handle;
+use std::sync::Arc;
+
+fn ep(handle: DAT_EP_HANDLE) -> DatResult<Arc<Ep>> {
+    handle::ep(h(handle))
+}
+
+fn evd_opt(handle: DAT_EVD_HANDLE, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
+    handle::evd_opt(h(handle), bad)
+}
+
+/// DAT_EP_ATTR as the core's EpAttr; a negative count is argument `arg`.
+fn attr_of(a: &DAT_EP_ATTR, arg: u32) -> DatResult<EpAttr> {
+    let n = |v: DAT_COUNT| u32::try_from(v).map_err(|_| DatError::invalid_arg(arg));
+    Ok(EpAttr {
+        service_type: a.service_type,
+        max_message_size: a.max_message_size,
+        max_rdma_size: a.max_rdma_size,
+        qos: a.qos,
+        recv_completion_flags: a.recv_completion_flags,
+        request_completion_flags: a.request_completion_flags,
+        max_recv_dtos: n(a.max_recv_dtos)?,
+        max_request_dtos: n(a.max_request_dtos)?,
+        max_recv_iov: n(a.max_recv_iov)?,
+        max_request_iov: n(a.max_request_iov)?,
+        max_rdma_read_in: n(a.max_rdma_read_in)?,
+        max_rdma_read_out: n(a.max_rdma_read_out)?,
+        srq_soft_hw: n(a.srq_soft_hw)?,
+        max_rdma_read_iov: n(a.max_rdma_read_iov)?,
+        max_rdma_write_iov: n(a.max_rdma_write_iov)?,
+    })
+}
+
+fn c_attr(a: &EpAttr) -> DAT_EP_ATTR {
+    let n = |v: u32| v.min(i32::MAX as u32) as DAT_COUNT;
+    DAT_EP_ATTR {
+        service_type: a.service_type,
+        max_message_size: a.max_message_size,
+        max_rdma_size: a.max_rdma_size,
+        qos: a.qos,
+        recv_completion_flags: a.recv_completion_flags,
+        request_completion_flags: a.request_completion_flags,
+        max_recv_dtos: n(a.max_recv_dtos),
+        max_request_dtos: n(a.max_request_dtos),
+        max_recv_iov: n(a.max_recv_iov),
+        max_request_iov: n(a.max_request_iov),
+        max_rdma_read_in: n(a.max_rdma_read_in),
+        max_rdma_read_out: n(a.max_rdma_read_out),
+        srq_soft_hw: n(a.srq_soft_hw),
+        max_rdma_read_iov: n(a.max_rdma_read_iov),
+        max_rdma_write_iov: n(a.max_rdma_write_iov),
+        ep_transport_specific_count: 0,
+        ep_transport_specific: std::ptr::null_mut(),
+        ep_provider_specific_count: 0,
+        ep_provider_specific: std::ptr::null_mut(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn create_common(
+    ia: DAT_IA_HANDLE,
+    pz: DAT_PZ_HANDLE,
+    recv_evd: DAT_EVD_HANDLE,
+    request_evd: DAT_EVD_HANDLE,
+    connect_evd: DAT_EVD_HANDLE,
+    srq: Option<DAT_SRQ_HANDLE>,
+    attr: *const DAT_EP_ATTR,
+    ep_out: *mut DAT_EP_HANDLE,
+) -> DatResult<()> {
+    let attr_arg = if srq.is_some() { 7 } else { 6 };
+    let ia = handle::ia(h(ia))?;
+    let pz = if pz.is_null() { None } else { Some(handle::pz(h(pz))?) };
+    let recv = evd_opt(recv_evd, SubType::InvalidHandleEvdRecv)?;
+    let request = evd_opt(request_evd, SubType::InvalidHandleEvdRequest)?;
+    let connect = evd_opt(connect_evd, SubType::InvalidHandleEvdConn)?;
+    let srq = match srq {
+        Some(s) => Some(handle::srq(h(s))?),
+        None => None,
+    };
+    let attr = match attr.as_ref() {
+        Some(a) => Some(attr_of(a, attr_arg)?),
+        None => None,
+    };
+    let ep_out = out(ep_out, attr_arg + 1)?;
+    *ep_out = c(Ep::create(&ia, pz, recv, request, connect, srq, attr)?.handle());
+    Ok(())
+}
+
+pub(crate) unsafe extern "C" fn create(
+    ia: DAT_IA_HANDLE,
+    pz: DAT_PZ_HANDLE,
+    recv_evd: DAT_EVD_HANDLE,
+    request_evd: DAT_EVD_HANDLE,
+    connect_evd: DAT_EVD_HANDLE,
+    attr: *const DAT_EP_ATTR,
+    ep_out: *mut DAT_EP_HANDLE,
+) -> DAT_RETURN {
+    guard(|| create_common(ia, pz, recv_evd, request_evd, connect_evd, None, attr, ep_out))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn create_with_srq(
+    ia: DAT_IA_HANDLE,
+    pz: DAT_PZ_HANDLE,
+    recv_evd: DAT_EVD_HANDLE,
+    request_evd: DAT_EVD_HANDLE,
+    connect_evd: DAT_EVD_HANDLE,
+    srq: DAT_SRQ_HANDLE,
+    attr: *const DAT_EP_ATTR,
+    ep_out: *mut DAT_EP_HANDLE,
+) -> DAT_RETURN {
+    guard(|| create_common(ia, pz, recv_evd, request_evd, connect_evd, Some(srq), attr, ep_out))
+}
+
+pub(crate) unsafe extern "C" fn query(ep_handle: DAT_EP_HANDLE, mask: DAT_EP_PARAM_MASK, param: *mut DAT_EP_PARAM) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let param = out(param, 3)?;
+        if mask & !DAT_EP_FIELD_ALL != 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let p = ep.query();
+        param.ia_handle = c(p.ia);
+        param.ep_state = p.state;
+        param.comm = DAT_COMM::default();
+        param.local_ia_address_ptr = sockaddr_of(p.local_address);
+        param.local_port_qual = p.local_port;
+        param.remote_ia_address_ptr = p.remote_address.map(sockaddr_of).unwrap_or(std::ptr::null_mut());
+        param.remote_port_qual = p.remote_port;
+        param.pz_handle = c(p.pz);
+        param.recv_evd_handle = c(p.recv_evd);
+        param.request_evd_handle = c(p.request_evd);
+        param.connect_evd_handle = c(p.connect_evd);
+        param.srq_handle = c(p.srq);
+        param.ep_attr = c_attr(&p.attr);
+        Ok(())
+    })
+}
+
+/// Fields dat_ep_modify may change; the rest (IA, state, addresses,
+/// ports, SRQ) are the provider's.
+const MODIFIABLE: DAT_EP_PARAM_MASK = DAT_EP_FIELD_PZ_HANDLE
+    | DAT_EP_FIELD_RECV_EVD_HANDLE
+    | DAT_EP_FIELD_REQUEST_EVD_HANDLE
+    | DAT_EP_FIELD_CONNECT_EVD_HANDLE
+    | DAT_EP_FIELD_EP_ATTR_ALL;
+
+pub(crate) unsafe extern "C" fn modify(ep_handle: DAT_EP_HANDLE, mask: DAT_EP_PARAM_MASK, param: *const DAT_EP_PARAM) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        if mask & !MODIFIABLE != 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let p = input(param, 3)?;
+        let mut change = EpModify::default();
+        if mask & DAT_EP_FIELD_PZ_HANDLE != 0 {
+            change.pz = Some(handle::pz(h(p.pz_handle)).map_err(|_| DatError::invalid_arg(3))?);
+        }
+        if mask & DAT_EP_FIELD_RECV_EVD_HANDLE != 0 {
+            change.recv_evd = Some(evd_opt(p.recv_evd_handle, SubType::InvalidHandleEvdRecv)?);
+        }
+        if mask & DAT_EP_FIELD_REQUEST_EVD_HANDLE != 0 {
+            change.request_evd = Some(evd_opt(p.request_evd_handle, SubType::InvalidHandleEvdRequest)?);
+        }
+        if mask & DAT_EP_FIELD_CONNECT_EVD_HANDLE != 0 {
+            change.connect_evd = Some(evd_opt(p.connect_evd_handle, SubType::InvalidHandleEvdConn)?);
+        }
+        if mask & DAT_EP_FIELD_EP_ATTR_ALL != 0 {
+            let new = attr_of(&p.ep_attr, 3)?;
+            let mut a = ep.attr();
+            let fields: [(DAT_EP_PARAM_MASK, &mut u32, u32); 15] = [
+                (DAT_EP_FIELD_EP_ATTR_SERVICE_TYPE, &mut a.service_type, new.service_type),
+                (DAT_EP_FIELD_EP_ATTR_MAX_MESSAGE_SIZE, &mut a.max_message_size, new.max_message_size),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_SIZE, &mut a.max_rdma_size, new.max_rdma_size),
+                (DAT_EP_FIELD_EP_ATTR_QOS, &mut a.qos, new.qos),
+                (DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS, &mut a.recv_completion_flags, new.recv_completion_flags),
+                (
+                    DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS,
+                    &mut a.request_completion_flags,
+                    new.request_completion_flags,
+                ),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS, &mut a.max_recv_dtos, new.max_recv_dtos),
+                (DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_DTOS, &mut a.max_request_dtos, new.max_request_dtos),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV, &mut a.max_recv_iov, new.max_recv_iov),
+                (DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV, &mut a.max_request_iov, new.max_request_iov),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN, &mut a.max_rdma_read_in, new.max_rdma_read_in),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT, &mut a.max_rdma_read_out, new.max_rdma_read_out),
+                (DAT_EP_FIELD_EP_ATTR_SRQ_SOFT_HW, &mut a.srq_soft_hw, new.srq_soft_hw),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IOV, &mut a.max_rdma_read_iov, new.max_rdma_read_iov),
+                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_WRITE_IOV, &mut a.max_rdma_write_iov, new.max_rdma_write_iov),
+            ];
+            for (bit, field, value) in fields {
+                if mask & bit != 0 {
+                    *field = value;
+                }
+            }
+            change.attr = Some(a);
+        }
+        ep.modify(change)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn connect(
+    ep_handle: DAT_EP_HANDLE,
+    remote: DAT_IA_ADDRESS_PTR,
+    conn_qual: DAT_CONN_QUAL,
+    timeout: DAT_TIMEOUT,
+    pd_size: DAT_COUNT,
+    pd: DAT_PVOID,
+    qos: DAT_QOS,
+    flags: DAT_CONNECT_FLAGS,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let remote = ipv4_of(remote, 2)?;
+        let pd = bytes(pd, pd_size, 5, 6)?;
+        ep.connect(remote, conn_qual, timeout, pd, qos, flags)
+    })
+}
+
+pub(crate) unsafe extern "C" fn dup_connect(
+    ep_handle: DAT_EP_HANDLE,
+    dup: DAT_EP_HANDLE,
+    timeout: DAT_TIMEOUT,
+    pd_size: DAT_COUNT,
+    pd: DAT_PVOID,
+    qos: DAT_QOS,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let dup = handle::ep(h(dup)).map_err(|_| DatError::invalid_handle(SubType::InvalidHandle2))?;
+        let pd = bytes(pd, pd_size, 4, 5)?;
+        ep.dup_connect(&dup, timeout, pd, qos)
+    })
+}
+
+pub(crate) unsafe extern "C" fn disconnect(ep_handle: DAT_EP_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
+    guard(|| ep(ep_handle)?.disconnect(flags))
+}
+
+pub(crate) unsafe extern "C" fn post_send(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *mut DAT_LMR_TRIPLET,
+    cookie: DAT_DTO_COOKIE,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let iov = lmr_iov(iov, n, 2, 3)?;
+        ep.post_send(&iov, cookie.as_u64(), flags)
+    })
+}
+
+/// Without invalidation this is a plain send; remote invalidation of an
+/// RMR is not offered by this provider.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn post_send_with_invalidate(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *mut DAT_LMR_TRIPLET,
+    cookie: DAT_DTO_COOKIE,
+    flags: DAT_COMPLETION_FLAGS,
+    invalidate: DAT_BOOLEAN,
+    _rmr_context: DAT_RMR_CONTEXT,
+) -> DAT_RETURN {
+    if invalidate != boolean(false) {
+        return DatError::not_implemented().code();
+    }
+    post_send(ep_handle, n, iov, cookie, flags)
+}
+
+pub(crate) unsafe extern "C" fn post_recv(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *mut DAT_LMR_TRIPLET,
+    cookie: DAT_DTO_COOKIE,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let iov = lmr_iov(iov, n, 2, 3)?;
+        ep.post_recv(&iov, cookie.as_u64(), flags)
+    })
+}
+
+unsafe fn remote_of(r: *const DAT_RMR_TRIPLET) -> DatResult<RemoteBuffer> {
+    let r = input(r, 5)?;
+    Ok(RemoteBuffer { address: r.virtual_address, length: r.segment_length, rmr_context: r.rmr_context })
+}
+
+pub(crate) unsafe extern "C" fn post_rdma_read(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *mut DAT_LMR_TRIPLET,
+    cookie: DAT_DTO_COOKIE,
+    remote: *const DAT_RMR_TRIPLET,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let iov = lmr_iov(iov, n, 2, 3)?;
+        ep.post_rdma_read(&iov, cookie.as_u64(), remote_of(remote)?, flags)
+    })
+}
+
+pub(crate) unsafe extern "C" fn post_rdma_write(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *mut DAT_LMR_TRIPLET,
+    cookie: DAT_DTO_COOKIE,
+    remote: *const DAT_RMR_TRIPLET,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let iov = lmr_iov(iov, n, 2, 3)?;
+        ep.post_rdma_write(&iov, cookie.as_u64(), remote_of(remote)?, flags)
+    })
+}
+
+pub(crate) unsafe extern "C" fn get_status(
+    ep_handle: DAT_EP_HANDLE,
+    state: *mut DAT_EP_STATE,
+    recv_idle: *mut DAT_BOOLEAN,
+    request_idle: *mut DAT_BOOLEAN,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let (s, recv, request) = ep.get_status();
+        *out(state, 2)? = s;
+        if let Some(r) = recv_idle.as_mut() {
+            *r = boolean(recv);
+        }
+        if let Some(r) = request_idle.as_mut() {
+            *r = boolean(request);
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn free(ep_handle: DAT_EP_HANDLE) -> DAT_RETURN {
+    guard(|| ep(ep_handle)?.free())
+}
+
+pub(crate) unsafe extern "C" fn reset(ep_handle: DAT_EP_HANDLE) -> DAT_RETURN {
+    guard(|| ep(ep_handle)?.reset())
+}
+
+pub(crate) unsafe extern "C" fn recv_query(ep_handle: DAT_EP_HANDLE, nbufs: *mut DAT_COUNT, span: *mut DAT_COUNT) -> DAT_RETURN {
+    guard(|| {
+        let ep = ep(ep_handle)?;
+        let (n, s) = ep.recv_query()?;
+        if let Some(v) = nbufs.as_mut() {
+            *v = n;
+        }
+        if let Some(v) = span.as_mut() {
+            *v = s;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn set_watermark(ep_handle: DAT_EP_HANDLE, soft: DAT_COUNT, hard: DAT_COUNT) -> DAT_RETURN {
+    guard(|| ep(ep_handle)?.set_watermark(soft, hard))
+}

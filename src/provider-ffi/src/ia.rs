@@ -1,0 +1,189 @@
+//! IA: open, query, close, and the calls that take a handle of any type.
+
+use crate::boundary::{boolean, c, cstr_into, guard, h, out, sockaddr_of};
+use crate::provider::{entry, table_for_ia_name};
+use dat_abi::*;
+use daplrs::core::error::{DatError, ErrorType, SubType};
+use daplrs::core::handle::{self, HandleHeader};
+use std::sync::atomic::Ordering;
+use daplrs::core::ia::Ia;
+use std::ffi::{c_char, CStr};
+
+/// ia_open_func: `name` is the dat.conf entry; its ia_params choose the
+/// backend and interface. A NULL `*async_evd` asks for an async EVD of
+/// `qlen` events, created here and returned.
+pub(crate) unsafe extern "C" fn open(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+) -> DAT_RETURN {
+    guard(|| {
+        if name.is_null() {
+            return Err(DatError::invalid_arg(1));
+        }
+        let async_evd = out(async_evd, 3)?;
+        let ia_handle = out(ia_handle, 4)?;
+        let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+        let params = entry(&name)
+            .ok_or(DatError::new(ErrorType::ProviderNotFound, SubType::NameNotRegistered))?
+            .ia_params;
+        let want_async = if async_evd.is_null() { Some(qlen) } else { None };
+        let (ia, evd) = Ia::open(&name, &params, want_async).map_err(|e| {
+            // Say why, once, even with logging off: "no such interface" is
+            // the first thing a new user of "tcp eth0" needs to know.
+            eprintln!("daplrs: cannot open IA '{name}' with ia_params \"{params}\": {e}");
+            e
+        })?;
+        if let Some(evd) = evd {
+            *async_evd = c(evd.handle());
+        }
+        // SAFETY: a live handle is the address of its never-freed header.
+        let header = &*(ia.handle().as_ptr() as *const HandleHeader);
+        header.provider.store(table_for_ia_name(&name) as *const DAT_PROVIDER as *mut _, Ordering::SeqCst);
+        *ia_handle = c(ia.handle());
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn close(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
+    guard(|| {
+        if flags > DAT_CLOSE_GRACEFUL_FLAG {
+            return Err(DatError::invalid_arg(2));
+        }
+        handle::ia(h(ia))?.close(flags)
+    })
+}
+
+pub(crate) unsafe extern "C" fn query(
+    ia: DAT_IA_HANDLE,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_mask: DAT_IA_ATTR_MASK,
+    ia_attr: *mut DAT_IA_ATTR,
+    provider_mask: DAT_PROVIDER_ATTR_MASK,
+    provider_attr: *mut DAT_PROVIDER_ATTR,
+) -> DAT_RETURN {
+    guard(|| {
+        let ia = handle::ia(h(ia))?;
+        if let Some(e) = async_evd.as_mut() {
+            *e = ia.async_evd().map(|e| c(e.handle())).unwrap_or(std::ptr::null_mut());
+        }
+        if ia_mask != 0 {
+            fill_ia_attr(&ia, out(ia_attr, 4)?);
+        }
+        if provider_mask != 0 {
+            fill_provider_attr(&ia, out(provider_attr, 6)?);
+        }
+        Ok(())
+    })
+}
+
+fn count(v: u32) -> DAT_COUNT {
+    v.min(i32::MAX as u32) as DAT_COUNT
+}
+
+fn fill_ia_attr(ia: &Ia, a: &mut DAT_IA_ATTR) {
+    let q = ia.query();
+    cstr_into(&mut a.adapter_name, &q.adapter_name);
+    cstr_into(&mut a.vendor_name, &q.vendor_name);
+    a.hardware_version_major = 0;
+    a.hardware_version_minor = 0;
+    a.firmware_version_major = 0;
+    a.firmware_version_minor = 0;
+    a.ia_address_ptr = sockaddr_of(q.address);
+    a.max_eps = count(q.max_eps);
+    a.max_dto_per_ep = count(q.max_dto_per_ep);
+    a.max_rdma_read_per_ep_in = count(q.max_rdma_read_per_ep_in);
+    a.max_rdma_read_per_ep_out = count(q.max_rdma_read_per_ep_out);
+    a.max_evds = count(q.max_evds);
+    a.max_evd_qlen = count(q.max_evd_qlen);
+    a.max_iov_segments_per_dto = count(q.max_iov_segments_per_dto);
+    a.max_lmrs = count(q.max_lmrs);
+    a.max_lmr_block_size = q.max_lmr_block_size.min(u64::from(u32::MAX)) as DAT_SEG_LENGTH;
+    a.max_lmr_virtual_address = q.max_lmr_virtual_address;
+    a.max_pzs = count(q.max_pzs);
+    a.max_message_size = q.max_message_size;
+    a.max_rdma_size = q.max_rdma_size;
+    a.max_rmrs = count(q.max_rmrs);
+    a.max_rmr_target_address = q.max_rmr_target_address;
+    a.max_srqs = count(q.max_srqs);
+    a.max_ep_per_srq = count(q.max_ep_per_srq);
+    a.max_recv_per_srq = count(q.max_recv_per_srq);
+    a.max_iov_segments_per_rdma_read = count(q.max_iov_segments_per_rdma_read);
+    a.max_iov_segments_per_rdma_write = count(q.max_iov_segments_per_rdma_write);
+    a.max_rdma_read_in = count(q.max_rdma_read_in);
+    a.max_rdma_read_out = count(q.max_rdma_read_out);
+    a.max_rdma_read_per_ep_in_guaranteed = DAT_TRUE;
+    a.max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
+    a.zb_supported = DAT_FALSE;
+    a.extension_supported = DAT_EXTENSION_NONE;
+    a.extension_version = 0;
+    a.num_transport_attr = 0;
+    a.transport_attr = std::ptr::null_mut();
+    a.num_vendor_attr = 0;
+    a.vendor_attr = std::ptr::null_mut();
+}
+
+fn fill_provider_attr(ia: &Ia, p: &mut DAT_PROVIDER_ATTR) {
+    let q = ia.query();
+    // OFED's libdat2 closes the registry entry named here: the IA name.
+    cstr_into(&mut p.provider_name, ia.name());
+    p.provider_version_major = 0;
+    p.provider_version_minor = 1;
+    p.dapl_version_major = DAT_VERSION_MAJOR;
+    p.dapl_version_minor = DAT_VERSION_MINOR;
+    p.lmr_mem_types_supported = DAT_MEM_TYPE_VIRTUAL | DAT_MEM_TYPE_LMR;
+    p.iov_ownership_on_return = DAT_IOV_CONSUMER;
+    p.dat_qos_supported = DAT_QOS_BEST_EFFORT;
+    p.completion_flags_supported = DAT_COMPLETION_DEFAULT_FLAG
+        | DAT_COMPLETION_SUPPRESS_FLAG
+        | DAT_COMPLETION_UNSIGNALLED_FLAG
+        | DAT_COMPLETION_SOLICITED_WAIT_FLAG
+        | DAT_COMPLETION_BARRIER_FENCE_FLAG
+        | DAT_COMPLETION_EVD_THRESHOLD_FLAG;
+    // The provider is safe to call from any thread, but the registry keys
+    // entries by the thread safety dat.conf gave them, and OFED's libdat2
+    // looks the entry up again with what we report here.
+    p.is_thread_safe = boolean(entry(ia.name()).is_some_and(|e| e.thread_safe));
+    p.max_private_data_size = count(q.max_private_data_size);
+    p.supports_multipath = DAT_FALSE;
+    p.ep_creator = DAT_PSP_CREATES_EP_NEVER;
+    p.pz_support = DAT_PZ_UNIQUE;
+    p.optimal_buffer_alignment = DAT_OPTIMAL_ALIGNMENT;
+    p.evd_stream_merging_supported = [[DAT_TRUE; 6]; 6];
+    p.srq_supported = DAT_TRUE;
+    p.srq_watermarks_supported = 0;
+    p.srq_ep_pz_difference_supported = DAT_FALSE;
+    p.srq_info_supported = 0;
+    p.ep_recv_info_supported = 0;
+    p.lmr_sync_req = DAT_FALSE;
+    p.dto_async_return_guaranteed = DAT_FALSE;
+    p.rdma_write_for_rdma_read_req = DAT_FALSE;
+    p.rdma_read_lmr_rmr_context_exposure = DAT_FALSE;
+    p.rmr_scope_supported = DAT_RMR_SCOPE_EP;
+    p.is_signal_safe = DAT_FALSE;
+    p.ha_supported = boolean(false);
+    p.ha_loadbalancing = DAT_HA_LB_NONE;
+    p.num_provider_specific_attr = 0;
+    p.provider_specific_attr = std::ptr::null_mut();
+}
+
+pub(crate) unsafe extern "C" fn get_handle_type(handle: DAT_HANDLE, ty: *mut DAT_HANDLE_TYPE) -> DAT_RETURN {
+    guard(|| {
+        let t = handle::handle_type(h(handle))?;
+        *out(ty, 2)? = t;
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn set_consumer_context(handle: DAT_HANDLE, context: DAT_CONTEXT) -> DAT_RETURN {
+    guard(|| handle::set_consumer_context(h(handle), context.as_u64()))
+}
+
+pub(crate) unsafe extern "C" fn get_consumer_context(handle: DAT_HANDLE, context: *mut DAT_CONTEXT) -> DAT_RETURN {
+    guard(|| {
+        let v = handle::consumer_context(h(handle))?;
+        *out(context, 2)? = DAT_CONTEXT::from_u64(v);
+        Ok(())
+    })
+}

@@ -1,0 +1,26 @@
+//! libdaplrs.so.2: the C face of the udapl-rs provider.
+//!
+//! This crate is the thin, mechanical layer between the DAT_PROVIDER table
+//! libdat2 (ours or OFED's) dispatches through and the safe core in
+//! `daplrs`. Each module serves one DAT object and only translates: C
+//! arguments to core calls, core results to DAT_RETURN and C structs. Every
+//! raw pointer is read or written here, through the helpers in
+//! [`boundary`], and every entry point runs inside [`boundary::guard`], so a
+//! panic never unwinds into C.
+//!
+//! [`provider`] holds the table and `dat_provider_init`/`dat_provider_fini`.
+
+mod boundary;
+mod cno;
+mod cr;
+mod ep;
+mod evd;
+mod ia;
+mod lmr;
+mod provider;
+mod pz;
+mod rmr;
+mod sp;
+mod srq;
+
+pub use provider::{dat_provider_fini, dat_provider_init};

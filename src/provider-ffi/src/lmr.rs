@@ -1,0 +1,102 @@
+//! LMR: local memory regions, registered with privileges; their
+//! lmr_context (lkey) and rmr_context (rkey) are unique while live.
+
+use crate::boundary::{c, guard, h, out};
+use dat_abi::*;
+use daplrs::core::error::{DatError, DatResult};
+use daplrs::core::handle;
+use daplrs::core::lmr::{sync_rdma, Lmr, LmrRegion};
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn create(
+    ia: DAT_IA_HANDLE,
+    mem_type: DAT_MEM_TYPE,
+    region: DAT_REGION_DESCRIPTION,
+    length: DAT_VLEN,
+    pz: DAT_PZ_HANDLE,
+    privileges: DAT_MEM_PRIV_FLAGS,
+    va_type: DAT_VA_TYPE,
+    lmr_handle: *mut DAT_LMR_HANDLE,
+    lmr_context: *mut DAT_LMR_CONTEXT,
+    rmr_context: *mut DAT_RMR_CONTEXT,
+    registered_length: *mut DAT_VLEN,
+    registered_address: *mut DAT_VADDR,
+) -> DAT_RETURN {
+    guard(|| {
+        let ia = handle::ia(h(ia))?;
+        let region = match mem_type {
+            DAT_MEM_TYPE_VIRTUAL => LmrRegion::Virtual { address: region.for_va as u64, length },
+            DAT_MEM_TYPE_LMR => LmrRegion::Lmr(handle::lmr(h(region.for_lmr_handle))?),
+            DAT_MEM_TYPE_SHARED_VIRTUAL => return Err(DatError::not_implemented()),
+            _ => return Err(DatError::invalid_arg(2)),
+        };
+        let pz = handle::pz(h(pz))?;
+        let lmr_out = out(lmr_handle, 8)?;
+        let lmr = Lmr::create(&ia, region, &pz, privileges, va_type)?;
+        let p = lmr.query();
+        *lmr_out = c(lmr.handle());
+        // The remaining outputs are optional in practice; fill those given.
+        if let Some(v) = lmr_context.as_mut() {
+            *v = p.lmr_context;
+        }
+        if let Some(v) = rmr_context.as_mut() {
+            *v = p.rmr_context;
+        }
+        if let Some(v) = registered_length.as_mut() {
+            *v = p.registered_size;
+        }
+        if let Some(v) = registered_address.as_mut() {
+            *v = p.registered_address;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query(lmr: DAT_LMR_HANDLE, mask: DAT_LMR_PARAM_MASK, param: *mut DAT_LMR_PARAM) -> DAT_RETURN {
+    guard(|| {
+        let lmr = handle::lmr(h(lmr))?;
+        let param = out(param, 3)?;
+        if mask & !DAT_LMR_FIELD_ALL != 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let p = lmr.query();
+        param.ia_handle = c(p.ia);
+        param.mem_type = p.mem_type;
+        param.region_desc = DAT_REGION_DESCRIPTION { for_va: p.address as DAT_PVOID };
+        param.length = p.length;
+        param.pz_handle = c(p.pz);
+        param.mem_priv = p.mem_priv;
+        param.va_type = p.va_type;
+        param.lmr_context = p.lmr_context;
+        param.rmr_context = p.rmr_context;
+        param.registered_size = p.registered_size;
+        param.registered_address = p.registered_address;
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn free(lmr: DAT_LMR_HANDLE) -> DAT_RETURN {
+    guard(|| handle::lmr(h(lmr))?.free())
+}
+
+unsafe fn segments(p: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DatResult<Vec<(u64, u64)>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(DatError::invalid_arg(2));
+    }
+    let n = usize::try_from(n).map_err(|_| DatError::invalid_arg(3))?;
+    Ok(std::slice::from_raw_parts(p, n)
+        .iter()
+        .map(|t| (t.virtual_address, u64::from(t.segment_length)))
+        .collect())
+}
+
+pub(crate) unsafe extern "C" fn sync_rdma_read(ia: DAT_IA_HANDLE, segs: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DAT_RETURN {
+    guard(|| sync_rdma(&handle::ia(h(ia))?, &segments(segs, n)?))
+}
+
+pub(crate) unsafe extern "C" fn sync_rdma_write(ia: DAT_IA_HANDLE, segs: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DAT_RETURN {
+    guard(|| sync_rdma(&handle::ia(h(ia))?, &segments(segs, n)?))
+}

@@ -1,0 +1,210 @@
+//! The DAT_PROVIDER table of udapl-rs and the two symbols a registry looks
+//! up in a provider library: `dat_provider_init` and `dat_provider_fini`.
+//!
+//! One table serves every dat.conf entry naming this library; each entry's
+//! `ia_params` ("tcp lo", "tcp eth0", "tcp 192.0.2.1") is remembered under
+//! its IA name and used when that name is opened. Every object handle the
+//! core hands out starts with a pointer to this table.
+
+use crate::{cno, cr, ep, evd, ia, lmr, pz, rmr, sp, srq};
+use dat_abi::*;
+use daplrs::core::error::DatError;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr};
+
+extern "C" {
+    // Resolved at load time from the registry library that loaded us
+    // (libdat2.so.2: ours or OFED's); not a link-time dependency.
+    fn dat_registry_add_provider(provider: *const DAT_PROVIDER, info: *const DAT_PROVIDER_INFO) -> DAT_RETURN;
+    fn dat_registry_remove_provider(provider: *const DAT_PROVIDER, info: *const DAT_PROVIDER_INFO) -> DAT_RETURN;
+}
+
+/// A slot this provider does not implement.
+macro_rules! not_implemented {
+    ($name:ident($($arg:ident: $ty:ty),*)) => {
+        unsafe extern "C" fn $name($(_: $ty),*) -> DAT_RETURN {
+            DatError::not_implemented().code()
+        }
+    };
+}
+not_implemented!(csp_create(a: DAT_IA_HANDLE, b: *mut DAT_COMM, c: DAT_IA_ADDRESS_PTR, d: DAT_EVD_HANDLE, e: *mut DAT_CSP_HANDLE));
+not_implemented!(csp_query(a: DAT_CSP_HANDLE, b: DAT_CSP_PARAM_MASK, c: *mut DAT_CSP_PARAM));
+not_implemented!(csp_free(a: DAT_CSP_HANDLE));
+not_implemented!(ep_common_connect(a: DAT_EP_HANDLE, b: DAT_IA_ADDRESS_PTR, c: DAT_TIMEOUT, d: DAT_COUNT, e: DAT_PVOID));
+not_implemented!(ep_post_rdma_read_to_rmr(a: DAT_EP_HANDLE, b: *const DAT_RMR_TRIPLET, c: DAT_DTO_COOKIE, d: *const DAT_RMR_TRIPLET, e: DAT_COMPLETION_FLAGS));
+not_implemented!(ia_ha_related(a: DAT_IA_HANDLE, b: *const c_char, c: *mut DAT_BOOLEAN));
+not_implemented!(handle_extendedop(a: DAT_HANDLE, b: DAT_EXTENDED_OP, c: va_list));
+
+/// The table every handle of ours points to.
+pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
+    device_name: c"udapl-rs".as_ptr(),
+    extension: std::ptr::null_mut(),
+    ia_open_func: Some(ia::open),
+    ia_query_func: Some(ia::query),
+    ia_close_func: Some(ia::close),
+    set_consumer_context_func: Some(ia::set_consumer_context),
+    get_consumer_context_func: Some(ia::get_consumer_context),
+    get_handle_type_func: Some(ia::get_handle_type),
+    cno_create_func: Some(cno::create),
+    cno_modify_agent_func: Some(cno::modify_agent),
+    cno_query_func: Some(cno::query),
+    cno_free_func: Some(cno::free),
+    cno_wait_func: Some(cno::wait),
+    cr_query_func: Some(cr::query),
+    cr_accept_func: Some(cr::accept),
+    cr_reject_func: Some(cr::reject),
+    cr_handoff_func: Some(cr::handoff),
+    evd_create_func: Some(evd::create),
+    evd_query_func: Some(evd::query),
+    evd_modify_cno_func: Some(evd::modify_cno),
+    evd_enable_func: Some(evd::enable),
+    evd_disable_func: Some(evd::disable),
+    evd_wait_func: Some(evd::wait),
+    evd_resize_func: Some(evd::resize),
+    evd_post_se_func: Some(evd::post_se),
+    evd_dequeue_func: Some(evd::dequeue),
+    evd_free_func: Some(evd::free),
+    ep_create_func: Some(ep::create),
+    ep_query_func: Some(ep::query),
+    ep_modify_func: Some(ep::modify),
+    ep_connect_func: Some(ep::connect),
+    ep_dup_connect_func: Some(ep::dup_connect),
+    ep_disconnect_func: Some(ep::disconnect),
+    ep_post_send_func: Some(ep::post_send),
+    ep_post_recv_func: Some(ep::post_recv),
+    ep_post_rdma_read_func: Some(ep::post_rdma_read),
+    ep_post_rdma_write_func: Some(ep::post_rdma_write),
+    ep_get_status_func: Some(ep::get_status),
+    ep_free_func: Some(ep::free),
+    lmr_create_func: Some(lmr::create),
+    lmr_query_func: Some(lmr::query),
+    lmr_free_func: Some(lmr::free),
+    rmr_create_func: Some(rmr::create),
+    rmr_query_func: Some(rmr::query),
+    rmr_bind_func: Some(rmr::bind),
+    rmr_free_func: Some(rmr::free),
+    psp_create_func: Some(sp::psp_create),
+    psp_query_func: Some(sp::psp_query),
+    psp_free_func: Some(sp::psp_free),
+    rsp_create_func: Some(sp::rsp_create),
+    rsp_query_func: Some(sp::rsp_query),
+    rsp_free_func: Some(sp::rsp_free),
+    pz_create_func: Some(pz::create),
+    pz_query_func: Some(pz::query),
+    pz_free_func: Some(pz::free),
+    psp_create_any_func: Some(sp::psp_create_any),
+    ep_reset_func: Some(ep::reset),
+    evd_set_unwaitable_func: Some(evd::set_unwaitable),
+    evd_clear_unwaitable_func: Some(evd::clear_unwaitable),
+    lmr_sync_rdma_read_func: Some(lmr::sync_rdma_read),
+    lmr_sync_rdma_write_func: Some(lmr::sync_rdma_write),
+    ep_create_with_srq_func: Some(ep::create_with_srq),
+    ep_recv_query_func: Some(ep::recv_query),
+    ep_set_watermark_func: Some(ep::set_watermark),
+    srq_create_func: Some(srq::create),
+    srq_free_func: Some(srq::free),
+    srq_post_recv_func: Some(srq::post_recv),
+    srq_query_func: Some(srq::query),
+    srq_resize_func: Some(srq::resize),
+    srq_set_lw_func: Some(srq::set_lw),
+    csp_create_func: Some(csp_create),
+    csp_query_func: Some(csp_query),
+    csp_free_func: Some(csp_free),
+    ep_common_connect_func: Some(ep_common_connect),
+    rmr_create_for_ep_func: Some(rmr::create_for_ep),
+    ep_post_send_with_invalidate_func: Some(ep::post_send_with_invalidate),
+    ep_post_rdma_read_to_rmr_func: Some(ep_post_rdma_read_to_rmr),
+    cno_fd_create_func: Some(cno::fd_create),
+    cno_trigger_func: Some(cno::trigger),
+    ia_ha_related_func: Some(ia_ha_related),
+    handle_extendedop_func: Some(handle_extendedop),
+};
+
+/// A copy of [`PROVIDER`] whose `device_name` is `name`, for the first
+/// word of that name's IA handles. OFED's libdat2 closes an IA by looking
+/// up the registry entry named by `device_name` of the IA's table, so each
+/// IA name needs its own; every other object, and the registrations, use
+/// [`PROVIDER`] itself (same functions).
+pub(crate) fn table_for_ia_name(name: &str) -> &'static DAT_PROVIDER {
+    static TABLES: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+    let mut tables = TABLES.lock();
+    let addr = *tables.get_or_insert_with(HashMap::new).entry(name.to_string()).or_insert_with(|| {
+        let device_name = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
+        let table = DAT_PROVIDER { device_name: device_name.into_raw(), ..PROVIDER };
+        Box::leak(Box::new(table)) as *const DAT_PROVIDER as usize
+    });
+    // SAFETY: leaked above, never freed.
+    unsafe { &*(addr as *const DAT_PROVIDER) }
+}
+
+/// What the registry told us about one IA name in dat_provider_init.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    /// "tcp lo", "tcp eth0", "tcp 192.0.2.1": backend and interface.
+    pub ia_params: String,
+    /// The entry's thread safety. Reported back in DAT_PROVIDER_ATTR:
+    /// OFED's libdat2 finds the registry entry to close by the IA name,
+    /// version and thread safety dat_ia_query returns.
+    pub thread_safe: bool,
+}
+
+/// The entries of each IA name this library was initialised for.
+static ENTRIES: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+
+/// The dat.conf entry this library was initialised with for `name`.
+pub(crate) fn entry(name: &str) -> Option<Entry> {
+    ENTRIES.lock().as_ref()?.get(name).cloned()
+}
+
+fn ia_name(info: &DAT_PROVIDER_INFO) -> String {
+    let bytes: Vec<u8> = info.ia_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Called by the registry once per dat.conf entry naming this library.
+///
+/// # Safety
+/// `info` points to a DAT_PROVIDER_INFO; `ia_params` is NULL or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn dat_provider_init(info: *const DAT_PROVIDER_INFO, ia_params: *const c_char) {
+    let _ = std::panic::catch_unwind(|| {
+        daplrs_logging();
+        let Some(info) = info.as_ref() else { return };
+        let params = if ia_params.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(ia_params).to_string_lossy().into_owned()
+        };
+        let name = ia_name(info);
+        daplrs::core::handle::set_provider(&PROVIDER as *const DAT_PROVIDER as *const _);
+        let entry = Entry { ia_params: params.clone(), thread_safe: info.is_thread_safe != DAT_FALSE };
+        ENTRIES.lock().get_or_insert_with(HashMap::new).insert(name.clone(), entry);
+        let rc = dat_registry_add_provider(&PROVIDER, info);
+        log::debug!("dat_provider_init({name}, \"{params}\"): registry answered {rc:#x}");
+    });
+}
+
+/// Called by the registry when the last IA of an entry is closed.
+///
+/// # Safety
+/// `info` points to a DAT_PROVIDER_INFO.
+#[no_mangle]
+pub unsafe extern "C" fn dat_provider_fini(info: *const DAT_PROVIDER_INFO) {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(info) = info.as_ref() else { return };
+        if let Some(map) = ENTRIES.lock().as_mut() {
+            map.remove(&ia_name(info));
+        }
+        dat_registry_remove_provider(&PROVIDER, info);
+    });
+}
+
+/// `DAT_LOG` switches on the provider's diagnostics too (env_logger syntax).
+fn daplrs_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let env = env_logger::Env::new().filter("DAT_LOG").write_style("DAT_LOG_STYLE");
+        let _ = env_logger::Builder::from_env(env).format_timestamp_micros().try_init();
+    });
+}

@@ -1,0 +1,30 @@
+//! PZ: protection zones.
+
+use crate::boundary::{c, guard, h, out};
+use dat_abi::*;
+use daplrs::core::handle;
+use daplrs::core::pz::Pz;
+
+pub(crate) unsafe extern "C" fn create(ia: DAT_IA_HANDLE, pz: *mut DAT_PZ_HANDLE) -> DAT_RETURN {
+    guard(|| {
+        let ia = handle::ia(h(ia))?;
+        let pz = out(pz, 2)?;
+        *pz = c(Pz::create(&ia)?.handle());
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query(pz: DAT_PZ_HANDLE, mask: DAT_PZ_PARAM_MASK, param: *mut DAT_PZ_PARAM) -> DAT_RETURN {
+    guard(|| {
+        let pz = handle::pz(h(pz))?;
+        let param = out(param, 3)?;
+        if mask & DAT_PZ_FIELD_IA_HANDLE != 0 {
+            param.ia_handle = c(pz.query());
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn free(pz: DAT_PZ_HANDLE) -> DAT_RETURN {
+    guard(|| handle::pz(h(pz))?.free())
+}

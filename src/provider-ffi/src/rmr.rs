@@ -1,0 +1,85 @@
+//! RMR: memory windows a peer reaches by rmr_context, bound to part of an
+//! LMR through an EP.
+
+use crate::boundary::{c, guard, h, input, out};
+use dat_abi::*;
+use daplrs::core::error::DatError;
+use daplrs::core::handle;
+use daplrs::core::rmr::Rmr;
+
+pub(crate) unsafe extern "C" fn create(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
+    guard(|| {
+        let pz = handle::pz(h(pz))?;
+        let rmr = out(rmr, 2)?;
+        *rmr = c(Rmr::create(&pz)?.handle());
+        Ok(())
+    })
+}
+
+/// RMRs of this provider are already scoped to the EP they are bound
+/// through, so the EP-scoped variant is the same object.
+pub(crate) unsafe extern "C" fn create_for_ep(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
+    create(pz, rmr)
+}
+
+pub(crate) unsafe extern "C" fn query(rmr: DAT_RMR_HANDLE, mask: DAT_RMR_PARAM_MASK, param: *mut DAT_RMR_PARAM) -> DAT_RETURN {
+    guard(|| {
+        let rmr = handle::rmr(h(rmr))?;
+        let param = out(param, 3)?;
+        if mask & !DAT_RMR_FIELD_ALL != 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let p = rmr.query();
+        param.ia_handle = c(p.ia);
+        param.pz_handle = c(p.pz);
+        param.lmr_triplet = DAT_LMR_TRIPLET {
+            virtual_address: p.lmr_triplet.0,
+            segment_length: p.lmr_triplet.1,
+            lmr_context: p.lmr_triplet.2,
+        };
+        param.mem_priv = p.mem_priv;
+        param.rmr_context = p.rmr_context;
+        param.rmr_scope = DAT_RMR_SCOPE_EP;
+        param.va_type = p.va_type;
+        Ok(())
+    })
+}
+
+/// dat_rmr_bind (2.0: with the LMR handle and VA type). The new
+/// rmr_context is returned at once; the bind completes with an
+/// RMR_BIND event on the EP's request EVD.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn bind(
+    rmr: DAT_RMR_HANDLE,
+    lmr: DAT_LMR_HANDLE,
+    triplet: *const DAT_LMR_TRIPLET,
+    privileges: DAT_MEM_PRIV_FLAGS,
+    va_type: DAT_VA_TYPE,
+    ep: DAT_EP_HANDLE,
+    cookie: DAT_RMR_COOKIE,
+    flags: DAT_COMPLETION_FLAGS,
+    rmr_context: *mut DAT_RMR_CONTEXT,
+) -> DAT_RETURN {
+    guard(|| {
+        let rmr = handle::rmr(h(rmr))?;
+        let lmr = if lmr.is_null() { None } else { Some(handle::lmr(h(lmr))?) };
+        let t = input(triplet, 3)?;
+        let ep = handle::ep(h(ep))?;
+        let ctx_out = out(rmr_context, 9)?;
+        let ctx = rmr.bind(
+            lmr.as_ref(),
+            (t.virtual_address, t.segment_length, t.lmr_context),
+            privileges,
+            va_type,
+            &ep,
+            cookie.as_u64(),
+            flags,
+        )?;
+        *ctx_out = ctx;
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn free(rmr: DAT_RMR_HANDLE) -> DAT_RETURN {
+    guard(|| handle::rmr(h(rmr))?.free())
+}

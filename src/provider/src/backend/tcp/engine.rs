@@ -1,0 +1,1183 @@
+//! The progress engine of the TCP transport: queue pairs, connections, the wire protocol's
+//! state machines, and the poll loop of the progress thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::super::{CmEvent, QpCap, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
+use super::wire::{self, Decoder, Header, Kind, Status};
+use super::{Shared, TcpCq, TcpSrq};
+use crate::core::error::{DatError, DatResult, SubType};
+
+/// A peer that has not sent its HELLO by then is dropped.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Target-side requests queued behind a send that waits for a receive; past this many bytes we
+/// stop reading the socket (back-pressure instead of unbounded buffering).
+const HOLD_LIMIT: usize = 8 << 20;
+/// Poll timeout: the granularity of connection deadlines.
+const TICK_MS: i32 = 50;
+
+pub(crate) enum Deferred {
+    Notify(Arc<TcpCq>),
+    Cm(CmEvent),
+}
+
+pub(crate) struct ListenerEntry {
+    pub sock: TcpListener,
+}
+
+struct Outstanding {
+    wr_id: u64,
+    opcode: WcOpcode,
+    signaled: bool,
+    len: u32,
+    seq: u64,
+    read_sgl: Vec<Sge>,
+    /// A local operation (memory-window bind) already applied, completing in order.
+    local: Option<WcStatus>,
+}
+
+struct QpEntry {
+    pd: u32,
+    send_cq: Arc<TcpCq>,
+    recv_cq: Arc<TcpCq>,
+    srq: Option<Arc<TcpSrq>>,
+    cap: QpCap,
+    state: QpState,
+    rq: VecDeque<RecvWr>,
+    outstanding: VecDeque<Outstanding>,
+    conn: Option<u64>,
+    attempt: u64,
+    hello: Vec<u8>,
+    deadline: Option<Instant>,
+    graceful_pending: bool,
+    local: Option<SocketAddrV4>,
+    remote: Option<SocketAddrV4>,
+    next_seq: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    ActiveAwaitReply { qp: u32 },
+    PassiveAwaitHello { listener: u64 },
+    PassiveRequested { listener: u64 },
+    Established { qp: u32 },
+    /// Sending what is left, then closing.
+    Closing,
+}
+
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    dec: Decoder,
+    out: Vec<u8>,
+    out_pos: usize,
+    held: VecDeque<(Header, Vec<u8>)>,
+    held_bytes: usize,
+    deadline: Option<Instant>,
+    close_when_flushed: bool,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>) -> Conn {
+        Conn {
+            stream,
+            phase,
+            dec: Decoder::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            deadline,
+            close_when_flushed: false,
+        }
+    }
+}
+
+enum Outcome {
+    Done,
+    Hold,
+    Broken,
+}
+
+#[derive(Default)]
+pub(crate) struct Engine {
+    qps: HashMap<u32, QpEntry>,
+    conns: HashMap<u64, Conn>,
+    pub(crate) listeners: HashMap<u64, ListenerEntry>,
+    pub(crate) connect_results: Vec<(u32, u64, io::Result<TcpStream>)>,
+    next_token: u64,
+    next_qp: u32,
+    pub(crate) deferred: Vec<Deferred>,
+    pub(crate) wake_needed: bool,
+}
+
+fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
+    match a {
+        Ok(SocketAddr::V4(v)) => Some(v),
+        _ => None,
+    }
+}
+
+fn bad_state() -> DatError {
+    DatError::invalid_state(SubType::None)
+}
+
+impl Engine {
+    fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    fn emit(&mut self, ev: CmEvent) {
+        self.deferred.push(Deferred::Cm(ev));
+    }
+
+    fn push_wc(&mut self, cq: &Arc<TcpCq>, wc: WorkCompletion) {
+        cq.push(wc);
+        self.deferred.push(Deferred::Notify(cq.clone()));
+    }
+
+    // ---- queue pairs ---------------------------------------------------------------------------
+
+    pub(crate) fn create_qp(
+        &mut self,
+        pd: u32,
+        send_cq: Arc<TcpCq>,
+        recv_cq: Arc<TcpCq>,
+        srq: Option<Arc<TcpSrq>>,
+        cap: QpCap,
+    ) -> u32 {
+        self.next_qp += 1;
+        let n = self.next_qp;
+        self.qps.insert(
+            n,
+            QpEntry {
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
+                cap,
+                state: QpState::Init,
+                rq: VecDeque::new(),
+                outstanding: VecDeque::new(),
+                conn: None,
+                attempt: 0,
+                hello: Vec::new(),
+                deadline: None,
+                graceful_pending: false,
+                local: None,
+                remote: None,
+                next_seq: 1,
+            },
+        );
+        n
+    }
+
+    pub(crate) fn qp_state(&self, qp: u32) -> QpState {
+        self.qps.get(&qp).map(|e| e.state).unwrap_or(QpState::Error)
+    }
+
+    pub(crate) fn posted_recvs(&self, qp: u32) -> u32 {
+        self.qps.get(&qp).map(|e| e.rq.len() as u32).unwrap_or(0)
+    }
+
+    pub(crate) fn qp_addrs(&self, qp: u32) -> (Option<SocketAddrV4>, Option<SocketAddrV4>) {
+        self.qps.get(&qp).map(|e| (e.local, e.remote)).unwrap_or((None, None))
+    }
+
+    /// Completes every outstanding request and posted receive of `qp` as Flushed.
+    fn flush_qp(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let sends: Vec<Outstanding> = e.outstanding.drain(..).collect();
+        let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
+        let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
+        for o in sends {
+            self.push_wc(
+                &scq,
+                WorkCompletion {
+                    wr_id: o.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: o.opcode,
+                    byte_len: 0,
+                    qp_num: qp,
+                    new_rkey: 0,
+                },
+            );
+        }
+        for r in recvs {
+            self.push_wc(
+                &rcq,
+                WorkCompletion {
+                    wr_id: r.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    qp_num: qp,
+                    new_rkey: 0,
+                },
+            );
+        }
+    }
+
+    /// Moves `qp` to Error: drops its connection at once (no goodbye), flushes, reports `ev`.
+    fn fail_qp(&mut self, qp: u32, ev: Option<CmEvent>) {
+        let Some(e) = self.qps.get_mut(&qp) else { return };
+        if e.state == QpState::Error {
+            return;
+        }
+        e.state = QpState::Error;
+        e.graceful_pending = false;
+        if let Some(t) = e.conn.take() {
+            self.conns.remove(&t);
+        }
+        self.flush_qp(qp);
+        if let Some(ev) = ev {
+            self.emit(ev);
+        }
+    }
+
+    /// Target-side break after a failed request: the answer already queued still goes out,
+    /// then the connection closes.
+    fn break_after_answer(&mut self, token: u64, qp: u32) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.phase = Phase::Closing;
+            c.close_when_flushed = true;
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.conn = None;
+            e.state = QpState::Error;
+            e.graceful_pending = false;
+        }
+        self.flush_qp(qp);
+        self.emit(CmEvent::Broken { qp_num: qp });
+        self.try_write(token);
+    }
+
+    pub(crate) fn reset_qp(&mut self, qp: u32) -> DatResult<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        match e.state {
+            QpState::Error | QpState::Init => {}
+            _ => return Err(bad_state()),
+        }
+        e.state = QpState::Init;
+        e.conn = None;
+        e.graceful_pending = false;
+        e.local = None;
+        e.remote = None;
+        e.deadline = None;
+        // Receives posted in Init survive a reset of an Init QP; an Error QP has none left.
+        Ok(())
+    }
+
+    pub(crate) fn destroy_qp(&mut self, _sh: &Shared, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else { return };
+        e.state = QpState::Error;
+        if let Some(t) = e.conn.take() {
+            self.goodbye(t);
+        }
+        self.flush_qp(qp);
+        self.qps.remove(&qp);
+    }
+
+    /// Queues DISCONNECT on an established connection and closes it once sent.
+    fn goodbye(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else { return };
+        if matches!(c.phase, Phase::Established { .. }) {
+            wire::put_frame(&mut c.out, Header::new(Kind::Disconnect), &[]);
+            c.phase = Phase::Closing;
+            c.close_when_flushed = true;
+            self.try_write(token);
+        } else {
+            self.conns.remove(&token);
+        }
+    }
+
+    // ---- connection management -----------------------------------------------------------------
+
+    pub(crate) fn begin_connect(
+        &mut self,
+        qp: u32,
+        remote: SocketAddrV4,
+        hello: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> DatResult<u64> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        if e.state != QpState::Init {
+            return Err(bad_state());
+        }
+        e.state = QpState::Connecting;
+        e.attempt += 1;
+        e.hello = hello;
+        e.remote = Some(remote);
+        e.deadline = timeout.map(|t| Instant::now() + t);
+        Ok(e.attempt)
+    }
+
+    fn process_connect_results(&mut self) {
+        for (qp, attempt, result) in std::mem::take(&mut self.connect_results) {
+            let current = match self.qps.get(&qp) {
+                Some(e) => e.state == QpState::Connecting && e.attempt == attempt && e.conn.is_none(),
+                None => false,
+            };
+            if !current {
+                continue; // disconnected or destroyed meanwhile; the socket just closes
+            }
+            match result {
+                Ok(stream) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        self.fail_qp(qp, Some(CmEvent::Unreachable { qp_num: qp }));
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let token = self.token();
+                    let (local, remote) = (v4(stream.local_addr()), v4(stream.peer_addr()));
+                    let Some(e) = self.qps.get_mut(&qp) else { continue };
+                    e.conn = Some(token);
+                    e.local = local;
+                    if remote.is_some() {
+                        e.remote = remote;
+                    }
+                    let hello = std::mem::take(&mut e.hello);
+                    let deadline = e.deadline;
+                    let mut conn = Conn::new(stream, Phase::ActiveAwaitReply { qp }, deadline);
+                    wire::put_frame(&mut conn.out, wire::handshake(Kind::Hello), &hello);
+                    self.conns.insert(token, conn);
+                    self.try_write(token);
+                }
+                Err(err) => {
+                    let ev = match err.kind() {
+                        io::ErrorKind::ConnectionRefused => {
+                            CmEvent::Rejected { qp_num: qp, private_data: Vec::new(), by_peer: false }
+                        }
+                        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                            CmEvent::TimedOut { qp_num: qp }
+                        }
+                        _ => CmEvent::Unreachable { qp_num: qp },
+                    };
+                    self.fail_qp(qp, Some(ev));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn accept(
+        &mut self,
+        _sh: &Shared,
+        req: u64,
+        qp: u32,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        match self.qps.get(&qp) {
+            Some(e) if e.state == QpState::Init => {}
+            _ => return Err(bad_state()),
+        }
+        let requested = matches!(
+            self.conns.get(&req).map(|c| c.phase),
+            Some(Phase::PassiveRequested { .. })
+        );
+        if !requested {
+            // The requester went away: the accept "completes" as a broken connection.
+            if let Some(e) = self.qps.get_mut(&qp) {
+                e.state = QpState::Connecting;
+            }
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return Ok(());
+        }
+        let Some(c) = self.conns.get_mut(&req) else { return Err(bad_state()) };
+        let (local, remote) = (v4(c.stream.local_addr()), v4(c.stream.peer_addr()));
+        c.phase = Phase::Established { qp };
+        wire::put_frame(&mut c.out, wire::handshake(Kind::Accept), private_data);
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.state = QpState::Connected;
+            e.conn = Some(req);
+            e.local = local;
+            e.remote = remote;
+        }
+        self.emit(CmEvent::Established { qp_num: qp, private_data: Vec::new() });
+        self.try_write(req);
+        self.wake_needed = true;
+        Ok(())
+    }
+
+    pub(crate) fn reject(&mut self, _sh: &Shared, req: u64, private_data: &[u8]) -> DatResult<()> {
+        let Some(c) = self.conns.get_mut(&req) else { return Ok(()) };
+        if !matches!(c.phase, Phase::PassiveRequested { .. } | Phase::PassiveAwaitHello { .. }) {
+            return Err(bad_state());
+        }
+        wire::put_frame(&mut c.out, Header::new(Kind::Reject), private_data);
+        c.phase = Phase::Closing;
+        c.close_when_flushed = true;
+        self.try_write(req);
+        Ok(())
+    }
+
+    pub(crate) fn disconnect(&mut self, _sh: &Shared, qp: u32, abrupt: bool) -> DatResult<()> {
+        let Some(e) = self.qps.get_mut(&qp) else { return Err(bad_state()) };
+        match e.state {
+            QpState::Connecting => {
+                self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
+            }
+            QpState::Connected => {
+                if abrupt || e.outstanding.is_empty() {
+                    self.finish_disconnect(qp);
+                } else {
+                    e.graceful_pending = true;
+                }
+            }
+            QpState::Init | QpState::Error => {}
+        }
+        Ok(())
+    }
+
+    fn finish_disconnect(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else { return };
+        e.state = QpState::Error;
+        e.graceful_pending = false;
+        if let Some(t) = e.conn.take() {
+            self.goodbye(t);
+        }
+        self.flush_qp(qp);
+        self.emit(CmEvent::Disconnected { qp_num: qp });
+    }
+
+    pub(crate) fn shutdown(&mut self, _sh: &Shared) {
+        let qps: Vec<u32> = self.qps.keys().copied().collect();
+        for qp in qps {
+            if let Some(e) = self.qps.get_mut(&qp) {
+                e.state = QpState::Error;
+                e.conn = None;
+            }
+            self.flush_qp(qp);
+        }
+        let tokens: Vec<u64> = self.conns.keys().copied().collect();
+        for t in tokens {
+            self.goodbye(t);
+        }
+        self.conns.clear();
+        self.listeners.clear();
+    }
+
+    // ---- posting -------------------------------------------------------------------------------
+
+    fn complete(&mut self, qp: u32, o: &Outstanding, status: WcStatus) {
+        let Some(e) = self.qps.get(&qp) else { return };
+        if status == WcStatus::Success && !o.signaled {
+            return;
+        }
+        let cq = e.send_cq.clone();
+        self.push_wc(
+            &cq,
+            WorkCompletion {
+                wr_id: o.wr_id,
+                status,
+                opcode: o.opcode,
+                byte_len: if status == WcStatus::Success { o.len } else { 0 },
+                qp_num: qp,
+                new_rkey: 0,
+            },
+        );
+    }
+
+    /// Completes local operations that reached the head of the queue.
+    fn complete_local_heads(&mut self, qp: u32) {
+        loop {
+            let head_local = self
+                .qps
+                .get(&qp)
+                .and_then(|e| e.outstanding.front())
+                .and_then(|o| o.local);
+            let Some(status) = head_local else { break };
+            let Some(o) = self.qps.get_mut(&qp).and_then(|e| e.outstanding.pop_front()) else {
+                break;
+            };
+            self.complete(qp, &o, status);
+            if status != WcStatus::Success {
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+                return;
+            }
+        }
+        let done = self
+            .qps
+            .get(&qp)
+            .map(|e| e.graceful_pending && e.outstanding.is_empty())
+            .unwrap_or(false);
+        if done {
+            self.finish_disconnect(qp);
+        }
+    }
+
+    pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> DatResult<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        let opcode = match &wr.op {
+            SendOp::Send => WcOpcode::Send,
+            SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+        };
+        match e.state {
+            QpState::Connected => {}
+            QpState::Error => {
+                let cq = e.send_cq.clone();
+                self.push_wc(
+                    &cq,
+                    WorkCompletion {
+                        wr_id: wr.wr_id,
+                        status: WcStatus::Flushed,
+                        opcode,
+                        byte_len: 0,
+                        qp_num: qp,
+                        new_rkey: 0,
+                    },
+                );
+                return Ok(());
+            }
+            _ => return Err(bad_state()),
+        }
+        if e.outstanding.len() >= e.cap.max_send_wr.max(1) as usize {
+            return Err(DatError::resources(SubType::None));
+        }
+        let Some(token) = e.conn else { return Err(bad_state()) };
+        let pd = e.pd;
+        let seq = e.next_seq;
+        e.next_seq += 1;
+        let mut o = Outstanding {
+            wr_id: wr.wr_id,
+            opcode,
+            signaled: wr.signaled,
+            len: 0,
+            seq,
+            read_sgl: Vec::new(),
+            local: None,
+        };
+        let mut frame: Option<(Header, Vec<u8>)> = None;
+        let local_result: Result<(), WcStatus> = {
+            let mut keys = sh.keys.lock();
+            match wr.op {
+                SendOp::Send => keys.gather(&wr.sgl, pd).map(|data| {
+                    let mut h = Header::new(Kind::Send);
+                    h.seq = seq;
+                    if wr.solicited {
+                        h.flags = wire::FLAG_SOLICITED;
+                    }
+                    o.len = data.len() as u32;
+                    frame = Some((h, data));
+                }),
+                SendOp::RdmaWrite { remote_addr, rkey } => keys.gather(&wr.sgl, pd).map(|data| {
+                    let mut h = Header::new(Kind::Write);
+                    h.seq = seq;
+                    h.addr = remote_addr;
+                    h.key = rkey;
+                    o.len = data.len() as u32;
+                    frame = Some((h, data));
+                }),
+                SendOp::RdmaRead { remote_addr, rkey } => {
+                    keys.check_local_sgl(&wr.sgl, pd, true).and_then(|total| {
+                        if total > u64::from(sh.limits.max_message) {
+                            return Err(WcStatus::LocalLength);
+                        }
+                        let mut h = Header::new(Kind::ReadReq);
+                        h.seq = seq;
+                        h.addr = remote_addr;
+                        h.key = rkey;
+                        h.length = total as u32;
+                        o.len = total as u32;
+                        o.read_sgl = wr.sgl.clone();
+                        frame = Some((h, Vec::new()));
+                        Ok(())
+                    })
+                }
+                SendOp::BindMw { mw: _, mr, addr, length, access, new_rkey } => {
+                    let window = sh.mws.lock().get(&(new_rkey >> 8)).and_then(|w| w.upgrade());
+                    let ok = match window {
+                        Some(w) => w.apply_bind(
+                            &mut keys,
+                            mr.as_ref().map(|m| m.lkey()),
+                            addr,
+                            length,
+                            access,
+                            new_rkey,
+                        ),
+                        None => false,
+                    };
+                    o.local = Some(if ok { WcStatus::Success } else { WcStatus::MwBind });
+                    Ok(())
+                }
+            }
+        };
+        if let Err(status) = local_result {
+            // A local error completes the request and breaks the connection, as on a NIC.
+            self.complete(qp, &o, status);
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return Ok(());
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.outstanding.push_back(o);
+        }
+        match frame {
+            Some((h, payload)) => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    wire::put_frame(&mut c.out, h, &payload);
+                }
+                self.try_write(token);
+            }
+            None => self.complete_local_heads(qp),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn post_recv(&mut self, sh: &Shared, qp: u32, wr: RecvWr) -> DatResult<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        if e.srq.is_some() {
+            return Err(bad_state());
+        }
+        if e.state == QpState::Error {
+            let cq = e.recv_cq.clone();
+            self.push_wc(
+                &cq,
+                WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    qp_num: qp,
+                    new_rkey: 0,
+                },
+            );
+            return Ok(());
+        }
+        if wr.sgl.len() > e.cap.max_recv_sge.max(1) as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        if e.rq.len() >= e.cap.max_recv_wr as usize {
+            return Err(DatError::resources(SubType::None));
+        }
+        e.rq.push_back(wr);
+        if let Some(t) = e.conn {
+            self.retry_held(sh, t);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn retry_held_for_srq(&mut self, sh: &Shared, srq: u64) {
+        let tokens: Vec<u64> = self
+            .qps
+            .values()
+            .filter(|e| e.srq.as_ref().map(|s| s.id == srq).unwrap_or(false))
+            .filter_map(|e| e.conn)
+            .collect();
+        for t in tokens {
+            self.retry_held(sh, t);
+        }
+    }
+
+    /// Tries again the requests queued behind a send that had no receive.
+    fn retry_held(&mut self, sh: &Shared, token: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&token) else { return };
+            let Phase::Established { qp } = c.phase else { return };
+            let Some((h, p)) = c.held.pop_front() else { break };
+            c.held_bytes = c.held_bytes.saturating_sub(p.len());
+            match self.target_request(sh, token, qp, &h, &p) {
+                Outcome::Done => {}
+                Outcome::Hold => {
+                    if let Some(c) = self.conns.get_mut(&token) {
+                        c.held_bytes += p.len();
+                        c.held.push_front((h, p));
+                    }
+                    return;
+                }
+                Outcome::Broken => return,
+            }
+        }
+        // Frames decoded but not processed while holding, and reading resumes.
+        self.process_frames(sh, token);
+        self.wake_needed = true;
+    }
+
+    // ---- the wire ------------------------------------------------------------------------------
+
+    fn answer(&mut self, token: u64, h: Header, payload: &[u8]) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            wire::put_frame(&mut c.out, h, payload);
+        }
+    }
+
+    /// Executes a SEND, WRITE or READ_REQ from the peer, in order.
+    fn target_request(&mut self, sh: &Shared, token: u64, qp: u32, h: &Header, p: &[u8]) -> Outcome {
+        let Some(e) = self.qps.get_mut(&qp) else { return Outcome::Broken };
+        let pd = e.pd;
+        match h.kind {
+            Kind::Send => {
+                let (wr, pd) = match &e.srq {
+                    Some(s) => (s.queue.lock().pop_front(), s.pd),
+                    None => (e.rq.pop_front(), pd),
+                };
+                let Some(wr) = wr else { return Outcome::Hold };
+                let rcq = e.recv_cq.clone();
+                let placed = sh.keys.lock().scatter(&wr.sgl, pd, p);
+                let status = match placed {
+                    Ok(()) => WcStatus::Success,
+                    Err(s) => s,
+                };
+                self.push_wc(
+                    &rcq,
+                    WorkCompletion {
+                        wr_id: wr.wr_id,
+                        status,
+                        opcode: WcOpcode::Recv,
+                        byte_len: if status == WcStatus::Success { p.len() as u32 } else { 0 },
+                        qp_num: qp,
+                        new_rkey: 0,
+                    },
+                );
+                let mut ack = Header::new(Kind::Ack);
+                ack.seq = h.seq;
+                ack.status = match status {
+                    WcStatus::Success => Status::Ok,
+                    WcStatus::LocalLength => Status::RemoteLength,
+                    _ => Status::RemoteAccess,
+                };
+                self.answer(token, ack, &[]);
+                if status != WcStatus::Success {
+                    self.break_after_answer(token, qp);
+                    return Outcome::Broken;
+                }
+                Outcome::Done
+            }
+            Kind::Write => {
+                let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
+                let mut ack = Header::new(Kind::Ack);
+                ack.seq = h.seq;
+                ack.status = match r {
+                    Ok(()) => Status::Ok,
+                    Err(s) => s,
+                };
+                self.answer(token, ack, &[]);
+                if r.is_err() {
+                    log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
+                    self.break_after_answer(token, qp);
+                    return Outcome::Broken;
+                }
+                Outcome::Done
+            }
+            Kind::ReadReq => {
+                let r = sh.keys.lock().remote_read(h.key, h.addr, h.length, pd);
+                let mut resp = Header::new(Kind::ReadResp);
+                resp.seq = h.seq;
+                match r {
+                    Ok(data) => {
+                        self.answer(token, resp, &data);
+                        Outcome::Done
+                    }
+                    Err(s) => {
+                        log::info!("qp {qp}: remote read refused (rkey {:#x})", h.key);
+                        resp.status = s;
+                        self.answer(token, resp, &[]);
+                        self.break_after_answer(token, qp);
+                        Outcome::Broken
+                    }
+                }
+            }
+            _ => Outcome::Broken,
+        }
+    }
+
+    /// An ACK or READ_RESP for our oldest outstanding request.
+    fn response(&mut self, sh: &Shared, qp: u32, h: &Header, p: &[u8]) {
+        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let pd = e.pd;
+        let matches = match e.outstanding.front() {
+            Some(o) => {
+                o.local.is_none()
+                    && o.seq == h.seq
+                    && (h.kind == Kind::ReadResp) == (o.opcode == WcOpcode::RdmaRead)
+            }
+            None => false,
+        };
+        if !matches {
+            log::warn!("qp {qp}: response does not match the oldest request; breaking");
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return;
+        }
+        let Some(o) = e.outstanding.pop_front() else { return };
+        let status = match h.status {
+            Status::Ok => {
+                if h.kind == Kind::ReadResp {
+                    if p.len() != o.len as usize {
+                        WcStatus::BadResponse
+                    } else {
+                        match sh.keys.lock().scatter(&o.read_sgl, pd, p) {
+                            Ok(()) => WcStatus::Success,
+                            Err(s) => s,
+                        }
+                    }
+                } else {
+                    WcStatus::Success
+                }
+            }
+            Status::RemoteAccess => WcStatus::RemoteAccess,
+            Status::RemoteLength | Status::RemoteInvalid => WcStatus::RemoteInvalidRequest,
+            Status::BadVersion => WcStatus::BadResponse,
+        };
+        self.complete(qp, &o, status);
+        if status != WcStatus::Success {
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return;
+        }
+        self.complete_local_heads(qp);
+    }
+
+    /// The peer broke the protocol: its connection (only) goes.
+    fn protocol_error(&mut self, token: u64, why: &str) {
+        log::warn!("connection {token}: protocol error: {why}");
+        let Some(c) = self.conns.get(&token) else { return };
+        match c.phase {
+            Phase::Established { qp } => self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp })),
+            Phase::ActiveAwaitReply { qp } => self.fail_qp(
+                qp,
+                Some(CmEvent::Rejected { qp_num: qp, private_data: Vec::new(), by_peer: false }),
+            ),
+            Phase::PassiveRequested { listener } => {
+                self.conns.remove(&token);
+                self.emit(CmEvent::RequestCancelled { listener, req: token });
+            }
+            Phase::PassiveAwaitHello { .. } => {
+                // Tell a peer of another version why, then close.
+                if let Some(c) = self.conns.get_mut(&token) {
+                    let mut h = Header::new(Kind::Reject);
+                    h.status = Status::BadVersion;
+                    wire::put_frame(&mut c.out, h, &[]);
+                    c.phase = Phase::Closing;
+                    c.close_when_flushed = true;
+                }
+                self.try_write(token);
+            }
+            Phase::Closing => {
+                self.conns.remove(&token);
+            }
+        }
+    }
+
+    /// The connection ended without a goodbye (EOF or socket error).
+    fn conn_lost(&mut self, token: u64) {
+        let Some(c) = self.conns.remove(&token) else { return };
+        match c.phase {
+            Phase::Established { qp } => {
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.conn = None;
+                }
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            }
+            Phase::ActiveAwaitReply { qp } => {
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.conn = None;
+                }
+                self.fail_qp(
+                    qp,
+                    Some(CmEvent::Rejected { qp_num: qp, private_data: Vec::new(), by_peer: false }),
+                );
+            }
+            Phase::PassiveRequested { listener } => {
+                self.emit(CmEvent::RequestCancelled { listener, req: token });
+            }
+            Phase::PassiveAwaitHello { .. } | Phase::Closing => {}
+        }
+    }
+
+    fn process_frames(&mut self, sh: &Shared, token: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&token) else { return };
+            let phase = c.phase;
+            let frame = match c.dec.next_frame(&sh.limits) {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(err) => {
+                    self.protocol_error(token, &format!("{err:?}"));
+                    return;
+                }
+            };
+            let (h, p) = frame;
+            match phase {
+                Phase::Closing => {}
+                Phase::PassiveAwaitHello { listener } => {
+                    if h.kind != Kind::Hello {
+                        self.protocol_error(token, "expected HELLO");
+                        return;
+                    }
+                    let Some(c) = self.conns.get_mut(&token) else { return };
+                    c.phase = Phase::PassiveRequested { listener };
+                    c.deadline = None;
+                    let (remote, local) = (v4(c.stream.peer_addr()), v4(c.stream.local_addr()));
+                    match (remote, local) {
+                        (Some(remote), Some(local)) => self.emit(CmEvent::ConnectRequest {
+                            listener,
+                            req: token,
+                            private_data: p,
+                            remote,
+                            local,
+                        }),
+                        _ => {
+                            self.conns.remove(&token);
+                            return;
+                        }
+                    }
+                }
+                Phase::PassiveRequested { .. } => {
+                    self.protocol_error(token, "data before accept");
+                    return;
+                }
+                Phase::ActiveAwaitReply { qp } => match h.kind {
+                    Kind::Accept => {
+                        if let Some(c) = self.conns.get_mut(&token) {
+                            c.phase = Phase::Established { qp };
+                            c.deadline = None;
+                        }
+                        if let Some(e) = self.qps.get_mut(&qp) {
+                            e.state = QpState::Connected;
+                            e.deadline = None;
+                        }
+                        self.emit(CmEvent::Established { qp_num: qp, private_data: p });
+                    }
+                    Kind::Reject => {
+                        let by_peer = h.status == Status::Ok;
+                        self.fail_qp(qp, Some(CmEvent::Rejected { qp_num: qp, private_data: p, by_peer }));
+                        return;
+                    }
+                    _ => {
+                        self.protocol_error(token, "expected ACCEPT or REJECT");
+                        return;
+                    }
+                },
+                Phase::Established { qp } => match h.kind {
+                    Kind::Send | Kind::Write | Kind::ReadReq => {
+                        let holding = self.conns.get(&token).map(|c| !c.held.is_empty()).unwrap_or(false);
+                        let outcome = if holding { Outcome::Hold } else { self.target_request(sh, token, qp, &h, &p) };
+                        match outcome {
+                            Outcome::Done => {}
+                            Outcome::Hold => {
+                                if let Some(c) = self.conns.get_mut(&token) {
+                                    c.held_bytes += p.len();
+                                    c.held.push_back((h, p));
+                                }
+                            }
+                            Outcome::Broken => return,
+                        }
+                        self.try_write(token);
+                    }
+                    Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p),
+                    Kind::Disconnect => {
+                        self.conns.remove(&token);
+                        if let Some(e) = self.qps.get_mut(&qp) {
+                            e.conn = None;
+                        }
+                        self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
+                        return;
+                    }
+                    _ => {
+                        self.protocol_error(token, "handshake frame on an established connection");
+                        return;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Writes what the socket takes now; the progress thread writes the rest.
+    fn try_write(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else { return };
+        while c.out_pos < c.out.len() {
+            match c.stream.write(&c.out[c.out_pos..]) {
+                Ok(0) => {
+                    self.conn_lost(token);
+                    return;
+                }
+                Ok(n) => c.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wake_needed = true;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.conn_lost(token);
+                    return;
+                }
+            }
+        }
+        c.out.clear();
+        c.out_pos = 0;
+        if c.close_when_flushed {
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+            self.conns.remove(&token);
+        }
+    }
+
+    fn read_conn(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
+        for _ in 0..64 {
+            let Some(c) = self.conns.get_mut(&token) else { return };
+            if c.held_bytes > HOLD_LIMIT {
+                break;
+            }
+            match c.stream.read(buf) {
+                Ok(0) => {
+                    // Let frames already received be handled before the loss is reported.
+                    self.process_frames(sh, token);
+                    self.conn_lost(token);
+                    return;
+                }
+                Ok(n) => {
+                    c.dec.feed(&buf[..n]);
+                    self.process_frames(sh, token);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.process_frames(sh, token);
+                    self.conn_lost(token);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn accept_incoming(&mut self, listener: u64) {
+        for _ in 0..64 {
+            let Some(l) = self.listeners.get(&listener) else { return };
+            match l.sock.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let token = self.token();
+                    self.conns.insert(
+                        token,
+                        Conn::new(
+                            stream,
+                            Phase::PassiveAwaitHello { listener },
+                            Some(Instant::now() + HELLO_TIMEOUT),
+                        ),
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::warn!("accept on listener {listener}: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn check_deadlines(&mut self) {
+        let now = Instant::now();
+        let expired_conns: Vec<(u64, Phase)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline.map(|d| d <= now).unwrap_or(false))
+            .map(|(t, c)| (*t, c.phase))
+            .collect();
+        for (t, phase) in expired_conns {
+            match phase {
+                Phase::ActiveAwaitReply { qp } => {
+                    self.fail_qp(qp, Some(CmEvent::TimedOut { qp_num: qp }));
+                }
+                _ => {
+                    self.conns.remove(&t);
+                }
+            }
+        }
+        let expired_qps: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, e)| {
+                e.state == QpState::Connecting && e.deadline.map(|d| d <= now).unwrap_or(false)
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        for qp in expired_qps {
+            self.fail_qp(qp, Some(CmEvent::TimedOut { qp_num: qp }));
+        }
+    }
+}
+
+enum Target {
+    Wake,
+    Listener(u64),
+    Conn(u64),
+}
+
+/// The progress thread: polls the wake-up pipe, listeners and connections until the device
+/// closes.
+pub(crate) fn progress_loop(shared: Arc<Shared>) {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut drain = [0u8; 256];
+    loop {
+        if shared.stopped.load(Ordering::SeqCst) {
+            break;
+        }
+        let (mut fds, targets) = {
+            let eng = shared.engine.lock();
+            let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
+            let mut targets = vec![Target::Wake];
+            for (id, l) in &eng.listeners {
+                fds.push(PollFd::new(l.sock.as_raw_fd(), POLLIN));
+                targets.push(Target::Listener(*id));
+            }
+            for (t, c) in &eng.conns {
+                let mut ev = 0;
+                if c.held_bytes <= HOLD_LIMIT {
+                    ev |= POLLIN;
+                }
+                if c.out_pos < c.out.len() {
+                    ev |= POLLOUT;
+                }
+                fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
+                targets.push(Target::Conn(*t));
+            }
+            (fds, targets)
+        };
+        if let Err(e) = sys::poll(&mut fds, TICK_MS) {
+            log::error!("poll failed: {e}");
+            std::thread::sleep(Duration::from_millis(TICK_MS as u64));
+        }
+        while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
+            if n == 0 {
+                break;
+            }
+        }
+        if shared.stopped.load(Ordering::SeqCst) {
+            break;
+        }
+        shared.run(|eng, sh| {
+            eng.process_connect_results();
+            for (fd, target) in fds.iter().zip(targets.iter()) {
+                let rev = fd.revents();
+                if rev == 0 {
+                    continue;
+                }
+                match target {
+                    Target::Wake => {}
+                    Target::Listener(id) => eng.accept_incoming(*id),
+                    Target::Conn(t) => {
+                        if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+                            eng.read_conn(sh, *t, &mut buf);
+                        }
+                        if rev & POLLOUT != 0 {
+                            eng.try_write(*t);
+                        }
+                    }
+                }
+            }
+            eng.check_deadlines();
+            // Wake-ups requested by our own work are already served by the next iteration.
+            eng.wake_needed = false;
+        });
+    }
+}

@@ -1,0 +1,401 @@
+//! Two IAs on 127.0.0.1 in one process, driven through the core: connection management, data
+//! transfer, remote access enforcement, and failures. Waits use a generous timeout only as a
+//! hang guard; readiness is always an event, never a sleep.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpStream};
+use std::sync::Arc;
+
+use crate::backend::Sge;
+use crate::core::consts::{close_flags, dto_op, dto_status, ep_state, event_number, evd_flags, mem_priv};
+use crate::core::cr::Cr;
+use crate::core::ep::{Ep, RemoteBuffer};
+use crate::core::error::{ErrorType, SubType};
+use crate::core::evd::{Event, EventData, Evd};
+use crate::core::handle::{self, Handle};
+use crate::core::ia::Ia;
+use crate::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
+use crate::core::pz::Pz;
+use crate::core::rmr::Rmr;
+use crate::core::sp::Sp;
+
+const GUARD_US: u32 = 20_000_000;
+
+/// Memory the transport writes behind Rust's back: accessed only through its raw pointer.
+struct Buffer {
+    mem: Box<[u8]>,
+    ptr: *mut u8,
+}
+
+impl Buffer {
+    fn new(len: usize) -> Buffer {
+        let mut mem = vec![0u8; len].into_boxed_slice();
+        let ptr = mem.as_mut_ptr();
+        Buffer { mem, ptr }
+    }
+    fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+    fn len(&self) -> usize {
+        self.mem.len()
+    }
+    fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len());
+        let mut out = vec![0u8; len];
+        // SAFETY: in bounds of our allocation; the transport is quiescent for this range once
+        // the completion we waited for was delivered.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), len) };
+        out
+    }
+    fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len());
+        // SAFETY: in bounds; no transfer targets this range while the test writes it.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+    }
+}
+
+struct Side {
+    ia: Arc<Ia>,
+    pz: Arc<Pz>,
+    dto: Arc<Evd>,
+    conn: Arc<Evd>,
+    cr: Arc<Evd>,
+    ep: Arc<Ep>,
+    buf: Buffer,
+    lmr: Arc<Lmr>,
+}
+
+impl Side {
+    fn new(name: &str, privileges: u32) -> Side {
+        let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(16)).expect("open IA");
+        let pz = Pz::create(&ia).expect("pz");
+        let dto = Evd::create(&ia, 64, None, evd_flags::DTO | evd_flags::RMR_BIND).expect("dto evd");
+        let conn = Evd::create(&ia, 16, None, evd_flags::CONNECTION).expect("conn evd");
+        let cr = Evd::create(&ia, 16, None, evd_flags::CR).expect("cr evd");
+        let ep = Ep::create(&ia, Some(pz.clone()), Some(dto.clone()), Some(dto.clone()), Some(conn.clone()), None, None)
+            .expect("ep");
+        let buf = Buffer::new(4096);
+        let lmr = Lmr::create(
+            &ia,
+            LmrRegion::Virtual { address: buf.addr(), length: buf.len() as u64 },
+            &pz,
+            privileges,
+            VA_TYPE_VA,
+        )
+        .expect("lmr");
+        Side { ia, pz, dto, conn, cr, ep, buf, lmr }
+    }
+
+    fn seg(&self, off: usize, len: u32) -> Sge {
+        Sge { addr: self.buf.addr() + off as u64, length: len, lkey: self.lmr.lmr_context() }
+    }
+
+    fn remote(&self, off: usize, len: u32) -> RemoteBuffer {
+        RemoteBuffer { address: self.buf.addr() + off as u64, length: len, rmr_context: self.lmr.rmr_context() }
+    }
+}
+
+fn next(evd: &Evd) -> Event {
+    evd.wait(GUARD_US, 1).expect("event before the hang guard").0
+}
+
+fn dto(ev: &Event) -> (u64, u32, u32, u32) {
+    match ev.data {
+        EventData::Dto { cookie, status, transferred, op, .. } => (cookie, status, transferred, op),
+        ref other => panic!("expected a DTO completion, got {:?} ({:#x})", other, ev.number),
+    }
+}
+
+/// Connects client to server through a PSP, with private data both ways.
+fn connect_pair(server: &Side, client: &Side) -> Arc<Sp> {
+    let (psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"hello", 0, 0).expect("connect");
+    let ev = next(&server.cr);
+    assert_eq!(ev.number, event_number::CONNECTION_REQUEST);
+    let EventData::CrArrival { cr, conn_qual, sp, .. } = ev.data else { panic!("not a CR arrival") };
+    assert_eq!((conn_qual, sp), (port, psp.handle()));
+    let cr: Arc<Cr> = handle::cr(cr).expect("live CR");
+    assert_eq!(&*cr.query().private_data, b"hello");
+    cr.accept(Some(&server.ep), b"welcome").expect("accept");
+    assert!(handle::cr(cr.handle()).is_err(), "accept consumes the CR");
+    let ev = next(&server.conn);
+    assert_eq!(ev.number, event_number::CONNECTION_ESTABLISHED);
+    let ev = next(&client.conn);
+    assert_eq!(ev.number, event_number::CONNECTION_ESTABLISHED);
+    match ev.data {
+        EventData::Connection { ep, private_data } => {
+            assert_eq!(ep, client.ep.handle());
+            assert_eq!(&*private_data, b"welcome");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(client.ep.state(), ep_state::CONNECTED);
+    assert_eq!(server.ep.state(), ep_state::CONNECTED);
+    psp
+}
+
+fn close(sides: &[&Side]) {
+    for s in sides {
+        s.ia.close(close_flags::ABRUPT).expect("close IA");
+    }
+}
+
+#[test]
+fn send_and_receive_with_multi_segment_iovs() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    server.ep.post_recv(&[server.seg(0, 8), server.seg(100, 56)], 11, 0).expect("recv");
+    server.ep.post_recv(&[server.seg(200, 16)], 12, 0).expect("recv for empty message");
+    let _psp = connect_pair(&server, &client);
+
+    client.buf.write(0, b"0123456789abcdefghij");
+    client.ep.post_send(&[client.seg(0, 5), client.seg(5, 15)], 21, 0).expect("send");
+    client.ep.post_send(&[], 22, 0).expect("zero-length send");
+
+    assert_eq!(dto(&next(&server.dto)), (11, dto_status::SUCCESS, 20, dto_op::RECEIVE));
+    assert_eq!(server.buf.read(0, 8), b"01234567");
+    assert_eq!(server.buf.read(100, 12), b"89abcdefghij");
+    assert_eq!(server.buf.read(112, 4), vec![0u8; 4], "nothing past the message");
+    assert_eq!(dto(&next(&server.dto)), (12, dto_status::SUCCESS, 0, dto_op::RECEIVE));
+    assert_eq!(dto(&next(&client.dto)), (21, dto_status::SUCCESS, 20, dto_op::SEND));
+    assert_eq!(dto(&next(&client.dto)), (22, dto_status::SUCCESS, 0, dto_op::SEND));
+
+    // A send posted before its receive waits for it (no loss, in order).
+    client.ep.post_send(&[client.seg(0, 4)], 23, 0).expect("send early");
+    client.ep.post_send(&[client.seg(4, 4)], 24, 0).expect("send early 2");
+    server.ep.post_recv(&[server.seg(300, 4)], 13, 0).expect("late recv");
+    server.ep.post_recv(&[server.seg(304, 4)], 14, 0).expect("late recv 2");
+    assert_eq!(dto(&next(&server.dto)), (13, dto_status::SUCCESS, 4, dto_op::RECEIVE));
+    assert_eq!(dto(&next(&server.dto)), (14, dto_status::SUCCESS, 4, dto_op::RECEIVE));
+    assert_eq!(server.buf.read(300, 8), b"01234567");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+
+    // SUPPRESS: a successful completion is not reported.
+    server.ep.post_recv(&[server.seg(400, 8)], 15, 0).expect("recv");
+    client.ep.post_send(&[client.seg(0, 8)], 25, 1).expect("suppressed send");
+    assert_eq!(dto(&next(&server.dto)).0, 15);
+    client.ep.post_send(&[], 26, 0).expect("marker send");
+    server.ep.post_recv(&[], 16, 0).expect("recv marker");
+    assert_eq!(dto(&next(&client.dto)).0, 26, "suppressed completion must not appear");
+    close(&[&client, &server]);
+}
+
+#[test]
+fn rdma_write_and_read_are_served_by_the_target() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    server.buf.write(1000, b"server-owned bytes");
+
+    client.buf.write(0, b"written by the client");
+    client.ep.post_rdma_write(&[client.seg(0, 10), client.seg(10, 11)], 1, server.remote(2000, 21), 0).expect("write");
+    assert_eq!(dto(&next(&client.dto)), (1, dto_status::SUCCESS, 21, dto_op::RDMA_WRITE));
+    assert_eq!(server.buf.read(2000, 21), b"written by the client");
+
+    // Read fills front segments completely.
+    client.ep.post_rdma_read(&[client.seg(500, 6), client.seg(600, 100)], 2, server.remote(1000, 18), 0).expect("read");
+    assert_eq!(dto(&next(&client.dto)), (2, dto_status::SUCCESS, 18, dto_op::RDMA_READ));
+    assert_eq!(client.buf.read(500, 6), b"server");
+    assert_eq!(client.buf.read(600, 12), b"-owned bytes");
+    assert_eq!(client.buf.read(612, 4), vec![0u8; 4]);
+
+    // Local buffer too small for the remote buffer: synchronous LENGTH_ERROR.
+    let e = client.ep.post_rdma_read(&[client.seg(0, 4)], 3, server.remote(0, 8), 0).err().expect("too small");
+    assert_eq!(e.kind, ErrorType::LengthError);
+    // The server application called nothing: its DTO EVD saw nothing.
+    assert_eq!(server.dto.dequeue().err().expect("no target events").kind, ErrorType::QueueEmpty);
+    close(&[&client, &server]);
+}
+
+#[test]
+fn remote_access_violation_breaks_the_connection() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    server.buf.write(0, &[7u8; 64]);
+
+    let mut bad = server.remote(0, 16);
+    bad.rmr_context ^= 0x0100;
+    client.ep.post_rdma_write(&[client.seg(0, 16)], 1, bad, 0).expect("post with a bad rkey");
+    client.ep.post_rdma_write(&[client.seg(0, 16)], 2, server.remote(0, 16), 0).expect("post behind it");
+    assert_eq!(dto(&next(&client.dto)), (1, dto_status::REMOTE_ACCESS, 0, dto_op::RDMA_WRITE));
+    assert_eq!(dto(&next(&client.dto)), (2, dto_status::FLUSHED, 0, dto_op::RDMA_WRITE));
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(next(&server.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(server.buf.read(0, 64), vec![7u8; 64], "target memory untouched");
+    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+
+    // Posts on a DISCONNECTED EP succeed and are flushed at once.
+    client.ep.post_send(&[client.seg(0, 8)], 3, 0).expect("post while disconnected");
+    assert_eq!(dto(&next(&client.dto)), (3, dto_status::FLUSHED, 0, dto_op::SEND));
+    client.ep.reset().expect("reset");
+    assert_eq!(client.ep.state(), ep_state::UNCONNECTED);
+    close(&[&client, &server]);
+}
+
+#[test]
+fn out_of_range_and_missing_privilege_are_refused_by_the_target() {
+    // The target's LMR grants remote read only.
+    let server = Side::new("srv", mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    client.ep.post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0).expect("post out of range");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+
+    let server2 = Side::new("srv2", mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ);
+    let client2 = Side::new("cli2", mem_priv::ALL);
+    let _psp2 = connect_pair(&server2, &client2);
+    client2.ep.post_rdma_write(&[client2.seg(0, 8)], 2, server2.remote(0, 8), 0).expect("post write");
+    assert_eq!(dto(&next(&client2.dto)).1, dto_status::REMOTE_ACCESS);
+    assert_eq!(server2.buf.read(0, 8), vec![0u8; 8]);
+    close(&[&client, &server, &client2, &server2]);
+}
+
+#[test]
+fn graceful_disconnect_flushes_receives() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    server.ep.post_recv(&[server.seg(0, 64)], 9, 0).expect("recv");
+    client.ep.disconnect(close_flags::GRACEFUL).expect("disconnect");
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_DISCONNECTED);
+    assert_eq!(next(&server.conn).number, event_number::CONNECTION_DISCONNECTED);
+    assert_eq!(dto(&next(&server.dto)), (9, dto_status::FLUSHED, 0, dto_op::RECEIVE));
+    assert_eq!(server.ep.state(), ep_state::DISCONNECTED);
+    client.ep.disconnect(close_flags::GRACEFUL).expect("disconnect again is a no-op");
+    close(&[&client, &server]);
+}
+
+#[test]
+fn peer_that_vanishes_gives_broken_and_flushes() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    client.ep.post_recv(&[client.seg(0, 64)], 5, 0).expect("recv");
+    client.ep.post_rdma_read(&[client.seg(100, 8)], 6, server.remote(0, 8), 0).expect("read");
+    // The read may complete before the peer goes; either way nothing is lost.
+    server.ia.close(close_flags::ABRUPT).expect("server vanishes");
+    let mut saw_recv = false;
+    let mut saw_conn = false;
+    while !(saw_recv && saw_conn) {
+        let ev = next(&client.dto);
+        let (cookie, status, _, _) = dto(&ev);
+        if cookie == 5 {
+            assert_eq!(status, dto_status::FLUSHED);
+            saw_recv = true;
+        }
+        if !saw_conn {
+            if let Ok(c) = client.conn.dequeue() {
+                assert!(matches!(
+                    c.number,
+                    event_number::CONNECTION_BROKEN | event_number::CONNECTION_DISCONNECTED
+                ));
+                saw_conn = true;
+            } else if saw_recv {
+                let c = next(&client.conn);
+                assert!(matches!(
+                    c.number,
+                    event_number::CONNECTION_BROKEN | event_number::CONNECTION_DISCONNECTED
+                ));
+                saw_conn = true;
+            }
+        }
+    }
+    close(&[&client]);
+}
+
+#[test]
+fn reject_and_unreachable_ports() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let (psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"let me in", 0, 0).expect("connect");
+    let EventData::CrArrival { cr, .. } = next(&server.cr).data else { panic!("no CR") };
+    handle::cr(cr).expect("cr").reject(b"go away").expect("reject");
+    let ev = next(&client.conn);
+    assert_eq!(ev.number, event_number::CONNECTION_PEER_REJECTED);
+    assert!(matches!(ev.data, EventData::Connection { ref private_data, .. } if &**private_data == b"go away"));
+    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    client.ep.reset().expect("reset");
+
+    // Nobody listens on a port we just released.
+    psp.free().expect("free psp");
+    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0).expect("connect");
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_NON_PEER_REJECTED);
+
+    // Connect is refused synchronously outside UNCONNECTED.
+    let e = client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0).err().expect("disconnected");
+    assert_eq!((e.kind, e.sub), (ErrorType::InvalidState, SubType::EpDisconnected));
+    close(&[&client, &server]);
+}
+
+#[test]
+fn garbled_peer_breaks_only_its_own_connection() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let (_psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    let mut garbage = TcpStream::connect((Ipv4Addr::LOCALHOST, port as u16)).expect("raw connect");
+    garbage.write_all(&[0xffu8; 64]).expect("send garbage");
+    // A huge declared length must not be honoured either.
+    let mut hostile = TcpStream::connect((Ipv4Addr::LOCALHOST, port as u16)).expect("raw connect");
+    let mut h = super::wire::handshake(super::wire::Kind::Hello);
+    h.payload_len = u32::MAX;
+    hostile.write_all(&h.encode()).expect("send header");
+
+    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"real", 0, 0).expect("connect");
+    let ev = next(&server.cr);
+    let EventData::CrArrival { cr, .. } = ev.data else { panic!("no CR") };
+    let cr = handle::cr(cr).expect("cr");
+    assert_eq!(&*cr.query().private_data, b"real", "only the real client became a request");
+    cr.accept(Some(&server.ep), b"").expect("accept");
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_ESTABLISHED);
+    assert_eq!(next(&server.conn).number, event_number::CONNECTION_ESTABLISHED);
+    server.ep.post_recv(&[server.seg(0, 8)], 1, 0).expect("recv");
+    client.ep.post_send(&[client.seg(0, 8)], 2, 0).expect("send");
+    assert_eq!(dto(&next(&server.dto)).1, dto_status::SUCCESS);
+    drop(garbage);
+    drop(hostile);
+    close(&[&client, &server]);
+}
+
+#[test]
+fn rmr_bind_exposes_part_of_an_lmr() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let rmr = Rmr::create(&server.pz).expect("rmr");
+    let ctx = rmr
+        .bind(
+            Some(&server.lmr),
+            (server.buf.addr() + 1024, 256, server.lmr.lmr_context()),
+            mem_priv::REMOTE_WRITE,
+            VA_TYPE_VA,
+            &server.ep,
+            99,
+            0,
+        )
+        .expect("bind");
+    let ev = next(&server.dto);
+    assert_eq!(ev.number, event_number::RMR_BIND_COMPLETION);
+    assert_eq!(ev.data, EventData::RmrBind { rmr: rmr.handle(), cookie: 99, status: 0 });
+    assert_eq!(rmr.query().rmr_context, ctx);
+    assert_eq!(server.lmr.free().err().expect("lmr bound by an rmr").sub, SubType::LmrInUse);
+
+    client.buf.write(0, b"through a window");
+    let window = RemoteBuffer { address: server.buf.addr() + 1024, length: 16, rmr_context: ctx };
+    client.ep.post_rdma_write(&[client.seg(0, 16)], 1, window, 0).expect("write via rmr");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(server.buf.read(1024, 16), b"through a window");
+
+    // Outside the window (but inside the LMR) is a violation.
+    let outside = RemoteBuffer { address: server.buf.addr(), length: 16, rmr_context: ctx };
+    client.ep.post_rdma_write(&[client.seg(0, 16)], 2, outside, 0).expect("post");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
+    assert_eq!(server.buf.read(0, 16), vec![0u8; 16]);
+    rmr.free().expect("free rmr");
+    server.lmr.free().expect("lmr free once unbound");
+    let _ = Handle::NULL;
+    close(&[&client, &server]);
+}
