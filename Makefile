@@ -22,9 +22,16 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # library (ABI comparison, third-party provider), and the conformance suite.
 TEST_DEBS   := gcc make pkg-config python3 libdapl-dev libdapl2 dapl2-utils
 
-.PHONY: all libs header test test-rust test-c deps install uninstall clean
+.PHONY: all libs tools header test test-rust test-c deps install uninstall clean
 
-all: libs
+all: libs tools
+
+tools: $(BUILD)/bin/datinfo
+
+$(BUILD)/bin/datinfo: FORCE
+	$(CARGO) build $(CARGO_FLAGS) -p udapl-tools --bin datinfo
+	@mkdir -p $(BUILD)/bin
+	cp $(TARGET)/datinfo $@
 
 libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdaplrs.so.2
 
@@ -95,6 +102,9 @@ test-c: all
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(SYSCONFDIR)
 	install -m 0755 $(LIB)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so.2
+	install -m 0755 $(LIB)/libdaplrs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs.so.2
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BUILD)/bin/datinfo $(DESTDIR)$(PREFIX)/bin/datinfo
 	ln -sf libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
 	install -m 0644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
@@ -102,7 +112,8 @@ install: all
 	install -m 0644 dat.conf $(DESTDIR)$(SYSCONFDIR)/dat.conf.udapl-rs.example
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so $(DESTDIR)$(LIBDIR)/libdaplrs.so.2
+	rm -f $(DESTDIR)$(PREFIX)/bin/datinfo
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat2/,$(notdir $(wildcard include/dat2/*.h)))
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat2
 	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc $(DESTDIR)$(SYSCONFDIR)/dat.conf.udapl-rs.example

@@ -211,9 +211,19 @@ pub fn static_entries() -> Vec<ConfEntry> {
     reg.entries().iter().filter(|e| e.user_api && e.is_default).cloned().collect()
 }
 
+/// Why the last provider load failed, for tools (datinfo) that report it.
+static LAST_LOAD_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Takes the reason the last provider load failed, if one did since the
+/// last call.
+pub fn take_load_failure() -> Option<String> {
+    LAST_LOAD_FAILURE.lock().take()
+}
+
 /// One line on stderr, even with logging off: OFED is silent when a
 /// provider cannot be loaded, and users are left guessing why.
 fn warn_load_failure(entry: &ConfEntry, what: &str) {
+    *LAST_LOAD_FAILURE.lock() = Some(format!("provider library '{}': {}", entry.library, what));
     eprintln!(
         "libdat2: warning: dat.conf entry '{}' ({}): provider library '{}': {}",
         entry.ia_name, entry.origin, entry.library, what

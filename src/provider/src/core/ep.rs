@@ -569,14 +569,18 @@ impl Ep {
 
     /// dat_ep_reset: DISCONNECTED (or UNCONNECTED) -> UNCONNECTED with empty queues.
     pub fn reset(&self) -> DatResult<()> {
-        let mut i = self.inner.lock();
-        match i.state {
-            ep_state::DISCONNECTED | ep_state::UNCONNECTED => {}
-            s => return Err(state_error(s)),
-        }
-        if let Some(qp) = &i.qp {
+        let qp = {
+            let i = self.inner.lock();
+            match i.state {
+                ep_state::DISCONNECTED | ep_state::UNCONNECTED => {}
+                s => return Err(state_error(s)),
+            }
+            i.qp.clone()
+        };
+        if let Some(qp) = &qp {
             qp.reset()?;
         }
+        let mut i = self.inner.lock();
         i.state = ep_state::UNCONNECTED;
         i.remote = None;
         i.peer_private_data = Arc::from(Vec::new());
@@ -995,30 +999,38 @@ impl Ep {
         Ok(())
     }
 
+    /// Tears the EP down. The EP lock is never held across backend calls: those deliver
+    /// connection events synchronously, and the event path takes the EP lock.
     pub(crate) fn destroy(&self) {
-        let mut i = self.inner.lock();
-        if i.freed {
-            return;
-        }
-        i.freed = true;
-        if let Some(qp) = i.qp.take() {
-            if matches!(
+        let (qp, was_connecting) = {
+            let mut i = self.inner.lock();
+            if i.freed {
+                return;
+            }
+            i.freed = true;
+            let was = matches!(
                 i.state,
                 ep_state::CONNECTED
                     | ep_state::ACTIVE_CONNECTION_PENDING
                     | ep_state::PASSIVE_CONNECTION_PENDING
                     | ep_state::DISCONNECT_PENDING
-            ) {
+            );
+            // A freed EP reports no more connection events.
+            i.state = ep_state::DISCONNECTED;
+            (i.qp.take(), was)
+        };
+        if let Some(qp) = qp {
+            self.ia.eps_by_qp.lock().remove(&qp.qp_num());
+            if was_connecting {
                 let _ = self.ia.device().disconnect(&qp, true);
             }
             qp.destroy();
-            // Drain what the flush produced while the EVDs still belong to us.
-            for evd in [&i.request_evd, &i.recv_evd].into_iter().flatten() {
-                evd.drain_cq();
-            }
-            self.ia.eps_by_qp.lock().remove(&qp.qp_num());
         }
-        i.state = ep_state::DISCONNECTED;
+        let mut i = self.inner.lock();
+        // Deliver what the flush produced while the EVDs are still ours.
+        for evd in [&i.request_evd, &i.recv_evd].into_iter().flatten() {
+            evd.drain_cq();
+        }
         if let Some(p) = i.pz.take() {
             p.users.release();
         }
