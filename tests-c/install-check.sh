@@ -33,8 +33,9 @@ C
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 if cc "$prefix/consumer.c" -o "$prefix/consumer" $(pkg-config --cflags --libs dat2) -Wl,-rpath,"$prefix/lib"; then
 	ok
-	if DAT_OVERRIDE=/dev/null "$prefix/consumer"; then ok; else bad "installed consumer failed"; fi
-	ldd "$prefix/consumer" | grep -q "$prefix/lib/libdat2.so.2" && ok || bad "consumer did not link the installed libdat2"
+	# as installed: no LD_LIBRARY_PATH pointing into the build tree
+	if env -u LD_LIBRARY_PATH DAT_OVERRIDE=/dev/null "$prefix/consumer"; then ok; else bad "installed consumer failed"; fi
+	env -u LD_LIBRARY_PATH ldd "$prefix/consumer" | grep -q "$prefix/lib/libdat2.so.2" && ok || bad "consumer did not link the installed libdat2"
 else
 	bad "consumer does not build with pkg-config"
 fi

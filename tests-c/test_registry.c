@@ -185,18 +185,20 @@ static void registry_and_dispatch(void)
 	DAT_CONTEXT ctx;
 	DAT_IA_ATTR attr;
 	DAT_COUNT count = -1;
-	DAT_PROVIDER_INFO infos[8], *list[8];
+	DAT_PROVIDER_INFO infos[16], *list[16];
 	char err[2048];
 	DAT_RETURN rc;
 	int sum = 0;
 
 	/* dat.conf as the registry sees it */
 	CHECK_RC(dat_registry_list_providers(0, &count, NULL), DAT_SUCCESS);
-	CHECK(count == 8, "dat_registry_list_providers counted %d entries, want 8", count);
-	for (int i = 0; i < 8; i++)
+	CHECK(count == 9, "dat_registry_list_providers counted %d entries, want 9", count);
+	for (int i = 0; i < 16; i++)
 		list[i] = &infos[i];
-	CHECK_RC(dat_registry_list_providers(8, &count, list), DAT_SUCCESS);
-	CHECK(count == 8 && strcmp(infos[0].ia_name, "mock") == 0 && infos[0].dapl_version_major == 2 &&
+	CHECK_RC(dat_registry_list_providers(2, &count, list), DAT_SUCCESS);
+	CHECK(count == 2, "at most max_to_return entries: %d", count);
+	CHECK_RC(dat_registry_list_providers(16, &count, list), DAT_SUCCESS);
+	CHECK(count == 9 && strcmp(infos[0].ia_name, "mock") == 0 && infos[0].dapl_version_major == 2 &&
 		      infos[0].is_thread_safe == DAT_FALSE,
 	      "first entry %s %u", infos[0].ia_name, infos[0].dapl_version_major);
 
