@@ -131,7 +131,7 @@ impl Cr {
             self.req,
             self.private_data.to_vec(),
             self.remote,
-            SocketAddrV4::new(self.sp.ia().address(), target.conn_qual() as u16),
+            SocketAddrV4::new(self.sp.ia().address(), target.port()),
         );
         Ok(())
     }

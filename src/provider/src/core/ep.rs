@@ -65,6 +65,26 @@ impl EpAttr {
         }
     }
 
+    /// Zero sizes and IOV lengths mean "the provider's default": OFED's
+    /// provider reads them so, and its tools (dtest, dtestcm) create EPs
+    /// from a zeroed DAT_EP_ATTR that sets only what they care about.
+    pub fn with_defaults_for_zero(mut self, dev: &DeviceAttr) -> EpAttr {
+        let d = EpAttr::defaults(dev);
+        for (field, default) in [
+            (&mut self.max_message_size, d.max_message_size),
+            (&mut self.max_rdma_size, d.max_rdma_size),
+            (&mut self.max_recv_iov, d.max_recv_iov),
+            (&mut self.max_request_iov, d.max_request_iov),
+            (&mut self.max_rdma_read_iov, d.max_rdma_read_iov),
+            (&mut self.max_rdma_write_iov, d.max_rdma_write_iov),
+        ] {
+            if *field == 0 {
+                *field = default;
+            }
+        }
+        self
+    }
+
     /// Checks the attributes against the device; `arg` is their C argument position.
     pub fn validate(&self, dev: &DeviceAttr, arg: u32) -> DatResult<()> {
         let bad = self.service_type != 0
@@ -209,7 +229,7 @@ impl Ep {
         let attr = match attr {
             Some(a) => {
                 a.validate(&dev, attr_arg)?;
-                a
+                a.with_defaults_for_zero(&dev)
             }
             None => EpAttr::defaults(&dev),
         };
@@ -220,10 +240,13 @@ impl Ep {
             SubType::InvalidHandleEvdRequest,
         )?;
         check_evd_role(&connect_evd, evd_flags::CONNECTION, SubType::InvalidHandleEvdConn)?;
+        // DTO EVDs are fed by the device's completion queues, so they must
+        // belong to this IA. A connection EVD is a software queue: OFED's
+        // provider lets EPs of several IAs share one, and dapltest's limit
+        // test does exactly that, so it may come from another IA.
         for (e, bad) in [
             (&recv_evd, SubType::InvalidHandleEvdRecv),
             (&request_evd, SubType::InvalidHandleEvdRequest),
-            (&connect_evd, SubType::InvalidHandleEvdConn),
         ] {
             if let Some(e) = e {
                 if !Arc::ptr_eq(e.ia(), ia) {
@@ -483,10 +506,7 @@ impl Ep {
         flags: u32,
     ) -> DatResult<()> {
         self.ia.check_open()?;
-        let port = u16::try_from(conn_qual).map_err(|_| DatError::invalid_arg(3))?;
-        if port == 0 {
-            return Err(DatError::invalid_arg(3));
-        }
+        let port = super::sp::port_of_conn_qual(conn_qual).ok_or(DatError::invalid_arg(3))?;
         if private_data.len() > self.ia.device().attr().max_private_data as usize {
             return Err(DatError::invalid_arg(5));
         }
@@ -767,7 +787,15 @@ impl Ep {
             if !lmr.contains(seg.addr, u64::from(seg.length)) {
                 return Err(DatError::invalid_arg(iov_arg));
             }
-            if lmr.privileges() & need == 0 {
+            // Local write privilege implies local read, as on every RDMA NIC
+            // (verbs has no local-read flag): OFED's dtest sends from an LMR
+            // registered with DAT_MEM_PRIV_LOCAL_WRITE_FLAG alone.
+            let granted = if need == mem_priv::LOCAL_READ {
+                lmr.privileges() & (mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE)
+            } else {
+                lmr.privileges() & need
+            };
+            if granted == 0 {
                 return Err(DatError::new(
                     ErrorType::PrivilegesViolation,
                     if need == mem_priv::LOCAL_READ {
@@ -829,9 +857,13 @@ impl Ep {
 
     /// dat_ep_post_send (C positions: num_segments 2, local_iov 3, cookie 4, flags 5).
     pub fn post_send(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
-        let (pz, attr) = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
+        let (pz, _) = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
-        if total > u64::from(attr.max_message_size) {
+        // Transfers are bounded by the IA's limits; an EP's max_message_size
+        // and max_rdma_size are kept and reported but, as in OFED's
+        // provider, not enforced (dtest writes 4 MiB through an EP that
+        // says 64 KiB).
+        if total > u64::from(self.ia.device().attr().max_msg_size) {
             return Err(DatError::length());
         }
         self.post_tracked(
@@ -862,9 +894,9 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let (pz, attr) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
+        let (pz, _) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
-        if total > u64::from(attr.max_rdma_size) || total > u64::from(remote.length) {
+        if total > u64::from(self.ia.device().attr().max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
         self.post_tracked(
@@ -894,10 +926,10 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let (pz, attr) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
+        let (pz, _) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
         let want = u64::from(remote.length);
-        if want > u64::from(attr.max_rdma_size) || total < want {
+        if want > u64::from(self.ia.device().attr().max_rdma_size) || total < want {
             return Err(DatError::length());
         }
         // Only as much of the IOV as the remote buffer fills: front segments completely.

@@ -95,8 +95,10 @@ impl Lmr {
             LmrRegion::Virtual { address, length } => (*address, *length, 0),
             LmrRegion::Lmr(other) => (other.mr.addr(), other.mr.length(), 1),
         };
+        // An empty region is a length error (DAT_LENGTH_ERROR), as dapltest's
+        // "register memory with size 0" case and OFED's provider have it.
         if length == 0 {
-            return Err(DatError::invalid_arg(4));
+            return Err(DatError::length());
         }
         if address == 0 || address.checked_add(length).is_none() {
             return Err(DatError::invalid_arg(3));

@@ -39,8 +39,25 @@ pub struct Sp {
     evd: Arc<Evd>,
     flags: u32,
     listener: Arc<dyn Listener>,
+    /// The conn_qual as the consumer gave it (the picked port for
+    /// dat_psp_create_any); the listener's port may be its folded form.
+    conn_qual: u64,
     ep: Option<Arc<Ep>>,
     freed: Mutex<bool>,
+}
+
+/// The TCP port a conn_qual means. DAT conn_quals are 64-bit; those above
+/// 65535 are folded into 33534..=65534 exactly as OFED's rdma_cm provider
+/// folds them, so both agree on where a large conn_qual listens (dapltest's
+/// limit test uses 0xAffab1e + n). Zero is no port.
+pub fn port_of_conn_qual(conn_qual: u64) -> Option<u16> {
+    const MODULUS: u64 = 32001;
+    const BASE: u64 = 65535 - MODULUS;
+    match conn_qual {
+        0 => None,
+        1..=0xffff => Some(conn_qual as u16),
+        _ => Some((conn_qual % MODULUS + BASE) as u16),
+    }
 }
 
 impl Sp {
@@ -57,10 +74,7 @@ impl Sp {
             return Err(DatError::invalid_handle(SubType::InvalidHandleEvdCr));
         }
         let port = match conn_qual {
-            Some(q) => match u16::try_from(q) {
-                Ok(p) if p != 0 => p,
-                _ => return Err(DatError::invalid_arg(2)),
-            },
+            Some(q) => port_of_conn_qual(q).ok_or(DatError::invalid_arg(2))?,
             None => 0,
         };
         if !evd.users.acquire() {
@@ -88,6 +102,7 @@ impl Sp {
             ia: ia.clone(),
             evd: evd.clone(),
             flags,
+            conn_qual: conn_qual.unwrap_or_else(|| u64::from(listener.port())),
             listener,
             ep,
             freed: Mutex::new(false),
@@ -128,7 +143,11 @@ impl Sp {
         self.kind
     }
     pub fn conn_qual(&self) -> u64 {
-        u64::from(self.listener.port())
+        self.conn_qual
+    }
+    /// The TCP port this service point listens on.
+    pub fn port(&self) -> u16 {
+        self.listener.port()
     }
     pub fn ia(&self) -> &Arc<Ia> {
         &self.ia

@@ -326,8 +326,8 @@ fn lmr_contexts_are_unique_and_queryable() {
         Lmr::create(&ia, LmrRegion::Virtual { address: a.as_mut_ptr() as u64, length: 0 }, &pz, mem_priv::ALL, VA_TYPE_VA)
             .err()
             .expect("zero length")
-            .sub,
-        SubType::InvalidArg4
+            .kind,
+        ErrorType::LengthError
     );
     assert_eq!(
         Lmr::create(&ia, LmrRegion::Virtual { address: a.as_mut_ptr() as u64, length: 8 }, &pz, 0x400, VA_TYPE_VA)
@@ -362,7 +362,9 @@ fn service_points_and_conn_quals() {
     assert_eq!(psp.query().conn_qual, port);
     let e = Sp::create_psp(&ia, port, &cr_evd, 0).err().expect("port taken");
     assert_eq!(e.kind, ErrorType::ConnQualInUse);
-    assert_eq!(Sp::create_psp(&ia, 70_000, &cr_evd, 0).err().expect("not a port").sub, SubType::InvalidArg2);
+    assert_eq!(Sp::create_psp(&ia, 0, &cr_evd, 0).err().expect("not a port").sub, SubType::InvalidArg2);
+    assert_eq!(super::sp::port_of_conn_qual(80), Some(80));
+    assert!(super::sp::port_of_conn_qual(0xAffab1e).map(|p| p > 33000).unwrap_or(false));
     assert_eq!(cr_evd.free().err().expect("evd used by psp").sub, SubType::EvdInUse);
 
     let pz = Pz::create(&ia).expect("pz");
