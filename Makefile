@@ -19,8 +19,9 @@ TARGET      := target/$(PROFILE)
 CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 
 # Debian packages `make test` needs: the C toolchain, OFED's headers and
-# library (ABI comparison, third-party provider), and the conformance suite.
-TEST_DEBS   := gcc make pkg-config python3 libdapl-dev libdapl2 dapl2-utils
+# library (ABI comparison, third-party provider), the conformance suite, and
+# iproute2 for the two-host test in network namespaces.
+TEST_DEBS   := gcc make pkg-config python3 iproute2 libdapl-dev libdapl2 dapl2-utils
 
 .PHONY: all libs tools header test test-rust test-c deps install uninstall clean
 

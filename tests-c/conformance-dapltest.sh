@@ -66,9 +66,36 @@ start_server() {
 }
 
 client() {
-	local name=$1; shift
-	local log="$out/$name.log"
-	if ours_env timeout 120 "$@" > "$log" 2>&1; then ok; else bad "$name: exit $? (see $log)"; fi
+	local envf=$1 name=$2; shift 2
+	local log="$out/$envf-$name.log"
+	if $envf timeout 120 "$@" > "$log" 2>&1; then ok; else bad "$envf $name: exit $? (see $log)"; fi
+}
+
+# The dapltest server and every client line of the conformance set, then
+# dtest and dtestcm, all through the libdat2 that ENVF selects.
+transactions() {
+	local envf=$1
+	if start_server "$out/$envf-dapltest-server.log" "Service Point Ready" $envf timeout 300 dapltest -T S -D $ia; then
+		client $envf T-SR dapltest -T T -s $addr -D $ia -i 100 -t 1 -w 1 client SR 256 1 server SR 256 1
+		client $envf T-SR-validate dapltest -T T -s $addr -D $ia -i 100 -t 1 -w 1 -V -P client SR 1024 -f server SR 1536 2 -f
+		client $envf T-RW-RR dapltest -T T -P -t 1 -w 1 -i 4096 -s $addr -D $ia client RW 4096 1 server RW 2048 4 \
+			server RR 1024 1 client RR 2048 1 client SR 1024 3 -f server SR 256 3 -f
+		client $envf T-4x4 dapltest -T T -s $addr -D $ia -i 4096 -t 4 -w 4 client SR 8192 3 server SR 8192 3
+		client $envf T-4x4-validate dapltest -T T -s $addr -D $ia -i 256 -t 4 -w 4 -V client SR 8192 3 server SR 8192 3
+		client $envf P-RW dapltest -T P -s $addr -D $ia -i 2048 -m b RW 4096 2
+		client $envf P-RR dapltest -T P -s $addr -D $ia -i 4096 RR 32768 1
+		client $envf Q dapltest -T Q -s $addr -D $ia
+		if wait $server_pid; then ok; else bad "$envf dapltest server exit status (see $out/$envf-dapltest-server.log)"; fi
+	fi
+
+	local t
+	for t in dtest dtestcm; do
+		if start_server "$out/$envf-$t-server.log" "Waiting for connect request\|listening\|waiting" $envf timeout 120 $t -P $ia -s; then
+			client $envf "$t-client" $t -P $ia -h $addr
+			if wait $server_pid && ! grep -q FAILED "$out/$envf-$t-server.log"; then ok; else bad "$envf $t server (see $out/$envf-$t-server.log)"; fi
+			grep -q FAILED "$out/$envf-$t-client.log" && bad "$envf $t client reported FAILED (see $out/$envf-$t-client.log)"
+		fi
+	done
 }
 
 if [ "$which" = ours ] || [ "$which" = all ]; then
@@ -84,26 +111,7 @@ if [ "$which" = ours ] || [ "$which" = all ]; then
 		bad "dapltest -T L: $(grep -Em1 "$limit_errors" "$log") (see $log)"
 	fi
 
-	if start_server "$out/dapltest-server.log" "Service Point Ready" ours_env timeout 300 dapltest -T S -D $ia; then
-		client T-SR dapltest -T T -s $addr -D $ia -i 100 -t 1 -w 1 client SR 256 1 server SR 256 1
-		client T-SR-validate dapltest -T T -s $addr -D $ia -i 100 -t 1 -w 1 -V -P client SR 1024 -f server SR 1536 2 -f
-		client T-RW-RR dapltest -T T -P -t 1 -w 1 -i 4096 -s $addr -D $ia client RW 4096 1 server RW 2048 4 \
-			server RR 1024 1 client RR 2048 1 client SR 1024 3 -f server SR 256 3 -f
-		client T-4x4 dapltest -T T -s $addr -D $ia -i 4096 -t 4 -w 4 client SR 8192 3 server SR 8192 3
-		client T-4x4-validate dapltest -T T -s $addr -D $ia -i 256 -t 4 -w 4 -V client SR 8192 3 server SR 8192 3
-		client P-RW dapltest -T P -s $addr -D $ia -i 2048 -m b RW 4096 2
-		client P-RR dapltest -T P -s $addr -D $ia -i 4096 RR 32768 1
-		client Q dapltest -T Q -s $addr -D $ia
-		if wait $server_pid; then ok; else bad "dapltest server exit status (see $out/dapltest-server.log)"; fi
-	fi
-
-	for t in dtest dtestcm; do
-		if start_server "$out/$t-server.log" "Waiting for connect request\|listening\|waiting" ours_env timeout 120 $t -P $ia -s; then
-			client "$t-client" $t -P $ia -h $addr
-			if wait $server_pid && ! grep -q FAILED "$out/$t-server.log"; then ok; else bad "$t server (see $out/$t-server.log)"; fi
-			grep -q FAILED "$out/$t-client.log" && bad "$t client reported FAILED (see $out/$t-client.log)"
-		fi
-	done
+	transactions ours_env
 fi
 
 if [ "$which" = ofed ] || [ "$which" = all ]; then
@@ -112,5 +120,6 @@ if [ "$which" = ofed ] || [ "$which" = all ]; then
 	# handle) by dereferencing the small integer IA handle and crashes
 	# before any provider is called; cases up to 12 are checked.
 	fft ofed_env queryinfo 12
+	transactions ofed_env
 fi
 echo "conformance-dapltest: $passed passed, $failed failed"
