@@ -19,6 +19,6 @@ CONF
 out=$(DAT_OVERRIDE="$conf" "$top/build/bin/datinfo" 2>&1); rc=$?
 expect "$out" "cannot load: provider library 'libdaplrs-missing.so.2': libdaplrs-missing.so.2: cannot open shared object file"
 expect "$out" "rs-nosuchif"
-expect "$out" "nosuchif0"
+expect "$out" "interface nosuchif0 does not exist or has no IPv4 address"
 [ $rc -ne 0 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "datinfo-check: exit status 0 despite failing entries"; }
 echo "datinfo-check: $passed passed, $failed failed"

@@ -32,7 +32,8 @@ pub(crate) unsafe extern "C" fn open(
         let (ia, evd) = Ia::open(&name, &params, want_async).map_err(|e| {
             // Say why, once, even with logging off: "no such interface" is
             // the first thing a new user of "tcp eth0" needs to know.
-            eprintln!("daplrs: cannot open IA '{name}' with ia_params \"{params}\": {e}");
+            let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
+            eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
             e
         })?;
         if let Some(evd) = evd {

@@ -308,3 +308,16 @@ pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
         _ => Err(DatError::new(ErrorType::ProviderNotFound, SubType::ResourceDevice)),
     }
 }
+
+/// Why `ia_params` name no usable device, in words (None when they do):
+/// what `datinfo` and the provider's one-line warning tell a user whose
+/// dat.conf says "tcp eth7".
+pub fn diagnose(ia_params: &str) -> Option<String> {
+    let mut words = ia_params.split_whitespace();
+    match (words.next().unwrap_or("tcp"), words.next().unwrap_or("lo")) {
+        ("tcp", target) => tcp::resolve_address(target).err(),
+        (other, _) => Some(format!(
+            "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 address>\")"
+        )),
+    }
+}
