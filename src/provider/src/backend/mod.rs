@@ -55,8 +55,14 @@ pub struct Sge {
 
 pub enum SendOp {
     Send,
-    RdmaWrite { remote_addr: u64, rkey: u32 },
-    RdmaRead { remote_addr: u64, rkey: u32 },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
     /// Bind (or, with length 0, unbind) a memory window to a range of a memory region.
     /// The window's rkey becomes `new_rkey` once the bind completes in order.
     BindMw {
@@ -245,16 +251,34 @@ pub enum CmEvent {
         local: SocketAddrV4,
     },
     /// The QP is connected; for the active side `private_data` is the peer's accept data.
-    Established { qp_num: u32, private_data: Vec<u8> },
-    Rejected { qp_num: u32, private_data: Vec<u8>, by_peer: bool },
-    Unreachable { qp_num: u32 },
-    TimedOut { qp_num: u32 },
+    Established {
+        qp_num: u32,
+        private_data: Vec<u8>,
+    },
+    Rejected {
+        qp_num: u32,
+        private_data: Vec<u8>,
+        by_peer: bool,
+    },
+    Unreachable {
+        qp_num: u32,
+    },
+    TimedOut {
+        qp_num: u32,
+    },
     /// Orderly disconnect (either side asked).
-    Disconnected { qp_num: u32 },
+    Disconnected {
+        qp_num: u32,
+    },
     /// The connection failed (peer vanished, protocol error, remote access violation).
-    Broken { qp_num: u32 },
+    Broken {
+        qp_num: u32,
+    },
     /// A request disappeared (requester gave up) before it was accepted or rejected.
-    RequestCancelled { listener: u64, req: ConnRequestId },
+    RequestCancelled {
+        listener: u64,
+        req: ConnRequestId,
+    },
 }
 
 pub type CmHandler = Arc<dyn Fn(CmEvent) + Send + Sync>;
@@ -285,8 +309,12 @@ pub trait Device: Send + Sync {
         private_data: &[u8],
         timeout: Option<Duration>,
     ) -> DatResult<()>;
-    fn accept(&self, req: ConnRequestId, qp: &Arc<dyn QueuePair>, private_data: &[u8])
-        -> DatResult<()>;
+    fn accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> DatResult<()>;
     fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()>;
     /// Graceful: queued sends complete first, then the peer is told. Abrupt: flush now.
     fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()>;
@@ -305,7 +333,10 @@ pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
             let device = tcp::TcpDevice::open(target)?;
             Ok(device)
         }
-        _ => Err(DatError::new(ErrorType::ProviderNotFound, SubType::ResourceDevice)),
+        _ => Err(DatError::new(
+            ErrorType::ProviderNotFound,
+            SubType::ResourceDevice,
+        )),
     }
 }
 

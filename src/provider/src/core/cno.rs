@@ -54,15 +54,23 @@ impl Cno {
         agent_words: (u64, u64),
     ) -> DatResult<Arc<Cno>> {
         ia.check_open()?;
-        let (fd_read, fd_write) = UnixStream::pair()
-            .map_err(|_| DatError::resources(SubType::ResourceMemory))?;
-        fd_read.set_nonblocking(true).map_err(|_| DatError::internal())?;
-        fd_write.set_nonblocking(true).map_err(|_| DatError::internal())?;
+        let (fd_read, fd_write) =
+            UnixStream::pair().map_err(|_| DatError::resources(SubType::ResourceMemory))?;
+        fd_read
+            .set_nonblocking(true)
+            .map_err(|_| DatError::internal())?;
+        fd_write
+            .set_nonblocking(true)
+            .map_err(|_| DatError::internal())?;
         let reservation = handle::reserve(HandleKind::Cno);
         let cno = Arc::new(Cno {
             handle: reservation.handle(),
             ia: ia.clone(),
-            state: Mutex::new(CnoState { agent, agent_words, ..Default::default() }),
+            state: Mutex::new(CnoState {
+                agent,
+                agent_words,
+                ..Default::default()
+            }),
             cond: Condvar::new(),
             fd_read,
             fd_write,
@@ -82,7 +90,10 @@ impl Cno {
     }
 
     pub fn query(&self) -> CnoParam {
-        CnoParam { ia: self.ia.handle(), agent_words: self.state.lock().agent_words }
+        CnoParam {
+            ia: self.ia.handle(),
+            agent_words: self.state.lock().agent_words,
+        }
     }
 
     /// dat_cno_modify_agent.
@@ -92,8 +103,9 @@ impl Cno {
         s.agent_words = agent_words;
     }
 
-    /// Called by an EVD that received an event while enabled and not waited on.
-    pub(crate) fn trigger(&self, evd: Handle) {
+    /// Called by an EVD that received an event while enabled and not waited on; also
+    /// dat_cno_trigger (with the EVD the consumer names, or NULL).
+    pub fn trigger(&self, evd: Handle) {
         let agent = {
             let mut s = self.state.lock();
             if s.freed {

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::consts::{completion_flags, dto_op, ep_state, event_number, evd_flags, mem_priv};
+use super::consts::{completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv};
 use super::error::{DatError, DatResult, ErrorType, SubType};
-use super::evd::{Event, EventData, Evd};
+use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
@@ -239,7 +239,11 @@ impl Ep {
             evd_flags::DTO | evd_flags::RMR_BIND,
             SubType::InvalidHandleEvdRequest,
         )?;
-        check_evd_role(&connect_evd, evd_flags::CONNECTION, SubType::InvalidHandleEvdConn)?;
+        check_evd_role(
+            &connect_evd,
+            evd_flags::CONNECTION,
+            SubType::InvalidHandleEvdConn,
+        )?;
         // DTO EVDs are fed by the device's completion queues, so they must
         // belong to this IA. A connection EVD is a software queue: OFED's
         // provider lets EPs of several IAs share one, and dapltest's limit
@@ -303,8 +307,11 @@ impl Ep {
             },
             None => (None, None),
         };
-        let state =
-            if pz.is_some() { ep_state::UNCONNECTED } else { ep_state::UNCONFIGURED_UNCONNECTED };
+        let state = if pz.is_some() {
+            ep_state::UNCONNECTED
+        } else {
+            ep_state::UNCONFIGURED_UNCONNECTED
+        };
         let reservation = handle::reserve(HandleKind::Ep);
         let ep = Arc::new(Ep {
             handle: reservation.handle(),
@@ -351,7 +358,11 @@ impl Ep {
     }
 
     pub(crate) fn pz_or_err(&self) -> DatResult<Arc<Pz>> {
-        self.inner.lock().pz.clone().ok_or(DatError::invalid_state(SubType::EpUnconfigured))
+        self.inner
+            .lock()
+            .pz
+            .clone()
+            .ok_or(DatError::invalid_state(SubType::EpUnconfigured))
     }
 
     pub(crate) fn qp(&self) -> Option<Arc<dyn QueuePair>> {
@@ -370,9 +381,21 @@ impl Ep {
             remote_address: i.remote.map(|a| *a.ip()),
             remote_port: i.remote.map(|a| u64::from(a.port())).unwrap_or(0),
             pz: i.pz.as_ref().map(|p| p.handle()).unwrap_or(Handle::NULL),
-            recv_evd: i.recv_evd.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
-            request_evd: i.request_evd.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
-            connect_evd: i.connect_evd.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+            recv_evd: i
+                .recv_evd
+                .as_ref()
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL),
+            request_evd: i
+                .request_evd
+                .as_ref()
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL),
+            connect_evd: i
+                .connect_evd
+                .as_ref()
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL),
             srq: i.srq.as_ref().map(|s| s.handle()).unwrap_or(Handle::NULL),
             attr: i.attr,
         }
@@ -386,7 +409,7 @@ impl Ep {
     }
 
     /// dat_ep_modify: only while not connected (UNCONNECTED or an UNCONFIGURED state).
-    pub fn modify(&self, change: EpModify) -> DatResult<()> {
+    pub fn modify(self: &Arc<Self>, change: EpModify) -> DatResult<()> {
         let mut i = self.inner.lock();
         match i.state {
             ep_state::UNCONNECTED
@@ -401,7 +424,11 @@ impl Ep {
             a.validate(&dev, 3)?;
         }
         if let Some(Some(e)) = &change.recv_evd {
-            check_evd_role(&Some(e.clone()), evd_flags::DTO, SubType::InvalidHandleEvdRecv)?;
+            check_evd_role(
+                &Some(e.clone()),
+                evd_flags::DTO,
+                SubType::InvalidHandleEvdRecv,
+            )?;
         }
         if let Some(Some(e)) = &change.request_evd {
             check_evd_role(
@@ -411,12 +438,25 @@ impl Ep {
             )?;
         }
         if let Some(Some(e)) = &change.connect_evd {
-            check_evd_role(&Some(e.clone()), evd_flags::CONNECTION, SubType::InvalidHandleEvdConn)?;
+            check_evd_role(
+                &Some(e.clone()),
+                evd_flags::CONNECTION,
+                SubType::InvalidHandleEvdConn,
+            )?;
         }
         let pz = change.pz.clone().or_else(|| i.pz.clone());
-        let recv_evd = change.recv_evd.clone().unwrap_or_else(|| i.recv_evd.clone());
-        let request_evd = change.request_evd.clone().unwrap_or_else(|| i.request_evd.clone());
-        let connect_evd = change.connect_evd.clone().unwrap_or_else(|| i.connect_evd.clone());
+        let recv_evd = change
+            .recv_evd
+            .clone()
+            .unwrap_or_else(|| i.recv_evd.clone());
+        let request_evd = change
+            .request_evd
+            .clone()
+            .unwrap_or_else(|| i.request_evd.clone());
+        let connect_evd = change
+            .connect_evd
+            .clone()
+            .unwrap_or_else(|| i.connect_evd.clone());
         let attr = change.attr.unwrap_or(i.attr);
 
         // Acquire the new uses first so a failure leaves the EP unchanged.
@@ -482,11 +522,18 @@ impl Ep {
         i.connect_evd = connect_evd;
         i.attr = attr;
         if let Some((qp, sink)) = rebuilt {
-            self.ia.eps_by_qp.lock().insert(qp.qp_num(), weak_of(&self.ia, self.handle));
+            self.ia
+                .eps_by_qp
+                .lock()
+                .insert(qp.qp_num(), Arc::downgrade(self));
             i.qp = Some(qp);
             i.sink_cq = sink;
             if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
                 i.state = ep_state::UNCONNECTED;
+            }
+            // A provider-created EP configured by its consumer can now be accepted on.
+            if i.state == ep_state::UNCONFIGURED_TENTATIVE {
+                i.state = ep_state::TENTATIVE_CONNECTION_PENDING;
             }
         }
         Ok(())
@@ -521,7 +568,9 @@ impl Ep {
             if i.connect_evd.is_none() {
                 return Err(DatError::invalid_handle(SubType::InvalidHandleEvdConn));
             }
-            let qp = i.qp.clone().ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+            let qp =
+                i.qp.clone()
+                    .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
             i.state = ep_state::ACTIVE_CONNECTION_PENDING;
             i.remote = Some(SocketAddrV4::new(remote, port));
             qp
@@ -532,7 +581,9 @@ impl Ep {
             Some(Duration::from_micros(u64::from(timeout_us)))
         };
         let result =
-            self.ia.device().connect(&qp, SocketAddrV4::new(remote, port), private_data, timeout);
+            self.ia
+                .device()
+                .connect(&qp, SocketAddrV4::new(remote, port), private_data, timeout);
         if let Err(e) = result {
             let mut i = self.inner.lock();
             if i.state == ep_state::ACTIVE_CONNECTION_PENDING {
@@ -557,9 +608,17 @@ impl Ep {
             if d.state != ep_state::CONNECTED {
                 return Err(state_error(d.state));
             }
-            d.remote.ok_or(DatError::invalid_state(SubType::EpUnconnected))?
+            d.remote
+                .ok_or(DatError::invalid_state(SubType::EpUnconnected))?
         };
-        self.connect(*remote.ip(), u64::from(remote.port()), timeout_us, private_data, qos, 0)
+        self.connect(
+            *remote.ip(),
+            u64::from(remote.port()),
+            timeout_us,
+            private_data,
+            qos,
+            0,
+        )
     }
 
     /// dat_ep_disconnect. Completion is the DISCONNECTED event on the connect EVD.
@@ -622,7 +681,10 @@ impl Ep {
     pub(crate) fn unreserve(&self, sp: Handle) {
         let mut i = self.inner.lock();
         if i.reserved_by == sp
-            && matches!(i.state, ep_state::RESERVED | ep_state::TENTATIVE_CONNECTION_PENDING)
+            && matches!(
+                i.state,
+                ep_state::RESERVED | ep_state::TENTATIVE_CONNECTION_PENDING
+            )
         {
             i.state = ep_state::UNCONNECTED;
             i.reserved_by = Handle::NULL;
@@ -630,6 +692,16 @@ impl Ep {
     }
 
     /// A request arrived on this EP's RSP: RESERVED -> TENTATIVE_CONNECTION_PENDING.
+    /// A PSP with DAT_PSP_PROVIDER_FLAG created this EP (no PZ yet) for a request:
+    /// UNCONFIGURED_UNCONNECTED -> UNCONFIGURED_TENTATIVE.
+    pub(crate) fn make_provider_tentative(&self, private_data: &[u8]) {
+        let mut i = self.inner.lock();
+        if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
+            i.state = ep_state::UNCONFIGURED_TENTATIVE;
+            i.peer_private_data = Arc::from(private_data.to_vec());
+        }
+    }
+
     pub(crate) fn make_tentative(&self, private_data: &[u8]) -> bool {
         let mut i = self.inner.lock();
         if i.state != ep_state::RESERVED {
@@ -654,7 +726,9 @@ impl Ep {
         if i.connect_evd.is_none() {
             return Err(DatError::invalid_handle(SubType::InvalidHandleEvdConn));
         }
-        let qp = i.qp.clone().ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        let qp =
+            i.qp.clone()
+                .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         i.state = ep_state::PASSIVE_CONNECTION_PENDING;
         i.remote = Some(remote);
         i.peer_private_data = Arc::from(private_data.to_vec());
@@ -676,7 +750,10 @@ impl Ep {
             evd.push_provider(Event {
                 number,
                 evd: evd.handle(),
-                data: EventData::Connection { ep: self.handle, private_data: pd },
+                data: EventData::Connection {
+                    ep: self.handle,
+                    private_data: pd,
+                },
             });
         }
     }
@@ -719,7 +796,10 @@ impl Ep {
             if !private_data.is_empty() {
                 i.peer_private_data = Arc::from(private_data);
             }
-            (i.connect_evd.clone().map(|e| (e, number)), i.peer_private_data.clone())
+            (
+                i.connect_evd.clone().map(|e| (e, number)),
+                i.peer_private_data.clone(),
+            )
         };
         if let Some((evd, number)) = evd {
             self.post_connection_event(Some(evd), number, pd);
@@ -766,14 +846,17 @@ impl Ep {
             if seg.length == 0 {
                 continue;
             }
-            let lmr = lmrs.get(&seg.lkey).and_then(|w| w.upgrade()).ok_or(DatError::new(
-                ErrorType::PrivilegesViolation,
-                if need == mem_priv::LOCAL_READ {
-                    SubType::PrivilegesRead
-                } else {
-                    SubType::PrivilegesWrite
-                },
-            ))?;
+            let lmr = lmrs
+                .get(&seg.lkey)
+                .and_then(|w| w.upgrade())
+                .ok_or(DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                ))?;
             if !Arc::ptr_eq(lmr.pz(), pz) {
                 return Err(DatError::new(
                     ErrorType::ProtectionViolation,
@@ -813,7 +896,9 @@ impl Ep {
 
     /// Posts a send-queue request with its tracking entry.
     pub(crate) fn post_tracked(&self, mut wr: SendWr, pending: PendingDto) -> DatResult<()> {
-        let qp = self.qp().ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        let qp = self
+            .qp()
+            .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         let wr_id = self.ia.track(pending);
         wr.wr_id = wr_id;
         if let Err(e) = qp.post_send(wr) {
@@ -896,13 +981,18 @@ impl Ep {
     ) -> DatResult<()> {
         let (pz, _) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
-        if total > u64::from(self.ia.device().attr().max_rdma_size) || total > u64::from(remote.length) {
+        if total > u64::from(self.ia.device().attr().max_rdma_size)
+            || total > u64::from(remote.length)
+        {
             return Err(DatError::length());
         }
         self.post_tracked(
             SendWr {
                 wr_id: 0,
-                op: SendOp::RdmaWrite { remote_addr: remote.address, rkey: remote.rmr_context },
+                op: SendOp::RdmaWrite {
+                    remote_addr: remote.address,
+                    rkey: remote.rmr_context,
+                },
                 sgl,
                 signaled: true,
                 solicited: false,
@@ -940,13 +1030,20 @@ impl Ep {
                 break;
             }
             let take = u64::from(seg.length).min(left);
-            trimmed.push(Sge { addr: seg.addr, length: take as u32, lkey: seg.lkey });
+            trimmed.push(Sge {
+                addr: seg.addr,
+                length: take as u32,
+                lkey: seg.lkey,
+            });
             left -= take;
         }
         self.post_tracked(
             SendWr {
                 wr_id: 0,
-                op: SendOp::RdmaRead { remote_addr: remote.address, rkey: remote.rmr_context },
+                op: SendOp::RdmaRead {
+                    remote_addr: remote.address,
+                    rkey: remote.rmr_context,
+                },
                 sgl: trimmed,
                 signaled: true,
                 solicited: false,
@@ -1075,13 +1172,8 @@ impl Ep {
     }
 }
 
-fn weak_of(ia: &Arc<Ia>, h: Handle) -> std::sync::Weak<Ep> {
-    let _ = ia;
-    match handle::ep(h) {
-        Ok(ep) => Arc::downgrade(&ep),
-        Err(_) => std::sync::Weak::new(),
-    }
-}
+/// The private CQ standing in for a NULL EVD, if one was needed.
+type SinkCq = Option<Arc<dyn CompletionQueue>>;
 
 /// Creates the QP of an EP: CQs of its EVDs (or a private sink CQ for a missing one).
 fn build_qp(
@@ -1091,7 +1183,7 @@ fn build_qp(
     request_evd: &Option<Arc<Evd>>,
     srq: &Option<Arc<Srq>>,
     attr: &EpAttr,
-) -> DatResult<(Arc<dyn QueuePair>, Option<Arc<dyn CompletionQueue>>)> {
+) -> DatResult<(Arc<dyn QueuePair>, SinkCq)> {
     let dev = ia.device();
     let mut sink: Option<Arc<dyn CompletionQueue>> = None;
     let mut cq_for = |evd: &Option<Arc<Evd>>| -> DatResult<Arc<dyn CompletionQueue>> {
@@ -1106,7 +1198,9 @@ fn build_qp(
         let weak_ia = Arc::downgrade(ia);
         let weak_cq = Arc::downgrade(&s);
         s.set_notify(Some(Arc::new(move || {
-            let (Some(ia), Some(cq)) = (weak_ia.upgrade(), weak_cq.upgrade()) else { return };
+            let (Some(ia), Some(cq)) = (weak_ia.upgrade(), weak_cq.upgrade()) else {
+                return;
+            };
             let mut batch = Vec::new();
             while cq.poll(64, &mut batch) > 0 {
                 for wc in batch.drain(..) {
@@ -1127,7 +1221,10 @@ fn build_qp(
         cap: QpCap {
             max_send_wr: attr.max_request_dtos.max(1),
             max_recv_wr: attr.max_recv_dtos,
-            max_send_sge: attr.max_request_iov.max(attr.max_rdma_read_iov).max(attr.max_rdma_write_iov),
+            max_send_sge: attr
+                .max_request_iov
+                .max(attr.max_rdma_read_iov)
+                .max(attr.max_rdma_write_iov),
             max_recv_sge: attr.max_recv_iov,
             max_rd_atomic: attr.max_rdma_read_out,
             max_inline: 0,

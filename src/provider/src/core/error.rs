@@ -262,17 +262,29 @@ mod tests {
 
     #[test]
     fn codes_match_the_dat2_dump() {
-        assert_eq!(DatError::invalid_handle(SubType::InvalidHandleEp).code(), 0x8005_000c);
-        assert_eq!(DatError::invalid_handle(SubType::InvalidHandleIa).code(), 0x8005_000b);
+        assert_eq!(
+            DatError::invalid_handle(SubType::InvalidHandleEp).code(),
+            0x8005_000c
+        );
+        assert_eq!(
+            DatError::invalid_handle(SubType::InvalidHandleIa).code(),
+            0x8005_000b
+        );
         assert_eq!(DatError::invalid_arg(2).code(), 0x8006_0026);
-        assert_eq!(DatError::invalid_state(SubType::EpDisconnected).code(), 0x8007_0034);
+        assert_eq!(
+            DatError::invalid_state(SubType::EpDisconnected).code(),
+            0x8007_0034
+        );
         assert_eq!(
             DatError::new(ErrorType::ProviderNotFound, SubType::NameNotRegistered).code(),
             0x800a_0064
         );
         assert_eq!(DatError::queue_empty().code(), 0x800d_0000);
         assert_eq!(DatError::timeout().code(), 0x800f_0000);
-        assert_eq!(DatError::resources(SubType::ResourceMemory).code(), 0x8003_0002);
+        assert_eq!(
+            DatError::resources(SubType::ResourceMemory).code(),
+            0x8003_0002
+        );
         assert_eq!(SubType::InvalidHandle1 as u16, 27);
         assert_eq!(SubType::InvalidArg1 as u16, 37);
         assert_eq!(SubType::EpUnconfTentative as u16, 66);

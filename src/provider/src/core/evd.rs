@@ -14,7 +14,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::{Condvar, Mutex};
 
 use super::cno::{deadline_from, Cno};
-use super::consts::{event_number, evd_flags, evd_state};
+use super::consts::{evd_flags, evd_state, event_number};
 use super::error::{DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
@@ -189,8 +189,15 @@ impl Evd {
         EvdParam {
             ia: self.ia.handle(),
             qlen: s.qlen,
-            state: (if s.enabled { evd_state::ENABLED } else { evd_state::DISABLED })
-                | (if s.waitable { evd_state::WAITABLE } else { evd_state::UNWAITABLE }),
+            state: (if s.enabled {
+                evd_state::ENABLED
+            } else {
+                evd_state::DISABLED
+            }) | (if s.waitable {
+                evd_state::WAITABLE
+            } else {
+                evd_state::UNWAITABLE
+            }),
             cno: s.cno.as_ref().map(|c| c.handle()).unwrap_or(Handle::NULL),
             flags: self.flags,
         }
@@ -200,6 +207,11 @@ impl Evd {
     pub fn len(&self) -> usize {
         self.drain_cq();
         self.state.lock().queue.len()
+    }
+
+    /// Whether a thread is blocked in `wait` (DAT allows one waiter).
+    pub fn has_waiter(&self) -> bool {
+        self.state.lock().waiter
     }
 
     pub fn is_empty(&self) -> bool {
@@ -245,7 +257,8 @@ impl Evd {
         }
         if overflow_now {
             log::warn!("EVD {:?} overflowed its queue length", self.handle);
-            self.ia.post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
+            self.ia
+                .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
         }
     }
 
@@ -329,9 +342,7 @@ impl Evd {
             match deadline {
                 None => self.cond.wait(&mut s),
                 Some(d) => {
-                    if self.cond.wait_until(&mut s, d).timed_out()
-                        && s.queue.len() < s.threshold
-                    {
+                    if self.cond.wait_until(&mut s, d).timed_out() && s.queue.len() < s.threshold {
                         break Err(DatError::timeout());
                     }
                 }

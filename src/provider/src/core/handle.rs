@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use super::consts::handle_type;
 use super::cno::Cno;
+use super::consts::handle_type;
 use super::cr::Cr;
 use super::ep::Ep;
 use super::error::{DatError, DatResult, SubType};
@@ -221,7 +221,14 @@ impl Reservation {
         header_of(self.handle)
             .tag
             .store(TAG_LIVE | self.kind.dat_type(), Ordering::SeqCst);
-        t.live.insert(self.handle.0, Entry { object, owner, consumer_context: 0 });
+        t.live.insert(
+            self.handle.0,
+            Entry {
+                object,
+                owner,
+                consumer_context: 0,
+            },
+        );
         self.committed = true;
         self.handle
     }
@@ -253,13 +260,18 @@ pub fn reserve(kind: HandleKind) -> Reservation {
     } else {
         new_header(&mut t)
     };
-    header
-        .provider
-        .store(PROVIDER.load(Ordering::SeqCst) as *mut c_void, Ordering::SeqCst);
+    header.provider.store(
+        PROVIDER.load(Ordering::SeqCst) as *mut c_void,
+        Ordering::SeqCst,
+    );
     header.tag.store(TAG_DEAD, Ordering::SeqCst);
     let handle = Handle(header as *const HandleHeader as usize);
     t.reserved.insert(handle.0, kind);
-    Reservation { handle, kind, committed: false }
+    Reservation {
+        handle,
+        kind,
+        committed: false,
+    }
 }
 
 fn new_header(t: &mut Table) -> &'static HandleHeader {

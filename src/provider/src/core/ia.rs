@@ -9,10 +9,10 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::consts::{close_flags, dto_status, event_number, evd_flags};
+use super::consts::{close_flags, dto_status, evd_flags, event_number};
 use super::ep::Ep;
 use super::error::{DatError, DatResult, SubType};
-use super::evd::{Event, EventData, Evd};
+use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::lmr::Lmr;
 use super::rmr::Rmr;
@@ -143,13 +143,19 @@ impl Ia {
 
     /// The async EVD, if the IA has one.
     pub fn async_evd(&self) -> Option<Arc<Evd>> {
-        self.async_evd.lock().as_ref().and_then(|(w, _)| w.upgrade())
+        self.async_evd
+            .lock()
+            .as_ref()
+            .and_then(|(w, _)| w.upgrade())
     }
 
     /// Makes a consumer-created ASYNC EVD the IA's async EVD if it has none.
     pub(crate) fn adopt_async_evd(&self, evd: &Arc<Evd>) {
         let mut slot = self.async_evd.lock();
-        let has_live = slot.as_ref().map(|(w, _)| w.strong_count() > 0).unwrap_or(false);
+        let has_live = slot
+            .as_ref()
+            .map(|(w, _)| w.strong_count() > 0)
+            .unwrap_or(false);
         if !has_live {
             *slot = Some((Arc::downgrade(evd), false));
         }
@@ -176,7 +182,10 @@ impl Ia {
             evd.push_provider(Event {
                 number,
                 evd: evd.handle(),
-                data: EventData::Async { handle: object, reason: 0 },
+                data: EventData::Async {
+                    handle: object,
+                    reason: 0,
+                },
             });
         }
     }
@@ -280,7 +289,11 @@ impl Ia {
             return Some(Event {
                 number: event_number::RMR_BIND_COMPLETION,
                 evd,
-                data: EventData::RmrBind { rmr: rmr.handle(), cookie: pending.cookie, status },
+                data: EventData::RmrBind {
+                    rmr: rmr.handle(),
+                    cookie: pending.cookie,
+                    status,
+                },
             });
         }
         let ep = if pending.ep.is_null() {
@@ -293,7 +306,11 @@ impl Ia {
         } else {
             pending.ep
         };
-        let transferred = if status == dto_status::SUCCESS { wc.byte_len } else { 0 };
+        let transferred = if status == dto_status::SUCCESS {
+            wc.byte_len
+        } else {
+            0
+        };
         Some(Event {
             number: event_number::DTO_COMPLETION,
             evd,
@@ -317,8 +334,18 @@ impl Ia {
     fn on_cm_event(self: &Arc<Self>, ev: CmEvent) {
         log::debug!("IA {}: cm event {:?}", self.name, ev);
         match ev {
-            CmEvent::ConnectRequest { listener, req, private_data, remote, local } => {
-                let sp = self.sps_by_listener.lock().get(&listener).and_then(|w| w.upgrade());
+            CmEvent::ConnectRequest {
+                listener,
+                req,
+                private_data,
+                remote,
+                local,
+            } => {
+                let sp = self
+                    .sps_by_listener
+                    .lock()
+                    .get(&listener)
+                    .and_then(|w| w.upgrade());
                 match sp {
                     Some(sp) => sp.on_connect_request(req, private_data, remote, local),
                     None => {
@@ -327,12 +354,19 @@ impl Ia {
                 }
             }
             CmEvent::RequestCancelled { .. } => {}
-            CmEvent::Established { qp_num, private_data } => {
+            CmEvent::Established {
+                qp_num,
+                private_data,
+            } => {
                 if let Some(ep) = self.ep_by_qp(qp_num) {
                     ep.on_established(private_data);
                 }
             }
-            CmEvent::Rejected { qp_num, private_data, by_peer } => {
+            CmEvent::Rejected {
+                qp_num,
+                private_data,
+                by_peer,
+            } => {
                 if let Some(ep) = self.ep_by_qp(qp_num) {
                     let number = if by_peer {
                         event_number::CONNECTION_PEER_REJECTED

@@ -125,7 +125,9 @@ impl Lmr {
             va_type,
             users: UseCount::default(),
         });
-        ia.lmrs_by_context.lock().insert(lmr.mr.lkey(), Arc::downgrade(&lmr));
+        ia.lmrs_by_context
+            .lock()
+            .insert(lmr.mr.lkey(), Arc::downgrade(&lmr));
         reservation.commit(Object::Lmr(lmr.clone()), ia.handle());
         Ok(lmr)
     }
@@ -158,7 +160,9 @@ impl Lmr {
     /// Whether [addr, addr+len) lies inside the region.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let start = self.mr.addr();
-        let Some(end) = start.checked_add(self.mr.length()) else { return false };
+        let Some(end) = start.checked_add(self.mr.length()) else {
+            return false;
+        };
         match addr.checked_add(len) {
             Some(e) => addr >= start && e <= end,
             None => false,

@@ -17,5 +17,28 @@ pub mod rmr;
 pub mod sp;
 pub mod srq;
 
+/// Objects print as their kind and handle (their state lives behind locks).
+macro_rules! debug_by_handle {
+    ($($ty:ty),*) => {$(
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}({:#x})", stringify!($ty), self.handle().addr())
+            }
+        }
+    )*};
+}
+debug_by_handle!(
+    ia::Ia,
+    pz::Pz,
+    lmr::Lmr,
+    rmr::Rmr,
+    evd::Evd,
+    cno::Cno,
+    ep::Ep,
+    sp::Sp,
+    cr::Cr,
+    srq::Srq
+);
+
 #[cfg(test)]
 mod tests;

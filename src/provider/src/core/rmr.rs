@@ -111,8 +111,12 @@ impl Rmr {
         flags: u32,
     ) -> DatResult<u32> {
         let (address, length, lmr_context) = triplet;
-        if privileges & !(mem_priv::REMOTE_READ | mem_priv::REMOTE_WRITE | mem_priv::LOCAL_READ
-            | mem_priv::LOCAL_WRITE) != 0
+        if privileges
+            & !(mem_priv::REMOTE_READ
+                | mem_priv::REMOTE_WRITE
+                | mem_priv::LOCAL_READ
+                | mem_priv::LOCAL_WRITE)
+            != 0
         {
             return Err(DatError::invalid_arg(5));
         }
@@ -149,7 +153,10 @@ impl Rmr {
             }
             let lp = lmr.privileges();
             if privileges & mem_priv::REMOTE_READ != 0 && lp & mem_priv::LOCAL_READ == 0 {
-                return Err(DatError::new(ErrorType::PrivilegesViolation, SubType::PrivilegesRead));
+                return Err(DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    SubType::PrivilegesRead,
+                ));
             }
             if privileges & mem_priv::REMOTE_WRITE != 0 && lp & mem_priv::LOCAL_WRITE == 0 {
                 return Err(DatError::new(

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::consts::{event_number, evd_flags, psp_flags};
+use super::consts::{evd_flags, event_number, psp_flags};
 use super::cr::Cr;
 use super::ep::Ep;
 use super::error::{DatError, DatResult, ErrorType, SubType};
-use super::evd::{Event, EventData, Evd};
+use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::Ia;
 use crate::backend::{ConnRequestId, Listener};
@@ -87,7 +87,11 @@ impl Sp {
                 return Err(e);
             }
         };
-        let hk = if kind == SpKind::Psp { HandleKind::Psp } else { HandleKind::Rsp };
+        let hk = if kind == SpKind::Psp {
+            HandleKind::Psp
+        } else {
+            HandleKind::Rsp
+        };
         let reservation = handle::reserve(hk);
         if let Some(ep) = &ep {
             if let Err(e) = ep.reserve_for(reservation.handle()) {
@@ -107,14 +111,25 @@ impl Sp {
             ep,
             freed: Mutex::new(false),
         });
-        ia.sps_by_listener.lock().insert(sp.listener.id(), Arc::downgrade(&sp));
-        let obj = if kind == SpKind::Psp { Object::Psp(sp.clone()) } else { Object::Rsp(sp.clone()) };
+        ia.sps_by_listener
+            .lock()
+            .insert(sp.listener.id(), Arc::downgrade(&sp));
+        let obj = if kind == SpKind::Psp {
+            Object::Psp(sp.clone())
+        } else {
+            Object::Rsp(sp.clone())
+        };
         reservation.commit(obj, ia.handle());
         Ok(sp)
     }
 
     /// dat_psp_create. A conn_qual already in use gives DAT_CONN_QUAL_IN_USE.
-    pub fn create_psp(ia: &Arc<Ia>, conn_qual: u64, evd: &Arc<Evd>, flags: u32) -> DatResult<Arc<Sp>> {
+    pub fn create_psp(
+        ia: &Arc<Ia>,
+        conn_qual: u64,
+        evd: &Arc<Evd>,
+        flags: u32,
+    ) -> DatResult<Arc<Sp>> {
         if flags > psp_flags::PROVIDER {
             return Err(DatError::invalid_arg(4));
         }
@@ -132,7 +147,12 @@ impl Sp {
     }
 
     /// dat_rsp_create: reserves `ep` (which must be UNCONNECTED) for one request on `conn_qual`.
-    pub fn create_rsp(ia: &Arc<Ia>, conn_qual: u64, ep: &Arc<Ep>, evd: &Arc<Evd>) -> DatResult<Arc<Sp>> {
+    pub fn create_rsp(
+        ia: &Arc<Ia>,
+        conn_qual: u64,
+        ep: &Arc<Ep>,
+        evd: &Arc<Evd>,
+    ) -> DatResult<Arc<Sp>> {
         Sp::create(ia, SpKind::Rsp, Some(conn_qual), evd, 0, Some(ep.clone()))
     }
 
@@ -182,7 +202,29 @@ impl Sp {
                 return;
             }
         }
-        let cr = Cr::create(self, req, private_data, remote, self.ep.clone());
+        // DAT_PSP_PROVIDER_FLAG: the provider creates the EP (without PZ or EVDs; the consumer
+        // configures it with dat_ep_modify before accepting) and the CR names it.
+        let ep = match (&self.ep, self.kind, self.flags & psp_flags::PROVIDER != 0) {
+            (Some(ep), _, _) => Some(ep.clone()),
+            (None, SpKind::Psp, true) => {
+                match Ep::create(&self.ia, None, None, None, None, None, None) {
+                    Ok(ep) => {
+                        ep.make_provider_tentative(&private_data);
+                        Some(ep)
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "PSP {:?}: cannot create an EP for a request: {e}",
+                            self.handle
+                        );
+                        let _ = self.ia.device().reject(req, &[]);
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
+        let cr = Cr::create(self, req, private_data, remote, ep);
         self.evd.push_provider(Event {
             number: event_number::CONNECTION_REQUEST,
             evd: self.evd.handle(),
@@ -197,7 +239,11 @@ impl Sp {
 
     /// dat_psp_free / dat_rsp_free. Requests not yet accepted stay valid CRs.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        let hk = if self.kind == SpKind::Psp { HandleKind::Psp } else { HandleKind::Rsp };
+        let hk = if self.kind == SpKind::Psp {
+            HandleKind::Psp
+        } else {
+            HandleKind::Rsp
+        };
         handle::remove(self.handle, hk)?;
         self.destroy();
         Ok(())
@@ -221,10 +267,17 @@ impl Sp {
 
     /// Used by dat_cr_handoff: a live PSP of this IA on `conn_qual`.
     pub(crate) fn find_psp(ia: &Arc<Ia>, conn_qual: u64) -> DatResult<Arc<Sp>> {
-        let sps: Vec<Arc<Sp>> =
-            ia.sps_by_listener.lock().values().filter_map(|w| w.upgrade()).collect();
+        let sps: Vec<Arc<Sp>> = ia
+            .sps_by_listener
+            .lock()
+            .values()
+            .filter_map(|w| w.upgrade())
+            .collect();
         sps.into_iter()
             .find(|s| s.kind == SpKind::Psp && s.conn_qual() == conn_qual && !*s.freed.lock())
-            .ok_or(DatError::new(ErrorType::InvalidParameter, SubType::InvalidArg2))
+            .ok_or(DatError::new(
+                ErrorType::InvalidParameter,
+                SubType::InvalidArg2,
+            ))
     }
 }

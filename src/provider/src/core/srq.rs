@@ -8,7 +8,7 @@ use super::error::{DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
-use crate::backend::{RecvWr, SharedReceiveQueue, Sge};
+use crate::backend::{RecvWr, Sge, SharedReceiveQueue};
 
 /// DAT_SRQ_ATTR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +53,10 @@ impl Srq {
             return Err(DatError::invalid_arg(3));
         }
         pz.acquire()?;
-        let srq = match ia.device().create_srq(pz.pd(), attr.max_recv_dtos, attr.max_recv_iov) {
+        let srq = match ia
+            .device()
+            .create_srq(pz.pd(), attr.max_recv_dtos, attr.max_recv_iov)
+        {
             Ok(s) => s,
             Err(e) => {
                 pz.users.release();

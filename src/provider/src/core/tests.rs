@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cno::Cno;
-use super::consts::{close_flags, ep_state, event_number, evd_flags, handle_type, mem_priv};
+use super::consts::{close_flags, ep_state, evd_flags, event_number, handle_type, mem_priv};
 use super::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
 use super::error::{DatError, ErrorType, SubType};
-use super::evd::{EventData, Evd};
+use super::evd::{Evd, EventData};
 use super::handle::{self, Handle};
 use super::ia::Ia;
 use super::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
@@ -37,15 +37,18 @@ fn ia_reports_the_interface_address() {
     assert!(attr.max_eps > 0 && attr.max_evd_qlen > 0 && attr.max_message_size > 0);
     let (by_name, _) = Ia::open("by-name", "tcp lo", None).expect("open IA on interface lo");
     assert_eq!(by_name.address(), std::net::Ipv4Addr::LOCALHOST);
-    by_name.close(close_flags::GRACEFUL).expect("graceful close of an empty IA");
-    ia.close(close_flags::GRACEFUL).expect("graceful close with only the async EVD");
+    by_name
+        .close(close_flags::GRACEFUL)
+        .expect("graceful close of an empty IA");
+    ia.close(close_flags::GRACEFUL)
+        .expect("graceful close with only the async EVD");
 }
 
 #[test]
 fn unknown_interface_is_refused() {
-    let e = Ia::open("x", "tcp no-such-if0", None).err().expect("must fail");
+    let e = Ia::open("x", "tcp no-such-if0", None).expect_err("must fail");
     assert_eq!(e.kind, ErrorType::InsufficientResources);
-    let e = Ia::open("x", "ib0 0", None).err().expect("must fail");
+    let e = Ia::open("x", "ib0 0", None).expect_err("must fail");
     assert_eq!(e.kind, ErrorType::ProviderNotFound);
 }
 
@@ -58,23 +61,38 @@ fn freed_stale_and_wrong_type_handles_are_rejected() {
     assert!(Arc::ptr_eq(&handle::pz(pz_handle).expect("live pz"), &pz));
 
     // Wrong type: a PZ handle used as an EP gives INVALID_HANDLE_EP.
-    let e = handle::ep(pz_handle).err().expect("wrong type");
+    let e = handle::ep(pz_handle).expect_err("wrong type");
     assert_eq!(e.code(), 0x8005_000c);
     // NULL and a pointer we never handed out.
-    assert_eq!(kind(handle::lmr(Handle::NULL).err().expect("null")), (ErrorType::InvalidHandle, SubType::InvalidHandleLmr));
+    assert_eq!(
+        kind(handle::lmr(Handle::NULL).expect_err("null")),
+        (ErrorType::InvalidHandle, SubType::InvalidHandleLmr)
+    );
     let bogus = Handle::from_ptr(0x1234_5678 as *const std::ffi::c_void);
-    assert_eq!(handle::cno(bogus).err().expect("bogus").sub, SubType::InvalidHandleCno);
+    assert_eq!(
+        handle::cno(bogus).expect_err("bogus").sub,
+        SubType::InvalidHandleCno
+    );
 
     handle::set_consumer_context(pz_handle, 77).expect("set context");
     assert_eq!(handle::consumer_context(pz_handle), Ok(77));
 
     pz.free().expect("free pz");
-    assert_eq!(handle::pz(pz_handle).err().expect("freed").sub, SubType::InvalidHandlePz);
-    assert_eq!(pz.free().err().expect("double free").sub, SubType::InvalidHandlePz);
+    assert_eq!(
+        handle::pz(pz_handle).expect_err("freed").sub,
+        SubType::InvalidHandlePz
+    );
+    assert_eq!(
+        pz.free().expect_err("double free").sub,
+        SubType::InvalidHandlePz
+    );
     assert!(handle::handle_type(pz_handle).is_err());
     assert!(handle::consumer_context(pz_handle).is_err());
     ia.close(close_flags::ABRUPT).expect("close");
-    assert_eq!(handle::ia(ia.handle()).err().expect("closed ia").code(), 0x8005_000b);
+    assert_eq!(
+        handle::ia(ia.handle()).expect_err("closed ia").code(),
+        0x8005_000b
+    );
 }
 
 #[test]
@@ -82,15 +100,37 @@ fn in_use_rules() {
     let (ia, _) = open_ia();
     let pz = Pz::create(&ia).expect("pz");
     let cno = Cno::create(&ia, None, (0, 0)).expect("cno");
-    let evd = Evd::create(&ia, 16, Some(cno.clone()), evd_flags::DTO | evd_flags::CONNECTION)
-        .expect("evd");
-    let ep = Ep::create(&ia, Some(pz.clone()), Some(evd.clone()), Some(evd.clone()), Some(evd.clone()), None, None)
-        .expect("ep");
+    let evd = Evd::create(
+        &ia,
+        16,
+        Some(cno.clone()),
+        evd_flags::DTO | evd_flags::CONNECTION,
+    )
+    .expect("evd");
+    let ep = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        Some(evd.clone()),
+        Some(evd.clone()),
+        Some(evd.clone()),
+        None,
+        None,
+    )
+    .expect("ep");
 
-    assert_eq!(pz.free().err().expect("pz in use").code(), 0x8007_0053);
-    assert_eq!(kind(evd.free().err().expect("evd in use")), (ErrorType::InvalidState, SubType::EvdInUse));
-    assert_eq!(kind(cno.free().err().expect("cno in use")), (ErrorType::InvalidState, SubType::CnoInUse));
-    assert_eq!(kind(ia.close(close_flags::GRACEFUL).err().expect("ia in use")), (ErrorType::InvalidState, SubType::IaInUse));
+    assert_eq!(pz.free().expect_err("pz in use").code(), 0x8007_0053);
+    assert_eq!(
+        kind(evd.free().expect_err("evd in use")),
+        (ErrorType::InvalidState, SubType::EvdInUse)
+    );
+    assert_eq!(
+        kind(cno.free().expect_err("cno in use")),
+        (ErrorType::InvalidState, SubType::CnoInUse)
+    );
+    assert_eq!(
+        kind(ia.close(close_flags::GRACEFUL).expect_err("ia in use")),
+        (ErrorType::InvalidState, SubType::IaInUse)
+    );
 
     ep.free().expect("free ep");
     evd.free().expect("free evd once the EP is gone");
@@ -99,47 +139,92 @@ fn in_use_rules() {
     let mut buf = vec![0u8; 4096];
     let lmr = Lmr::create(
         &ia,
-        LmrRegion::Virtual { address: buf.as_mut_ptr() as u64, length: buf.len() as u64 },
+        LmrRegion::Virtual {
+            address: buf.as_mut_ptr() as u64,
+            length: buf.len() as u64,
+        },
         &pz,
         mem_priv::ALL,
         VA_TYPE_VA,
     )
     .expect("lmr");
-    assert_eq!(pz.free().err().expect("pz used by lmr").sub, SubType::PzInUse);
+    assert_eq!(pz.free().expect_err("pz used by lmr").sub, SubType::PzInUse);
     let rmr = Rmr::create(&pz).expect("rmr");
     lmr.free().expect("free lmr");
-    assert_eq!(pz.free().err().expect("pz used by rmr").sub, SubType::PzInUse);
+    assert_eq!(pz.free().expect_err("pz used by rmr").sub, SubType::PzInUse);
     rmr.free().expect("free rmr");
 
-    let srq = Srq::create(&ia, &pz, SrqAttr { max_recv_dtos: 8, max_recv_iov: 2, low_watermark: 0 })
-        .expect("srq");
-    let ep2 = Ep::create(&ia, Some(pz.clone()), None, None, None, Some(srq.clone()), None).expect("ep with srq");
-    assert_eq!(srq.free().err().expect("srq in use").sub, SubType::SrqInUse);
+    let srq = Srq::create(
+        &ia,
+        &pz,
+        SrqAttr {
+            max_recv_dtos: 8,
+            max_recv_iov: 2,
+            low_watermark: 0,
+        },
+    )
+    .expect("srq");
+    let ep2 = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        None,
+        None,
+        None,
+        Some(srq.clone()),
+        None,
+    )
+    .expect("ep with srq");
+    assert_eq!(srq.free().expect_err("srq in use").sub, SubType::SrqInUse);
     assert_eq!(srq.query().ep_count, 1);
     ep2.free().expect("free ep2");
     srq.free().expect("free srq");
     pz.free().expect("free pz last");
-    ia.close(close_flags::GRACEFUL).expect("graceful close of an emptied IA");
+    ia.close(close_flags::GRACEFUL)
+        .expect("graceful close of an emptied IA");
 }
 
 #[test]
 fn abrupt_close_tears_down_every_child() {
     let (ia, async_evd) = open_ia();
     let pz = Pz::create(&ia).expect("pz");
-    let evd = Evd::create(&ia, 8, None, evd_flags::DTO | evd_flags::CONNECTION | evd_flags::CR).expect("evd");
-    let ep = Ep::create(&ia, Some(pz.clone()), Some(evd.clone()), Some(evd.clone()), Some(evd.clone()), None, None)
-        .expect("ep");
+    let evd = Evd::create(
+        &ia,
+        8,
+        None,
+        evd_flags::DTO | evd_flags::CONNECTION | evd_flags::CR,
+    )
+    .expect("evd");
+    let ep = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        Some(evd.clone()),
+        Some(evd.clone()),
+        Some(evd.clone()),
+        None,
+        None,
+    )
+    .expect("ep");
     let psp = Sp::create_psp_any(&ia, &evd, 0).expect("psp").0;
     let mut buf = vec![0u8; 64];
     let lmr = Lmr::create(
         &ia,
-        LmrRegion::Virtual { address: buf.as_mut_ptr() as u64, length: 64 },
+        LmrRegion::Virtual {
+            address: buf.as_mut_ptr() as u64,
+            length: 64,
+        },
         &pz,
         mem_priv::ALL,
         VA_TYPE_VA,
     )
     .expect("lmr");
-    let handles = [ep.handle(), psp.handle(), lmr.handle(), evd.handle(), pz.handle(), async_evd.handle()];
+    let handles = [
+        ep.handle(),
+        psp.handle(),
+        lmr.handle(),
+        evd.handle(),
+        pz.handle(),
+        async_evd.handle(),
+    ];
     ia.close(close_flags::ABRUPT).expect("abrupt close");
     for h in handles {
         assert!(handle::lookup_any(h).is_none(), "child {h:?} survived");
@@ -151,26 +236,47 @@ fn abrupt_close_tears_down_every_child() {
 fn evd_queue_dequeue_threshold_and_overflow() {
     let (ia, _) = open_ia();
     let evd = Evd::create(&ia, 2, None, evd_flags::SOFTWARE).expect("evd");
-    assert_eq!(evd.dequeue().err().expect("empty").code(), 0x800d_0000);
+    assert_eq!(evd.dequeue().expect_err("empty").code(), 0x800d_0000);
     evd.post_se(1).expect("se 1");
     // Threshold 2 with one event: times out (the short timeout is the point, not a measurement).
-    assert_eq!(evd.wait(1000, 2).err().expect("below threshold").kind, ErrorType::TimeoutExpired);
+    assert_eq!(
+        evd.wait(1000, 2).expect_err("below threshold").kind,
+        ErrorType::TimeoutExpired
+    );
     evd.post_se(2).expect("se 2");
-    assert_eq!(evd.post_se(3).err().expect("full").kind, ErrorType::QueueFull);
+    assert_eq!(evd.post_se(3).expect_err("full").kind, ErrorType::QueueFull);
     let (ev, more) = evd.wait(GUARD_US, 2).expect("threshold reached");
     assert_eq!(ev.number, event_number::SOFTWARE);
     assert_eq!(ev.data, EventData::Software { pointer: 1 });
     assert_eq!(more, 1);
-    assert_eq!(evd.wait(GUARD_US, 3).err().expect("threshold > qlen").sub, SubType::InvalidArg3);
-    assert_eq!(evd.resize(0).err().expect("bad qlen").kind, ErrorType::InvalidParameter);
+    assert_eq!(
+        evd.wait(GUARD_US, 3).expect_err("threshold > qlen").sub,
+        SubType::InvalidArg3
+    );
+    assert_eq!(
+        evd.resize(0).expect_err("bad qlen").kind,
+        ErrorType::InvalidParameter
+    );
     evd.resize(4).expect("grow");
     assert_eq!(evd.query().qlen, 4);
     let ev = evd.dequeue().expect("second");
     assert_eq!(ev.data, EventData::Software { pointer: 2 });
     evd.post_se(5).expect("se");
     evd.post_se(6).expect("se");
-    assert_eq!(evd.resize(1).err().expect("shrink below count").kind, ErrorType::InvalidState);
+    assert_eq!(
+        evd.resize(1).expect_err("shrink below count").kind,
+        ErrorType::InvalidState
+    );
     ia.close(close_flags::ABRUPT).expect("close");
+}
+
+/// Readiness check: returns once a thread blocks in `evd.wait` (hang guard: 20 s).
+fn wait_for_waiter(evd: &Evd) {
+    let guard = std::time::Instant::now() + Duration::from_secs(20);
+    while !evd.has_waiter() {
+        assert!(std::time::Instant::now() < guard, "waiter never blocked");
+        std::thread::yield_now();
+    }
 }
 
 #[test]
@@ -180,24 +286,30 @@ fn evd_waiter_is_woken_and_unwaitable_releases_it() {
     let e2 = evd.clone();
     let waiter = std::thread::spawn(move || e2.wait(GUARD_US, 1));
     // Readiness: the waiter is registered once a second waiter is refused.
-    while evd.wait(0, 1).err().map(|e| e.sub) != Some(SubType::EvdWaiter) {
-        std::thread::yield_now();
-    }
+    wait_for_waiter(&evd);
+    assert_eq!(
+        evd.wait(0, 1).expect_err("second waiter").sub,
+        SubType::EvdWaiter
+    );
     evd.post_se(42).expect("post");
     let (ev, _) = waiter.join().expect("join").expect("woken");
     assert_eq!(ev.data, EventData::Software { pointer: 42 });
 
     let e3 = evd.clone();
     let waiter = std::thread::spawn(move || e3.wait(GUARD_US, 1));
-    while evd.wait(0, 1).err().map(|e| e.sub) != Some(SubType::EvdWaiter) {
-        std::thread::yield_now();
-    }
+    wait_for_waiter(&evd);
     evd.set_waitable(false);
-    let e = waiter.join().expect("join").err().expect("released");
+    let e = waiter.join().expect("join").expect_err("released");
     assert_eq!(kind(e), (ErrorType::InvalidState, SubType::EvdUnwaitable));
-    assert_eq!(evd.wait(0, 1).err().expect("unwaitable").sub, SubType::EvdUnwaitable);
+    assert_eq!(
+        evd.wait(0, 1).expect_err("unwaitable").sub,
+        SubType::EvdUnwaitable
+    );
     evd.set_waitable(true);
-    assert_eq!(evd.wait(0, 1).err().expect("empty").kind, ErrorType::TimeoutExpired);
+    assert_eq!(
+        evd.wait(0, 1).expect_err("empty").kind,
+        ErrorType::TimeoutExpired
+    );
     ia.close(close_flags::ABRUPT).expect("close");
 }
 
@@ -213,11 +325,20 @@ fn cno_is_triggered_by_an_enabled_evd() {
 
     evd.set_enabled(false);
     evd.post_se(1).expect("post");
-    assert_eq!(cno.wait(1000).err().expect("disabled EVD does not trigger").kind, ErrorType::TimeoutExpired);
+    assert_eq!(
+        cno.wait(1000)
+            .expect_err("disabled EVD does not trigger")
+            .kind,
+        ErrorType::TimeoutExpired
+    );
     evd.set_enabled(true);
     evd.post_se(2).expect("post");
     // The fd is readable now.
-    let mut fds = [libc::pollfd { fd: cno.fd(), events: libc::POLLIN, revents: 0 }];
+    let mut fds = [libc::pollfd {
+        fd: cno.fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
     // SAFETY: one valid pollfd, count 1.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 10_000) };
     assert_eq!(n, 1);
@@ -237,19 +358,46 @@ fn ep_states_and_attributes() {
     let conn = Evd::create(&ia, 16, None, evd_flags::CONNECTION).expect("conn evd");
 
     // Role checks on EVDs.
-    let e = Ep::create(&ia, Some(pz.clone()), Some(conn.clone()), None, None, None, None).err().expect("recv evd lacks DTO");
+    let e = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        Some(conn.clone()),
+        None,
+        None,
+        None,
+        None,
+    )
+    .expect_err("recv evd lacks DTO");
     assert_eq!(e.sub, SubType::InvalidHandleEvdRecv);
-    let e = Ep::create(&ia, Some(pz.clone()), None, None, Some(dto.clone()), None, None).err().expect("conn evd lacks flag");
+    let e = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        None,
+        None,
+        Some(dto.clone()),
+        None,
+        None,
+    )
+    .expect_err("conn evd lacks flag");
     assert_eq!(e.sub, SubType::InvalidHandleEvdConn);
 
     let dev = ia.device().attr();
     let mut bad = EpAttr::defaults(&dev);
     bad.max_recv_dtos = dev.max_qp_wr + 1;
-    let e = Ep::create(&ia, Some(pz.clone()), None, None, None, None, Some(bad)).err().expect("attrs over limits");
+    let e = Ep::create(&ia, Some(pz.clone()), None, None, None, None, Some(bad))
+        .expect_err("attrs over limits");
     assert_eq!(kind(e), (ErrorType::InvalidParameter, SubType::InvalidArg6));
 
-    let ep = Ep::create(&ia, Some(pz.clone()), Some(dto.clone()), Some(dto.clone()), Some(conn.clone()), None, None)
-        .expect("ep with defaults");
+    let ep = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        Some(dto.clone()),
+        Some(dto.clone()),
+        Some(conn.clone()),
+        None,
+        None,
+    )
+    .expect("ep with defaults");
     let p = ep.query();
     assert_eq!(p.state, ep_state::UNCONNECTED);
     assert_eq!(p.pz, pz.handle());
@@ -258,38 +406,88 @@ fn ep_states_and_attributes() {
     let mut buf = vec![0u8; 256];
     let lmr = Lmr::create(
         &ia,
-        LmrRegion::Virtual { address: buf.as_mut_ptr() as u64, length: 256 },
+        LmrRegion::Virtual {
+            address: buf.as_mut_ptr() as u64,
+            length: 256,
+        },
         &pz,
         mem_priv::ALL,
         VA_TYPE_VA,
     )
     .expect("lmr");
-    let seg = Sge { addr: buf.as_ptr() as u64, length: 64, lkey: lmr.lmr_context() };
+    let seg = Sge {
+        addr: buf.as_ptr() as u64,
+        length: 64,
+        lkey: lmr.lmr_context(),
+    };
     // Requests need CONNECTED or DISCONNECTED.
-    assert_eq!(ep.post_send(&[seg], 1, 0).err().expect("unconnected").code(), 0x8007_002f);
-    let remote = RemoteBuffer { address: 0, length: 8, rmr_context: 0 };
-    assert_eq!(ep.post_rdma_read(&[seg], 1, remote, 0).err().expect("unconnected").sub, SubType::EpUnconnected);
+    assert_eq!(
+        ep.post_send(&[seg], 1, 0).expect_err("unconnected").code(),
+        0x8007_002f
+    );
+    let remote = RemoteBuffer {
+        address: 0,
+        length: 8,
+        rmr_context: 0,
+    };
+    assert_eq!(
+        ep.post_rdma_read(&[seg], 1, remote, 0)
+            .expect_err("unconnected")
+            .sub,
+        SubType::EpUnconnected
+    );
     // UNSIGNALLED needs the EP configured for it.
-    assert_eq!(ep.post_send(&[seg], 1, 4).err().expect("unsignalled").kind, ErrorType::InvalidParameter);
+    assert_eq!(
+        ep.post_send(&[seg], 1, 4).expect_err("unsignalled").kind,
+        ErrorType::InvalidParameter
+    );
 
     // Receives may be posted before connecting; local checks apply.
     ep.post_recv(&[seg], 7, 0).expect("recv before connect");
     assert_eq!(ep.recv_query().expect("recv query").0, 1);
-    let outside = Sge { addr: buf.as_ptr() as u64 + 200, length: 100, lkey: lmr.lmr_context() };
-    assert_eq!(kind(ep.post_recv(&[outside], 8, 0).err().expect("outside lmr")), (ErrorType::InvalidParameter, SubType::InvalidArg3));
-    let bad_key = Sge { addr: buf.as_ptr() as u64, length: 8, lkey: lmr.lmr_context() ^ 0x5500 };
-    assert_eq!(ep.post_recv(&[bad_key], 9, 0).err().expect("unknown lmr").kind, ErrorType::PrivilegesViolation);
+    let outside = Sge {
+        addr: buf.as_ptr() as u64 + 200,
+        length: 100,
+        lkey: lmr.lmr_context(),
+    };
+    assert_eq!(
+        kind(ep.post_recv(&[outside], 8, 0).expect_err("outside lmr")),
+        (ErrorType::InvalidParameter, SubType::InvalidArg3)
+    );
+    let bad_key = Sge {
+        addr: buf.as_ptr() as u64,
+        length: 8,
+        lkey: lmr.lmr_context() ^ 0x5500,
+    };
+    assert_eq!(
+        ep.post_recv(&[bad_key], 9, 0)
+            .expect_err("unknown lmr")
+            .kind,
+        ErrorType::PrivilegesViolation
+    );
 
     ep.set_watermark(4, 8).expect("watermark");
     ep.reset().expect("reset of an unconnected EP");
-    assert_eq!(ep.disconnect(close_flags::GRACEFUL).err().expect("not connected").sub, SubType::EpUnconnected);
+    assert_eq!(
+        ep.disconnect(close_flags::GRACEFUL)
+            .expect_err("not connected")
+            .sub,
+        SubType::EpUnconnected
+    );
 
     // Unconfigured EP (no PZ) becomes UNCONNECTED when modified to have one.
     let ep2 = Ep::create(&ia, None, None, None, None, None, None).expect("ep without pz");
     assert_eq!(ep2.state(), ep_state::UNCONFIGURED_UNCONNECTED);
-    assert_eq!(ep2.post_recv(&[seg], 1, 0).err().expect("unconfigured").sub, SubType::EpUnconfigured);
-    ep2.modify(EpModify { pz: Some(pz.clone()), recv_evd: Some(Some(dto.clone())), ..Default::default() })
-        .expect("modify");
+    assert_eq!(
+        ep2.post_recv(&[seg], 1, 0).expect_err("unconfigured").sub,
+        SubType::EpUnconfigured
+    );
+    ep2.modify(EpModify {
+        pz: Some(pz.clone()),
+        recv_evd: Some(Some(dto.clone())),
+        ..Default::default()
+    })
+    .expect("modify");
     assert_eq!(ep2.state(), ep_state::UNCONNECTED);
     assert_eq!(ep2.query().recv_evd, dto.handle());
 
@@ -312,37 +510,90 @@ fn lmr_contexts_are_unique_and_queryable() {
     let pz = Pz::create(&ia).expect("pz");
     let mut a = vec![0u8; 128];
     let mut b = vec![0u8; 128];
-    let la = Lmr::create(&ia, LmrRegion::Virtual { address: a.as_mut_ptr() as u64, length: 128 }, &pz, mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE, VA_TYPE_VA)
-        .expect("lmr a");
-    let lb = Lmr::create(&ia, LmrRegion::Virtual { address: b.as_mut_ptr() as u64, length: 128 }, &pz, mem_priv::ALL, VA_TYPE_VA)
-        .expect("lmr b");
+    let la = Lmr::create(
+        &ia,
+        LmrRegion::Virtual {
+            address: a.as_mut_ptr() as u64,
+            length: 128,
+        },
+        &pz,
+        mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE,
+        VA_TYPE_VA,
+    )
+    .expect("lmr a");
+    let lb = Lmr::create(
+        &ia,
+        LmrRegion::Virtual {
+            address: b.as_mut_ptr() as u64,
+            length: 128,
+        },
+        &pz,
+        mem_priv::ALL,
+        VA_TYPE_VA,
+    )
+    .expect("lmr b");
     assert_ne!(la.lmr_context(), lb.lmr_context());
     let q = lb.query();
-    assert_eq!((q.address, q.length, q.pz, q.mem_priv), (b.as_ptr() as u64, 128, pz.handle(), mem_priv::ALL));
-    let shared = Lmr::create(&ia, LmrRegion::Lmr(lb.clone()), &pz, mem_priv::LOCAL_READ, VA_TYPE_VA).expect("shared");
+    assert_eq!(
+        (q.address, q.length, q.pz, q.mem_priv),
+        (b.as_ptr() as u64, 128, pz.handle(), mem_priv::ALL)
+    );
+    let shared = Lmr::create(
+        &ia,
+        LmrRegion::Lmr(lb.clone()),
+        &pz,
+        mem_priv::LOCAL_READ,
+        VA_TYPE_VA,
+    )
+    .expect("shared");
     assert_eq!(shared.address(), lb.address());
     assert_ne!(shared.lmr_context(), lb.lmr_context());
     assert_eq!(
-        Lmr::create(&ia, LmrRegion::Virtual { address: a.as_mut_ptr() as u64, length: 0 }, &pz, mem_priv::ALL, VA_TYPE_VA)
-            .err()
-            .expect("zero length")
-            .kind,
+        Lmr::create(
+            &ia,
+            LmrRegion::Virtual {
+                address: a.as_mut_ptr() as u64,
+                length: 0
+            },
+            &pz,
+            mem_priv::ALL,
+            VA_TYPE_VA
+        )
+        .expect_err("zero length")
+        .kind,
         ErrorType::LengthError
     );
     assert_eq!(
-        Lmr::create(&ia, LmrRegion::Virtual { address: a.as_mut_ptr() as u64, length: 8 }, &pz, 0x400, VA_TYPE_VA)
-            .err()
-            .expect("bad privileges")
-            .sub,
+        Lmr::create(
+            &ia,
+            LmrRegion::Virtual {
+                address: a.as_mut_ptr() as u64,
+                length: 8
+            },
+            &pz,
+            0x400,
+            VA_TYPE_VA
+        )
+        .expect_err("bad privileges")
+        .sub,
         SubType::InvalidArg6
     );
     let old = la.lmr_context();
     la.free().expect("free");
     let live: Vec<u32> = (0..8)
         .map(|_| {
-            Lmr::create(&ia, LmrRegion::Virtual { address: a.as_mut_ptr() as u64, length: 64 }, &pz, mem_priv::ALL, VA_TYPE_VA)
-                .expect("lmr")
-                .lmr_context()
+            Lmr::create(
+                &ia,
+                LmrRegion::Virtual {
+                    address: a.as_mut_ptr() as u64,
+                    length: 64,
+                },
+                &pz,
+                mem_priv::ALL,
+                VA_TYPE_VA,
+            )
+            .expect("lmr")
+            .lmr_context()
         })
         .collect();
     assert!(!live.contains(&lb.lmr_context()));
@@ -355,20 +606,39 @@ fn service_points_and_conn_quals() {
     let (ia, _) = open_ia();
     let cr_evd = Evd::create(&ia, 8, None, evd_flags::CR).expect("cr evd");
     let conn_evd = Evd::create(&ia, 8, None, evd_flags::CONNECTION).expect("conn evd");
-    let e = Sp::create_psp_any(&ia, &conn_evd, 0).err().expect("evd without CR flag");
+    let e = Sp::create_psp_any(&ia, &conn_evd, 0).expect_err("evd without CR flag");
     assert_eq!(e.sub, SubType::InvalidHandleEvdCr);
     let (psp, port) = Sp::create_psp_any(&ia, &cr_evd, 0).expect("psp any");
     assert_ne!(port, 0);
     assert_eq!(psp.query().conn_qual, port);
-    let e = Sp::create_psp(&ia, port, &cr_evd, 0).err().expect("port taken");
+    let e = Sp::create_psp(&ia, port, &cr_evd, 0).expect_err("port taken");
     assert_eq!(e.kind, ErrorType::ConnQualInUse);
-    assert_eq!(Sp::create_psp(&ia, 0, &cr_evd, 0).err().expect("not a port").sub, SubType::InvalidArg2);
+    assert_eq!(
+        Sp::create_psp(&ia, 0, &cr_evd, 0)
+            .expect_err("not a port")
+            .sub,
+        SubType::InvalidArg2
+    );
     assert_eq!(super::sp::port_of_conn_qual(80), Some(80));
-    assert!(super::sp::port_of_conn_qual(0xAffab1e).map(|p| p > 33000).unwrap_or(false));
-    assert_eq!(cr_evd.free().err().expect("evd used by psp").sub, SubType::EvdInUse);
+    assert!(super::sp::port_of_conn_qual(0x0AFF_AB1E)
+        .map(|p| p > 33000)
+        .unwrap_or(false));
+    assert_eq!(
+        cr_evd.free().expect_err("evd used by psp").sub,
+        SubType::EvdInUse
+    );
 
     let pz = Pz::create(&ia).expect("pz");
-    let ep = Ep::create(&ia, Some(pz.clone()), None, None, Some(conn_evd.clone()), None, None).expect("ep");
+    let ep = Ep::create(
+        &ia,
+        Some(pz.clone()),
+        None,
+        None,
+        Some(conn_evd.clone()),
+        None,
+        None,
+    )
+    .expect("ep");
     let (any, _) = Sp::create_psp_any(&ia, &cr_evd, 0).expect("another psp");
     let rsp_port = any.conn_qual();
     any.free().expect("free");
@@ -392,21 +662,64 @@ fn service_points_and_conn_quals() {
 fn srq_create_query_and_post() {
     let (ia, _) = open_ia();
     let pz = Pz::create(&ia).expect("pz");
-    let e = Srq::create(&ia, &pz, SrqAttr { max_recv_dtos: 0, max_recv_iov: 1, low_watermark: 0 }).err().expect("zero dtos");
+    let e = Srq::create(
+        &ia,
+        &pz,
+        SrqAttr {
+            max_recv_dtos: 0,
+            max_recv_iov: 1,
+            low_watermark: 0,
+        },
+    )
+    .expect_err("zero dtos");
     assert_eq!(e.sub, SubType::InvalidArg3);
-    let srq = Srq::create(&ia, &pz, SrqAttr { max_recv_dtos: 2, max_recv_iov: 1, low_watermark: 0 }).expect("srq");
+    let srq = Srq::create(
+        &ia,
+        &pz,
+        SrqAttr {
+            max_recv_dtos: 2,
+            max_recv_iov: 1,
+            low_watermark: 0,
+        },
+    )
+    .expect("srq");
     let mut buf = vec![0u8; 64];
-    let lmr = Lmr::create(&ia, LmrRegion::Virtual { address: buf.as_mut_ptr() as u64, length: 64 }, &pz, mem_priv::ALL, VA_TYPE_VA)
-        .expect("lmr");
-    let seg = Sge { addr: buf.as_ptr() as u64, length: 64, lkey: lmr.lmr_context() };
+    let lmr = Lmr::create(
+        &ia,
+        LmrRegion::Virtual {
+            address: buf.as_mut_ptr() as u64,
+            length: 64,
+        },
+        &pz,
+        mem_priv::ALL,
+        VA_TYPE_VA,
+    )
+    .expect("lmr");
+    let seg = Sge {
+        addr: buf.as_ptr() as u64,
+        length: 64,
+        lkey: lmr.lmr_context(),
+    };
     srq.post_recv(&[seg], 1).expect("post 1");
     srq.post_recv(&[seg], 2).expect("post 2");
-    assert_eq!(srq.post_recv(&[seg], 3).err().expect("full").kind, ErrorType::InsufficientResources);
+    assert_eq!(
+        srq.post_recv(&[seg], 3).expect_err("full").kind,
+        ErrorType::InsufficientResources
+    );
     assert_eq!(srq.query().available_dto_count, 2);
-    assert_eq!(srq.resize(1).err().expect("below posted").kind, ErrorType::InvalidState);
+    assert_eq!(
+        srq.resize(1).expect_err("below posted").kind,
+        ErrorType::InvalidState
+    );
     srq.resize(4).expect("grow");
     srq.set_lw(1).expect("lw");
-    assert_eq!(srq.query().attr, SrqAttr { max_recv_dtos: 4, max_recv_iov: 1, low_watermark: 1 });
+    assert_eq!(
+        srq.query().attr,
+        SrqAttr {
+            max_recv_dtos: 4,
+            max_recv_iov: 1,
+            low_watermark: 1
+        }
+    );
     ia.close(close_flags::ABRUPT).expect("close");
-    let _ = Duration::from_secs(0);
 }

@@ -2,16 +2,18 @@
 //! state machines, and the poll loop of the progress thread.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::super::{CmEvent, QpCap, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use super::super::{
+    CmEvent, QpCap, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
 use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
-use super::wire::{self, Decoder, Header, Kind, Status};
+use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use super::{Shared, TcpCq, TcpSrq};
 use crate::core::error::{DatError, DatResult, SubType};
 
@@ -64,10 +66,18 @@ struct QpEntry {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    ActiveAwaitReply { qp: u32 },
-    PassiveAwaitHello { listener: u64 },
-    PassiveRequested { listener: u64 },
-    Established { qp: u32 },
+    ActiveAwaitReply {
+        qp: u32,
+    },
+    PassiveAwaitHello {
+        listener: u64,
+    },
+    PassiveRequested {
+        listener: u64,
+    },
+    Established {
+        qp: u32,
+    },
     /// Sending what is left, then closing.
     Closing,
 }
@@ -76,8 +86,7 @@ struct Conn {
     stream: TcpStream,
     phase: Phase,
     dec: Decoder,
-    out: Vec<u8>,
-    out_pos: usize,
+    out: OutQueue,
     held: VecDeque<(Header, Vec<u8>)>,
     held_bytes: usize,
     deadline: Option<Instant>,
@@ -90,8 +99,7 @@ impl Conn {
             stream,
             phase,
             dec: Decoder::new(),
-            out: Vec::new(),
-            out_pos: 0,
+            out: OutQueue::default(),
             held: VecDeque::new(),
             held_bytes: 0,
             deadline,
@@ -189,12 +197,17 @@ impl Engine {
     }
 
     pub(crate) fn qp_addrs(&self, qp: u32) -> (Option<SocketAddrV4>, Option<SocketAddrV4>) {
-        self.qps.get(&qp).map(|e| (e.local, e.remote)).unwrap_or((None, None))
+        self.qps
+            .get(&qp)
+            .map(|e| (e.local, e.remote))
+            .unwrap_or((None, None))
     }
 
     /// Completes every outstanding request and posted receive of `qp` as Flushed.
     fn flush_qp(&mut self, qp: u32) {
-        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
         let sends: Vec<Outstanding> = e.outstanding.drain(..).collect();
         let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
         let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
@@ -228,7 +241,9 @@ impl Engine {
 
     /// Moves `qp` to Error: drops its connection at once (no goodbye), flushes, reports `ev`.
     fn fail_qp(&mut self, qp: u32, ev: Option<CmEvent>) {
-        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
         if e.state == QpState::Error {
             return;
         }
@@ -277,7 +292,9 @@ impl Engine {
     }
 
     pub(crate) fn destroy_qp(&mut self, _sh: &Shared, qp: u32) {
-        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
         e.state = QpState::Error;
         if let Some(t) = e.conn.take() {
             self.goodbye(t);
@@ -288,9 +305,11 @@ impl Engine {
 
     /// Queues DISCONNECT on an established connection and closes it once sent.
     fn goodbye(&mut self, token: u64) {
-        let Some(c) = self.conns.get_mut(&token) else { return };
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
         if matches!(c.phase, Phase::Established { .. }) {
-            wire::put_frame(&mut c.out, Header::new(Kind::Disconnect), &[]);
+            c.out.push_frame(Header::new(Kind::Disconnect), Vec::new());
             c.phase = Phase::Closing;
             c.close_when_flushed = true;
             self.try_write(token);
@@ -323,7 +342,9 @@ impl Engine {
     fn process_connect_results(&mut self) {
         for (qp, attempt, result) in std::mem::take(&mut self.connect_results) {
             let current = match self.qps.get(&qp) {
-                Some(e) => e.state == QpState::Connecting && e.attempt == attempt && e.conn.is_none(),
+                Some(e) => {
+                    e.state == QpState::Connecting && e.attempt == attempt && e.conn.is_none()
+                }
                 None => false,
             };
             if !current {
@@ -338,7 +359,9 @@ impl Engine {
                     let _ = stream.set_nodelay(true);
                     let token = self.token();
                     let (local, remote) = (v4(stream.local_addr()), v4(stream.peer_addr()));
-                    let Some(e) = self.qps.get_mut(&qp) else { continue };
+                    let Some(e) = self.qps.get_mut(&qp) else {
+                        continue;
+                    };
                     e.conn = Some(token);
                     e.local = local;
                     if remote.is_some() {
@@ -347,19 +370,27 @@ impl Engine {
                     let hello = std::mem::take(&mut e.hello);
                     let deadline = e.deadline;
                     let mut conn = Conn::new(stream, Phase::ActiveAwaitReply { qp }, deadline);
-                    wire::put_frame(&mut conn.out, wire::handshake(Kind::Hello), &hello);
+                    conn.out.push_frame(wire::handshake(Kind::Hello), hello);
                     self.conns.insert(token, conn);
                     self.try_write(token);
                 }
                 Err(err) => {
+                    // Refusals show up as ConnectionRefused or, when the refusal races
+                    // connect_timeout's poll, as an uncategorised error: both are "nobody
+                    // listens there" (NON_PEER_REJECTED). Only routing failures are UNREACHABLE.
                     let ev = match err.kind() {
-                        io::ErrorKind::ConnectionRefused => {
-                            CmEvent::Rejected { qp_num: qp, private_data: Vec::new(), by_peer: false }
-                        }
                         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
                             CmEvent::TimedOut { qp_num: qp }
                         }
-                        _ => CmEvent::Unreachable { qp_num: qp },
+                        io::ErrorKind::HostUnreachable
+                        | io::ErrorKind::NetworkUnreachable
+                        | io::ErrorKind::AddrNotAvailable
+                        | io::ErrorKind::NetworkDown => CmEvent::Unreachable { qp_num: qp },
+                        _ => CmEvent::Rejected {
+                            qp_num: qp,
+                            private_data: Vec::new(),
+                            by_peer: false,
+                        },
                     };
                     self.fail_qp(qp, Some(ev));
                 }
@@ -390,28 +421,40 @@ impl Engine {
             self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
             return Ok(());
         }
-        let Some(c) = self.conns.get_mut(&req) else { return Err(bad_state()) };
+        let Some(c) = self.conns.get_mut(&req) else {
+            return Err(bad_state());
+        };
         let (local, remote) = (v4(c.stream.local_addr()), v4(c.stream.peer_addr()));
         c.phase = Phase::Established { qp };
-        wire::put_frame(&mut c.out, wire::handshake(Kind::Accept), private_data);
+        c.out
+            .push_frame(wire::handshake(Kind::Accept), private_data.to_vec());
         if let Some(e) = self.qps.get_mut(&qp) {
             e.state = QpState::Connected;
             e.conn = Some(req);
             e.local = local;
             e.remote = remote;
         }
-        self.emit(CmEvent::Established { qp_num: qp, private_data: Vec::new() });
+        self.emit(CmEvent::Established {
+            qp_num: qp,
+            private_data: Vec::new(),
+        });
         self.try_write(req);
         self.wake_needed = true;
         Ok(())
     }
 
     pub(crate) fn reject(&mut self, _sh: &Shared, req: u64, private_data: &[u8]) -> DatResult<()> {
-        let Some(c) = self.conns.get_mut(&req) else { return Ok(()) };
-        if !matches!(c.phase, Phase::PassiveRequested { .. } | Phase::PassiveAwaitHello { .. }) {
+        let Some(c) = self.conns.get_mut(&req) else {
+            return Ok(());
+        };
+        if !matches!(
+            c.phase,
+            Phase::PassiveRequested { .. } | Phase::PassiveAwaitHello { .. }
+        ) {
             return Err(bad_state());
         }
-        wire::put_frame(&mut c.out, Header::new(Kind::Reject), private_data);
+        c.out
+            .push_frame(Header::new(Kind::Reject), private_data.to_vec());
         c.phase = Phase::Closing;
         c.close_when_flushed = true;
         self.try_write(req);
@@ -419,7 +462,9 @@ impl Engine {
     }
 
     pub(crate) fn disconnect(&mut self, _sh: &Shared, qp: u32, abrupt: bool) -> DatResult<()> {
-        let Some(e) = self.qps.get_mut(&qp) else { return Err(bad_state()) };
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return Err(bad_state());
+        };
         match e.state {
             QpState::Connecting => {
                 self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
@@ -437,7 +482,9 @@ impl Engine {
     }
 
     fn finish_disconnect(&mut self, qp: u32) {
-        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
         e.state = QpState::Error;
         e.graceful_pending = false;
         if let Some(t) = e.conn.take() {
@@ -478,7 +525,11 @@ impl Engine {
                 wr_id: o.wr_id,
                 status,
                 opcode: o.opcode,
-                byte_len: if status == WcStatus::Success { o.len } else { 0 },
+                byte_len: if status == WcStatus::Success {
+                    o.len
+                } else {
+                    0
+                },
                 qp_num: qp,
                 new_rkey: 0,
             },
@@ -494,7 +545,11 @@ impl Engine {
                 .and_then(|e| e.outstanding.front())
                 .and_then(|o| o.local);
             let Some(status) = head_local else { break };
-            let Some(o) = self.qps.get_mut(&qp).and_then(|e| e.outstanding.pop_front()) else {
+            let Some(o) = self
+                .qps
+                .get_mut(&qp)
+                .and_then(|e| e.outstanding.pop_front())
+            else {
                 break;
             };
             self.complete(qp, &o, status);
@@ -543,7 +598,9 @@ impl Engine {
         if e.outstanding.len() >= e.cap.max_send_wr.max(1) as usize {
             return Err(DatError::resources(SubType::None));
         }
-        let Some(token) = e.conn else { return Err(bad_state()) };
+        let Some(token) = e.conn else {
+            return Err(bad_state());
+        };
         let pd = e.pd;
         let seq = e.next_seq;
         e.next_seq += 1;
@@ -593,8 +650,19 @@ impl Engine {
                         Ok(())
                     })
                 }
-                SendOp::BindMw { mw: _, mr, addr, length, access, new_rkey } => {
-                    let window = sh.mws.lock().get(&(new_rkey >> 8)).and_then(|w| w.upgrade());
+                SendOp::BindMw {
+                    mw: _,
+                    mr,
+                    addr,
+                    length,
+                    access,
+                    new_rkey,
+                } => {
+                    let window = sh
+                        .mws
+                        .lock()
+                        .get(&(new_rkey >> 8))
+                        .and_then(|w| w.upgrade());
                     let ok = match window {
                         Some(w) => w.apply_bind(
                             &mut keys,
@@ -606,7 +674,11 @@ impl Engine {
                         ),
                         None => false,
                     };
-                    o.local = Some(if ok { WcStatus::Success } else { WcStatus::MwBind });
+                    o.local = Some(if ok {
+                        WcStatus::Success
+                    } else {
+                        WcStatus::MwBind
+                    });
                     Ok(())
                 }
             }
@@ -623,7 +695,7 @@ impl Engine {
         match frame {
             Some((h, payload)) => {
                 if let Some(c) = self.conns.get_mut(&token) {
-                    wire::put_frame(&mut c.out, h, &payload);
+                    c.out.push_frame(h, payload);
                 }
                 self.try_write(token);
             }
@@ -680,9 +752,15 @@ impl Engine {
     /// Tries again the requests queued behind a send that had no receive.
     fn retry_held(&mut self, sh: &Shared, token: u64) {
         loop {
-            let Some(c) = self.conns.get_mut(&token) else { return };
-            let Phase::Established { qp } = c.phase else { return };
-            let Some((h, p)) = c.held.pop_front() else { break };
+            let Some(c) = self.conns.get_mut(&token) else {
+                return;
+            };
+            let Phase::Established { qp } = c.phase else {
+                return;
+            };
+            let Some((h, p)) = c.held.pop_front() else {
+                break;
+            };
             c.held_bytes = c.held_bytes.saturating_sub(p.len());
             match self.target_request(sh, token, qp, &h, &p) {
                 Outcome::Done => {}
@@ -703,15 +781,24 @@ impl Engine {
 
     // ---- the wire ------------------------------------------------------------------------------
 
-    fn answer(&mut self, token: u64, h: Header, payload: &[u8]) {
+    fn answer(&mut self, token: u64, h: Header, payload: Vec<u8>) {
         if let Some(c) = self.conns.get_mut(&token) {
-            wire::put_frame(&mut c.out, h, payload);
+            c.out.push_frame(h, payload);
         }
     }
 
     /// Executes a SEND, WRITE or READ_REQ from the peer, in order.
-    fn target_request(&mut self, sh: &Shared, token: u64, qp: u32, h: &Header, p: &[u8]) -> Outcome {
-        let Some(e) = self.qps.get_mut(&qp) else { return Outcome::Broken };
+    fn target_request(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        h: &Header,
+        p: &[u8],
+    ) -> Outcome {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return Outcome::Broken;
+        };
         let pd = e.pd;
         match h.kind {
             Kind::Send => {
@@ -732,7 +819,11 @@ impl Engine {
                         wr_id: wr.wr_id,
                         status,
                         opcode: WcOpcode::Recv,
-                        byte_len: if status == WcStatus::Success { p.len() as u32 } else { 0 },
+                        byte_len: if status == WcStatus::Success {
+                            p.len() as u32
+                        } else {
+                            0
+                        },
                         qp_num: qp,
                         new_rkey: 0,
                     },
@@ -744,7 +835,7 @@ impl Engine {
                     WcStatus::LocalLength => Status::RemoteLength,
                     _ => Status::RemoteAccess,
                 };
-                self.answer(token, ack, &[]);
+                self.answer(token, ack, Vec::new());
                 if status != WcStatus::Success {
                     self.break_after_answer(token, qp);
                     return Outcome::Broken;
@@ -759,7 +850,7 @@ impl Engine {
                     Ok(()) => Status::Ok,
                     Err(s) => s,
                 };
-                self.answer(token, ack, &[]);
+                self.answer(token, ack, Vec::new());
                 if r.is_err() {
                     log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
                     self.break_after_answer(token, qp);
@@ -773,13 +864,13 @@ impl Engine {
                 resp.seq = h.seq;
                 match r {
                     Ok(data) => {
-                        self.answer(token, resp, &data);
+                        self.answer(token, resp, data);
                         Outcome::Done
                     }
                     Err(s) => {
                         log::info!("qp {qp}: remote read refused (rkey {:#x})", h.key);
                         resp.status = s;
-                        self.answer(token, resp, &[]);
+                        self.answer(token, resp, Vec::new());
                         self.break_after_answer(token, qp);
                         Outcome::Broken
                     }
@@ -791,7 +882,9 @@ impl Engine {
 
     /// An ACK or READ_RESP for our oldest outstanding request.
     fn response(&mut self, sh: &Shared, qp: u32, h: &Header, p: &[u8]) {
-        let Some(e) = self.qps.get_mut(&qp) else { return };
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
         let pd = e.pd;
         let matches = match e.outstanding.front() {
             Some(o) => {
@@ -806,7 +899,9 @@ impl Engine {
             self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
             return;
         }
-        let Some(o) = e.outstanding.pop_front() else { return };
+        let Some(o) = e.outstanding.pop_front() else {
+            return;
+        };
         let status = match h.status {
             Status::Ok => {
                 if h.kind == Kind::ReadResp {
@@ -837,23 +932,32 @@ impl Engine {
     /// The peer broke the protocol: its connection (only) goes.
     fn protocol_error(&mut self, token: u64, why: &str) {
         log::warn!("connection {token}: protocol error: {why}");
-        let Some(c) = self.conns.get(&token) else { return };
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
         match c.phase {
             Phase::Established { qp } => self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp })),
             Phase::ActiveAwaitReply { qp } => self.fail_qp(
                 qp,
-                Some(CmEvent::Rejected { qp_num: qp, private_data: Vec::new(), by_peer: false }),
+                Some(CmEvent::Rejected {
+                    qp_num: qp,
+                    private_data: Vec::new(),
+                    by_peer: false,
+                }),
             ),
             Phase::PassiveRequested { listener } => {
                 self.conns.remove(&token);
-                self.emit(CmEvent::RequestCancelled { listener, req: token });
+                self.emit(CmEvent::RequestCancelled {
+                    listener,
+                    req: token,
+                });
             }
             Phase::PassiveAwaitHello { .. } => {
                 // Tell a peer of another version why, then close.
                 if let Some(c) = self.conns.get_mut(&token) {
                     let mut h = Header::new(Kind::Reject);
                     h.status = Status::BadVersion;
-                    wire::put_frame(&mut c.out, h, &[]);
+                    c.out.push_frame(h, Vec::new());
                     c.phase = Phase::Closing;
                     c.close_when_flushed = true;
                 }
@@ -867,7 +971,9 @@ impl Engine {
 
     /// The connection ended without a goodbye (EOF or socket error).
     fn conn_lost(&mut self, token: u64) {
-        let Some(c) = self.conns.remove(&token) else { return };
+        let Some(c) = self.conns.remove(&token) else {
+            return;
+        };
         match c.phase {
             Phase::Established { qp } => {
                 if let Some(e) = self.qps.get_mut(&qp) {
@@ -881,11 +987,18 @@ impl Engine {
                 }
                 self.fail_qp(
                     qp,
-                    Some(CmEvent::Rejected { qp_num: qp, private_data: Vec::new(), by_peer: false }),
+                    Some(CmEvent::Rejected {
+                        qp_num: qp,
+                        private_data: Vec::new(),
+                        by_peer: false,
+                    }),
                 );
             }
             Phase::PassiveRequested { listener } => {
-                self.emit(CmEvent::RequestCancelled { listener, req: token });
+                self.emit(CmEvent::RequestCancelled {
+                    listener,
+                    req: token,
+                });
             }
             Phase::PassiveAwaitHello { .. } | Phase::Closing => {}
         }
@@ -893,7 +1006,9 @@ impl Engine {
 
     fn process_frames(&mut self, sh: &Shared, token: u64) {
         loop {
-            let Some(c) = self.conns.get_mut(&token) else { return };
+            let Some(c) = self.conns.get_mut(&token) else {
+                return;
+            };
             let phase = c.phase;
             let frame = match c.dec.next_frame(&sh.limits) {
                 Ok(Some(f)) => f,
@@ -911,7 +1026,9 @@ impl Engine {
                         self.protocol_error(token, "expected HELLO");
                         return;
                     }
-                    let Some(c) = self.conns.get_mut(&token) else { return };
+                    let Some(c) = self.conns.get_mut(&token) else {
+                        return;
+                    };
                     c.phase = Phase::PassiveRequested { listener };
                     c.deadline = None;
                     let (remote, local) = (v4(c.stream.peer_addr()), v4(c.stream.local_addr()));
@@ -943,11 +1060,21 @@ impl Engine {
                             e.state = QpState::Connected;
                             e.deadline = None;
                         }
-                        self.emit(CmEvent::Established { qp_num: qp, private_data: p });
+                        self.emit(CmEvent::Established {
+                            qp_num: qp,
+                            private_data: p,
+                        });
                     }
                     Kind::Reject => {
                         let by_peer = h.status == Status::Ok;
-                        self.fail_qp(qp, Some(CmEvent::Rejected { qp_num: qp, private_data: p, by_peer }));
+                        self.fail_qp(
+                            qp,
+                            Some(CmEvent::Rejected {
+                                qp_num: qp,
+                                private_data: p,
+                                by_peer,
+                            }),
+                        );
                         return;
                     }
                     _ => {
@@ -957,8 +1084,16 @@ impl Engine {
                 },
                 Phase::Established { qp } => match h.kind {
                     Kind::Send | Kind::Write | Kind::ReadReq => {
-                        let holding = self.conns.get(&token).map(|c| !c.held.is_empty()).unwrap_or(false);
-                        let outcome = if holding { Outcome::Hold } else { self.target_request(sh, token, qp, &h, &p) };
+                        let holding = self
+                            .conns
+                            .get(&token)
+                            .map(|c| !c.held.is_empty())
+                            .unwrap_or(false);
+                        let outcome = if holding {
+                            Outcome::Hold
+                        } else {
+                            self.target_request(sh, token, qp, &h, &p)
+                        };
                         match outcome {
                             Outcome::Done => {}
                             Outcome::Hold => {
@@ -991,48 +1126,46 @@ impl Engine {
 
     /// Writes what the socket takes now; the progress thread writes the rest.
     fn try_write(&mut self, token: u64) {
-        let Some(c) = self.conns.get_mut(&token) else { return };
-        while c.out_pos < c.out.len() {
-            match c.stream.write(&c.out[c.out_pos..]) {
-                Ok(0) => {
-                    self.conn_lost(token);
-                    return;
-                }
-                Ok(n) => c.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.wake_needed = true;
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.conn_lost(token);
-                    return;
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        match c.out.write_to(&mut c.stream) {
+            Ok(()) => {
+                if c.close_when_flushed {
+                    let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                    self.conns.remove(&token);
                 }
             }
-        }
-        c.out.clear();
-        c.out_pos = 0;
-        if c.close_when_flushed {
-            let _ = c.stream.shutdown(std::net::Shutdown::Write);
-            self.conns.remove(&token);
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wake_needed = true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => self.wake_needed = true,
+            Err(_) => self.conn_lost(token),
         }
     }
 
     fn read_conn(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
         for _ in 0..64 {
-            let Some(c) = self.conns.get_mut(&token) else { return };
+            let Some(c) = self.conns.get_mut(&token) else {
+                return;
+            };
             if c.held_bytes > HOLD_LIMIT {
                 break;
             }
-            match c.stream.read(buf) {
-                Ok(0) => {
+            // Large payloads go straight into their frame buffer.
+            let result = match c.dec.read_direct(&mut c.stream) {
+                Some(r) => r.map(|n| (n, true)),
+                None => c.stream.read(buf).map(|n| (n, false)),
+            };
+            match result {
+                Ok((0, _)) => {
                     // Let frames already received be handled before the loss is reported.
                     self.process_frames(sh, token);
                     self.conn_lost(token);
                     return;
                 }
-                Ok(n) => {
-                    c.dec.feed(&buf[..n]);
+                Ok((n, direct)) => {
+                    if !direct {
+                        c.dec.feed(&buf[..n]);
+                    }
                     self.process_frames(sh, token);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -1048,7 +1181,9 @@ impl Engine {
 
     fn accept_incoming(&mut self, listener: u64) {
         for _ in 0..64 {
-            let Some(l) = self.listeners.get(&listener) else { return };
+            let Some(l) = self.listeners.get(&listener) else {
+                return;
+            };
             match l.sock.accept() {
                 Ok((stream, _)) => {
                     if stream.set_nonblocking(true).is_err() {
@@ -1135,8 +1270,13 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 if c.held_bytes <= HOLD_LIMIT {
                     ev |= POLLIN;
                 }
-                if c.out_pos < c.out.len() {
+                if !c.out.is_empty() {
                     ev |= POLLOUT;
+                }
+                if ev == 0 {
+                    // Back-pressured and nothing to send: leave it out entirely, since poll
+                    // reports hang-ups even for no events and we would spin on them.
+                    continue;
                 }
                 fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
                 targets.push(Target::Conn(*t));

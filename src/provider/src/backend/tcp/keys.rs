@@ -25,7 +25,9 @@ pub(super) struct KeyEntry {
 
 impl KeyEntry {
     fn covers(&self, addr: u64, len: u64) -> bool {
-        let Some(end) = self.addr.checked_add(self.len) else { return false };
+        let Some(end) = self.addr.checked_add(self.len) else {
+            return false;
+        };
         match addr.checked_add(len) {
             Some(e) => addr >= self.addr && e <= end,
             None => false,
@@ -46,7 +48,11 @@ impl Keys {
     /// A fresh index not used by any live registration.
     pub fn alloc_index(&mut self) -> Option<u32> {
         for _ in 0..=MAX_INDEX {
-            self.next_index = if self.next_index >= MAX_INDEX { 1 } else { self.next_index + 1 };
+            self.next_index = if self.next_index >= MAX_INDEX {
+                1
+            } else {
+                self.next_index + 1
+            };
             if !self.used_index.contains(&self.next_index) {
                 self.used_index.insert(self.next_index);
                 return Some(self.next_index);
@@ -132,7 +138,14 @@ impl Keys {
 
     /// Target-side check of a remote access: live key, same PD as the target QP, range inside,
     /// privilege granted. Zero-length accesses need no key (as on RDMA NICs).
-    fn check_remote(&self, rkey: u32, addr: u64, len: u64, pd: u32, need: u32) -> Result<(), Status> {
+    fn check_remote(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        pd: u32,
+        need: u32,
+    ) -> Result<(), Status> {
         if len == 0 {
             return Ok(());
         }
@@ -153,9 +166,7 @@ impl Keys {
 
     pub fn remote_read(&self, rkey: u32, addr: u64, len: u32, pd: u32) -> Result<Vec<u8>, Status> {
         self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
-        let mut out = vec![0u8; len as usize];
         // SAFETY: as in remote_write, with remote read access.
-        unsafe { sys::copy_from_registered(addr, &mut out) };
-        Ok(out)
+        Ok(unsafe { sys::read_registered(addr, len as usize) })
     }
 }

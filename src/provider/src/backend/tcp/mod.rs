@@ -42,12 +42,16 @@ pub fn resolve_address(target: &str) -> Result<Ipv4Addr, String> {
         // Binding proves the address is configured on this host.
         return match UdpSocket::bind(SocketAddrV4::new(addr, 0)) {
             Ok(_) => Ok(addr),
-            Err(e) => Err(format!("address {addr} is not configured on this host: {e}")),
+            Err(e) => Err(format!(
+                "address {addr} is not configured on this host: {e}"
+            )),
         };
     }
     match sys::interface_ipv4(target) {
         Ok(Some(a)) => Ok(a),
-        Ok(None) => Err(format!("interface {target} does not exist or has no IPv4 address")),
+        Ok(None) => Err(format!(
+            "interface {target} does not exist or has no IPv4 address"
+        )),
         Err(e) => Err(format!("cannot list interfaces: {e}")),
     }
 }
@@ -141,8 +145,12 @@ impl TcpDevice {
         })?;
         let (wake_tx, wake_rx) =
             UnixStream::pair().map_err(|_| DatError::resources(SubType::ResourceMemory))?;
-        wake_tx.set_nonblocking(true).map_err(|_| DatError::internal())?;
-        wake_rx.set_nonblocking(true).map_err(|_| DatError::internal())?;
+        wake_tx
+            .set_nonblocking(true)
+            .map_err(|_| DatError::internal())?;
+        wake_rx
+            .set_nonblocking(true)
+            .map_err(|_| DatError::internal())?;
         let attr = DeviceAttr {
             max_qp: 4096,
             max_qp_wr: 16384,
@@ -173,7 +181,9 @@ impl TcpDevice {
             srqs: Mutex::new(HashMap::new()),
             mws: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
-            limits: wire::Limits { max_message: MAX_MESSAGE },
+            limits: wire::Limits {
+                max_message: MAX_MESSAGE,
+            },
             stopped: AtomicBool::new(false),
         });
         let s2 = shared.clone();
@@ -181,7 +191,10 @@ impl TcpDevice {
             .name(format!("daplrs-tcp-{target}"))
             .spawn(move || engine::progress_loop(s2))
             .map_err(|_| DatError::resources(SubType::ResourceDevice))?;
-        Ok(Arc::new(TcpDevice { shared, thread: Mutex::new(Some(thread)) }))
+        Ok(Arc::new(TcpDevice {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        }))
     }
 
     fn qp_num_of(&self, qp: &Arc<dyn QueuePair>) -> u32 {
@@ -208,7 +221,10 @@ impl Device for TcpDevice {
 
     fn alloc_pd(&self) -> DatResult<Arc<dyn ProtectionDomain>> {
         let id = self.shared.next_id() as u32;
-        Ok(Arc::new(TcpPd { id, shared: self.shared.clone() }))
+        Ok(Arc::new(TcpPd {
+            id,
+            shared: self.shared.clone(),
+        }))
     }
 
     fn create_cq(&self, depth: u32) -> DatResult<Arc<dyn CompletionQueue>> {
@@ -237,8 +253,13 @@ impl Device for TcpDevice {
             None => None,
         };
         let pd = init.pd.id();
-        let qp_num = self.shared.run(|eng, _| eng.create_qp(pd, send_cq, recv_cq, srq, init.cap));
-        Ok(Arc::new(TcpQp { qp_num, shared: self.shared.clone() }))
+        let qp_num = self
+            .shared
+            .run(|eng, _| eng.create_qp(pd, send_cq, recv_cq, srq, init.cap));
+        Ok(Arc::new(TcpQp {
+            qp_num,
+            shared: self.shared.clone(),
+        }))
     }
 
     fn create_srq(
@@ -273,14 +294,22 @@ impl Device for TcpDevice {
                 DatError::resources(SubType::None)
             }
         })?;
-        sock.set_nonblocking(true).map_err(|_| DatError::internal())?;
-        let port = sock.local_addr().map(|a| a.port()).map_err(|_| DatError::internal())?;
+        sock.set_nonblocking(true)
+            .map_err(|_| DatError::internal())?;
+        let port = sock
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|_| DatError::internal())?;
         let id = self.shared.next_id();
         self.shared.run(|eng, _| {
             eng.listeners.insert(id, engine::ListenerEntry { sock });
             eng.wake_needed = true;
         });
-        Ok(Arc::new(TcpListenerHandle { id, port, shared: Arc::downgrade(&self.shared) }))
+        Ok(Arc::new(TcpListenerHandle {
+            id,
+            port,
+            shared: Arc::downgrade(&self.shared),
+        }))
     }
 
     fn connect(
@@ -299,7 +328,9 @@ impl Device for TcpDevice {
             .run(|eng, _| eng.begin_connect(qp_num, remote, private_data.to_vec(), timeout))?;
         // TCP's connect blocks; a helper thread does it and hands the socket to the engine.
         let weak = Arc::downgrade(&self.shared);
-        let limit = timeout.unwrap_or(Duration::from_secs(60)).max(Duration::from_millis(1));
+        let limit = timeout
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_millis(1));
         std::thread::Builder::new()
             .name("daplrs-connect".into())
             .spawn(move || {
@@ -325,7 +356,8 @@ impl Device for TcpDevice {
             return Err(DatError::invalid_arg(3));
         }
         let qp_num = self.qp_num_of(qp);
-        self.shared.run(|eng, sh| eng.accept(sh, req, qp_num, private_data))
+        self.shared
+            .run(|eng, sh| eng.accept(sh, req, qp_num, private_data))
     }
 
     fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()> {
@@ -334,7 +366,8 @@ impl Device for TcpDevice {
 
     fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()> {
         let qp_num = self.qp_num_of(qp);
-        self.shared.run(|eng, sh| eng.disconnect(sh, qp_num, abrupt))
+        self.shared
+            .run(|eng, sh| eng.disconnect(sh, qp_num, abrupt))
     }
 
     fn close(&self) {
@@ -367,9 +400,20 @@ impl ProtectionDomain for TcpPd {
             return Err(DatError::invalid_arg(3));
         }
         let mut keys = self.shared.keys.lock();
-        let index = keys.alloc_index().ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+        let index = keys
+            .alloc_index()
+            .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
         let key = index << 8;
-        keys.insert(key, KeyEntry { addr, len: length, access, pd: self.id, window: false });
+        keys.insert(
+            key,
+            KeyEntry {
+                addr,
+                len: length,
+                access,
+                pd: self.id,
+                window: false,
+            },
+        );
         Ok(Arc::new(TcpMr {
             key,
             addr,
@@ -478,13 +522,27 @@ impl TcpMw {
         *cur = new_rkey;
         self.bound.store(false, Ordering::SeqCst);
         let Some(mr_key) = mr_key else { return true };
-        let Some(mr) = keys.get(mr_key) else { return false };
+        let Some(mr) = keys.get(mr_key) else {
+            return false;
+        };
         let inside = addr >= mr.addr
-            && addr.checked_add(length).map(|e| e <= mr.addr + mr.len).unwrap_or(false);
+            && addr
+                .checked_add(length)
+                .map(|e| e <= mr.addr + mr.len)
+                .unwrap_or(false);
         if mr.window || mr.pd != self.pd || !inside {
             return false;
         }
-        keys.insert(new_rkey, KeyEntry { addr, len: length, access, pd: self.pd, window: true });
+        keys.insert(
+            new_rkey,
+            KeyEntry {
+                addr,
+                len: length,
+                access,
+                pd: self.pd,
+                window: true,
+            },
+        );
         self.bound.store(true, Ordering::SeqCst);
         true
     }
@@ -578,10 +636,12 @@ impl QueuePair for TcpQp {
         self.shared.run(|eng, _| eng.qp_state(self.qp_num))
     }
     fn post_send(&self, wr: SendWr) -> DatResult<()> {
-        self.shared.run(|eng, sh| eng.post_send(sh, self.qp_num, wr))
+        self.shared
+            .run(|eng, sh| eng.post_send(sh, self.qp_num, wr))
     }
     fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
-        self.shared.run(|eng, sh| eng.post_recv(sh, self.qp_num, wr))
+        self.shared
+            .run(|eng, sh| eng.post_recv(sh, self.qp_num, wr))
     }
     fn reset(&self) -> DatResult<()> {
         self.shared.run(|eng, _| eng.reset_qp(self.qp_num))

@@ -19,6 +19,20 @@ pub(super) unsafe fn copy_from_registered(addr: u64, out: &mut [u8]) {
     std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), out.len());
 }
 
+/// Returns a copy of `len` bytes at `addr` (without zero-filling the new buffer first).
+///
+/// # Safety
+/// As for `copy_from_registered`.
+pub(super) unsafe fn read_registered(addr: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    if len > 0 {
+        std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len);
+        // The first `len` bytes were just initialised by the copy.
+        out.set_len(len);
+    }
+    out
+}
+
 /// Copies `data` into this process's memory at `addr`.
 ///
 /// # Safety
@@ -37,7 +51,11 @@ pub(super) struct PollFd(libc::pollfd);
 
 impl PollFd {
     pub fn new(fd: RawFd, events: i16) -> PollFd {
-        PollFd(libc::pollfd { fd, events, revents: 0 })
+        PollFd(libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        })
     }
     pub fn revents(&self) -> i16 {
         self.0.revents
@@ -49,7 +67,11 @@ pub(super) fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: PollFd is repr(transparent)-equivalent (a single libc::pollfd field, no padding
     // added by a newtype of one field), the pointer and length describe `fds` exactly.
     let rc = unsafe {
-        libc::poll(fds.as_mut_ptr() as *mut libc::pollfd, fds.len() as libc::nfds_t, timeout_ms)
+        libc::poll(
+            fds.as_mut_ptr() as *mut libc::pollfd,
+            fds.len() as libc::nfds_t,
+            timeout_ms,
+        )
     };
     if rc < 0 {
         let e = io::Error::last_os_error();

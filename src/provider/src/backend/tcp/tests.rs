@@ -7,11 +7,13 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::sync::Arc;
 
 use crate::backend::Sge;
-use crate::core::consts::{close_flags, dto_op, dto_status, ep_state, event_number, evd_flags, mem_priv};
+use crate::core::consts::{
+    close_flags, dto_op, dto_status, ep_state, evd_flags, event_number, mem_priv,
+};
 use crate::core::cr::Cr;
 use crate::core::ep::{Ep, RemoteBuffer};
 use crate::core::error::{ErrorType, SubType};
-use crate::core::evd::{Event, EventData, Evd};
+use crate::core::evd::{Evd, Event, EventData};
 use crate::core::handle::{self, Handle};
 use crate::core::ia::Ia;
 use crate::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
@@ -69,50 +71,98 @@ impl Side {
     fn new(name: &str, privileges: u32) -> Side {
         let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(16)).expect("open IA");
         let pz = Pz::create(&ia).expect("pz");
-        let dto = Evd::create(&ia, 64, None, evd_flags::DTO | evd_flags::RMR_BIND).expect("dto evd");
+        let dto =
+            Evd::create(&ia, 64, None, evd_flags::DTO | evd_flags::RMR_BIND).expect("dto evd");
         let conn = Evd::create(&ia, 16, None, evd_flags::CONNECTION).expect("conn evd");
         let cr = Evd::create(&ia, 16, None, evd_flags::CR).expect("cr evd");
-        let ep = Ep::create(&ia, Some(pz.clone()), Some(dto.clone()), Some(dto.clone()), Some(conn.clone()), None, None)
-            .expect("ep");
+        let ep = Ep::create(
+            &ia,
+            Some(pz.clone()),
+            Some(dto.clone()),
+            Some(dto.clone()),
+            Some(conn.clone()),
+            None,
+            None,
+        )
+        .expect("ep");
         let buf = Buffer::new(4096);
         let lmr = Lmr::create(
             &ia,
-            LmrRegion::Virtual { address: buf.addr(), length: buf.len() as u64 },
+            LmrRegion::Virtual {
+                address: buf.addr(),
+                length: buf.len() as u64,
+            },
             &pz,
             privileges,
             VA_TYPE_VA,
         )
         .expect("lmr");
-        Side { ia, pz, dto, conn, cr, ep, buf, lmr }
+        Side {
+            ia,
+            pz,
+            dto,
+            conn,
+            cr,
+            ep,
+            buf,
+            lmr,
+        }
     }
 
     fn seg(&self, off: usize, len: u32) -> Sge {
-        Sge { addr: self.buf.addr() + off as u64, length: len, lkey: self.lmr.lmr_context() }
+        Sge {
+            addr: self.buf.addr() + off as u64,
+            length: len,
+            lkey: self.lmr.lmr_context(),
+        }
     }
 
     fn remote(&self, off: usize, len: u32) -> RemoteBuffer {
-        RemoteBuffer { address: self.buf.addr() + off as u64, length: len, rmr_context: self.lmr.rmr_context() }
+        RemoteBuffer {
+            address: self.buf.addr() + off as u64,
+            length: len,
+            rmr_context: self.lmr.rmr_context(),
+        }
     }
 }
 
 fn next(evd: &Evd) -> Event {
-    evd.wait(GUARD_US, 1).expect("event before the hang guard").0
+    evd.wait(GUARD_US, 1)
+        .expect("event before the hang guard")
+        .0
 }
 
 fn dto(ev: &Event) -> (u64, u32, u32, u32) {
     match ev.data {
-        EventData::Dto { cookie, status, transferred, op, .. } => (cookie, status, transferred, op),
-        ref other => panic!("expected a DTO completion, got {:?} ({:#x})", other, ev.number),
+        EventData::Dto {
+            cookie,
+            status,
+            transferred,
+            op,
+            ..
+        } => (cookie, status, transferred, op),
+        ref other => panic!(
+            "expected a DTO completion, got {:?} ({:#x})",
+            other, ev.number
+        ),
     }
 }
 
 /// Connects client to server through a PSP, with private data both ways.
 fn connect_pair(server: &Side, client: &Side) -> Arc<Sp> {
     let (psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
-    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"hello", 0, 0).expect("connect");
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"hello", 0, 0)
+        .expect("connect");
     let ev = next(&server.cr);
     assert_eq!(ev.number, event_number::CONNECTION_REQUEST);
-    let EventData::CrArrival { cr, conn_qual, sp, .. } = ev.data else { panic!("not a CR arrival") };
+    let EventData::CrArrival {
+        cr, conn_qual, sp, ..
+    } = ev.data
+    else {
+        panic!("not a CR arrival")
+    };
     assert_eq!((conn_qual, sp), (port, psp.handle()));
     let cr: Arc<Cr> = handle::cr(cr).expect("live CR");
     assert_eq!(&*cr.query().private_data, b"hello");
@@ -144,40 +194,93 @@ fn close(sides: &[&Side]) {
 fn send_and_receive_with_multi_segment_iovs() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
-    server.ep.post_recv(&[server.seg(0, 8), server.seg(100, 56)], 11, 0).expect("recv");
-    server.ep.post_recv(&[server.seg(200, 16)], 12, 0).expect("recv for empty message");
+    server
+        .ep
+        .post_recv(&[server.seg(0, 8), server.seg(100, 56)], 11, 0)
+        .expect("recv");
+    server
+        .ep
+        .post_recv(&[server.seg(200, 16)], 12, 0)
+        .expect("recv for empty message");
     let _psp = connect_pair(&server, &client);
 
     client.buf.write(0, b"0123456789abcdefghij");
-    client.ep.post_send(&[client.seg(0, 5), client.seg(5, 15)], 21, 0).expect("send");
+    client
+        .ep
+        .post_send(&[client.seg(0, 5), client.seg(5, 15)], 21, 0)
+        .expect("send");
     client.ep.post_send(&[], 22, 0).expect("zero-length send");
 
-    assert_eq!(dto(&next(&server.dto)), (11, dto_status::SUCCESS, 20, dto_op::RECEIVE));
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (11, dto_status::SUCCESS, 20, dto_op::RECEIVE)
+    );
     assert_eq!(server.buf.read(0, 8), b"01234567");
     assert_eq!(server.buf.read(100, 12), b"89abcdefghij");
-    assert_eq!(server.buf.read(112, 4), vec![0u8; 4], "nothing past the message");
-    assert_eq!(dto(&next(&server.dto)), (12, dto_status::SUCCESS, 0, dto_op::RECEIVE));
-    assert_eq!(dto(&next(&client.dto)), (21, dto_status::SUCCESS, 20, dto_op::SEND));
-    assert_eq!(dto(&next(&client.dto)), (22, dto_status::SUCCESS, 0, dto_op::SEND));
+    assert_eq!(
+        server.buf.read(112, 4),
+        vec![0u8; 4],
+        "nothing past the message"
+    );
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (12, dto_status::SUCCESS, 0, dto_op::RECEIVE)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (21, dto_status::SUCCESS, 20, dto_op::SEND)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (22, dto_status::SUCCESS, 0, dto_op::SEND)
+    );
 
     // A send posted before its receive waits for it (no loss, in order).
-    client.ep.post_send(&[client.seg(0, 4)], 23, 0).expect("send early");
-    client.ep.post_send(&[client.seg(4, 4)], 24, 0).expect("send early 2");
-    server.ep.post_recv(&[server.seg(300, 4)], 13, 0).expect("late recv");
-    server.ep.post_recv(&[server.seg(304, 4)], 14, 0).expect("late recv 2");
-    assert_eq!(dto(&next(&server.dto)), (13, dto_status::SUCCESS, 4, dto_op::RECEIVE));
-    assert_eq!(dto(&next(&server.dto)), (14, dto_status::SUCCESS, 4, dto_op::RECEIVE));
+    client
+        .ep
+        .post_send(&[client.seg(0, 4)], 23, 0)
+        .expect("send early");
+    client
+        .ep
+        .post_send(&[client.seg(4, 4)], 24, 0)
+        .expect("send early 2");
+    server
+        .ep
+        .post_recv(&[server.seg(300, 4)], 13, 0)
+        .expect("late recv");
+    server
+        .ep
+        .post_recv(&[server.seg(304, 4)], 14, 0)
+        .expect("late recv 2");
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (13, dto_status::SUCCESS, 4, dto_op::RECEIVE)
+    );
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (14, dto_status::SUCCESS, 4, dto_op::RECEIVE)
+    );
     assert_eq!(server.buf.read(300, 8), b"01234567");
     assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
     assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
 
     // SUPPRESS: a successful completion is not reported.
-    server.ep.post_recv(&[server.seg(400, 8)], 15, 0).expect("recv");
-    client.ep.post_send(&[client.seg(0, 8)], 25, 1).expect("suppressed send");
+    server
+        .ep
+        .post_recv(&[server.seg(400, 8)], 15, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 25, 1)
+        .expect("suppressed send");
     assert_eq!(dto(&next(&server.dto)).0, 15);
     client.ep.post_send(&[], 26, 0).expect("marker send");
     server.ep.post_recv(&[], 16, 0).expect("recv marker");
-    assert_eq!(dto(&next(&client.dto)).0, 26, "suppressed completion must not appear");
+    assert_eq!(
+        dto(&next(&client.dto)).0,
+        26,
+        "suppressed completion must not appear"
+    );
     close(&[&client, &server]);
 }
 
@@ -189,22 +292,50 @@ fn rdma_write_and_read_are_served_by_the_target() {
     server.buf.write(1000, b"server-owned bytes");
 
     client.buf.write(0, b"written by the client");
-    client.ep.post_rdma_write(&[client.seg(0, 10), client.seg(10, 11)], 1, server.remote(2000, 21), 0).expect("write");
-    assert_eq!(dto(&next(&client.dto)), (1, dto_status::SUCCESS, 21, dto_op::RDMA_WRITE));
+    client
+        .ep
+        .post_rdma_write(
+            &[client.seg(0, 10), client.seg(10, 11)],
+            1,
+            server.remote(2000, 21),
+            0,
+        )
+        .expect("write");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::SUCCESS, 21, dto_op::RDMA_WRITE)
+    );
     assert_eq!(server.buf.read(2000, 21), b"written by the client");
 
     // Read fills front segments completely.
-    client.ep.post_rdma_read(&[client.seg(500, 6), client.seg(600, 100)], 2, server.remote(1000, 18), 0).expect("read");
-    assert_eq!(dto(&next(&client.dto)), (2, dto_status::SUCCESS, 18, dto_op::RDMA_READ));
+    client
+        .ep
+        .post_rdma_read(
+            &[client.seg(500, 6), client.seg(600, 100)],
+            2,
+            server.remote(1000, 18),
+            0,
+        )
+        .expect("read");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::SUCCESS, 18, dto_op::RDMA_READ)
+    );
     assert_eq!(client.buf.read(500, 6), b"server");
     assert_eq!(client.buf.read(600, 12), b"-owned bytes");
     assert_eq!(client.buf.read(612, 4), vec![0u8; 4]);
 
     // Local buffer too small for the remote buffer: synchronous LENGTH_ERROR.
-    let e = client.ep.post_rdma_read(&[client.seg(0, 4)], 3, server.remote(0, 8), 0).err().expect("too small");
+    let e = client
+        .ep
+        .post_rdma_read(&[client.seg(0, 4)], 3, server.remote(0, 8), 0)
+        .expect_err("too small");
     assert_eq!(e.kind, ErrorType::LengthError);
     // The server application called nothing: its DTO EVD saw nothing.
-    assert_eq!(server.dto.dequeue().err().expect("no target events").kind, ErrorType::QueueEmpty);
+    assert_eq!(
+        server.dto.dequeue().expect_err("no target events").kind,
+        ErrorType::QueueEmpty
+    );
     close(&[&client, &server]);
 }
 
@@ -217,18 +348,40 @@ fn remote_access_violation_breaks_the_connection() {
 
     let mut bad = server.remote(0, 16);
     bad.rmr_context ^= 0x0100;
-    client.ep.post_rdma_write(&[client.seg(0, 16)], 1, bad, 0).expect("post with a bad rkey");
-    client.ep.post_rdma_write(&[client.seg(0, 16)], 2, server.remote(0, 16), 0).expect("post behind it");
-    assert_eq!(dto(&next(&client.dto)), (1, dto_status::REMOTE_ACCESS, 0, dto_op::RDMA_WRITE));
-    assert_eq!(dto(&next(&client.dto)), (2, dto_status::FLUSHED, 0, dto_op::RDMA_WRITE));
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 16)], 1, bad, 0)
+        .expect("post with a bad rkey");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 16)], 2, server.remote(0, 16), 0)
+        .expect("post behind it");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::REMOTE_ACCESS, 0, dto_op::RDMA_WRITE)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::FLUSHED, 0, dto_op::RDMA_WRITE)
+    );
     assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
     assert_eq!(next(&server.conn).number, event_number::CONNECTION_BROKEN);
-    assert_eq!(server.buf.read(0, 64), vec![7u8; 64], "target memory untouched");
+    assert_eq!(
+        server.buf.read(0, 64),
+        vec![7u8; 64],
+        "target memory untouched"
+    );
     assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
 
     // Posts on a DISCONNECTED EP succeed and are flushed at once.
-    client.ep.post_send(&[client.seg(0, 8)], 3, 0).expect("post while disconnected");
-    assert_eq!(dto(&next(&client.dto)), (3, dto_status::FLUSHED, 0, dto_op::SEND));
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 3, 0)
+        .expect("post while disconnected");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (3, dto_status::FLUSHED, 0, dto_op::SEND)
+    );
     client.ep.reset().expect("reset");
     assert_eq!(client.ep.state(), ep_state::UNCONNECTED);
     close(&[&client, &server]);
@@ -237,17 +390,29 @@ fn remote_access_violation_breaks_the_connection() {
 #[test]
 fn out_of_range_and_missing_privilege_are_refused_by_the_target() {
     // The target's LMR grants remote read only.
-    let server = Side::new("srv", mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ);
+    let server = Side::new(
+        "srv",
+        mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ,
+    );
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    client.ep.post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0).expect("post out of range");
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0)
+        .expect("post out of range");
     assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
     assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
 
-    let server2 = Side::new("srv2", mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ);
+    let server2 = Side::new(
+        "srv2",
+        mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ,
+    );
     let client2 = Side::new("cli2", mem_priv::ALL);
     let _psp2 = connect_pair(&server2, &client2);
-    client2.ep.post_rdma_write(&[client2.seg(0, 8)], 2, server2.remote(0, 8), 0).expect("post write");
+    client2
+        .ep
+        .post_rdma_write(&[client2.seg(0, 8)], 2, server2.remote(0, 8), 0)
+        .expect("post write");
     assert_eq!(dto(&next(&client2.dto)).1, dto_status::REMOTE_ACCESS);
     assert_eq!(server2.buf.read(0, 8), vec![0u8; 8]);
     close(&[&client, &server, &client2, &server2]);
@@ -258,13 +423,31 @@ fn graceful_disconnect_flushes_receives() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    server.ep.post_recv(&[server.seg(0, 64)], 9, 0).expect("recv");
-    client.ep.disconnect(close_flags::GRACEFUL).expect("disconnect");
-    assert_eq!(next(&client.conn).number, event_number::CONNECTION_DISCONNECTED);
-    assert_eq!(next(&server.conn).number, event_number::CONNECTION_DISCONNECTED);
-    assert_eq!(dto(&next(&server.dto)), (9, dto_status::FLUSHED, 0, dto_op::RECEIVE));
+    server
+        .ep
+        .post_recv(&[server.seg(0, 64)], 9, 0)
+        .expect("recv");
+    client
+        .ep
+        .disconnect(close_flags::GRACEFUL)
+        .expect("disconnect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_DISCONNECTED
+    );
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_DISCONNECTED
+    );
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (9, dto_status::FLUSHED, 0, dto_op::RECEIVE)
+    );
     assert_eq!(server.ep.state(), ep_state::DISCONNECTED);
-    client.ep.disconnect(close_flags::GRACEFUL).expect("disconnect again is a no-op");
+    client
+        .ep
+        .disconnect(close_flags::GRACEFUL)
+        .expect("disconnect again is a no-op");
     close(&[&client, &server]);
 }
 
@@ -273,10 +456,19 @@ fn peer_that_vanishes_gives_broken_and_flushes() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    client.ep.post_recv(&[client.seg(0, 64)], 5, 0).expect("recv");
-    client.ep.post_rdma_read(&[client.seg(100, 8)], 6, server.remote(0, 8), 0).expect("read");
+    client
+        .ep
+        .post_recv(&[client.seg(0, 64)], 5, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_rdma_read(&[client.seg(100, 8)], 6, server.remote(0, 8), 0)
+        .expect("read");
     // The read may complete before the peer goes; either way nothing is lost.
-    server.ia.close(close_flags::ABRUPT).expect("server vanishes");
+    server
+        .ia
+        .close(close_flags::ABRUPT)
+        .expect("server vanishes");
     let mut saw_recv = false;
     let mut saw_conn = false;
     while !(saw_recv && saw_conn) {
@@ -311,23 +503,45 @@ fn reject_and_unreachable_ports() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let (psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
-    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"let me in", 0, 0).expect("connect");
-    let EventData::CrArrival { cr, .. } = next(&server.cr).data else { panic!("no CR") };
-    handle::cr(cr).expect("cr").reject(b"go away").expect("reject");
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"let me in", 0, 0)
+        .expect("connect");
+    let EventData::CrArrival { cr, .. } = next(&server.cr).data else {
+        panic!("no CR")
+    };
+    handle::cr(cr)
+        .expect("cr")
+        .reject(b"go away")
+        .expect("reject");
     let ev = next(&client.conn);
     assert_eq!(ev.number, event_number::CONNECTION_PEER_REJECTED);
-    assert!(matches!(ev.data, EventData::Connection { ref private_data, .. } if &**private_data == b"go away"));
+    assert!(
+        matches!(ev.data, EventData::Connection { ref private_data, .. } if &**private_data == b"go away")
+    );
     assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
     client.ep.reset().expect("reset");
 
     // Nobody listens on a port we just released.
     psp.free().expect("free psp");
-    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0).expect("connect");
-    assert_eq!(next(&client.conn).number, event_number::CONNECTION_NON_PEER_REJECTED);
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_NON_PEER_REJECTED
+    );
 
     // Connect is refused synchronously outside UNCONNECTED.
-    let e = client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0).err().expect("disconnected");
-    assert_eq!((e.kind, e.sub), (ErrorType::InvalidState, SubType::EpDisconnected));
+    let e = client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0)
+        .expect_err("disconnected");
+    assert_eq!(
+        (e.kind, e.sub),
+        (ErrorType::InvalidState, SubType::EpDisconnected)
+    );
     close(&[&client, &server]);
 }
 
@@ -344,16 +558,37 @@ fn garbled_peer_breaks_only_its_own_connection() {
     h.payload_len = u32::MAX;
     hostile.write_all(&h.encode()).expect("send header");
 
-    client.ep.connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"real", 0, 0).expect("connect");
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"real", 0, 0)
+        .expect("connect");
     let ev = next(&server.cr);
-    let EventData::CrArrival { cr, .. } = ev.data else { panic!("no CR") };
+    let EventData::CrArrival { cr, .. } = ev.data else {
+        panic!("no CR")
+    };
     let cr = handle::cr(cr).expect("cr");
-    assert_eq!(&*cr.query().private_data, b"real", "only the real client became a request");
+    assert_eq!(
+        &*cr.query().private_data,
+        b"real",
+        "only the real client became a request"
+    );
     cr.accept(Some(&server.ep), b"").expect("accept");
-    assert_eq!(next(&client.conn).number, event_number::CONNECTION_ESTABLISHED);
-    assert_eq!(next(&server.conn).number, event_number::CONNECTION_ESTABLISHED);
-    server.ep.post_recv(&[server.seg(0, 8)], 1, 0).expect("recv");
-    client.ep.post_send(&[client.seg(0, 8)], 2, 0).expect("send");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    server
+        .ep
+        .post_recv(&[server.seg(0, 8)], 1, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 2, 0)
+        .expect("send");
     assert_eq!(dto(&next(&server.dto)).1, dto_status::SUCCESS);
     drop(garbage);
     drop(hostile);
@@ -379,23 +614,712 @@ fn rmr_bind_exposes_part_of_an_lmr() {
         .expect("bind");
     let ev = next(&server.dto);
     assert_eq!(ev.number, event_number::RMR_BIND_COMPLETION);
-    assert_eq!(ev.data, EventData::RmrBind { rmr: rmr.handle(), cookie: 99, status: 0 });
+    assert_eq!(
+        ev.data,
+        EventData::RmrBind {
+            rmr: rmr.handle(),
+            cookie: 99,
+            status: 0
+        }
+    );
     assert_eq!(rmr.query().rmr_context, ctx);
-    assert_eq!(server.lmr.free().err().expect("lmr bound by an rmr").sub, SubType::LmrInUse);
+    assert_eq!(
+        server.lmr.free().expect_err("lmr bound by an rmr").sub,
+        SubType::LmrInUse
+    );
 
     client.buf.write(0, b"through a window");
-    let window = RemoteBuffer { address: server.buf.addr() + 1024, length: 16, rmr_context: ctx };
-    client.ep.post_rdma_write(&[client.seg(0, 16)], 1, window, 0).expect("write via rmr");
+    let window = RemoteBuffer {
+        address: server.buf.addr() + 1024,
+        length: 16,
+        rmr_context: ctx,
+    };
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 16)], 1, window, 0)
+        .expect("write via rmr");
     assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
     assert_eq!(server.buf.read(1024, 16), b"through a window");
 
     // Outside the window (but inside the LMR) is a violation.
-    let outside = RemoteBuffer { address: server.buf.addr(), length: 16, rmr_context: ctx };
-    client.ep.post_rdma_write(&[client.seg(0, 16)], 2, outside, 0).expect("post");
+    let outside = RemoteBuffer {
+        address: server.buf.addr(),
+        length: 16,
+        rmr_context: ctx,
+    };
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 16)], 2, outside, 0)
+        .expect("post");
     assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
     assert_eq!(server.buf.read(0, 16), vec![0u8; 16]);
     rmr.free().expect("free rmr");
     server.lmr.free().expect("lmr free once unbound");
     let _ = Handle::NULL;
+    close(&[&client, &server]);
+}
+
+/// Waits for a CR on `evd` and returns it.
+fn next_cr(evd: &Evd) -> Arc<Cr> {
+    let ev = next(evd);
+    let EventData::CrArrival { cr, .. } = ev.data else {
+        panic!("expected a CR, got {ev:?}")
+    };
+    handle::cr(cr).expect("live CR")
+}
+
+#[test]
+fn srq_feeds_receives_of_several_connections() {
+    use crate::core::srq::{Srq, SrqAttr};
+    let server = Side::new("srv", mem_priv::ALL);
+    let c1 = Side::new("c1", mem_priv::ALL);
+    let c2 = Side::new("c2", mem_priv::ALL);
+    let srq = Srq::create(
+        &server.ia,
+        &server.pz,
+        SrqAttr {
+            max_recv_dtos: 8,
+            max_recv_iov: 1,
+            low_watermark: 0,
+        },
+    )
+    .expect("srq");
+    let ep_a = Ep::create(
+        &server.ia,
+        Some(server.pz.clone()),
+        Some(server.dto.clone()),
+        Some(server.dto.clone()),
+        Some(server.conn.clone()),
+        Some(srq.clone()),
+        None,
+    )
+    .expect("ep a");
+    let ep_b = Ep::create(
+        &server.ia,
+        Some(server.pz.clone()),
+        Some(server.dto.clone()),
+        Some(server.dto.clone()),
+        Some(server.conn.clone()),
+        Some(srq.clone()),
+        None,
+    )
+    .expect("ep b");
+    assert_eq!(
+        ep_a.post_recv(&[server.seg(0, 8)], 1, 0)
+            .expect_err("EP with SRQ")
+            .kind,
+        ErrorType::InvalidState
+    );
+    srq.post_recv(&[server.seg(0, 16)], 100).expect("srq recv");
+    srq.post_recv(&[server.seg(16, 16)], 101).expect("srq recv");
+
+    let (_psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    for (client, ep) in [(&c1, &ep_a), (&c2, &ep_b)] {
+        client
+            .ep
+            .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0)
+            .expect("connect");
+        next_cr(&server.cr).accept(Some(ep), b"").expect("accept");
+        assert_eq!(
+            next(&client.conn).number,
+            event_number::CONNECTION_ESTABLISHED
+        );
+        assert_eq!(
+            next(&server.conn).number,
+            event_number::CONNECTION_ESTABLISHED
+        );
+    }
+    c1.buf.write(0, b"from c1");
+    c1.ep.post_send(&[c1.seg(0, 7)], 1, 0).expect("send");
+    let ev = next(&server.dto);
+    let EventData::Dto {
+        ep,
+        cookie,
+        status,
+        transferred,
+        ..
+    } = ev.data
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        (ep, cookie, status, transferred),
+        (ep_a.handle(), 100, dto_status::SUCCESS, 7)
+    );
+    c2.ep.post_send(&[c2.seg(0, 3)], 1, 0).expect("send");
+    let ev = next(&server.dto);
+    let EventData::Dto { ep, cookie, .. } = ev.data else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((ep, cookie), (ep_b.handle(), 101));
+    assert_eq!(server.buf.read(0, 7), b"from c1");
+    close(&[&c1, &c2, &server]);
+}
+
+#[test]
+fn rsp_dup_connect_and_handoff() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let (probe, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("find a free port");
+    probe.free().expect("free probe");
+    let rsp = Sp::create_rsp(&server.ia, port, &server.ep, &server.cr).expect("rsp");
+    assert_eq!(server.ep.state(), ep_state::RESERVED);
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"rsp", 0, 0)
+        .expect("connect");
+    let cr = next_cr(&server.cr);
+    assert_eq!(cr.query().ep, server.ep.handle());
+    assert_eq!(server.ep.state(), ep_state::TENTATIVE_CONNECTION_PENDING);
+    cr.accept(None, b"").expect("accept on the reserved EP");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    rsp.free().expect("free rsp");
+
+    // dup_connect goes where the first EP is connected: a PSP there hands the request off.
+    let (psp1, port1) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp1");
+    let (psp2, port2) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp2");
+    let client_b = Ep::create(
+        &client.ia,
+        Some(client.pz.clone()),
+        Some(client.dto.clone()),
+        Some(client.dto.clone()),
+        Some(client.conn.clone()),
+        None,
+        None,
+    )
+    .expect("client ep b");
+    let server_b = Ep::create(
+        &server.ia,
+        Some(server.pz.clone()),
+        Some(server.dto.clone()),
+        Some(server.dto.clone()),
+        Some(server.conn.clone()),
+        None,
+        None,
+    )
+    .expect("server ep b");
+    client_b
+        .connect(Ipv4Addr::LOCALHOST, port1, GUARD_US, b"handoff", 0, 0)
+        .expect("connect");
+    let cr = next_cr(&server.cr);
+    cr.handoff(port2).expect("handoff");
+    let ev = next(&server.cr);
+    let EventData::CrArrival { cr, sp, .. } = ev.data else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(sp, psp2.handle());
+    let cr = handle::cr(cr).expect("cr");
+    assert_eq!(&*cr.query().private_data, b"handoff");
+    cr.accept(Some(&server_b), b"").expect("accept");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+
+    let client_c = Ep::create(
+        &client.ia,
+        Some(client.pz.clone()),
+        None,
+        None,
+        Some(client.conn.clone()),
+        None,
+        None,
+    )
+    .expect("client ep c");
+    // client.ep is connected to `port` (the RSP's, now gone): nobody listens there.
+    client_c
+        .dup_connect(&client.ep, GUARD_US, b"", 0)
+        .expect("dup connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_NON_PEER_REJECTED
+    );
+    let _ = (psp1, psp2);
+    close(&[&client, &server]);
+}
+
+#[test]
+fn graceful_disconnect_lets_outstanding_requests_finish() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    server
+        .ep
+        .post_recv(&[server.seg(0, 64)], 1, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(0, 64)], 2, 0)
+        .expect("send");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 64)], 3, server.remote(128, 64), 0)
+        .expect("write");
+    client
+        .ep
+        .disconnect(close_flags::GRACEFUL)
+        .expect("graceful disconnect");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::SUCCESS, 64, dto_op::SEND)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (3, dto_status::SUCCESS, 64, dto_op::RDMA_WRITE)
+    );
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_DISCONNECTED
+    );
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_DISCONNECTED
+    );
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (1, dto_status::SUCCESS, 64, dto_op::RECEIVE)
+    );
+    close(&[&client, &server]);
+}
+
+#[test]
+fn completions_trigger_the_cno() {
+    use crate::core::cno::Cno;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let cno = Cno::create(&server.ia, None, (0, 0)).expect("cno");
+    server.dto.modify_cno(Some(cno.clone())).expect("attach");
+    server
+        .ep
+        .post_recv(&[server.seg(0, 8)], 1, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 2, 0)
+        .expect("send");
+    assert_eq!(cno.wait(GUARD_US), Ok(server.dto.handle()));
+    assert_eq!(dto(&server.dto.dequeue().expect("the completion")).0, 1);
+    close(&[&client, &server]);
+}
+
+/// A fake target speaking the wire protocol by hand: accepts one connection, answers the
+/// HELLO with ACCEPT, then runs `then` on the raw socket.
+fn fake_target(
+    then: impl FnOnce(TcpStream) + Send + 'static,
+) -> (u16, std::thread::JoinHandle<()>) {
+    use std::io::Read;
+    use std::net::TcpListener;
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .expect("hang guard");
+        let mut hdr = [0u8; super::wire::HEADER_LEN];
+        s.read_exact(&mut hdr).expect("hello header");
+        let limits = super::wire::Limits {
+            max_message: 1 << 20,
+        };
+        let h = super::wire::Header::decode(&hdr, &limits).expect("valid hello");
+        let mut pd = vec![0u8; h.payload_len as usize];
+        s.read_exact(&mut pd).expect("hello payload");
+        let mut out = Vec::new();
+        super::wire::put_frame(
+            &mut out,
+            super::wire::handshake(super::wire::Kind::Accept),
+            b"",
+        );
+        s.write_all(&out).expect("accept");
+        then(s);
+    });
+    (port, t)
+}
+
+#[test]
+fn killed_peer_gives_broken_and_flushed_completions() {
+    use std::io::Read;
+    let client = Side::new("cli", mem_priv::ALL);
+    let (port, t) = fake_target(|mut s| {
+        // Wait for the client's first request, then vanish without a goodbye.
+        let mut hdr = [0u8; super::wire::HEADER_LEN];
+        let _ = s.read_exact(&mut hdr);
+        drop(s);
+    });
+    client
+        .ep
+        .post_recv(&[client.seg(0, 64)], 1, 0)
+        .expect("recv");
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    client
+        .ep
+        .post_rdma_read(
+            &[client.seg(100, 8)],
+            2,
+            RemoteBuffer {
+                address: 0x1000,
+                length: 8,
+                rmr_context: 5,
+            },
+            0,
+        )
+        .expect("read");
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    let mut got = vec![dto(&next(&client.dto)), dto(&next(&client.dto))];
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (1, dto_status::FLUSHED, 0, dto_op::RECEIVE),
+            (2, dto_status::FLUSHED, 0, dto_op::RDMA_READ)
+        ]
+    );
+    t.join().expect("fake target");
+    close(&[&client]);
+}
+
+#[test]
+fn garbage_after_the_handshake_breaks_that_connection() {
+    let client = Side::new("cli", mem_priv::ALL);
+    let (port, t) = fake_target(|mut s| {
+        let _ = s.write_all(&[0xee; 100]);
+        // Keep the socket open: the client must break on the garbage itself, not on EOF.
+        let mut sink = [0u8; 64];
+        let _ = std::io::Read::read(&mut s, &mut sink);
+    });
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    close(&[&client]);
+    t.join().expect("fake target");
+}
+
+#[test]
+fn large_transfers_arrive_intact() {
+    const BIG: usize = 4 << 20;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let register = |side: &Side, buf: &Buffer| {
+        Lmr::create(
+            &side.ia,
+            LmrRegion::Virtual {
+                address: buf.addr(),
+                length: buf.len() as u64,
+            },
+            &side.pz,
+            mem_priv::ALL,
+            VA_TYPE_VA,
+        )
+        .expect("big lmr")
+    };
+    let sbuf = Buffer::new(BIG);
+    let cbuf = Buffer::new(BIG);
+    let slmr = register(&server, &sbuf);
+    let clmr = register(&client, &cbuf);
+    let pattern: Vec<u8> = (0..BIG).map(|i| (i * 7 + i / 4096) as u8).collect();
+    sbuf.write(0, &pattern);
+    let remote = RemoteBuffer {
+        address: sbuf.addr(),
+        length: BIG as u32,
+        rmr_context: slmr.rmr_context(),
+    };
+    let local = Sge {
+        addr: cbuf.addr(),
+        length: BIG as u32,
+        lkey: clmr.lmr_context(),
+    };
+
+    client
+        .ep
+        .post_rdma_read(&[local], 1, remote, 0)
+        .expect("big read");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::SUCCESS, BIG as u32, dto_op::RDMA_READ)
+    );
+    assert!(cbuf.read(0, BIG) == pattern, "read data differs");
+
+    let reversed: Vec<u8> = pattern.iter().rev().copied().collect();
+    cbuf.write(0, &reversed);
+    for i in 0..4u64 {
+        client
+            .ep
+            .post_rdma_write(&[local], 10 + i, remote, 0)
+            .expect("big write");
+    }
+    for i in 0..4u64 {
+        assert_eq!(
+            dto(&next(&client.dto)),
+            (10 + i, dto_status::SUCCESS, BIG as u32, dto_op::RDMA_WRITE)
+        );
+    }
+    assert!(sbuf.read(0, BIG) == reversed, "written data differs");
+
+    server
+        .ep
+        .post_recv(
+            &[Sge {
+                addr: sbuf.addr(),
+                length: (1 << 20) as u32,
+                lkey: slmr.lmr_context(),
+            }],
+            20,
+            0,
+        )
+        .expect("recv");
+    client
+        .ep
+        .post_send(
+            &[Sge {
+                addr: cbuf.addr(),
+                length: (1 << 20) as u32,
+                lkey: clmr.lmr_context(),
+            }],
+            21,
+            0,
+        )
+        .expect("big send");
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (20, dto_status::SUCCESS, 1 << 20, dto_op::RECEIVE)
+    );
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert!(
+        sbuf.read(0, 1 << 20) == reversed[..1 << 20],
+        "sent data differs"
+    );
+    close(&[&client, &server]);
+}
+
+/// Not a test: figures for a quick look (`cargo test -p daplrs --release -- --ignored
+/// --nocapture rough_figures`). Nothing is asserted about time.
+#[test]
+#[ignore]
+fn rough_figures() {
+    const BIG: usize = 1 << 20;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let sbuf = Buffer::new(BIG);
+    let cbuf = Buffer::new(BIG);
+    let slmr = Lmr::create(
+        &server.ia,
+        LmrRegion::Virtual {
+            address: sbuf.addr(),
+            length: BIG as u64,
+        },
+        &server.pz,
+        mem_priv::ALL,
+        VA_TYPE_VA,
+    )
+    .expect("lmr");
+    let clmr = Lmr::create(
+        &client.ia,
+        LmrRegion::Virtual {
+            address: cbuf.addr(),
+            length: BIG as u64,
+        },
+        &client.pz,
+        mem_priv::ALL,
+        VA_TYPE_VA,
+    )
+    .expect("lmr");
+    for size in [8usize, BIG] {
+        let iters = if size == 8 { 20_000 } else { 2_000 };
+        let remote = RemoteBuffer {
+            address: sbuf.addr(),
+            length: size as u32,
+            rmr_context: slmr.rmr_context(),
+        };
+        let local = Sge {
+            addr: cbuf.addr(),
+            length: size as u32,
+            lkey: clmr.lmr_context(),
+        };
+        let start = std::time::Instant::now();
+        for i in 0..iters {
+            client
+                .ep
+                .post_rdma_read(&[local], i as u64, remote, 0)
+                .expect("read");
+            next(&client.dto);
+        }
+        let el = start.elapsed();
+        println!(
+            "rdma read {size:>8} B: {:.2} us/op, {:.1} MB/s",
+            el.as_secs_f64() * 1e6 / iters as f64,
+            (size * iters) as f64 / el.as_secs_f64() / 1e6
+        );
+    }
+    close(&[&client, &server]);
+}
+
+#[test]
+fn provider_created_ep_is_configured_then_accepted() {
+    use crate::core::ep::EpModify;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let (_psp, port) = Sp::create_psp_any(
+        &server.ia,
+        &server.cr,
+        crate::core::consts::psp_flags::PROVIDER,
+    )
+    .expect("psp");
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0)
+        .expect("connect");
+    let cr = next_cr(&server.cr);
+    let ep = handle::ep(cr.query().ep).expect("provider-created EP");
+    assert_eq!(ep.state(), ep_state::UNCONFIGURED_TENTATIVE);
+    let e = cr.accept(None, b"").expect_err("unconfigured");
+    assert_eq!(
+        (e.kind, e.sub),
+        (ErrorType::InvalidState, SubType::EpUnconfTentative)
+    );
+    ep.modify(EpModify {
+        pz: Some(server.pz.clone()),
+        recv_evd: Some(Some(server.dto.clone())),
+        request_evd: Some(Some(server.dto.clone())),
+        connect_evd: Some(Some(server.conn.clone())),
+        attr: None,
+    })
+    .expect("configure");
+    assert_eq!(ep.state(), ep_state::TENTATIVE_CONNECTION_PENDING);
+    cr.accept(None, b"").expect("accept");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    close(&[&client, &server]);
+}
+
+#[test]
+fn unanswered_connect_times_out_and_flushes() {
+    use std::io::Read;
+    let client = Side::new("cli", mem_priv::ALL);
+    // A peer that takes the TCP connection but never answers the HELLO.
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .expect("hang guard");
+        let mut sink = [0u8; 256];
+        while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    client
+        .ep
+        .post_recv(&[client.seg(0, 8)], 4, 0)
+        .expect("recv");
+    // A short DAT timeout is the behaviour under test, not a measurement.
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, u64::from(port), 200_000, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_TIMED_OUT
+    );
+    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (4, dto_status::FLUSHED, 0, dto_op::RECEIVE)
+    );
+    close(&[&client]);
+    t.join().expect("silent peer");
+}
+
+#[test]
+fn abrupt_disconnect_flushes_at_once() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    client
+        .ep
+        .post_recv(&[client.seg(0, 8)], 1, 0)
+        .expect("recv");
+    client
+        .ep
+        .disconnect(close_flags::ABRUPT)
+        .expect("abrupt disconnect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_DISCONNECTED
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::FLUSHED, 0, dto_op::RECEIVE)
+    );
+    let ev = next(&server.conn).number;
+    assert!(matches!(
+        ev,
+        event_number::CONNECTION_DISCONNECTED | event_number::CONNECTION_BROKEN
+    ));
+    close(&[&client, &server]);
+}
+
+#[test]
+fn an_overflowing_evd_keeps_every_completion_and_reports_once() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let small = Evd::create(&client.ia, 2, None, evd_flags::DTO).expect("small evd");
+    let ep = Ep::create(
+        &client.ia,
+        Some(client.pz.clone()),
+        Some(small.clone()),
+        Some(small.clone()),
+        Some(client.conn.clone()),
+        None,
+        None,
+    )
+    .expect("ep");
+    for i in 0..4u64 {
+        ep.post_recv(&[client.seg(0, 8)], i, 0).expect("recv");
+    }
+    ep.free()
+        .expect("free: flushes four receives into a queue of two");
+    let mut cookies: Vec<u64> = (0..4)
+        .map(|_| dto(&small.dequeue().expect("kept")).0)
+        .collect();
+    cookies.sort();
+    assert_eq!(cookies, vec![0, 1, 2, 3]);
+    let async_evd = client.ia.async_evd().expect("async evd");
+    assert_eq!(next(&async_evd).number, event_number::ASYNC_EVD_OVERFLOW);
+    assert_eq!(
+        async_evd.dequeue().expect_err("reported once").kind,
+        ErrorType::QueueEmpty
+    );
     close(&[&client, &server]);
 }

@@ -111,7 +111,10 @@ pub enum WireError {
     UnknownKind(u8),
     UnknownStatus(u8),
     /// payload_len over the bound for its kind.
-    TooLong { kind: Kind, len: u32 },
+    TooLong {
+        kind: Kind,
+        len: u32,
+    },
     BadMagic,
     BadVersion(u32),
 }
@@ -176,10 +179,16 @@ impl Header {
             Kind::ReadReq | Kind::Ack | Kind::Disconnect => 0,
         };
         if h.payload_len > bound {
-            return Err(WireError::TooLong { kind, len: h.payload_len });
+            return Err(WireError::TooLong {
+                kind,
+                len: h.payload_len,
+            });
         }
         if kind == Kind::ReadReq && h.length > limits.max_message {
-            return Err(WireError::TooLong { kind, len: h.length });
+            return Err(WireError::TooLong {
+                kind,
+                len: h.length,
+            });
         }
         if matches!(kind, Kind::Hello | Kind::Accept) {
             if h.addr != MAGIC {
@@ -208,6 +217,9 @@ pub fn handshake(kind: Kind) -> Header {
     h
 }
 
+/// Payloads at least this large are read from the socket straight into their frame buffer.
+pub const DIRECT_READ_MIN: usize = 64 * 1024;
+
 /// Incremental frame reader over a byte stream.
 #[derive(Default)]
 pub struct Decoder {
@@ -215,6 +227,8 @@ pub struct Decoder {
     start: usize,
     /// Header of the frame whose payload is being collected.
     pending: Option<Header>,
+    /// That frame's payload so far (capacity reserved once the header is validated).
+    payload: Vec<u8>,
 }
 
 impl Decoder {
@@ -233,31 +247,130 @@ impl Decoder {
 
     /// Bytes buffered and not yet returned as frames.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.buf.len() - self.start + self.payload.len()
+    }
+
+    /// Reads the rest of a large pending payload straight from `r` into the frame's buffer
+    /// (no intermediate copy, no zero-filling), once every byte buffered before it has been
+    /// consumed. None when that does not apply; else what the read gave: Ok(0) is end of
+    /// stream.
+    pub fn read_direct<R: std::io::Read>(&mut self, r: &mut R) -> Option<std::io::Result<usize>> {
+        let want = self.payload.capacity() - self.payload.len();
+        if self.pending.is_none() || self.start != self.buf.len() || want < DIRECT_READ_MIN {
+            return None;
+        }
+        let before = self.payload.len();
+        let mut limited = std::io::Read::take(r, want as u64);
+        let result = std::io::Read::read_to_end(&mut limited, &mut self.payload);
+        let got = self.payload.len() - before;
+        Some(match result {
+            Ok(_) => Ok(got),
+            Err(_) if got > 0 => Ok(got),
+            Err(e) => Err(e),
+        })
     }
 
     /// The next complete frame, None if more bytes are needed, or the error that makes the
     /// stream unusable.
     pub fn next_frame(&mut self, limits: &Limits) -> Result<Option<(Header, Vec<u8>)>, WireError> {
         if self.pending.is_none() {
-            if self.buffered() < HEADER_LEN {
+            if self.buf.len() - self.start < HEADER_LEN {
                 return Ok(None);
             }
             let mut hb = [0u8; HEADER_LEN];
             hb.copy_from_slice(&self.buf[self.start..self.start + HEADER_LEN]);
             let h = Header::decode(&hb, limits)?;
             self.start += HEADER_LEN;
+            // The length was bounded by `decode`, so this allocation is bounded too.
+            self.payload = Vec::with_capacity(h.payload_len as usize);
             self.pending = Some(h);
         }
-        let Some(h) = self.pending else { return Ok(None) };
-        let len = h.payload_len as usize;
-        if self.buffered() < len {
+        let Some(h) = self.pending else {
+            return Ok(None);
+        };
+        let n = (h.payload_len as usize - self.payload.len()).min(self.buf.len() - self.start);
+        self.payload
+            .extend_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        if self.payload.len() < h.payload_len as usize {
             return Ok(None);
         }
-        let payload = self.buf[self.start..self.start + len].to_vec();
-        self.start += len;
         self.pending = None;
-        Ok(Some((h, payload)))
+        Ok(Some((h, std::mem::take(&mut self.payload))))
+    }
+}
+
+/// Frames waiting to be written, kept as the buffers they were built in (no copy into one
+/// big buffer); written with vectored writes.
+#[derive(Default)]
+pub struct OutQueue {
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    front_pos: usize,
+}
+
+/// Small payloads are appended to the previous chunk instead of queued on their own.
+const COALESCE_MAX: usize = 4096;
+
+impl OutQueue {
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Queues a frame, taking ownership of its payload.
+    pub fn push_frame(&mut self, mut header: Header, payload: Vec<u8>) {
+        header.payload_len = payload.len() as u32;
+        let hb = header.encode();
+        match self.chunks.back_mut() {
+            Some(last) if last.len() < COALESCE_MAX => {
+                last.extend_from_slice(&hb);
+            }
+            _ => self.chunks.push_back(hb.to_vec()),
+        }
+        if payload.is_empty() {
+            return;
+        }
+        if payload.len() <= COALESCE_MAX {
+            if let Some(last) = self.chunks.back_mut() {
+                last.extend_from_slice(&payload);
+                return;
+            }
+        }
+        self.chunks.push_back(payload);
+    }
+
+    /// Writes until everything is written (Ok) or the writer refuses (its error, e.g.
+    /// WouldBlock).
+    pub fn write_to<W: std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        while !self.chunks.is_empty() {
+            let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(16);
+            for (i, c) in self.chunks.iter().take(16).enumerate() {
+                let from = if i == 0 { self.front_pos } else { 0 };
+                slices.push(std::io::IoSlice::new(&c[from..]));
+            }
+            let mut n = w.write_vectored(&slices)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            while n > 0 {
+                let Some(front) = self.chunks.front() else {
+                    break;
+                };
+                let left = front.len() - self.front_pos;
+                if n >= left {
+                    n -= left;
+                    self.chunks.pop_front();
+                    self.front_pos = 0;
+                } else {
+                    self.front_pos += n;
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -265,7 +378,9 @@ impl Decoder {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_message: 1 << 20 };
+    const LIMITS: Limits = Limits {
+        max_message: 1 << 20,
+    };
 
     #[test]
     fn header_round_trips() {
@@ -302,12 +417,88 @@ mod tests {
     }
 
     #[test]
+    fn large_payloads_can_be_read_directly() {
+        /// A reader handing out at most 50 000 bytes a call, then WouldBlock once.
+        struct Chunks<'a>(&'a [u8], bool);
+        impl std::io::Read for Chunks<'_> {
+            fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+                if self.1 {
+                    self.1 = false;
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                self.1 = true;
+                let n = b.len().min(self.0.len()).min(50_000);
+                b[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let big = vec![0x5au8; DIRECT_READ_MIN * 3];
+        let mut out = Vec::new();
+        put_frame(&mut out, Header::new(Kind::Write), &big);
+        let mut d = Decoder::new();
+        d.feed(&out[..HEADER_LEN + 10]);
+        assert_eq!(d.next_frame(&LIMITS), Ok(None));
+        let mut src = Chunks(&out[HEADER_LEN + 10..], false);
+        let mut direct = 0;
+        while !src.0.is_empty() {
+            match d.read_direct(&mut src) {
+                Some(Ok(n)) => direct += n,
+                Some(Err(e)) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
+                None => {
+                    let n = src.0.len().min(1000);
+                    d.feed(&src.0[..n]);
+                    src.0 = &src.0[n..];
+                }
+            }
+            if !src.0.is_empty() {
+                assert_eq!(d.next_frame(&LIMITS), Ok(None));
+            }
+        }
+        assert!(direct > 0);
+        let (h, p) = d.next_frame(&LIMITS).expect("valid").expect("complete");
+        assert_eq!(h.kind, Kind::Write);
+        assert_eq!(p, big);
+    }
+
+    #[test]
+    fn out_queue_writes_frames_in_order_across_short_writes() {
+        struct Trickle(Vec<u8>);
+        impl std::io::Write for Trickle {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let n = b.len().min(7);
+                self.0.extend_from_slice(&b[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut q = OutQueue::default();
+        let mut expect = Vec::new();
+        for (i, len) in [0usize, 3, 5000, 10, 70_000].into_iter().enumerate() {
+            let payload = vec![i as u8; len];
+            let mut h = Header::new(Kind::Send);
+            h.seq = i as u64;
+            put_frame(&mut expect, h, &payload);
+            q.push_frame(h, payload);
+        }
+        let mut w = Trickle(Vec::new());
+        q.write_to(&mut w).expect("written");
+        assert!(q.is_empty());
+        assert_eq!(w.0, expect);
+    }
+
+    #[test]
     fn hostile_lengths_are_refused_before_allocation() {
         let mut h = Header::new(Kind::Send);
         h.payload_len = u32::MAX;
         let mut d = Decoder::new();
         d.feed(&h.encode());
-        assert!(matches!(d.next_frame(&LIMITS), Err(WireError::TooLong { .. })));
+        assert!(matches!(
+            d.next_frame(&LIMITS),
+            Err(WireError::TooLong { .. })
+        ));
 
         let mut h = handshake(Kind::Hello);
         h.payload_len = MAX_PRIVATE_DATA + 1;
@@ -325,14 +516,26 @@ mod tests {
     #[test]
     fn garbage_and_wrong_versions_are_errors() {
         let mut b = [0xffu8; HEADER_LEN];
-        assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::UnknownKind(0xff)));
+        assert_eq!(
+            Header::decode(&b, &LIMITS),
+            Err(WireError::UnknownKind(0xff))
+        );
         b[0] = Kind::Ack as u8;
-        assert_eq!(Header::decode(&b, &LIMITS), Err(WireError::UnknownStatus(0xff)));
+        assert_eq!(
+            Header::decode(&b, &LIMITS),
+            Err(WireError::UnknownStatus(0xff))
+        );
         let mut h = handshake(Kind::Hello);
         h.key = VERSION + 1;
-        assert_eq!(Header::decode(&h.encode(), &LIMITS), Err(WireError::BadVersion(VERSION + 1)));
+        assert_eq!(
+            Header::decode(&h.encode(), &LIMITS),
+            Err(WireError::BadVersion(VERSION + 1))
+        );
         let mut h = handshake(Kind::Hello);
         h.addr = 0;
-        assert_eq!(Header::decode(&h.encode(), &LIMITS), Err(WireError::BadMagic));
+        assert_eq!(
+            Header::decode(&h.encode(), &LIMITS),
+            Err(WireError::BadMagic)
+        );
     }
 }

@@ -1,0 +1,333 @@
+/* Helpers for the data-transfer tests (test_dto_rules, test_remote_violation,
+ * test_peer_killed): one side of a connection (IA, PZ, EVDs, EP), connecting
+ * two sides through a PSP on a port from dat_psp_create_any, and waiting for
+ * events, always with a finite timeout. Include after check.h. */
+#ifndef TESTS_C_DTO_PAIR_H
+#define TESTS_C_DTO_PAIR_H
+#include <dat2/udat.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <string.h>
+
+#define UNUSED __attribute__((unused))
+
+/* Every wait is bounded: 5 s is far more than any step takes on loopback. */
+#define WAIT_US 5000000u
+
+/* The seed pages give return codes as types; a subtype is the provider's
+ * choice, so these checks compare the class and the type exactly. */
+#define CHECK_TYPE(expr, type)                                                 \
+	do {                                                                   \
+		DAT_RETURN check_t_ = (expr);                                  \
+		CHECK(DAT_GET_TYPE(check_t_) == (DAT_RETURN)(type) &&          \
+			      (check_t_ & DAT_CLASS_ERROR),                    \
+		      "%s = %#x, want type %#x", #expr, (unsigned)check_t_,    \
+		      (unsigned)(type));                                       \
+	} while (0)
+
+struct side {
+	DAT_IA_HANDLE ia;
+	DAT_EVD_HANDLE async;
+	DAT_PZ_HANDLE pz;
+	DAT_EVD_HANDLE req, rcv, conn, cr;
+	DAT_EP_HANDLE ep;
+};
+
+static UNUSED DAT_DTO_COOKIE ck(uint64_t v)
+{
+	DAT_DTO_COOKIE c;
+	c.as_64 = v;
+	return c;
+}
+
+static UNUSED DAT_LMR_TRIPLET seg(DAT_LMR_CONTEXT ctx, const void *p, DAT_SEG_LENGTH len)
+{
+	DAT_LMR_TRIPLET t;
+	t.lmr_context = ctx;
+	t.virtual_address = (DAT_VADDR)(uintptr_t)p;
+	t.segment_length = len;
+	return t;
+}
+
+static UNUSED DAT_RMR_TRIPLET rseg(DAT_RMR_CONTEXT ctx, const void *p, DAT_SEG_LENGTH len)
+{
+	DAT_RMR_TRIPLET t;
+	t.rmr_context = ctx;
+	t.virtual_address = (DAT_VADDR)(uintptr_t)p;
+	t.segment_length = len;
+	return t;
+}
+
+/* EP attributes with every count set (zero counts are not defaulted by
+ * every provider). */
+static UNUSED DAT_EP_ATTR ep_attr(DAT_COMPLETION_FLAGS request_flags, DAT_COMPLETION_FLAGS recv_flags,
+				  DAT_COUNT max_request_dtos)
+{
+	DAT_EP_ATTR a;
+	memset(&a, 0, sizeof(a));
+	a.service_type = DAT_SERVICE_TYPE_RC;
+	a.max_message_size = 4 << 20;
+	a.max_rdma_size = 4 << 20;
+	a.qos = DAT_QOS_BEST_EFFORT;
+	a.recv_completion_flags = recv_flags;
+	a.request_completion_flags = request_flags;
+	a.max_recv_dtos = 128;
+	a.max_request_dtos = max_request_dtos;
+	a.max_recv_iov = 4;
+	a.max_request_iov = 4;
+	a.max_rdma_read_in = 8;
+	a.max_rdma_read_out = 8;
+	a.max_rdma_read_iov = 4;
+	a.max_rdma_write_iov = 4;
+	return a;
+}
+
+/* The EVDs of a side: request EVD (DTO and RMR bind completions), receive
+ * EVD, connection EVD, CR EVD. */
+static UNUSED void side_evds(struct side *s, DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz)
+{
+	s->ia = ia;
+	s->pz = pz;
+	s->ep = DAT_HANDLE_NULL;
+	CHECK_RC(dat_evd_create(ia, 512, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG | DAT_EVD_RMR_BIND_FLAG, &s->req),
+		 DAT_SUCCESS);
+	CHECK_RC(dat_evd_create(ia, 512, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->rcv), DAT_SUCCESS);
+	CHECK_RC(dat_evd_create(ia, 16, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn), DAT_SUCCESS);
+	CHECK_RC(dat_evd_create(ia, 16, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &s->cr), DAT_SUCCESS);
+}
+
+static UNUSED void side_ep(struct side *s, const DAT_EP_ATTR *attr)
+{
+	CHECK_RC(dat_ep_create(s->ia, s->pz, s->rcv, s->req, s->conn, attr, &s->ep), DAT_SUCCESS);
+}
+
+/* Waits for one event; returns the DAT_RETURN of dat_evd_wait. */
+static UNUSED DAT_RETURN wait_event(DAT_EVD_HANDLE evd, DAT_EVENT *ev)
+{
+	DAT_COUNT nmore = 0;
+	memset(ev, 0, sizeof(*ev));
+	return dat_evd_wait(evd, WAIT_US, 1, ev, &nmore);
+}
+
+/* Waits for the connection event `number` on `evd`; returns 1 if it came. */
+static UNUSED int expect_conn_event(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, DAT_EVENT_NUMBER number, const char *what)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc = wait_event(evd, &ev);
+	CHECK(rc == DAT_SUCCESS, "%s: dat_evd_wait = %#x", what, (unsigned)rc);
+	if (rc != DAT_SUCCESS)
+		return 0;
+	CHECK(ev.event_number == number, "%s: event %#x, want %#x", what, ev.event_number, number);
+	CHECK(ev.event_data.connect_event_data.ep_handle == ep, "%s: event for EP %p, want %p", what,
+	      (void *)ev.event_data.connect_event_data.ep_handle, (void *)ep);
+	return ev.event_number == number;
+}
+
+/* Waits for a DTO completion and checks every field. A `len` of -1 skips the
+ * length. Returns 1 if every field matched. */
+static UNUSED int expect_dto(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, uint64_t cookie, DAT_DTO_COMPLETION_STATUS status,
+			     long len, DAT_DTOS op, const char *what)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc = wait_event(evd, &ev);
+	CHECK(rc == DAT_SUCCESS, "%s: dat_evd_wait = %#x", what, (unsigned)rc);
+	if (rc != DAT_SUCCESS)
+		return 0;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	int ok = ev.event_number == DAT_DTO_COMPLETION_EVENT && d->ep_handle == ep && d->user_cookie.as_64 == cookie &&
+		 d->status == status && (len < 0 || d->transfered_length == (DAT_SEG_LENGTH)len) && d->operation == op;
+	CHECK(ok,
+	      "%s: event %#x ep %p cookie %#llx status %u len %u op %u; want event %#x ep %p cookie %#llx status %u "
+	      "len %ld op %u",
+	      what, ev.event_number, (void *)d->ep_handle, (unsigned long long)d->user_cookie.as_64, d->status,
+	      d->transfered_length, d->operation, DAT_DTO_COMPLETION_EVENT, (void *)ep, (unsigned long long)cookie,
+	      status, len, op);
+	return ok;
+}
+
+/* Like expect_dto, but the event must already be queued: dequeued, not waited for. */
+static UNUSED int expect_dto_now(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, uint64_t cookie,
+				 DAT_DTO_COMPLETION_STATUS status, DAT_DTOS op, const char *what)
+{
+	DAT_EVENT ev;
+	memset(&ev, 0, sizeof(ev));
+	DAT_RETURN rc = dat_evd_dequeue(evd, &ev);
+	CHECK(rc == DAT_SUCCESS, "%s: no event queued at once (dat_evd_dequeue = %#x)", what, (unsigned)rc);
+	if (rc != DAT_SUCCESS)
+		return 0;
+	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
+	int ok = ev.event_number == DAT_DTO_COMPLETION_EVENT && d->ep_handle == ep && d->user_cookie.as_64 == cookie &&
+		 d->status == status && d->operation == op;
+	CHECK(ok, "%s: event %#x ep %p cookie %#llx status %u op %u; want ep %p cookie %#llx status %u op %u", what,
+	      ev.event_number, (void *)d->ep_handle, (unsigned long long)d->user_cookie.as_64, d->status,
+	      d->operation, (void *)ep, (unsigned long long)cookie, status, op);
+	return ok;
+}
+
+/* Waits for an RMR bind completion. */
+static UNUSED int expect_bind(DAT_EVD_HANDLE evd, DAT_RMR_HANDLE rmr, uint64_t cookie,
+			      DAT_RMR_BIND_COMPLETION_STATUS status, const char *what)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc = wait_event(evd, &ev);
+	CHECK(rc == DAT_SUCCESS, "%s: dat_evd_wait = %#x", what, (unsigned)rc);
+	if (rc != DAT_SUCCESS)
+		return 0;
+	const DAT_RMR_BIND_COMPLETION_EVENT_DATA *d = &ev.event_data.rmr_completion_event_data;
+	int ok = ev.event_number == DAT_RMR_BIND_COMPLETION_EVENT && d->rmr_handle == rmr &&
+		 d->user_cookie.as_64 == cookie && d->status == status;
+	CHECK(ok, "%s: event %#x rmr %p cookie %#llx status %u; want event %#x rmr %p cookie %#llx status %u", what,
+	      ev.event_number, (void *)d->rmr_handle, (unsigned long long)d->user_cookie.as_64, d->status,
+	      DAT_RMR_BIND_COMPLETION_EVENT, (void *)rmr, (unsigned long long)cookie, status);
+	return ok;
+}
+
+/* Checks that nothing is queued on `evd` now. */
+static UNUSED void expect_empty(DAT_EVD_HANDLE evd, const char *what)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc = dat_evd_dequeue(evd, &ev);
+	CHECK(DAT_GET_TYPE(rc) == DAT_QUEUE_EMPTY, "%s: unexpected event %#x (dequeue = %#x, cookie %#llx, status %u)",
+	      what, rc == DAT_SUCCESS ? ev.event_number : 0, (unsigned)rc,
+	      rc == DAT_SUCCESS ? (unsigned long long)ev.event_data.dto_completion_event_data.user_cookie.as_64 : 0ULL,
+	      rc == DAT_SUCCESS ? ev.event_data.dto_completion_event_data.status : 0);
+}
+
+/* Empties an EVD without checking (between scenarios). */
+static UNUSED void drain(DAT_EVD_HANDLE evd)
+{
+	DAT_EVENT ev;
+	while (dat_evd_dequeue(evd, &ev) == DAT_SUCCESS)
+		;
+}
+
+static UNUSED DAT_IA_ADDRESS_PTR loopback(void)
+{
+	static struct sockaddr_in sin;
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return (DAT_IA_ADDRESS_PTR)&sin;
+}
+
+/* The passive side's PSP: dat_psp_create_any picks the port. */
+static UNUSED DAT_PSP_HANDLE listen_any(struct side *b, DAT_CONN_QUAL *qual)
+{
+	DAT_PSP_HANDLE psp = DAT_HANDLE_NULL;
+	CHECK_RC(dat_psp_create_any(b->ia, qual, b->cr, DAT_PSP_CONSUMER_FLAG, &psp), DAT_SUCCESS);
+	return psp;
+}
+
+/* The passive side takes the next connection request and accepts it on its EP. */
+static UNUSED int accept_next(struct side *b)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc = wait_event(b->cr, &ev);
+	CHECK(rc == DAT_SUCCESS && ev.event_number == DAT_CONNECTION_REQUEST_EVENT,
+	      "connection request: wait = %#x, event %#x", (unsigned)rc, ev.event_number);
+	if (rc != DAT_SUCCESS || ev.event_number != DAT_CONNECTION_REQUEST_EVENT)
+		return 0;
+	rc = dat_cr_accept(ev.event_data.cr_arrival_event_data.cr_handle, b->ep, 0, NULL);
+	CHECK(rc == DAT_SUCCESS, "dat_cr_accept = %#x", (unsigned)rc);
+	return rc == DAT_SUCCESS;
+}
+
+/* Connects a->ep to b->ep through a PSP of b's IA; returns 1 when both sides
+ * saw ESTABLISHED. */
+static UNUSED int connect_pair(struct side *a, struct side *b)
+{
+	DAT_CONN_QUAL qual = 0;
+	DAT_PSP_HANDLE psp = listen_any(b, &qual);
+	int ok = 0;
+	if (psp == DAT_HANDLE_NULL)
+		return 0;
+	DAT_RETURN rc = dat_ep_connect(a->ep, loopback(), qual, WAIT_US, 0, NULL, DAT_QOS_BEST_EFFORT,
+				       DAT_CONNECT_DEFAULT_FLAG);
+	CHECK(rc == DAT_SUCCESS, "dat_ep_connect = %#x", (unsigned)rc);
+	if (rc == DAT_SUCCESS && accept_next(b))
+		ok = expect_conn_event(b->conn, b->ep, DAT_CONNECTION_EVENT_ESTABLISHED, "passive ESTABLISHED") &&
+		     expect_conn_event(a->conn, a->ep, DAT_CONNECTION_EVENT_ESTABLISHED, "active ESTABLISHED");
+	CHECK_RC(dat_psp_free(psp), DAT_SUCCESS);
+	return ok;
+}
+
+/* Graceful disconnect from a; both sides see DISCONNECTED. */
+static UNUSED int disconnect_pair(struct side *a, struct side *b)
+{
+	CHECK_RC(dat_ep_disconnect(a->ep, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
+	return expect_conn_event(a->conn, a->ep, DAT_CONNECTION_EVENT_DISCONNECTED, "active DISCONNECTED") &&
+	       expect_conn_event(b->conn, b->ep, DAT_CONNECTION_EVENT_DISCONNECTED, "passive DISCONNECTED");
+}
+
+static UNUSED DAT_EP_STATE ep_state(DAT_EP_HANDLE ep)
+{
+	DAT_EP_STATE st = 0xffff;
+	DAT_BOOLEAN ri, qi;
+	CHECK_RC(dat_ep_get_status(ep, &st, &ri, &qi), DAT_SUCCESS);
+	return st;
+}
+
+/* Frees the EP of a side and empties its EVDs for the next scenario. */
+static UNUSED void side_free_ep(struct side *s)
+{
+	if (s->ep != DAT_HANDLE_NULL)
+		CHECK_RC(dat_ep_free(s->ep), DAT_SUCCESS);
+	s->ep = DAT_HANDLE_NULL;
+	drain(s->req);
+	drain(s->rcv);
+	drain(s->conn);
+	drain(s->cr);
+}
+
+static UNUSED void side_free_evds(struct side *s)
+{
+	CHECK_RC(dat_evd_free(s->req), DAT_SUCCESS);
+	CHECK_RC(dat_evd_free(s->rcv), DAT_SUCCESS);
+	CHECK_RC(dat_evd_free(s->conn), DAT_SUCCESS);
+	CHECK_RC(dat_evd_free(s->cr), DAT_SUCCESS);
+}
+
+/* Registers `len` bytes at `p` in `pz`. */
+static UNUSED DAT_LMR_HANDLE lmr_make(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, void *p, DAT_VLEN len,
+				      DAT_MEM_PRIV_FLAGS priv, DAT_LMR_CONTEXT *lctx, DAT_RMR_CONTEXT *rctx)
+{
+	DAT_LMR_HANDLE lmr = DAT_HANDLE_NULL;
+	DAT_REGION_DESCRIPTION region;
+	DAT_VLEN rlen;
+	DAT_VADDR raddr;
+	DAT_RMR_CONTEXT r = 0;
+	region.for_va = p;
+	CHECK_RC(dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, region, len, pz, priv, DAT_VA_TYPE_VA, &lmr, lctx, &r,
+				&rlen, &raddr),
+		 DAT_SUCCESS);
+	if (rctx)
+		*rctx = r;
+	return lmr;
+}
+/* A provider must not raise SIGPIPE in its consumer when a peer goes away
+ * (OFED's does not; consumers do not ignore it). Record it instead of dying
+ * of it, and fail at the end. */
+static volatile sig_atomic_t sigpipes;
+
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+	sigpipes++;
+}
+
+static UNUSED void catch_sigpipe(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigpipe;
+	sigaction(SIGPIPE, &sa, NULL);
+}
+
+static UNUSED void check_no_sigpipe(void)
+{
+	CHECK(sigpipes == 0, "the provider raised SIGPIPE %d time(s) in this process (a socket write without MSG_NOSIGNAL)",
+	      (int)sigpipes);
+}
+#endif
