@@ -252,7 +252,8 @@ pub type DAT_EVD_PARAM = dat_evd_param;
 pub type DAT_LMR_COOKIE = *mut [c_char; DAT_LMR_COOKIE_SIZE];
 
 /// The consumer's callback run when a CNO fires.
-pub type DAT_AGENT_FUNC = Option<unsafe extern "C" fn(instance_data: DAT_PVOID, evd: DAT_EVD_HANDLE)>;
+pub type DAT_AGENT_FUNC =
+    Option<unsafe extern "C" fn(instance_data: DAT_PVOID, evd: DAT_EVD_HANDLE)>;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

@@ -63,7 +63,10 @@ pub fn load(path: &Path) -> (Vec<ConfEntry>, Vec<ConfError>) {
         Ok(text) => parse(&text, &path.display().to_string()),
         Err(e) => (
             Vec::new(),
-            vec![ConfError { origin: path.display().to_string(), reason: format!("cannot read: {e}") }],
+            vec![ConfError {
+                origin: path.display().to_string(),
+                reason: format!("cannot read: {e}"),
+            }],
         ),
     }
 }
@@ -146,7 +149,11 @@ fn parse_line(line: &str, origin: &str) -> Result<Option<ConfEntry>, String> {
     let thread_safe = match f[2].as_str() {
         "threadsafe" => true,
         "nonthreadsafe" => false,
-        other => return Err(format!("thread safety '{other}' is neither threadsafe nor nonthreadsafe")),
+        other => {
+            return Err(format!(
+                "thread safety '{other}' is neither threadsafe nor nonthreadsafe"
+            ))
+        }
     };
     let is_default = match f[3].as_str() {
         "default" => true,
@@ -154,12 +161,16 @@ fn parse_line(line: &str, origin: &str) -> Result<Option<ConfEntry>, String> {
         other => return Err(format!("'{other}' is neither default nor nondefault")),
     };
     let pv = &f[5];
-    let (provider_id, rest) =
-        pv.split_once('.').ok_or_else(|| format!("bad provider version '{pv}' (want id.major.minor)"))?;
-    let (provider_major, provider_minor) =
-        parse_version_pair(rest).ok_or_else(|| format!("bad provider version '{pv}' (want id.major.minor)"))?;
+    let (provider_id, rest) = pv
+        .split_once('.')
+        .ok_or_else(|| format!("bad provider version '{pv}' (want id.major.minor)"))?;
+    let (provider_major, provider_minor) = parse_version_pair(rest)
+        .ok_or_else(|| format!("bad provider version '{pv}' (want id.major.minor)"))?;
     if f[0].len() >= dat_abi::DAT_NAME_MAX_LENGTH {
-        return Err(format!("IA name longer than {} bytes", dat_abi::DAT_NAME_MAX_LENGTH - 1));
+        return Err(format!(
+            "IA name longer than {} bytes",
+            dat_abi::DAT_NAME_MAX_LENGTH - 1
+        ));
     }
     Ok(Some(ConfEntry {
         ia_name: f[0].clone(),
@@ -195,7 +206,10 @@ mod tests {
         assert!(e.user_api && !e.thread_safe && e.is_default);
         assert_eq!((e.api_major, e.api_minor), (2, 0));
         assert_eq!(e.library, "libdaplofa.so.2");
-        assert_eq!((e.provider_id.as_str(), e.provider_major, e.provider_minor), ("dapl", 2, 0));
+        assert_eq!(
+            (e.provider_id.as_str(), e.provider_major, e.provider_minor),
+            ("dapl", 2, 0)
+        );
         assert_eq!(e.ia_params, "ib0 0");
         assert_eq!(e.platform_params, "");
         assert_eq!(e.origin, "t:3");
@@ -203,7 +217,10 @@ mod tests {
 
     #[test]
     fn trailing_comment_and_tabs() {
-        let (e, err) = parse("a\tu1.2 threadsafe nondefault /x/lib.so p.1.2 \"\" \"y z\" # tail\n", "t");
+        let (e, err) = parse(
+            "a\tu1.2 threadsafe nondefault /x/lib.so p.1.2 \"\" \"y z\" # tail\n",
+            "t",
+        );
         assert!(err.is_empty());
         assert_eq!(e[0].platform_params, "y z");
         assert!(e[0].thread_safe && !e[0].is_default);

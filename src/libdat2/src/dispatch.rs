@@ -16,7 +16,9 @@ use dat_abi::*;
 /// `h` is consumer input; it is read only if it passes the checks above.
 pub unsafe fn provider_of(h: DAT_HANDLE) -> Option<&'static DAT_PROVIDER> {
     let v = h as usize;
-    if v < registry::IA_HANDLE_LIMIT || v % std::mem::align_of::<*const DAT_PROVIDER>() != 0 {
+    if v < registry::IA_HANDLE_LIMIT
+        || !v.is_multiple_of(std::mem::align_of::<*const DAT_PROVIDER>())
+    {
         return None;
     }
     let table = *(h as *const *const DAT_PROVIDER);

@@ -28,8 +28,12 @@ pub const LOG_ENV: &str = "DAT_LOG";
 pub(crate) fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let env = env_logger::Env::new().filter(LOG_ENV).write_style("DAT_LOG_STYLE");
-        let _ = env_logger::Builder::from_env(env).format_timestamp_micros().try_init();
+        let env = env_logger::Env::new()
+            .filter(LOG_ENV)
+            .write_style("DAT_LOG_STYLE");
+        let _ = env_logger::Builder::from_env(env)
+            .format_timestamp_micros()
+            .try_init();
     });
 }
 

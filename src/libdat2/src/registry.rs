@@ -46,7 +46,12 @@ impl ProviderKey {
     pub unsafe fn from_info(info: *const DAT_PROVIDER_INFO) -> ProviderKey {
         let info = &*info;
         // ia_name is a fixed array; stop at the first NUL or its end.
-        let bytes: Vec<u8> = info.ia_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let bytes: Vec<u8> = info
+            .ia_name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         ProviderKey {
             ia_name: String::from_utf8_lossy(&bytes).into_owned(),
             major: info.dapl_version_major,
@@ -60,9 +65,17 @@ impl ProviderKey {
             ia_name: [0; DAT_NAME_MAX_LENGTH],
             dapl_version_major: self.major,
             dapl_version_minor: self.minor,
-            is_thread_safe: if self.thread_safe { DAT_TRUE } else { DAT_FALSE },
+            is_thread_safe: if self.thread_safe {
+                DAT_TRUE
+            } else {
+                DAT_FALSE
+            },
         };
-        for (dst, src) in info.ia_name.iter_mut().zip(self.ia_name.bytes().take(DAT_NAME_MAX_LENGTH - 1)) {
+        for (dst, src) in info
+            .ia_name
+            .iter_mut()
+            .zip(self.ia_name.bytes().take(DAT_NAME_MAX_LENGTH - 1))
+        {
             *dst = src as c_char;
         }
         info
@@ -94,7 +107,11 @@ pub fn remove_provider(key: &ProviderKey, provider: ProviderPtr) -> DAT_RETURN {
 }
 
 fn find_registered(key: &ProviderKey) -> Option<ProviderPtr> {
-    DYNAMIC.read().iter().find(|(k, _)| k == key).map(|(_, p)| *p)
+    DYNAMIC
+        .read()
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, p)| *p)
 }
 
 /// Whether `p` is a provider table someone registered: the check that
@@ -129,7 +146,10 @@ struct IaTable {
     open: [Option<OpenIa>; IA_SLOTS],
 }
 
-static IA_TABLE: RwLock<IaTable> = RwLock::new(IaTable { generation: [0; IA_SLOTS], open: [None; IA_SLOTS] });
+static IA_TABLE: RwLock<IaTable> = RwLock::new(IaTable {
+    generation: [0; IA_SLOTS],
+    open: [None; IA_SLOTS],
+});
 
 fn decode_ia(handle: DAT_IA_HANDLE) -> Option<(usize, u8)> {
     let v = handle as usize;
@@ -188,7 +208,10 @@ struct StaticRegistry {
 // SAFETY: dl is a loader handle, used only under the STATIC lock.
 unsafe impl Send for StaticRegistry {}
 
-static STATIC: Mutex<StaticRegistry> = Mutex::new(StaticRegistry { entries: None, libs: Vec::new() });
+static STATIC: Mutex<StaticRegistry> = Mutex::new(StaticRegistry {
+    entries: None,
+    libs: Vec::new(),
+});
 
 impl StaticRegistry {
     /// dat.conf is read once, at first use, like OFED does at load time.
@@ -208,7 +231,11 @@ impl StaticRegistry {
 /// The dat.conf entries the registry serves (user API, `default`).
 pub fn static_entries() -> Vec<ConfEntry> {
     let mut reg = STATIC.lock();
-    reg.entries().iter().filter(|e| e.user_api && e.is_default).cloned().collect()
+    reg.entries()
+        .iter()
+        .filter(|e| e.user_api && e.is_default)
+        .cloned()
+        .collect()
 }
 
 /// Why the last provider load failed, for tools (datinfo) that report it.
@@ -228,7 +255,13 @@ fn warn_load_failure(entry: &ConfEntry, what: &str) {
         "libdat2: warning: dat.conf entry '{}' ({}): provider library '{}': {}",
         entry.ia_name, entry.origin, entry.library, what
     );
-    log::warn!("entry {} ({}): {}: {}", entry.ia_name, entry.origin, entry.library, what);
+    log::warn!(
+        "entry {} ({}): {}: {}",
+        entry.ia_name,
+        entry.origin,
+        entry.library,
+        what
+    );
 }
 
 fn dlerror_string() -> String {
@@ -249,7 +282,11 @@ fn not_found(sub: DAT_RETURN_SUBTYPE) -> DAT_RETURN {
 
 /// Loads the library of entry `idx`, runs its dat_provider_init, and checks
 /// that it registered itself. Returns the index into `libs`.
-fn load_entry(reg: &mut StaticRegistry, idx: usize, key: &ProviderKey) -> Result<usize, DAT_RETURN> {
+fn load_entry(
+    reg: &mut StaticRegistry,
+    idx: usize,
+    key: &ProviderKey,
+) -> Result<usize, DAT_RETURN> {
     if let Some(i) = reg.libs.iter().position(|l| l.entry == idx) {
         return Ok(i);
     }
@@ -273,22 +310,43 @@ fn load_entry(reg: &mut StaticRegistry, idx: usize, key: &ProviderKey) -> Result
         )
     };
     if init.is_null() || fini.is_null() {
-        let missing = if init.is_null() { "dat_provider_init" } else { "dat_provider_fini" };
+        let missing = if init.is_null() {
+            "dat_provider_init"
+        } else {
+            "dat_provider_fini"
+        };
         warn_load_failure(&entry, &format!("symbol {missing} not found"));
         // SAFETY: dl came from dlopen above and nothing of it is in use.
         unsafe { libc::dlclose(dl) };
         return Err(not_found(DAT_NAME_NOT_REGISTERED));
     }
     // SAFETY: the DAT registry protocol fixes these signatures.
-    let (init, fini): (DAT_PROVIDER_INIT_FUNC, DAT_PROVIDER_FINI_FUNC) =
-        unsafe { (Some(std::mem::transmute(init)), Some(std::mem::transmute(fini))) };
+    let (init, fini): (DAT_PROVIDER_INIT_FUNC, DAT_PROVIDER_FINI_FUNC) = unsafe {
+        (
+            Some(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const DAT_PROVIDER_INFO, *const c_char),
+            >(init)),
+            Some(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*const DAT_PROVIDER_INFO),
+            >(fini)),
+        )
+    };
     let info = key.to_info();
     let params = CString::new(entry.ia_params.replace('\0', "")).unwrap_or_default();
-    log::debug!("calling dat_provider_init of {} for {}", entry.library, entry.ia_name);
+    log::debug!(
+        "calling dat_provider_init of {} for {}",
+        entry.library,
+        entry.ia_name
+    );
     // SAFETY: info and params outlive the call; init registers via callback.
     unsafe { init.unwrap()(&info, params.as_ptr()) };
     if find_registered(key).is_none() {
-        warn_load_failure(&entry, "dat_provider_init did not register a provider (no device or bad ia_params?)");
+        warn_load_failure(
+            &entry,
+            "dat_provider_init did not register a provider (no device or bad ia_params?)",
+        );
         // SAFETY: the provider registered nothing; undo its init and unload.
         unsafe {
             fini.unwrap()(&info);
@@ -296,7 +354,13 @@ fn load_entry(reg: &mut StaticRegistry, idx: usize, key: &ProviderKey) -> Result
         }
         return Err(not_found(DAT_NAME_NOT_REGISTERED));
     }
-    reg.libs.push(LoadedLib { entry: idx, dl, fini, info, opens: 0 });
+    reg.libs.push(LoadedLib {
+        entry: idx,
+        dl,
+        fini,
+        info,
+        opens: 0,
+    });
     Ok(reg.libs.len() - 1)
 }
 
@@ -311,10 +375,15 @@ fn release_lib(reg: &mut StaticRegistry, lib_entry: usize) {
 
 /// Runs dat_provider_fini and unloads library `lib_entry` if no IA holds it.
 fn unload_if_idle(reg: &mut StaticRegistry, lib_entry: usize) {
-    let Some(i) = reg.libs.iter().position(|l| l.entry == lib_entry) else { return };
+    let Some(i) = reg.libs.iter().position(|l| l.entry == lib_entry) else {
+        return;
+    };
     if reg.libs[i].opens == 0 {
         let lib = reg.libs.remove(i);
-        log::debug!("last IA of entry {} closed: dat_provider_fini and dlclose", lib.entry);
+        log::debug!(
+            "last IA of entry {} closed: dat_provider_fini and dlclose",
+            lib.entry
+        );
         // SAFETY: no IA of this provider remains open; fini unregisters it.
         unsafe {
             if let Some(fini) = lib.fini {
@@ -327,7 +396,11 @@ fn unload_if_idle(reg: &mut StaticRegistry, lib_entry: usize) {
 
 /// dat_ia_openv after argument checks: find the provider, load it if
 /// needed, open the IA through it and hand out a small-integer handle.
-pub fn open_ia(
+///
+/// # Safety
+/// `name` is a C string and `async_evd` a valid EVD handle slot, as for
+/// `dat_ia_openv`; they are handed to the provider.
+pub unsafe fn open_ia(
     key: &ProviderKey,
     name: *const c_char,
     async_evd_qlen: DAT_COUNT,
@@ -357,7 +430,10 @@ pub fn open_ia(
         return Err(not_found(DAT_NAME_NOT_REGISTERED));
     } else if !entries.iter().any(|(_, e)| e.api_major == key.major) {
         return Err(not_found(DAT_MAJOR_NOT_FOUND));
-    } else if !entries.iter().any(|(_, e)| e.api_major == key.major && e.api_minor == key.minor) {
+    } else if !entries
+        .iter()
+        .any(|(_, e)| e.api_major == key.major && e.api_minor == key.minor)
+    {
         return Err(not_found(DAT_MINOR_NOT_FOUND));
     } else {
         return Err(not_found(DAT_THREAD_SAFETY_NOT_FOUND));
@@ -383,7 +459,11 @@ pub fn open_ia(
         undo_load(&mut reg);
         return Err(rc);
     }
-    match insert_ia(OpenIa { provider_ia, provider, lib: lib_entry }) {
+    match insert_ia(OpenIa {
+        provider_ia,
+        provider,
+        lib: lib_entry,
+    }) {
         Some(h) => {
             if let Some(e) = lib_entry {
                 if let Some(l) = reg.libs.iter_mut().find(|l| l.entry == e) {
@@ -431,7 +511,12 @@ pub fn close_ia(handle: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
 /// provider library? (The DAT 2.0 HA query; OFED does not export it.)
 pub fn providers_related(a: &str, b: &str) -> Result<DAT_HA_RELATIONSHIP, DAT_RETURN> {
     let entries = static_entries();
-    let lib_of = |n: &str| entries.iter().find(|e| e.ia_name == n).map(|e| e.library.clone());
+    let lib_of = |n: &str| {
+        entries
+            .iter()
+            .find(|e| e.ia_name == n)
+            .map(|e| e.library.clone())
+    };
     match (lib_of(a), lib_of(b)) {
         (Some(x), Some(y)) => Ok(if x == y { DAT_HA_UNKNOWN } else { DAT_HA_FALSE }),
         _ => Err(not_found(DAT_NAME_NOT_REGISTERED)),
@@ -444,7 +529,11 @@ mod tests {
 
     #[test]
     fn ia_handles_are_small_and_stale_ones_are_caught() {
-        let fake = OpenIa { provider_ia: 0x1234 as _, provider: ProviderPtr(std::ptr::null()), lib: None };
+        let fake = OpenIa {
+            provider_ia: 0x1234 as _,
+            provider: ProviderPtr(std::ptr::null()),
+            lib: None,
+        };
         let h = insert_ia(fake).unwrap();
         assert!((h as usize) < IA_HANDLE_LIMIT && !h.is_null());
         assert!(lookup_ia(h).is_some());
@@ -460,7 +549,12 @@ mod tests {
 
     #[test]
     fn provider_info_round_trip() {
-        let k = ProviderKey { ia_name: "rs-tcp".into(), major: 2, minor: 0, thread_safe: false };
+        let k = ProviderKey {
+            ia_name: "rs-tcp".into(),
+            major: 2,
+            minor: 0,
+            thread_safe: false,
+        };
         let info = k.to_info();
         assert_eq!(unsafe { ProviderKey::from_info(&info) }, k);
     }

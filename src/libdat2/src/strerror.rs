@@ -12,8 +12,14 @@ struct Names {
 fn names_table() -> &'static Names {
     static NAMES: OnceLock<Names> = OnceLock::new();
     NAMES.get_or_init(|| Names {
-        types: DAT_RETURN_TYPE_NAMES.iter().map(|&(v, n)| (v, CString::new(n).unwrap())).collect(),
-        subtypes: DAT_RETURN_SUBTYPE_NAMES.iter().map(|&n| CString::new(n).unwrap()).collect(),
+        types: DAT_RETURN_TYPE_NAMES
+            .iter()
+            .map(|&(v, n)| (v, CString::new(n).unwrap()))
+            .collect(),
+        subtypes: DAT_RETURN_SUBTYPE_NAMES
+            .iter()
+            .map(|&n| CString::new(n).unwrap())
+            .collect(),
     })
 }
 
@@ -24,7 +30,11 @@ pub fn names(value: DAT_RETURN) -> Option<(&'static CStr, &'static CStr)> {
     let t = names_table();
     let ty = dat_get_type(value);
     let sub = dat_get_subtype(value) as usize;
-    let major = t.types.iter().find(|(v, _)| *v == ty).map(|(_, n)| n.as_c_str())?;
+    let major = t
+        .types
+        .iter()
+        .find(|(v, _)| *v == ty)
+        .map(|(_, n)| n.as_c_str())?;
     let minor = t.subtypes.get(sub)?.as_c_str();
     Some((major, minor))
 }
@@ -35,10 +45,22 @@ mod tests {
 
     #[test]
     fn names_every_type_and_subtype() {
-        assert_eq!(names(0x8005000c).unwrap(), (c"DAT_INVALID_HANDLE", c"DAT_INVALID_HANDLE_EP"));
-        assert_eq!(names(0x800a0064).unwrap(), (c"DAT_PROVIDER_NOT_FOUND", c"DAT_NAME_NOT_REGISTERED"));
-        assert_eq!(names(DAT_SUCCESS).unwrap(), (c"DAT_SUCCESS", c"DAT_NO_SUBTYPE"));
-        assert_eq!(names(DAT_NOT_IMPLEMENTED).unwrap().0, c"DAT_NOT_IMPLEMENTED");
+        assert_eq!(
+            names(0x8005000c).unwrap(),
+            (c"DAT_INVALID_HANDLE", c"DAT_INVALID_HANDLE_EP")
+        );
+        assert_eq!(
+            names(0x800a0064).unwrap(),
+            (c"DAT_PROVIDER_NOT_FOUND", c"DAT_NAME_NOT_REGISTERED")
+        );
+        assert_eq!(
+            names(DAT_SUCCESS).unwrap(),
+            (c"DAT_SUCCESS", c"DAT_NO_SUBTYPE")
+        );
+        assert_eq!(
+            names(DAT_NOT_IMPLEMENTED).unwrap().0,
+            c"DAT_NOT_IMPLEMENTED"
+        );
         for &(ty, _) in DAT_RETURN_TYPE_NAMES {
             for sub in 0..DAT_RETURN_SUBTYPE_NAMES.len() as u32 {
                 assert!(names(DAT_CLASS_ERROR | ty | sub).is_some());

@@ -2,10 +2,10 @@
 //! pointer the C caller hands us. Other modules of this crate call these
 //! helpers instead of dereferencing pointers themselves.
 
-use dat_abi::*;
 use daplrs::backend::Sge;
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle::Handle;
+use dat_abi::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -53,7 +53,11 @@ pub(crate) unsafe fn input<'a, T>(p: *const T, arg: u32) -> DatResult<&'a T> {
 
 /// Most IOVs are short: keep up to this many segments on the stack.
 const INLINE_SEGMENTS: usize = 8;
-const NO_SEGMENT: Sge = Sge { addr: 0, length: 0, lkey: 0 };
+const NO_SEGMENT: Sge = Sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
 
 /// A local IOV copied out of the caller's DAT_LMR_TRIPLET array.
 pub(crate) enum Iov {
@@ -77,7 +81,12 @@ impl std::ops::Deref for Iov {
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.
-pub(crate) unsafe fn lmr_iov(p: *const DAT_LMR_TRIPLET, n: DAT_COUNT, arg_n: u32, arg_iov: u32) -> DatResult<Iov> {
+pub(crate) unsafe fn lmr_iov(
+    p: *const DAT_LMR_TRIPLET,
+    n: DAT_COUNT,
+    arg_n: u32,
+    arg_iov: u32,
+) -> DatResult<Iov> {
     if n < 0 {
         return Err(DatError::invalid_arg(arg_n));
     }
@@ -88,7 +97,11 @@ pub(crate) unsafe fn lmr_iov(p: *const DAT_LMR_TRIPLET, n: DAT_COUNT, arg_n: u32
         return Err(DatError::invalid_arg(arg_iov));
     }
     let triplets = std::slice::from_raw_parts(p, n as usize);
-    let sge = |t: &DAT_LMR_TRIPLET| Sge { addr: t.virtual_address, length: t.segment_length, lkey: t.lmr_context };
+    let sge = |t: &DAT_LMR_TRIPLET| Sge {
+        addr: t.virtual_address,
+        length: t.segment_length,
+        lkey: t.lmr_context,
+    };
     if triplets.len() <= INLINE_SEGMENTS {
         let mut a = [NO_SEGMENT; INLINE_SEGMENTS];
         for (d, t) in a.iter_mut().zip(triplets) {
@@ -104,7 +117,12 @@ pub(crate) unsafe fn lmr_iov(p: *const DAT_LMR_TRIPLET, n: DAT_COUNT, arg_n: u32
 ///
 /// # Safety
 /// `p` is NULL or points to `size` readable bytes.
-pub(crate) unsafe fn bytes<'a>(p: *const c_void, size: DAT_COUNT, arg_size: u32, arg_p: u32) -> DatResult<&'a [u8]> {
+pub(crate) unsafe fn bytes<'a>(
+    p: *const c_void,
+    size: DAT_COUNT,
+    arg_size: u32,
+    arg_p: u32,
+) -> DatResult<&'a [u8]> {
     if size < 0 {
         return Err(DatError::invalid_arg(arg_size));
     }
@@ -124,7 +142,10 @@ pub(crate) unsafe fn bytes<'a>(p: *const c_void, size: DAT_COUNT, arg_size: u32,
 pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr> {
     let sa = input(p, arg)?;
     if i32::from(sa.sa_family) != libc::AF_INET {
-        return Err(DatError::new(ErrorType::InvalidAddress, SubType::InvalidAddressUnsupported));
+        return Err(DatError::new(
+            ErrorType::InvalidAddress,
+            SubType::InvalidAddressUnsupported,
+        ));
     }
     let sin = &*(p as *const libc::sockaddr_in);
     Ok(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
@@ -137,13 +158,16 @@ pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr
 pub(crate) fn sockaddr_of(ip: Ipv4Addr) -> DAT_IA_ADDRESS_PTR {
     static INTERNED: Mutex<Option<HashMap<Ipv4Addr, usize>>> = Mutex::new(None);
     let mut map = INTERNED.lock();
-    let addr = *map.get_or_insert_with(HashMap::new).entry(ip).or_insert_with(|| {
-        // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
-        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-        sin.sin_family = libc::AF_INET as libc::sa_family_t;
-        sin.sin_addr.s_addr = u32::from(ip).to_be();
-        Box::leak(Box::new(sin)) as *mut libc::sockaddr_in as usize
-    });
+    let addr = *map
+        .get_or_insert_with(HashMap::new)
+        .entry(ip)
+        .or_insert_with(|| {
+            // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
+            let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_addr.s_addr = u32::from(ip).to_be();
+            Box::leak(Box::new(sin)) as *mut libc::sockaddr_in as usize
+        });
     addr as DAT_IA_ADDRESS_PTR
 }
 
@@ -156,6 +180,17 @@ pub(crate) fn cstr_into(dst: &mut [c_char], s: &str) {
     if let Some(end) = dst.get_mut(n) {
         *end = 0;
     }
+}
+
+/// A core count as a C DAT_COUNT (an int), saturating.
+pub(crate) fn count(v: u32) -> DAT_COUNT {
+    v.min(i32::MAX as u32) as DAT_COUNT
+}
+
+/// A C DAT_COUNT the consumer gave as a core count; negative is
+/// DAT_INVALID_PARAMETER for argument `arg`.
+pub(crate) fn count_arg(v: DAT_COUNT, arg: u32) -> DatResult<u32> {
+    u32::try_from(v).map_err(|_| DatError::invalid_arg(arg))
 }
 
 /// DAT_BOOLEAN of a bool.

@@ -2,10 +2,10 @@
 //! and a file descriptor a program can poll.
 
 use crate::boundary::{c, guard, h, out};
-use dat_abi::*;
 use daplrs::core::cno::{Cno, ProxyAgent};
 use daplrs::core::error::DatError;
 use daplrs::core::handle::{self, Handle};
+use dat_abi::*;
 use std::sync::Arc;
 
 /// The consumer's agent as the core calls it. The instance pointer is the
@@ -16,9 +16,15 @@ struct CAgent {
 }
 
 fn agent_of(a: &DAT_OS_WAIT_PROXY_AGENT) -> (Option<ProxyAgent>, (u64, u64)) {
-    let words = (a.instance_data as u64, a.proxy_agent_func.map(|f| f as usize as u64).unwrap_or(0));
+    let words = (
+        a.instance_data as u64,
+        a.proxy_agent_func.map(|f| f as usize as u64).unwrap_or(0),
+    );
     let agent = a.proxy_agent_func.map(|func| {
-        let ca = CAgent { func, instance: a.instance_data as usize };
+        let ca = CAgent {
+            func,
+            instance: a.instance_data as usize,
+        };
         Arc::new(move |evd: Handle| {
             // SAFETY: the consumer registered this function for exactly
             // this call: (instance_data, triggering EVD).
@@ -28,7 +34,11 @@ fn agent_of(a: &DAT_OS_WAIT_PROXY_AGENT) -> (Option<ProxyAgent>, (u64, u64)) {
     (agent, words)
 }
 
-pub(crate) unsafe extern "C" fn create(ia: DAT_IA_HANDLE, agent: DAT_OS_WAIT_PROXY_AGENT, cno: *mut DAT_CNO_HANDLE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn create(
+    ia: DAT_IA_HANDLE,
+    agent: DAT_OS_WAIT_PROXY_AGENT,
+    cno: *mut DAT_CNO_HANDLE,
+) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
         let cno_out = out(cno, 3)?;
@@ -39,7 +49,11 @@ pub(crate) unsafe extern "C" fn create(ia: DAT_IA_HANDLE, agent: DAT_OS_WAIT_PRO
 }
 
 /// A CNO whose readiness is a pollable fd (readable once triggered).
-pub(crate) unsafe extern "C" fn fd_create(ia: DAT_IA_HANDLE, fd: *mut DAT_FD, cno: *mut DAT_CNO_HANDLE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn fd_create(
+    ia: DAT_IA_HANDLE,
+    fd: *mut DAT_FD,
+    cno: *mut DAT_CNO_HANDLE,
+) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
         let fd_out = out(fd, 2)?;
@@ -51,7 +65,10 @@ pub(crate) unsafe extern "C" fn fd_create(ia: DAT_IA_HANDLE, fd: *mut DAT_FD, cn
     })
 }
 
-pub(crate) unsafe extern "C" fn modify_agent(cno: DAT_CNO_HANDLE, agent: DAT_OS_WAIT_PROXY_AGENT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn modify_agent(
+    cno: DAT_CNO_HANDLE,
+    agent: DAT_OS_WAIT_PROXY_AGENT,
+) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
         let (agent, words) = agent_of(&agent);
@@ -60,7 +77,11 @@ pub(crate) unsafe extern "C" fn modify_agent(cno: DAT_CNO_HANDLE, agent: DAT_OS_
     })
 }
 
-pub(crate) unsafe extern "C" fn query(cno: DAT_CNO_HANDLE, mask: DAT_CNO_PARAM_MASK, param: *mut DAT_CNO_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    cno: DAT_CNO_HANDLE,
+    mask: DAT_CNO_PARAM_MASK,
+    param: *mut DAT_CNO_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
         let param = out(param, 3)?;
@@ -75,9 +96,10 @@ pub(crate) unsafe extern "C" fn query(cno: DAT_CNO_HANDLE, mask: DAT_CNO_PARAM_M
             param.proxy.agent = DAT_OS_WAIT_PROXY_AGENT {
                 instance_data: instance as DAT_PVOID,
                 // SAFETY: `func` is the function pointer the consumer gave us.
-                proxy_agent_func: Some(std::mem::transmute::<usize, unsafe extern "C" fn(DAT_PVOID, DAT_EVD_HANDLE)>(
-                    func as usize,
-                )),
+                proxy_agent_func: Some(std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(DAT_PVOID, DAT_EVD_HANDLE),
+                >(func as usize)),
             };
         } else {
             param.proxy_type = DAT_PROXY_TYPE_FD;
@@ -91,7 +113,11 @@ pub(crate) unsafe extern "C" fn free(cno: DAT_CNO_HANDLE) -> DAT_RETURN {
     guard(|| handle::cno(h(cno))?.free())
 }
 
-pub(crate) unsafe extern "C" fn wait(cno: DAT_CNO_HANDLE, timeout: DAT_TIMEOUT, evd: *mut DAT_EVD_HANDLE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn wait(
+    cno: DAT_CNO_HANDLE,
+    timeout: DAT_TIMEOUT,
+    evd: *mut DAT_EVD_HANDLE,
+) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
         let evd_out = out(evd, 3)?;
@@ -102,7 +128,10 @@ pub(crate) unsafe extern "C" fn wait(cno: DAT_CNO_HANDLE, timeout: DAT_TIMEOUT, 
 
 /// dat_cno_trigger: returns the EVD that triggered the CNO, without
 /// waiting (DAT_QUEUE_EMPTY when none has).
-pub(crate) unsafe extern "C" fn trigger(cno: DAT_CNO_HANDLE, evd: *mut DAT_EVD_HANDLE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn trigger(
+    cno: DAT_CNO_HANDLE,
+    evd: *mut DAT_EVD_HANDLE,
+) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
         let evd_out = out(evd, 2)?;

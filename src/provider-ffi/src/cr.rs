@@ -1,11 +1,15 @@
 //! CR: a connection request waiting on a service point.
 
 use crate::boundary::{bytes, c, guard, h, out, sockaddr_of};
-use dat_abi::*;
 use daplrs::core::error::DatError;
 use daplrs::core::handle;
+use dat_abi::*;
 
-pub(crate) unsafe extern "C" fn query(cr: DAT_CR_HANDLE, mask: DAT_CR_PARAM_MASK, param: *mut DAT_CR_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    cr: DAT_CR_HANDLE,
+    mask: DAT_CR_PARAM_MASK,
+    param: *mut DAT_CR_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let cr = handle::cr(h(cr))?;
         let param = out(param, 3)?;
@@ -28,16 +32,29 @@ pub(crate) unsafe extern "C" fn query(cr: DAT_CR_HANDLE, mask: DAT_CR_PARAM_MASK
     })
 }
 
-pub(crate) unsafe extern "C" fn accept(cr: DAT_CR_HANDLE, ep: DAT_EP_HANDLE, pd_size: DAT_COUNT, pd: DAT_PVOID) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn accept(
+    cr: DAT_CR_HANDLE,
+    ep: DAT_EP_HANDLE,
+    pd_size: DAT_COUNT,
+    pd: DAT_PVOID,
+) -> DAT_RETURN {
     guard(|| {
         let cr = handle::cr(h(cr))?;
-        let ep = if ep.is_null() { None } else { Some(handle::ep(h(ep))?) };
+        let ep = if ep.is_null() {
+            None
+        } else {
+            Some(handle::ep(h(ep))?)
+        };
         let pd = bytes(pd, pd_size, 3, 4)?;
         cr.accept(ep.as_ref(), pd)
     })
 }
 
-pub(crate) unsafe extern "C" fn reject(cr: DAT_CR_HANDLE, pd_size: DAT_COUNT, pd: DAT_PVOID) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn reject(
+    cr: DAT_CR_HANDLE,
+    pd_size: DAT_COUNT,
+    pd: DAT_PVOID,
+) -> DAT_RETURN {
     guard(|| {
         let cr = handle::cr(h(cr))?;
         let pd = bytes(pd, pd_size, 2, 3)?;

@@ -1,11 +1,13 @@
 //! EP: endpoints, their connections and every data transfer call.
 
-use crate::boundary::{boolean, bytes, c, guard, h, input, ipv4_of, lmr_iov, out, sockaddr_of};
-use dat_abi::*;
+use crate::boundary::{
+    boolean, bytes, c, count, count_arg, guard, h, input, ipv4_of, lmr_iov, out, sockaddr_of,
+};
 use daplrs::core::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
 use daplrs::core::error::{DatError, DatResult, SubType};
 use daplrs::core::evd::Evd;
 use daplrs::core::handle;
+use dat_abi::*;
 use std::sync::Arc;
 
 fn ep(handle: DAT_EP_HANDLE) -> DatResult<Arc<Ep>> {
@@ -18,7 +20,7 @@ fn evd_opt(handle: DAT_EVD_HANDLE, bad: SubType) -> DatResult<Option<Arc<Evd>>> 
 
 /// DAT_EP_ATTR as the core's EpAttr; a negative count is argument `arg`.
 fn attr_of(a: &DAT_EP_ATTR, arg: u32) -> DatResult<EpAttr> {
-    let n = |v: DAT_COUNT| u32::try_from(v).map_err(|_| DatError::invalid_arg(arg));
+    let n = |v: DAT_COUNT| count_arg(v, arg);
     Ok(EpAttr {
         service_type: a.service_type,
         max_message_size: a.max_message_size,
@@ -39,7 +41,7 @@ fn attr_of(a: &DAT_EP_ATTR, arg: u32) -> DatResult<EpAttr> {
 }
 
 fn c_attr(a: &EpAttr) -> DAT_EP_ATTR {
-    let n = |v: u32| v.min(i32::MAX as u32) as DAT_COUNT;
+    let n = count;
     DAT_EP_ATTR {
         service_type: a.service_type,
         max_message_size: a.max_message_size,
@@ -76,7 +78,11 @@ unsafe fn create_common(
 ) -> DatResult<()> {
     let attr_arg = if srq.is_some() { 7 } else { 6 };
     let ia = handle::ia(h(ia))?;
-    let pz = if pz.is_null() { None } else { Some(handle::pz(h(pz))?) };
+    let pz = if pz.is_null() {
+        None
+    } else {
+        Some(handle::pz(h(pz))?)
+    };
     let recv = evd_opt(recv_evd, SubType::InvalidHandleEvdRecv)?;
     let request = evd_opt(request_evd, SubType::InvalidHandleEvdRequest)?;
     let connect = evd_opt(connect_evd, SubType::InvalidHandleEvdConn)?;
@@ -102,7 +108,18 @@ pub(crate) unsafe extern "C" fn create(
     attr: *const DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| create_common(ia, pz, recv_evd, request_evd, connect_evd, None, attr, ep_out))
+    guard(|| {
+        create_common(
+            ia,
+            pz,
+            recv_evd,
+            request_evd,
+            connect_evd,
+            None,
+            attr,
+            ep_out,
+        )
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -116,10 +133,25 @@ pub(crate) unsafe extern "C" fn create_with_srq(
     attr: *const DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| create_common(ia, pz, recv_evd, request_evd, connect_evd, Some(srq), attr, ep_out))
+    guard(|| {
+        create_common(
+            ia,
+            pz,
+            recv_evd,
+            request_evd,
+            connect_evd,
+            Some(srq),
+            attr,
+            ep_out,
+        )
+    })
 }
 
-pub(crate) unsafe extern "C" fn query(ep_handle: DAT_EP_HANDLE, mask: DAT_EP_PARAM_MASK, param: *mut DAT_EP_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    ep_handle: DAT_EP_HANDLE,
+    mask: DAT_EP_PARAM_MASK,
+    param: *mut DAT_EP_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
         let param = out(param, 3)?;
@@ -132,7 +164,10 @@ pub(crate) unsafe extern "C" fn query(ep_handle: DAT_EP_HANDLE, mask: DAT_EP_PAR
         param.comm = DAT_COMM::default();
         param.local_ia_address_ptr = sockaddr_of(p.local_address);
         param.local_port_qual = p.local_port;
-        param.remote_ia_address_ptr = p.remote_address.map(sockaddr_of).unwrap_or(std::ptr::null_mut());
+        param.remote_ia_address_ptr = p
+            .remote_address
+            .map(sockaddr_of)
+            .unwrap_or(std::ptr::null_mut());
         param.remote_port_qual = p.remote_port;
         param.pz_handle = c(p.pz);
         param.recv_evd_handle = c(p.recv_evd);
@@ -152,7 +187,11 @@ const MODIFIABLE: DAT_EP_PARAM_MASK = DAT_EP_FIELD_PZ_HANDLE
     | DAT_EP_FIELD_CONNECT_EVD_HANDLE
     | DAT_EP_FIELD_EP_ATTR_ALL;
 
-pub(crate) unsafe extern "C" fn modify(ep_handle: DAT_EP_HANDLE, mask: DAT_EP_PARAM_MASK, param: *const DAT_EP_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn modify(
+    ep_handle: DAT_EP_HANDLE,
+    mask: DAT_EP_PARAM_MASK,
+    param: *const DAT_EP_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
         if mask & !MODIFIABLE != 0 {
@@ -167,34 +206,92 @@ pub(crate) unsafe extern "C" fn modify(ep_handle: DAT_EP_HANDLE, mask: DAT_EP_PA
             change.recv_evd = Some(evd_opt(p.recv_evd_handle, SubType::InvalidHandleEvdRecv)?);
         }
         if mask & DAT_EP_FIELD_REQUEST_EVD_HANDLE != 0 {
-            change.request_evd = Some(evd_opt(p.request_evd_handle, SubType::InvalidHandleEvdRequest)?);
+            change.request_evd = Some(evd_opt(
+                p.request_evd_handle,
+                SubType::InvalidHandleEvdRequest,
+            )?);
         }
         if mask & DAT_EP_FIELD_CONNECT_EVD_HANDLE != 0 {
-            change.connect_evd = Some(evd_opt(p.connect_evd_handle, SubType::InvalidHandleEvdConn)?);
+            change.connect_evd = Some(evd_opt(
+                p.connect_evd_handle,
+                SubType::InvalidHandleEvdConn,
+            )?);
         }
         if mask & DAT_EP_FIELD_EP_ATTR_ALL != 0 {
             let new = attr_of(&p.ep_attr, 3)?;
             let mut a = ep.attr();
             let fields: [(DAT_EP_PARAM_MASK, &mut u32, u32); 15] = [
-                (DAT_EP_FIELD_EP_ATTR_SERVICE_TYPE, &mut a.service_type, new.service_type),
-                (DAT_EP_FIELD_EP_ATTR_MAX_MESSAGE_SIZE, &mut a.max_message_size, new.max_message_size),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_SIZE, &mut a.max_rdma_size, new.max_rdma_size),
+                (
+                    DAT_EP_FIELD_EP_ATTR_SERVICE_TYPE,
+                    &mut a.service_type,
+                    new.service_type,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_MESSAGE_SIZE,
+                    &mut a.max_message_size,
+                    new.max_message_size,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RDMA_SIZE,
+                    &mut a.max_rdma_size,
+                    new.max_rdma_size,
+                ),
                 (DAT_EP_FIELD_EP_ATTR_QOS, &mut a.qos, new.qos),
-                (DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS, &mut a.recv_completion_flags, new.recv_completion_flags),
+                (
+                    DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS,
+                    &mut a.recv_completion_flags,
+                    new.recv_completion_flags,
+                ),
                 (
                     DAT_EP_FIELD_EP_ATTR_REQUEST_COMPLETION_FLAGS,
                     &mut a.request_completion_flags,
                     new.request_completion_flags,
                 ),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS, &mut a.max_recv_dtos, new.max_recv_dtos),
-                (DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_DTOS, &mut a.max_request_dtos, new.max_request_dtos),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV, &mut a.max_recv_iov, new.max_recv_iov),
-                (DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV, &mut a.max_request_iov, new.max_request_iov),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN, &mut a.max_rdma_read_in, new.max_rdma_read_in),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT, &mut a.max_rdma_read_out, new.max_rdma_read_out),
-                (DAT_EP_FIELD_EP_ATTR_SRQ_SOFT_HW, &mut a.srq_soft_hw, new.srq_soft_hw),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IOV, &mut a.max_rdma_read_iov, new.max_rdma_read_iov),
-                (DAT_EP_FIELD_EP_ATTR_MAX_RDMA_WRITE_IOV, &mut a.max_rdma_write_iov, new.max_rdma_write_iov),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RECV_DTOS,
+                    &mut a.max_recv_dtos,
+                    new.max_recv_dtos,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_DTOS,
+                    &mut a.max_request_dtos,
+                    new.max_request_dtos,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RECV_IOV,
+                    &mut a.max_recv_iov,
+                    new.max_recv_iov,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_REQUEST_IOV,
+                    &mut a.max_request_iov,
+                    new.max_request_iov,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IN,
+                    &mut a.max_rdma_read_in,
+                    new.max_rdma_read_in,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_OUT,
+                    &mut a.max_rdma_read_out,
+                    new.max_rdma_read_out,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_SRQ_SOFT_HW,
+                    &mut a.srq_soft_hw,
+                    new.srq_soft_hw,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RDMA_READ_IOV,
+                    &mut a.max_rdma_read_iov,
+                    new.max_rdma_read_iov,
+                ),
+                (
+                    DAT_EP_FIELD_EP_ATTR_MAX_RDMA_WRITE_IOV,
+                    &mut a.max_rdma_write_iov,
+                    new.max_rdma_write_iov,
+                ),
             ];
             for (bit, field, value) in fields {
                 if mask & bit != 0 {
@@ -236,13 +333,17 @@ pub(crate) unsafe extern "C" fn dup_connect(
 ) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
-        let dup = handle::ep(h(dup)).map_err(|_| DatError::invalid_handle(SubType::InvalidHandle2))?;
+        let dup =
+            handle::ep(h(dup)).map_err(|_| DatError::invalid_handle(SubType::InvalidHandle2))?;
         let pd = bytes(pd, pd_size, 4, 5)?;
         ep.dup_connect(&dup, timeout, pd, qos)
     })
 }
 
-pub(crate) unsafe extern "C" fn disconnect(ep_handle: DAT_EP_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn disconnect(
+    ep_handle: DAT_EP_HANDLE,
+    flags: DAT_CLOSE_FLAGS,
+) -> DAT_RETURN {
     guard(|| ep(ep_handle)?.disconnect(flags))
 }
 
@@ -294,7 +395,11 @@ pub(crate) unsafe extern "C" fn post_recv(
 
 unsafe fn remote_of(r: *const DAT_RMR_TRIPLET) -> DatResult<RemoteBuffer> {
     let r = input(r, 5)?;
-    Ok(RemoteBuffer { address: r.virtual_address, length: r.segment_length, rmr_context: r.rmr_context })
+    Ok(RemoteBuffer {
+        address: r.virtual_address,
+        length: r.segment_length,
+        rmr_context: r.rmr_context,
+    })
 }
 
 pub(crate) unsafe extern "C" fn post_rdma_read(
@@ -355,7 +460,11 @@ pub(crate) unsafe extern "C" fn reset(ep_handle: DAT_EP_HANDLE) -> DAT_RETURN {
     guard(|| ep(ep_handle)?.reset())
 }
 
-pub(crate) unsafe extern "C" fn recv_query(ep_handle: DAT_EP_HANDLE, nbufs: *mut DAT_COUNT, span: *mut DAT_COUNT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn recv_query(
+    ep_handle: DAT_EP_HANDLE,
+    nbufs: *mut DAT_COUNT,
+    span: *mut DAT_COUNT,
+) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
         let (n, s) = ep.recv_query()?;
@@ -369,6 +478,10 @@ pub(crate) unsafe extern "C" fn recv_query(ep_handle: DAT_EP_HANDLE, nbufs: *mut
     })
 }
 
-pub(crate) unsafe extern "C" fn set_watermark(ep_handle: DAT_EP_HANDLE, soft: DAT_COUNT, hard: DAT_COUNT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn set_watermark(
+    ep_handle: DAT_EP_HANDLE,
+    soft: DAT_COUNT,
+    hard: DAT_COUNT,
+) -> DAT_RETURN {
     guard(|| ep(ep_handle)?.set_watermark(soft, hard))
 }

@@ -1,10 +1,10 @@
 //! EVD: event dispatchers. Core events become DAT_EVENTs here.
 
 use crate::boundary::{boolean, c, guard, h, input, out, sockaddr_of};
-use dat_abi::*;
 use daplrs::core::error::{DatError, SubType};
-use daplrs::core::evd::{Event, EventData, Evd};
+use daplrs::core::evd::{Evd, Event, EventData};
 use daplrs::core::handle;
+use dat_abi::*;
 
 /// Writes a core event as the 120-byte DAT_EVENT C expects.
 pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
@@ -13,7 +13,14 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
     dst.event_number = ev.number;
     dst.evd_handle = c(ev.evd);
     dst.event_data = match &ev.data {
-        EventData::Dto { ep, cookie, status, transferred, op, rmr_context } => DAT_EVENT_DATA {
+        EventData::Dto {
+            ep,
+            cookie,
+            status,
+            transferred,
+            op,
+            rmr_context,
+        } => DAT_EVENT_DATA {
             dto_completion_event_data: DAT_DTO_COMPLETION_EVENT_DATA {
                 ep_handle: c(*ep),
                 user_cookie: DAT_CONTEXT::from_u64(*cookie),
@@ -23,14 +30,23 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
                 rmr_context: *rmr_context,
             },
         },
-        EventData::RmrBind { rmr, cookie, status } => DAT_EVENT_DATA {
+        EventData::RmrBind {
+            rmr,
+            cookie,
+            status,
+        } => DAT_EVENT_DATA {
             rmr_completion_event_data: DAT_RMR_BIND_COMPLETION_EVENT_DATA {
                 rmr_handle: c(*rmr),
                 user_cookie: DAT_CONTEXT::from_u64(*cookie),
                 status: *status,
             },
         },
-        EventData::CrArrival { sp, local_addr, conn_qual, cr } => DAT_EVENT_DATA {
+        EventData::CrArrival {
+            sp,
+            local_addr,
+            conn_qual,
+            cr,
+        } => DAT_EVENT_DATA {
             cr_arrival_event_data: DAT_CR_ARRIVAL_EVENT_DATA {
                 sp_handle: DAT_SP_HANDLE { psp_handle: c(*sp) },
                 local_ia_address_ptr: sockaddr_of(*local_addr),
@@ -58,7 +74,9 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
             },
         },
         EventData::Software { pointer } => DAT_EVENT_DATA {
-            software_event_data: DAT_SOFTWARE_EVENT_DATA { pointer: *pointer as DAT_PVOID },
+            software_event_data: DAT_SOFTWARE_EVENT_DATA {
+                pointer: *pointer as DAT_PVOID,
+            },
         },
     };
 }
@@ -76,14 +94,22 @@ pub(crate) unsafe extern "C" fn create(
 ) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
-        let cno = if cno.is_null() { None } else { Some(handle::cno(h(cno))?) };
+        let cno = if cno.is_null() {
+            None
+        } else {
+            Some(handle::cno(h(cno))?)
+        };
         let evd_out = out(evd_handle, 5)?;
         *evd_out = c(Evd::create(&ia, qlen, cno, flags)?.handle());
         Ok(())
     })
 }
 
-pub(crate) unsafe extern "C" fn query(evd_handle: DAT_EVD_HANDLE, mask: DAT_EVD_PARAM_MASK, param: *mut DAT_EVD_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    evd_handle: DAT_EVD_HANDLE,
+    mask: DAT_EVD_PARAM_MASK,
+    param: *mut DAT_EVD_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
         let param = out(param, 3)?;
@@ -100,10 +126,17 @@ pub(crate) unsafe extern "C" fn query(evd_handle: DAT_EVD_HANDLE, mask: DAT_EVD_
     })
 }
 
-pub(crate) unsafe extern "C" fn modify_cno(evd_handle: DAT_EVD_HANDLE, cno: DAT_CNO_HANDLE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn modify_cno(
+    evd_handle: DAT_EVD_HANDLE,
+    cno: DAT_CNO_HANDLE,
+) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
-        let cno = if cno.is_null() { None } else { Some(handle::cno(h(cno))?) };
+        let cno = if cno.is_null() {
+            None
+        } else {
+            Some(handle::cno(h(cno))?)
+        };
         evd.modify_cno(cno)
     })
 }
@@ -155,7 +188,10 @@ pub(crate) unsafe extern "C" fn wait(
     })
 }
 
-pub(crate) unsafe extern "C" fn dequeue(evd_handle: DAT_EVD_HANDLE, event: *mut DAT_EVENT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn dequeue(
+    evd_handle: DAT_EVD_HANDLE,
+    event: *mut DAT_EVENT,
+) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
         let event = out(event, 2)?;
@@ -170,7 +206,10 @@ pub(crate) unsafe extern "C" fn resize(evd_handle: DAT_EVD_HANDLE, qlen: DAT_COU
 }
 
 /// Only software events may be posted; their pointer is all they carry.
-pub(crate) unsafe extern "C" fn post_se(evd_handle: DAT_EVD_HANDLE, event: *const DAT_EVENT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn post_se(
+    evd_handle: DAT_EVD_HANDLE,
+    event: *const DAT_EVENT,
+) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
         let event = input(event, 2)?;

@@ -1,13 +1,13 @@
 //! IA: open, query, close, and the calls that take a handle of any type.
 
-use crate::boundary::{boolean, c, cstr_into, guard, h, out, sockaddr_of};
+use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
 use crate::provider::{entry, table_for_ia_name};
-use dat_abi::*;
 use daplrs::core::error::{DatError, ErrorType, SubType};
 use daplrs::core::handle::{self, HandleHeader};
-use std::sync::atomic::Ordering;
 use daplrs::core::ia::Ia;
+use dat_abi::*;
 use std::ffi::{c_char, CStr};
+use std::sync::atomic::Ordering;
 
 /// ia_open_func: `name` is the dat.conf entry; its ia_params choose the
 /// backend and interface. A NULL `*async_evd` asks for an async EVD of
@@ -26,22 +26,31 @@ pub(crate) unsafe extern "C" fn open(
         let ia_handle = out(ia_handle, 4)?;
         let name = CStr::from_ptr(name).to_string_lossy().into_owned();
         let params = entry(&name)
-            .ok_or(DatError::new(ErrorType::ProviderNotFound, SubType::NameNotRegistered))?
+            .ok_or(DatError::new(
+                ErrorType::ProviderNotFound,
+                SubType::NameNotRegistered,
+            ))?
             .ia_params;
-        let want_async = if async_evd.is_null() { Some(qlen) } else { None };
-        let (ia, evd) = Ia::open(&name, &params, want_async).map_err(|e| {
+        let want_async = if async_evd.is_null() {
+            Some(qlen)
+        } else {
+            None
+        };
+        let (ia, evd) = Ia::open(&name, &params, want_async).inspect_err(|e| {
             // Say why, once, even with logging off: "no such interface" is
             // the first thing a new user of "tcp eth0" needs to know.
             let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
             eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
-            e
         })?;
         if let Some(evd) = evd {
             *async_evd = c(evd.handle());
         }
         // SAFETY: a live handle is the address of its never-freed header.
         let header = &*(ia.handle().as_ptr() as *const HandleHeader);
-        header.provider.store(table_for_ia_name(&name) as *const DAT_PROVIDER as *mut _, Ordering::SeqCst);
+        header.provider.store(
+            table_for_ia_name(&name) as *const DAT_PROVIDER as *mut _,
+            Ordering::SeqCst,
+        );
         *ia_handle = c(ia.handle());
         Ok(())
     })
@@ -67,7 +76,10 @@ pub(crate) unsafe extern "C" fn query(
     guard(|| {
         let ia = handle::ia(h(ia))?;
         if let Some(e) = async_evd.as_mut() {
-            *e = ia.async_evd().map(|e| c(e.handle())).unwrap_or(std::ptr::null_mut());
+            *e = ia
+                .async_evd()
+                .map(|e| c(e.handle()))
+                .unwrap_or(std::ptr::null_mut());
         }
         if ia_mask != 0 {
             fill_ia_attr(&ia, out(ia_attr, 4)?);
@@ -77,10 +89,6 @@ pub(crate) unsafe extern "C" fn query(
         }
         Ok(())
     })
-}
-
-fn count(v: u32) -> DAT_COUNT {
-    v.min(i32::MAX as u32) as DAT_COUNT
 }
 
 fn fill_ia_attr(ia: &Ia, a: &mut DAT_IA_ATTR) {
@@ -169,7 +177,10 @@ fn fill_provider_attr(ia: &Ia, p: &mut DAT_PROVIDER_ATTR) {
     p.provider_specific_attr = std::ptr::null_mut();
 }
 
-pub(crate) unsafe extern "C" fn get_handle_type(handle: DAT_HANDLE, ty: *mut DAT_HANDLE_TYPE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn get_handle_type(
+    handle: DAT_HANDLE,
+    ty: *mut DAT_HANDLE_TYPE,
+) -> DAT_RETURN {
     guard(|| {
         let t = handle::handle_type(h(handle))?;
         *out(ty, 2)? = t;
@@ -177,11 +188,17 @@ pub(crate) unsafe extern "C" fn get_handle_type(handle: DAT_HANDLE, ty: *mut DAT
     })
 }
 
-pub(crate) unsafe extern "C" fn set_consumer_context(handle: DAT_HANDLE, context: DAT_CONTEXT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn set_consumer_context(
+    handle: DAT_HANDLE,
+    context: DAT_CONTEXT,
+) -> DAT_RETURN {
     guard(|| handle::set_consumer_context(h(handle), context.as_u64()))
 }
 
-pub(crate) unsafe extern "C" fn get_consumer_context(handle: DAT_HANDLE, context: *mut DAT_CONTEXT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn get_consumer_context(
+    handle: DAT_HANDLE,
+    context: *mut DAT_CONTEXT,
+) -> DAT_RETURN {
     guard(|| {
         let v = handle::consumer_context(h(handle))?;
         *out(context, 2)? = DAT_CONTEXT::from_u64(v);

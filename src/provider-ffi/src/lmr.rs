@@ -2,10 +2,10 @@
 //! lmr_context (lkey) and rmr_context (rkey) are unique while live.
 
 use crate::boundary::{c, guard, h, out};
-use dat_abi::*;
 use daplrs::core::error::{DatError, DatResult};
 use daplrs::core::handle;
 use daplrs::core::lmr::{sync_rdma, Lmr, LmrRegion};
+use dat_abi::*;
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe extern "C" fn create(
@@ -25,7 +25,10 @@ pub(crate) unsafe extern "C" fn create(
     guard(|| {
         let ia = handle::ia(h(ia))?;
         let region = match mem_type {
-            DAT_MEM_TYPE_VIRTUAL => LmrRegion::Virtual { address: region.for_va as u64, length },
+            DAT_MEM_TYPE_VIRTUAL => LmrRegion::Virtual {
+                address: region.for_va as u64,
+                length,
+            },
             DAT_MEM_TYPE_LMR => LmrRegion::Lmr(handle::lmr(h(region.for_lmr_handle))?),
             DAT_MEM_TYPE_SHARED_VIRTUAL => return Err(DatError::not_implemented()),
             _ => return Err(DatError::invalid_arg(2)),
@@ -52,7 +55,11 @@ pub(crate) unsafe extern "C" fn create(
     })
 }
 
-pub(crate) unsafe extern "C" fn query(lmr: DAT_LMR_HANDLE, mask: DAT_LMR_PARAM_MASK, param: *mut DAT_LMR_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    lmr: DAT_LMR_HANDLE,
+    mask: DAT_LMR_PARAM_MASK,
+    param: *mut DAT_LMR_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let lmr = handle::lmr(h(lmr))?;
         let param = out(param, 3)?;
@@ -62,7 +69,9 @@ pub(crate) unsafe extern "C" fn query(lmr: DAT_LMR_HANDLE, mask: DAT_LMR_PARAM_M
         let p = lmr.query();
         param.ia_handle = c(p.ia);
         param.mem_type = p.mem_type;
-        param.region_desc = DAT_REGION_DESCRIPTION { for_va: p.address as DAT_PVOID };
+        param.region_desc = DAT_REGION_DESCRIPTION {
+            for_va: p.address as DAT_PVOID,
+        };
         param.length = p.length;
         param.pz_handle = c(p.pz);
         param.mem_priv = p.mem_priv;
@@ -93,10 +102,18 @@ unsafe fn segments(p: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DatResult<Vec<(u64
         .collect())
 }
 
-pub(crate) unsafe extern "C" fn sync_rdma_read(ia: DAT_IA_HANDLE, segs: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn sync_rdma_read(
+    ia: DAT_IA_HANDLE,
+    segs: *const DAT_LMR_TRIPLET,
+    n: DAT_VLEN,
+) -> DAT_RETURN {
     guard(|| sync_rdma(&handle::ia(h(ia))?, &segments(segs, n)?))
 }
 
-pub(crate) unsafe extern "C" fn sync_rdma_write(ia: DAT_IA_HANDLE, segs: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn sync_rdma_write(
+    ia: DAT_IA_HANDLE,
+    segs: *const DAT_LMR_TRIPLET,
+    n: DAT_VLEN,
+) -> DAT_RETURN {
     guard(|| sync_rdma(&handle::ia(h(ia))?, &segments(segs, n)?))
 }

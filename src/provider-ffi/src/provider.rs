@@ -7,8 +7,8 @@
 //! core hands out starts with a pointer to this table.
 
 use crate::{cno, cr, ep, evd, ia, lmr, pz, rmr, sp, srq};
-use dat_abi::*;
 use daplrs::core::error::DatError;
+use dat_abi::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
@@ -16,8 +16,14 @@ use std::ffi::{c_char, CStr};
 extern "C" {
     // Resolved at load time from the registry library that loaded us
     // (libdat2.so.2: ours or OFED's); not a link-time dependency.
-    fn dat_registry_add_provider(provider: *const DAT_PROVIDER, info: *const DAT_PROVIDER_INFO) -> DAT_RETURN;
-    fn dat_registry_remove_provider(provider: *const DAT_PROVIDER, info: *const DAT_PROVIDER_INFO) -> DAT_RETURN;
+    fn dat_registry_add_provider(
+        provider: *const DAT_PROVIDER,
+        info: *const DAT_PROVIDER_INFO,
+    ) -> DAT_RETURN;
+    fn dat_registry_remove_provider(
+        provider: *const DAT_PROVIDER,
+        info: *const DAT_PROVIDER_INFO,
+    ) -> DAT_RETURN;
 }
 
 /// A slot this provider does not implement.
@@ -129,11 +135,17 @@ pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
 pub(crate) fn table_for_ia_name(name: &str) -> &'static DAT_PROVIDER {
     static TABLES: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
     let mut tables = TABLES.lock();
-    let addr = *tables.get_or_insert_with(HashMap::new).entry(name.to_string()).or_insert_with(|| {
-        let device_name = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
-        let table = DAT_PROVIDER { device_name: device_name.into_raw(), ..PROVIDER };
-        Box::leak(Box::new(table)) as *const DAT_PROVIDER as usize
-    });
+    let addr = *tables
+        .get_or_insert_with(HashMap::new)
+        .entry(name.to_string())
+        .or_insert_with(|| {
+            let device_name = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
+            let table = DAT_PROVIDER {
+                device_name: device_name.into_raw(),
+                ..PROVIDER
+            };
+            Box::leak(Box::new(table)) as *const DAT_PROVIDER as usize
+        });
     // SAFETY: leaked above, never freed.
     unsafe { &*(addr as *const DAT_PROVIDER) }
 }
@@ -158,7 +170,12 @@ pub(crate) fn entry(name: &str) -> Option<Entry> {
 }
 
 fn ia_name(info: &DAT_PROVIDER_INFO) -> String {
-    let bytes: Vec<u8> = info.ia_name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = info
+        .ia_name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -167,7 +184,10 @@ fn ia_name(info: &DAT_PROVIDER_INFO) -> String {
 /// # Safety
 /// `info` points to a DAT_PROVIDER_INFO; `ia_params` is NULL or a C string.
 #[no_mangle]
-pub unsafe extern "C" fn dat_provider_init(info: *const DAT_PROVIDER_INFO, ia_params: *const c_char) {
+pub unsafe extern "C" fn dat_provider_init(
+    info: *const DAT_PROVIDER_INFO,
+    ia_params: *const c_char,
+) {
     let _ = std::panic::catch_unwind(|| {
         daplrs_logging();
         let Some(info) = info.as_ref() else { return };
@@ -178,8 +198,14 @@ pub unsafe extern "C" fn dat_provider_init(info: *const DAT_PROVIDER_INFO, ia_pa
         };
         let name = ia_name(info);
         daplrs::core::handle::set_provider(&PROVIDER as *const DAT_PROVIDER as *const _);
-        let entry = Entry { ia_params: params.clone(), thread_safe: info.is_thread_safe != DAT_FALSE };
-        ENTRIES.lock().get_or_insert_with(HashMap::new).insert(name.clone(), entry);
+        let entry = Entry {
+            ia_params: params.clone(),
+            thread_safe: info.is_thread_safe != DAT_FALSE,
+        };
+        ENTRIES
+            .lock()
+            .get_or_insert_with(HashMap::new)
+            .insert(name.clone(), entry);
         let rc = dat_registry_add_provider(&PROVIDER, info);
         log::debug!("dat_provider_init({name}, \"{params}\"): registry answered {rc:#x}");
     });
@@ -204,7 +230,11 @@ pub unsafe extern "C" fn dat_provider_fini(info: *const DAT_PROVIDER_INFO) {
 fn daplrs_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let env = env_logger::Env::new().filter("DAT_LOG").write_style("DAT_LOG_STYLE");
-        let _ = env_logger::Builder::from_env(env).format_timestamp_micros().try_init();
+        let env = env_logger::Env::new()
+            .filter("DAT_LOG")
+            .write_style("DAT_LOG_STYLE");
+        let _ = env_logger::Builder::from_env(env)
+            .format_timestamp_micros()
+            .try_init();
     });
 }

@@ -1,9 +1,9 @@
 //! PZ: protection zones.
 
 use crate::boundary::{c, guard, h, out};
-use dat_abi::*;
 use daplrs::core::handle;
 use daplrs::core::pz::Pz;
+use dat_abi::*;
 
 pub(crate) unsafe extern "C" fn create(ia: DAT_IA_HANDLE, pz: *mut DAT_PZ_HANDLE) -> DAT_RETURN {
     guard(|| {
@@ -14,7 +14,11 @@ pub(crate) unsafe extern "C" fn create(ia: DAT_IA_HANDLE, pz: *mut DAT_PZ_HANDLE
     })
 }
 
-pub(crate) unsafe extern "C" fn query(pz: DAT_PZ_HANDLE, mask: DAT_PZ_PARAM_MASK, param: *mut DAT_PZ_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    pz: DAT_PZ_HANDLE,
+    mask: DAT_PZ_PARAM_MASK,
+    param: *mut DAT_PZ_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let pz = handle::pz(h(pz))?;
         let param = out(param, 3)?;

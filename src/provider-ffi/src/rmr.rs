@@ -2,10 +2,10 @@
 //! LMR through an EP.
 
 use crate::boundary::{c, guard, h, input, out};
-use dat_abi::*;
 use daplrs::core::error::DatError;
 use daplrs::core::handle;
 use daplrs::core::rmr::Rmr;
+use dat_abi::*;
 
 pub(crate) unsafe extern "C" fn create(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
     guard(|| {
@@ -18,11 +18,18 @@ pub(crate) unsafe extern "C" fn create(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HAND
 
 /// RMRs of this provider are already scoped to the EP they are bound
 /// through, so the EP-scoped variant is the same object.
-pub(crate) unsafe extern "C" fn create_for_ep(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn create_for_ep(
+    pz: DAT_PZ_HANDLE,
+    rmr: *mut DAT_RMR_HANDLE,
+) -> DAT_RETURN {
     create(pz, rmr)
 }
 
-pub(crate) unsafe extern "C" fn query(rmr: DAT_RMR_HANDLE, mask: DAT_RMR_PARAM_MASK, param: *mut DAT_RMR_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    rmr: DAT_RMR_HANDLE,
+    mask: DAT_RMR_PARAM_MASK,
+    param: *mut DAT_RMR_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let rmr = handle::rmr(h(rmr))?;
         let param = out(param, 3)?;
@@ -62,7 +69,11 @@ pub(crate) unsafe extern "C" fn bind(
 ) -> DAT_RETURN {
     guard(|| {
         let rmr = handle::rmr(h(rmr))?;
-        let lmr = if lmr.is_null() { None } else { Some(handle::lmr(h(lmr))?) };
+        let lmr = if lmr.is_null() {
+            None
+        } else {
+            Some(handle::lmr(h(lmr))?)
+        };
         let t = input(triplet, 3)?;
         let ep = handle::ep(h(ep))?;
         let ctx_out = out(rmr_context, 9)?;

@@ -1,10 +1,10 @@
 //! PSP and RSP: service points listening on a conn_qual (the TCP port).
 
 use crate::boundary::{c, guard, h, out};
-use dat_abi::*;
 use daplrs::core::error::{DatError, DatResult, SubType};
 use daplrs::core::handle;
 use daplrs::core::sp::{Sp, SpParam};
+use dat_abi::*;
 
 fn cr_evd(evd: DAT_EVD_HANDLE) -> DatResult<std::sync::Arc<daplrs::core::evd::Evd>> {
     handle::evd(h(evd), SubType::InvalidHandleEvdCr)
@@ -67,7 +67,11 @@ fn param_of(p: &SpParam) -> (DAT_IA_HANDLE, DAT_CONN_QUAL, DAT_EVD_HANDLE) {
     (c(p.ia), p.conn_qual, c(p.evd))
 }
 
-pub(crate) unsafe extern "C" fn psp_query(psp: DAT_PSP_HANDLE, mask: DAT_PSP_PARAM_MASK, param: *mut DAT_PSP_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn psp_query(
+    psp: DAT_PSP_HANDLE,
+    mask: DAT_PSP_PARAM_MASK,
+    param: *mut DAT_PSP_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let sp = handle::psp(h(psp))?;
         let param = out(param, 3)?;
@@ -81,7 +85,11 @@ pub(crate) unsafe extern "C" fn psp_query(psp: DAT_PSP_HANDLE, mask: DAT_PSP_PAR
     })
 }
 
-pub(crate) unsafe extern "C" fn rsp_query(rsp: DAT_RSP_HANDLE, mask: DAT_RSP_PARAM_MASK, param: *mut DAT_RSP_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn rsp_query(
+    rsp: DAT_RSP_HANDLE,
+    mask: DAT_RSP_PARAM_MASK,
+    param: *mut DAT_RSP_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let sp = handle::rsp(h(rsp))?;
         let param = out(param, 3)?;

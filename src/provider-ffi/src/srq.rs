@@ -1,14 +1,10 @@
 //! SRQ: shared receive queues.
 
-use crate::boundary::{c, guard, h, input, lmr_iov, out};
-use dat_abi::*;
-use daplrs::core::error::{DatError, DatResult};
+use crate::boundary::{c, count, count_arg, guard, h, input, lmr_iov, out};
+use daplrs::core::error::DatError;
 use daplrs::core::handle;
 use daplrs::core::srq::{Srq, SrqAttr};
-
-fn count(v: DAT_COUNT, arg: u32) -> DatResult<u32> {
-    u32::try_from(v).map_err(|_| DatError::invalid_arg(arg))
-}
+use dat_abi::*;
 
 pub(crate) unsafe extern "C" fn create(
     ia: DAT_IA_HANDLE,
@@ -21,9 +17,9 @@ pub(crate) unsafe extern "C" fn create(
         let pz = handle::pz(h(pz))?;
         let a = input(attr, 3)?;
         let attr = SrqAttr {
-            max_recv_dtos: count(a.max_recv_dtos, 3)?,
-            max_recv_iov: count(a.max_recv_iov, 3)?,
-            low_watermark: count(a.low_watermark, 3)?,
+            max_recv_dtos: count_arg(a.max_recv_dtos, 3)?,
+            max_recv_iov: count_arg(a.max_recv_iov, 3)?,
+            low_watermark: count_arg(a.low_watermark, 3)?,
         };
         let srq = out(srq, 4)?;
         *srq = c(Srq::create(&ia, &pz, attr)?.handle());
@@ -35,7 +31,12 @@ pub(crate) unsafe extern "C" fn free(srq: DAT_SRQ_HANDLE) -> DAT_RETURN {
     guard(|| handle::srq(h(srq))?.free())
 }
 
-pub(crate) unsafe extern "C" fn post_recv(srq: DAT_SRQ_HANDLE, n: DAT_COUNT, iov: *mut DAT_LMR_TRIPLET, cookie: DAT_DTO_COOKIE) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn post_recv(
+    srq: DAT_SRQ_HANDLE,
+    n: DAT_COUNT,
+    iov: *mut DAT_LMR_TRIPLET,
+    cookie: DAT_DTO_COOKIE,
+) -> DAT_RETURN {
     guard(|| {
         let srq = handle::srq(h(srq))?;
         let iov = lmr_iov(iov, n, 2, 3)?;
@@ -43,7 +44,11 @@ pub(crate) unsafe extern "C" fn post_recv(srq: DAT_SRQ_HANDLE, n: DAT_COUNT, iov
     })
 }
 
-pub(crate) unsafe extern "C" fn query(srq: DAT_SRQ_HANDLE, mask: DAT_SRQ_PARAM_MASK, param: *mut DAT_SRQ_PARAM) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn query(
+    srq: DAT_SRQ_HANDLE,
+    mask: DAT_SRQ_PARAM_MASK,
+    param: *mut DAT_SRQ_PARAM,
+) -> DAT_RETURN {
     guard(|| {
         let srq = handle::srq(h(srq))?;
         let param = out(param, 3)?;
@@ -51,23 +56,29 @@ pub(crate) unsafe extern "C" fn query(srq: DAT_SRQ_HANDLE, mask: DAT_SRQ_PARAM_M
             return Err(DatError::invalid_arg(2));
         }
         let p = srq.query();
-        let n = |v: u32| v.min(i32::MAX as u32) as DAT_COUNT;
         param.ia_handle = c(p.ia);
         param.srq_state = DAT_SRQ_STATE_OPERATIONAL;
         param.pz_handle = c(p.pz);
-        param.max_recv_dtos = n(p.attr.max_recv_dtos);
-        param.max_recv_iov = n(p.attr.max_recv_iov);
-        param.low_watermark = n(p.attr.low_watermark);
-        param.available_dto_count = n(p.available_dto_count);
-        param.outstanding_dto_count = n(p.attr.max_recv_dtos.saturating_sub(p.available_dto_count));
+        param.max_recv_dtos = count(p.attr.max_recv_dtos);
+        param.max_recv_iov = count(p.attr.max_recv_iov);
+        param.low_watermark = count(p.attr.low_watermark);
+        param.available_dto_count = count(p.available_dto_count);
+        param.outstanding_dto_count =
+            count(p.attr.max_recv_dtos.saturating_sub(p.available_dto_count));
         Ok(())
     })
 }
 
-pub(crate) unsafe extern "C" fn resize(srq: DAT_SRQ_HANDLE, max_recv_dtos: DAT_COUNT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn resize(
+    srq: DAT_SRQ_HANDLE,
+    max_recv_dtos: DAT_COUNT,
+) -> DAT_RETURN {
     guard(|| handle::srq(h(srq))?.resize(max_recv_dtos))
 }
 
-pub(crate) unsafe extern "C" fn set_lw(srq: DAT_SRQ_HANDLE, low_watermark: DAT_COUNT) -> DAT_RETURN {
+pub(crate) unsafe extern "C" fn set_lw(
+    srq: DAT_SRQ_HANDLE,
+    low_watermark: DAT_COUNT,
+) -> DAT_RETURN {
     guard(|| handle::srq(h(srq))?.set_lw(low_watermark))
 }

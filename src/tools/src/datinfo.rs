@@ -15,19 +15,30 @@ use std::ffi::{c_char, CStr, CString};
 use std::process::ExitCode;
 
 fn code_name(rc: DAT_RETURN) -> String {
-    let (mut major, mut minor): (*const c_char, *const c_char) = (std::ptr::null(), std::ptr::null());
+    let (mut major, mut minor): (*const c_char, *const c_char) =
+        (std::ptr::null(), std::ptr::null());
     // SAFETY: dat_strerror writes static strings into the two pointers.
     let known = unsafe { dat_strerror(rc, &mut major, &mut minor) } == DAT_SUCCESS;
     if known {
         // SAFETY: static NUL-terminated strings from dat_strerror.
-        unsafe { format!("{} {} ({rc:#x})", CStr::from_ptr(major).to_string_lossy(), CStr::from_ptr(minor).to_string_lossy()) }
+        unsafe {
+            format!(
+                "{} {} ({rc:#x})",
+                CStr::from_ptr(major).to_string_lossy(),
+                CStr::from_ptr(minor).to_string_lossy()
+            )
+        }
     } else {
         format!("{rc:#x}")
     }
 }
 
 fn c_chars(a: &[c_char]) -> String {
-    let bytes: Vec<u8> = a.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = a
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -48,12 +59,23 @@ fn ipv4(p: DAT_IA_ADDRESS_PTR) -> String {
 
 /// Opens one entry and describes it; Err carries the reason it failed.
 fn describe(e: &conf::ConfEntry) -> Result<Vec<String>, String> {
-    let name = CString::new(e.ia_name.as_str()).map_err(|_| "IA name contains a NUL byte".to_string())?;
+    let name =
+        CString::new(e.ia_name.as_str()).map_err(|_| "IA name contains a NUL byte".to_string())?;
     let mut ia: DAT_IA_HANDLE = std::ptr::null_mut();
     let mut async_evd: DAT_EVD_HANDLE = std::ptr::null_mut();
     let ts = if e.thread_safe { DAT_TRUE } else { DAT_FALSE };
     // SAFETY: valid pointers to locals.
-    let rc = unsafe { dat_ia_openv(name.as_ptr(), 8, &mut async_evd, &mut ia, e.api_major, e.api_minor, ts) };
+    let rc = unsafe {
+        dat_ia_openv(
+            name.as_ptr(),
+            8,
+            &mut async_evd,
+            &mut ia,
+            e.api_major,
+            e.api_minor,
+            ts,
+        )
+    };
     if rc != DAT_SUCCESS {
         let why = match registry::take_load_failure() {
             Some(load) => format!("cannot load: {load}"),
@@ -65,7 +87,16 @@ fn describe(e: &conf::ConfEntry) -> Result<Vec<String>, String> {
     let mut attr: DAT_IA_ATTR = unsafe { std::mem::zeroed() };
     let mut pattr: DAT_PROVIDER_ATTR = unsafe { std::mem::zeroed() };
     // SAFETY: ia is open; the attribute structs are ours.
-    let rc = unsafe { dat_ia_query(ia, std::ptr::null_mut(), DAT_IA_FIELD_ALL, &mut attr, DAT_PROVIDER_FIELD_ALL, &mut pattr) };
+    let rc = unsafe {
+        dat_ia_query(
+            ia,
+            std::ptr::null_mut(),
+            DAT_IA_FIELD_ALL,
+            &mut attr,
+            DAT_PROVIDER_FIELD_ALL,
+            &mut pattr,
+        )
+    };
     let mut lines = Vec::new();
     if rc == DAT_SUCCESS {
         lines.push(format!(
@@ -91,12 +122,23 @@ fn describe(e: &conf::ConfEntry) -> Result<Vec<String>, String> {
         ));
         lines.push(format!(
             "SRQ {}, max private data {} B, thread safe {}",
-            if pattr.srq_supported != DAT_FALSE { "yes" } else { "no" },
+            if pattr.srq_supported != DAT_FALSE {
+                "yes"
+            } else {
+                "no"
+            },
             pattr.max_private_data_size,
-            if pattr.is_thread_safe != DAT_FALSE { "yes" } else { "no" }
+            if pattr.is_thread_safe != DAT_FALSE {
+                "yes"
+            } else {
+                "no"
+            }
         ));
     } else {
-        lines.push(format!("opened, but dat_ia_query failed: {}", code_name(rc)));
+        lines.push(format!(
+            "opened, but dat_ia_query failed: {}",
+            code_name(rc)
+        ));
     }
     // SAFETY: ia is open.
     let rc = unsafe { dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG) };
@@ -112,7 +154,9 @@ fn describe(e: &conf::ConfEntry) -> Result<Vec<String>, String> {
 fn capturing_stderr<T>(f: impl FnOnce() -> T) -> (T, String) {
     use std::io::{Read, Seek, Write};
     use std::os::fd::AsRawFd;
-    let Ok(mut file) = tempfile() else { return (f(), String::new()) };
+    let Ok(mut file) = tempfile() else {
+        return (f(), String::new());
+    };
     let _ = std::io::stderr().flush();
     // SAFETY: plain descriptor juggling on fds we own; restored below.
     let saved = unsafe { libc::dup(2) };
@@ -131,7 +175,12 @@ fn capturing_stderr<T>(f: impl FnOnce() -> T) -> (T, String) {
 
 fn tempfile() -> std::io::Result<std::fs::File> {
     let path = std::env::temp_dir().join(format!("datinfo-{}.stderr", std::process::id()));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
     let _ = std::fs::remove_file(&path);
     Ok(file)
 }
@@ -139,12 +188,22 @@ fn tempfile() -> std::io::Result<std::fs::File> {
 fn main() -> ExitCode {
     let only: Vec<String> = std::env::args().skip(1).collect();
     if only.iter().any(|a| a == "-h" || a == "--help") {
-        println!("usage: datinfo [IA_NAME...]\nLists the dat.conf entries in effect and opens each IA.");
+        println!(
+            "usage: datinfo [IA_NAME...]\nLists the dat.conf entries in effect and opens each IA."
+        );
         return ExitCode::SUCCESS;
     }
     let path = conf::conf_path();
     let (entries, errors) = conf::load(&path);
-    println!("dat.conf: {}{}", path.display(), if std::env::var_os(conf::OVERRIDE_ENV).is_some() { " (from DAT_OVERRIDE)" } else { "" });
+    println!(
+        "dat.conf: {}{}",
+        path.display(),
+        if std::env::var_os(conf::OVERRIDE_ENV).is_some() {
+            " (from DAT_OVERRIDE)"
+        } else {
+            ""
+        }
+    );
     for e in &errors {
         println!("  skipped {e}");
     }
@@ -161,8 +220,16 @@ fn main() -> ExitCode {
             if e.user_api { "u" } else { "k" },
             e.api_major,
             e.api_minor,
-            if e.thread_safe { "threadsafe" } else { "nonthreadsafe" },
-            if e.is_default { "default" } else { "nondefault" },
+            if e.thread_safe {
+                "threadsafe"
+            } else {
+                "nonthreadsafe"
+            },
+            if e.is_default {
+                "default"
+            } else {
+                "nondefault"
+            },
             e.library,
             e.ia_params
         );
@@ -183,7 +250,14 @@ fn main() -> ExitCode {
         }
     }
     if shown == 0 {
-        println!("no entries{}", if only.is_empty() { "" } else { " with those names" });
+        println!(
+            "no entries{}",
+            if only.is_empty() {
+                ""
+            } else {
+                " with those names"
+            }
+        );
     }
     if failures > 0 {
         ExitCode::from(1)

@@ -23,7 +23,10 @@ fn abi_type_names(src_dir: &Path) -> Vec<String> {
             let line = line.trim_start();
             for kw in ["pub struct ", "pub union ", "pub type "] {
                 if let Some(rest) = line.strip_prefix(kw) {
-                    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
                     if !name.is_empty() {
                         names.push(name);
                     }
@@ -35,7 +38,8 @@ fn abi_type_names(src_dir: &Path) -> Vec<String> {
 }
 
 fn generate(root: &Path, crate_dir: &str, guard: &str, types: bool) -> Result<Vec<u8>, String> {
-    let mut config = cbindgen::Config::from_file(root.join("cbindgen.toml")).map_err(|e| format!("cbindgen.toml: {e}"))?;
+    let mut config = cbindgen::Config::from_file(root.join("cbindgen.toml"))
+        .map_err(|e| format!("cbindgen.toml: {e}"))?;
     config.include_guard = Some(guard.to_string());
     if types {
         config.export.include = abi_type_names(&root.join("src/abi/src"));
@@ -59,8 +63,18 @@ fn main() -> ExitCode {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let verify = std::env::args().any(|a| a == "--verify");
     let headers = [
-        ("include/dat2/dat_types.h", "src/abi", "_DAT2_DAT_TYPES_H_", true),
-        ("include/dat2/dat_api.h", "src/libdat2", "_DAT2_DAT_API_H_", false),
+        (
+            "include/dat2/dat_types.h",
+            "src/abi",
+            "_DAT2_DAT_TYPES_H_",
+            true,
+        ),
+        (
+            "include/dat2/dat_api.h",
+            "src/libdat2",
+            "_DAT2_DAT_API_H_",
+            false,
+        ),
     ];
     let mut ok = true;
     for (path, crate_dir, guard, types) in headers {
@@ -86,5 +100,9 @@ fn main() -> ExitCode {
             println!("gen-header: wrote {path}");
         }
     }
-    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
