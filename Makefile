@@ -122,3 +122,12 @@ uninstall:
 clean:
 	rm -rf $(BUILD)
 	$(CARGO) clean
+
+# ------------------------------------------------------- bench and demo
+# Not part of `make test`: benchmarks print figures, they assert nothing.
+bench: all
+	$(MAKE) -C bench bench
+
+demo: all
+	$(MAKE) -C bench demo
+.PHONY: bench demo
