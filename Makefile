@@ -78,16 +78,21 @@ header:
 
 # ------------------------------------------------------------------ tests
 
-# Installs missing Debian packages (CI runs as root on a fresh machine).
-deps:
-	@missing=""; for p in $(TEST_DEBS); do \
+# Installs the Debian packages of $(1) that are missing (CI runs as root on
+# a fresh machine).
+define apt_install
+	@missing=""; for p in $(1); do \
 		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "make deps: installing$$missing"; \
-		if [ "$$(id -u)" != 0 ]; then echo "make deps: need root for apt-get" >&2; exit 1; fi; \
+		echo "make: installing$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "make: need root for apt-get" >&2; exit 1; fi; \
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq $$missing >/dev/null || exit 1; \
 	fi
+endef
+
+deps:
+	$(call apt_install,$(TEST_DEBS))
 
 test: deps all test-rust test-c
 
@@ -125,7 +130,9 @@ clean:
 
 # ------------------------------------------------------- bench and demo
 # Not part of `make test`: benchmarks print figures, they assert nothing.
+# qperf measures the TCP reference figures in the same run.
 bench: all
+	$(call apt_install,qperf)
 	$(MAKE) -C bench bench
 
 demo: all
