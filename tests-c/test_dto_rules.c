@@ -21,9 +21,10 @@
  * - outstanding RDMA Read limits broken by the peer: both our EPs negotiate
  *   nothing on TCP; the provider does not break on them.
  * - "should avoid resource allocation", alignment advice: not observable.
- * - DAT_COMPLETION_BARRIER_FENCE_FLAG and SOLICITED_WAIT: TCP executes each
- *   connection's operations in order, so a fence is always met; we check
- *   the flags are accepted and the operations complete in order.
+ * - DAT_COMPLETION_BARRIER_FENCE_FLAG: a fenced send must not gather its
+ *   data before earlier RDMA reads have completed; we check that a fenced
+ *   send carries the bytes its preceding read brought. SOLICITED_WAIT is
+ *   accepted; receive-side solicited notification has no TCP meaning here.
  * - dat_ep_post_recv is not a seed page: DAT lets receives be pre-posted on
  *   an UNCONNECTED EP (dat_ep_reset speaks of "preposted Recvs"), so
  *   post_recv there succeeds; only an UNCONFIGURED EP (no PZ) refuses it. */

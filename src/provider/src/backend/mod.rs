@@ -12,7 +12,7 @@ pub mod tcp;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
 
@@ -142,6 +142,19 @@ pub trait CompletionQueue: Send + Sync {
     fn set_notify(&self, notify: Option<NotifyFn>);
     fn resize(&self, depth: u32) -> DatResult<()>;
     fn depth(&self) -> u32;
+    /// Waits, until `deadline` at the latest, for traffic on the connections whose completions
+    /// this CQ receives and handles it on the calling thread: the thread waiting for a
+    /// completion is then the one woken when it arrives, instead of a progress thread that
+    /// would then have to wake it (one thread wake-up less per round trip). Returns false at
+    /// once when the backend cannot do that for this CQ now (the caller waits its own way);
+    /// true after it waited (completions may have been added, `interrupt` may have been
+    /// called, or a deadline or the backend's own bound passed).
+    fn drive(&self, deadline: Option<Instant>) -> bool {
+        let _ = deadline;
+        false
+    }
+    /// Makes a `drive` in progress on another thread return soon.
+    fn interrupt(&self) {}
 }
 
 pub trait ProtectionDomain: Send + Sync {
@@ -170,6 +183,9 @@ pub trait MemoryWindow: Send + Sync {
     /// window are serialised by the caller.
     fn next_rkey(&self) -> u32;
     fn pd_id(&self) -> u32;
+    /// Ends the window's current binding (it grants no access until bound again); used when a
+    /// bind failed or was flushed, which leaves the window unbound.
+    fn invalidate(&self);
     /// Invalidates the window's current binding; after this returns it grants no access.
     fn dealloc(&self);
 }

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::cno::{deadline_from, Cno};
 use super::consts::{evd_flags, evd_state, event_number};
@@ -73,6 +73,9 @@ struct EvdState {
     waiter: bool,
     /// Threshold of the current waiter.
     threshold: usize,
+    /// The waiter is in `CompletionQueue::drive`, not on the condition variable: whoever
+    /// queues an event or changes what it waits for must also interrupt the drive.
+    driving: bool,
     cno: Option<Arc<Cno>>,
     overflowed: bool,
     freed: bool,
@@ -147,6 +150,7 @@ impl Evd {
                 waitable: true,
                 waiter: false,
                 threshold: 1,
+                driving: false,
                 cno,
                 overflowed: false,
                 freed: false,
@@ -239,6 +243,7 @@ impl Evd {
     pub(crate) fn push_provider(&self, event: Event) {
         let mut overflow_now = false;
         let cno_to_trigger;
+        let driving;
         {
             let mut s = self.state.lock();
             if s.freed {
@@ -250,8 +255,9 @@ impl Evd {
             }
             s.queue.push_back(event);
             cno_to_trigger = self.after_push(&s);
+            driving = s.driving;
         }
-        self.cond.notify_all();
+        self.wake_waiter(driving);
         if let Some(cno) = cno_to_trigger {
             cno.trigger(self.handle);
         }
@@ -259,6 +265,16 @@ impl Evd {
             log::warn!("EVD {:?} overflowed its queue length", self.handle);
             self.ia
                 .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
+        }
+    }
+
+    /// Wakes the waiter, wherever it waits.
+    fn wake_waiter(&self, driving: bool) {
+        self.cond.notify_all();
+        if driving {
+            if let Some(cq) = &self.cq {
+                cq.interrupt();
+            }
         }
     }
 
@@ -275,6 +291,7 @@ impl Evd {
     /// dat_evd_post_se.
     pub fn post_se(&self, pointer: u64) -> DatResult<()> {
         let cno;
+        let driving;
         {
             let mut s = self.state.lock();
             if s.freed {
@@ -289,8 +306,9 @@ impl Evd {
                 data: EventData::Software { pointer },
             });
             cno = self.after_push(&s);
+            driving = s.driving;
         }
-        self.cond.notify_all();
+        self.wake_waiter(driving);
         if let Some(c) = cno {
             c.trigger(self.handle);
         }
@@ -325,6 +343,8 @@ impl Evd {
         }
         s.waiter = true;
         s.threshold = threshold as usize;
+        // Whether to try `drive` before the next condition-variable wait.
+        let mut drive = true;
         let result = loop {
             if s.freed {
                 break Err(DatError::invalid_handle(SubType::InvalidHandle1));
@@ -339,6 +359,18 @@ impl Evd {
             if !s.waitable {
                 break Err(DatError::invalid_state(SubType::EvdUnwaitable));
             }
+            if let (Some(cq), true) = (&self.cq, drive) {
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    break Err(DatError::timeout());
+                }
+                // Wait by running the transport for our own connections (see
+                // `CompletionQueue::drive`); the condition variable when it cannot. Either
+                // way the state lock was released meanwhile: look at the queue again first.
+                s.driving = true;
+                drive = MutexGuard::unlocked(&mut s, || cq.drive(deadline));
+                s.driving = false;
+                continue;
+            }
             match deadline {
                 None => self.cond.wait(&mut s),
                 Some(d) => {
@@ -347,6 +379,7 @@ impl Evd {
                     }
                 }
             }
+            drive = true;
         };
         s.waiter = false;
         s.threshold = 1;
@@ -364,8 +397,12 @@ impl Evd {
     /// dat_evd_set_unwaitable / dat_evd_clear_unwaitable. Setting wakes a current waiter, which
     /// returns DAT_INVALID_STATE.
     pub fn set_waitable(&self, waitable: bool) {
-        self.state.lock().waitable = waitable;
-        self.cond.notify_all();
+        let driving = {
+            let mut s = self.state.lock();
+            s.waitable = waitable;
+            s.driving
+        };
+        self.wake_waiter(driving);
     }
 
     /// dat_evd_resize.
@@ -426,13 +463,13 @@ impl Evd {
         if let Some(cq) = &self.cq {
             cq.set_notify(None);
         }
-        let cno = {
+        let (cno, driving) = {
             let mut s = self.state.lock();
             s.freed = true;
             s.queue.clear();
-            s.cno.take()
+            (s.cno.take(), s.driving)
         };
-        self.cond.notify_all();
+        self.wake_waiter(driving);
         if let Some(c) = cno {
             c.users.release();
         }

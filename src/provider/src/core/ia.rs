@@ -58,7 +58,8 @@ pub(crate) struct PendingDto {
     pub op: u32,
     /// DAT_COMPLETION_SUPPRESS_FLAG / UNSIGNALLED: no event on success.
     pub report_success: bool,
-    pub rmr: Option<Arc<Rmr>>,
+    /// For an RMR bind: the RMR and the rmr_context the bind gives.
+    pub rmr: Option<(Arc<Rmr>, u32)>,
 }
 
 pub struct Ia {
@@ -282,9 +283,9 @@ impl Ia {
             return None;
         }
         if wc.opcode == WcOpcode::BindMw {
-            let rmr = pending.rmr.as_ref()?;
+            let (rmr, rmr_context) = pending.rmr.as_ref()?;
             if status != dto_status::SUCCESS {
-                rmr.bind_failed();
+                rmr.bind_failed(*rmr_context);
             }
             return Some(Event {
                 number: event_number::RMR_BIND_COMPLETION,

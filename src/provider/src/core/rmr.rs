@@ -1,4 +1,10 @@
 //! RMR: a memory window that exposes part of an LMR to one connection's peer.
+//!
+//! Locking: a bind posts to the EP's QP, and a backend may deliver completions synchronously
+//! inside that post (a QP in error state flushes at once, on the caller's thread, through the
+//! EVD to `bind_failed`). So no lock that the completion path takes (`state`) is held across
+//! the post; `bind_order` only keeps binds of one RMR in post order (the rkey of a bind derives
+//! from the previous one) and nothing on the completion path takes it.
 
 use std::sync::Arc;
 
@@ -36,12 +42,23 @@ pub struct RmrParam {
     pub rmr_context: u32,
 }
 
+/// What the RMR is bound to, as the consumer last asked.
+struct BindState {
+    /// The binding of the last bind posted (None: unbound). Installed before the bind is
+    /// posted, so that a failure or flush, however early it is delivered, finds and ends it.
+    binding: Option<Binding>,
+    /// The rmr_context of the last bind posted (or 0): a failure of an older bind must not end
+    /// the binding of a newer one.
+    posted: u32,
+}
+
 pub struct Rmr {
     handle: Handle,
     ia: Arc<Ia>,
     pz: Arc<Pz>,
     mw: Arc<dyn MemoryWindow>,
-    binding: Mutex<Option<Binding>>,
+    state: Mutex<BindState>,
+    bind_order: Mutex<()>,
 }
 
 impl Rmr {
@@ -63,7 +80,11 @@ impl Rmr {
             ia: ia.clone(),
             pz: pz.clone(),
             mw,
-            binding: Mutex::new(None),
+            state: Mutex::new(BindState {
+                binding: None,
+                posted: 0,
+            }),
+            bind_order: Mutex::new(()),
         });
         reservation.commit(Object::Rmr(rmr.clone()), ia.handle());
         Ok(rmr)
@@ -74,7 +95,7 @@ impl Rmr {
     }
 
     pub fn query(&self) -> RmrParam {
-        let b = self.binding.lock().clone();
+        let b = self.state.lock().binding.clone();
         match b {
             Some(b) => RmrParam {
                 ia: self.ia.handle(),
@@ -166,7 +187,7 @@ impl Rmr {
             }
             Some(lmr.clone())
         };
-        let mut binding = self.binding.lock();
+        let _order = self.bind_order.lock();
         let new_rkey = self.mw.next_rkey();
         let op = SendOp::BindMw {
             mw: self.mw.clone(),
@@ -195,35 +216,54 @@ impl Rmr {
             cookie,
             op: dto_op::BIND_MW,
             report_success: report,
-            rmr: Some(self.clone()),
+            rmr: Some((self.clone(), new_rkey)),
         };
+        let new_binding = lmr.map(|l| Binding {
+            lmr: l,
+            address,
+            length,
+            lmr_context,
+            mem_priv: privileges,
+            va_type,
+            rmr_context: new_rkey,
+        });
+        let (old, old_posted) = {
+            let mut st = self.state.lock();
+            let old_posted = std::mem::replace(&mut st.posted, new_rkey);
+            (std::mem::replace(&mut st.binding, new_binding), old_posted)
+        };
+        // No lock of this RMR is held here but `bind_order` (see the module comment).
         if let Err(e) = ep.post_tracked(wr, pending) {
-            if let Some(l) = &lmr {
-                l.users.release();
+            // Nothing was posted, so nothing of this bind was delivered: put the old state back.
+            let mine = {
+                let mut st = self.state.lock();
+                st.posted = old_posted;
+                std::mem::replace(&mut st.binding, old)
+            };
+            if let Some(mine) = mine {
+                mine.lmr.users.release();
             }
             return Err(e);
         }
-        let old = std::mem::replace(
-            &mut *binding,
-            lmr.map(|l| Binding {
-                lmr: l,
-                address,
-                length,
-                lmr_context,
-                mem_priv: privileges,
-                va_type,
-                rmr_context: new_rkey,
-            }),
-        );
         if let Some(old) = old {
             old.lmr.users.release();
         }
         Ok(new_rkey)
     }
 
-    /// A bind failed after it was posted: the window grants nothing.
-    pub(crate) fn bind_failed(&self) {
-        if let Some(old) = self.binding.lock().take() {
+    /// The bind that gave `rmr_context` failed or was flushed after it was posted: unless a
+    /// later bind was posted since, the RMR is left unbound and the window grants nothing.
+    pub(crate) fn bind_failed(&self, rmr_context: u32) {
+        let old = {
+            let mut st = self.state.lock();
+            if st.posted != rmr_context {
+                return;
+            }
+            // The window stops granting access before the LMR can be freed.
+            self.mw.invalidate();
+            st.binding.take()
+        };
+        if let Some(old) = old {
             old.lmr.users.release();
         }
     }
@@ -237,7 +277,8 @@ impl Rmr {
 
     pub(crate) fn destroy(&self) {
         self.mw.dealloc();
-        if let Some(old) = self.binding.lock().take() {
+        let old = self.state.lock().binding.take();
+        if let Some(old) = old {
             old.lmr.users.release();
         }
         self.pz.users.release();

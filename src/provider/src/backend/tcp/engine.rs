@@ -24,10 +24,19 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 const HOLD_LIMIT: usize = 8 << 20;
 /// Poll timeout: the granularity of connection deadlines.
 const TICK_MS: i32 = 50;
+/// Socket send buffer asked for (see `tune`).
+const SEND_BUFFER: i32 = 4 << 20;
+/// How long a closing connection may take to send what is left and then to see the peer's end
+/// of stream. Closing a socket that still has unread input makes the kernel reset the
+/// connection, and a reset discards what the peer has not read yet (our last answers): so a
+/// closing connection keeps reading and discarding until the peer closes too, for this long.
+const CLOSE_LINGER: Duration = Duration::from_secs(5);
 
 pub(crate) enum Deferred {
     Notify(Arc<TcpCq>),
     Cm(CmEvent),
+    /// The driver of this CQ must look at its connections again (output is waiting).
+    Interrupt(u64),
 }
 
 pub(crate) struct ListenerEntry {
@@ -47,6 +56,10 @@ struct Outstanding {
 
 struct QpEntry {
     pd: u32,
+    /// Requests posted but not started: a request with the fence flag waits here until every
+    /// earlier RDMA read of the QP has completed (its data must not be gathered before), and
+    /// every request posted after it waits behind it, so the wire order is the post order.
+    fenced: VecDeque<SendWr>,
     send_cq: Arc<TcpCq>,
     recv_cq: Arc<TcpCq>,
     srq: Option<Arc<TcpSrq>>,
@@ -91,6 +104,46 @@ struct Conn {
     held_bytes: usize,
     deadline: Option<Instant>,
     close_when_flushed: bool,
+    /// Everything is written and our side is shut: reading and discarding until the peer's end
+    /// of stream (or CLOSE_LINGER), so that closing sends no reset.
+    draining: bool,
+    /// A write failed (the peer closed or reset): nothing more is written; what the peer sent
+    /// before is read and processed, then the connection is lost (`settle_failed_writes`).
+    write_failed: bool,
+    /// An application thread waiting for a completion polls this socket itself (`TcpCq::drive`);
+    /// the progress thread leaves it alone meanwhile. The id of the driver's CQ.
+    driven: Option<u64>,
+    /// A large READ_RESP payload being received straight into the read's local buffers.
+    sink: Option<ReadSink>,
+    /// An RDMA read is held until the output queue has drained (see `target_request`).
+    wait_drain: bool,
+}
+
+/// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
+/// answers (one copy, the kernel's, instead of two).
+struct ReadSink {
+    qp: u32,
+    header: Header,
+    sgl: Vec<Sge>,
+    pd: u32,
+    got: usize,
+    /// A local error met on the way (the rest of the payload is then read and dropped).
+    failed: Option<WcStatus>,
+}
+
+enum SinkStep {
+    More,
+    Blocked,
+    Gone,
+}
+
+/// A connection an application thread drives for a while.
+pub(crate) struct Claim {
+    pub token: u64,
+    pub fd: std::os::fd::RawFd,
+    /// Watch for input (not while back-pressured) and for room to write.
+    pub input: bool,
+    pub output: bool,
 }
 
 impl Conn {
@@ -104,8 +157,39 @@ impl Conn {
             held_bytes: 0,
             deadline,
             close_when_flushed: false,
+            draining: false,
+            write_failed: false,
+            driven: None,
+            sink: None,
+            wait_drain: false,
         }
     }
+
+    fn is_closing(&self) -> bool {
+        self.phase == Phase::Closing
+    }
+
+    /// Sends what the kernel takes now (never raising SIGPIPE).
+    fn flush_out(&mut self) -> io::Result<()> {
+        send_out(&mut self.out, &self.stream)
+    }
+
+    /// Ends the connection after what is queued has been sent: the peer reads everything up
+    /// to our last frame, then our end of stream. Frames from the peer are no longer processed.
+    fn begin_close(&mut self) {
+        self.phase = Phase::Closing;
+        self.close_when_flushed = true;
+        self.held.clear();
+        self.held_bytes = 0;
+        self.deadline = Some(Instant::now() + CLOSE_LINGER);
+    }
+}
+
+/// Writes `out` to `stream` until done or the socket refuses, with sendmsg(MSG_NOSIGNAL): a
+/// library must not raise SIGPIPE in its host when a peer has gone away.
+pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()> {
+    let fd = stream.as_raw_fd();
+    out.write_with(|slices| sys::send_nosignal(fd, slices))
 }
 
 enum Outcome {
@@ -124,6 +208,12 @@ pub(crate) struct Engine {
     next_qp: u32,
     pub(crate) deferred: Vec<Deferred>,
     pub(crate) wake_needed: bool,
+    /// Connections whose last write failed, to be read out and then reported lost.
+    failed_writes: Vec<u64>,
+    /// The progress thread polls without the connections drivers had claimed.
+    poll_excludes: bool,
+    /// Connections whose output drained while requests were held behind it.
+    drained: Vec<u64>,
 }
 
 fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
@@ -133,8 +223,25 @@ fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
     }
 }
 
+/// Socket options of every connection: no Nagle delay (requests and answers are small and
+/// latency-bound), and a send buffer that takes a large answer in one write, so it goes out
+/// straight from registered memory rather than through a copy queued for later.
+fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let _ = sys::set_send_buffer(stream.as_raw_fd(), SEND_BUFFER);
+}
+
 fn bad_state() -> DatError {
     DatError::invalid_state(SubType::None)
+}
+
+fn opcode_of(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send => WcOpcode::Send,
+        SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+        SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+        SendOp::BindMw { .. } => WcOpcode::BindMw,
+    }
 }
 
 impl Engine {
@@ -168,6 +275,7 @@ impl Engine {
             n,
             QpEntry {
                 pd,
+                fenced: VecDeque::new(),
                 send_cq,
                 recv_cq,
                 srq,
@@ -186,6 +294,58 @@ impl Engine {
             },
         );
         n
+    }
+
+    /// The socket of `qp`'s connection (tests watch it for the peer's reset).
+    #[cfg(test)]
+    pub(crate) fn conn_fd(&self, qp: u32) -> Option<std::os::fd::RawFd> {
+        let token = self.qps.get(&qp)?.conn?;
+        self.conns.get(&token).map(|c| c.stream.as_raw_fd())
+    }
+
+    /// Claims for a driver the established connections of the QPs that complete into CQ `cq`
+    /// and nobody drives yet.
+    pub(crate) fn claim_for_cq(&mut self, cq: u64) -> Vec<Claim> {
+        let mut out = Vec::new();
+        for e in self.qps.values() {
+            if e.send_cq.id != cq && e.recv_cq.id != cq {
+                continue;
+            }
+            let Some(token) = e.conn else { continue };
+            let Some(c) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            if c.driven.is_some() || c.write_failed || !matches!(c.phase, Phase::Established { .. })
+            {
+                continue;
+            }
+            let (input, output) = (c.held_bytes <= HOLD_LIMIT, !c.out.is_empty());
+            if !input && !output {
+                continue; // back-pressured: nothing to watch (see `progress_loop`)
+            }
+            c.driven = Some(cq);
+            out.push(Claim {
+                token,
+                fd: c.stream.as_raw_fd(),
+                input,
+                output,
+            });
+        }
+        out
+    }
+
+    /// Returns claimed connections to the progress thread, woken if it polls without them
+    /// (or if one has output waiting), so that nothing arriving now waits for its next tick.
+    pub(crate) fn release_claims(&mut self, claims: &[Claim]) {
+        for cl in claims {
+            if let Some(c) = self.conns.get_mut(&cl.token) {
+                c.driven = None;
+                if !c.out.is_empty() || self.poll_excludes {
+                    self.wake_needed = true;
+                    self.poll_excludes = false;
+                }
+            }
+        }
     }
 
     pub(crate) fn qp_state(&self, qp: u32) -> QpState {
@@ -208,16 +368,22 @@ impl Engine {
         let Some(e) = self.qps.get_mut(&qp) else {
             return;
         };
-        let sends: Vec<Outstanding> = e.outstanding.drain(..).collect();
+        // In post order: the started requests, then those waiting behind a fence.
+        let mut sends: Vec<(u64, WcOpcode)> = e
+            .outstanding
+            .drain(..)
+            .map(|o| (o.wr_id, o.opcode))
+            .collect();
+        sends.extend(e.fenced.drain(..).map(|w| (w.wr_id, opcode_of(&w.op))));
         let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
         let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
-        for o in sends {
+        for (wr_id, opcode) in sends {
             self.push_wc(
                 &scq,
                 WorkCompletion {
-                    wr_id: o.wr_id,
+                    wr_id,
                     status: WcStatus::Flushed,
-                    opcode: o.opcode,
+                    opcode,
                     byte_len: 0,
                     qp_num: qp,
                     new_rkey: 0,
@@ -262,8 +428,7 @@ impl Engine {
     /// then the connection closes.
     fn break_after_answer(&mut self, token: u64, qp: u32) {
         if let Some(c) = self.conns.get_mut(&token) {
-            c.phase = Phase::Closing;
-            c.close_when_flushed = true;
+            c.begin_close();
         }
         if let Some(e) = self.qps.get_mut(&qp) {
             e.conn = None;
@@ -310,8 +475,7 @@ impl Engine {
         };
         if matches!(c.phase, Phase::Established { .. }) {
             c.out.push_frame(Header::new(Kind::Disconnect), Vec::new());
-            c.phase = Phase::Closing;
-            c.close_when_flushed = true;
+            c.begin_close();
             self.try_write(token);
         } else {
             self.conns.remove(&token);
@@ -356,7 +520,7 @@ impl Engine {
                         self.fail_qp(qp, Some(CmEvent::Unreachable { qp_num: qp }));
                         continue;
                     }
-                    let _ = stream.set_nodelay(true);
+                    tune(&stream);
                     let token = self.token();
                     let (local, remote) = (v4(stream.local_addr()), v4(stream.peer_addr()));
                     let Some(e) = self.qps.get_mut(&qp) else {
@@ -455,8 +619,7 @@ impl Engine {
         }
         c.out
             .push_frame(Header::new(Kind::Reject), private_data.to_vec());
-        c.phase = Phase::Closing;
-        c.close_when_flushed = true;
+        c.begin_close();
         self.try_write(req);
         Ok(())
     }
@@ -470,7 +633,7 @@ impl Engine {
                 self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
             }
             QpState::Connected => {
-                if abrupt || e.outstanding.is_empty() {
+                if abrupt || (e.outstanding.is_empty() && e.fenced.is_empty()) {
                     self.finish_disconnect(qp);
                 } else {
                     e.graceful_pending = true;
@@ -561,7 +724,7 @@ impl Engine {
         let done = self
             .qps
             .get(&qp)
-            .map(|e| e.graceful_pending && e.outstanding.is_empty())
+            .map(|e| e.graceful_pending && e.outstanding.is_empty() && e.fenced.is_empty())
             .unwrap_or(false);
         if done {
             self.finish_disconnect(qp);
@@ -570,12 +733,7 @@ impl Engine {
 
     pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> DatResult<()> {
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
-        let opcode = match &wr.op {
-            SendOp::Send => WcOpcode::Send,
-            SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
-            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
-            SendOp::BindMw { .. } => WcOpcode::BindMw,
-        };
+        let opcode = opcode_of(&wr.op);
         match e.state {
             QpState::Connected => {}
             QpState::Error => {
@@ -595,11 +753,65 @@ impl Engine {
             }
             _ => return Err(bad_state()),
         }
-        if e.outstanding.len() >= e.cap.max_send_wr.max(1) as usize {
+        if e.outstanding.len() + e.fenced.len() >= e.cap.max_send_wr.max(1) as usize {
             return Err(DatError::resources(SubType::None));
         }
-        let Some(token) = e.conn else {
+        if e.conn.is_none() {
             return Err(bad_state());
+        }
+        if let SendOp::BindMw { new_rkey, .. } = &wr.op {
+            // The window carries its new rkey from the post on (the next bind derives from
+            // it), even if the bind itself waits behind a fence.
+            if let Some(w) = sh
+                .mws
+                .lock()
+                .get(&(new_rkey >> 8))
+                .and_then(|w| w.upgrade())
+            {
+                w.note_posted(*new_rkey);
+            }
+        }
+        let read_pending = e.outstanding.iter().any(|o| o.opcode == WcOpcode::RdmaRead);
+        if !e.fenced.is_empty() || (wr.fence && read_pending) {
+            e.fenced.push_back(wr);
+            return Ok(());
+        }
+        self.start_send(sh, qp, wr);
+        Ok(())
+    }
+
+    /// Starts requests that waited behind a fence, in order, as far as the fences allow.
+    fn start_fenced(&mut self, sh: &Shared, qp: u32) {
+        loop {
+            let Some(e) = self.qps.get_mut(&qp) else {
+                return;
+            };
+            if e.state != QpState::Connected {
+                return;
+            }
+            let blocked = match e.fenced.front() {
+                None => return,
+                Some(w) => w.fence && e.outstanding.iter().any(|o| o.opcode == WcOpcode::RdmaRead),
+            };
+            if blocked {
+                return;
+            }
+            let Some(wr) = e.fenced.pop_front() else {
+                return;
+            };
+            self.start_send(sh, qp, wr);
+        }
+    }
+
+    /// Executes a request on a connected QP: gathers its data now and queues its frame, or
+    /// applies a bind; it joins the outstanding requests, which complete in order.
+    fn start_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        let opcode = opcode_of(&wr.op);
+        let Some(token) = e.conn else {
+            return;
         };
         let pd = e.pd;
         let seq = e.next_seq;
@@ -687,7 +899,7 @@ impl Engine {
             // A local error completes the request and breaks the connection, as on a NIC.
             self.complete(qp, &o, status);
             self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
-            return Ok(());
+            return;
         }
         if let Some(e) = self.qps.get_mut(&qp) {
             e.outstanding.push_back(o);
@@ -701,7 +913,6 @@ impl Engine {
             }
             None => self.complete_local_heads(qp),
         }
-        Ok(())
     }
 
     pub(crate) fn post_recv(&mut self, sh: &Shared, qp: u32, wr: RecvWr) -> DatResult<()> {
@@ -749,7 +960,18 @@ impl Engine {
         }
     }
 
-    /// Tries again the requests queued behind a send that had no receive.
+    /// Runs the requests held on connections whose output has drained (see `try_write`).
+    pub(crate) fn retry_drained(&mut self, sh: &Shared) {
+        // Retrying may drain the output again (until the socket is full or nothing is held).
+        while !self.drained.is_empty() {
+            for token in std::mem::take(&mut self.drained) {
+                self.retry_held(sh, token);
+            }
+        }
+    }
+
+    /// Tries again the requests queued behind a send that had no receive, or behind an RDMA
+    /// read that waited for our output to drain.
     fn retry_held(&mut self, sh: &Shared, token: u64) {
         loop {
             let Some(c) = self.conns.get_mut(&token) else {
@@ -769,6 +991,9 @@ impl Engine {
                         c.held_bytes += p.len();
                         c.held.push_front((h, p));
                     }
+                    // It may wait for the answers just queued to drain: send them now.
+                    self.try_write(token);
+                    self.wake_needed = true;
                     return;
                 }
                 Outcome::Broken => return,
@@ -859,14 +1084,51 @@ impl Engine {
                 Outcome::Done
             }
             Kind::ReadReq => {
-                let r = sh.keys.lock().remote_read(h.key, h.addr, h.length, pd);
+                // An answer is sent straight from the registered memory when nothing is queued
+                // before it; so while answers are queued, later reads wait (their requests are
+                // held, in order) instead of being copied into the queue. `try_write` resumes
+                // them once the queue has drained into the socket.
+                if let Some(c) = self.conns.get_mut(&token) {
+                    if !c.out.is_empty() {
+                        c.wait_drain = true;
+                        return Outcome::Hold;
+                    }
+                }
                 let mut resp = Header::new(Kind::ReadResp);
                 resp.seq = h.seq;
-                match r {
-                    Ok(data) => {
-                        self.answer(token, resp, data);
-                        Outcome::Done
+                // With nothing queued before it, the answer goes out straight from the
+                // registered memory (one copy fewer); what the socket does not take is queued.
+                let direct = self
+                    .conns
+                    .get(&token)
+                    .filter(|c| c.out.is_empty() && !c.write_failed && !c.is_closing())
+                    .map(|c| c.stream.as_raw_fd());
+                let r = match direct {
+                    Some(fd) => {
+                        let mut full = resp;
+                        full.payload_len = h.length;
+                        let head = full.encode();
+                        let sent = sh
+                            .keys
+                            .lock()
+                            .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
+                        sent.map(|(sent, rest)| {
+                            if let Some(c) = self.conns.get_mut(&token) {
+                                if sent < head.len() {
+                                    c.out.push_bytes(head[sent..].to_vec());
+                                }
+                                c.out.push_bytes(rest);
+                            }
+                        })
                     }
+                    None => sh
+                        .keys
+                        .lock()
+                        .remote_read(h.key, h.addr, h.length, pd)
+                        .map(|data| self.answer(token, resp, data)),
+                };
+                match r {
+                    Ok(()) => Outcome::Done,
                     Err(s) => {
                         log::info!("qp {qp}: remote read refused (rkey {:#x})", h.key);
                         resp.status = s;
@@ -881,7 +1143,9 @@ impl Engine {
     }
 
     /// An ACK or READ_RESP for our oldest outstanding request.
-    fn response(&mut self, sh: &Shared, qp: u32, h: &Header, p: &[u8]) {
+    /// `placed`: the payload of a READ_RESP was already placed (by a `ReadSink`), with
+    /// this outcome.
+    fn response(&mut self, sh: &Shared, qp: u32, h: &Header, p: &[u8], placed: Option<WcStatus>) {
         let Some(e) = self.qps.get_mut(&qp) else {
             return;
         };
@@ -904,7 +1168,9 @@ impl Engine {
         };
         let status = match h.status {
             Status::Ok => {
-                if h.kind == Kind::ReadResp {
+                if let Some(status) = placed {
+                    status
+                } else if h.kind == Kind::ReadResp {
                     if p.len() != o.len as usize {
                         WcStatus::BadResponse
                     } else {
@@ -925,6 +1191,9 @@ impl Engine {
         if status != WcStatus::Success {
             self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
             return;
+        }
+        if o.opcode == WcOpcode::RdmaRead {
+            self.start_fenced(sh, qp);
         }
         self.complete_local_heads(qp);
     }
@@ -958,8 +1227,7 @@ impl Engine {
                     let mut h = Header::new(Kind::Reject);
                     h.status = Status::BadVersion;
                     c.out.push_frame(h, Vec::new());
-                    c.phase = Phase::Closing;
-                    c.close_when_flushed = true;
+                    c.begin_close();
                 }
                 self.try_write(token);
             }
@@ -1106,7 +1374,7 @@ impl Engine {
                         }
                         self.try_write(token);
                     }
-                    Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p),
+                    Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p, None),
                     Kind::Disconnect => {
                         self.conns.remove(&token);
                         if let Some(e) = self.qps.get_mut(&qp) {
@@ -1125,28 +1393,93 @@ impl Engine {
     }
 
     /// Writes what the socket takes now; the progress thread writes the rest.
-    fn try_write(&mut self, token: u64) {
+    pub(crate) fn try_write(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(&token) else {
             return;
         };
-        match c.out.write_to(&mut c.stream) {
+        if c.write_failed || c.draining {
+            return;
+        }
+        match c.flush_out() {
             Ok(()) => {
+                if std::mem::take(&mut c.wait_drain) {
+                    self.drained.push(token);
+                    self.wake_needed = true;
+                }
                 if c.close_when_flushed {
+                    // Lingering close: our end of stream now, the socket once the peer's
+                    // comes (see CLOSE_LINGER).
                     let _ = c.stream.shutdown(std::net::Shutdown::Write);
-                    self.conns.remove(&token);
+                    c.draining = true;
+                    self.wake_needed = true;
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wake_needed = true,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => self.wake_needed = true,
-            Err(_) => self.conn_lost(token),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                // Whoever watches the socket writes the rest when it takes more: the progress
+                // thread, or the application thread driving it, which may not be watching
+                // for output yet.
+                self.wake_needed = true;
+                if let Some(cq) = c.driven {
+                    self.deferred.push(Deferred::Interrupt(cq));
+                }
+            }
+            Err(_) => {
+                // The peer closed or reset the connection. What it sent before still sits in
+                // the socket (above all the answer that explains why: a refused RDMA access
+                // must complete as REMOTE_ACCESS, not be flushed with the rest), so it is read
+                // and processed before the loss is reported, by the progress thread, which
+                // has the read buffer.
+                c.write_failed = true;
+                self.failed_writes.push(token);
+                self.wake_needed = true;
+            }
         }
     }
 
-    fn read_conn(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
+    /// Reads out the connections whose write failed, then reports them lost.
+    pub(crate) fn settle_failed_writes(&mut self, sh: &Shared, buf: &mut [u8]) {
+        for token in std::mem::take(&mut self.failed_writes) {
+            self.read_conn(sh, token, buf);
+            if self.conns.contains_key(&token) {
+                self.conn_lost(token);
+            }
+        }
+    }
+
+    pub(crate) fn read_conn(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
         for _ in 0..64 {
             let Some(c) = self.conns.get_mut(&token) else {
                 return;
             };
+            if c.is_closing() {
+                // Nothing the peer sends now is processed: read and discard until its end of
+                // stream, which ends the connection.
+                match c.stream.read(buf) {
+                    Ok(0) => {
+                        self.conns.remove(&token);
+                        return;
+                    }
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        self.conns.remove(&token);
+                        return;
+                    }
+                }
+            }
+            if c.sink.is_some() {
+                match self.read_sink(sh, token, buf) {
+                    SinkStep::More => continue,
+                    SinkStep::Blocked => break,
+                    SinkStep::Gone => return,
+                }
+            }
             if c.held_bytes > HOLD_LIMIT {
                 break;
             }
@@ -1167,6 +1500,12 @@ impl Engine {
                         c.dec.feed(&buf[..n]);
                     }
                     self.process_frames(sh, token);
+                    self.take_over_read(sh, token);
+                    if !direct && n < buf.len() {
+                        // The socket had no more: spare the read that would say so (poll
+                        // reports whatever comes next).
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1175,6 +1514,105 @@ impl Engine {
                     self.conn_lost(token);
                     return;
                 }
+            }
+        }
+    }
+
+    /// When the frame being received is the answer to our oldest request, a large RDMA read,
+    /// its payload is read from here on straight into the read's local buffers.
+    fn take_over_read(&mut self, sh: &Shared, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let Phase::Established { qp } = c.phase else {
+            return;
+        };
+        let Some(h) = c.dec.pending() else { return };
+        if c.sink.is_some()
+            || h.kind != Kind::ReadResp
+            || h.status != Status::Ok
+            || (h.payload_len as usize) < wire::DIRECT_READ_MIN
+        {
+            return;
+        }
+        let Some(e) = self.qps.get(&qp) else { return };
+        let Some(o) = e.outstanding.front() else {
+            return;
+        };
+        if o.local.is_some()
+            || o.opcode != WcOpcode::RdmaRead
+            || o.seq != h.seq
+            || o.len != h.payload_len
+        {
+            return; // `response` will say what is wrong
+        }
+        let Some((header, partial)) = c.dec.take_pending() else {
+            return;
+        };
+        let (sgl, pd) = (o.read_sgl.clone(), e.pd);
+        let failed = sh.keys.lock().scatter(&sgl, pd, &partial).err();
+        c.sink = Some(ReadSink {
+            qp,
+            header,
+            sgl,
+            pd,
+            got: partial.len(),
+            failed,
+        });
+    }
+
+    /// Receives more of the payload a `ReadSink` places; completes the read when all is in.
+    fn read_sink(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) -> SinkStep {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return SinkStep::Gone;
+        };
+        let Some(sink) = c.sink.as_mut() else {
+            return SinkStep::More;
+        };
+        let total = sink.header.payload_len as usize;
+        let want = total.saturating_sub(sink.got);
+        let result = match sink.failed {
+            None if want > 0 => {
+                let r = sh.keys.lock().recv_into_sgl(
+                    &sink.sgl,
+                    sink.pd,
+                    sink.got,
+                    want,
+                    c.stream.as_raw_fd(),
+                );
+                match r {
+                    Ok(r) => r,
+                    Err(status) => {
+                        sink.failed = Some(status);
+                        return SinkStep::More;
+                    }
+                }
+            }
+            _ => {
+                let n = want.min(buf.len());
+                c.stream.read(&mut buf[..n])
+            }
+        };
+        match result {
+            Ok(0) if want > 0 => {
+                self.conn_lost(token);
+                SinkStep::Gone
+            }
+            Ok(n) => {
+                sink.got += n;
+                if sink.got >= total {
+                    if let Some(s) = c.sink.take() {
+                        let placed = s.failed.unwrap_or(WcStatus::Success);
+                        self.response(sh, s.qp, &s.header, &[], Some(placed));
+                    }
+                }
+                SinkStep::More
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => SinkStep::Blocked,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => SinkStep::More,
+            Err(_) => {
+                self.conn_lost(token);
+                SinkStep::Gone
             }
         }
     }
@@ -1189,7 +1627,7 @@ impl Engine {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
-                    let _ = stream.set_nodelay(true);
+                    tune(&stream);
                     let token = self.token();
                     self.conns.insert(
                         token,
@@ -1258,7 +1696,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             break;
         }
         let (mut fds, targets) = {
-            let eng = shared.engine.lock();
+            let mut eng = shared.engine.lock();
+            // Connections a waiting application thread drives are left out; the first one it
+            // gives back wakes us (`release_claims`).
+            let mut excluding = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
             for (id, l) in &eng.listeners {
@@ -1266,11 +1707,15 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 targets.push(Target::Listener(*id));
             }
             for (t, c) in &eng.conns {
+                if c.driven.is_some() {
+                    excluding = true;
+                    continue;
+                }
                 let mut ev = 0;
                 if c.held_bytes <= HOLD_LIMIT {
                     ev |= POLLIN;
                 }
-                if !c.out.is_empty() {
+                if !c.out.is_empty() && !c.write_failed && !c.draining {
                     ev |= POLLOUT;
                 }
                 if ev == 0 {
@@ -1281,15 +1726,18 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
                 targets.push(Target::Conn(*t));
             }
+            eng.poll_excludes = excluding;
             (fds, targets)
         };
         if let Err(e) = sys::poll(&mut fds, TICK_MS) {
             log::error!("poll failed: {e}");
             std::thread::sleep(Duration::from_millis(TICK_MS as u64));
         }
-        while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
-            if n == 0 {
-                break;
+        if fds[0].revents() != 0 {
+            while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
+                if n == 0 {
+                    break;
+                }
             }
         }
         if shared.stopped.load(Ordering::SeqCst) {
@@ -1315,6 +1763,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     }
                 }
             }
+            eng.retry_drained(sh);
+            eng.settle_failed_writes(sh, &mut buf);
             eng.check_deadlines();
             // Wake-ups requested by our own work are already served by the next iteration.
             eng.wake_needed = false;

@@ -21,6 +21,8 @@ pub(super) struct KeyEntry {
     pub pd: u32,
     /// Memory windows are remote-only keys.
     pub window: bool,
+    /// The memory region's key: its own for a region, the one it is bound into for a window.
+    pub region: u32,
 }
 
 impl KeyEntry {
@@ -71,6 +73,11 @@ impl Keys {
 
     pub fn remove(&mut self, key: u32) -> Option<KeyEntry> {
         self.map.remove(&key)
+    }
+
+    /// Removes every window bound into the region `region` (which is being deregistered).
+    pub fn remove_windows_of(&mut self, region: u32) {
+        self.map.retain(|_, e| !(e.window && e.region == region));
     }
 
     pub fn get(&self, key: u32) -> Option<KeyEntry> {
@@ -136,6 +143,45 @@ impl Keys {
         Ok(())
     }
 
+    /// Receives up to `max` bytes from the socket `fd` into a local SGL (checked for local
+    /// write), starting `offset` bytes into it: an RDMA read's answer placed without an
+    /// intermediate buffer. The inner result is the socket's (Ok(0): end of stream).
+    pub fn recv_into_sgl(
+        &self,
+        sgl: &[Sge],
+        pd: u32,
+        offset: usize,
+        max: usize,
+        fd: std::os::fd::RawFd,
+    ) -> Result<std::io::Result<usize>, WcStatus> {
+        self.check_local_sgl(sgl, pd, true)?;
+        let mut ranges = Vec::with_capacity(sgl.len());
+        let (mut skip, mut left) = (offset, max);
+        for s in sgl {
+            let len = s.length as usize;
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let n = (len - skip).min(left);
+            if n > 0 {
+                ranges.push((s.addr + skip as u64, n));
+            }
+            left -= n;
+            skip = 0;
+            if left == 0 {
+                break;
+            }
+        }
+        if ranges.is_empty() {
+            return Err(WcStatus::LocalLength);
+        }
+        // SAFETY: check_local_sgl verified every segment lies inside a live registration of
+        // this PD with local write, the ranges are sub-ranges of the segments, and we hold the
+        // registry lock for the whole receive.
+        Ok(unsafe { sys::recv_registered(fd, &ranges) })
+    }
+
     /// Target-side check of a remote access: live key, same PD as the target QP, range inside,
     /// privilege granted. Zero-length accesses need no key (as on RDMA NICs).
     fn check_remote(
@@ -162,6 +208,31 @@ impl Keys {
         // write access, under the registry lock.
         unsafe { sys::copy_to_registered(addr, data) };
         Ok(())
+    }
+
+    /// A remote read answered straight from the registered memory: checks the access, then
+    /// offers `head` and the bytes to the socket `fd` in one send (no copy of ours). Returns
+    /// how many bytes (of head and data) the socket took and a copy of the data it did not,
+    /// for the caller to queue.
+    pub fn remote_read_to_socket(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: u32,
+        pd: u32,
+        fd: std::os::fd::RawFd,
+        head: &[u8],
+    ) -> Result<(usize, Vec<u8>), Status> {
+        self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
+        // SAFETY: check_remote verified [addr, addr+len) lies in a live registration with
+        // remote read access, and we hold the registry lock for the whole send.
+        let sent = unsafe { sys::send_registered(fd, head, addr, len as usize) }.unwrap_or(0);
+        // A failed send took nothing; the caller's next write meets the error again.
+        let data_sent = sent.saturating_sub(head.len()).min(len as usize);
+        // SAFETY: as above, for the tail of the same checked range.
+        let rest =
+            unsafe { sys::read_registered(addr + data_sent as u64, len as usize - data_sent) };
+        Ok((sent, rest))
     }
 
     pub fn remote_read(&self, rkey: u32, addr: u64, len: u32, pd: u32) -> Result<Vec<u8>, Status> {

@@ -6,6 +6,14 @@
 //! from application threads take the lock, do their work (including a first non-blocking write
 //! attempt), and hand anything left to the progress thread. Completions and connection events
 //! produced under the lock are delivered after it is released, in the order produced.
+//!
+//! An application thread that waits on an EVD drives its own connections meanwhile
+//! (`TcpCq::drive`): it claims the sockets of the QPs completing into that CQ, polls and reads
+//! them itself, and gets its completion without a second thread waking it (a round trip costs
+//! two thread wake-ups, as plain TCP ping-pong does, instead of three). The progress thread
+//! leaves claimed sockets alone and is woken when they are given back, so a target is served
+//! either way. Large RDMA read answers go from the target's registered memory straight to the
+//! socket, and from the socket straight into the initiator's buffers (see `ReadSink`).
 
 mod engine;
 mod keys;
@@ -13,13 +21,14 @@ mod sys;
 pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -109,6 +118,12 @@ impl Shared {
                     }
                     last_cq = Some(cq.id);
                     cq.notify();
+                }
+                Deferred::Interrupt(cq) => {
+                    let cq = self.cqs.lock().get(&cq).and_then(|w| w.upgrade());
+                    if let Some(cq) = cq {
+                        cq.interrupt();
+                    }
                 }
                 Deferred::Cm(ev) => {
                     last_cq = None;
@@ -233,6 +248,10 @@ impl Device for TcpDevice {
             queue: Mutex::new(VecDeque::new()),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
+            shared: Arc::downgrade(&self.shared),
+            waker: OnceLock::new(),
+            driver: Mutex::new(None),
+            buf: Mutex::new(Vec::new()),
         });
         self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
         Ok(cq)
@@ -412,6 +431,7 @@ impl ProtectionDomain for TcpPd {
                 access,
                 pd: self.id,
                 window: false,
+                region: key,
             },
         );
         Ok(Arc::new(TcpMr {
@@ -435,6 +455,7 @@ impl ProtectionDomain for TcpPd {
         let mw = Arc::new(TcpMw {
             index,
             rkey: Mutex::new(index << 8),
+            mapped: Mutex::new(index << 8),
             bound: AtomicBool::new(false),
             pd: self.id,
             shared: Arc::downgrade(&self.shared),
@@ -481,6 +502,9 @@ impl MemoryRegion for TcpMr {
         if let Some(shared) = self.shared.upgrade() {
             let mut keys = shared.keys.lock();
             keys.remove(self.key);
+            // A window bound into this region must not outlive it: its range would then name
+            // memory the consumer may unmap.
+            keys.remove_windows_of(self.key);
             keys.free_index(self.key >> 8);
         }
     }
@@ -494,8 +518,12 @@ impl Drop for TcpMr {
 
 pub(crate) struct TcpMw {
     index: u32,
-    /// Current rkey (index << 8 | generation).
+    /// The rkey of the last bind posted (index << 8 | generation): what the window carries
+    /// and what the next bind derives from. A bind posted behind a fence takes effect later.
     rkey: Mutex<u32>,
+    /// The key under which the window's current binding is in the key registry (absent
+    /// there when the window grants nothing).
+    mapped: Mutex<u32>,
     bound: AtomicBool,
     pd: u32,
     shared: Weak<Shared>,
@@ -517,7 +545,7 @@ impl TcpMw {
         if !self.live.load(Ordering::SeqCst) || new_rkey >> 8 != self.index {
             return false;
         }
-        let mut cur = self.rkey.lock();
+        let mut cur = self.mapped.lock();
         keys.remove(*cur);
         *cur = new_rkey;
         self.bound.store(false, Ordering::SeqCst);
@@ -541,10 +569,18 @@ impl TcpMw {
                 access,
                 pd: self.pd,
                 window: true,
+                region: mr_key,
             },
         );
         self.bound.store(true, Ordering::SeqCst);
         true
+    }
+
+    /// A bind on this window was posted with `rkey` (called by the engine at post time).
+    pub(crate) fn note_posted(&self, rkey: u32) {
+        if rkey >> 8 == self.index {
+            *self.rkey.lock() = rkey;
+        }
     }
 }
 
@@ -559,13 +595,20 @@ impl MemoryWindow for TcpMw {
     fn pd_id(&self) -> u32 {
         self.pd
     }
+    fn invalidate(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            let mut keys = shared.keys.lock();
+            keys.remove(*self.mapped.lock());
+            self.bound.store(false, Ordering::SeqCst);
+        }
+    }
     fn dealloc(&self) {
         if !self.live.swap(false, Ordering::SeqCst) {
             return;
         }
         if let Some(shared) = self.shared.upgrade() {
             let mut keys = shared.keys.lock();
-            keys.remove(*self.rkey.lock());
+            keys.remove(*self.mapped.lock());
             keys.free_index(self.index);
             drop(keys);
             shared.mws.lock().remove(&self.index);
@@ -584,13 +627,41 @@ pub(crate) struct TcpCq {
     queue: Mutex<VecDeque<WorkCompletion>>,
     notify: Mutex<Option<NotifyFn>>,
     depth: AtomicU32,
+    shared: Weak<Shared>,
+    /// Wakes a thread blocked in `drive` (written by `interrupt`, polled by the driver);
+    /// made on the first drive (None if the pair could not be made: then nobody drives).
+    waker: OnceLock<Option<(UnixStream, UnixStream)>>,
+    /// The thread in `drive`, if any.
+    driver: Mutex<Option<ThreadId>>,
+    /// The driver's read buffer.
+    buf: Mutex<Vec<u8>>,
 }
+
+/// Read buffer of a driving application thread (large payloads are read past it, straight
+/// into their frames).
+const DRIVE_BUF: usize = 64 * 1024;
+/// Longest single wait of a driver, so that the connections it claimed return to the
+/// progress thread regularly.
+const DRIVE_MAX_MS: u64 = 50;
 
 impl TcpCq {
     /// Queues a completion (never dropped: a CQ past its depth keeps growing; the EVD above
     /// reports the overflow).
     pub(crate) fn push(&self, wc: WorkCompletion) {
         self.queue.lock().push_back(wc);
+    }
+
+    /// The pair that wakes a driver, made at first use (by `drive` or by `interrupt`, which
+    /// may come first: its byte then waits for the driver).
+    fn waker(&self) -> Option<&(UnixStream, UnixStream)> {
+        self.waker
+            .get_or_init(|| {
+                let (tx, rx) = UnixStream::pair().ok()?;
+                tx.set_nonblocking(true).ok()?;
+                rx.set_nonblocking(true).ok()?;
+                Some((tx, rx))
+            })
+            .as_ref()
     }
 
     fn notify(&self) {
@@ -620,6 +691,82 @@ impl CompletionQueue for TcpCq {
     }
     fn depth(&self) -> u32 {
         self.depth.load(Ordering::SeqCst)
+    }
+
+    /// The waiting application thread claims the connections of this CQ's QPs from the
+    /// progress thread (which leaves them out of its poll set meanwhile), polls them itself
+    /// and runs the engine on what arrives; the completions it produces are delivered on this
+    /// thread, so the waiter needs no wake-up. The claim ends when the poll returns.
+    fn drive(&self, deadline: Option<Instant>) -> bool {
+        let Some(sh) = self.shared.upgrade() else {
+            return false;
+        };
+        if sh.stopped.load(Ordering::SeqCst) {
+            return false;
+        }
+        let Some((_, wake_rx)) = self.waker() else {
+            return false;
+        };
+        let claimed = sh.engine.lock().claim_for_cq(self.id);
+        if claimed.is_empty() {
+            return false;
+        }
+        *self.driver.lock() = Some(std::thread::current().id());
+        let ms = match deadline {
+            None => DRIVE_MAX_MS,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                (left.as_micros().div_ceil(1000) as u64).min(DRIVE_MAX_MS)
+            }
+        };
+        let mut fds = Vec::with_capacity(claimed.len() + 1);
+        fds.push(sys::PollFd::new(wake_rx.as_raw_fd(), sys::POLLIN));
+        for c in &claimed {
+            let input = if c.input { sys::POLLIN } else { 0 };
+            let output = if c.output { sys::POLLOUT } else { 0 };
+            fds.push(sys::PollFd::new(c.fd, input | output));
+        }
+        if let Err(e) = sys::poll(&mut fds, ms as i32) {
+            log::error!("poll failed: {e}");
+        }
+        if fds[0].revents() != 0 {
+            let mut drain = [0u8; 64];
+            while let Ok(n) = (&*wake_rx).read(&mut drain) {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        let mut buf = self.buf.lock();
+        if buf.len() < DRIVE_BUF {
+            buf.resize(DRIVE_BUF, 0);
+        }
+        sh.run(|eng, sh| {
+            for (c, fd) in claimed.iter().zip(fds.iter().skip(1)) {
+                let rev = fd.revents();
+                if rev & (sys::POLLIN | sys::POLLHUP | sys::POLLERR | sys::POLLNVAL) != 0 {
+                    eng.read_conn(sh, c.token, &mut buf);
+                }
+                if rev & sys::POLLOUT != 0 {
+                    eng.try_write(c.token);
+                }
+            }
+            eng.retry_drained(sh);
+            eng.settle_failed_writes(sh, &mut buf);
+            eng.release_claims(&claimed);
+        });
+        *self.driver.lock() = None;
+        true
+    }
+
+    fn interrupt(&self) {
+        // The driver itself needs no wake-up: it looks at its EVD again once `drive` returns.
+        if *self.driver.lock() == Some(std::thread::current().id()) {
+            return;
+        }
+        if let Some((tx, _)) = self.waker() {
+            let _ = (&*tx).write(&[1u8]);
+        }
     }
 }
 

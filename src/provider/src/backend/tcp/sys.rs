@@ -1,8 +1,8 @@
-//! The TCP backend's only unsafe code: copying into and out of registered memory, poll(2), and
-//! reading interface addresses with getifaddrs(3).
+//! The TCP backend's only unsafe code: copying into and out of registered memory, poll(2),
+//! socket writes with sendmsg(2), and reading interface addresses with getifaddrs(3).
 
 use std::ffi::CStr;
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 
@@ -81,6 +81,136 @@ pub(super) fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
         return Err(e);
     }
     Ok(rc as usize)
+}
+
+/// Writes `bufs` to the stream socket `fd` as one gather write, with MSG_NOSIGNAL: a write to a
+/// connection the peer has closed or reset fails with EPIPE instead of raising SIGPIPE. A library
+/// must never raise SIGPIPE in its host, whose default action kills the process; writev(2) (what
+/// `Write::write_vectored` uses) has no such flag. Returns the bytes written.
+pub(super) fn send_nosignal(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header (no name, no control).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with struct iovec on Unix; the pointer and count
+    // describe `bufs` exactly, and sendmsg only reads through them.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(libc::c_int::MAX as usize) as _;
+    // SAFETY: `msg` points at `bufs.len()` valid iovecs that outlive the call; `fd` is a socket
+    // the caller owns (a wrong fd only makes the call fail).
+    let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
+/// Sends `head` followed by `len` bytes of this process's memory at `addr` to the stream
+/// socket `fd` with one sendmsg(MSG_NOSIGNAL), without copying them into a buffer first.
+/// Returns the bytes the socket took (of head and data together).
+///
+/// # Safety
+/// As for `copy_from_registered`: `[addr, addr + len)` lies inside a live registration and the
+/// caller holds the key registry lock for the duration of the call.
+pub(super) unsafe fn send_registered(
+    fd: RawFd,
+    head: &[u8],
+    addr: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let iov = [
+        libc::iovec {
+            iov_base: head.as_ptr() as *mut libc::c_void,
+            iov_len: head.len(),
+        },
+        libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: len,
+        },
+    ];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = if len == 0 { 1 } else { 2 };
+    // SAFETY: the iovecs describe `head` and a registered range the caller vouches for; sendmsg
+    // only reads through them, during the call.
+    let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
+/// Receives from the stream socket `fd` straight into `ranges` (address, length) of this
+/// process's memory, in order, with one recvmsg; returns the bytes received (0: end of stream).
+///
+/// # Safety
+/// Every range lies inside a live registration granting local write, and the caller holds the
+/// key registry lock for the duration of the call.
+pub(super) unsafe fn recv_registered(fd: RawFd, ranges: &[(u64, usize)]) -> io::Result<usize> {
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|&(addr, len)| libc::iovec {
+            iov_base: addr as usize as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the iovecs describe registered ranges the caller vouches for (writable, live for
+    // the call); recvmsg writes only through them.
+    let rc = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
+/// Asks for a send buffer of `bytes` on socket `fd` (the kernel caps it at net.core.wmem_max).
+pub(super) fn set_send_buffer(fd: RawFd, bytes: i32) -> io::Result<()> {
+    // SAFETY: setsockopt reads exactly size_of::<c_int>() bytes from the pointer to `bytes`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            &bytes as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Test support: counts SIGPIPEs raised on the calling thread (a signal caused by a write is
+/// delivered to the writing thread). Installs, once per process, a handler that counts instead
+/// of the runtime's SIG_IGN, so a test can see whether code under test raised the signal.
+#[cfg(test)]
+pub(super) fn sigpipes_on_this_thread() -> u32 {
+    use std::cell::Cell;
+    use std::sync::Once;
+    thread_local! {
+        static SIGPIPES: Cell<u32> = const { Cell::new(0) };
+    }
+    extern "C" fn on_sigpipe(_: libc::c_int) {
+        // A const-initialised thread-local Cell without destructor is a plain TLS slot: safe
+        // to touch from a signal handler.
+        SIGPIPES.with(|c| c.set(c.get() + 1));
+    }
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: sigaction with a zeroed struct, an empty mask and a handler that only bumps a
+        // thread-local counter (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigpipe as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGPIPE, &sa, std::ptr::null_mut());
+        }
+    });
+    SIGPIPES.with(|c| c.get())
 }
 
 /// The IPv4 address of network interface `name`, if it has one.

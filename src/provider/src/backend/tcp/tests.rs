@@ -1323,3 +1323,631 @@ fn an_overflowing_evd_keeps_every_completion_and_reports_once() {
     );
     close(&[&client, &server]);
 }
+
+/// Waits (readiness, with the hang guard as timeout) until `fd` reports an error or hang-up:
+/// the peer's reset has arrived.
+fn wait_for_reset(fd: std::os::fd::RawFd) {
+    use super::sys::{PollFd, POLLERR, POLLHUP};
+    let mut fds = [PollFd::new(fd, 0)];
+    let n = super::sys::poll(&mut fds, (GUARD_US / 1000) as i32).expect("poll");
+    assert_eq!(n, 1, "no reset within the hang guard");
+    assert_ne!(fds[0].revents() & (POLLERR | POLLHUP), 0);
+}
+
+#[test]
+fn writes_to_a_vanished_peer_raise_no_sigpipe() {
+    use super::wire::{Header, Kind, OutQueue};
+    use std::net::TcpListener;
+    use std::os::fd::AsRawFd;
+    // Counts SIGPIPEs of this thread from now on (the test harness otherwise ignores them).
+    let before = super::sys::sigpipes_on_this_thread();
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let ours = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+    let (peer, _) = listener.accept().expect("accept");
+    drop(peer);
+    // The first write reaches a closed socket, which answers with a reset; the next fails.
+    let mut q = OutQueue::default();
+    q.push_frame(Header::new(Kind::Send), vec![1u8; 100]);
+    super::engine::send_out(&mut q, &ours).expect("the first write is taken");
+    wait_for_reset(ours.as_raw_fd());
+    q.push_frame(Header::new(Kind::Send), vec![2u8; 100]);
+    let err = super::engine::send_out(&mut q, &ours).expect_err("write after the reset");
+    assert_eq!(err.kind(), std::io::ErrorKind::BrokenPipe);
+    assert_eq!(
+        super::sys::sigpipes_on_this_thread(),
+        before,
+        "a socket write raised SIGPIPE (no MSG_NOSIGNAL)"
+    );
+}
+
+/// Our target refuses an access, then closes; the initiator (here by hand) keeps sending. The
+/// target must read and discard until the initiator's end of stream: closing with unread input
+/// would reset the connection and could destroy the refusal before the initiator reads it.
+#[test]
+fn refusing_target_closes_without_resetting() {
+    use super::wire::{self, Header, Kind, Status};
+    use std::io::Read;
+    let server = Side::new("srv", mem_priv::ALL);
+    server.buf.write(0, &[7u8; 64]);
+    let (_psp, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port as u16)).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_micros(u64::from(GUARD_US))))
+        .expect("hang guard");
+    let mut out = Vec::new();
+    wire::put_frame(&mut out, wire::handshake(Kind::Hello), b"");
+    s.write_all(&out).expect("hello");
+    next_cr(&server.cr)
+        .accept(Some(&server.ep), b"")
+        .expect("accept");
+    let limits = wire::Limits {
+        max_message: 16 << 20,
+    };
+    let read_frame = |s: &mut TcpStream| -> (Header, Vec<u8>) {
+        let mut hdr = [0u8; wire::HEADER_LEN];
+        s.read_exact(&mut hdr).expect("frame header");
+        let h = Header::decode(&hdr, &limits).expect("valid frame");
+        let mut p = vec![0u8; h.payload_len as usize];
+        s.read_exact(&mut p).expect("payload");
+        (h, p)
+    };
+    assert_eq!(read_frame(&mut s).0.kind, Kind::Accept);
+    assert_eq!(
+        next(&server.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    // A write with a bad rkey, then 8 MiB more the target will not execute.
+    let mut out = Vec::new();
+    let mut bad = Header::new(Kind::Write);
+    bad.seq = 1;
+    bad.addr = server.buf.addr();
+    bad.key = server.lmr.rmr_context() ^ 0x0100;
+    wire::put_frame(&mut out, bad, &[9u8; 16]);
+    let mut more = Header::new(Kind::Write);
+    more.seq = 2;
+    more.addr = server.buf.addr();
+    more.key = server.lmr.rmr_context();
+    for _ in 0..8 {
+        wire::put_frame(&mut out, more, &vec![9u8; 1 << 20]);
+        more.seq += 1;
+    }
+    // A target that closes with this unread resets the connection: the write fails.
+    s.write_all(&out)
+        .expect("the target reads everything until our end of stream");
+    s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    let (h, _) = read_frame(&mut s);
+    assert_eq!(
+        (h.kind, h.status, h.seq),
+        (Kind::Ack, Status::RemoteAccess, 1)
+    );
+    let mut rest = [0u8; 64];
+    match s.read(&mut rest) {
+        Ok(0) => {}
+        other => panic!("expected the target's end of stream, got {other:?}"),
+    }
+    assert!(
+        s.take_error().expect("SO_ERROR").is_none(),
+        "the target reset the connection"
+    );
+    assert_eq!(next(&server.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(
+        server.buf.read(0, 64),
+        vec![7u8; 64],
+        "target memory untouched"
+    );
+    close(&[&server]);
+}
+
+/// The initiator's write fails because the target has reset the connection, while the
+/// target's answer to an earlier request still sits unread in the socket: that request
+/// completes with the answer's status; only what follows it is flushed. Driven under the
+/// engine lock so that the progress thread cannot read the answer first.
+#[test]
+fn answer_read_before_a_failed_write_is_reported() {
+    use super::super::{
+        access, CmEvent, Device, QpCap, QpInit, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    };
+    use super::wire::{self, Header, Kind, Status};
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let guard = Duration::from_micros(u64::from(GUARD_US));
+    let dev = super::TcpDevice::open("127.0.0.1").expect("device");
+    let (cm_tx, cm_rx) = mpsc::channel();
+    let cm_tx = parking_lot::Mutex::new(cm_tx);
+    dev.set_cm_handler(Some(Arc::new(move |ev| {
+        let _ = cm_tx.lock().send(ev);
+    })));
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(64).expect("cq");
+    let (n_tx, n_rx) = mpsc::channel();
+    let n_tx = parking_lot::Mutex::new(n_tx);
+    cq.set_notify(Some(Arc::new(move || {
+        let _ = n_tx.lock().send(());
+    })));
+    let qp = dev
+        .create_qp(QpInit {
+            pd: pd.clone(),
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_rd_atomic: 4,
+                max_inline: 0,
+            },
+        })
+        .expect("qp");
+    let buf = Buffer::new(64);
+    let mr = pd.reg_mr(buf.addr(), 64, access::LOCAL_WRITE).expect("mr");
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (port, t) = fake_target(move |mut s| {
+        let limits = wire::Limits {
+            max_message: 1 << 20,
+        };
+        let mut hdr = [0u8; wire::HEADER_LEN];
+        s.read_exact(&mut hdr).expect("first request");
+        let h = Header::decode(&hdr, &limits).expect("valid request");
+        let mut p = vec![0u8; h.payload_len as usize];
+        s.read_exact(&mut p).expect("its payload");
+        // The second request is there, unread, when the socket closes: a reset.
+        let mut one = [0u8; 1];
+        s.peek(&mut one).expect("second request");
+        let mut ack = Header::new(Kind::Ack);
+        ack.seq = h.seq;
+        ack.status = Status::RemoteAccess;
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, ack, b"");
+        let _ = go_rx.recv_timeout(Duration::from_secs(20));
+        s.write_all(&out).expect("answer");
+        drop(s);
+    });
+    dev.connect(
+        &qp,
+        std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, port),
+        b"",
+        Some(guard),
+    )
+    .expect("connect");
+    assert!(matches!(
+        cm_rx.recv_timeout(guard).expect("cm event"),
+        CmEvent::Established { .. }
+    ));
+    let write = |wr_id: u64| SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite {
+            remote_addr: 0x1000,
+            rkey: 0x5500,
+        },
+        sgl: vec![Sge {
+            addr: buf.addr(),
+            length: 16,
+            lkey: mr.lkey(),
+        }],
+        signaled: true,
+        solicited: false,
+        fence: false,
+    };
+    let qpn = qp.qp_num();
+    let shared = dev.shared.clone();
+    let mut eng = shared.engine.lock();
+    eng.post_send(&shared, qpn, write(1)).expect("post 1");
+    eng.post_send(&shared, qpn, write(2)).expect("post 2");
+    let fd = eng.conn_fd(qpn).expect("connected");
+    go_tx.send(()).expect("target waits");
+    t.join().expect("fake target");
+    wait_for_reset(fd);
+    eng.post_send(&shared, qpn, write(3))
+        .expect("post 3 (its write fails)");
+    let deferred = std::mem::take(&mut eng.deferred);
+    let wake = std::mem::take(&mut eng.wake_needed);
+    drop(eng);
+    if wake {
+        shared.wake();
+    }
+    shared.deliver(deferred);
+    let mut got: Vec<WorkCompletion> = Vec::new();
+    while got.len() < 3 {
+        if cq.poll(16, &mut got) == 0 {
+            n_rx.recv_timeout(guard)
+                .expect("completions before the hang guard");
+        }
+    }
+    let seen: Vec<(u64, WcStatus, WcOpcode)> =
+        got.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, WcStatus::RemoteAccess, WcOpcode::RdmaWrite),
+            (2, WcStatus::Flushed, WcOpcode::RdmaWrite),
+            (3, WcStatus::Flushed, WcOpcode::RdmaWrite),
+        ]
+    );
+    assert!(matches!(
+        cm_rx.recv_timeout(guard).expect("cm event"),
+        CmEvent::Broken { .. }
+    ));
+    dev.close();
+}
+
+/// DAT_COMPLETION_BARRIER_FENCE_FLAG: a send or RDMA write fenced behind an RDMA read into its
+/// source buffer carries what the read brought, not what was there when it was posted; and
+/// what is posted after a waiting request waits behind it (completions stay in post order).
+#[test]
+fn fenced_requests_wait_for_earlier_reads() {
+    use crate::core::consts::completion_flags;
+    const BIG: usize = 4 << 20;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let register = |side: &Side, buf: &Buffer| {
+        Lmr::create(
+            &side.ia,
+            LmrRegion::Virtual {
+                address: buf.addr(),
+                length: buf.len() as u64,
+            },
+            &side.pz,
+            mem_priv::ALL,
+            VA_TYPE_VA,
+        )
+        .expect("big lmr")
+    };
+    let sbuf = Buffer::new(BIG);
+    let cbuf = Buffer::new(BIG);
+    let slmr = register(&server, &sbuf);
+    let clmr = register(&client, &cbuf);
+    let pattern: Vec<u8> = (0..BIG).map(|i| (i * 13 + i / 977) as u8 | 1).collect();
+    sbuf.write(0, &pattern);
+    let cseg = |off: usize, len: usize| Sge {
+        addr: cbuf.addr() + off as u64,
+        length: len as u32,
+        lkey: clmr.lmr_context(),
+    };
+    server
+        .ep
+        .post_recv(&[server.seg(0, 64)], 100, 0)
+        .expect("recv");
+    server
+        .ep
+        .post_recv(&[server.seg(64, 64)], 101, 0)
+        .expect("recv");
+    let tail = BIG - 48;
+    client
+        .ep
+        .post_rdma_read(
+            &[cseg(0, BIG)],
+            1,
+            RemoteBuffer {
+                address: sbuf.addr(),
+                length: BIG as u32,
+                rmr_context: slmr.rmr_context(),
+            },
+            0,
+        )
+        .expect("read");
+    client
+        .ep
+        .post_send(&[cseg(tail, 16)], 2, completion_flags::BARRIER_FENCE)
+        .expect("fenced send");
+    client
+        .ep
+        .post_rdma_write(
+            &[cseg(tail + 16, 16)],
+            3,
+            server.remote(1000, 16),
+            completion_flags::BARRIER_FENCE,
+        )
+        .expect("fenced write");
+    // Not fenced, but posted behind fenced requests: also sends what the read brought.
+    client
+        .ep
+        .post_send(&[cseg(tail + 32, 16)], 4, 0)
+        .expect("send behind them");
+    let order: Vec<(u64, u32, u32)> = (0..4)
+        .map(|_| {
+            let (cookie, status, transferred, _) = dto(&next(&client.dto));
+            (cookie, status, transferred)
+        })
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (1, dto_status::SUCCESS, BIG as u32),
+            (2, dto_status::SUCCESS, 16),
+            (3, dto_status::SUCCESS, 16),
+            (4, dto_status::SUCCESS, 16),
+        ]
+    );
+    assert_eq!(dto(&next(&server.dto)).0, 100);
+    assert_eq!(dto(&next(&server.dto)).0, 101);
+    assert_eq!(
+        server.buf.read(0, 16),
+        pattern[tail..tail + 16],
+        "fenced send"
+    );
+    assert_eq!(
+        server.buf.read(1000, 16),
+        pattern[tail + 16..tail + 32],
+        "fenced write"
+    );
+    assert_eq!(
+        server.buf.read(64, 16),
+        pattern[tail + 32..tail + 48],
+        "send posted behind a fence"
+    );
+    close(&[&client, &server]);
+}
+
+/// dat_rmr_bind on a DISCONNECTED EP: the post succeeds and is flushed at once to the request
+/// EVD, on the caller's thread (no deadlock), and the flushed bind leaves the RMR unbound (its
+/// LMR no longer in use).
+#[test]
+fn rmr_bind_on_a_disconnected_ep_is_flushed_and_leaves_it_unbound() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let rmr = Rmr::create(&client.pz).expect("rmr");
+    let triplet = (client.buf.addr() + 512, 64, client.lmr.lmr_context());
+    let ctx = rmr
+        .bind(
+            Some(&client.lmr),
+            triplet,
+            mem_priv::REMOTE_READ,
+            VA_TYPE_VA,
+            &client.ep,
+            1,
+            0,
+        )
+        .expect("bind while connected");
+    assert_eq!(
+        next(&client.dto).data,
+        EventData::RmrBind {
+            rmr: rmr.handle(),
+            cookie: 1,
+            status: dto_status::SUCCESS
+        }
+    );
+    assert_eq!(rmr.query().rmr_context, ctx);
+    client
+        .ep
+        .disconnect(close_flags::GRACEFUL)
+        .expect("disconnect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_DISCONNECTED
+    );
+    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+
+    // On a helper thread, so that a deadlock fails the test instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (rmr, lmr, ep) = (rmr.clone(), client.lmr.clone(), client.ep.clone());
+        std::thread::spawn(move || {
+            let r = rmr.bind(
+                Some(&lmr),
+                triplet,
+                mem_priv::REMOTE_READ,
+                VA_TYPE_VA,
+                &ep,
+                2,
+                0,
+            );
+            let _ = tx.send(r.map_err(|e| e.kind));
+        });
+    }
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("dat_rmr_bind on a DISCONNECTED EP returns (no deadlock)");
+    assert!(r.is_ok(), "the post succeeds: {r:?}");
+    let ev = client.dto.dequeue().expect("flushed at once");
+    assert_eq!(
+        ev.data,
+        EventData::RmrBind {
+            rmr: rmr.handle(),
+            cookie: 2,
+            status: dto_status::FLUSHED
+        }
+    );
+    assert_eq!(
+        client.dto.dequeue().expect_err("one event").kind,
+        ErrorType::QueueEmpty
+    );
+    let q = rmr.query();
+    assert_eq!((q.lmr, q.lmr_triplet), (Handle::NULL, (0, 0, 0)), "unbound");
+    rmr.free().expect("free rmr");
+    client.lmr.free().expect("the LMR is no longer bound");
+    close(&[&client, &server]);
+}
+
+/// Waits until a thread is in `evd.wait` (readiness by polling the flag; the hang guard bounds
+/// it).
+fn until_waiting(evd: &Evd) {
+    let end = std::time::Instant::now() + std::time::Duration::from_micros(u64::from(GUARD_US));
+    while !evd.has_waiter() {
+        assert!(std::time::Instant::now() < end, "no waiter");
+        std::thread::yield_now();
+    }
+}
+
+/// A thread waiting on an EVD runs the transport for its connections itself (`drive`): what
+/// arrives completes there, large payloads included; output another thread queues on those
+/// connections still goes out; and software events and dat_evd_set_unwaitable still reach it.
+#[test]
+fn a_waiting_thread_drives_its_connections() {
+    use crate::core::error::DatError;
+    const BIG: usize = 4 << 20;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let register = |side: &Side, buf: &Buffer| {
+        Lmr::create(
+            &side.ia,
+            LmrRegion::Virtual {
+                address: buf.addr(),
+                length: buf.len() as u64,
+            },
+            &side.pz,
+            mem_priv::ALL,
+            VA_TYPE_VA,
+        )
+        .expect("big lmr")
+    };
+    let sbuf = Buffer::new(BIG);
+    let cbuf = Buffer::new(BIG);
+    let slmr = register(&server, &sbuf);
+    let clmr = register(&client, &cbuf);
+    let pattern: Vec<u8> = (0..BIG).map(|i| (i * 31 + i / 4099) as u8).collect();
+    let sseg = Sge {
+        addr: sbuf.addr(),
+        length: BIG as u32,
+        lkey: slmr.lmr_context(),
+    };
+    let cseg = Sge {
+        addr: cbuf.addr(),
+        length: BIG as u32,
+        lkey: clmr.lmr_context(),
+    };
+    let waiter = |evd: &Arc<Evd>| {
+        let evd = evd.clone();
+        std::thread::spawn(move || evd.wait(GUARD_US, 1).map(|(ev, _)| ev).map_err(|e| e.kind))
+    };
+
+    // A receive completing in the waiting thread, the 4 MiB arriving through it.
+    cbuf.write(0, &pattern);
+    server.ep.post_recv(&[sseg], 7, 0).expect("recv");
+    let t = waiter(&server.dto);
+    until_waiting(&server.dto);
+    client.ep.post_send(&[cseg], 8, 0).expect("send");
+    let ev = t.join().expect("waiter").expect("receive completion");
+    assert_eq!(
+        dto(&ev),
+        (7, dto_status::SUCCESS, BIG as u32, dto_op::RECEIVE)
+    );
+    assert!(sbuf.read(0, BIG) == pattern, "received data differs");
+    assert_eq!(dto(&next(&client.dto)).0, 8);
+
+    // Output queued by this thread on a connection the waiter drives.
+    let reversed: Vec<u8> = pattern.iter().rev().copied().collect();
+    sbuf.write(0, &reversed);
+    let t = waiter(&server.dto);
+    until_waiting(&server.dto);
+    server
+        .ep
+        .post_rdma_write(
+            &[sseg],
+            9,
+            RemoteBuffer {
+                address: cbuf.addr(),
+                length: BIG as u32,
+                rmr_context: clmr.rmr_context(),
+            },
+            0,
+        )
+        .expect("write");
+    let ev = t.join().expect("waiter").expect("write completion");
+    assert_eq!(
+        dto(&ev),
+        (9, dto_status::SUCCESS, BIG as u32, dto_op::RDMA_WRITE)
+    );
+    assert!(cbuf.read(0, BIG) == reversed, "written data differs");
+
+    // Events that do not come from the transport.
+    let t = waiter(&server.dto);
+    until_waiting(&server.dto);
+    server.dto.post_se(0x5e).expect("post_se");
+    let ev = t.join().expect("waiter").expect("software event");
+    assert_eq!(ev.data, EventData::Software { pointer: 0x5e });
+    let t = waiter(&server.dto);
+    until_waiting(&server.dto);
+    server.dto.set_waitable(false);
+    assert_eq!(
+        t.join().expect("waiter").expect_err("unwaitable"),
+        DatError::invalid_state(SubType::EvdUnwaitable).kind
+    );
+    server.dto.set_waitable(true);
+    close(&[&client, &server]);
+}
+
+/// Many large RDMA reads in flight, behind a send that waits for its receive: the target
+/// answers each straight from registered memory once the answers before it have drained, in
+/// order; the initiator places each answer straight into its buffer.
+#[test]
+fn many_large_reads_in_flight_complete_in_order() {
+    const MIB: usize = 1 << 20;
+    const READS: usize = 12;
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let register = |side: &Side, buf: &Buffer| {
+        Lmr::create(
+            &side.ia,
+            LmrRegion::Virtual {
+                address: buf.addr(),
+                length: buf.len() as u64,
+            },
+            &side.pz,
+            mem_priv::ALL,
+            VA_TYPE_VA,
+        )
+        .expect("big lmr")
+    };
+    let sbuf = Buffer::new(4 * MIB);
+    let cbuf = Buffer::new(READS * MIB);
+    let slmr = register(&server, &sbuf);
+    let clmr = register(&client, &cbuf);
+    let pattern: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 + i / 65_537) as u8).collect();
+    sbuf.write(0, &pattern);
+    client.buf.write(0, b"first!");
+    client
+        .ep
+        .post_send(&[client.seg(0, 6)], 100, 0)
+        .expect("send");
+    for i in 0..READS {
+        let from = (i % 4) * MIB;
+        client
+            .ep
+            .post_rdma_read(
+                &[Sge {
+                    addr: cbuf.addr() + (i * MIB) as u64,
+                    length: MIB as u32,
+                    lkey: clmr.lmr_context(),
+                }],
+                i as u64,
+                RemoteBuffer {
+                    address: sbuf.addr() + from as u64,
+                    length: MIB as u32,
+                    rmr_context: slmr.rmr_context(),
+                },
+                0,
+            )
+            .expect("read");
+    }
+    server
+        .ep
+        .post_recv(&[server.seg(0, 64)], 200, 0)
+        .expect("recv");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (100, dto_status::SUCCESS, 6, dto_op::SEND)
+    );
+    for i in 0..READS {
+        assert_eq!(
+            dto(&next(&client.dto)),
+            (i as u64, dto_status::SUCCESS, MIB as u32, dto_op::RDMA_READ)
+        );
+        let from = (i % 4) * MIB;
+        assert!(
+            cbuf.read(i * MIB, MIB) == pattern[from..from + MIB],
+            "read {i} differs"
+        );
+    }
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (200, dto_status::SUCCESS, 6, dto_op::RECEIVE)
+    );
+    assert_eq!(server.buf.read(0, 6), b"first!");
+    close(&[&client, &server]);
+}

@@ -250,6 +250,22 @@ impl Decoder {
         self.buf.len() - self.start + self.payload.len()
     }
 
+    /// The header of the frame whose payload is being collected, if any.
+    pub fn pending(&self) -> Option<Header> {
+        self.pending
+    }
+
+    /// Stops collecting the pending frame's payload, when nothing is buffered past it: the
+    /// caller reads the rest from the stream itself. Returns the header and the payload bytes
+    /// received so far; the next bytes of the stream are the rest of that payload.
+    pub fn take_pending(&mut self) -> Option<(Header, Vec<u8>)> {
+        if self.start != self.buf.len() {
+            return None;
+        }
+        let h = self.pending.take()?;
+        Some((h, std::mem::take(&mut self.payload)))
+    }
+
     /// Reads the rest of a large pending payload straight from `r` into the frame's buffer
     /// (no intermediate copy, no zero-filling), once every byte buffered before it has been
     /// consumed. None when that does not apply; else what the read gave: Ok(0) is end of
@@ -305,7 +321,7 @@ impl Decoder {
 }
 
 /// Frames waiting to be written, kept as the buffers they were built in (no copy into one
-/// big buffer); written with vectored writes.
+/// big buffer); written with gather writes.
 #[derive(Default)]
 pub struct OutQueue {
     chunks: std::collections::VecDeque<Vec<u8>>,
@@ -342,16 +358,28 @@ impl OutQueue {
         self.chunks.push_back(payload);
     }
 
-    /// Writes until everything is written (Ok) or the writer refuses (its error, e.g.
-    /// WouldBlock).
-    pub fn write_to<W: std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+    /// Queues bytes as they are: the rest of a frame partly written elsewhere (only when the
+    /// queue was empty, so the frame's bytes stay in order).
+    pub fn push_bytes(&mut self, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            self.chunks.push_back(bytes);
+        }
+    }
+
+    /// Writes with `send` (a gather write returning the bytes taken: for sockets,
+    /// `sys::send_nosignal`, never `Write::write_vectored`, which may raise SIGPIPE) until
+    /// everything is written (Ok) or `send` refuses (its error, e.g. WouldBlock).
+    pub fn write_with(
+        &mut self,
+        mut send: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<()> {
         while !self.chunks.is_empty() {
             let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(16);
             for (i, c) in self.chunks.iter().take(16).enumerate() {
                 let from = if i == 0 { self.front_pos } else { 0 };
                 slices.push(std::io::IoSlice::new(&c[from..]));
             }
-            let mut n = w.write_vectored(&slices)?;
+            let mut n = send(&slices)?;
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
@@ -484,7 +512,8 @@ mod tests {
             q.push_frame(h, payload);
         }
         let mut w = Trickle(Vec::new());
-        q.write_to(&mut w).expect("written");
+        q.write_with(|s| std::io::Write::write_vectored(&mut w, s))
+            .expect("written");
         assert!(q.is_empty());
         assert_eq!(w.0, expect);
     }
