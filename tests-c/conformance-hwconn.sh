@@ -8,7 +8,6 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(LD_LIBRARY_PATH="$here/../build/lib" DAT_OVERRIDE="$here/../build/tests/dat.conf" \
 	timeout 60 dapltest -T F -D ofa-v2-ib0 -f hwconn 2>&1)
-printf '%s\n' "$out" | sed 's/^/  | /'
 # which libdat2 dapltest really used
 lib=$(LD_LIBRARY_PATH="$here/../build/lib" ldd "$(command -v dapltest)" | awk '/libdat2/ {print $3}')
 passed=0 failed=0
@@ -21,4 +20,7 @@ case "$lib" in
 	"$here/../build/lib/libdat2.so.2"|*/build/lib/libdat2.so.2) passed=$((passed + 1)) ;;
 	*) failed=$((failed + 1)); echo "dapltest did not load our libdat2 ($lib)" ;;
 esac
+# dapltest's own output only when something is wrong: cases 0 and 3 fail
+# here by design (no ib0), which would read as noise otherwise.
+[ $failed -eq 0 ] || printf '%s\n' "$out" | sed 's/^/  | /'
 echo "conformance-hwconn: $passed passed, $failed failed"
