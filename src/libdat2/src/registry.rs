@@ -193,10 +193,14 @@ fn remove_ia(handle: DAT_IA_HANDLE) -> Option<OpenIa> {
 
 // ------------------------------------------------------------- static registry
 
+/// `dat_provider_init` and `dat_provider_fini` as found in a provider library.
+type ProviderInit = unsafe extern "C" fn(*const DAT_PROVIDER_INFO, *const c_char);
+type ProviderFini = unsafe extern "C" fn(*const DAT_PROVIDER_INFO);
+
 struct LoadedLib {
     entry: usize,
     dl: *mut c_void,
-    fini: DAT_PROVIDER_FINI_FUNC,
+    fini: ProviderFini,
     info: DAT_PROVIDER_INFO,
     opens: usize,
 }
@@ -320,17 +324,12 @@ fn load_entry(
         unsafe { libc::dlclose(dl) };
         return Err(not_found(DAT_NAME_NOT_REGISTERED));
     }
-    // SAFETY: the DAT registry protocol fixes these signatures.
-    let (init, fini): (DAT_PROVIDER_INIT_FUNC, DAT_PROVIDER_FINI_FUNC) = unsafe {
+    // SAFETY: both symbols are non-NULL and the DAT registry protocol fixes
+    // their signatures.
+    let (init, fini) = unsafe {
         (
-            Some(std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*const DAT_PROVIDER_INFO, *const c_char),
-            >(init)),
-            Some(std::mem::transmute::<
-                *mut c_void,
-                unsafe extern "C" fn(*const DAT_PROVIDER_INFO),
-            >(fini)),
+            std::mem::transmute::<*mut c_void, ProviderInit>(init),
+            std::mem::transmute::<*mut c_void, ProviderFini>(fini),
         )
     };
     let info = key.to_info();
@@ -341,7 +340,7 @@ fn load_entry(
         entry.ia_name
     );
     // SAFETY: info and params outlive the call; init registers via callback.
-    unsafe { init.unwrap()(&info, params.as_ptr()) };
+    unsafe { init(&info, params.as_ptr()) };
     if find_registered(key).is_none() {
         warn_load_failure(
             &entry,
@@ -349,7 +348,7 @@ fn load_entry(
         );
         // SAFETY: the provider registered nothing; undo its init and unload.
         unsafe {
-            fini.unwrap()(&info);
+            fini(&info);
             libc::dlclose(dl);
         }
         return Err(not_found(DAT_NAME_NOT_REGISTERED));
@@ -386,9 +385,7 @@ fn unload_if_idle(reg: &mut StaticRegistry, lib_entry: usize) {
         );
         // SAFETY: no IA of this provider remains open; fini unregisters it.
         unsafe {
-            if let Some(fini) = lib.fini {
-                fini(&lib.info);
-            }
+            (lib.fini)(&lib.info);
             libc::dlclose(lib.dl);
         }
     }
