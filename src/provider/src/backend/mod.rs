@@ -340,10 +340,15 @@ pub trait Device: Send + Sync {
 }
 
 /// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
-pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
+/// The transport and its target of `ia_params` ("tcp eth0"; both default:
+/// "tcp lo").
+fn parse_ia_params(ia_params: &str) -> (&str, &str) {
     let mut words = ia_params.split_whitespace();
-    let kind = words.next().unwrap_or("tcp");
-    let target = words.next().unwrap_or("lo");
+    (words.next().unwrap_or("tcp"), words.next().unwrap_or("lo"))
+}
+
+pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
+    let (kind, target) = parse_ia_params(ia_params);
     match kind {
         "tcp" => {
             let device = tcp::TcpDevice::open(target)?;
@@ -360,8 +365,7 @@ pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
 /// what `datinfo` and the provider's one-line warning tell a user whose
 /// dat.conf says "tcp eth7".
 pub fn diagnose(ia_params: &str) -> Option<String> {
-    let mut words = ia_params.split_whitespace();
-    match (words.next().unwrap_or("tcp"), words.next().unwrap_or("lo")) {
+    match parse_ia_params(ia_params) {
         ("tcp", target) => tcp::resolve_address(target).err(),
         (other, _) => Some(format!(
             "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 address>\")"

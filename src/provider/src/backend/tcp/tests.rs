@@ -68,6 +68,21 @@ struct Side {
 }
 
 impl Side {
+    /// Registers another buffer of this side's, with every privilege.
+    fn register(&self, buf: &Buffer) -> Arc<Lmr> {
+        Lmr::create(
+            &self.ia,
+            LmrRegion::Virtual {
+                address: buf.addr(),
+                length: buf.len() as u64,
+            },
+            &self.pz,
+            mem_priv::ALL,
+            VA_TYPE_VA,
+        )
+        .expect("lmr")
+    }
+
     fn new(name: &str, privileges: u32) -> Side {
         let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(16)).expect("open IA");
         let pz = Pz::create(&ia).expect("pz");
@@ -1025,23 +1040,10 @@ fn large_transfers_arrive_intact() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    let register = |side: &Side, buf: &Buffer| {
-        Lmr::create(
-            &side.ia,
-            LmrRegion::Virtual {
-                address: buf.addr(),
-                length: buf.len() as u64,
-            },
-            &side.pz,
-            mem_priv::ALL,
-            VA_TYPE_VA,
-        )
-        .expect("big lmr")
-    };
     let sbuf = Buffer::new(BIG);
     let cbuf = Buffer::new(BIG);
-    let slmr = register(&server, &sbuf);
-    let clmr = register(&client, &cbuf);
+    let slmr = server.register(&sbuf);
+    let clmr = client.register(&cbuf);
     let pattern: Vec<u8> = (0..BIG).map(|i| (i * 7 + i / 4096) as u8).collect();
     sbuf.write(0, &pattern);
     let remote = RemoteBuffer {
@@ -1582,23 +1584,10 @@ fn fenced_requests_wait_for_earlier_reads() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    let register = |side: &Side, buf: &Buffer| {
-        Lmr::create(
-            &side.ia,
-            LmrRegion::Virtual {
-                address: buf.addr(),
-                length: buf.len() as u64,
-            },
-            &side.pz,
-            mem_priv::ALL,
-            VA_TYPE_VA,
-        )
-        .expect("big lmr")
-    };
     let sbuf = Buffer::new(BIG);
     let cbuf = Buffer::new(BIG);
-    let slmr = register(&server, &sbuf);
-    let clmr = register(&client, &cbuf);
+    let slmr = server.register(&sbuf);
+    let clmr = client.register(&cbuf);
     let pattern: Vec<u8> = (0..BIG).map(|i| (i * 13 + i / 977) as u8 | 1).collect();
     sbuf.write(0, &pattern);
     let cseg = |off: usize, len: usize| Sge {
@@ -1782,23 +1771,10 @@ fn a_waiting_thread_drives_its_connections() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    let register = |side: &Side, buf: &Buffer| {
-        Lmr::create(
-            &side.ia,
-            LmrRegion::Virtual {
-                address: buf.addr(),
-                length: buf.len() as u64,
-            },
-            &side.pz,
-            mem_priv::ALL,
-            VA_TYPE_VA,
-        )
-        .expect("big lmr")
-    };
     let sbuf = Buffer::new(BIG);
     let cbuf = Buffer::new(BIG);
-    let slmr = register(&server, &sbuf);
-    let clmr = register(&client, &cbuf);
+    let slmr = server.register(&sbuf);
+    let clmr = client.register(&cbuf);
     let pattern: Vec<u8> = (0..BIG).map(|i| (i * 31 + i / 4099) as u8).collect();
     let sseg = Sge {
         addr: sbuf.addr(),
@@ -1881,23 +1857,10 @@ fn many_large_reads_in_flight_complete_in_order() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    let register = |side: &Side, buf: &Buffer| {
-        Lmr::create(
-            &side.ia,
-            LmrRegion::Virtual {
-                address: buf.addr(),
-                length: buf.len() as u64,
-            },
-            &side.pz,
-            mem_priv::ALL,
-            VA_TYPE_VA,
-        )
-        .expect("big lmr")
-    };
     let sbuf = Buffer::new(4 * MIB);
     let cbuf = Buffer::new(READS * MIB);
-    let slmr = register(&server, &sbuf);
-    let clmr = register(&client, &cbuf);
+    let slmr = server.register(&sbuf);
+    let clmr = client.register(&cbuf);
     let pattern: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 + i / 65_537) as u8).collect();
     sbuf.write(0, &pattern);
     client.buf.write(0, b"first!");
