@@ -98,6 +98,16 @@ impl core::fmt::Debug for dat_context {
     }
 }
 
+/// The bytes of a fixed-size C `char` array (an IA or adapter name) up to its
+/// first NUL, or all of them when there is none.
+pub fn c_array_bytes(a: &[c_char]) -> &[u8] {
+    // SAFETY: c_char and u8 have the same size and alignment, and every bit
+    // pattern is a valid u8.
+    let bytes = unsafe { core::slice::from_raw_parts(a.as_ptr() as *const u8, a.len()) };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    &bytes[..end]
+}
+
 /// A name/value pair of transport- or provider-specific attributes.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

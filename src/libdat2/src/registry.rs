@@ -45,15 +45,9 @@ impl ProviderKey {
     /// `info` must point to a readable DAT_PROVIDER_INFO.
     pub unsafe fn from_info(info: *const DAT_PROVIDER_INFO) -> ProviderKey {
         let info = &*info;
-        // ia_name is a fixed array; stop at the first NUL or its end.
-        let bytes: Vec<u8> = info
-            .ia_name
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
+        let bytes = c_array_bytes(&info.ia_name);
         ProviderKey {
-            ia_name: String::from_utf8_lossy(&bytes).into_owned(),
+            ia_name: String::from_utf8_lossy(bytes).into_owned(),
             major: info.dapl_version_major,
             minor: info.dapl_version_minor,
             thread_safe: info.is_thread_safe != DAT_FALSE,

@@ -170,13 +170,8 @@ pub(crate) fn entry(name: &str) -> Option<Entry> {
 }
 
 fn ia_name(info: &DAT_PROVIDER_INFO) -> String {
-    let bytes: Vec<u8> = info
-        .ia_name
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    let bytes = c_array_bytes(&info.ia_name);
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Called by the registry once per dat.conf entry naming this library.

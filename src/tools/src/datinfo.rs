@@ -34,12 +34,8 @@ fn code_name(rc: DAT_RETURN) -> String {
 }
 
 fn c_chars(a: &[c_char]) -> String {
-    let bytes: Vec<u8> = a
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    let bytes = c_array_bytes(a);
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn ipv4(p: DAT_IA_ADDRESS_PTR) -> String {
