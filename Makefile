@@ -21,7 +21,8 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # Debian packages `make test` needs: the C toolchain, OFED's headers and
 # library (ABI comparison, third-party provider), the conformance suite, and
 # iproute2 for the two-host test in network namespaces.
-TEST_DEBS   := gcc make pkg-config python3 iproute2 libdapl-dev libdapl2 dapl2-utils
+TEST_DEBS   := gcc make pkg-config python3 iproute2 libdapl-dev libdapl2 dapl2-utils \
+               libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
 
 .PHONY: all libs tools header test test-rust test-c deps install uninstall clean
 
@@ -34,7 +35,7 @@ $(BUILD)/bin/datinfo: FORCE
 	@mkdir -p $(BUILD)/bin
 	cp $(TARGET)/datinfo $@
 
-libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdaplrs.so.2
+libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2
 
 # Rust is built by cargo (which tracks its own dependencies); the .so is
 # linked here with cc so that a version script can give every export the
@@ -69,6 +70,19 @@ $(LIB)/libdaplrs.so.2: $(TARGET)/libdaplrs_ffi.a src/provider-ffi/libdaplrs.map
 		-Wl,--version-script=src/provider-ffi/libdaplrs.map -Wl,--gc-sections \
 		-Wl,--whole-archive $(TARGET)/libdaplrs_ffi.a -Wl,--no-whole-archive \
 		-ldl -lpthread
+
+# The same provider with the ibverbs backend beside the TCP one: a library of
+# its own, so libdaplrs.so.2 keeps no link to libibverbs/librdmacm and loads on
+# any host; only entries naming this library need rdma-core's runtime.
+$(TARGET)/libdaplrs_verbs.a: FORCE
+	$(CARGO) build $(CARGO_FLAGS) -p daplrs-verbs
+
+$(LIB)/libdaplrs-verbs.so.2: $(TARGET)/libdaplrs_verbs.a src/provider-ffi/libdaplrs.map
+	@mkdir -p $(LIB)
+	$(CC) -shared -o $@ -Wl,-soname,libdaplrs-verbs.so.2 \
+		-Wl,--version-script=src/provider-ffi/libdaplrs.map -Wl,--gc-sections \
+		-Wl,--whole-archive $(TARGET)/libdaplrs_verbs.a -Wl,--no-whole-archive \
+		-libverbs -lrdmacm -ldl -lpthread
 
 FORCE:
 

@@ -9,7 +9,10 @@
 //! Errors are `DatError`s: a backend maps its native errors to the DAT code the caller should see.
 
 pub mod tcp;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
+use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,6 +137,9 @@ pub struct WorkCompletion {
 pub type NotifyFn = Arc<dyn Fn() + Send + Sync>;
 
 pub trait CompletionQueue: Send + Sync {
+    /// The backend's own object behind the trait (a backend reaches its native handles through
+    /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
+    fn as_any(&self) -> &dyn Any;
     /// Unique within the device that created it (lets a backend find its own concrete CQ).
     fn id(&self) -> u64;
     /// Moves up to `max` completions into `out`; returns how many.
@@ -158,6 +164,9 @@ pub trait CompletionQueue: Send + Sync {
 }
 
 pub trait ProtectionDomain: Send + Sync {
+    /// The backend's own object behind the trait (a backend reaches its native handles through
+    /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
+    fn as_any(&self) -> &dyn Any;
     fn id(&self) -> u32;
     /// Registers [addr, addr+length) of this process's memory. The caller guarantees the range
     /// stays valid memory until `MemoryRegion::deregister` returns.
@@ -166,6 +175,9 @@ pub trait ProtectionDomain: Send + Sync {
 }
 
 pub trait MemoryRegion: Send + Sync {
+    /// The backend's own object behind the trait (a backend reaches its native handles through
+    /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
+    fn as_any(&self) -> &dyn Any;
     fn lkey(&self) -> u32;
     fn rkey(&self) -> u32;
     fn addr(&self) -> u64;
@@ -177,6 +189,9 @@ pub trait MemoryRegion: Send + Sync {
 }
 
 pub trait MemoryWindow: Send + Sync {
+    /// The backend's own object behind the trait (a backend reaches its native handles through
+    /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
+    fn as_any(&self) -> &dyn Any;
     /// The current rkey (changes with every bind; 0 while unbound).
     fn rkey(&self) -> u32;
     /// The rkey the next bind will give (verbs: ibv_inc_rkey of the current one). Binds on one
@@ -219,6 +234,9 @@ pub enum QpState {
 }
 
 pub trait QueuePair: Send + Sync {
+    /// The backend's own object behind the trait (a backend reaches its native handles through
+    /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
+    fn as_any(&self) -> &dyn Any;
     fn qp_num(&self) -> u32;
     fn state(&self) -> QpState;
     /// Valid in Connected (executed) and Error (flushed at once).
@@ -236,6 +254,9 @@ pub trait QueuePair: Send + Sync {
 }
 
 pub trait SharedReceiveQueue: Send + Sync {
+    /// The backend's own object behind the trait (a backend reaches its native handles through
+    /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
+    fn as_any(&self) -> &dyn Any;
     /// Unique within the device that created it.
     fn id(&self) -> u64;
     fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
@@ -340,18 +361,28 @@ pub trait Device: Send + Sync {
 }
 
 /// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
-/// The transport and its target of `ia_params` ("tcp eth0"; both default:
-/// "tcp lo").
-fn parse_ia_params(ia_params: &str) -> (&str, &str) {
+/// The words of `ia_params`: transport, target, and an optional third word (the port of a
+/// verbs device). Defaults: "tcp lo".
+fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
     let mut words = ia_params.split_whitespace();
-    (words.next().unwrap_or("tcp"), words.next().unwrap_or("lo"))
+    (
+        words.next().unwrap_or("tcp"),
+        words.next().unwrap_or("lo"),
+        words.next(),
+    )
 }
 
+/// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
+/// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1".
 pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
-    let (kind, target) = parse_ia_params(ia_params);
-    match kind {
-        "tcp" => {
+    match parse_ia_params(ia_params) {
+        ("tcp", target, _) => {
             let device = tcp::TcpDevice::open(target)?;
+            Ok(device)
+        }
+        #[cfg(feature = "verbs")]
+        ("verbs", target, port) => {
+            let device = verbs::VerbsDevice::open(target, port)?;
             Ok(device)
         }
         _ => Err(DatError::new(
@@ -366,9 +397,18 @@ pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
 /// dat.conf says "tcp eth7".
 pub fn diagnose(ia_params: &str) -> Option<String> {
     match parse_ia_params(ia_params) {
-        ("tcp", target) => tcp::resolve_address(target).err(),
-        (other, _) => Some(format!(
-            "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 address>\")"
+        ("tcp", target, _) => tcp::resolve_address(target).err(),
+        #[cfg(feature = "verbs")]
+        ("verbs", target, port) => verbs::diagnose(target, port),
+        #[cfg(not(feature = "verbs"))]
+        ("verbs", _, _) => Some(
+            "this provider library has no verbs backend: name libdaplrs-verbs.so.2 in dat.conf \
+             for \"verbs ...\" entries"
+                .to_string(),
+        ),
+        (other, _, _) => Some(format!(
+            "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 \
+             address>\" or \"verbs <device> [port] | <netdev> | <IPv4 address>\")"
         )),
     }
 }

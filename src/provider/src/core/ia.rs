@@ -17,7 +17,7 @@ use super::handle::{self, Handle, HandleKind, Object};
 use super::lmr::Lmr;
 use super::rmr::Rmr;
 use super::sp::Sp;
-use crate::backend::{self, CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
+use crate::backend::{self, CmEvent, Device, WcStatus, WorkCompletion};
 
 /// What dat_ia_query reports (DAT_IA_ATTR, minus the fixed strings the ffi layer fills).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -282,8 +282,9 @@ impl Ia {
         if status == dto_status::SUCCESS && !pending.report_success {
             return None;
         }
-        if wc.opcode == WcOpcode::BindMw {
-            let (rmr, rmr_context) = pending.rmr.as_ref()?;
+        // A bind is known by its tracking entry, not by the completion's opcode: verbs leaves
+        // the opcode of a failed or flushed completion undefined.
+        if let Some((rmr, rmr_context)) = pending.rmr.as_ref() {
             if status != dto_status::SUCCESS {
                 rmr.bind_failed(*rmr_context);
             }

@@ -410,6 +410,9 @@ struct TcpPd {
 }
 
 impl ProtectionDomain for TcpPd {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn id(&self) -> u32 {
         self.id
     }
@@ -477,6 +480,9 @@ struct TcpMr {
 }
 
 impl MemoryRegion for TcpMr {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn lkey(&self) -> u32 {
         self.key
     }
@@ -585,6 +591,9 @@ impl TcpMw {
 }
 
 impl MemoryWindow for TcpMw {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn rkey(&self) -> u32 {
         *self.rkey.lock()
     }
@@ -673,6 +682,9 @@ impl TcpCq {
 }
 
 impl CompletionQueue for TcpCq {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn id(&self) -> u64 {
         self.id
     }
@@ -776,6 +788,9 @@ struct TcpQp {
 }
 
 impl QueuePair for TcpQp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn qp_num(&self) -> u32 {
         self.qp_num
     }
@@ -824,6 +839,9 @@ pub(crate) struct TcpSrq {
 }
 
 impl SharedReceiveQueue for TcpSrq {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn id(&self) -> u64 {
         self.id
     }

@@ -1,0 +1,241 @@
+//! Completion queue: an ibv_cq on the device's completion channel.
+//!
+//! Completions are moved from the hardware CQ into a software queue before the core sees them.
+//! That lets the backend itself reap a QP's flush completions (to know when a QP that is being
+//! destroyed or reset is empty) without taking them away from the EVD that reports them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use rdma_sys::*;
+
+use super::sys::Ptr;
+use super::{Shared, RECV_BIT};
+use crate::backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
+use crate::core::error::{DatError, DatResult, SubType};
+
+pub(crate) struct VerbsCq {
+    pub(super) id: u64,
+    pub(super) cq: Ptr<ibv_cq>,
+    pub(super) shared: Weak<Shared>,
+    queue: Mutex<VecDeque<WorkCompletion>>,
+    notify: Mutex<Option<NotifyFn>>,
+    /// What the consumer asked for (dat_evd_create's qlen).
+    depth: AtomicU32,
+    /// The hardware CQ's size: at least `depth` and the queue depths of every QP using it, so
+    /// the CQ cannot overrun (an overrun is fatal to every QP on it).
+    cqe: AtomicU32,
+    attached: AtomicU32,
+}
+
+impl VerbsCq {
+    pub(super) fn create(shared: &Arc<Shared>, depth: u32) -> DatResult<Arc<VerbsCq>> {
+        let id = shared.next_id();
+        let cqe = depth.max(1);
+        // SAFETY: the context and channel live as long as `shared`; the cq_context is a token
+        // the event loop maps back to this CQ.
+        let cq = unsafe {
+            ibv_create_cq(
+                shared.ctx.0,
+                cqe as i32,
+                id as usize as *mut libc::c_void,
+                shared.comp_channel.0,
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(DatError::resources(SubType::ResourceMemory));
+        }
+        // SAFETY: a CQ we just created.
+        unsafe { ibv_req_notify_cq(cq, 0) };
+        let actual = unsafe { (*cq).cqe } as u32;
+        let me = Arc::new(VerbsCq {
+            id,
+            cq: Ptr(cq),
+            shared: Arc::downgrade(shared),
+            queue: Mutex::new(VecDeque::new()),
+            notify: Mutex::new(None),
+            depth: AtomicU32::new(depth),
+            cqe: AtomicU32::new(actual),
+            attached: AtomicU32::new(0),
+        });
+        shared.cqs.lock().insert(id, Arc::downgrade(&me));
+        Ok(me)
+    }
+
+    /// Grows the hardware CQ by a QP's queue depths (`add`), or shrinks the count (`remove`).
+    pub(super) fn attach(&self, add: u32) -> DatResult<()> {
+        let want = self.attached.fetch_add(add, Ordering::SeqCst) + add;
+        self.ensure(want.max(self.depth.load(Ordering::SeqCst)))
+            .inspect_err(|_| {
+                self.attached.fetch_sub(add, Ordering::SeqCst);
+            })
+    }
+
+    pub(super) fn detach(&self, n: u32) {
+        self.attached.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    fn ensure(&self, entries: u32) -> DatResult<()> {
+        if entries <= self.cqe.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // SAFETY: our CQ.
+        let rc = unsafe { ibv_resize_cq(self.cq.0, entries as i32) };
+        if rc != 0 {
+            return Err(DatError::resources(SubType::ResourceMemory));
+        }
+        let actual = unsafe { (*self.cq.0).cqe } as u32;
+        self.cqe.store(actual.max(entries), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Moves everything the hardware CQ holds into the software queue (holding its lock, so
+    /// completions keep their order).
+    fn reap(&self, queue: &mut VecDeque<WorkCompletion>) {
+        let shared = self.shared.upgrade();
+        // SAFETY: ibv_wc is plain data.
+        let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: our CQ and a buffer of 32 entries.
+            let n = unsafe { ibv_poll_cq(self.cq.0, wcs.len() as i32, wcs.as_mut_ptr()) };
+            if n <= 0 {
+                break;
+            }
+            for wc in &wcs[..n as usize] {
+                queue.push_back(self.convert(shared.as_ref(), wc));
+            }
+        }
+    }
+
+    fn convert(&self, shared: Option<&Arc<Shared>>, wc: &ibv_wc) -> WorkCompletion {
+        let is_recv = wc.wr_id & RECV_BIT != 0;
+        let status = status_of(wc.status);
+        if status != WcStatus::Success && status != WcStatus::Flushed {
+            log::debug!(
+                "QP {}: completion status {} (vendor error {:#x}) opcode {} wr_id {:#x}",
+                wc.qp_num,
+                wc.status,
+                wc.vendor_err,
+                wc.opcode,
+                wc.wr_id
+            );
+        }
+        let qp = shared.and_then(|s| s.qp(wc.qp_num));
+        let mut opcode = if is_recv {
+            WcOpcode::Recv
+        } else if status == WcStatus::Success {
+            match wc.opcode {
+                ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+                ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+                ibv_wc_opcode::IBV_WC_BIND_MW | ibv_wc_opcode::IBV_WC_LOCAL_INV => WcOpcode::BindMw,
+                _ => WcOpcode::Send,
+            }
+        } else {
+            WcOpcode::Send
+        };
+        let mut new_rkey = 0;
+        if let Some(qp) = &qp {
+            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status) {
+                opcode = WcOpcode::BindMw;
+                new_rkey = rkey;
+            }
+        }
+        WorkCompletion {
+            wr_id: wc.wr_id & !RECV_BIT,
+            status,
+            opcode,
+            byte_len: wc.byte_len,
+            qp_num: wc.qp_num,
+            new_rkey,
+        }
+    }
+
+    /// Reaps the hardware CQ (the backend's own progress: QP teardown waiting for flushes).
+    pub(super) fn reap_now(&self) {
+        let mut q = self.queue.lock();
+        self.reap(&mut q);
+    }
+
+    /// Queues completions the hardware will never produce (receives of a destroyed SRQ).
+    pub(super) fn push_synthetic(&self, wcs: Vec<WorkCompletion>) {
+        self.queue.lock().extend(wcs);
+        self.fire();
+    }
+
+    /// Tells the consumer there may be completions (from the event loop, after re-arming).
+    pub(super) fn fire(&self) {
+        let hook = self.notify.lock().clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    pub(super) fn rearm(&self) {
+        // SAFETY: our CQ.
+        unsafe { ibv_req_notify_cq(self.cq.0, 0) };
+    }
+}
+
+impl CompletionQueue for VerbsCq {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let mut q = self.queue.lock();
+        if q.len() < max {
+            self.reap(&mut q);
+        }
+        let n = q.len().min(max);
+        out.extend(q.drain(..n));
+        n
+    }
+    fn set_notify(&self, notify: Option<NotifyFn>) {
+        *self.notify.lock() = notify;
+    }
+    fn resize(&self, depth: u32) -> DatResult<()> {
+        self.depth.store(depth, Ordering::SeqCst);
+        self.ensure(depth.max(self.attached.load(Ordering::SeqCst)))
+    }
+    fn depth(&self) -> u32 {
+        self.depth.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for VerbsCq {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.cqs.lock().remove(&self.id);
+        }
+        // SAFETY: no QP uses the CQ any more (each holds an Arc to it); every completion event
+        // was acknowledged by the event loop as it was read.
+        let rc = unsafe { ibv_destroy_cq(self.cq.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_cq: error {rc}");
+        }
+    }
+}
+
+/// Maps a verbs work completion status onto the backend's.
+fn status_of(s: ibv_wc_status::Type) -> WcStatus {
+    use ibv_wc_status::*;
+    match s {
+        IBV_WC_SUCCESS => WcStatus::Success,
+        IBV_WC_LOC_LEN_ERR => WcStatus::LocalLength,
+        IBV_WC_LOC_QP_OP_ERR => WcStatus::LocalQpOp,
+        IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_ACCESS_ERR => WcStatus::LocalProtection,
+        IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+        IBV_WC_MW_BIND_ERR => WcStatus::MwBind,
+        IBV_WC_BAD_RESP_ERR => WcStatus::BadResponse,
+        IBV_WC_REM_ACCESS_ERR => WcStatus::RemoteAccess,
+        IBV_WC_REM_INV_REQ_ERR => WcStatus::RemoteInvalidRequest,
+        IBV_WC_REM_OP_ERR => WcStatus::RemoteOp,
+        IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::ReceiverNotReady,
+        _ => WcStatus::Transport,
+    }
+}

@@ -1,0 +1,685 @@
+//! Queue pair (an RC ibv_qp made with ibv_create_qp, moved through its states by us with the
+//! attributes rdma_cm gives) and shared receive queue.
+//!
+//! The QP exists from dat_ep_create on, before any connection: it is taken to INIT at once so
+//! receives can be posted early, and to RTR/RTS when rdma_cm has a path (see `cm.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rdma_sys::*;
+
+use super::cq::VerbsCq;
+use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
+use super::sys::Ptr;
+use super::{Shared, RECV_BIT};
+use crate::backend::{
+    MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use crate::core::error::{DatError, DatResult, SubType};
+
+/// How long teardown waits for the hardware to flush a QP's outstanding requests.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// Where a QP is in its connection's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Idle,
+    Connecting,
+    Connected,
+    Error,
+}
+
+pub(super) struct Conn {
+    pub phase: Phase,
+    pub cm_id: Ptr<rdma_cm_id>,
+    /// The consumer's private data for the connect request.
+    pub private_data: Vec<u8>,
+    pub deadline: Option<Instant>,
+    pub local: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddrV4>,
+    /// We sent the disconnect request (the peer's DISCONNECTED answer needs no reply).
+    pub disconnecting: bool,
+}
+
+pub(crate) struct VerbsQp {
+    pub(super) shared: Arc<Shared>,
+    pub(super) qp: Ptr<ibv_qp>,
+    pub(super) qp_num: u32,
+    send_cq: Arc<VerbsCq>,
+    recv_cq: Arc<VerbsCq>,
+    srq: Option<Arc<VerbsSrq>>,
+    _pd: Arc<PdInner>,
+    pub(super) cap: QpCap,
+    max_inline: u32,
+    pub(super) conn: Mutex<Conn>,
+    sends_out: AtomicU32,
+    recvs_out: AtomicU32,
+    /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
+    binds: Mutex<HashMap<u64, (Arc<VerbsMw>, u32)>>,
+    /// A non-flush error completion was seen: the connection is broken (reported once).
+    pub(super) broken: AtomicBool,
+}
+
+impl VerbsQp {
+    pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
+        let pd = downcast_pd(&*init.pd)?;
+        let send_cq = downcast_cq(&init.send_cq)?;
+        let recv_cq = downcast_cq(&init.recv_cq)?;
+        let srq = match &init.srq {
+            Some(s) => Some(
+                s.clone()
+                    .as_any()
+                    .downcast_ref::<VerbsSrq>()
+                    .map(|x| x.me.upgrade())
+                    .ok_or(DatError::internal())?
+                    .ok_or(DatError::internal())?,
+            ),
+            None => None,
+        };
+        let attr = &shared.attr;
+        let cap = QpCap {
+            max_send_wr: init.cap.max_send_wr.clamp(1, attr.max_qp_wr),
+            max_recv_wr: if srq.is_some() {
+                0
+            } else {
+                init.cap.max_recv_wr.clamp(1, attr.max_qp_wr)
+            },
+            max_send_sge: init.cap.max_send_sge.clamp(1, attr.max_sge),
+            max_recv_sge: init.cap.max_recv_sge.clamp(1, attr.max_sge),
+            max_rd_atomic: init.cap.max_rd_atomic.clamp(1, attr.max_rd_atomic.max(1)),
+            max_inline: 0,
+        };
+        // Inline sends for small payloads where the device takes them.
+        let mut qp = std::ptr::null_mut();
+        let mut max_inline = 0;
+        for inline in [shared.max_inline, 0] {
+            // SAFETY: plain data.
+            let mut ia: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+            ia.qp_context = std::ptr::null_mut();
+            ia.send_cq = send_cq.cq.0;
+            ia.recv_cq = recv_cq.cq.0;
+            ia.srq = srq
+                .as_ref()
+                .map(|s| s.srq.0)
+                .unwrap_or(std::ptr::null_mut());
+            ia.cap.max_send_wr = cap.max_send_wr;
+            ia.cap.max_recv_wr = cap.max_recv_wr;
+            ia.cap.max_send_sge = cap.max_send_sge;
+            ia.cap.max_recv_sge = cap.max_recv_sge;
+            ia.cap.max_inline_data = inline;
+            ia.qp_type = ibv_qp_type::IBV_QPT_RC;
+            ia.sq_sig_all = 0;
+            // SAFETY: PD and CQs belong to this device and outlive the QP (held below).
+            qp = unsafe { ibv_create_qp(pd.pd.0, &mut ia) };
+            if !qp.is_null() {
+                max_inline = ia.cap.max_inline_data;
+                break;
+            }
+        }
+        if qp.is_null() {
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        // SAFETY: the QP we just created.
+        let qp_num = unsafe { (*qp).qp_num };
+        if let Err(e) = send_cq.attach(cap.max_send_wr).and_then(|_| {
+            recv_cq.attach(cap.max_recv_wr).inspect_err(|_| {
+                send_cq.detach(cap.max_send_wr);
+            })
+        }) {
+            // SAFETY: not shared with anyone yet.
+            unsafe { ibv_destroy_qp(qp) };
+            return Err(e);
+        }
+        let me = Arc::new(VerbsQp {
+            shared: shared.clone(),
+            qp: Ptr(qp),
+            qp_num,
+            send_cq,
+            recv_cq,
+            srq,
+            _pd: pd.clone(),
+            cap,
+            max_inline,
+            conn: Mutex::new(Conn {
+                phase: Phase::Idle,
+                cm_id: Ptr::null(),
+                private_data: Vec::new(),
+                deadline: None,
+                local: None,
+                remote: None,
+                disconnecting: false,
+            }),
+            sends_out: AtomicU32::new(0),
+            recvs_out: AtomicU32::new(0),
+            binds: Mutex::new(HashMap::new()),
+            broken: AtomicBool::new(false),
+        });
+        me.to_init()?;
+        shared.register_qp(&me);
+        Ok(me)
+    }
+
+    /// RESET -> INIT, with the IA's port and every remote access the QP may be asked for.
+    fn to_init(&self) -> DatResult<()> {
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = self.shared.port;
+        a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0) as _;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
+            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+            | ibv_qp_attr_mask::IBV_QP_PORT.0
+            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
+        // SAFETY: our QP.
+        let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
+        if rc != 0 {
+            log::warn!("QP {}: INIT failed: error {rc}", self.qp_num);
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        Ok(())
+    }
+
+    /// INIT -> RTR -> RTS with the path and limits rdma_cm negotiated on `id`.
+    pub(super) fn to_rts(&self, id: *mut rdma_cm_id) -> Result<(), String> {
+        for state in [ibv_qp_state::IBV_QPS_RTR, ibv_qp_state::IBV_QPS_RTS] {
+            // SAFETY: plain data.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = state;
+            let mut mask: i32 = 0;
+            // SAFETY: a live cm id and our QP.
+            let rc = unsafe { rdma_init_qp_attr(id, &mut a, &mut mask) };
+            if rc != 0 {
+                return Err(super::sys::os_error(
+                    "rdma_init_qp_attr",
+                    super::sys::errno(),
+                ));
+            }
+            if state == ibv_qp_state::IBV_QPS_RTS {
+                a.retry_cnt = 7;
+                a.rnr_retry = 7;
+            }
+            // SAFETY: as above.
+            let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask) };
+            if rc != 0 {
+                return Err(super::sys::os_error("ibv_modify_qp", rc));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the QP to ERR: the hardware flushes every outstanding request.
+    pub(super) fn to_error(&self) {
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: our QP.
+        unsafe { ibv_modify_qp(self.qp.0, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+    }
+
+    fn to_reset(&self) {
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        // SAFETY: our QP.
+        unsafe { ibv_modify_qp(self.qp.0, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+    }
+
+    /// Waits (bounded) until the hardware has completed every request posted to the QP,
+    /// reaping its CQs into their software queues; the EVDs report them afterwards.
+    pub(super) fn wait_flushed(&self, sends_only: bool) {
+        let until = Instant::now() + FLUSH_WAIT;
+        loop {
+            let recvs = if sends_only {
+                0
+            } else {
+                self.recvs_out.load(Ordering::SeqCst)
+            };
+            if self.sends_out.load(Ordering::SeqCst) == 0 && recvs == 0 {
+                break;
+            }
+            if Instant::now() >= until {
+                log::warn!(
+                    "QP {}: {} sends and {} receives not completed after {:?}",
+                    self.qp_num,
+                    self.sends_out.load(Ordering::SeqCst),
+                    recvs,
+                    FLUSH_WAIT
+                );
+                break;
+            }
+            self.send_cq.reap_now();
+            self.recv_cq.reap_now();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.send_cq.fire();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.fire();
+        }
+    }
+
+    /// Accounts for one completion of this QP; returns the new rkey when it was a window bind.
+    pub(super) fn completed(&self, wr_id: u64, is_recv: bool, status: WcStatus) -> Option<u32> {
+        if is_recv {
+            match &self.srq {
+                Some(s) => s.completed(wr_id),
+                None => {
+                    self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        } else {
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+        }
+        if status != WcStatus::Success
+            && status != WcStatus::Flushed
+            && !self.broken.swap(true, Ordering::SeqCst)
+        {
+            // A failed request put the QP in error: the connection is gone.
+            self.shared.defer_break(self.qp_num);
+        }
+        if is_recv {
+            return None;
+        }
+        let (mw, rkey) = self.binds.lock().remove(&wr_id)?;
+        if status == WcStatus::Success {
+            mw.set_bound(rkey);
+        }
+        Some(rkey)
+    }
+
+    pub(super) fn phase(&self) -> Phase {
+        self.conn.lock().phase
+    }
+}
+
+fn downcast_pd(pd: &dyn crate::backend::ProtectionDomain) -> DatResult<Arc<PdInner>> {
+    pd.as_any()
+        .downcast_ref::<VerbsPd>()
+        .map(|p| p.inner.clone())
+        .ok_or(DatError::internal())
+}
+
+fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> DatResult<Arc<VerbsCq>> {
+    let id = cq.id();
+    let any = cq
+        .as_any()
+        .downcast_ref::<VerbsCq>()
+        .ok_or(DatError::internal())?;
+    any.shared
+        .upgrade()
+        .and_then(|s| s.cqs.lock().get(&id).and_then(|w| w.upgrade()))
+        .ok_or(DatError::internal())
+}
+
+impl QueuePair for VerbsQp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn state(&self) -> QpState {
+        match self.phase() {
+            Phase::Idle => QpState::Init,
+            Phase::Connecting => QpState::Connecting,
+            Phase::Connected => QpState::Connected,
+            Phase::Error => QpState::Error,
+        }
+    }
+    fn post_send(&self, wr: SendWr) -> DatResult<()> {
+        match self.phase() {
+            Phase::Connected | Phase::Error => {}
+            _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
+        }
+        if wr.sgl.len() > self.cap.max_send_sge as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        let mut sges: Vec<ibv_sge> = wr
+            .sgl
+            .iter()
+            .map(|s| ibv_sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        // SAFETY: plain data.
+        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id;
+        w.sg_list = sges.as_mut_ptr();
+        w.num_sge = sges.len() as i32;
+        let mut flags = 0u32;
+        if wr.signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if wr.solicited {
+            flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        if wr.fence {
+            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        let mut bind: Option<(Arc<VerbsMw>, u32)> = None;
+        match &wr.op {
+            SendOp::Send => {
+                w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                w.wr.rdma.remote_addr = *remote_addr;
+                w.wr.rdma.rkey = *rkey;
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                w.wr.rdma.remote_addr = *remote_addr;
+                w.wr.rdma.rkey = *rkey;
+            }
+            SendOp::BindMw {
+                mw,
+                mr,
+                addr,
+                length,
+                access,
+                new_rkey,
+            } => {
+                let mw_any = mw
+                    .as_any()
+                    .downcast_ref::<VerbsMw>()
+                    .ok_or(DatError::internal())?;
+                let mw_arc = mw_any.me.upgrade().ok_or(DatError::internal())?;
+                match mr {
+                    Some(mr) if *length > 0 => {
+                        let vmr = mr
+                            .as_any()
+                            .downcast_ref::<VerbsMr>()
+                            .ok_or(DatError::internal())?;
+                        w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+                        w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
+                        w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
+                        w.bind_mw_tso_union.bind_mw.bind_info.mr = vmr.mr.lock().0;
+                        w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
+                        w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
+                        w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
+                        bind = Some((mw_arc, *new_rkey));
+                    }
+                    _ => {
+                        let current = mw_any.rkey();
+                        if current == 0 {
+                            // Not bound: nothing to invalidate. Complete the unbind here, as
+                            // the hardware would (no data moves, so order is kept).
+                            self.send_cq.push_synthetic(vec![WorkCompletion {
+                                wr_id: wr.wr_id,
+                                status: WcStatus::Success,
+                                opcode: WcOpcode::BindMw,
+                                byte_len: 0,
+                                qp_num: self.qp_num,
+                                new_rkey: *new_rkey,
+                            }]);
+                            return Ok(());
+                        }
+                        w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                        w.imm_data_invalidated_rkey_union.invalidated_rkey = current;
+                        // After the invalidation the window grants nothing.
+                        bind = Some((mw_arc, 0));
+                    }
+                }
+            }
+        }
+        if matches!(wr.op, SendOp::Send | SendOp::RdmaWrite { .. })
+            && total > 0
+            && total <= u64::from(self.max_inline)
+        {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        w.send_flags = flags;
+        if let Some(b) = bind {
+            self.binds.lock().insert(wr.wr_id, b);
+        }
+        self.sends_out.fetch_add(1, Ordering::SeqCst);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the work request and its scatter list live across the call (verbs
+        // copies them, or the inline payload, before returning).
+        let rc = unsafe { ibv_post_send(self.qp.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            self.binds.lock().remove(&wr.wr_id);
+            log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        Ok(())
+    }
+    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+        if self.srq.is_some() {
+            return Err(DatError::invalid_state(SubType::None));
+        }
+        if wr.sgl.len() > self.cap.max_recv_sge as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        let mut sges: Vec<ibv_sge> = wr
+            .sgl
+            .iter()
+            .map(|s| ibv_sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        // SAFETY: plain data.
+        let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id | RECV_BIT;
+        w.sg_list = sges.as_mut_ptr();
+        w.num_sge = sges.len() as i32;
+        self.recvs_out.fetch_add(1, Ordering::SeqCst);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the request is copied by verbs.
+        let rc = unsafe { ibv_post_recv(self.qp.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+            log::debug!("QP {}: ibv_post_recv: error {rc}", self.qp_num);
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        Ok(())
+    }
+    fn reset(&self) -> DatResult<()> {
+        {
+            let c = self.conn.lock();
+            if !matches!(c.phase, Phase::Idle | Phase::Error) {
+                return Err(DatError::invalid_state(SubType::None));
+            }
+        }
+        self.to_error();
+        self.wait_flushed(false);
+        self.shared.release_cm_id(self);
+        self.to_reset();
+        self.to_init()?;
+        let mut c = self.conn.lock();
+        c.phase = Phase::Idle;
+        c.local = None;
+        c.remote = None;
+        c.deadline = None;
+        c.disconnecting = false;
+        self.broken.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+    fn posted_recvs(&self) -> u32 {
+        self.recvs_out.load(Ordering::SeqCst)
+    }
+    fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.conn.lock().local
+    }
+    fn remote_addr(&self) -> Option<SocketAddrV4> {
+        self.conn.lock().remote
+    }
+    fn destroy(&self) {
+        self.conn.lock().phase = Phase::Error;
+        self.to_error();
+        self.wait_flushed(false);
+        self.shared.release_cm_id(self);
+    }
+}
+
+impl Drop for VerbsQp {
+    fn drop(&mut self) {
+        self.shared.unregister_qp(self.qp_num);
+        self.send_cq.detach(self.cap.max_send_wr);
+        self.recv_cq.detach(self.cap.max_recv_wr);
+        // SAFETY: our QP; its cm id (if any) was destroyed by `destroy`/`reset`.
+        let rc = unsafe { ibv_destroy_qp(self.qp.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_qp: error {rc}");
+        }
+    }
+}
+
+/// Shared receive queue.
+pub(crate) struct VerbsSrq {
+    pub(super) id: u64,
+    pub(super) srq: Ptr<ibv_srq>,
+    me: Weak<VerbsSrq>,
+    _pd: Arc<PdInner>,
+    shared: Arc<Shared>,
+    max_wr: AtomicU32,
+    /// Receives posted and not completed, so a destroyed SRQ can report them flushed.
+    posted: Mutex<HashSet<u64>>,
+}
+
+impl VerbsSrq {
+    pub(super) fn create(
+        shared: &Arc<Shared>,
+        pd: &dyn crate::backend::ProtectionDomain,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> DatResult<Arc<VerbsSrq>> {
+        let pd = downcast_pd(pd)?;
+        // SAFETY: plain data.
+        let mut a: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        a.attr.max_wr = max_wr.max(1);
+        a.attr.max_sge = max_sge.max(1);
+        // SAFETY: a PD of this device.
+        let srq = unsafe { ibv_create_srq(pd.pd.0, &mut a) };
+        if srq.is_null() {
+            return Err(DatError::resources(SubType::ResourceSrq));
+        }
+        Ok(Arc::new_cyclic(|me| VerbsSrq {
+            id: shared.next_id(),
+            srq: Ptr(srq),
+            me: me.clone(),
+            _pd: pd,
+            shared: shared.clone(),
+            max_wr: AtomicU32::new(a.attr.max_wr),
+            posted: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    fn completed(&self, wr_id: u64) {
+        self.posted.lock().remove(&(wr_id & !RECV_BIT));
+    }
+}
+
+impl SharedReceiveQueue for VerbsSrq {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+        let mut sges: Vec<ibv_sge> = wr
+            .sgl
+            .iter()
+            .map(|s| ibv_sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        // SAFETY: plain data.
+        let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id | RECV_BIT;
+        w.sg_list = sges.as_mut_ptr();
+        w.num_sge = sges.len() as i32;
+        self.posted.lock().insert(wr.wr_id);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our SRQ; the request is copied by verbs.
+        let rc = unsafe { ibv_post_srq_recv(self.srq.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.posted.lock().remove(&wr.wr_id);
+            return Err(DatError::resources(SubType::ResourceSrq));
+        }
+        Ok(())
+    }
+    fn posted(&self) -> u32 {
+        self.posted.lock().len() as u32
+    }
+    fn max_wr(&self) -> u32 {
+        self.max_wr.load(Ordering::SeqCst)
+    }
+    fn resize(&self, max_wr: u32) -> DatResult<()> {
+        // SAFETY: plain data.
+        let mut a: ibv_srq_attr = unsafe { std::mem::zeroed() };
+        a.max_wr = max_wr;
+        // SAFETY: our SRQ.
+        let rc = unsafe {
+            ibv_modify_srq(
+                self.srq.0,
+                &mut a,
+                ibv_srq_attr_mask::IBV_SRQ_MAX_WR.0 as i32,
+            )
+        };
+        if rc != 0 {
+            return Err(DatError::resources(SubType::ResourceSrq));
+        }
+        self.max_wr.store(max_wr, Ordering::SeqCst);
+        Ok(())
+    }
+    fn set_limit(&self, low_watermark: u32) {
+        // SAFETY: plain data.
+        let mut a: ibv_srq_attr = unsafe { std::mem::zeroed() };
+        a.srq_limit = low_watermark;
+        // SAFETY: our SRQ.
+        let rc = unsafe {
+            ibv_modify_srq(
+                self.srq.0,
+                &mut a,
+                ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
+            )
+        };
+        if rc != 0 {
+            log::debug!("ibv_modify_srq(limit {low_watermark}): error {rc}");
+        }
+    }
+    fn destroy(&self) {
+        // Verbs drops an SRQ's receives without completions: report each one flushed, so
+        // nothing the consumer posted disappears. No QP uses the SRQ any more (DAT refuses
+        // to free an SRQ in use), so there is no CQ of a QP to report on: the completions go
+        // nowhere the core would look, and the core's own tracking retires them.
+        let left: Vec<u64> = self.posted.lock().drain().collect();
+        if !left.is_empty() {
+            log::debug!(
+                "SRQ {}: {} receives dropped with the SRQ",
+                self.id,
+                left.len()
+            );
+        }
+        let _ = &self.shared;
+    }
+}
+
+impl Drop for VerbsSrq {
+    fn drop(&mut self) {
+        // SAFETY: no QP uses the SRQ (each holds an Arc to it).
+        let rc = unsafe { ibv_destroy_srq(self.srq.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_srq: error {rc}");
+        }
+    }
+}
