@@ -653,7 +653,18 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
                 forget_id(s, qp_num);
                 destroy_id(id);
             } else {
-                fail_locked(s, &qp, &mut c, CmEvent::Disconnected { qp_num });
+                // A peer that disconnects after a failed request (a remote access it refused,
+                // or one we made) ends a broken connection, not an orderly one.
+                let broken = !c.disconnecting && qp.failed();
+                if broken {
+                    qp.broken.store(true, Ordering::SeqCst);
+                }
+                let ev = if broken {
+                    CmEvent::Broken { qp_num }
+                } else {
+                    CmEvent::Disconnected { qp_num }
+                };
+                fail_locked(s, &qp, &mut c, ev);
             }
         }
         _ => {}

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::sys::Ptr;
-use super::{Shared, RECV_BIT};
+use super::{Shared, INTERNAL_BIT, RECV_BIT};
 use crate::backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
 use crate::core::error::{DatError, DatResult, SubType};
 
@@ -105,7 +105,10 @@ impl VerbsCq {
                 break;
             }
             for wc in &wcs[..n as usize] {
-                queue.push_back(self.convert(shared.as_ref(), wc));
+                let c = self.convert(shared.as_ref(), wc);
+                if wc.wr_id & INTERNAL_BIT == 0 {
+                    queue.push_back(c);
+                }
             }
         }
     }
@@ -144,7 +147,7 @@ impl VerbsCq {
             }
         }
         WorkCompletion {
-            wr_id: wc.wr_id & !RECV_BIT,
+            wr_id: wc.wr_id & !(RECV_BIT | INTERNAL_BIT),
             status,
             opcode,
             byte_len: wc.byte_len,

@@ -150,6 +150,9 @@ pub(crate) struct VerbsMw {
     tag: AtomicU32,
     /// The rkey that grants access now (0 while unbound).
     bound: AtomicU32,
+    /// The rkey of the last bind posted, until an invalidation is posted (0: none). A type 2
+    /// window must be invalidated before it is bound again.
+    pub(super) live: AtomicU32,
     pd: Arc<PdInner>,
 }
 
@@ -162,6 +165,7 @@ impl VerbsMw {
             tag: AtomicU32::new(unsafe { (*mw.0).rkey }),
             mw: Mutex::new(mw),
             bound: AtomicU32::new(0),
+            live: AtomicU32::new(0),
             pd: pd.clone(),
         }))
     }
@@ -228,6 +232,7 @@ impl MemoryWindow for VerbsMw {
             *mw = fresh;
         }
         self.bound.store(0, Ordering::SeqCst);
+        self.live.store(0, Ordering::SeqCst);
     }
     fn dealloc(&self) {
         let mut mw = self.mw.lock();

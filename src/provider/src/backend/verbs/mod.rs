@@ -41,6 +41,9 @@ use sys::Ptr;
 /// Marks a receive's wr_id, so a completion says which queue it came from even when its
 /// opcode is undefined (failed and flushed completions). The core's ids never reach it.
 const RECV_BIT: u64 = 1 << 63;
+/// Marks a request the backend posts for itself (the invalidation before a window is bound
+/// again): its completion is accounted for and never reaches the core.
+const INTERNAL_BIT: u64 = 1 << 62;
 
 /// Private data an IB connect request carries (92 bytes minus rdma_cm's header).
 const MAX_PRIVATE_DATA: u32 = 56;

@@ -16,10 +16,10 @@ use rdma_sys::*;
 use super::cq::VerbsCq;
 use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
 use super::sys::Ptr;
-use super::{Shared, RECV_BIT};
+use super::{Shared, INTERNAL_BIT, RECV_BIT};
 use crate::backend::{
-    MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue,
-    WcOpcode, WcStatus, WorkCompletion,
+    QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, SubType};
 
@@ -296,6 +296,30 @@ impl VerbsQp {
         Some(rkey)
     }
 
+    /// Whether the hardware already put the QP in error (a responder that refused a remote
+    /// access does so), or a failed completion said the connection broke.
+    pub(super) fn failed(&self) -> bool {
+        self.send_cq.reap_now();
+        self.recv_cq.reap_now();
+        if self.broken.load(Ordering::SeqCst) {
+            return true;
+        }
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: plain data.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: our QP.
+        let rc = unsafe {
+            ibv_query_qp(
+                self.qp.0,
+                &mut a,
+                ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+                &mut init,
+            )
+        };
+        rc == 0 && a.qp_state == ibv_qp_state::IBV_QPS_ERR
+    }
+
     pub(super) fn phase(&self) -> Phase {
         self.conn.lock().phase
     }
@@ -337,11 +361,32 @@ impl QueuePair for VerbsQp {
     }
     fn post_send(&self, wr: SendWr) -> DatResult<()> {
         match self.phase() {
-            Phase::Connected | Phase::Error => {}
+            Phase::Connected => {}
+            Phase::Error => {
+                // Flushed at once, where the consumer can see it: after whatever the hardware
+                // still holds of this QP.
+                self.wait_flushed(true);
+                self.send_cq.push_synthetic(vec![WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: match wr.op {
+                        SendOp::BindMw { .. } => WcOpcode::BindMw,
+                        _ => WcOpcode::Send,
+                    },
+                    byte_len: 0,
+                    qp_num: self.qp_num,
+                    new_rkey: 0,
+                }]);
+                return Ok(());
+            }
             _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
         }
         if wr.sgl.len() > self.cap.max_send_sge as usize {
             return Err(DatError::invalid_arg(2));
+        }
+        // The request queue is as deep as the EP asked, whatever the device rounded it up to.
+        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
+            return Err(DatError::resources(SubType::ResourceTep));
         }
         let mut sges: Vec<ibv_sge> = wr
             .sgl
@@ -369,6 +414,10 @@ impl QueuePair for VerbsQp {
         }
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
         let mut bind: Option<(Arc<VerbsMw>, u32)> = None;
+        // A type 2 window is invalidated before it is bound again (posted first, same chain).
+        // SAFETY: plain data.
+        let mut inv: ibv_send_wr = unsafe { std::mem::zeroed() };
+        let mut with_inv = false;
         match &wr.op {
             SendOp::Send => {
                 w.opcode = ibv_wr_opcode::IBV_WR_SEND;
@@ -396,12 +445,23 @@ impl QueuePair for VerbsQp {
                     .downcast_ref::<VerbsMw>()
                     .ok_or(DatError::internal())?;
                 let mw_arc = mw_any.me.upgrade().ok_or(DatError::internal())?;
+                let live = mw_any.live.load(Ordering::SeqCst);
                 match mr {
                     Some(mr) if *length > 0 => {
                         let vmr = mr
                             .as_any()
                             .downcast_ref::<VerbsMr>()
                             .ok_or(DatError::internal())?;
+                        if live != 0 {
+                            if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
+                                return Err(DatError::resources(SubType::ResourceTep));
+                            }
+                            inv.wr_id = INTERNAL_BIT;
+                            inv.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                            inv.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                            inv.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                            with_inv = true;
+                        }
                         w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
                         w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
                         w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
@@ -409,13 +469,13 @@ impl QueuePair for VerbsQp {
                         w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
                         w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
                         w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
+                        mw_any.live.store(*new_rkey, Ordering::SeqCst);
                         bind = Some((mw_arc, *new_rkey));
                     }
                     _ => {
-                        let current = mw_any.rkey();
-                        if current == 0 {
+                        if live == 0 {
                             // Not bound: nothing to invalidate. Complete the unbind here, as
-                            // the hardware would (no data moves, so order is kept).
+                            // the hardware would (no data moves).
                             self.send_cq.push_synthetic(vec![WorkCompletion {
                                 wr_id: wr.wr_id,
                                 status: WcStatus::Success,
@@ -427,7 +487,8 @@ impl QueuePair for VerbsQp {
                             return Ok(());
                         }
                         w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                        w.imm_data_invalidated_rkey_union.invalidated_rkey = current;
+                        w.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                        mw_any.live.store(0, Ordering::SeqCst);
                         // After the invalidation the window grants nothing.
                         bind = Some((mw_arc, 0));
                     }
@@ -444,13 +505,20 @@ impl QueuePair for VerbsQp {
         if let Some(b) = bind {
             self.binds.lock().insert(wr.wr_id, b);
         }
-        self.sends_out.fetch_add(1, Ordering::SeqCst);
+        let posted = if with_inv { 2 } else { 1 };
+        self.sends_out.fetch_add(posted, Ordering::SeqCst);
+        let head: *mut ibv_send_wr = if with_inv {
+            inv.next = &mut w;
+            &mut inv
+        } else {
+            &mut w
+        };
         let mut bad = std::ptr::null_mut();
-        // SAFETY: our QP; the work request and its scatter list live across the call (verbs
+        // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
         // copies them, or the inline payload, before returning).
-        let rc = unsafe { ibv_post_send(self.qp.0, &mut w, &mut bad) };
+        let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
         if rc != 0 {
-            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            self.sends_out.fetch_sub(posted, Ordering::SeqCst);
             self.binds.lock().remove(&wr.wr_id);
             log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
             return Err(DatError::resources(SubType::ResourceTep));
@@ -463,6 +531,22 @@ impl QueuePair for VerbsQp {
         }
         if wr.sgl.len() > self.cap.max_recv_sge as usize {
             return Err(DatError::invalid_arg(2));
+        }
+        if self.phase() == Phase::Error {
+            // Flushed at once (see post_send).
+            self.wait_flushed(false);
+            self.recv_cq.push_synthetic(vec![WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::Flushed,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                qp_num: self.qp_num,
+                new_rkey: 0,
+            }]);
+            return Ok(());
+        }
+        if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
+            return Err(DatError::resources(SubType::ResourceTep));
         }
         let mut sges: Vec<ibv_sge> = wr
             .sgl
