@@ -153,6 +153,9 @@ pub(crate) struct VerbsMw {
     /// The rkey of the last bind posted, until an invalidation is posted (0: none). A type 2
     /// window must be invalidated before it is bound again.
     pub(super) live: AtomicU32,
+    /// The QP the last bind went through: a type 2 binding holds its QP, which cannot be
+    /// destroyed promptly until the window lets go (see `VerbsQp::release_windows`).
+    pub(super) bound_qp: AtomicU32,
     pd: Arc<PdInner>,
 }
 
@@ -166,6 +169,7 @@ impl VerbsMw {
             mw: Mutex::new(mw),
             bound: AtomicU32::new(0),
             live: AtomicU32::new(0),
+            bound_qp: AtomicU32::new(0),
             pd: pd.clone(),
         }))
     }
@@ -233,6 +237,7 @@ impl MemoryWindow for VerbsMw {
         }
         self.bound.store(0, Ordering::SeqCst);
         self.live.store(0, Ordering::SeqCst);
+        self.bound_qp.store(0, Ordering::SeqCst);
     }
     fn dealloc(&self) {
         let mut mw = self.mw.lock();

@@ -18,7 +18,7 @@ use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT};
 use crate::backend::{
-    QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, WcOpcode,
+    MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, WcOpcode,
     WcStatus, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, SubType};
@@ -64,6 +64,8 @@ pub(crate) struct VerbsQp {
     binds: Mutex<HashMap<u64, (Arc<VerbsMw>, u32)>>,
     /// A non-flush error completion was seen: the connection is broken (reported once).
     pub(super) broken: AtomicBool,
+    /// Windows bound through this QP.
+    windows: Mutex<Vec<Weak<VerbsMw>>>,
 }
 
 impl VerbsQp {
@@ -159,6 +161,7 @@ impl VerbsQp {
             recvs_out: AtomicU32::new(0),
             binds: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
+            windows: Mutex::new(Vec::new()),
         });
         me.to_init()?;
         shared.register_qp(&me);
@@ -320,6 +323,18 @@ impl VerbsQp {
         rc == 0 && a.qp_state == ibv_qp_state::IBV_QPS_ERR
     }
 
+    /// Ends the bindings of windows last bound through this QP. A type 2 binding holds its
+    /// QP (rxe waits about 50 s in ibv_destroy_qp for it), and a window bound through a QP
+    /// that is gone grants nothing anyway.
+    fn release_windows(&self) {
+        let windows = std::mem::take(&mut *self.windows.lock());
+        for w in windows.iter().filter_map(|w| w.upgrade()) {
+            if w.bound_qp.load(Ordering::SeqCst) == self.qp_num {
+                w.invalidate();
+            }
+        }
+    }
+
     pub(super) fn phase(&self) -> Phase {
         self.conn.lock().phase
     }
@@ -418,6 +433,8 @@ impl QueuePair for VerbsQp {
         // SAFETY: plain data.
         let mut inv: ibv_send_wr = unsafe { std::mem::zeroed() };
         let mut with_inv = false;
+        let mut bound_mw: *mut ibv_mw = std::ptr::null_mut();
+        let mut bind_rkey = 0u32;
         match &wr.op {
             SendOp::Send => {
                 w.opcode = ibv_wr_opcode::IBV_WR_SEND;
@@ -471,6 +488,10 @@ impl QueuePair for VerbsQp {
                         w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
                         mw_any.live.store(*new_rkey, Ordering::SeqCst);
                         bind = Some((mw_arc, *new_rkey));
+                        bound_mw = mw_any.raw();
+                        mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
+                        self.windows.lock().push(mw_any.me.clone());
+                        bind_rkey = *new_rkey;
                     }
                     _ => {
                         if live == 0 {
@@ -522,6 +543,13 @@ impl QueuePair for VerbsQp {
             self.binds.lock().remove(&wr.wr_id);
             log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
             return Err(DatError::resources(SubType::ResourceTep));
+        }
+        if !bound_mw.is_null() {
+            // The device names a window by its current rkey in the next bind request; verbs
+            // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
+            // this QP; if it fails, `invalidate` replaces the window).
+            // SAFETY: our window, alive while the core holds its RMR.
+            unsafe { (*bound_mw).rkey = bind_rkey };
         }
         Ok(())
     }
@@ -608,12 +636,14 @@ impl QueuePair for VerbsQp {
         self.to_error();
         self.wait_flushed(false);
         self.shared.release_cm_id(self);
+        self.release_windows();
     }
 }
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
         self.shared.unregister_qp(self.qp_num);
+        self.release_windows();
         self.send_cq.detach(self.cap.max_send_wr);
         self.recv_cq.detach(self.cap.max_recv_wr);
         // SAFETY: our QP; its cm id (if any) was destroyed by `destroy`/`reset`.
