@@ -299,8 +299,29 @@ impl VerbsDevice {
             sys::set_nonblocking((*cm_channel).fd);
             sys::set_nonblocking((*ctx.0).async_fd);
         }
+        // SAFETY: plain data; a live context.
+        let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+        let gid = if unsafe { ibv_query_gid(ctx.0, p.port, p.gid_index as i32, &mut gid) } == 0 {
+            // SAFETY: the raw view of the union.
+            let raw = unsafe { gid.raw };
+            raw.chunks(2)
+                .map(|c| format!("{:x}", u16::from_be_bytes([c[0], c[1]])))
+                .collect::<Vec<_>>()
+                .join(":")
+        } else {
+            "?".to_string()
+        };
         let shared = Arc::new(Shared {
-            name: format!("{} port {} ({})", p.device, p.port, p.netdev),
+            // What datinfo shows as the adapter: device, port, interface, GID, link.
+            name: format!(
+                "{} port {} ({}, GID[{}] {}, link active, MTU {})",
+                p.device,
+                p.port,
+                p.netdev,
+                p.gid_index,
+                gid,
+                128u32 << pa.active_mtu
+            ),
             addr: p.addr.unwrap_or(Ipv4Addr::UNSPECIFIED),
             port: p.port,
             ctx,
