@@ -84,7 +84,10 @@ pub struct SendWr {
     pub wr_id: u64,
     pub op: SendOp,
     pub sgl: Vec<Sge>,
-    /// Generate a completion on success (errors always complete).
+    /// Whether the consumer waits for this request's success. Every request is reported
+    /// (the core retires its tracking with the completion), but one that is not signaled may
+    /// be reported late: the verbs backend posts it unsignaled and reports its success when
+    /// a later request of the queue pair completes.
     pub signaled: bool,
     pub solicited: bool,
     /// Do not start until every earlier request on this QP has completed.

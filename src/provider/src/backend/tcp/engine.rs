@@ -46,7 +46,6 @@ pub(crate) struct ListenerEntry {
 struct Outstanding {
     wr_id: u64,
     opcode: WcOpcode,
-    signaled: bool,
     len: u32,
     seq: u64,
     read_sgl: Vec<Sge>,
@@ -678,9 +677,6 @@ impl Engine {
 
     fn complete(&mut self, qp: u32, o: &Outstanding, status: WcStatus) {
         let Some(e) = self.qps.get(&qp) else { return };
-        if status == WcStatus::Success && !o.signaled {
-            return;
-        }
         let cq = e.send_cq.clone();
         self.push_wc(
             &cq,
@@ -819,7 +815,6 @@ impl Engine {
         let mut o = Outstanding {
             wr_id: wr.wr_id,
             opcode,
-            signaled: wr.signaled,
             len: 0,
             seq,
             read_sgl: Vec::new(),

@@ -105,15 +105,19 @@ impl VerbsCq {
                 break;
             }
             for wc in &wcs[..n as usize] {
-                let c = self.convert(shared.as_ref(), wc);
-                if wc.wr_id & INTERNAL_BIT == 0 {
-                    queue.push_back(c);
-                }
+                self.convert(shared.as_ref(), wc, queue);
             }
         }
     }
 
-    fn convert(&self, shared: Option<&Arc<Shared>>, wc: &ibv_wc) -> WorkCompletion {
+    /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
+    /// the backend's own requests are accounted for and not queued).
+    fn convert(
+        &self,
+        shared: Option<&Arc<Shared>>,
+        wc: &ibv_wc,
+        queue: &mut VecDeque<WorkCompletion>,
+    ) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
         let status = status_of(wc.status);
         if status != WcStatus::Success && status != WcStatus::Flushed {
@@ -141,19 +145,22 @@ impl VerbsCq {
         };
         let mut new_rkey = 0;
         if let Some(qp) = &qp {
-            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status) {
+            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, queue) {
                 opcode = WcOpcode::BindMw;
                 new_rkey = rkey;
             }
         }
-        WorkCompletion {
-            wr_id: wc.wr_id & !(RECV_BIT | INTERNAL_BIT),
+        if wc.wr_id & INTERNAL_BIT != 0 {
+            return;
+        }
+        queue.push_back(WorkCompletion {
+            wr_id: wc.wr_id & !RECV_BIT,
             status,
             opcode,
             byte_len: wc.byte_len,
             qp_num: wc.qp_num,
             new_rkey,
-        }
+        });
     }
 
     /// Reaps the hardware CQ (the backend's own progress: QP teardown waiting for flushes).

@@ -4,7 +4,7 @@
 //! The QP exists from dat_ep_create on, before any connection: it is taken to INIT at once so
 //! receives can be posted early, and to RTR/RTS when rdma_cm has a path (see `cm.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -18,8 +18,8 @@ use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT};
 use crate::backend::{
-    MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, WcOpcode,
-    WcStatus, WorkCompletion,
+    MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, SubType};
 
@@ -66,6 +66,15 @@ pub(crate) struct VerbsQp {
     pub(super) broken: AtomicBool,
     /// Windows bound through this QP.
     windows: Mutex<Vec<Weak<VerbsMw>>>,
+    /// The send queue as posted (held across ibv_post_send, so it is in posting order).
+    sq: Mutex<SendQueue>,
+}
+
+/// Posted send requests, oldest first, and how many unsignaled ones were posted in a row.
+#[derive(Default)]
+struct SendQueue {
+    posted: VecDeque<u64>,
+    unsignaled_run: u32,
 }
 
 impl VerbsQp {
@@ -162,6 +171,7 @@ impl VerbsQp {
             binds: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
+            sq: Mutex::new(SendQueue::default()),
         });
         me.to_init()?;
         shared.register_qp(&me);
@@ -271,7 +281,15 @@ impl VerbsQp {
     }
 
     /// Accounts for one completion of this QP; returns the new rkey when it was a window bind.
-    pub(super) fn completed(&self, wr_id: u64, is_recv: bool, status: WcStatus) -> Option<u32> {
+    /// Unsignaled requests it retires are queued to `queue` first, as successes: a send queue
+    /// completes in order, so everything posted before a completed request has completed.
+    pub(super) fn completed(
+        &self,
+        wr_id: u64,
+        is_recv: bool,
+        status: WcStatus,
+        queue: &mut VecDeque<WorkCompletion>,
+    ) -> Option<u32> {
         if is_recv {
             match &self.srq {
                 Some(s) => s.completed(wr_id),
@@ -280,7 +298,23 @@ impl VerbsQp {
                 }
             }
         } else {
-            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            let mut sq = self.sq.lock();
+            while let Some(front) = sq.posted.pop_front() {
+                self.sends_out.fetch_sub(1, Ordering::SeqCst);
+                if front == wr_id {
+                    break;
+                }
+                if front & INTERNAL_BIT == 0 {
+                    queue.push_back(WorkCompletion {
+                        wr_id: front,
+                        status: WcStatus::Success,
+                        opcode: WcOpcode::Send,
+                        byte_len: 0,
+                        qp_num: self.qp_num,
+                        new_rkey: 0,
+                    });
+                }
+            }
         }
         if status != WcStatus::Success
             && status != WcStatus::Flushed
@@ -418,9 +452,6 @@ impl QueuePair for VerbsQp {
         w.sg_list = sges.as_mut_ptr();
         w.num_sge = sges.len() as i32;
         let mut flags = 0u32;
-        if wr.signaled {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
         if wr.solicited {
             flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
         }
@@ -522,12 +553,27 @@ impl QueuePair for VerbsQp {
         {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        w.send_flags = flags;
         if let Some(b) = bind {
             self.binds.lock().insert(wr.wr_id, b);
         }
+        // Unsignaled only for a request whose success nobody waits for, and never so many
+        // in a row that the device could not reclaim its send queue (it frees slots when a
+        // signaled completion is reaped). The lock is held across the post so the queue's
+        // record is in posting order.
+        let mut sq = self.sq.lock();
+        let signaled = wr.signaled
+            || matches!(wr.op, SendOp::BindMw { .. })
+            || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
+        if signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        w.send_flags = flags;
         let posted = if with_inv { 2 } else { 1 };
         self.sends_out.fetch_add(posted, Ordering::SeqCst);
+        if with_inv {
+            sq.posted.push_back(INTERNAL_BIT);
+        }
+        sq.posted.push_back(wr.wr_id);
         let head: *mut ibv_send_wr = if with_inv {
             inv.next = &mut w;
             &mut inv
@@ -540,10 +586,15 @@ impl QueuePair for VerbsQp {
         let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
         if rc != 0 {
             self.sends_out.fetch_sub(posted, Ordering::SeqCst);
+            for _ in 0..posted {
+                sq.posted.pop_back();
+            }
             self.binds.lock().remove(&wr.wr_id);
             log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
             return Err(DatError::resources(SubType::ResourceTep));
         }
+        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        drop(sq);
         if !bound_mw.is_null() {
             // The device names a window by its current rkey in the next bind request; verbs
             // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
