@@ -24,7 +24,7 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 TEST_DEBS   := gcc make pkg-config python3 iproute2 libdapl-dev libdapl2 dapl2-utils \
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
 
-.PHONY: all libs tools header test test-rust test-c deps install uninstall clean
+.PHONY: all libs tools header test test-rust test-c test-verbs deps install uninstall clean
 
 all: libs tools
 
@@ -108,7 +108,7 @@ endef
 deps:
 	$(call apt_install,$(TEST_DEBS))
 
-test: deps all test-rust test-c
+test: deps all test-rust test-c test-verbs
 
 test-rust:
 	$(CARGO) run -q -p udapl-tools --bin gen-header -- --verify
@@ -116,6 +116,13 @@ test-rust:
 
 test-c: all
 	$(MAKE) -C tests-c test
+
+# The verbs layer: the RDMA-applicable tests in a soft-RoCE qemu guest
+# (tests-c/verbs-guest.sh; scripts/rxe-vm installs qemu and the guest kernel
+# itself; the guest's DAT/RDMA tools are in TEST_DEBS). `test` lists it
+# after test-c.
+test-verbs: deps all
+	$(MAKE) -C tests-c test-verbs
 
 # ---------------------------------------------------------------- install
 

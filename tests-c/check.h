@@ -4,6 +4,7 @@
 #ifndef TESTS_C_CHECK_H
 #define TESTS_C_CHECK_H
 #include <stdio.h>
+#include <stdlib.h>
 
 /* An error code as providers compose it: class, type and subtype. */
 #define ERRCODE(type, sub) ((DAT_RETURN)(DAT_CLASS_ERROR | (type) | (sub)))
@@ -29,6 +30,15 @@ static int check_passed, check_failed;
 		CHECK(check_rc_ == (DAT_RETURN)(want), "%s = %#x, want %#x",   \
 		      #expr, (unsigned)check_rc_, (unsigned)(want));           \
 	} while (0)
+
+/* The IA the provider tests open: $DAT_TEST_IA (a dat.conf entry name), by
+ * default our TCP provider's rs-tcp. The same binaries run unchanged against
+ * a verbs entry in the soft-RoCE guest (tests-c/verbs-guest.sh). */
+static inline const char *dat_test_ia(void)
+{
+	const char *name = getenv("DAT_TEST_IA");
+	return name && *name ? name : "rs-tcp";
+}
 
 static inline int check_summary(const char *name)
 {

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs the C tests and conformance checks given as arguments (programs or
 # scripts), each under a timeout, and adds up their "N passed, N failed"
-# lines into one total line.
+# lines into one total line, "$RUN_TESTS_NAME: N passed, N failed"
+# (default name tests-c). Each runs under $RUN_TESTS_TIMEOUT seconds
+# (default 120).
 set -u
+name=${RUN_TESTS_NAME:-tests-c}
+limit=${RUN_TESTS_TIMEOUT:-120}
 passed=0 failed=0
 for t in "$@"; do
 	echo "== $t"
-	out=$(timeout 120 "$t" 2>&1); rc=$?
+	out=$(timeout "$limit" "$t" 2>&1); rc=$?
 	printf '%s\n' "$out"
 	line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -1)
 	if [ -n "$line" ]; then
@@ -19,5 +23,5 @@ for t in "$@"; do
 	if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; echo "$t: exit status $rc"; fi
 	passed=$((passed + p)) failed=$((failed + f))
 done
-echo "tests-c: $passed passed, $failed failed"
+echo "$name: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -1,9 +1,10 @@
 /* The return codes and rules of the seed pages dat_ep_post_send,
  * dat_ep_post_rdma_read and dat_rmr_bind (DAT 1.2 pages, applied to the
  * DAT 2.0 calls), plus the matching rules of post_recv and post_rdma_write,
- * through our libdat2 and rs-tcp on 127.0.0.1. Two IAs in one process: side
- * A connects, side B accepts on a PSP from dat_psp_create_any. Every wait
- * has a timeout; nothing sleeps.
+ * through our libdat2 and the IA $DAT_TEST_IA (default rs-tcp, on
+ * 127.0.0.1; tests-c/verbs-guest.sh runs it on soft-RoCE). Two IAs in one
+ * process: side A connects to side B's IA address, B accepts on a PSP from
+ * dat_psp_create_any. Every wait has a timeout; nothing sleeps.
  *
  * Rules of the pages that cannot be tested here, and why:
  * - DAT_PROTECTION_VIOLATION / DAT_PRIVILEGES_VIOLATION for the *remote*
@@ -167,7 +168,7 @@ static void test_states(void)
 	{
 		DAT_CONN_QUAL q = 0;
 		DAT_PSP_HANDLE psp = listen_any(&B, &q);
-		CHECK_RC(dat_ep_connect(A.ep, loopback(), q, WAIT_US, 0, NULL, DAT_QOS_BEST_EFFORT,
+		CHECK_RC(dat_ep_connect(A.ep, ia_address(ia_b), q, WAIT_US, 0, NULL, DAT_QOS_BEST_EFFORT,
 					DAT_CONNECT_DEFAULT_FLAG),
 			 DAT_SUCCESS);
 		CHECK(ep_state(A.ep) == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING, "connecting EP state %u",
@@ -629,7 +630,8 @@ static void test_resources(void)
 	DAT_RMR_TRIPLET rem = rseg(rc_b, bbuf, 8);
 
 	/* A's request queue holds 2. B posts no receive, so A's two sends stay
-	 * outstanding (a TCP target holds a send until a receive comes). */
+	 * outstanding (a TCP target holds a send until a receive comes; an RDMA
+	 * one answers RNR and the sender retries). */
 	new_eps(0, 2);
 	if (!connect_pair(&A, &B)) {
 		free_eps();
@@ -932,8 +934,8 @@ int main(void)
 	alarm(100); /* a hang fails the test rather than the run */
 	catch_sigpipe();
 	DAT_EVD_HANDLE async_a = DAT_HANDLE_NULL, async_b = DAT_HANDLE_NULL;
-	CHECK_RC(dat_ia_open("rs-tcp", 8, &async_a, &ia_a), DAT_SUCCESS);
-	CHECK_RC(dat_ia_open("rs-tcp", 8, &async_b, &ia_b), DAT_SUCCESS);
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);
 	if (check_failed)
 		return check_summary("test_dto_rules");
 	CHECK_RC(dat_pz_create(ia_a, &pz_a), DAT_SUCCESS);

@@ -1,6 +1,7 @@
-/* Our provider (rs-tcp) through our libdat2: for every object type, NULL,
- * freed and wrong-type handles give DAT_INVALID_HANDLE with the object's
- * subtype and never crash; and the "in use" rules of DAT 2.0 hold. */
+/* Our provider ($DAT_TEST_IA, default rs-tcp) through our libdat2: for
+ * every object type, NULL, freed and wrong-type handles give
+ * DAT_INVALID_HANDLE with the object's subtype and never crash; and the
+ * "in use" rules of DAT 2.0 hold. */
 #include <dat2/udat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,13 +137,13 @@ int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
 	async_evd = DAT_HANDLE_NULL;
-	CHECK_RC(dat_ia_open("rs-tcp", 8, &async_evd, &ia), DAT_SUCCESS);
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_evd, &ia), DAT_SUCCESS);
 	if (check_failed)
 		return check_summary("test_provider_handles");
 	freed_and_wrong_type();
 	/* a graceful close of an IA with nothing left succeeds */
 	async_evd = DAT_HANDLE_NULL;
-	CHECK_RC(dat_ia_open("rs-tcp", 8, &async_evd, &ia), DAT_SUCCESS);
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_evd, &ia), DAT_SUCCESS);
 	CHECK_RC(dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
 	return check_summary("test_provider_handles");
 }

@@ -8,7 +8,8 @@
  * DAT_DTO_ERR_FLUSHED, executes nothing posted after the violation, and
  * leaves the target's memory (and for reads the initiator's buffer)
  * untouched. Another connection between the same two IAs keeps working.
- * Two IAs in one process, rs-tcp on 127.0.0.1; every wait has a timeout. */
+ * Two IAs in one process of the IA $DAT_TEST_IA (default rs-tcp, on
+ * 127.0.0.1); every wait has a timeout. */
 #include <dat2/udat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,9 @@ static void marker(struct side *s, int recv, uint64_t cookie, const char *what)
 	}
 }
 
+/* The IA is a soft-RoCE device (rxe), which does not check a window's own bounds. */
+static int window_bounds_unchecked;
+
 static void violation(enum kind k, int suppress)
 {
 	const char *name = kind_name[k];
@@ -121,8 +125,20 @@ static void violation(enum kind k, int suppress)
 	if (k == READ_NO_PRIVILEGE)
 		priv = DAT_MEM_PRIV_REMOTE_WRITE_FLAG;
 	CHECK_RC(dat_rmr_create(pz_b, &rmr), DAT_SUCCESS);
-	t = seg(lc_b, bbuf + WIN_OFF, WIN_LEN);
-	CHECK_RC(dat_rmr_bind(rmr, lmr_b, &t, priv, DAT_VA_TYPE_VA, B.ep, ck(0x10), 0, &ctx), DAT_SUCCESS);
+	/* Soft-RoCE checks an access against the window's memory region but not against the
+	 * window's own bounds (real NICs check both): there the bounds cases bind a window that
+	 * fills an LMR of its own, so past its end or before its start is outside the region
+	 * too. Everywhere else the window lies inside the larger LMR, as applications bind it. */
+	DAT_LMR_HANDLE lmr_win = lmr_b;
+	DAT_LMR_CONTEXT lc_win = lc_b;
+	int own_lmr = window_bounds_unchecked &&
+		      (k == WRITE_PAST_END || k == READ_PAST_END || k == WRITE_BEFORE_START);
+	if (own_lmr) {
+		printf("-- (soft-RoCE: the window fills an LMR of its own, see above)\n");
+		lmr_win = lmr_make(ia_b, pz_b, bbuf + WIN_OFF, WIN_LEN, DAT_MEM_PRIV_ALL_FLAG, &lc_win, NULL);
+	}
+	t = seg(lc_win, bbuf + WIN_OFF, WIN_LEN);
+	CHECK_RC(dat_rmr_bind(rmr, lmr_win, &t, priv, DAT_VA_TYPE_VA, B.ep, ck(0x10), 0, &ctx), DAT_SUCCESS);
 	expect_bind(B.req, rmr, 0x10, DAT_RMR_BIND_SUCCESS, "bind of the window");
 
 	switch (k) {
@@ -224,6 +240,8 @@ static void violation(enum kind k, int suppress)
 	side_free_ep(&A);
 	side_free_ep(&B);
 	CHECK_RC(dat_rmr_free(rmr), DAT_SUCCESS);
+	if (own_lmr)
+		CHECK_RC(dat_lmr_free(lmr_win), DAT_SUCCESS);
 	bystander_works(name);
 }
 
@@ -233,10 +251,11 @@ int main(void)
 	alarm(100); /* a hang fails the test rather than the run */
 	catch_sigpipe();
 	DAT_EVD_HANDLE async_a = DAT_HANDLE_NULL, async_b = DAT_HANDLE_NULL;
-	CHECK_RC(dat_ia_open("rs-tcp", 8, &async_a, &ia_a), DAT_SUCCESS);
-	CHECK_RC(dat_ia_open("rs-tcp", 8, &async_b, &ia_b), DAT_SUCCESS);
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);
 	if (check_failed)
 		return check_summary("test_remote_violation");
+	window_bounds_unchecked = ia_adapter_is(ia_b, "rxe");
 	CHECK_RC(dat_pz_create(ia_a, &pz_a), DAT_SUCCESS);
 	CHECK_RC(dat_pz_create(ia_b, &pz_b), DAT_SUCCESS);
 	CHECK_RC(dat_pz_create(ia_b, &pz_b2), DAT_SUCCESS);
