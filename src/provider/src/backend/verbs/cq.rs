@@ -5,8 +5,10 @@
 //! destroyed or reset is empty) without taking them away from the EVD that reports them.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use rdma_sys::*;
@@ -28,6 +30,8 @@ pub(crate) struct VerbsCq {
     /// the CQ cannot overrun (an overrun is fatal to every QP on it).
     cqe: AtomicU32,
     attached: AtomicU32,
+    /// Ends a `drive` (an eventfd).
+    interrupt: OwnedFd,
 }
 
 impl VerbsCq {
@@ -51,6 +55,15 @@ impl VerbsCq {
         // SAFETY: a CQ we just created.
         unsafe { ibv_req_notify_cq(cq, 0) };
         let actual = unsafe { (*cq).cqe } as u32;
+        // SAFETY: a plain syscall; the descriptor is owned from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            // SAFETY: the CQ we just created, used by nobody.
+            unsafe { ibv_destroy_cq(cq) };
+            return Err(DatError::resources(SubType::ResourceMemory));
+        }
+        // SAFETY: a descriptor we own.
+        let interrupt = unsafe { OwnedFd::from_raw_fd(fd) };
         let me = Arc::new(VerbsCq {
             id,
             cq: Ptr(cq),
@@ -60,6 +73,7 @@ impl VerbsCq {
             depth: AtomicU32::new(depth),
             cqe: AtomicU32::new(actual),
             attached: AtomicU32::new(0),
+            interrupt,
         });
         shared.cqs.lock().insert(id, Arc::downgrade(&me));
         Ok(me)
@@ -214,6 +228,59 @@ impl CompletionQueue for VerbsCq {
     }
     fn depth(&self) -> u32 {
         self.depth.load(Ordering::SeqCst)
+    }
+    /// Sleeps on the IA's completion channel itself, so the kernel wakes the waiting thread
+    /// when a completion arrives (instead of the event thread, which would then have to wake
+    /// it). Events of other CQs of the IA met meanwhile are handled here as the event thread
+    /// would.
+    fn drive(&self, deadline: Option<Instant>) -> bool {
+        let Some(shared) = self.shared.upgrade() else {
+            return false;
+        };
+        // Bounded, so a lost wake-up costs a round of the caller's loop, never a hang.
+        let mut timeout_ms: i32 = 1000;
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            timeout_ms = timeout_ms.min(left.as_millis().min(i32::MAX as u128) as i32);
+        }
+        // SAFETY: the channel lives as long as `shared`.
+        let comp_fd = unsafe { (*shared.comp_channel.0).fd };
+        let mut fds = [
+            libc::pollfd {
+                fd: comp_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.interrupt.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if n > 0 {
+            if fds[1].revents != 0 {
+                let mut v: u64 = 0;
+                // SAFETY: reading our eventfd.
+                unsafe { libc::read(self.interrupt.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+            }
+            if fds[0].revents != 0 {
+                super::completion_events(&shared);
+            }
+        }
+        true
+    }
+    fn interrupt(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe {
+            libc::write(
+                self.interrupt.as_raw_fd(),
+                &one as *const u64 as *const _,
+                8,
+            )
+        };
     }
 }
 

@@ -430,7 +430,7 @@ fn event_loop(s: Arc<Shared>) {
 
 /// Completion channel events: acknowledge, re-arm, then let the CQ's consumer reap it (the
 /// re-arm comes first so a completion arriving meanwhile raises a new event).
-fn completion_events(s: &Arc<Shared>) {
+pub(super) fn completion_events(s: &Arc<Shared>) {
     loop {
         let mut cq: *mut ibv_cq = std::ptr::null_mut();
         let mut ctx: *mut libc::c_void = std::ptr::null_mut();
