@@ -5,7 +5,7 @@
 //! destroyed or reset is empty) without taking them away from the EVD that reports them.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -55,15 +55,11 @@ impl VerbsCq {
         // SAFETY: a CQ we just created.
         unsafe { ibv_req_notify_cq(cq, 0) };
         let actual = unsafe { (*cq).cqe } as u32;
-        // SAFETY: a plain syscall; the descriptor is owned from here on.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
+        let Some(interrupt) = super::sys::eventfd() else {
             // SAFETY: the CQ we just created, used by nobody.
             unsafe { ibv_destroy_cq(cq) };
             return Err(DatError::resources(SubType::ResourceMemory));
-        }
-        // SAFETY: a descriptor we own.
-        let interrupt = unsafe { OwnedFd::from_raw_fd(fd) };
+        };
         let me = Arc::new(VerbsCq {
             id,
             cq: Ptr(cq),
@@ -261,9 +257,7 @@ impl CompletionQueue for VerbsCq {
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
         if n > 0 {
             if fds[1].revents != 0 {
-                let mut v: u64 = 0;
-                // SAFETY: reading our eventfd.
-                unsafe { libc::read(self.interrupt.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+                super::sys::eventfd_clear(&self.interrupt);
             }
             if fds[0].revents != 0 {
                 super::completion_events(&shared);
@@ -272,15 +266,7 @@ impl CompletionQueue for VerbsCq {
         true
     }
     fn interrupt(&self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes to our eventfd.
-        unsafe {
-            libc::write(
-                self.interrupt.as_raw_fd(),
-                &one as *const u64 as *const _,
-                8,
-            )
-        };
+        super::sys::eventfd_signal(&self.interrupt);
     }
 }
 

@@ -20,7 +20,7 @@ mod sys;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
@@ -127,9 +127,7 @@ impl Shared {
 
     /// Wakes the event thread.
     fn kick(&self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), &one as *const u64 as *const _, 8) };
+        sys::eventfd_signal(&self.wake);
     }
 
     /// Hands a connection event to the core (on the event thread, holding no lock of ours).
@@ -286,13 +284,14 @@ impl VerbsDevice {
             unsafe { ibv_destroy_comp_channel(comp_channel) };
             return Err(DatError::resources(SubType::ResourceDevice));
         }
-        // SAFETY: eventfd is a plain syscall; the descriptor is owned from here on.
-        let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if wake < 0 {
+        let Some(wake) = sys::eventfd() else {
+            // SAFETY: the channels we just created, used by nobody.
+            unsafe {
+                rdma_destroy_event_channel(cm_channel);
+                ibv_destroy_comp_channel(comp_channel);
+            }
             return Err(DatError::resources(SubType::ResourceDevice));
-        }
-        // SAFETY: a descriptor we own.
-        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        };
         // SAFETY: descriptors of the objects above.
         unsafe {
             sys::set_nonblocking((*comp_channel).fd);
@@ -404,9 +403,7 @@ fn event_loop(s: Arc<Shared>) {
             break;
         }
         if fds[3].revents != 0 {
-            let mut v: u64 = 0;
-            // SAFETY: reading our eventfd.
-            unsafe { libc::read(wake_fd, &mut v as *mut u64 as *mut _, 8) };
+            sys::eventfd_clear(&s.wake);
         }
         if fds[0].revents != 0 {
             completion_events(&s);

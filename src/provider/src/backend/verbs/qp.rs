@@ -437,15 +437,7 @@ impl QueuePair for VerbsQp {
         if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
             return Err(DatError::resources(SubType::ResourceTep));
         }
-        let mut sges: Vec<ibv_sge> = wr
-            .sgl
-            .iter()
-            .map(|s| ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = super::sys::sge_list(&wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
@@ -627,15 +619,7 @@ impl QueuePair for VerbsQp {
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
             return Err(DatError::resources(SubType::ResourceTep));
         }
-        let mut sges: Vec<ibv_sge> = wr
-            .sgl
-            .iter()
-            .map(|s| ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = super::sys::sge_list(&wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
@@ -758,15 +742,7 @@ impl SharedReceiveQueue for VerbsSrq {
         self.id
     }
     fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
-        let mut sges: Vec<ibv_sge> = wr
-            .sgl
-            .iter()
-            .map(|s| ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = super::sys::sge_list(&wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;

@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 /// A native verbs object owned by one of our wrappers. The wrappers decide when it is freed;
@@ -28,6 +29,38 @@ impl<T> Ptr<T> {
     pub fn is_null(&self) -> bool {
         self.0.is_null()
     }
+}
+
+/// A non-blocking eventfd: one thread sleeps in poll(2) on it, others `signal` it.
+pub(super) fn eventfd() -> Option<OwnedFd> {
+    // SAFETY: a plain syscall; the descriptor is owned from here on.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: a descriptor we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub(super) fn eventfd_signal(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes to an eventfd.
+    unsafe { libc::write(fd.as_raw_fd(), &one as *const u64 as *const _, 8) };
+}
+
+/// Clears a signalled eventfd.
+pub(super) fn eventfd_clear(fd: &OwnedFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reading 8 bytes from an eventfd.
+    unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+}
+
+/// The 2.0 triplets of a request as the device's scatter list (same layout, no copy of data).
+pub(super) fn sge_list(sgl: &[crate::backend::Sge]) -> Vec<rdma_sys::ibv_sge> {
+    sgl.iter()
+        .map(|s| rdma_sys::ibv_sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect()
 }
 
 pub(super) fn errno() -> i32 {
