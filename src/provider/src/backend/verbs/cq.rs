@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -32,6 +32,19 @@ pub(crate) struct VerbsCq {
     attached: AtomicU32,
     /// Ends a `drive` (an eventfd).
     interrupt: OwnedFd,
+    /// The thread in `drive` (0: none): it needs no interrupt for events it queues itself.
+    driver: AtomicU64,
+}
+
+/// How long a waiting consumer polls the hardware queue before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// A small id of the calling thread (never 0).
+fn thread_token() -> u64 {
+    use std::sync::atomic::AtomicU64 as Counter;
+    static NEXT: Counter = Counter::new(1);
+    thread_local!(static ME: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    ME.with(|m| *m)
 }
 
 impl VerbsCq {
@@ -70,6 +83,7 @@ impl VerbsCq {
             cqe: AtomicU32::new(actual),
             attached: AtomicU32::new(0),
             interrupt,
+            driver: AtomicU64::new(0),
         });
         shared.cqs.lock().insert(id, Arc::downgrade(&me));
         Ok(me)
@@ -179,6 +193,14 @@ impl VerbsCq {
         self.reap(&mut q);
     }
 
+    /// Reaps the hardware CQ; whether that queued anything.
+    fn reap_some(&self) -> bool {
+        let mut q = self.queue.lock();
+        let before = q.len();
+        self.reap(&mut q);
+        q.len() > before
+    }
+
     /// Queues completions the hardware will never produce (receives of a destroyed SRQ).
     pub(super) fn push_synthetic(&self, wcs: Vec<WorkCompletion>) {
         self.queue.lock().extend(wcs);
@@ -233,6 +255,21 @@ impl CompletionQueue for VerbsCq {
         let Some(shared) = self.shared.upgrade() else {
             return false;
         };
+        // Poll the hardware queue briefly first, as OFED's provider does: a completion that
+        // is microseconds away costs no sleep, no re-arm and no wake-up.
+        let spin_until = Instant::now() + SPIN;
+        let mut spins = 0u32;
+        loop {
+            if self.reap_some() {
+                self.fire();
+                return true;
+            }
+            spins += 1;
+            if spins & 15 == 0 && Instant::now() >= spin_until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
         // Bounded, so a lost wake-up costs a round of the caller's loop, never a hang.
         let mut timeout_ms: i32 = 1000;
         if let Some(d) = deadline {
@@ -253,20 +290,27 @@ impl CompletionQueue for VerbsCq {
                 revents: 0,
             },
         ];
+        shared.drivers.fetch_add(1, Ordering::SeqCst);
         // SAFETY: two pollfds.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        shared.drivers.fetch_sub(1, Ordering::SeqCst);
         if n > 0 {
             if fds[1].revents != 0 {
                 super::sys::eventfd_clear(&self.interrupt);
             }
             if fds[0].revents != 0 {
+                // Events this thread queues need no interrupt: it returns next anyway.
+                self.driver.store(thread_token(), Ordering::SeqCst);
                 super::completion_events(&shared);
+                self.driver.store(0, Ordering::SeqCst);
             }
         }
         true
     }
     fn interrupt(&self) {
-        super::sys::eventfd_signal(&self.interrupt);
+        if self.driver.load(Ordering::SeqCst) != thread_token() {
+            super::sys::eventfd_signal(&self.interrupt);
+        }
     }
 }
 

@@ -21,7 +21,7 @@ mod sys;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 
@@ -47,6 +47,10 @@ const INTERNAL_BIT: u64 = 1 << 62;
 
 /// Private data an IB connect request carries (92 bytes minus rdma_cm's header).
 const MAX_PRIVATE_DATA: u32 = 56;
+
+/// How often the event thread looks at the completion channel again while consumers sleep
+/// on it themselves.
+const DRIVER_RECHECK_MS: i32 = 10;
 
 /// Inline payload asked of the device (small sends and writes skip the DMA read).
 const MAX_INLINE: u32 = 128;
@@ -84,6 +88,8 @@ pub(crate) struct Shared {
     cm: Mutex<CmState>,
     closing: AtomicBool,
     next_id: AtomicU64,
+    /// Threads sleeping on the completion channel in `VerbsCq::drive`.
+    drivers: AtomicU32,
 }
 
 impl Shared {
@@ -336,6 +342,7 @@ impl VerbsDevice {
             cm: Mutex::new(CmState::default()),
             closing: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            drivers: AtomicU32::new(0),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -392,8 +399,19 @@ fn event_loop(s: Arc<Shared>) {
                 revents: 0,
             },
         ];
-        let timeout = cm::next_timeout_ms(&s);
-        // SAFETY: four pollfds.
+        let mut timeout = cm::next_timeout_ms(&s);
+        // While a consumer sleeps on the completion channel itself (`drive`), it handles
+        // every CQ event of the IA: stay off the channel, so a completion wakes one thread,
+        // and look again soon (the consumer may leave with no event pending).
+        if s.drivers.load(Ordering::SeqCst) > 0 {
+            fds[0].fd = -1;
+            timeout = if timeout < 0 {
+                DRIVER_RECHECK_MS
+            } else {
+                timeout.min(DRIVER_RECHECK_MS)
+            };
+        }
+        // SAFETY: four pollfds (a negative fd is ignored).
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout) };
         if n < 0 {
             if sys::errno() == libc::EINTR {
@@ -425,27 +443,27 @@ fn event_loop(s: Arc<Shared>) {
     }
 }
 
-/// Completion channel events: acknowledge, re-arm, then let the CQ's consumer reap it (the
+/// A completion channel event: acknowledge, re-arm, then let the CQ's consumer reap it (the
 /// re-arm comes first so a completion arriving meanwhile raises a new event).
 pub(super) fn completion_events(s: &Arc<Shared>) {
-    loop {
-        let mut cq: *mut ibv_cq = std::ptr::null_mut();
-        let mut ctx: *mut libc::c_void = std::ptr::null_mut();
-        // SAFETY: our non-blocking channel.
-        if unsafe { ibv_get_cq_event(s.comp_channel.0, &mut cq, &mut ctx) } != 0 {
-            break;
-        }
-        let mine = s
-            .cqs
-            .lock()
-            .get(&(ctx as usize as u64))
-            .and_then(|w| w.upgrade());
-        // SAFETY: the event's CQ; its destruction waits for this acknowledgement.
-        unsafe { ibv_ack_cq_events(cq, 1) };
-        if let Some(c) = mine {
-            c.rearm();
-            c.fire();
-        }
+    // One event a call: the channel stays readable while more are pending, and a consumer
+    // woken for its completion should not pay a failed read on its way back.
+    let mut cq: *mut ibv_cq = std::ptr::null_mut();
+    let mut ctx: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: our non-blocking channel.
+    if unsafe { ibv_get_cq_event(s.comp_channel.0, &mut cq, &mut ctx) } != 0 {
+        return;
+    }
+    let mine = s
+        .cqs
+        .lock()
+        .get(&(ctx as usize as u64))
+        .and_then(|w| w.upgrade());
+    // SAFETY: the event's CQ; its destruction waits for this acknowledgement.
+    unsafe { ibv_ack_cq_events(cq, 1) };
+    if let Some(c) = mine {
+        c.rearm();
+        c.fire();
     }
 }
 

@@ -1,0 +1,273 @@
+#!/bin/bash
+# run-bench-guest.sh: the soft-RoCE section of `make bench`. Boots ONE
+# throw-away qemu guest (scripts/rxe-vm: rxe0 on netdev rxenet0 =
+# 192.0.2.1/24, port 1, GID index 1) and, in it, measures
+#
+#   8 B RDMA read latency and 1 MiB RDMA read bandwidth
+#
+# three ways, interleaved in rounds (each round: ours, OFED's, raw verbs for
+# the latency, then the same for the bandwidth) so that drift hits all
+# alike; the median of the rounds is kept:
+#
+#   ours     datperf over rs-rxe0      (libdat2 + libdaplrs-verbs.so.2)
+#   OFED's   datperf over ofa-v2-rxe   (the same datperf and libdat2 with
+#                                       OFED's libdaplofa.so.2)
+#   raw      perftest ib_read_lat / ib_read_bw on rxe0 (verbs, no DAT)
+#
+# The guest runs under TCG emulation here, so its absolute figures mean
+# nothing; the ratios ours:OFED and ours:raw are the result.
+#
+#   ./run-bench-guest.sh                   what `make bench` runs after the host section
+#   ROUNDS=7 LAT_ITERS=2000 ./run-bench-guest.sh
+#   DATPERF_ARGS=-p ./run-bench-guest.sh   datperf busy-polls (perftest always polls)
+#
+# Env: ROUNDS (5), LAT_ITERS (1000, 8 B reads per latency run), BW_ITERS
+#      (200, 1 MiB reads per bandwidth run), STEP_TIMEOUT (120 s per client),
+#      GUEST_VM_TIMEOUT (600 s for the whole guest, boot included),
+#      DATPERF_ARGS (extra datperf options, both sides).
+# Every server is bounded by `timeout`, waited for by polling (its listening
+# line, or its TCP port for perftest), never by a fixed sleep, and killed on
+# exit. Logs of every run, per-round figures and the table are kept in
+# build/bench/guest/. Exit status: 0 when every measurement succeeded.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+out=$top/build/bench/guest
+ADDR=192.0.2.1
+OURS=rs-rxe0
+OFED=ofa-v2-rxe
+DEV=rxe0
+GID_INDEX=1
+ROUNDS=${ROUNDS:-5}
+LAT_ITERS=${LAT_ITERS:-1000}
+BW_ITERS=${BW_ITERS:-200}
+STEP_TIMEOUT=${STEP_TIMEOUT:-120}
+DATPERF_ARGS=${DATPERF_ARGS:-}
+DATPERF_QUAL=18515      # rdma_cm port space
+PERFTEST_PORT=18516     # TCP, perftest's out-of-band exchange
+export ROUNDS LAT_ITERS BW_ITERS STEP_TIMEOUT DATPERF_ARGS
+
+# Debian packages the guest section runs (the guest sees this machine's
+# root): perftest, OFED's provider, the rxe user-space driver, librdmacm.
+# scripts/rxe-vm installs qemu and the guest kernel itself.
+GUEST_DEBS="perftest libdapl2 ibverbs-providers librdmacm1"
+
+# ================================================================ host side
+if [ "${1:-}" != --inside ]; then
+	missing=""
+	for p in $GUEST_DEBS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+	if [ -n "$missing" ]; then
+		echo "run-bench-guest: installing$missing"
+		if [ "$(id -u)" != 0 ]; then echo "run-bench-guest: need root for apt-get" >&2; exit 1; fi
+		export DEBIAN_FRONTEND=noninteractive
+		{ apt-get update -qq && apt-get install -y -qq $missing >/dev/null; } || exit 1
+	fi
+	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf; do
+		if [ ! -e "$top/$f" ]; then
+			echo "run-bench-guest: $f is missing (run make, then make -C bench)" >&2
+			exit 1
+		fi
+	done
+	rm -rf "$out"
+	mkdir -p "$out"
+	echo "== soft-RoCE guest: datperf over $OURS and $OFED, perftest on $DEV;" \
+		"$ROUNDS rounds of 8 B read_lat x $LAT_ITERS, 1 MiB read_bw x $BW_ITERS"
+	echo "# host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+		"commit $(git -C "$top" describe --always --dirty 2>/dev/null || echo '?')" | tee "$out/host.txt"
+	start=$SECONDS
+	"$top/scripts/rxe-vm" -t "${GUEST_VM_TIMEOUT:-600}" -w "$out" -- "$here/run-bench-guest.sh" --inside
+	rc=$?
+	secs=$((SECONDS - start))
+	if [ ! -s "$out/table.txt" ]; then
+		echo "run-bench-guest: the soft-RoCE guest did not finish (scripts/rxe-vm exit status $rc" \
+			"after ${secs}s; 124: its timeout, GUEST_VM_TIMEOUT); logs in ${out#"$top"/}" >&2
+		exit 1
+	fi
+	cat "$out/table.txt"
+	if [ -s "$out/failures.txt" ]; then
+		echo
+		echo "FAILED runs (each with its client and server output):"
+		cat "$out/failures.txt"
+	fi
+	echo "(guest section took ${secs} s, boot included; raw outputs in ${out#"$top"/})"
+	[ "$rc" -eq 0 ] && [ ! -s "$out/failures.txt" ]
+	exit
+fi
+
+# =============================================================== guest side
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+cd "$out" || exit 1
+mkdir -p logs
+: >results.txt
+: >failures.txt
+cat >dat.conf <<EOF
+$OURS u2.0 nonthreadsafe default libdaplrs-verbs.so.2 dapl.2.0 "verbs $DEV 1" ""
+$OFED u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 "rxenet0 0" ""
+EOF
+export LD_LIBRARY_PATH=$top/build/lib DAT_OVERRIDE=$out/dat.conf
+datperf=$top/build/bin/datperf
+server_pid=""
+trap 'stop_pid "$server_pid"' EXIT
+t0=$SECONDS
+
+# fail_run TAG WHY: records a failed run with its client and server output.
+fail_run() {
+	local tag=$1 why=$2
+	{
+		echo "--- $tag: $why"
+		echo "client (logs/$tag-client.log):"
+		sed 's/^/  | /' "logs/$tag-client.log" 2>/dev/null
+		echo "server (logs/$tag-server.log):"
+		sed 's/^/  | /' "logs/$tag-server.log" 2>/dev/null
+	} >>failures.txt
+	echo "  FAIL $tag: $why [$((SECONDS - t0)) s]"
+}
+
+# run_pair TAG READY -- SERVER... -- CLIENT...
+# READY is "line:REGEX" (poll the server's log) or "tcp:PORT" (poll for a
+# TCP listener). Returns 0 when server and client both succeeded.
+run_pair() {
+	local tag=$1 ready=$2 srv=() cli=() rc
+	shift 3
+	while [ "$1" != -- ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	# Line-buffered, so a run killed by its timeout leaves what it printed.
+	timeout -k 5 $((STEP_TIMEOUT + 60)) stdbuf -oL -eL "${srv[@]}" >"logs/$tag-server.log" 2>&1 &
+	server_pid=$!
+	case $ready in
+	line:*) wait_for_line "logs/$tag-server.log" "${ready#line:}" 60 "$server_pid" ;;
+	tcp:*) wait_for_listen "${ready#tcp:}" 60 "$server_pid" ;;
+	esac 2>>"logs/$tag-server.log"
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		stop_pid "$server_pid"; server_pid=""
+		fail_run "$tag" "server not ready"
+		return 1
+	fi
+	timeout -k 5 "$STEP_TIMEOUT" stdbuf -oL -eL "${cli[@]}" >"logs/$tag-client.log" 2>&1
+	rc=$?
+	if [ $rc -ne 0 ]; then
+		stop_pid "$server_pid"; server_pid=""
+		if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+			fail_run "$tag" "client hung: killed after ${STEP_TIMEOUT} s"
+		else
+			fail_run "$tag" "client exit status $rc"
+		fi
+		return 1
+	fi
+	# The server ends by itself once its one client is done.
+	wait "$server_pid"
+	rc=$?
+	server_pid=""
+	if [ $rc -ne 0 ]; then
+		fail_run "$tag" "server exit status $rc"
+		return 1
+	fi
+	return 0
+}
+
+# record ROUND FIGURE WHO VALUE
+record() {
+	if [ -n "$4" ]; then
+		echo "$1 $2 $3 $4" >>results.txt
+		echo "  ok   round $1 $2 $3: $4 [$((SECONDS - t0)) s]"
+	else
+		fail_run "r$1-$2-$3" "no figure in the client's output"
+	fi
+}
+
+# datperf's client row: "read_lat 8 ITERS MEDIAN P99 -" / "read_bw 1048576 ITERS - - MB/s"
+datperf_lat() {  # ROUND WHO IA
+	local tag=r$1-lat-$2
+	# shellcheck disable=SC2086  # DATPERF_ARGS is a list of options
+	run_pair "$tag" "line:server listening" \
+		-- "$datperf" -P "$3" -s -q $DATPERF_QUAL -t read_lat -S 8 -A 60 $DATPERF_ARGS \
+		-- "$datperf" -P "$3" -h $ADDR -q $DATPERF_QUAL -t read_lat -S 8 -n "$LAT_ITERS" $DATPERF_ARGS ||
+		return 0
+	record "$1" lat "$2" "$(awk '$1 == "read_lat" && $2 == 8 { print $4 }' "logs/$tag-client.log")"
+}
+datperf_bw() {  # ROUND WHO IA
+	local tag=r$1-bw-$2
+	# shellcheck disable=SC2086
+	run_pair "$tag" "line:server listening" \
+		-- "$datperf" -P "$3" -s -q $DATPERF_QUAL -t read_bw -S 1M -A 60 $DATPERF_ARGS \
+		-- "$datperf" -P "$3" -h $ADDR -q $DATPERF_QUAL -t read_bw -S 1M -N "$BW_ITERS" -B 0 $DATPERF_ARGS ||
+		return 0
+	record "$1" bw "$2" "$(awk '$1 == "read_bw" && $2 == 1048576 { print $6 }' "logs/$tag-client.log")"
+}
+
+# perftest: the client prints the figures. ib_read_lat: "8 ITERS t_min t_max
+# t_typical(median) ..." (a whole read, as datperf's read_lat);
+# ib_read_bw: "1048576 ITERS peak avg Mpps" in MB/sec = 2^20 B/s, turned
+# into 10^6 B/s as datperf reports.
+perftest_lat() {  # ROUND
+	local tag=r$1-lat-raw args=(-d $DEV -i 1 -x $GID_INDEX -p $PERFTEST_PORT -F -s 8 -n "$LAT_ITERS")
+	run_pair "$tag" "tcp:$PERFTEST_PORT" -- ib_read_lat "${args[@]}" -- ib_read_lat "${args[@]}" $ADDR ||
+		return 0
+	record "$1" lat raw "$(awk '/t_typical/ { h = 1; next } h && $1 == 8 { print $5; exit }' "logs/$tag-client.log")"
+}
+perftest_bw() {  # ROUND
+	local tag=r$1-bw-raw args=(-d $DEV -i 1 -x $GID_INDEX -p $PERFTEST_PORT -F -s 1048576 -n "$BW_ITERS")
+	run_pair "$tag" "tcp:$PERFTEST_PORT" -- ib_read_bw "${args[@]}" -- ib_read_bw "${args[@]}" $ADDR ||
+		return 0
+	record "$1" bw raw "$(awk '/BW average/ { h = 1; next } h && $1 == 1048576 { printf "%.1f\n", $4 * 1.048576; exit }' \
+		"logs/$tag-client.log")"
+}
+
+echo "run-bench-guest: guest up: $(nproc) vCPUs, kernel $(uname -r), $(ibv_devices | awk '$1 == "rxe0" { print "rxe0 present" }')"
+for ((r = 1; r <= ROUNDS; r++)); do
+	datperf_lat "$r" ours "$OURS"
+	datperf_lat "$r" ofed "$OFED"
+	perftest_lat "$r"
+	datperf_bw "$r" ours "$OURS"
+	datperf_bw "$r" ofed "$OFED"
+	perftest_bw "$r"
+done
+took=$((SECONDS - t0))
+
+# ------------------------------------------------------------------ table
+awk -v rounds="$ROUNDS" -v took="$took" -v lat_n="$LAT_ITERS" -v bw_n="$BW_ITERS" -v dpargs="$DATPERF_ARGS" '
+function median(key,   n, i, j, t, a) {
+	n = cnt[key]; if (n == 0) return ""
+	for (i = 1; i <= n; i++) a[i] = v[key, i]
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function f(x, d) { return x == "" ? "FAIL" : sprintf("%." d "f", x) }
+function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
+function rounds_of(key,   i, s) {
+	s = ""; for (i = 1; i <= cnt[key]; i++) s = s (i > 1 ? " " : "") v[key, i]
+	return s == "" ? "-" : s
+}
+{ key = $2 SUBSEP $3; v[key, ++cnt[key]] = $4 }
+END {
+	split("lat bw", figs, " "); split("ours ofed raw", who, " ")
+	name["lat"] = "8 B RDMA read latency (median us)"; d["lat"] = 1
+	name["bw"] = "1 MiB RDMA read bandwidth (MB/s)"; d["bw"] = 1
+	printf "\nsoft-RoCE guest (rxe0, TCG emulation): medians of %d rounds, interleaved\n", rounds
+	printf "%-35s %10s %10s %10s | %9s %9s\n", "figure", "ours", "OFED", "raw verbs", "ours:OFED", "ours:raw"
+	for (i = 1; i <= 2; i++) {
+		fg = figs[i]
+		for (k = 1; k <= 3; k++) m[who[k]] = median(fg SUBSEP who[k])
+		printf "%-35s %10s %10s %10s | %9s %9s\n", name[fg], f(m["ours"], d[fg]), f(m["ofed"], d[fg]),
+		       f(m["raw"], d[fg]), ratio(m["ours"], m["ofed"]), ratio(m["ours"], m["raw"])
+	}
+	print "\nper round (ours / OFED / raw):"
+	for (i = 1; i <= 2; i++) {
+		fg = figs[i]
+		printf "  %-4s %s / %s / %s\n", fg, rounds_of(fg SUBSEP "ours"), rounds_of(fg SUBSEP "ofed"), rounds_of(fg SUBSEP "raw")
+	}
+	print "\nours = datperf over rs-rxe0 (libdaplrs-verbs.so.2); OFED = the same datperf and libdat2 over"
+	print "ofa-v2-rxe (libdaplofa.so.2); raw = perftest ib_read_lat (t_typical) / ib_read_bw (BW average)."
+	printf "latency: %d reads of 8 B, a whole read each; lower is better, so ours:X > 1 means ours is slower.\n", lat_n
+	printf "bandwidth: %d reads of 1 MiB, MB/s = 10^6 B/s; higher is better, so ours:X < 1 means ours is slower.\n", bw_n
+	printf "datperf: %s, 32 reads outstanding%s; perftest busy-polls, up to 128 outstanding.\n",
+	       dpargs ~ /(^| )-p( |$)/ ? "busy-polling (-p)" : "blocking waits (dat_evd_wait)",
+	       dpargs == "" ? "" : " (extra options: " dpargs ")"
+	printf "Emulated timings mean nothing alone; the ratios are the result. Measurements took %d s in the guest.\n", took
+}' results.txt >table.txt
+sync
+exit 0
