@@ -56,6 +56,8 @@ pub(crate) struct VerbsQp {
     srq: Option<Arc<VerbsSrq>>,
     _pd: Arc<PdInner>,
     pub(super) cap: QpCap,
+    /// What this QP added to its receive CQ's size (its own depth, or its SRQ's).
+    recv_depth: u32,
     max_inline: u32,
     pub(super) conn: Mutex<Conn>,
     sends_out: AtomicU32,
@@ -138,8 +140,11 @@ impl VerbsQp {
         }
         // SAFETY: the QP we just created.
         let qp_num = unsafe { (*qp).qp_num };
+        // Receives of an SRQ complete on the CQ of whichever QP takes them: count the SRQ's
+        // depth against each of its QPs' receive CQs.
+        let recv_depth = srq.as_ref().map_or(cap.max_recv_wr, |s| s.max_wr());
         if let Err(e) = send_cq.attach(cap.max_send_wr).and_then(|_| {
-            recv_cq.attach(cap.max_recv_wr).inspect_err(|_| {
+            recv_cq.attach(recv_depth).inspect_err(|_| {
                 send_cq.detach(cap.max_send_wr);
             })
         }) {
@@ -156,6 +161,7 @@ impl VerbsQp {
             srq,
             _pd: pd.clone(),
             cap,
+            recv_depth,
             max_inline,
             conn: Mutex::new(Conn {
                 phase: Phase::Idle,
@@ -513,7 +519,12 @@ impl QueuePair for VerbsQp {
                         bind = Some((mw_arc, *new_rkey));
                         bound_mw = mw_any.raw();
                         mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
-                        self.windows.lock().push(mw_any.me.clone());
+                        let mut windows = self.windows.lock();
+                        windows.retain(|w| w.strong_count() > 0);
+                        if !windows.iter().any(|w| w.ptr_eq(&mw_any.me)) {
+                            windows.push(mw_any.me.clone());
+                        }
+                        drop(windows);
                         bind_rkey = *new_rkey;
                     }
                     _ => {
@@ -680,7 +691,7 @@ impl Drop for VerbsQp {
         self.shared.unregister_qp(self.qp_num);
         self.release_windows();
         self.send_cq.detach(self.cap.max_send_wr);
-        self.recv_cq.detach(self.cap.max_recv_wr);
+        self.recv_cq.detach(self.recv_depth);
         // SAFETY: our QP; its cm id (if any) was destroyed by `destroy`/`reset`.
         let rc = unsafe { ibv_destroy_qp(self.qp.0) };
         if rc != 0 {
