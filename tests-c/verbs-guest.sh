@@ -7,7 +7,7 @@
 #
 # In the guest, each counted as pass/fail:
 #  - the C tests test_provider_handles, test_dto_rules, test_remote_violation,
-#    test_peer_killed, test_srq with DAT_TEST_IA=rs-rxe0;
+#    test_peer_killed, test_srq, test_connect_errors with DAT_TEST_IA=rs-rxe0;
 #  - our verbs provider under the names of its three ia_params forms
 #    ("verbs rxe0 1", "verbs rxenet0", "verbs 192.0.2.1"): each opens with
 #    address 192.0.2.1, and dtest runs between two of them;
@@ -44,7 +44,7 @@ if [ "${1:-}" != --inside ]; then
 		echo "verbs-guest: 0 passed, 1 failed"
 		exit 1
 	fi
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq; do
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
 			echo "verbs-guest: 0 passed, 1 failed"
@@ -132,7 +132,7 @@ run() {
 }
 
 # --- 1. the C tests on our IA
-for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq; do
+for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors; do
 	log="$out/$t.log"
 	DAT_TEST_IA=$OURS tmo=200 ours_env "$top/build/tests/$t" > "$log" 2>&1
 	rc=$?

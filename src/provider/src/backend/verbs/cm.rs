@@ -618,16 +618,10 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
         RDMA_CM_EVENT_ESTABLISHED => {
             established(s, &mut c, qp_num, e.private_data);
         }
-        RDMA_CM_EVENT_ADDR_ERROR | RDMA_CM_EVENT_ROUTE_ERROR => {
+        // The peer never answered (the CM's retries ran out) or no path leads to it; the
+        // consumer's own connect timeout is TIMED_OUT (see `expire`).
+        RDMA_CM_EVENT_ADDR_ERROR | RDMA_CM_EVENT_ROUTE_ERROR | RDMA_CM_EVENT_UNREACHABLE => {
             fail_locked(s, &qp, &mut c, CmEvent::Unreachable { qp_num });
-        }
-        RDMA_CM_EVENT_UNREACHABLE => {
-            let ev = if e.status == -libc::ETIMEDOUT {
-                CmEvent::TimedOut { qp_num }
-            } else {
-                CmEvent::Unreachable { qp_num }
-            };
-            fail_locked(s, &qp, &mut c, ev);
         }
         RDMA_CM_EVENT_REJECTED => {
             let ev = CmEvent::Rejected {
