@@ -279,16 +279,8 @@ impl CompletionQueue for VerbsCq {
         // SAFETY: the channel lives as long as `shared`.
         let comp_fd = unsafe { (*shared.comp_channel.0).fd };
         let mut fds = [
-            libc::pollfd {
-                fd: comp_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.interrupt.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            super::sys::pollin(comp_fd),
+            super::sys::pollin(self.interrupt.as_raw_fd()),
         ];
         shared.drivers.fetch_add(1, Ordering::SeqCst);
         // SAFETY: two pollfds.

@@ -378,26 +378,10 @@ fn event_loop(s: Arc<Shared>) {
             break;
         }
         let mut fds = [
-            libc::pollfd {
-                fd: comp_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: cm_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: async_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            sys::pollin(comp_fd),
+            sys::pollin(cm_fd),
+            sys::pollin(async_fd),
+            sys::pollin(wake_fd),
         ];
         let mut timeout = cm::next_timeout_ms(&s);
         // While a consumer sleeps on the completion channel itself (`drive`), it handles

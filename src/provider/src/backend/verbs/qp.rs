@@ -743,6 +743,14 @@ impl VerbsSrq {
     fn completed(&self, wr_id: u64) {
         self.posted.lock().remove(&(wr_id & !RECV_BIT));
     }
+
+    fn modify(&self, mut attr: ibv_srq_attr, mask: ibv_srq_attr_mask) -> Result<(), i32> {
+        // SAFETY: our SRQ and an attribute block that lives across the call.
+        match unsafe { ibv_modify_srq(self.srq.0, &mut attr, mask.0 as i32) } {
+            0 => Ok(()),
+            rc => Err(rc),
+        }
+    }
 }
 
 impl SharedReceiveQueue for VerbsSrq {
@@ -776,36 +784,25 @@ impl SharedReceiveQueue for VerbsSrq {
         self.max_wr.load(Ordering::SeqCst)
     }
     fn resize(&self, max_wr: u32) -> DatResult<()> {
-        // SAFETY: plain data.
-        let mut a: ibv_srq_attr = unsafe { std::mem::zeroed() };
-        a.max_wr = max_wr;
-        // SAFETY: our SRQ.
-        let rc = unsafe {
-            ibv_modify_srq(
-                self.srq.0,
-                &mut a,
-                ibv_srq_attr_mask::IBV_SRQ_MAX_WR.0 as i32,
-            )
-        };
-        if rc != 0 {
-            return Err(DatError::resources(SubType::ResourceSrq));
-        }
+        self.modify(
+            ibv_srq_attr {
+                max_wr,
+                max_sge: 0,
+                srq_limit: 0,
+            },
+            ibv_srq_attr_mask::IBV_SRQ_MAX_WR,
+        )
+        .map_err(|_| DatError::resources(SubType::ResourceSrq))?;
         self.max_wr.store(max_wr, Ordering::SeqCst);
         Ok(())
     }
     fn set_limit(&self, low_watermark: u32) {
-        // SAFETY: plain data.
-        let mut a: ibv_srq_attr = unsafe { std::mem::zeroed() };
-        a.srq_limit = low_watermark;
-        // SAFETY: our SRQ.
-        let rc = unsafe {
-            ibv_modify_srq(
-                self.srq.0,
-                &mut a,
-                ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
-            )
+        let limit = ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: low_watermark,
         };
-        if rc != 0 {
+        if let Err(rc) = self.modify(limit, ibv_srq_attr_mask::IBV_SRQ_LIMIT) {
             log::debug!("ibv_modify_srq(limit {low_watermark}): error {rc}");
         }
     }

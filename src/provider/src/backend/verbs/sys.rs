@@ -31,6 +31,15 @@ impl<T> Ptr<T> {
     }
 }
 
+/// A pollfd waiting for `fd` to be readable.
+pub(super) fn pollin(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
 /// A non-blocking eventfd: one thread sleeps in poll(2) on it, others `signal` it.
 pub(super) fn eventfd() -> Option<OwnedFd> {
     // SAFETY: a plain syscall; the descriptor is owned from here on.
