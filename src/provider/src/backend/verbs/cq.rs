@@ -19,6 +19,8 @@ use crate::backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompleti
 use crate::core::error::{DatError, DatResult, SubType};
 
 pub(crate) struct VerbsCq {
+    /// Lets the backend get its own Arc back from the trait object the core hands over.
+    pub(super) me: Weak<VerbsCq>,
     pub(super) id: u64,
     pub(super) cq: Ptr<ibv_cq>,
     pub(super) shared: Weak<Shared>,
@@ -41,8 +43,7 @@ const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// A small id of the calling thread (never 0).
 fn thread_token() -> u64 {
-    use std::sync::atomic::AtomicU64 as Counter;
-    static NEXT: Counter = Counter::new(1);
+    static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local!(static ME: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
     ME.with(|m| *m)
 }
@@ -73,7 +74,8 @@ impl VerbsCq {
             unsafe { ibv_destroy_cq(cq) };
             return Err(DatError::resources(SubType::ResourceMemory));
         };
-        let me = Arc::new(VerbsCq {
+        let me = Arc::new_cyclic(|me| VerbsCq {
+            me: me.clone(),
             id,
             cq: Ptr(cq),
             shared: Arc::downgrade(shared),

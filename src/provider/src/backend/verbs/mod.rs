@@ -573,9 +573,8 @@ impl Drop for Shared {
 }
 
 fn own_qp(qp: &Arc<dyn QueuePair>) -> DatResult<Arc<VerbsQp>> {
-    let v = qp
-        .as_any()
+    qp.as_any()
         .downcast_ref::<VerbsQp>()
-        .ok_or(DatError::internal())?;
-    v.shared.qp(v.qp_num).ok_or(DatError::internal())
+        .and_then(|v| v.me.upgrade())
+        .ok_or(DatError::internal())
 }

@@ -48,6 +48,8 @@ pub(super) struct Conn {
 }
 
 pub(crate) struct VerbsQp {
+    /// Lets the backend get its own Arc back from the trait object the core hands over.
+    pub(super) me: Weak<VerbsQp>,
     pub(super) shared: Arc<Shared>,
     pub(super) qp: Ptr<ibv_qp>,
     pub(super) qp_num: u32,
@@ -86,11 +88,9 @@ impl VerbsQp {
         let recv_cq = downcast_cq(&init.recv_cq)?;
         let srq = match &init.srq {
             Some(s) => Some(
-                s.clone()
-                    .as_any()
+                s.as_any()
                     .downcast_ref::<VerbsSrq>()
-                    .map(|x| x.me.upgrade())
-                    .ok_or(DatError::internal())?
+                    .and_then(|x| x.me.upgrade())
                     .ok_or(DatError::internal())?,
             ),
             None => None,
@@ -152,7 +152,8 @@ impl VerbsQp {
             unsafe { ibv_destroy_qp(qp) };
             return Err(e);
         }
-        let me = Arc::new(VerbsQp {
+        let me = Arc::new_cyclic(|me| VerbsQp {
+            me: me.clone(),
             shared: shared.clone(),
             qp: Ptr(qp),
             qp_num,
@@ -238,17 +239,17 @@ impl VerbsQp {
 
     /// Moves the QP to ERR: the hardware flushes every outstanding request.
     pub(super) fn to_error(&self) {
-        // SAFETY: plain data.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_ERR;
-        // SAFETY: our QP.
-        unsafe { ibv_modify_qp(self.qp.0, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+        self.set_state(ibv_qp_state::IBV_QPS_ERR);
     }
 
     fn to_reset(&self) {
+        self.set_state(ibv_qp_state::IBV_QPS_RESET);
+    }
+
+    fn set_state(&self, state: ibv_qp_state::Type) {
         // SAFETY: plain data.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        a.qp_state = state;
         // SAFETY: our QP.
         unsafe { ibv_modify_qp(self.qp.0, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
     }
@@ -388,14 +389,9 @@ fn downcast_pd(pd: &dyn crate::backend::ProtectionDomain) -> DatResult<Arc<PdInn
 }
 
 fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> DatResult<Arc<VerbsCq>> {
-    let id = cq.id();
-    let any = cq
-        .as_any()
+    cq.as_any()
         .downcast_ref::<VerbsCq>()
-        .ok_or(DatError::internal())?;
-    any.shared
-        .upgrade()
-        .and_then(|s| s.cqs.lock().get(&id).and_then(|w| w.upgrade()))
+        .and_then(|c| c.me.upgrade())
         .ok_or(DatError::internal())
 }
 
@@ -706,9 +702,8 @@ pub(crate) struct VerbsSrq {
     pub(super) srq: Ptr<ibv_srq>,
     me: Weak<VerbsSrq>,
     _pd: Arc<PdInner>,
-    shared: Arc<Shared>,
     max_wr: AtomicU32,
-    /// Receives posted and not completed, so a destroyed SRQ can report them flushed.
+    /// Receives posted and not completed (dat_srq_query counts them).
     posted: Mutex<HashSet<u64>>,
 }
 
@@ -734,7 +729,6 @@ impl VerbsSrq {
             srq: Ptr(srq),
             me: me.clone(),
             _pd: pd,
-            shared: shared.clone(),
             max_wr: AtomicU32::new(a.attr.max_wr),
             posted: Mutex::new(HashSet::new()),
         }))
@@ -807,19 +801,12 @@ impl SharedReceiveQueue for VerbsSrq {
         }
     }
     fn destroy(&self) {
-        // Verbs drops an SRQ's receives without completions: report each one flushed, so
-        // nothing the consumer posted disappears. No QP uses the SRQ any more (DAT refuses
-        // to free an SRQ in use), so there is no CQ of a QP to report on: the completions go
-        // nowhere the core would look, and the core's own tracking retires them.
-        let left: Vec<u64> = self.posted.lock().drain().collect();
-        if !left.is_empty() {
-            log::debug!(
-                "SRQ {}: {} receives dropped with the SRQ",
-                self.id,
-                left.len()
-            );
+        // Receives never taken are dropped with the SRQ, as the TCP backend drops them: DAT
+        // forbids freeing an SRQ that an EP still uses, so no QP's CQ is left to report on.
+        let left = std::mem::take(&mut *self.posted.lock()).len();
+        if left > 0 {
+            log::debug!("SRQ {}: {left} receives dropped with the SRQ", self.id);
         }
-        let _ = &self.shared;
     }
 }
 
