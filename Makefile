@@ -6,7 +6,9 @@
 PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
-SYSCONFDIR  ?= $(PREFIX)/etc
+BINDIR      ?= $(PREFIX)/bin
+# The dat.conf DAT registries (ours and OFED's) read when DAT_OVERRIDE is unset.
+DATCONF     ?= /etc/dat.conf
 CARGO       ?= cargo
 CC          ?= cc
 CFLAGS      ?= -O2 -g -Wall -Wextra
@@ -19,9 +21,10 @@ TARGET      := target/$(PROFILE)
 CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 
 # Debian packages `make test` needs: the C toolchain, OFED's headers and
-# library (ABI comparison, third-party provider), the conformance suite, and
-# iproute2 for the two-host test in network namespaces.
-TEST_DEBS   := gcc make pkg-config python3 iproute2 libdapl-dev libdapl2 dapl2-utils \
+# library (ABI comparison, third-party provider), the conformance suite,
+# iproute2 for the two-host test in network namespaces, and xz-utils to
+# unpack Debian's dapl source (tests-c/debian-sources.sh).
+TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl2 dapl2-utils \
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
 
 .PHONY: all libs tools header test test-rust test-c test-verbs deps install uninstall clean
@@ -107,10 +110,14 @@ endef
 
 deps:
 	$(call apt_install,$(TEST_DEBS))
+	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 
 test: deps all test-rust test-c test-verbs
 
 test-rust:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --features daplrs/verbs -- -D warnings
 	$(CARGO) run -q -p udapl-tools --bin gen-header -- --verify
 	$(CARGO) test --workspace
 
@@ -126,24 +133,43 @@ test-verbs: deps all
 
 # ---------------------------------------------------------------- install
 
+# `make install` (PREFIX, DESTDIR as usual): the libraries, headers, pkg-config
+# file and datinfo, and our providers registered in $(DATCONF) (the dat.conf
+# every DAT registry reads by default) between two marker lines, keeping every
+# line already there; scripts/datconf-merge keeps the record that lets
+# `make uninstall` restore that file byte for byte. Entries name the provider
+# libraries by their installed path, so they load whatever the loader's path.
+# Installing to the live system (no DESTDIR) runs ldconfig, so that the loader
+# finds our libdat2.so.2 (PREFIX's lib directory comes before the system's).
 install: all
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(SYSCONFDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 0755 $(LIB)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so.2
-	install -m 0755 $(LIB)/libdaplrs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs.so.2
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BUILD)/bin/datinfo $(DESTDIR)$(PREFIX)/bin/datinfo
 	ln -sf libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	install -m 0755 $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2 $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(BUILD)/bin/datinfo $(DESTDIR)$(BINDIR)/datinfo
 	install -m 0644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 		dat2.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc
-	install -m 0644 dat.conf $(DESTDIR)$(SYSCONFDIR)/dat.conf.udapl-rs.example
+	@mkdir -p $(BUILD)
+	@{ \
+	echo '# udapl-rs over TCP on the loopback interface; for a NIC: "tcp <interface>".'; \
+	echo 'rs-tcp u2.0 nonthreadsafe default $(LIBDIR)/libdaplrs.so.2 dapl.2.0 "tcp lo" ""'; \
+	for d in $$(ls /sys/class/infiniband 2>/dev/null); do \
+		echo "rs-$$d u2.0 nonthreadsafe default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.2.0 \"verbs $$d 1\" \"\""; \
+	done; \
+	} > $(BUILD)/dat.conf.entries
+	scripts/datconf-merge add $(DESTDIR)$(DATCONF) $(BUILD)/dat.conf.entries
+	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so $(DESTDIR)$(LIBDIR)/libdaplrs.so.2
-	rm -f $(DESTDIR)$(PREFIX)/bin/datinfo
+	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	rm -f $(DESTDIR)$(LIBDIR)/libdaplrs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs-verbs.so.2
+	rm -f $(DESTDIR)$(BINDIR)/datinfo
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat2/,$(notdir $(wildcard include/dat2/*.h)))
-	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat2
-	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc $(DESTDIR)$(SYSCONFDIR)/dat.conf.udapl-rs.example
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat2 2>/dev/null
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc
+	scripts/datconf-merge remove $(DESTDIR)$(DATCONF)
+	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi
 
 clean:
 	rm -rf $(BUILD)

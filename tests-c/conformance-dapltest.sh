@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Debian's unmodified uDAPL conformance binaries (dapl2-utils) against our
 # provider rs-tcp on 127.0.0.1: every dapltest command line of the DAT
-# conformance set, dtest and dtestcm, through our libdat2; then the FFT
-# suites again through OFED's own libdat2 loading our provider.
+# conformance set, dtest, dtestcm, dtestx (IB extensions: write with
+# immediate data, atomics; again with -p, the counters; -q, the open-query
+# extension through the registry) and dtestsrq (an
+# SRQ under several connections), through our libdat2; then the FFT suites
+# and the same pairs again through OFED's own libdat2 loading our provider.
 #
 # Usage: conformance-dapltest.sh [ours|ofed|all]   (default all)
 set -u
@@ -11,68 +14,17 @@ out="$top/build/tests/conformance"
 mkdir -p "$out"
 ia=rs-tcp addr=127.0.0.1
 which=${1:-all}
-passed=0 failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "conformance: FAIL: $*"; }
+conf_name=conformance
+# ok, bad, start_server, client, fft, dtest_family
+. "$top/tests-c/conformance-lib.sh"
 
 ours_env() { env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "$@"; }
 # OFED's libdat2 (from the system) with a dat.conf naming our library by path.
 sed "s|libdaplrs.so.2|$top/build/lib/libdaplrs.so.2|" "$top/dat.conf" > "$out/ofed-dat.conf"
 ofed_env() { env -u LD_LIBRARY_PATH DAT_OVERRIDE="$out/ofed-dat.conf" "$@"; }
 
-# fft ENV SUITE [LAST_CASE]: every case PASS (queryinfo case 5 is UNSUPP in
-# dapltest itself: "tested in the conmgt test"), no assertion failed.
-# LAST_CASE limits the check to cases 0..LAST_CASE.
-fft() {
-	local envf=$1 suite=$2 last=${3:-999} log="$out/fft-$1-$2.log"
-	$envf timeout 120 dapltest -T F -D $ia -f "$suite" > "$log" 2>&1
-	local rc=$?
-	local results
-	results=$(awk '/case: *[0-9]+/ {c=$NF} /^Result:/ {print c, $2}' "$log")
-	local n=0 case result
-	while read -r case result; do
-		[ -z "$case" ] && continue
-		[ "$case" -gt "$last" ] && continue
-		n=$((n + 1))
-		if [ "$result" = PASS ] || { [ "$suite" = queryinfo ] && [ "$case" = 5 ] && [ "$result" = UNSUPP ]; }; then
-			ok
-		else
-			bad "$envf FFT $suite case $case: $result (see $log)"
-		fi
-	done <<<"$results"
-	[ $n -gt 0 ] || bad "$envf FFT $suite ran no case (see $log)"
-	if [ "$last" = 999 ]; then
-		[ $rc -eq 0 ] && ok || bad "$envf FFT $suite exit status $rc (see $log)"
-		if grep -q 'failed in file' "$log"; then
-			bad "$envf FFT $suite: $(grep -m1 'failed in file' "$log")"
-		else
-			ok
-		fi
-	fi
-}
-
-# Starts a server in the background, waits until it says it is ready.
-start_server() {
-	local log=$1 ready=$2; shift 2
-	"$@" > "$log" 2>&1 &
-	server_pid=$!
-	for _ in $(seq 100); do
-		grep -q "$ready" "$log" && return 0
-		kill -0 $server_pid 2>/dev/null || break
-		sleep 0.1
-	done
-	bad "server did not become ready: $* (see $log)"
-	return 1
-}
-
-client() {
-	local envf=$1 name=$2; shift 2
-	local log="$out/$envf-$name.log"
-	if $envf timeout 120 "$@" > "$log" 2>&1; then ok; else bad "$envf $name: exit $? (see $log)"; fi
-}
-
 # The dapltest server and every client line of the conformance set, then
-# dtest and dtestcm, all through the libdat2 that ENVF selects.
+# the dtest family's pairs, all through the libdat2 that ENVF selects.
 transactions() {
 	local envf=$1
 	if start_server "$out/$envf-dapltest-server.log" "Service Point Ready" $envf timeout 300 dapltest -T S -D $ia; then
@@ -88,14 +40,7 @@ transactions() {
 		if wait $server_pid; then ok; else bad "$envf dapltest server exit status (see $out/$envf-dapltest-server.log)"; fi
 	fi
 
-	local t
-	for t in dtest dtestcm; do
-		if start_server "$out/$envf-$t-server.log" "Waiting for connect request\|listening\|waiting" $envf timeout 120 $t -P $ia -s; then
-			client $envf "$t-client" $t -P $ia -h $addr
-			if wait $server_pid && ! grep -q FAILED "$out/$envf-$t-server.log"; then ok; else bad "$envf $t server (see $out/$envf-$t-server.log)"; fi
-			grep -q FAILED "$out/$envf-$t-client.log" && bad "$envf $t client reported FAILED (see $out/$envf-$t-client.log)"
-		fi
-	done
+	dtest_family $envf ""
 }
 
 if [ "$which" = ours ] || [ "$which" = all ]; then

@@ -1,46 +1,119 @@
 #!/usr/bin/env bash
-# `make install PREFIX=...` then `make uninstall`, as a packager would: a
-# consumer builds with pkg-config against the installed tree and runs with
-# the installed library; uninstall leaves nothing behind.
+# `make install` and `make uninstall` as a packager runs them, into a DESTDIR
+# that already holds Debian's /etc/dat.conf (package libdapl2: OFED's
+# entries, no trailing newline):
+#  - the files land under DESTDIR/usr/local, dat.conf keeps every byte it had
+#    and gains our entries (by installed path) in a marked block;
+#  - a consumer builds with pkg-config against the installed tree;
+#  - in a mount namespace that shows the installed tree where it will live
+#    (DESTDIR/usr/local over /usr/local, its dat.conf over /etc/dat.conf, a
+#    loader cache built there), with no LD_LIBRARY_PATH or DAT_OVERRIDE,
+#    Debian's unmodified dapltest loads our libdat2.so.2 and our provider
+#    through /etc/dat.conf and passes an FFT suite, and the consumer runs;
+#  - uninstall removes every file it installed and leaves dat.conf byte for
+#    byte as it was.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
-prefix=$(mktemp -d /tmp/udapl-rs-install.XXXXXX)
-trap 'rm -rf "$prefix"' EXIT
+work=$(mktemp -d /tmp/udapl-rs-install.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+root=$work/root
 passed=0 failed=0
 ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "install-check: $*"; }
+bad() { failed=$((failed + 1)); echo "install-check: FAIL: $*"; }
+summary() {
+	echo "install-check: $passed passed, $failed failed"
+	[ $failed -eq 0 ]
+	exit
+}
 
-make -s -C "$top" install PREFIX="$prefix" >/dev/null || bad "make install failed"
-for f in lib/libdat2.so.2 lib/libdat2.so include/dat2/udat.h include/dat2/dat_types.h \
-	lib/pkgconfig/dat2.pc etc/dat.conf.udapl-rs.example; do
-	[ -e "$prefix/$f" ] && ok || bad "missing $f"
+if [ ! -s /etc/dat.conf ]; then
+	bad "no Debian /etc/dat.conf to start from (package libdapl2)"
+	summary
+fi
+mkdir -p "$root/etc"
+cp /etc/dat.conf "$root/etc/dat.conf"
+cp /etc/dat.conf "$work/dat.conf.before"
+
+if ! make -s -C "$top" install DESTDIR="$root" PREFIX=/usr/local > "$work/install.log" 2>&1; then
+	bad "make install failed: $(tail -3 "$work/install.log")"
+	summary
+fi
+grep -q ldconfig "$work/install.log" && bad "ldconfig ran for a DESTDIR install" || ok
+for f in lib/libdat2.so.2 lib/libdat2.so lib/libdaplrs.so.2 lib/libdaplrs-verbs.so.2 bin/datinfo \
+	include/dat2/udat.h include/dat2/dat_types.h include/dat2/dat_ib_extensions.h lib/pkgconfig/dat2.pc; do
+	[ -e "$root/usr/local/$f" ] && ok || bad "missing /usr/local/$f"
 done
-[ "$(readlink "$prefix/lib/libdat2.so")" = libdat2.so.2 ] && ok || bad "libdat2.so is not a link to libdat2.so.2"
+[ "$(readlink "$root/usr/local/lib/libdat2.so")" = libdat2.so.2 ] && ok || bad "libdat2.so is not a link to libdat2.so.2"
 
-cat > "$prefix/consumer.c" <<'C'
+# dat.conf: the old bytes first, unchanged, then our block
+before=$(wc -c < "$work/dat.conf.before")
+cmp -s -n "$before" "$work/dat.conf.before" "$root/etc/dat.conf" && ok || bad "dat.conf's existing bytes changed"
+grep -q '^rs-tcp u2.0 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.2.0 "tcp lo" ""$' "$root/etc/dat.conf" &&
+	ok || bad "no rs-tcp entry by installed path in dat.conf"
+[ "$(grep -c '^ofa-v2-' "$root/etc/dat.conf")" = "$(grep -c '^ofa-v2-' "$work/dat.conf.before")" ] &&
+	ok || bad "OFED's entries were not all kept"
+# installing again replaces the block, does not add a second
+make -s -C "$top" install DESTDIR="$root" PREFIX=/usr/local > /dev/null 2>&1
+[ "$(grep -c '^rs-tcp ' "$root/etc/dat.conf")" = 1 ] && ok || bad "a second install added a second block"
+
+# a consumer, built with pkg-config against the installed tree
+cat > "$work/consumer.c" <<'C'
 #include <dat2/udat.h>
+#include <dat2/dat_ib_extensions.h>
 #include <string.h>
 int main(void)
 {
 	DAT_IA_HANDLE ia;
 	DAT_EVD_HANDLE evd = DAT_HANDLE_NULL;
-	DAT_RETURN rc = dat_ia_open("no-such-ia", 8, &evd, &ia);
-	const char *major, *minor;
-	dat_strerror(rc, &major, &minor);
-	return !(DAT_GET_TYPE(rc) == DAT_PROVIDER_NOT_FOUND && strcmp(major, "DAT_PROVIDER_NOT_FOUND") == 0);
+	DAT_RETURN rc = dat_ia_open("rs-tcp", 8, &evd, &ia);
+	if (rc != DAT_SUCCESS)
+		return 1;
+	DAT_IA_ATTR attr;
+	rc = dat_ia_query(ia, &evd, DAT_IA_FIELD_ALL, &attr, 0, NULL);
+	if (rc != DAT_SUCCESS || attr.extension_supported != DAT_EXTENSION_IB)
+		return 2;
+	return dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG) != DAT_SUCCESS;
 }
 C
-export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-if cc "$prefix/consumer.c" -o "$prefix/consumer" $(pkg-config --cflags --libs dat2) -Wl,-rpath,"$prefix/lib"; then
+if cc "$work/consumer.c" -o "$work/consumer" \
+	$(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$root/usr/local/lib/pkgconfig" pkg-config --cflags --libs dat2) \
+	2> "$work/cc.log"; then
 	ok
-	# as installed: no LD_LIBRARY_PATH pointing into the build tree
-	if env -u LD_LIBRARY_PATH DAT_OVERRIDE=/dev/null "$prefix/consumer"; then ok; else bad "installed consumer failed"; fi
-	env -u LD_LIBRARY_PATH ldd "$prefix/consumer" | grep -q "$prefix/lib/libdat2.so.2" && ok || bad "consumer did not link the installed libdat2"
 else
-	bad "consumer does not build with pkg-config"
+	bad "consumer does not build with pkg-config: $(head -3 "$work/cc.log")"
 fi
 
-make -s -C "$top" uninstall PREFIX="$prefix" >/dev/null || bad "make uninstall failed"
-left=$(cd "$prefix" && find . -type f ! -name 'consumer*' | sort)
+# the installed tree where it will live, in a private mount namespace
+cat > "$work/inside.sh" <<EOF
+set -u
+mount --bind "$root/usr/local" /usr/local || exit 10
+mount --bind "$root/etc/dat.conf" /etc/dat.conf || exit 11
+ldconfig -X -C "$work/ld.so.cache" || exit 12
+mount --bind "$work/ld.so.cache" /etc/ld.so.cache || exit 13
+unset LD_LIBRARY_PATH DAT_OVERRIDE
+echo "ldd: \$(ldd /usr/bin/dapltest | grep libdat2)"
+timeout 120 dapltest -T F -D rs-tcp -f hwconn
+echo "dapltest exit \$?"
+timeout 60 "$work/consumer"
+echo "consumer exit \$?"
+echo "datinfo: \$(timeout 60 /usr/local/bin/datinfo rs-tcp 2>&1 | grep -c 'IA address 127.0.0.1')"
+EOF
+unshare -m bash "$work/inside.sh" > "$work/inside.log" 2>&1
+grep -q 'ldd:.*/usr/local/lib/libdat2.so.2' "$work/inside.log" && ok ||
+	bad "dapltest did not load the installed libdat2 ($(grep 'ldd:' "$work/inside.log"); see below)"
+n=$(grep -c '^Result: *PASS' "$work/inside.log")
+if [ "$n" -gt 0 ] && ! grep -q '^Result: *FAIL' "$work/inside.log" && grep -q 'dapltest exit 0' "$work/inside.log"; then
+	ok
+else
+	bad "Debian's dapltest FFT hwconn through the installed tree: $n PASS"
+	sed 's/^/    /' "$work/inside.log" | tail -20
+fi
+grep -q 'consumer exit 0' "$work/inside.log" && ok || bad "the pkg-config consumer failed in the installed tree"
+grep -q 'datinfo: 1' "$work/inside.log" && ok || bad "installed datinfo did not open rs-tcp"
+
+# uninstall: our files gone, dat.conf as it was
+make -s -C "$top" uninstall DESTDIR="$root" PREFIX=/usr/local > "$work/uninstall.log" 2>&1 || bad "make uninstall failed"
+cmp -s "$work/dat.conf.before" "$root/etc/dat.conf" && ok || bad "dat.conf not restored byte for byte"
+left=$(cd "$root" && find . -type f ! -path ./etc/dat.conf | sort)
 [ -z "$left" ] && ok || bad "left after uninstall: $left"
-echo "install-check: $passed passed, $failed failed"
+summary

@@ -224,6 +224,19 @@ static void test_local_checks(void)
 		CHECK_TYPE(dat_ep_post_recv(A.ep, 1, &outside[i], ck(0x130 + i), 0), DAT_INVALID_PARAMETER);
 	}
 	remote.segment_length = 16;
+	/* DAT_INVALID_PARAMETER, not a crash: a segment count far above the EP's
+	 * IOV limit with an array of one triplet (refused before the array is
+	 * read), on every call that takes an IOV */
+	{
+		DAT_LMR_TRIPLET one = seg(lc_a, abuf, 16);
+		CHECK_TYPE(dat_ep_post_recv(A.ep, 1 << 30, &one, ck(0x140), 0), DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_send(A.ep, 1 << 30, &one, ck(0x141), 0), DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_rdma_read(A.ep, 1 << 30, &one, ck(0x142), &remote, 0), DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_rdma_write(A.ep, 1 << 30, &one, ck(0x143), &remote, 0), DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_send_with_invalidate(A.ep, 1 << 30, &one, ck(0x144), 0, DAT_TRUE, 1),
+			   DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_recv(A.ep, 5, &one, ck(0x145), 0), DAT_INVALID_PARAMETER);
+	}
 	/* ... also when only the second segment of an IOV is outside */
 	{
 		DAT_LMR_TRIPLET two[2] = { seg(lc_a, abuf, 8), seg(lc_a, abuf + BUF - 4, 8) };

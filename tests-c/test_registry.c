@@ -6,6 +6,7 @@
  * point at the mock provider (see the Makefile). */
 #include <dat2/udat.h>
 #include <dat2/dat_registry.h>
+#include <dat2/dat_ib_extensions.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +300,77 @@ static void registry_and_dispatch(void)
 	CHECK(strstr(err, "no-register") && strstr(err, "did not register"), "warning: '%s'", err);
 }
 
+/* dat_extension_op's open and close ranges (the IB extensions'
+ * dat_ib_open_query / dat_ib_close_query): the registry loads the named
+ * provider itself, hands it the name as the handle and the caller's
+ * arguments, and releases the provider at the close of the IA it returned. */
+static void extension_open_close(void)
+{
+	DAT_IA_HANDLE q1 = NULL, q2 = NULL, ia;
+	DAT_IA_ATTR attr;
+	DAT_PROVIDER_ATTR pattr;
+	char want[256];
+
+	/* a NULL name and a NULL or foreign handle, as OFED's registry answers */
+	CHECK_RC(dat_ib_open_query(NULL, &q1, DAT_IA_FIELD_ALL, &attr, DAT_PROVIDER_FIELD_ALL, &pattr),
+		 INVALID(DAT_INVALID_ARG3));
+	CHECK_RC(dat_ib_close_query(NULL), INVALID(DAT_INVALID_HANDLE_IA));
+	CHECK_RC(dat_ib_close_query((DAT_HANDLE)0x1234), INVALID(DAT_INVALID_HANDLE_IA));
+	/* names are looked up as dat_ia_open looks them up */
+	CHECK_RC(dat_ib_open_query("no-such-ia", &q1, DAT_IA_FIELD_ALL, &attr, 0, NULL), 0x800a0064);
+	CHECK_RC(dat_ib_open_query("hidden", &q1, DAT_IA_FIELD_ALL, &attr, 0, NULL), 0x800a0064);
+	CHECK_RC(dat_ib_open_query("mock-threadsafe", &q1, DAT_IA_FIELD_ALL, &attr, 0, NULL),
+		 ERRCODE(DAT_PROVIDER_NOT_FOUND, DAT_THREAD_SAFETY_NOT_FOUND));
+	CHECK(events[0] == 0, "no provider loaded by failed lookups: '%s'", events);
+
+	/* open: the provider is loaded and gets the name, the op and every
+	 * remaining argument; the IA it returns is its own (not a registry
+	 * integer), its first word a table the provider never registered */
+	memset(&attr, 0, sizeof(attr));
+	memset(&pattr, 0, sizeof(pattr));
+	CHECK_RC(dat_ib_open_query("mock", &q1, DAT_IA_FIELD_IA_ADDRESS_PTR, &attr, DAT_PROVIDER_FIELD_ALL, &pattr),
+		 DAT_SUCCESS);
+	snprintf(want, sizeof(want), "init open-query(mock,%#x,%#llx,attr,%#llx,attr) ", DAT_IB_OPEN_QUERY_OP,
+		 (unsigned long long)DAT_IA_FIELD_IA_ADDRESS_PTR, (unsigned long long)DAT_PROVIDER_FIELD_ALL);
+	CHECK(strcmp(events, want) == 0, "events '%s', want '%s'", events, want);
+	CHECK((unsigned long)q1 >= 0x10000, "open query returns the provider's IA %p", q1);
+	CHECK(strcmp(attr.adapter_name, "mock adapter") == 0 && strcmp(pattr.provider_name, "mock provider") == 0,
+	      "attributes filled by the provider: '%s' '%s'", attr.adapter_name, pattr.provider_name);
+
+	/* the query holds the provider like an IA: an IA opened and closed
+	 * meanwhile does not unload it, and a second query shares it */
+	CHECK_RC(open_ia("mock", &ia), DAT_SUCCESS);
+	CHECK_RC(dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG), DAT_SUCCESS);
+	CHECK_RC(dat_ib_open_query("mock", &q2, 0, NULL, 0, NULL), DAT_SUCCESS);
+	CHECK(q2 != q1 && strstr(events, "fini") == NULL, "provider kept: '%s'", events);
+
+	/* close: the provider closes its IA; the last one unloads it */
+	events[0] = 0;
+	CHECK_RC(dat_ib_close_query(q1), DAT_SUCCESS);
+	CHECK(strcmp(events, "close-query ") == 0, "first close: '%s'", events);
+	/* closed: no longer the registry's to route (and its first word is no
+	 * registered table), so it is not dispatched on; nothing released */
+	CHECK_RC(dat_ib_close_query(q1), INVALID(DAT_INVALID_HANDLE_IA));
+	CHECK(strcmp(events, "close-query ") == 0, "a second close releases nothing: '%s'", events);
+	CHECK_RC(dat_ib_close_query(q2), DAT_SUCCESS);
+	CHECK(strcmp(events, "close-query close-query fini unloaded ") == 0, "last close unloads: '%s'", events);
+	/* its table is gone with it: the stale IA is not dispatched on */
+	CHECK_RC(dat_ib_close_query(q2), INVALID(DAT_INVALID_HANDLE_IA));
+
+	/* a provider refusing the open: its error, and the load undone */
+	events[0] = 0;
+	CHECK_RC(dat_ib_open_query("mock-fail-open", &q1, 0, NULL, 0, NULL),
+		 ERRCODE(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_DEVICE));
+	CHECK(strstr(events, "init") && strstr(events, "fini unloaded"), "failed open unloads: '%s'", events);
+
+	/* a library that cannot load: DAT_PROVIDER_NOT_FOUND, as for an open */
+	char err[2048];
+	DAT_RETURN rc;
+	WITH_STDERR(err, rc = dat_ib_open_query("missing-lib", &q1, 0, NULL, 0, NULL));
+	CHECK(DAT_GET_TYPE(rc) == DAT_PROVIDER_NOT_FOUND && strstr(err, "libdoes-not-exist.so.2"),
+	      "missing library: %#x '%s'", rc, err);
+}
+
 /* A provider the application registers itself, with no dat.conf entry. */
 static DAT_RETURN app_ia_open(const char *name, DAT_COUNT q, DAT_EVD_HANDLE *e, DAT_IA_HANDLE *ia)
 {
@@ -355,6 +427,8 @@ int main(void)
 	null_handles();
 	bad_handles();
 	registry_and_dispatch();
+	events[0] = 0;
+	extension_open_close();
 	dynamic_registry();
 	strerror_names();
 	return check_summary("test_registry");

@@ -7,12 +7,14 @@
 #
 # In the guest, each counted as pass/fail:
 #  - the C tests test_provider_handles, test_dto_rules, test_remote_violation,
-#    test_peer_killed, test_srq, test_connect_errors with DAT_TEST_IA=rs-rxe0;
+#    test_peer_killed, test_srq, test_connect_errors, test_csp, test_evd_rules, test_ib_ext, test_ud,
+#    test_dat2_ops with DAT_TEST_IA=rs-rxe0;
 #  - our verbs provider under the names of its three ia_params forms
 #    ("verbs rxe0 1", "verbs rxenet0", "verbs 192.0.2.1"): each opens with
 #    address 192.0.2.1, and dtest runs between two of them;
 #  - Debian's dapltest (server + transaction and performance tests, limit
-#    test, FFT suites), dtest, dtest -c (CNO) and dtestcm on rs-rxe0;
+#    test, FFT suites), dtest, dtest -c (CNO), dtestcm, dtestx, dtestx -p
+#    and dtestsrq on rs-rxe0;
 #  - library mixes on the dapltest transaction lines: our libdat2 with OFED's
 #    provider (ofa-v2-rxe), OFED's libdat2 with our provider (by full path);
 #  - wire mixes: a dapltest server all OFED's (libdat2 + provider) with a
@@ -44,7 +46,7 @@ if [ "${1:-}" != --inside ]; then
 		echo "verbs-guest: 0 passed, 1 failed"
 		exit 1
 	fi
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors; do
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
 			echo "verbs-guest: 0 passed, 1 failed"
@@ -132,7 +134,7 @@ run() {
 }
 
 # --- 1. the C tests on our IA
-for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors; do
+for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud; do
 	log="$out/$t.log"
 	DAT_TEST_IA=$OURS tmo=200 ours_env "$top/build/tests/$t" > "$log" 2>&1
 	rc=$?
@@ -223,6 +225,66 @@ done
 dtest_pair ours-dtest ours_env $OURS $OURS dtest "${DTEST_SIZE[@]}"
 dtest_pair ours-dtest-cno ours_env $OURS $OURS dtest -c "${DTEST_SIZE[@]}"
 dtest_pair ours-dtestcm ours_env $OURS $OURS dtestcm -c "${DTESTCM_CONNS:-100}"
+# The IB extensions (write with immediate data, atomics; -p adds the counters) as OFED's
+# provider passes them on rxe.
+# dtestx does not flush its output, so its server is ready when its address
+# exchange port (15828) listens; its server also creates its service point only
+# after sending its address, so a client that connects in between is rejected
+# ("!conn established: 0x4003"): that outcome alone is retried once.
+# dtestx_pair NAME "SERVER ARGS" "CLIENT ARGS"
+dtestx_pair() {
+	local name=$1 sargs=$2 cargs=$3 try slog clog rc src
+	for try in 1 2; do
+		slog="$out/$name-server.log" clog="$out/$name-client.log"
+		ours_env dtestx -P $OURS $sargs > "$slog" 2>&1 &
+		server_pid=$!
+		for _ in $(seq 600); do
+			ss -ltn 2>/dev/null | grep -q ':15828 ' && break
+			kill -0 $server_pid 2>/dev/null || break
+			sleep 0.1
+		done
+		ours_env dtestx -P $OURS $cargs -h $ADDR > "$clog" 2>&1
+		rc=$?
+		wait $server_pid
+		src=$?
+		if [ $try = 1 ] && [ $rc -ne 0 ] && grep -q '!conn established: 0x4003' "$clog"; then
+			echo "  note $name: the client connected before the server's PSP existed (dtestx's race); once more"
+			continue
+		fi
+		break
+	done
+	if [ $rc -eq 0 ] && [ $src -eq 0 ] && ! grep -q 'FAILED\|ERROR' "$clog" "$slog"; then
+		ok "$name"
+	else
+		bad "$name: client exit $rc, server exit $src (see $clog, $slog)"
+	fi
+}
+dtestx_pair ours-dtestx "-s" ""
+dtestx_pair ours-dtestx-counters "-s -p" "-p"
+# dtestsrq: connections sharing one SRQ, its low-watermark event, EP_BROKEN on
+# the async EVD at disconnect. It can exit 0 after an error, so both logs must
+# say "Test Complete" and neither an error.
+dtestsrq_pair() {
+	local name=$1; shift
+	local slog="$out/$name-server.log" clog="$out/$name-client.log"
+	if start_server "$slog" "ready" ours_env dtestsrq -P $OURS -s "$@"; then
+		ours_env dtestsrq -P $OURS -h $ADDR "$@" > "$clog" 2>&1
+		local rc=$?
+		wait $server_pid
+		local src=$?
+		if [ $rc -eq 0 ] && [ $src -eq 0 ] && grep -q 'Test Complete' "$clog" && grep -q 'Test Complete' "$slog" &&
+			! grep -qi 'error\|FAIL' "$clog" "$slog"; then
+			ok "$name"
+		else
+			bad "$name: client exit $rc, server exit $src (see $clog, $slog)"
+		fi
+	fi
+}
+dtestsrq_pair ours-dtestsrq
+# dtestx -u: unreliable datagrams (UD QPs); with -u a client needs -c (the
+# server's trailing -s makes it the server again). OFED's provider fails this
+# mode on soft-RoCE ("create_qp Invalid argument").
+dtestx_pair ours-dtestx-ud "-s -u" "-c -u"
 
 # --- 4. library mixes
 transactions libdat2-ours+ofa-provider ours_env $OFA ours_env $OFA

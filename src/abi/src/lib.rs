@@ -14,6 +14,7 @@
 pub mod basic;
 pub mod codes;
 pub mod consts;
+pub mod ib_ext;
 pub mod provider;
 pub mod structs;
 

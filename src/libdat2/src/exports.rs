@@ -1087,7 +1087,8 @@ pub unsafe extern "C" fn dats_get_ia_handle(
 }
 
 /// The variadic `dat_extension_op` is a C shim (c/extension_op.c) that
-/// forwards its `va_list` here.
+/// forwards its `va_list` here (and to the two functions after this one
+/// for the open and close ranges of `ext_op`).
 #[no_mangle]
 pub unsafe extern "C" fn dat2_extension_opv(
     handle: DAT_HANDLE,
@@ -1097,6 +1098,45 @@ pub unsafe extern "C" fn dat2_extension_opv(
     on_any(handle, |h, p| {
         slot!(p, handle_extendedop_func)(h, ext_op, args)
     })
+}
+
+/// `dat_extension_op` with DAT_OPEN_EXTENSION_BASE set in `ext_op` (the IB
+/// extensions' `dat_ib_open_query`): the shim has taken the IA name off the
+/// argument list and peeked at the next argument, where the provider will
+/// store its IA. The provider is found and loaded as by `dat_ia_open` (DAT
+/// 2.0, not thread-safe); its handle is its own, not a registry handle.
+#[no_mangle]
+pub unsafe extern "C" fn dat2_extension_openv(
+    name: *const c_char,
+    ext_op: DAT_EXTENDED_OP,
+    ia_out: *const DAT_HANDLE,
+    args: va_list,
+) -> DAT_RETURN {
+    init_logging();
+    ffi_guard(|| {
+        if name.is_null() {
+            // What OFED's registry returns for a NULL name.
+            return dat_error(DAT_INVALID_HANDLE, DAT_INVALID_ARG3);
+        }
+        let key = ProviderKey {
+            ia_name: CStr::from_ptr(name).to_string_lossy().into_owned(),
+            major: DAT_VERSION_MAJOR,
+            minor: DAT_VERSION_MINOR,
+            thread_safe: false,
+        };
+        registry::open_extension(&key, name, ext_op, ia_out, args)
+    })
+}
+
+/// `dat_extension_op` with DAT_CLOSE_EXTENSION_BASE set in `ext_op`
+/// (`dat_ib_close_query`): `handle` is the provider's IA from the open.
+#[no_mangle]
+pub unsafe extern "C" fn dat2_extension_closev(
+    handle: DAT_HANDLE,
+    ext_op: DAT_EXTENDED_OP,
+    args: va_list,
+) -> DAT_RETURN {
+    ffi_guard(|| registry::close_extension(handle, ext_op, args))
 }
 
 /// Called by a provider's dat_provider_init to make itself known.

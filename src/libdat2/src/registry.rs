@@ -385,19 +385,15 @@ fn unload_if_idle(reg: &mut StaticRegistry, lib_entry: usize) {
     }
 }
 
-/// dat_ia_openv after argument checks: find the provider, load it if
-/// needed, open the IA through it and hand out a small-integer handle.
-///
-/// # Safety
-/// `name` is a C string and `async_evd` a valid EVD handle slot, as for
-/// `dat_ia_openv`; they are handed to the provider.
-pub unsafe fn open_ia(
+/// The provider that serves `key`, as dat_ia_openv finds it: the exact
+/// dat.conf entry (its library loaded and initialised if it is not yet),
+/// else a provider the application registered itself. Returns the table and
+/// the loaded library's entry, which the caller counts an open of once it
+/// keeps something of the provider, or unloads if idle on failure.
+fn find_provider(
+    reg: &mut StaticRegistry,
     key: &ProviderKey,
-    name: *const c_char,
-    async_evd_qlen: DAT_COUNT,
-    async_evd: *mut DAT_EVD_HANDLE,
-) -> Result<DAT_IA_HANDLE, DAT_RETURN> {
-    let mut reg = STATIC.lock();
+) -> Result<(ProviderPtr, Option<usize>), DAT_RETURN> {
     // Entries from dat.conf take part only as user-level, default entries.
     let entries: Vec<(usize, ConfEntry)> = reg
         .entries()
@@ -411,7 +407,7 @@ pub unsafe fn open_ia(
     });
 
     let (provider, lib) = if let Some((idx, _)) = exact {
-        let li = load_entry(&mut reg, *idx, key)?;
+        let li = load_entry(reg, *idx, key)?;
         let p = find_registered(key).ok_or_else(|| not_found(DAT_NAME_NOT_REGISTERED))?;
         (p, Some(li))
     } else if let Some(p) = find_registered(key) {
@@ -429,8 +425,23 @@ pub unsafe fn open_ia(
     } else {
         return Err(not_found(DAT_THREAD_SAFETY_NOT_FOUND));
     };
+    Ok((provider, lib.map(|li| reg.libs[li].entry)))
+}
 
-    let lib_entry = lib.map(|li| reg.libs[li].entry);
+/// dat_ia_openv after argument checks: find the provider, load it if
+/// needed, open the IA through it and hand out a small-integer handle.
+///
+/// # Safety
+/// `name` is a C string and `async_evd` a valid EVD handle slot, as for
+/// `dat_ia_openv`; they are handed to the provider.
+pub unsafe fn open_ia(
+    key: &ProviderKey,
+    name: *const c_char,
+    async_evd_qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+) -> Result<DAT_IA_HANDLE, DAT_RETURN> {
+    let mut reg = STATIC.lock();
+    let (provider, lib_entry) = find_provider(&mut reg, key)?;
     // SAFETY: the provider is registered and its library loaded.
     let table = unsafe { provider.table() };
     let mut provider_ia: DAT_IA_HANDLE = std::ptr::null_mut();
@@ -493,6 +504,130 @@ pub fn close_ia(handle: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
         remove_ia(handle);
         if let Some(e) = ia.lib {
             release_lib(&mut reg, e);
+        }
+    }
+    rc
+}
+
+// ------------------------------------------------- extension open and close
+
+/// An IA a provider opened for the open-query extension (`dat_ib_open_query`).
+struct ExtensionOpen {
+    /// The provider's own IA handle, as an address.
+    ia: usize,
+    /// The provider that opened it. The close calls this table: the first
+    /// word of a provider's IA need not be a table it registered (ours
+    /// holds a copy naming the IA, for OFED's registry).
+    provider: ProviderPtr,
+    /// The library entry the open holds loaded.
+    lib: Option<usize>,
+}
+
+static EXTENSION_OPENS: Mutex<Vec<ExtensionOpen>> = Mutex::new(Vec::new());
+
+/// `dat_extension_op` with DAT_OPEN_EXTENSION_BASE in `ext_op`: loads the
+/// provider of `key` as dat_ia_openv does and calls its extension slot
+/// with the IA name as the handle and the rest of the caller's arguments.
+/// On success the library stays loaded until [`close_extension`] of the IA
+/// the provider stored in `*ia_out`; on failure a load made here is undone.
+///
+/// # Safety
+/// `name` is a C string; `args` is the caller's va_list after the name,
+/// read by the provider; `ia_out` is its next argument (or NULL).
+pub unsafe fn open_extension(
+    key: &ProviderKey,
+    name: *const c_char,
+    ext_op: DAT_EXTENDED_OP,
+    ia_out: *const DAT_HANDLE,
+    args: va_list,
+) -> DAT_RETURN {
+    let mut reg = STATIC.lock();
+    let (provider, lib_entry) = match find_provider(&mut reg, key) {
+        Ok(found) => found,
+        Err(rc) => return rc,
+    };
+    // SAFETY: the provider is registered and its library loaded.
+    let table = unsafe { provider.table() };
+    let rc = match table.handle_extendedop_func {
+        // SAFETY: the provider reads the caller's arguments; the name is
+        // the handle of an open, as in OFED's registry.
+        Some(f) => unsafe { f(name as DAT_HANDLE, ext_op, args) },
+        None => dat_error(DAT_NOT_IMPLEMENTED, DAT_NO_SUBTYPE),
+    };
+    if rc != DAT_SUCCESS {
+        if let Some(e) = lib_entry {
+            unload_if_idle(&mut reg, e);
+        }
+        return rc;
+    }
+    if let Some(e) = lib_entry {
+        if let Some(l) = reg.libs.iter_mut().find(|l| l.entry == e) {
+            l.opens += 1;
+        }
+    }
+    // SAFETY: the provider just stored its IA there (the open's contract).
+    let ia = if ia_out.is_null() {
+        std::ptr::null_mut()
+    } else {
+        unsafe { *ia_out }
+    };
+    log::debug!(
+        "extension open {:#x} of {}: provider IA {:?}",
+        ext_op,
+        key.ia_name,
+        ia
+    );
+    EXTENSION_OPENS.lock().push(ExtensionOpen {
+        ia: ia as usize,
+        provider,
+        lib: lib_entry,
+    });
+    DAT_SUCCESS
+}
+
+/// `dat_extension_op` with DAT_CLOSE_EXTENSION_BASE in `ext_op`: `handle`
+/// is a provider's own IA from [`open_extension`], closed by the extension
+/// slot of the provider that opened it; on success the open's hold on the
+/// library is dropped (the last one runs dat_provider_fini and unloads it).
+/// Any other handle goes to the provider table at its first word if that
+/// is a registered one (as every object call checks), and releases nothing.
+///
+/// # Safety
+/// `handle` is consumer input, read only as described; `args` is the
+/// caller's va_list.
+pub unsafe fn close_extension(
+    handle: DAT_HANDLE,
+    ext_op: DAT_EXTENDED_OP,
+    args: va_list,
+) -> DAT_RETURN {
+    let mut reg = STATIC.lock();
+    let opened = EXTENSION_OPENS
+        .lock()
+        .iter()
+        .find(|o| !handle.is_null() && o.ia == handle as usize)
+        .map(|o| o.provider);
+    let table = match opened {
+        // SAFETY: the open holds this provider's library loaded.
+        Some(p) => unsafe { p.table() },
+        // SAFETY: provider_of reads the handle only once it may be an object.
+        None => match unsafe { crate::dispatch::provider_of(handle) } {
+            Some(t) => t,
+            None => return dat_error(DAT_INVALID_HANDLE, DAT_INVALID_HANDLE_IA),
+        },
+    };
+    let rc = match table.handle_extendedop_func {
+        // SAFETY: the provider's own IA (or object), its own call.
+        Some(f) => unsafe { f(handle, ext_op, args) },
+        None => dat_error(DAT_NOT_IMPLEMENTED, DAT_NO_SUBTYPE),
+    };
+    if rc == DAT_SUCCESS {
+        let mut opens = EXTENSION_OPENS.lock();
+        if let Some(i) = opens.iter().position(|o| o.ia == handle as usize) {
+            let lib_entry = opens.remove(i).lib;
+            drop(opens);
+            if let Some(e) = lib_entry {
+                release_lib(&mut reg, e);
+            }
         }
     }
     rc

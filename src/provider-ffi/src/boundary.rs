@@ -9,7 +9,7 @@ use dat_abi::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs one provider entry point: its error becomes the DAT_RETURN, and a
@@ -75,19 +75,22 @@ impl std::ops::Deref for Iov {
     }
 }
 
-/// Reads `n` triplets at `p`. A negative count is DAT_INVALID_PARAMETER for
-/// `arg_n`; a NULL array with segments for `arg_iov`. Zero segments (a
-/// zero-length message) may come with a NULL array.
+/// Reads `n` triplets at `p`. A negative count, or one above `max` (the
+/// object's IOV limit), is DAT_INVALID_PARAMETER for `arg_n`, refused before
+/// the array is touched (a count of 1 << 30 must not make us read a gigabyte
+/// past one triplet); a NULL array with segments is for `arg_iov`. Zero
+/// segments (a zero-length message) may come with a NULL array.
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.
 pub(crate) unsafe fn lmr_iov(
     p: *const DAT_LMR_TRIPLET,
     n: DAT_COUNT,
+    max: u32,
     arg_n: u32,
     arg_iov: u32,
 ) -> DatResult<Iov> {
-    if n < 0 {
+    if n < 0 || n as u64 > u64::from(max) {
         return Err(DatError::invalid_arg(arg_n));
     }
     if n == 0 {
@@ -151,24 +154,64 @@ pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr
     Ok(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
 }
 
+/// The IPv4 address and port of a DAT_IA_ADDRESS_PTR (a `struct sockaddr`
+/// naming a service point: dat_csp_create, dat_ep_common_connect). Errors as
+/// `ipv4_of`.
+///
+/// # Safety
+/// `p` is NULL or points to a sockaddr of at least its family's size.
+pub(crate) unsafe fn ipv4_port_of(p: *const sockaddr, arg: u32) -> DatResult<SocketAddrV4> {
+    let ip = ipv4_of(p, arg)?;
+    let sin = &*(p as *const libc::sockaddr_in);
+    Ok(SocketAddrV4::new(ip, u16::from_be(sin.sin_port)))
+}
+
 /// A stable `struct sockaddr` for an IPv4 address, for the address pointers
 /// DAT hands out (IA address, CR and EP peers). One per distinct address,
 /// kept for the life of the process, so a pointer a consumer holds never
 /// dangles.
 pub(crate) fn sockaddr_of(ip: Ipv4Addr) -> DAT_IA_ADDRESS_PTR {
-    static INTERNED: Mutex<Option<HashMap<Ipv4Addr, usize>>> = Mutex::new(None);
+    sockaddr_port_of(SocketAddrV4::new(ip, 0))
+}
+
+/// As `sockaddr_of`, with a port (a CSP's address).
+pub(crate) fn sockaddr_port_of(sa: SocketAddrV4) -> DAT_IA_ADDRESS_PTR {
+    static INTERNED: Mutex<Option<HashMap<SocketAddrV4, usize>>> = Mutex::new(None);
     let mut map = INTERNED.lock();
     let addr = *map
         .get_or_insert_with(HashMap::new)
-        .entry(ip)
+        .entry(sa)
         .or_insert_with(|| {
             // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
             let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
             sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_addr.s_addr = u32::from(ip).to_be();
+            sin.sin_addr.s_addr = u32::from(*sa.ip()).to_be();
+            sin.sin_port = sa.port().to_be();
             Box::leak(Box::new(sin)) as *mut libc::sockaddr_in as usize
         });
     addr as DAT_IA_ADDRESS_PTR
+}
+
+/// A communicator as (domain, type, protocol).
+type CommKey = (i32, i32, i32);
+
+/// A stable DAT_COMM with these (domain, type, protocol), for dat_csp_query's
+/// `comm` pointer: one per distinct value, kept for the life of the process.
+pub(crate) fn interned_comm(comm: CommKey) -> *mut DAT_COMM {
+    static INTERNED: Mutex<Option<HashMap<CommKey, usize>>> = Mutex::new(None);
+    let mut map = INTERNED.lock();
+    let addr = *map
+        .get_or_insert_with(HashMap::new)
+        .entry(comm)
+        .or_insert_with(|| {
+            let c = DAT_COMM {
+                domain: comm.0,
+                r#type: comm.1,
+                protocol: comm.2,
+            };
+            Box::leak(Box::new(c)) as *mut DAT_COMM as usize
+        });
+    addr as *mut DAT_COMM
 }
 
 /// Copies `s` into a fixed C char array, NUL-terminated and truncated.
@@ -200,4 +243,91 @@ pub(crate) fn boolean(b: bool) -> DAT_BOOLEAN {
     } else {
         DAT_FALSE
     }
+}
+
+/// The variable arguments of dat_extension_op, as the registry hands them to the provider's
+/// extension slot: C's `va_list`, which on x86_64 SysV is a pointer to the caller's
+/// `__va_list_tag`. Every argument of the IB extension operations (pointers, 64-bit values,
+/// enums and ints, the 8-byte DTO cookie union) is of the INTEGER class, so one reader of
+/// 8-byte general-purpose slots serves them all; narrower C arguments were promoted to a slot.
+pub(crate) struct VaArgs(*mut c_void);
+
+#[cfg(target_arch = "x86_64")]
+#[repr(C)]
+struct VaListTag {
+    gp_offset: u32,
+    fp_offset: u32,
+    overflow_arg_area: *mut u8,
+    reg_save_area: *mut u8,
+}
+
+impl VaArgs {
+    /// # Safety
+    /// `args` is the `va_list` the registry passed, not yet consumed past the arguments the
+    /// caller of dat_extension_op supplied for this operation.
+    pub(crate) unsafe fn new(args: va_list) -> VaArgs {
+        VaArgs(args)
+    }
+
+    /// The next argument's 8-byte slot. None where this provider cannot read a va_list (not
+    /// x86_64) or none was given.
+    ///
+    /// # Safety
+    /// The caller passed at least one more argument (the operation's C macro says how many).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) unsafe fn word(&mut self) -> Option<u64> {
+        let tag = (self.0 as *mut VaListTag).as_mut()?;
+        // The first six integer arguments of the variadic call were saved in the register save
+        // area (48 bytes); the rest are on the caller's stack.
+        if tag.gp_offset < 48 {
+            let v = (tag.reg_save_area.add(tag.gp_offset as usize) as *const u64).read_unaligned();
+            tag.gp_offset += 8;
+            Some(v)
+        } else {
+            let v = (tag.overflow_arg_area as *const u64).read_unaligned();
+            tag.overflow_arg_area = tag.overflow_arg_area.add(8);
+            Some(v)
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(crate) unsafe fn word(&mut self) -> Option<u64> {
+        None
+    }
+
+    /// The next argument, or DAT_NOT_IMPLEMENTED where variable arguments cannot be read.
+    ///
+    /// # Safety
+    /// As for `word`.
+    pub(crate) unsafe fn u64(&mut self) -> DatResult<u64> {
+        self.word().ok_or_else(DatError::not_implemented)
+    }
+
+    /// # Safety
+    /// As for `word`; the argument is a 32-bit C value (int, enum, DAT_UINT32).
+    pub(crate) unsafe fn u32(&mut self) -> DatResult<u32> {
+        Ok(self.u64()? as u32)
+    }
+
+    /// # Safety
+    /// As for `word`; the argument is a pointer.
+    pub(crate) unsafe fn ptr<T>(&mut self) -> DatResult<*mut T> {
+        Ok(self.u64()? as usize as *mut T)
+    }
+}
+
+/// A stable copy of a shared-memory id (DAT_LMR_COOKIE) for dat_lmr_query to point to: one per
+/// distinct id, kept for the life of the process (as `sockaddr_of` keeps addresses), so the
+/// pointer a consumer holds never dangles.
+pub(crate) fn interned_cookie(id: [u8; DAT_LMR_COOKIE_SIZE]) -> DAT_LMR_COOKIE {
+    static INTERNED: Mutex<Option<HashMap<[u8; DAT_LMR_COOKIE_SIZE], usize>>> = Mutex::new(None);
+    let mut map = INTERNED.lock();
+    let addr = *map
+        .get_or_insert_with(HashMap::new)
+        .entry(id)
+        .or_insert_with(|| {
+            let cookie: [c_char; DAT_LMR_COOKIE_SIZE] = id.map(|b| b as c_char);
+            Box::leak(Box::new(cookie)) as *mut [c_char; DAT_LMR_COOKIE_SIZE] as usize
+        });
+    addr as DAT_LMR_COOKIE
 }

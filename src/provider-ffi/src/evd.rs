@@ -2,9 +2,67 @@
 
 use crate::boundary::{boolean, c, guard, h, input, out, sockaddr_of};
 use daplrs::core::error::{DatError, SubType};
-use daplrs::core::evd::{Evd, Event, EventData};
+use daplrs::core::evd::{DtoExt, Evd, Event, EventData, UdConnExt};
 use daplrs::core::handle;
+use dat_abi::ib_ext::{
+    DAT_IB_EXTENSION_EVENT_DATA, DAT_IB_OP_ERR, DAT_IB_UD_CONNECTION_REQUEST_EVENT,
+    DAT_IB_UD_CONNECT_REQUEST, DAT_IB_UD_PASSIVE_REMOTE_AH, DAT_IB_UD_REMOTE_AH, DAT_OP_SUCCESS,
+};
 use dat_abi::*;
+
+/// The extension data of a DAT_IB_DTO_EVENT: DAT_IB_EXTENSION_EVENT_DATA in the event's
+/// `event_extension_data`.
+fn write_ib_extension_data(dst: &mut DAT_EVENT, ext: &DtoExt) {
+    // SAFETY: plain data; all-zero is a valid value.
+    let mut data: DAT_IB_EXTENSION_EVENT_DATA = unsafe { std::mem::zeroed() };
+    data.type_ = ext.kind;
+    data.status = DAT_OP_SUCCESS;
+    data.immed_data = ext.imm;
+    const _: () = assert!(
+        std::mem::size_of::<DAT_IB_EXTENSION_EVENT_DATA>()
+            <= std::mem::size_of::<[DAT_UINT64; 8]>()
+    );
+    // SAFETY: the extension data fits the 64-byte array (asserted above), which is 8-aligned.
+    unsafe {
+        (dst.event_extension_data.as_mut_ptr() as *mut DAT_IB_EXTENSION_EVENT_DATA).write(data)
+    };
+}
+
+/// The extension data of a datagram EP's connection event: the type, the remote address
+/// handle (our token, the remote QP number, the remote IA address as a sockaddr_in) and the
+/// resolution's record as `context`.
+fn write_ud_extension_data(dst: &mut DAT_EVENT, ext: &UdConnExt) {
+    // SAFETY: plain data; all-zero is a valid value.
+    let mut data: DAT_IB_EXTENSION_EVENT_DATA = unsafe { std::mem::zeroed() };
+    data.type_ = ext.kind;
+    data.status = if ext.kind == DAT_IB_UD_REMOTE_AH || ext.kind == DAT_IB_UD_PASSIVE_REMOTE_AH {
+        DAT_OP_SUCCESS
+    } else {
+        DAT_IB_OP_ERR
+    };
+    data.remote_ah.ah = ext.ah as usize as *mut std::ffi::c_void;
+    data.remote_ah.qpn = ext.qpn;
+    if let Some(addr) = ext.address {
+        // SAFETY: plain data; all-zero is a valid value.
+        let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_addr.s_addr = u32::from(addr).to_be();
+        const _: () = assert!(
+            std::mem::size_of::<libc::sockaddr_in>() <= std::mem::size_of::<DAT_SOCK_ADDR6>()
+        );
+        // SAFETY: a sockaddr_in fits the sockaddr_in6 (asserted above), whose alignment is at
+        // least its own.
+        unsafe {
+            (&mut data.remote_ah.ia_addr as *mut DAT_SOCK_ADDR6 as *mut libc::sockaddr_in)
+                .write(sin)
+        };
+    }
+    data.context = DAT_CONTEXT::from_u64(ext.cm);
+    // SAFETY: as in `write_ib_extension_data`.
+    unsafe {
+        (dst.event_extension_data.as_mut_ptr() as *mut DAT_IB_EXTENSION_EVENT_DATA).write(data)
+    };
+}
 
 /// Writes a core event as the 120-byte DAT_EVENT C expects.
 pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
@@ -20,16 +78,22 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
             transferred,
             op,
             rmr_context,
-        } => DAT_EVENT_DATA {
-            dto_completion_event_data: DAT_DTO_COMPLETION_EVENT_DATA {
-                ep_handle: c(*ep),
-                user_cookie: DAT_CONTEXT::from_u64(*cookie),
-                status: *status,
-                transfered_length: *transferred,
-                operation: *op,
-                rmr_context: *rmr_context,
-            },
-        },
+            ext,
+        } => {
+            if let Some(ext) = ext {
+                write_ib_extension_data(dst, ext);
+            }
+            DAT_EVENT_DATA {
+                dto_completion_event_data: DAT_DTO_COMPLETION_EVENT_DATA {
+                    ep_handle: c(*ep),
+                    user_cookie: DAT_CONTEXT::from_u64(*cookie),
+                    status: *status,
+                    transfered_length: *transferred,
+                    operation: *op,
+                    rmr_context: *rmr_context,
+                },
+            }
+        }
         EventData::RmrBind {
             rmr,
             cookie,
@@ -46,15 +110,45 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
             local_addr,
             conn_qual,
             cr,
-        } => DAT_EVENT_DATA {
-            cr_arrival_event_data: DAT_CR_ARRIVAL_EVENT_DATA {
-                sp_handle: DAT_SP_HANDLE { psp_handle: c(*sp) },
-                local_ia_address_ptr: sockaddr_of(*local_addr),
-                conn_qual: *conn_qual,
-                cr_handle: c(*cr),
-                truncate_flag: boolean(false),
-            },
-        },
+        } => {
+            if ev.number == DAT_IB_UD_CONNECTION_REQUEST_EVENT {
+                write_ib_extension_data(
+                    dst,
+                    &DtoExt {
+                        kind: DAT_IB_UD_CONNECT_REQUEST,
+                        imm: 0,
+                    },
+                );
+            }
+            DAT_EVENT_DATA {
+                cr_arrival_event_data: DAT_CR_ARRIVAL_EVENT_DATA {
+                    sp_handle: DAT_SP_HANDLE { psp_handle: c(*sp) },
+                    local_ia_address_ptr: sockaddr_of(*local_addr),
+                    conn_qual: *conn_qual,
+                    cr_handle: c(*cr),
+                    truncate_flag: boolean(false),
+                },
+            }
+        }
+        EventData::UdConnection {
+            ep,
+            private_data,
+            ext,
+        } => {
+            write_ud_extension_data(dst, ext);
+            DAT_EVENT_DATA {
+                connect_event_data: DAT_CONNECTION_EVENT_DATA {
+                    ep_handle: c(*ep),
+                    private_data_size: private_data.len() as DAT_COUNT,
+                    // The resolution's record keeps this buffer until dat_ib_ud_cm_free.
+                    private_data: if private_data.is_empty() {
+                        std::ptr::null_mut()
+                    } else {
+                        private_data.as_ptr() as DAT_PVOID
+                    },
+                },
+            }
+        }
         EventData::Connection { ep, private_data } => DAT_EVENT_DATA {
             connect_event_data: DAT_CONNECTION_EVENT_DATA {
                 ep_handle: c(*ep),

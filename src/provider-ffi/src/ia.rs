@@ -2,12 +2,14 @@
 
 use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
 use crate::provider::{entry, table_for_ia_name};
-use daplrs::core::error::{DatError, ErrorType, SubType};
+use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle::{self, HandleHeader};
 use daplrs::core::ia::Ia;
 use dat_abi::*;
-use std::ffi::{c_char, CStr};
+use parking_lot::Mutex;
+use std::ffi::{c_char, CStr, CString};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 /// ia_open_func: `name` is the dat.conf entry; its ia_params choose the
 /// backend and interface. A NULL `*async_evd` asks for an async EVD of
@@ -18,51 +20,60 @@ pub(crate) unsafe extern "C" fn open(
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
-        if name.is_null() {
-            return Err(DatError::invalid_arg(1));
-        }
-        let async_evd = out(async_evd, 3)?;
-        let ia_handle = out(ia_handle, 4)?;
-        let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-        let params = entry(&name)
-            .ok_or(DatError::new(
-                ErrorType::ProviderNotFound,
-                SubType::NameNotRegistered,
-            ))?
-            .ia_params;
-        let want_async = if async_evd.is_null() {
-            Some(qlen)
-        } else {
-            None
-        };
-        let (ia, evd) = Ia::open(&name, &params, want_async).inspect_err(|e| {
-            // Say why, once, even with logging off: "no such interface" is
-            // the first thing a new user of "tcp eth0" needs to know.
-            let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
-            eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
-        })?;
-        if let Some(evd) = evd {
-            *async_evd = c(evd.handle());
-        }
-        // SAFETY: a live handle is the address of its never-freed header.
-        let header = &*(ia.handle().as_ptr() as *const HandleHeader);
-        header.provider.store(
-            table_for_ia_name(&name) as *const DAT_PROVIDER as *mut _,
-            Ordering::SeqCst,
-        );
-        *ia_handle = c(ia.handle());
-        Ok(())
-    })
+    guard(|| open_ia(name, qlen, async_evd, ia_handle))
+}
+
+pub(crate) unsafe fn open_ia(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+) -> DatResult<()> {
+    if name.is_null() {
+        return Err(DatError::invalid_arg(1));
+    }
+    let async_evd = out(async_evd, 3)?;
+    let ia_handle = out(ia_handle, 4)?;
+    let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+    let params = entry(&name)
+        .ok_or(DatError::new(
+            ErrorType::ProviderNotFound,
+            SubType::NameNotRegistered,
+        ))?
+        .ia_params;
+    let want_async = if async_evd.is_null() {
+        Some(qlen)
+    } else {
+        None
+    };
+    let (ia, evd) = Ia::open(&name, &params, want_async).inspect_err(|e| {
+        // Say why, once, even with logging off: "no such interface" is
+        // the first thing a new user of "tcp eth0" needs to know.
+        let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
+        eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
+    })?;
+    if let Some(evd) = evd {
+        *async_evd = c(evd.handle());
+    }
+    // SAFETY: a live handle is the address of its never-freed header.
+    let header = &*(ia.handle().as_ptr() as *const HandleHeader);
+    header.provider.store(
+        table_for_ia_name(&name) as *const DAT_PROVIDER as *mut _,
+        Ordering::SeqCst,
+    );
+    *ia_handle = c(ia.handle());
+    Ok(())
 }
 
 pub(crate) unsafe extern "C" fn close(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
-    guard(|| {
-        if flags > DAT_CLOSE_GRACEFUL_FLAG {
-            return Err(DatError::invalid_arg(2));
-        }
-        handle::ia(h(ia))?.close(flags)
-    })
+    guard(|| close_ia(ia, flags))
+}
+
+pub(crate) unsafe fn close_ia(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DatResult<()> {
+    if flags > DAT_CLOSE_GRACEFUL_FLAG {
+        return Err(DatError::invalid_arg(2));
+    }
+    handle::ia(h(ia))?.close(flags)
 }
 
 pub(crate) unsafe extern "C" fn query(
@@ -74,21 +85,39 @@ pub(crate) unsafe extern "C" fn query(
     provider_attr: *mut DAT_PROVIDER_ATTR,
 ) -> DAT_RETURN {
     guard(|| {
-        let ia = handle::ia(h(ia))?;
-        if let Some(e) = async_evd.as_mut() {
-            *e = ia
-                .async_evd()
-                .map(|e| c(e.handle()))
-                .unwrap_or(std::ptr::null_mut());
-        }
-        if ia_mask != 0 {
-            fill_ia_attr(&ia, out(ia_attr, 4)?);
-        }
-        if provider_mask != 0 {
-            fill_provider_attr(&ia, out(provider_attr, 6)?);
-        }
-        Ok(())
+        query_ia(
+            ia,
+            async_evd,
+            ia_mask,
+            ia_attr,
+            provider_mask,
+            provider_attr,
+        )
     })
+}
+
+pub(crate) unsafe fn query_ia(
+    ia: DAT_IA_HANDLE,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_mask: DAT_IA_ATTR_MASK,
+    ia_attr: *mut DAT_IA_ATTR,
+    provider_mask: DAT_PROVIDER_ATTR_MASK,
+    provider_attr: *mut DAT_PROVIDER_ATTR,
+) -> DatResult<()> {
+    let ia = handle::ia(h(ia))?;
+    if let Some(e) = async_evd.as_mut() {
+        *e = ia
+            .async_evd()
+            .map(|e| c(e.handle()))
+            .unwrap_or(std::ptr::null_mut());
+    }
+    if ia_mask != 0 {
+        fill_ia_attr(&ia, out(ia_attr, 4)?);
+    }
+    if provider_mask != 0 {
+        fill_provider_attr(&ia, out(provider_attr, 6)?);
+    }
+    Ok(())
 }
 
 fn fill_ia_attr(ia: &Ia, a: &mut DAT_IA_ATTR) {
@@ -125,15 +154,15 @@ fn fill_ia_attr(ia: &Ia, a: &mut DAT_IA_ATTR) {
     a.max_rdma_read_per_ep_in_guaranteed = DAT_TRUE;
     a.max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
     a.zb_supported = DAT_FALSE;
-    a.extension_supported = DAT_EXTENSION_NONE;
-    a.extension_version = 0;
+    a.extension_supported = DAT_EXTENSION_IB;
+    a.extension_version = dat_abi::ib_ext::DAT_IB_EXTENSION_VERSION as DAT_COUNT;
     a.num_transport_attr = 0;
     a.transport_attr = std::ptr::null_mut();
     a.num_vendor_attr = 0;
     a.vendor_attr = std::ptr::null_mut();
 }
 
-fn fill_provider_attr(ia: &Ia, p: &mut DAT_PROVIDER_ATTR) {
+fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
     let q = ia.query();
     // OFED's libdat2 closes the registry entry named here: the IA name.
     cstr_into(&mut p.provider_name, ia.name());
@@ -173,8 +202,104 @@ fn fill_provider_attr(ia: &Ia, p: &mut DAT_PROVIDER_ATTR) {
     p.is_signal_safe = DAT_FALSE;
     p.ha_supported = boolean(false);
     p.ha_loadbalancing = DAT_HA_LB_NONE;
-    p.num_provider_specific_attr = 0;
-    p.provider_specific_attr = std::ptr::null_mut();
+    let (n, attrs) = provider_specific(ia);
+    p.num_provider_specific_attr = n;
+    p.provider_specific_attr = attrs;
+}
+
+/// The provider-specific attributes of DAT_PROVIDER_ATTR, by the names OFED's provider reports
+/// them under (programs written for it look them up by name: dtestsrq sizes its messages by
+/// DAT_IB_TRANSPORT_MTU, dtestx checks the extension names), each with what holds for this IA.
+fn provider_specific_attrs(ia: &Ia) -> Vec<(&'static str, String)> {
+    use dat_abi::ib_ext::attr_names::*;
+    let yes = || "TRUE".to_string();
+    let mut attrs = vec![
+        // The adapter as dat_ia_query's adapter_name gives it (OFED reports its adapter name).
+        ("DAT_IB_DEVICE_NAME", ia.query().adapter_name),
+        // Connections are made by the provider itself, not through a proxy (OFED's other
+        // mode, "PROXY", is its MIC offload).
+        ("DAT_IB_CONNECTIVITY_MODE", "DIRECT".to_string()),
+        // dat_ep_post_rdma_read works on both backends.
+        ("DAT_IB_RDMA_READ", yes()),
+        // The backend's link MTU (DeviceAttr::mtu), the bound of a datagram's message: the
+        // verbs port's active MTU, or what one UDP datagram carries unfragmented on the
+        // interface a TCP device is bound to.
+        ("DAT_IB_TRANSPORT_MTU", ia.device().attr().mtu.to_string()),
+        // The IB extensions dat_extension_op serves (provider-ffi/src/ext.rs): fetch-and-add,
+        // compare-and-swap, RDMA write with immediate data, and the counters.
+        ("DAT_EXTENSION_INTERFACE", yes()),
+        (DAT_IB_ATTR_FETCH_AND_ADD, yes()),
+        (DAT_IB_ATTR_CMP_AND_SWAP, yes()),
+        (DAT_IB_ATTR_IMMED_DATA, yes()),
+        (DAT_IB_ATTR_COUNTERS, yes()),
+        // Left out what has no true value here: DAT_IB_PROVIDER_NAME (OFED's
+        // connection-manager flavour), DAT_IB_NODE_GUID, DAT_IB_GID, DAT_IB_PORT_STATUS and
+        // DAT_IB_PORT_NUMBER (an InfiniBand port's).
+    ];
+    // Unreliable datagrams (core/ep/ud.rs), where the backend has datagram QPs.
+    if ia.device().attr().ud {
+        attrs.push((DAT_IB_ATTR_UD, yes()));
+    }
+    attrs
+}
+
+/// The C form of an IA's provider-specific attributes: the strings, and the array of
+/// DAT_NAMED_ATTR pointing into them.
+struct NamedAttrs {
+    _strings: Vec<CString>,
+    array: Vec<DAT_NAMED_ATTR>,
+}
+
+// SAFETY: the array's pointers point into `_strings`, owned by the same value and never
+// changed after construction.
+unsafe impl Send for NamedAttrs {}
+
+/// The attribute arrays of the open IAs. The caller of dat_ia_query keeps the pointers it got,
+/// so an IA's array is built once and kept until the IA is closed (an array is dropped by the
+/// first query after its IA's close).
+static NAMED_ATTRS: Mutex<Vec<(Weak<Ia>, Box<NamedAttrs>)>> = Mutex::new(Vec::new());
+
+/// `ia`'s provider-specific attributes: their count and the IA's array.
+fn provider_specific(ia: &Arc<Ia>) -> (DAT_COUNT, *mut DAT_NAMED_ATTR) {
+    let mut all = NAMED_ATTRS.lock();
+    all.retain(|(w, _)| {
+        w.upgrade()
+            .is_some_and(|i| handle::ia(i.handle()).is_ok_and(|live| Arc::ptr_eq(&live, &i)))
+    });
+    let i = match all
+        .iter()
+        .position(|(w, _)| std::ptr::eq(w.as_ptr(), &**ia))
+    {
+        Some(i) => i,
+        None => {
+            let pairs = provider_specific_attrs(ia);
+            let c = |x: &str| CString::new(x).unwrap_or_default();
+            let strings: Vec<CString> = pairs
+                .iter()
+                .flat_map(|(name, value)| [c(name), c(value)])
+                .collect();
+            let array = strings
+                .chunks(2)
+                .map(|nv| DAT_NAMED_ATTR {
+                    name: nv[0].as_ptr(),
+                    value: nv[1].as_ptr(),
+                })
+                .collect();
+            all.push((
+                Arc::downgrade(ia),
+                Box::new(NamedAttrs {
+                    _strings: strings,
+                    array,
+                }),
+            ));
+            all.len() - 1
+        }
+    };
+    let attrs = &all[i].1.array;
+    (
+        attrs.len() as DAT_COUNT,
+        attrs.as_ptr() as *mut DAT_NAMED_ATTR,
+    )
 }
 
 pub(crate) unsafe extern "C" fn get_handle_type(
@@ -202,6 +327,23 @@ pub(crate) unsafe extern "C" fn get_consumer_context(
     guard(|| {
         let v = handle::consumer_context(h(handle))?;
         *out(context, 2)? = DAT_CONTEXT::from_u64(v);
+        Ok(())
+    })
+}
+
+/// ia_ha_related_func: whether this IA and the IA named `provider` back each other up for high
+/// availability. This provider forms no HA relationships, so the answer is always false.
+pub(crate) unsafe extern "C" fn ha_related(
+    ia: DAT_IA_HANDLE,
+    provider: *const c_char,
+    answer: *mut DAT_BOOLEAN,
+) -> DAT_RETURN {
+    guard(|| {
+        handle::ia(h(ia))?;
+        if provider.is_null() {
+            return Err(DatError::invalid_arg(2));
+        }
+        *out(answer, 3)? = boolean(false);
         Ok(())
     })
 }

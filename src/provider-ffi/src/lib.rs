@@ -13,8 +13,10 @@
 mod boundary;
 mod cno;
 mod cr;
+mod csp;
 mod ep;
 mod evd;
+mod ext;
 mod ia;
 mod lmr;
 mod provider;

@@ -1,7 +1,7 @@
 //! LMR: local memory regions, registered with privileges; their
 //! lmr_context (lkey) and rmr_context (rkey) are unique while live.
 
-use crate::boundary::{c, guard, h, out};
+use crate::boundary::{c, guard, h, interned_cookie, out};
 use daplrs::core::error::{DatError, DatResult};
 use daplrs::core::handle;
 use daplrs::core::lmr::{sync_rdma, Lmr, LmrRegion};
@@ -30,7 +30,18 @@ pub(crate) unsafe extern "C" fn create(
                 length,
             },
             DAT_MEM_TYPE_LMR => LmrRegion::Lmr(handle::lmr(h(region.for_lmr_handle))?),
-            DAT_MEM_TYPE_SHARED_VIRTUAL => return Err(DatError::not_implemented()),
+            DAT_MEM_TYPE_SHARED_VIRTUAL => {
+                let shared = region.for_shared_memory;
+                let id = shared
+                    .shared_memory_id
+                    .as_ref()
+                    .ok_or(DatError::invalid_arg(3))?;
+                LmrRegion::SharedVirtual {
+                    address: shared.virtual_address as u64,
+                    length,
+                    id: id.map(|c| c as u8),
+                }
+            }
             _ => return Err(DatError::invalid_arg(2)),
         };
         let pz = handle::pz(h(pz))?;
@@ -69,8 +80,16 @@ pub(crate) unsafe extern "C" fn query(
         let p = lmr.query();
         param.ia_handle = c(p.ia);
         param.mem_type = p.mem_type;
-        param.region_desc = DAT_REGION_DESCRIPTION {
-            for_va: p.address as DAT_PVOID,
+        param.region_desc = match p.shared_id {
+            Some(id) => DAT_REGION_DESCRIPTION {
+                for_shared_memory: DAT_SHARED_MEMORY {
+                    virtual_address: p.address as DAT_PVOID,
+                    shared_memory_id: interned_cookie(id),
+                },
+            },
+            None => DAT_REGION_DESCRIPTION {
+                for_va: p.address as DAT_PVOID,
+            },
         };
         param.length = p.length;
         param.pz_handle = c(p.pz);

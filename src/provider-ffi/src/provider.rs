@@ -6,8 +6,7 @@
 //! its IA name and used when that name is opened. Every object handle the
 //! core hands out starts with a pointer to this table.
 
-use crate::{cno, cr, ep, evd, ia, lmr, pz, rmr, sp, srq};
-use daplrs::core::error::DatError;
+use crate::{cno, cr, csp, ep, evd, ext, ia, lmr, pz, rmr, sp, srq};
 use dat_abi::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -25,22 +24,6 @@ extern "C" {
         info: *const DAT_PROVIDER_INFO,
     ) -> DAT_RETURN;
 }
-
-/// A slot this provider does not implement.
-macro_rules! not_implemented {
-    ($name:ident($($arg:ident: $ty:ty),*)) => {
-        unsafe extern "C" fn $name($(_: $ty),*) -> DAT_RETURN {
-            DatError::not_implemented().code()
-        }
-    };
-}
-not_implemented!(csp_create(a: DAT_IA_HANDLE, b: *mut DAT_COMM, c: DAT_IA_ADDRESS_PTR, d: DAT_EVD_HANDLE, e: *mut DAT_CSP_HANDLE));
-not_implemented!(csp_query(a: DAT_CSP_HANDLE, b: DAT_CSP_PARAM_MASK, c: *mut DAT_CSP_PARAM));
-not_implemented!(csp_free(a: DAT_CSP_HANDLE));
-not_implemented!(ep_common_connect(a: DAT_EP_HANDLE, b: DAT_IA_ADDRESS_PTR, c: DAT_TIMEOUT, d: DAT_COUNT, e: DAT_PVOID));
-not_implemented!(ep_post_rdma_read_to_rmr(a: DAT_EP_HANDLE, b: *const DAT_RMR_TRIPLET, c: DAT_DTO_COOKIE, d: *const DAT_RMR_TRIPLET, e: DAT_COMPLETION_FLAGS));
-not_implemented!(ia_ha_related(a: DAT_IA_HANDLE, b: *const c_char, c: *mut DAT_BOOLEAN));
-not_implemented!(handle_extendedop(a: DAT_HANDLE, b: DAT_EXTENDED_OP, c: va_list));
 
 /// The table every handle of ours points to.
 pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
@@ -114,17 +97,17 @@ pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
     srq_query_func: Some(srq::query),
     srq_resize_func: Some(srq::resize),
     srq_set_lw_func: Some(srq::set_lw),
-    csp_create_func: Some(csp_create),
-    csp_query_func: Some(csp_query),
-    csp_free_func: Some(csp_free),
-    ep_common_connect_func: Some(ep_common_connect),
+    csp_create_func: Some(csp::csp_create),
+    csp_query_func: Some(csp::csp_query),
+    csp_free_func: Some(csp::csp_free),
+    ep_common_connect_func: Some(csp::ep_common_connect),
     rmr_create_for_ep_func: Some(rmr::create_for_ep),
     ep_post_send_with_invalidate_func: Some(ep::post_send_with_invalidate),
-    ep_post_rdma_read_to_rmr_func: Some(ep_post_rdma_read_to_rmr),
+    ep_post_rdma_read_to_rmr_func: Some(ep::post_rdma_read_to_rmr),
     cno_fd_create_func: Some(cno::fd_create),
     cno_trigger_func: Some(cno::trigger),
-    ia_ha_related_func: Some(ia_ha_related),
-    handle_extendedop_func: Some(handle_extendedop),
+    ia_ha_related_func: Some(ia::ha_related),
+    handle_extendedop_func: Some(ext::extendedop),
 };
 
 /// A copy of [`PROVIDER`] whose `device_name` is `name`, for the first

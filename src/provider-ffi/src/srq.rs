@@ -39,7 +39,7 @@ pub(crate) unsafe extern "C" fn post_recv(
 ) -> DAT_RETURN {
     guard(|| {
         let srq = handle::srq(h(srq))?;
-        let iov = lmr_iov(iov, n, 2, 3)?;
+        let iov = lmr_iov(iov, n, srq.query().attr.max_recv_iov, 2, 3)?;
         srq.post_recv(&iov, cookie.as_u64())
     })
 }

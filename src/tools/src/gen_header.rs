@@ -4,6 +4,10 @@
 //!   only types reachable from functions, and src/abi has none, so every
 //!   `pub struct|union|type` of src/abi is named in `export.include` here,
 //!   found by scanning the source: a new type needs no list kept by hand.
+//!   Modules in [`OWN_HEADER_MODULES`] have a hand-written header of their
+//!   own (`ib_ext.rs` is `<dat2/dat_ib_extensions.h>`): their items are kept
+//!   out of `dat_types.h` by naming each in `export.exclude`, again found by
+//!   scanning, and tests-c checks them against that header instead.
 //! * `dat_api.h` from src/libdat2: the prototypes of the exports.
 //!
 //! `gen-header` writes both; `gen-header --verify` exits 1 when a committed
@@ -11,17 +15,32 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-fn abi_type_names(src_dir: &Path) -> Vec<String> {
+/// Files of src/abi/src whose items are not part of `dat_types.h`: each is
+/// the Rust side of a hand-written header (ib_ext.rs: the IB extensions,
+/// `<dat2/dat_ib_extensions.h>`, which C programs include on their own).
+const OWN_HEADER_MODULES: &[&str] = &["ib_ext.rs"];
+
+/// The names declared with one of `keywords` (e.g. "pub struct ") in the
+/// .rs files of `src_dir`, those of [`OWN_HEADER_MODULES`] (`own` = true)
+/// or the others (`own` = false).
+fn abi_names(src_dir: &Path, keywords: &[&str], own: bool) -> Vec<String> {
     let mut names = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(src_dir)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     files.sort();
     for file in files {
+        let is_own = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| OWN_HEADER_MODULES.contains(&n));
+        if is_own != own {
+            continue;
+        }
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         for line in text.lines() {
             let line = line.trim_start();
-            for kw in ["pub struct ", "pub union ", "pub type "] {
+            for kw in keywords {
                 if let Some(rest) = line.strip_prefix(kw) {
                     let name: String = rest
                         .chars()
@@ -42,7 +61,23 @@ fn generate(root: &Path, crate_dir: &str, guard: &str, types: bool) -> Result<Ve
         .map_err(|e| format!("cbindgen.toml: {e}"))?;
     config.include_guard = Some(guard.to_string());
     if types {
-        config.export.include = abi_type_names(&root.join("src/abi/src"));
+        let src = root.join("src/abi/src");
+        config.export.include = abi_names(&src, &["pub struct ", "pub union ", "pub type "], false);
+        // Everything a module with its own header declares, nested modules'
+        // items included (cbindgen matches excluded items by name).
+        config.export.exclude.extend(abi_names(
+            &src,
+            &[
+                "pub struct ",
+                "pub union ",
+                "pub type ",
+                "pub const ",
+                "pub static ",
+                "pub enum ",
+                "pub fn ",
+            ],
+            true,
+        ));
     } else {
         // The prototypes use the types of dat_types.h, included instead of
         // the system headers.

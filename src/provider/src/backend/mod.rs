@@ -24,6 +24,7 @@ pub mod access {
     pub const LOCAL_WRITE: u32 = 1;
     pub const REMOTE_WRITE: u32 = 2;
     pub const REMOTE_READ: u32 = 4;
+    pub const REMOTE_ATOMIC: u32 = 8;
     pub const MW_BIND: u32 = 16;
 }
 
@@ -46,7 +47,20 @@ pub struct DeviceAttr {
     /// Outstanding RDMA reads per QP, as initiator and as target.
     pub max_rd_atomic: u32,
     pub max_private_data: u32,
+    /// The largest payload the link under the device carries in one packet: an RDMA port's
+    /// active MTU, the MTU of the interface a TCP device is bound to. Reported to consumers
+    /// (DAT_IB_TRANSPORT_MTU), which size messages by it. A datagram carries at most this
+    /// many bytes of payload.
+    pub mtu: u32,
+    /// The device provides unreliable datagram QPs (`Device::create_ud_qp`, `ud_resolve`,
+    /// `ud_accept`, `QueuePair::post_send_ud`).
+    pub ud: bool,
 }
+
+/// Bytes a datagram receive reserves before the payload: on InfiniBand and RoCE the Global
+/// Route Header the NIC writes there (the receive's byte_len counts them); backends without
+/// one write a GRH of their own (see the TCP backend).
+pub const GRH_LEN: u32 = 40;
 
 /// One element of a scatter-gather list: the 2.0 LMR triplet, same layout as ibv_sge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +72,11 @@ pub struct Sge {
 
 pub enum SendOp {
     Send,
+    /// A send that, once its message is placed, invalidates the target's memory window whose
+    /// current rkey is `rkey` (the receive completes with `invalidated`).
+    SendInv {
+        rkey: u32,
+    },
     RdmaWrite {
         remote_addr: u64,
         rkey: u32,
@@ -65,6 +84,28 @@ pub enum SendOp {
     RdmaRead {
         remote_addr: u64,
         rkey: u32,
+    },
+    /// An RDMA write that also consumes a receive at the target, which completes carrying
+    /// `imm` (opcode `RecvRdmaImm`, byte_len = the write's length).
+    RdmaWriteImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    /// 64-bit fetch-and-add on the target's naturally aligned word; the word's previous value
+    /// lands in the 8-byte local segment.
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+    /// 64-bit compare-and-swap on the target's naturally aligned word (`swap` is stored when
+    /// the word equals `compare`); the word's previous value lands in the 8-byte local segment.
+    CmpSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
     },
     /// Bind (or, with length 0, unbind) a memory window to a range of a memory region.
     /// The window's rkey becomes `new_rkey` once the bind completes in order.
@@ -78,6 +119,21 @@ pub enum SendOp {
         /// The rkey the window carries once this bind executes (from `MemoryWindow::next_rkey`).
         new_rkey: u32,
     },
+}
+
+impl SendOp {
+    /// The opcode of this request's completion.
+    pub fn opcode(&self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendInv { .. } => WcOpcode::Send,
+            SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::RdmaWriteImm { .. } => WcOpcode::RdmaWriteImm,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::CmpSwap { .. } => WcOpcode::CmpSwap,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+        }
+    }
 }
 
 pub struct SendWr {
@@ -106,6 +162,11 @@ pub enum WcOpcode {
     RdmaRead,
     Recv,
     BindMw,
+    RdmaWriteImm,
+    FetchAdd,
+    CmpSwap,
+    /// A receive consumed by the peer's RDMA write with immediate data.
+    RecvRdmaImm,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +194,13 @@ pub struct WorkCompletion {
     pub qp_num: u32,
     /// For a BindMw completion, the rkey the window now carries.
     pub new_rkey: u32,
+    /// For a RecvRdmaImm completion, the immediate data.
+    pub imm: Option<u32>,
+    /// For a receive of a send-with-invalidate, the rkey of ours it invalidated.
+    pub invalidated: Option<u32>,
+    /// For a receive, whether the peer's send asked for solicited notification. A backend
+    /// that cannot see it (verbs: an ibv_wc has no such bit) says true for every receive.
+    pub solicited: bool,
 }
 
 /// Called by a backend (from any thread, holding none of its own locks) after it added
@@ -254,6 +322,41 @@ pub trait QueuePair: Send + Sync {
     fn remote_addr(&self) -> Option<SocketAddrV4>;
     /// Moves to Error (flushing) without telling the peer; used for abrupt teardown.
     fn destroy(&self);
+    /// A datagram QP only: sends `wr` (op `SendOp::Send`) as one datagram to QP `remote_qpn`
+    /// of the node `ah` leads to (verbs: the `ud` fields of ibv_send_wr). The request
+    /// completes once the datagram has left; whether it arrives nobody learns.
+    fn post_send_ud(
+        &self,
+        wr: SendWr,
+        ah: &Arc<dyn AddressHandle>,
+        remote_qpn: u32,
+    ) -> DatResult<()> {
+        let _ = (wr, ah, remote_qpn);
+        Err(DatError::not_implemented())
+    }
+}
+
+/// Where datagrams for a remote node go (verbs: an ibv_ah made from the path to the remote
+/// port). Dropping the last reference releases it (ibv_destroy_ah).
+pub trait AddressHandle: Send + Sync {
+    /// The backend's own object behind the trait.
+    fn as_any(&self) -> &dyn Any;
+    /// The IPv4 address of the remote IA it leads to.
+    fn address(&self) -> Ipv4Addr;
+}
+
+/// A remote datagram QP as address resolution found it (verbs: the `ud` parameters of an
+/// rdma_cm event: ah_attr, made into an address handle, and qp_num).
+#[derive(Clone)]
+pub struct UdPeer {
+    pub ah: Arc<dyn AddressHandle>,
+    pub qpn: u32,
+}
+
+impl std::fmt::Debug for UdPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UdPeer({} qpn {:#x})", self.ah.address(), self.qpn)
+    }
 }
 
 pub trait SharedReceiveQueue: Send + Sync {
@@ -263,10 +366,12 @@ pub trait SharedReceiveQueue: Send + Sync {
     /// Unique within the device that created it.
     fn id(&self) -> u64;
     fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
+    /// Receives posted and not yet consumed (dat_srq_query's available_dto_count). A receive a
+    /// QP consumed no longer counts by the time its completion can be polled: the core checks
+    /// the SRQ's low watermark when it retires that completion (see `core::srq`).
     fn posted(&self) -> u32;
     fn max_wr(&self) -> u32;
     fn resize(&self, max_wr: u32) -> DatResult<()>;
-    fn set_limit(&self, low_watermark: u32);
     /// Completes every posted receive as Flushed on the CQ of the QP it was last bound to (or drops
     /// it if none); used when the SRQ is freed.
     fn destroy(&self);
@@ -319,6 +424,31 @@ pub enum CmEvent {
         listener: u64,
         req: ConnRequestId,
     },
+    /// A datagram QP asks a listener for its address (verbs: a connect request in rdma_cm's
+    /// UDP port space). Answered with `Device::ud_accept` or `Device::reject`.
+    UdRequest {
+        listener: u64,
+        req: ConnRequestId,
+        private_data: Vec<u8>,
+        remote: SocketAddrV4,
+        local: SocketAddrV4,
+    },
+    /// The address resolution `id` that `Device::ud_resolve` started for QP `qp_num` completed:
+    /// datagrams to the remote QP go to `peer`; `private_data` is the accepter's.
+    UdResolved {
+        qp_num: u32,
+        id: u64,
+        peer: UdPeer,
+        private_data: Vec<u8>,
+    },
+    /// It failed: refused by the remote consumer (`by_peer`, with its reject private data), or
+    /// nobody listening, no route, no answer in time, a peer without datagram service.
+    UdFailed {
+        qp_num: u32,
+        id: u64,
+        by_peer: bool,
+        private_data: Vec<u8>,
+    },
 }
 
 pub type CmHandler = Arc<dyn Fn(CmEvent) + Send + Sync>;
@@ -361,6 +491,49 @@ pub trait Device: Send + Sync {
 
     /// Stops the device's progress engine; every QP goes to Error.
     fn close(&self);
+
+    // Unreliable datagrams (only where `DeviceAttr::ud`).
+    /// Creates a datagram QP (verbs: IBV_QPT_UD, brought to RTS at once): it sends
+    /// (`QueuePair::post_send_ud`, at most `DeviceAttr::mtu` bytes) and receives without any
+    /// connection, state Connected from the start. A datagram lands in the receive posted
+    /// first, after a GRH_LEN-byte area (byte_len counts it); one that finds no receive posted
+    /// is dropped (`ud_dropped`), one larger than its receive completes it with LocalLength.
+    /// A request that fails moves the QP to Error (the rest flushed) with `CmEvent::Broken`;
+    /// `disconnect` moves it to Error with `CmEvent::Disconnected`; `reset` back to Connected.
+    fn create_ud_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+        let _ = init;
+        Err(DatError::not_implemented())
+    }
+    /// Starts resolving the address of the datagram QP a consumer accepts on behind the
+    /// listener at `remote`, for datagram QP `qp`, offering `private_data`; returns the id
+    /// the outcome (`CmEvent::UdResolved` or `UdFailed`) carries. Any number may be under way
+    /// on one QP; the QP's state does not change.
+    fn ud_resolve(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<Duration>,
+    ) -> DatResult<u64> {
+        let _ = (qp, remote, private_data, timeout);
+        Err(DatError::not_implemented())
+    }
+    /// Answers a `CmEvent::UdRequest` with datagram QP `qp`'s address and `private_data`;
+    /// returns where the requester's QP is.
+    fn ud_accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> DatResult<UdPeer> {
+        let _ = (req, qp, private_data);
+        Err(DatError::not_implemented())
+    }
+    /// Datagrams dropped on arrival since the device opened because their QP had no receive
+    /// posted (verbs: the port's "UD silently dropped" diagnostic).
+    fn ud_dropped(&self) -> u64 {
+        0
+    }
 }
 
 /// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".

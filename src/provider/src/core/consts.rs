@@ -42,6 +42,18 @@ pub mod event_number {
     pub const SOFTWARE: u32 = 0x10001;
 }
 
+/// The `reason` of an asynchronous error event (DAT_ASYNCH_ERROR_EVENT_DATA), which depends on
+/// the type of the object the event names.
+pub mod async_reason {
+    /// DAT_EP_TRANSFER_TO_ERROR: the EP left its connection.
+    pub const EP_TRANSFER_TO_ERROR: u32 = 0;
+    /// DAT_SRQ_LOW_WATERMARK_EVENT: fewer receives are posted to the SRQ than its low watermark.
+    pub const SRQ_LOW_WATERMARK: u32 = 2;
+    /// DAT_SRQ_SOFT_HIGH_WATERMARK_EVENT (an EP reason): the Recv buffers at the EP exceed its
+    /// soft high watermark (dat_ep_set_watermark).
+    pub const EP_SOFT_HIGH_WATERMARK: u32 = 2;
+}
+
 /// DAT_DTO_COMPLETION_STATUS.
 pub mod dto_status {
     pub const SUCCESS: u32 = 0;
@@ -85,7 +97,48 @@ pub mod mem_priv {
     pub const REMOTE_READ: u32 = 0x02;
     pub const LOCAL_WRITE: u32 = 0x10;
     pub const REMOTE_WRITE: u32 = 0x20;
+    /// DAT_MEM_PRIV_ALL_FLAG.
     pub const ALL: u32 = 0x33;
+    /// DAT_IB_MEM_PRIV_REMOTE_ATOMIC (the IB extension's privilege for fetch-and-add and
+    /// compare-and-swap by a peer).
+    pub const REMOTE_ATOMIC: u32 = 0x40;
+    /// Every privilege bit we accept.
+    pub const KNOWN: u32 = ALL | REMOTE_ATOMIC;
+}
+
+/// The InfiniBand extensions of DAT 2.0 (interface 2.0.9): what their completions look like.
+pub mod ib_ext {
+    /// DAT_IB_DTO_EVENT: a DTO completion of an extended operation, or a receive that carries
+    /// immediate data.
+    pub const DTO_EVENT: u32 = 0x40000;
+    /// DAT_IB_EXT_TYPE values (the `type` of the event's extension data).
+    pub const TYPE_FETCH_AND_ADD: u32 = 0;
+    pub const TYPE_CMP_AND_SWAP: u32 = 1;
+    pub const TYPE_RDMA_WRITE_IMMED: u32 = 2;
+    pub const TYPE_RDMA_WRITE_IMMED_DATA: u32 = 3;
+    /// DAT_IB_DTOS values (the event's `operation`).
+    pub const DTO_RDMA_WRITE_IMMED: u32 = 8;
+    pub const DTO_RECV_IMMED: u32 = 9;
+    pub const DTO_FETCH_ADD: u32 = 10;
+    pub const DTO_CMP_SWAP: u32 = 11;
+    /// Unreliable datagrams: DAT_IB_SERVICE_TYPE_UD, the event numbers of address
+    /// resolution, the extension types of its events and of datagram completions
+    /// (DAT_IB_UD_*), and the operations of datagram completions (DAT_IB_DTO_SEND_UD,
+    /// DAT_IB_DTO_RECV_UD).
+    pub const SERVICE_TYPE_UD: u32 = 1;
+    pub const UD_CONNECTION_REQUEST_EVENT: u32 = 0x40001;
+    pub const UD_CONNECTION_EVENT_ESTABLISHED: u32 = 0x40002;
+    pub const UD_CONNECTION_REJECT_EVENT: u32 = 0x40003;
+    pub const UD_CONNECTION_ERROR_EVENT: u32 = 0x40004;
+    pub const TYPE_UD_CONNECT_REQUEST: u32 = 5;
+    pub const TYPE_UD_REMOTE_AH: u32 = 6;
+    pub const TYPE_UD_PASSIVE_REMOTE_AH: u32 = 7;
+    pub const TYPE_UD_SEND: u32 = 8;
+    pub const TYPE_UD_RECV: u32 = 9;
+    pub const TYPE_UD_CONNECT_REJECT: u32 = 10;
+    pub const TYPE_UD_CONNECT_ERROR: u32 = 11;
+    pub const DTO_SEND_UD: u32 = 13;
+    pub const DTO_RECV_UD: u32 = 14;
 }
 
 /// DAT_EP_STATE values.

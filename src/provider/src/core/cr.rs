@@ -28,6 +28,8 @@ pub struct Cr {
     private_data: Arc<[u8]>,
     remote: SocketAddrV4,
     ep: Option<Arc<Ep>>,
+    /// A datagram EP's address-resolution request (accepted with a datagram EP only).
+    ud: bool,
     done: AtomicBool,
 }
 
@@ -38,6 +40,7 @@ impl Cr {
         private_data: Vec<u8>,
         remote: SocketAddrV4,
         ep: Option<Arc<Ep>>,
+        ud: bool,
     ) -> Arc<Cr> {
         let reservation = handle::reserve(HandleKind::Cr);
         let cr = Arc::new(Cr {
@@ -47,6 +50,7 @@ impl Cr {
             private_data: Arc::from(private_data),
             remote,
             ep,
+            ud,
             done: AtomicBool::new(false),
         });
         reservation.commit(Object::Cr(cr.clone()), sp.ia().handle());
@@ -99,6 +103,19 @@ impl Cr {
         if !handle::is_live(self.handle) || self.done.load(Ordering::SeqCst) {
             return Err(HandleKind::Cr.invalid());
         }
+        // A datagram request is answered by a datagram EP, a connection request by a
+        // connection EP (OFED's provider says DAT_INVALID_HANDLE_EP to a mismatch too).
+        if self.ud != ep.is_ud() {
+            return Err(HandleKind::Ep.invalid());
+        }
+        if self.ud {
+            let qp = ep.begin_ud_accept()?;
+            let answered = ia.device().ud_accept(self.req, &qp, private_data);
+            // Answered or not, the request is spent.
+            self.consume()?;
+            ep.on_ud_resolved(answered?, self.private_data.to_vec(), true);
+            return Ok(());
+        }
         let qp = ep.begin_accept(self.remote, &self.private_data)?;
         if let Err(e) = ia.device().accept(self.req, &qp, private_data) {
             ep.abort_accept();
@@ -132,6 +149,7 @@ impl Cr {
             self.private_data.to_vec(),
             self.remote,
             SocketAddrV4::new(self.sp.ia().address(), target.port()),
+            self.ud,
         );
         Ok(())
     }

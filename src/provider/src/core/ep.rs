@@ -5,14 +5,21 @@
 //! PASSIVE_CONNECTION_PENDING (accept) or RESERVED (RSP) -> TENTATIVE_CONNECTION_PENDING (request
 //! on its RSP) -> CONNECTED -> DISCONNECT_PENDING -> DISCONNECTED -> (reset) UNCONNECTED.
 //! An EP without a PZ is UNCONFIGURED_UNCONNECTED until dat_ep_modify gives it one.
+//! A datagram EP (DAT_IB_SERVICE_TYPE_UD) has its own, smaller state machine: see `ud`.
+
+mod ud;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::consts::{completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv};
+use super::consts::{
+    async_reason, completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv,
+};
+use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, ErrorType, SubType};
 use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
@@ -86,8 +93,27 @@ impl EpAttr {
     }
 
     /// Checks the attributes against the device; `arg` is their C argument position.
+    ///
+    /// recv_completion_flags name one notification mode for receive completions (see
+    /// `core::evd`): DAT_COMPLETION_DEFAULT_FLAG (0), SOLICITED_WAIT, UNSIGNALLED or
+    /// EVD_THRESHOLD, never two of them (DAT: an EVD is in the notify, solicited or threshold
+    /// mode, not in a pair of them; "UNSIGNALLED for RECV is not allowed" with EVD_THRESHOLD),
+    /// and no other bit. request_completion_flags are taken as given (OFED's provider reports
+    /// EVD_THRESHOLD there, and its consumers hand its attributes back).
     pub fn validate(&self, dev: &DeviceAttr, arg: u32) -> DatResult<()> {
-        let bad = self.service_type != 0
+        let recv_modes = completion_flags::SOLICITED_WAIT
+            | completion_flags::UNSIGNALLED
+            | completion_flags::EVD_THRESHOLD;
+        let bad_recv_flags = self.recv_completion_flags & !recv_modes != 0
+            || (self.recv_completion_flags & recv_modes).count_ones() > 1;
+        // Connection EPs, and datagram EPs where the device has datagram QPs.
+        let bad_service = match self.service_type {
+            0 => false,
+            super::consts::ib_ext::SERVICE_TYPE_UD => !dev.ud,
+            _ => true,
+        };
+        let bad = bad_recv_flags
+            || bad_service
             || self.max_message_size > dev.max_msg_size
             || self.max_rdma_size > dev.max_rdma_size
             || self.max_recv_dtos > dev.max_qp_wr
@@ -155,16 +181,53 @@ struct EpInner {
     remote: Option<SocketAddrV4>,
     /// Private data the peer sent with its request or accept.
     peer_private_data: Arc<[u8]>,
-    watermarks: (i32, i32),
+    watermarks: Watermarks,
     /// Held by an RSP (RESERVED / TENTATIVE).
     reserved_by: Handle,
     freed: bool,
 }
 
+/// dat_ep_set_watermark's high watermarks for the Recv buffers at the EP: receives allocated to
+/// it and not yet completed (dat_ep_recv_query's nbufs_allocated). Without an SRQ a receive is
+/// allocated when it is posted; with one, when the EP takes it from the SRQ, which on both our
+/// backends is the moment its message is placed and its completion generated, so an SRQ EP
+/// holds none between calls and its watermarks never fire.
+///
+/// - Soft: the first time the count exceeds it (during dat_ep_set_watermark, or when a receive
+///   is posted), one asynchronous event on the IA's async EVD: DAT_ASYNC_ERROR_EP_BROKEN (the
+///   number DAT gives EP-affiliated asynchronous events) naming the EP, reason
+///   DAT_SRQ_SOFT_HIGH_WATERMARK_EVENT; then none until the soft watermark is set again.
+/// - Hard: while the EP is CONNECTED (from the moment the connection is established), a count
+///   above it breaks the connection: an abrupt teardown (queues flushed, the peer told), the EP
+///   DISCONNECT_PENDING until the backend has let go of the connection, then DISCONNECTED with
+///   DAT_CONNECTION_EVENT_BROKEN on the connect EVD.
+///
+/// DAT_WATERMARK_INFINITE (-1), the default, sets no watermark. The EP attribute srq_soft_hw is
+/// recorded and reported but does not set the soft watermark.
+#[derive(Clone, Copy, Debug, Default)]
+struct Watermarks {
+    soft: Option<u32>,
+    /// The soft event may still fire for the current setting.
+    soft_armed: bool,
+    hard: Option<u32>,
+    /// The hard watermark is tearing the connection down: its end is reported as BROKEN.
+    breaking: bool,
+}
+
+/// DAT_WATERMARK_INFINITE.
+const WATERMARK_INFINITE: i32 = -1;
+
 pub struct Ep {
     handle: Handle,
     ia: Arc<Ia>,
     inner: Mutex<EpInner>,
+    /// `attr.recv_completion_flags`, readable without the EP lock (the EVD reads it while it
+    /// drains completions, which happens under EP locks).
+    recv_flags: AtomicU32,
+    /// DCNT_EP_* (see `counters`).
+    pub(crate) counters: Counters,
+    /// A datagram EP's address handles and resolution records (empty otherwise).
+    ud: Mutex<ud::UdTables>,
 }
 
 /// The INVALID_STATE subtype naming an EP state.
@@ -233,6 +296,10 @@ impl Ep {
             }
             None => EpAttr::defaults(&dev),
         };
+        // Datagram EPs take their receives from their own queue (no SRQ).
+        if srq.is_some() && attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+            return Err(DatError::invalid_arg(attr_arg));
+        }
         check_evd_role(&recv_evd, evd_flags::DTO, SubType::InvalidHandleEvdRecv)?;
         check_evd_role(
             &request_evd,
@@ -316,6 +383,9 @@ impl Ep {
         let ep = Arc::new(Ep {
             handle: reservation.handle(),
             ia: ia.clone(),
+            counters: Counters::new(counters::ep::ALL),
+            recv_flags: AtomicU32::new(attr.recv_completion_flags),
+            ud: Mutex::new(ud::UdTables::default()),
             inner: Mutex::new(EpInner {
                 state,
                 pz,
@@ -328,7 +398,7 @@ impl Ep {
                 sink_cq,
                 remote: None,
                 peer_private_data: Arc::from(Vec::new()),
-                watermarks: (0, 0),
+                watermarks: Watermarks::default(),
                 reserved_by: Handle::NULL,
                 freed: false,
             }),
@@ -351,6 +421,10 @@ impl Ep {
     }
     pub fn attr(&self) -> EpAttr {
         self.inner.lock().attr
+    }
+    /// The EP's recv_completion_flags, without taking its lock.
+    pub(crate) fn recv_completion_flags(&self) -> u32 {
+        self.recv_flags.load(Ordering::Relaxed)
     }
     /// The private data of the peer's request or accept; stays valid while the EP lives.
     pub fn peer_private_data(&self) -> Arc<[u8]> {
@@ -521,6 +595,8 @@ impl Ep {
         i.request_evd = request_evd;
         i.connect_evd = connect_evd;
         i.attr = attr;
+        self.recv_flags
+            .store(attr.recv_completion_flags, Ordering::Relaxed);
         if let Some((qp, sink)) = rebuilt {
             self.ia
                 .eps_by_qp
@@ -560,6 +636,44 @@ impl Ep {
         if flags > 1 {
             return Err(DatError::invalid_arg(8));
         }
+        self.connect_to(SocketAddrV4::new(remote, port), timeout_us, private_data)
+    }
+
+    /// dat_ep_common_connect: connects to the service point at `remote`, address and port (a
+    /// peer's CSP, or any service point listening on that port); there is no conn_qual, no
+    /// qos and no flags. A remote port of 0 names no service point: DAT_INVALID_ADDRESS
+    /// (DAT_INVALID_ADDRESS_MALFORMED). C positions: remote address 2, timeout 3, private data
+    /// size 4, private data 5.
+    pub fn common_connect(
+        &self,
+        remote: SocketAddrV4,
+        timeout_us: u32,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        self.ia.check_open()?;
+        if remote.port() == 0 {
+            return Err(DatError::new(
+                ErrorType::InvalidAddress,
+                SubType::InvalidAddressMalformed,
+            ));
+        }
+        if private_data.len() > self.ia.device().attr().max_private_data as usize {
+            return Err(DatError::invalid_arg(4));
+        }
+        self.connect_to(remote, timeout_us, private_data)
+    }
+
+    /// The active side of a connection, once the arguments are checked: UNCONNECTED ->
+    /// ACTIVE_CONNECTION_PENDING, and the backend's connect.
+    fn connect_to(
+        &self,
+        remote: SocketAddrV4,
+        timeout_us: u32,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        if self.is_ud() {
+            return self.ud_connect(remote, timeout_us, private_data);
+        }
         let qp = {
             let mut i = self.inner.lock();
             if i.state != ep_state::UNCONNECTED {
@@ -572,7 +686,7 @@ impl Ep {
                 i.qp.clone()
                     .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
             i.state = ep_state::ACTIVE_CONNECTION_PENDING;
-            i.remote = Some(SocketAddrV4::new(remote, port));
+            i.remote = Some(remote);
             qp
         };
         let timeout = if timeout_us == super::consts::TIMEOUT_INFINITE {
@@ -580,10 +694,7 @@ impl Ep {
         } else {
             Some(Duration::from_micros(u64::from(timeout_us)))
         };
-        let result =
-            self.ia
-                .device()
-                .connect(&qp, SocketAddrV4::new(remote, port), private_data, timeout);
+        let result = self.ia.device().connect(&qp, remote, private_data, timeout);
         if let Err(e) = result {
             let mut i = self.inner.lock();
             if i.state == ep_state::ACTIVE_CONNECTION_PENDING {
@@ -772,10 +883,21 @@ impl Ep {
             (i.connect_evd.clone(), i.peer_private_data.clone())
         };
         self.post_connection_event(evd, event_number::CONNECTION_ESTABLISHED, pd);
+        // A hard high watermark applies from the moment the connection is established.
+        self.check_recv_watermarks();
     }
 
+    /// The connection (or its establishment) ended: DISCONNECTED, and the connection event.
+    ///
+    /// An EP using an SRQ also reports DAT_ASYNC_ERROR_EP_BROKEN (reason
+    /// DAT_EP_TRANSFER_TO_ERROR) on the IA's async EVD: it takes no more receives from the SRQ,
+    /// so the consumer may account for the SRQ's buffers. This is verbs' "last WQE reached"
+    /// event of a QP attached to an SRQ entering the error state, which OFED's provider reports
+    /// this way for every disconnection and which consumers written for it (dtestsrq) wait
+    /// for. It is queued before the connection event, so a consumer that has seen the one can
+    /// dequeue the other.
     pub(crate) fn on_connection_lost(&self, number: u32, private_data: Vec<u8>) {
-        let (evd, pd) = {
+        let (evd, pd, has_srq) = {
             let mut i = self.inner.lock();
             match i.state {
                 ep_state::ACTIVE_CONNECTION_PENDING
@@ -789,6 +911,9 @@ impl Ep {
                 && number != event_number::CONNECTION_DISCONNECTED
             {
                 event_number::CONNECTION_ACCEPT_COMPLETION_ERROR
+            } else if std::mem::take(&mut i.watermarks.breaking) {
+                // We tore the connection down: its hard high watermark was exceeded.
+                event_number::CONNECTION_BROKEN
             } else {
                 number
             };
@@ -799,8 +924,16 @@ impl Ep {
             (
                 i.connect_evd.clone().map(|e| (e, number)),
                 i.peer_private_data.clone(),
+                i.srq.is_some(),
             )
         };
+        if has_srq {
+            self.ia.post_async_reason(
+                event_number::ASYNC_EP_BROKEN,
+                self.handle,
+                async_reason::EP_TRANSFER_TO_ERROR,
+            );
+        }
         if let Some((evd, number)) = evd {
             self.post_connection_event(Some(evd), number, pd);
         }
@@ -819,9 +952,17 @@ impl Ep {
         Ok(())
     }
 
-    /// Requests are valid in CONNECTED and DISCONNECTED (where they are flushed).
+    /// Requests are valid in CONNECTED and DISCONNECTED (where they are flushed). A datagram
+    /// EP takes none of them (sends name their destination, `post_send_ud`; RDMA, atomics and
+    /// binds need a connection): DAT_INVALID_PARAMETER for the EP argument.
     pub(crate) fn check_request_state(&self) -> DatResult<()> {
-        let s = self.inner.lock().state;
+        let (s, service_type) = {
+            let i = self.inner.lock();
+            (i.state, i.attr.service_type)
+        };
+        if service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+            return Err(DatError::invalid_arg(1));
+        }
         match s {
             ep_state::CONNECTED | ep_state::DISCONNECTED => Ok(()),
             s => Err(state_error(s)),
@@ -908,7 +1049,7 @@ impl Ep {
         Ok(())
     }
 
-    fn request_common(
+    pub(crate) fn request_common(
         &self,
         flags: u32,
         flags_arg: u32,
@@ -936,12 +1077,37 @@ impl Ep {
         Ok((pz, attr))
     }
 
-    fn report_success(flags: u32) -> bool {
+    /// Counts a posted request: DCNT_EP_POST_x, and its bytes in DCNT_EP_POST_x_DATA (the
+    /// counter after it).
+    pub(crate) fn count_post(&self, counter: usize, bytes: u64) {
+        self.counters.inc(counter);
+        self.counters.add(counter + 1, bytes);
+    }
+
+    pub(crate) fn report_success(flags: u32) -> bool {
         flags & (completion_flags::SUPPRESS | completion_flags::UNSIGNALLED) == 0
     }
 
     /// dat_ep_post_send (C positions: num_segments 2, local_iov 3, cookie 4, flags 5).
     pub fn post_send(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
+        self.post_send_op(iov, cookie, flags, SendOp::Send)
+    }
+
+    /// dat_ep_post_send_with_invalidate with invalidation (positions as post_send; the
+    /// rmr_context 7): a send that, once the peer placed it, ends the binding of the peer's RMR
+    /// `rmr_context`; the peer's receive completes as DAT_DTO_RECEIVE_WITH_INVALIDATE naming
+    /// it. Without invalidation the call is a plain send.
+    pub fn post_send_with_invalidate(
+        &self,
+        iov: &[Sge],
+        cookie: u64,
+        flags: u32,
+        rmr_context: u32,
+    ) -> DatResult<()> {
+        self.post_send_op(iov, cookie, flags, SendOp::SendInv { rkey: rmr_context })
+    }
+
+    fn post_send_op(&self, iov: &[Sge], cookie: u64, flags: u32, op: SendOp) -> DatResult<()> {
         let (pz, _) = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
         // Transfers are bounded by the IA's limits; an EP's max_message_size
@@ -954,7 +1120,7 @@ impl Ep {
         self.post_tracked(
             SendWr {
                 wr_id: 0,
-                op: SendOp::Send,
+                op,
                 sgl,
                 signaled: Self::report_success(flags),
                 solicited: flags & completion_flags::SOLICITED_WAIT != 0,
@@ -966,8 +1132,11 @@ impl Ep {
                 op: dto_op::SEND,
                 report_success: Self::report_success(flags),
                 rmr: None,
+                ext: None,
             },
-        )
+        )?;
+        self.count_post(counters::ep::POST_SEND, total);
+        Ok(())
     }
 
     /// dat_ep_post_rdma_write (positions: num_segments 2, local_iov 3, cookie 4, remote 5,
@@ -1004,8 +1173,47 @@ impl Ep {
                 op: dto_op::RDMA_WRITE,
                 report_success: Self::report_success(flags),
                 rmr: None,
+                ext: None,
             },
-        )
+        )?;
+        self.count_post(counters::ep::POST_WRITE, total);
+        Ok(())
+    }
+
+    /// dat_ep_post_rdma_read_to_rmr (positions: local 2, cookie 3, remote 4, flags 5): an RDMA
+    /// read whose sink is an RMR of ours, named by its triplet (rmr_context of its current
+    /// binding, address, length) instead of an LMR triplet. The range must lie inside the
+    /// binding, which must grant write (local or remote); the read then lands in the LMR the
+    /// RMR is bound into, exactly as dat_ep_post_rdma_read into that range.
+    pub fn post_rdma_read_to_rmr(
+        &self,
+        local: RemoteBuffer,
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let rmr = self
+            .ia
+            .rmr_by_context(local.rmr_context)
+            .ok_or(DatError::new(
+                ErrorType::PrivilegesViolation,
+                SubType::PrivilegesWrite,
+            ))?;
+        let sge = rmr
+            .local_segment(
+                local.rmr_context,
+                local.address,
+                local.length,
+                mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE,
+            )
+            .ok_or(DatError::invalid_arg(2))?;
+        if !Arc::ptr_eq(rmr.pz(), &self.pz_or_err()?) {
+            return Err(DatError::new(
+                ErrorType::ProtectionViolation,
+                SubType::ProtectionWrite,
+            ));
+        }
+        self.post_rdma_read(&[sge], cookie, remote, flags)
     }
 
     /// dat_ep_post_rdma_read: reads `remote.length` bytes, filling the local IOV front to back.
@@ -1055,8 +1263,11 @@ impl Ep {
                 op: dto_op::RDMA_READ,
                 report_success: Self::report_success(flags),
                 rmr: None,
+                ext: None,
             },
-        )
+        )?;
+        self.count_post(counters::ep::POST_READ, want);
+        Ok(())
     }
 
     /// dat_ep_post_recv (positions: num_segments 2, local_iov 3, cookie 4, flags 5). Valid in
@@ -1087,37 +1298,107 @@ impl Ep {
             return Err(DatError::invalid_arg(2));
         }
         let (sgl, _) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
+        let (op, ext) = ud::recv_kind(attr.service_type);
         let wr_id = self.ia.track(PendingDto {
             ep: self.handle,
             cookie,
-            op: dto_op::RECEIVE,
+            op,
             report_success: Self::report_success(flags),
             rmr: None,
+            ext,
         });
+        let total: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
         if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
             return Err(e);
         }
+        self.count_post(counters::ep::POST_RECV, total);
+        self.check_recv_watermarks();
         Ok(())
     }
 
-    /// dat_ep_recv_query: (receives posted and not completed, bytes they span).
+    /// dat_ep_recv_query: (nbufs_allocated, bufs_alloc_span): the Recv buffers at the EP
+    /// (posted and not completed; see `Watermarks`) and their span, which on our in-order
+    /// transports is the same count (DAT: never fewer than the buffers).
     pub fn recv_query(&self) -> DatResult<(i32, i32)> {
-        let i = self.inner.lock();
-        let posted = i.qp.as_ref().map(|q| q.posted_recvs()).unwrap_or(0);
-        Ok((posted as i32, 0))
+        let posted = self.recv_buffers() as i32;
+        Ok((posted, posted))
     }
 
-    /// dat_ep_set_watermark: recorded; the TCP transport has no use for it.
+    /// The Recv buffers at the EP (see `Watermarks`).
+    fn recv_buffers(&self) -> u32 {
+        self.qp().map(|q| q.posted_recvs()).unwrap_or(0)
+    }
+
+    /// dat_ep_set_watermark (positions: soft 2, hard 3): sets both watermarks and re-arms the
+    /// soft one (see `Watermarks`); a count already above either fires during the call. Valid
+    /// in every EP state. DAT_WATERMARK_INFINITE (-1) sets none; other negative values are
+    /// DAT_INVALID_PARAMETER.
     pub fn set_watermark(&self, soft_high: i32, hard_high: i32) -> DatResult<()> {
-        if soft_high < 0 {
-            return Err(DatError::invalid_arg(2));
+        let level = |v: i32, arg: u32| match v {
+            WATERMARK_INFINITE => Ok(None),
+            v => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| DatError::invalid_arg(arg)),
+        };
+        let soft = level(soft_high, 2)?;
+        let hard = level(hard_high, 3)?;
+        {
+            let mut i = self.inner.lock();
+            i.watermarks = Watermarks {
+                soft,
+                soft_armed: soft.is_some(),
+                hard,
+                breaking: i.watermarks.breaking,
+            };
         }
-        if hard_high < 0 {
-            return Err(DatError::invalid_arg(3));
-        }
-        self.inner.lock().watermarks = (soft_high, hard_high);
+        self.check_recv_watermarks();
         Ok(())
+    }
+
+    /// Fires what the Recv buffers at the EP now exceed (see `Watermarks`). Called with no
+    /// lock held: it posts events and may tear the connection down.
+    fn check_recv_watermarks(&self) {
+        let (soft_fires, hard_breaks) = {
+            let mut i = self.inner.lock();
+            let w = i.watermarks;
+            let connected = i.state == ep_state::CONNECTED;
+            if !(w.soft_armed || (w.hard.is_some() && connected)) {
+                return;
+            }
+            let n = i.qp.as_ref().map(|q| q.posted_recvs()).unwrap_or(0);
+            let soft_fires = w.soft_armed && w.soft.is_some_and(|s| n > s);
+            if soft_fires {
+                i.watermarks.soft_armed = false;
+            }
+            let hard_breaks = connected && w.hard.is_some_and(|h| n > h);
+            if hard_breaks {
+                // As dat_ep_disconnect: DISCONNECT_PENDING until the backend reports the
+                // teardown (it must have let go of the QP before a reset), then reported as
+                // BROKEN (see `on_connection_lost`).
+                i.state = ep_state::DISCONNECT_PENDING;
+                i.watermarks.breaking = true;
+            }
+            (soft_fires, hard_breaks.then(|| i.qp.clone()).flatten())
+        };
+        if soft_fires {
+            self.ia.post_async_reason(
+                event_number::ASYNC_EP_BROKEN,
+                self.handle,
+                async_reason::EP_SOFT_HIGH_WATERMARK,
+            );
+        }
+        if let Some(qp) = hard_breaks {
+            log::debug!(
+                "EP {:?}: Recv buffers above the hard high watermark",
+                self.handle
+            );
+            if let Err(e) = self.ia.device().disconnect(&qp, true) {
+                log::warn!("EP {:?}: abrupt disconnect: {e}", self.handle);
+                self.on_connection_lost(event_number::CONNECTION_BROKEN, Vec::new());
+            }
+        }
     }
 
     /// dat_ep_free: any state; a connection is torn down abruptly and outstanding requests are
@@ -1155,6 +1436,8 @@ impl Ep {
             }
             qp.destroy();
         }
+        // Address handles go with their EP, before its PZ is released.
+        self.ud.lock().clear();
         let mut i = self.inner.lock();
         // Deliver what the flush produced while the EVDs are still ours.
         for evd in [&i.request_evd, &i.recv_evd].into_iter().flatten() {
@@ -1204,7 +1487,7 @@ fn build_qp(
             let mut batch = Vec::new();
             while cq.poll(64, &mut batch) > 0 {
                 for wc in batch.drain(..) {
-                    ia.untrack(wc.wr_id);
+                    ia.retire(wc.wr_id);
                 }
             }
         })));
@@ -1213,7 +1496,7 @@ fn build_qp(
     };
     let send_cq = cq_for(request_evd)?;
     let recv_cq = cq_for(recv_evd)?;
-    let qp = dev.create_qp(QpInit {
+    let init = QpInit {
         pd: pz.pd().clone(),
         send_cq,
         recv_cq,
@@ -1229,6 +1512,11 @@ fn build_qp(
             max_rd_atomic: attr.max_rdma_read_out,
             max_inline: 0,
         },
-    })?;
+    };
+    let qp = if attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+        dev.create_ud_qp(init)?
+    } else {
+        dev.create_qp(init)?
+    };
     Ok((qp, sink))
 }

@@ -6,6 +6,34 @@
 //! consumer's posted work silently). When the queue holds more than `qlen` events the EVD is
 //! marked overflowed and one DAT_ASYNC_ERROR_EVD_OVERFLOW is sent to the IA's async EVD.
 //! Software events (dat_evd_post_se) are refused with DAT_QUEUE_FULL instead.
+//!
+//! Notification. Every queued event is either a notification event or not. Only a notification
+//! event wakes a waiter (whose threshold must also be met) or triggers the EVD's CNO; every
+//! event, either kind, is counted in the queue (threshold, `nmore`) and returned by
+//! dat_evd_dequeue and dat_evd_wait in arrival order. By default every event is a notification
+//! event. The exception is DAT_COMPLETION_SOLICITED_WAIT_FLAG in an EP's
+//! recv_completion_flags: then a successful receive completion of that EP (a send or a write
+//! with immediate data consumed a receive) is a notification event only if the peer posted it
+//! with DAT_COMPLETION_SOLICITED_WAIT_FLAG; an unsolicited one is queued without waking anyone,
+//! and a failed or flushed receive always notifies (as an InfiniBand CQ armed for solicited
+//! completions reports errors). A waiter, whenever it checks, returns when at least
+//! `threshold` events are queued and at least one notification event is among them (the
+//! newest one has not been dequeued yet): so an unsolicited receive, queued before the wait or
+//! during it, is returned once a solicited one follows it, and not before.
+//!
+//! Threshold. With DAT_COMPLETION_DEFAULT_FLAG or DAT_COMPLETION_EVD_THRESHOLD_FLAG every
+//! completion notifies, and the waiter's threshold decides when it unblocks (the two flags
+//! behave alike here; EVD_THRESHOLD excludes the consumer-controlled modes, see
+//! `EpAttr::validate`). DAT requires threshold 1 on an EVD that a DTO stream with
+//! consumer-controlled notification feeds (the receive EVD of an EP whose
+//! recv_completion_flags are SOLICITED_WAIT or UNSIGNALLED, the request EVD of an EP whose
+//! request_completion_flags are UNSIGNALLED): a larger threshold is DAT_INVALID_STATE
+//! (DAT_INVALID_STATE_EVD_CONFIG_SOLICITED, DAT_INVALID_STATE_EVD_CONFIG_NOTIFY for
+//! UNSIGNALLED).
+//!
+//! Backends: the TCP backend carries the sender's solicited bit with the message. An ibverbs
+//! work completion carries no such bit, so the verbs backend reports every receive as
+//! solicited: on verbs a SOLICITED_WAIT receive EVD notifies on every receive, as the default.
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
@@ -14,11 +42,12 @@ use std::sync::{Arc, Weak};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::cno::{deadline_from, Cno};
-use super::consts::{evd_flags, evd_state, event_number};
+use super::consts::{completion_flags, evd_flags, evd_state, event_number};
+use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
-use crate::backend::{CompletionQueue, WorkCompletion};
+use crate::backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 
 /// The payload of an event; handles are the values C sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +59,8 @@ pub enum EventData {
         transferred: u32,
         op: u32,
         rmr_context: u32,
+        /// The IB extension's data of a DAT_IB_DTO_EVENT.
+        ext: Option<DtoExt>,
     },
     RmrBind {
         rmr: Handle,
@@ -48,6 +79,14 @@ pub enum EventData {
         ep: Handle,
         private_data: Arc<[u8]>,
     },
+    /// A datagram EP's address resolution ended (DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED,
+    /// _REJECT_EVENT, _ERROR_EVENT; see `ep::ud`). The private data is owned by the
+    /// resolution's record (`ext.cm`) until dat_ib_ud_cm_free.
+    UdConnection {
+        ep: Handle,
+        private_data: Arc<[u8]>,
+        ext: UdConnExt,
+    },
     Async {
         handle: Handle,
         reason: u32,
@@ -55,6 +94,30 @@ pub enum EventData {
     Software {
         pointer: u64,
     },
+}
+
+/// What a datagram EP's connection event adds (DAT_IB_EXTENSION_EVENT_DATA): the extension
+/// type, the remote address handle (DAT_IB_ADDR_HANDLE: our token for it, the remote QP
+/// number and IA address) and the resolution's record (its `context`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdConnExt {
+    /// DAT_IB_EXT_TYPE: DAT_IB_UD_REMOTE_AH, _PASSIVE_REMOTE_AH, _CONNECT_REJECT, _ERROR.
+    pub kind: u32,
+    /// The address handle's token (0: none, for a failure).
+    pub ah: u64,
+    pub qpn: u32,
+    pub address: Option<Ipv4Addr>,
+    /// The record's token, for dat_ib_ud_cm_free.
+    pub cm: u64,
+}
+
+/// What a DAT_IB_DTO_EVENT adds to a DTO completion (DAT_IB_EXTENSION_EVENT_DATA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DtoExt {
+    /// DAT_IB_EXT_TYPE.
+    pub kind: u32,
+    /// The immediate data of a write-with-immediate, for the receive it consumed.
+    pub imm: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +142,36 @@ struct EvdState {
     cno: Option<Arc<Cno>>,
     overflowed: bool,
     freed: bool,
+    /// Events ever queued and ever removed (dequeued, waited for, cleared): event number k
+    /// (1-based, in arrival order) is still queued iff k > `popped`.
+    pushed: u64,
+    popped: u64,
+    /// The arrival number of the newest notification event (0: none yet). A notification
+    /// event is queued iff `last_notify > popped` (the queue is FIFO).
+    last_notify: u64,
+}
+
+impl EvdState {
+    /// Appends an event; `notify` says whether it is a notification event.
+    fn enqueue(&mut self, event: Event, notify: bool) {
+        self.queue.push_back(event);
+        self.pushed += 1;
+        if notify {
+            self.last_notify = self.pushed;
+        }
+    }
+
+    fn dequeue(&mut self) -> Option<Event> {
+        let ev = self.queue.pop_front()?;
+        self.popped += 1;
+        Some(ev)
+    }
+
+    /// Whether a waiter with the current threshold may return now (see the module's
+    /// notification rules).
+    fn ready(&self) -> bool {
+        self.queue.len() >= self.threshold && self.last_notify > self.popped
+    }
 }
 
 pub struct Evd {
@@ -93,6 +186,8 @@ pub struct Evd {
     drain_lock: Mutex<Vec<WorkCompletion>>,
     /// EPs, PSPs, RSPs using this EVD.
     pub(crate) users: UseCount,
+    /// DCNT_EVD_* (see `counters`).
+    pub(crate) counters: Counters,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,6 +237,7 @@ impl Evd {
         let evd = Arc::new(Evd {
             handle: reservation.handle(),
             ia: ia.clone(),
+            counters: Counters::new(counters::evd::ALL),
             flags,
             state: Mutex::new(EvdState {
                 queue: VecDeque::with_capacity(qlen as usize),
@@ -154,6 +250,9 @@ impl Evd {
                 cno,
                 overflowed: false,
                 freed: false,
+                pushed: 0,
+                popped: 0,
+                last_notify: 0,
             }),
             cond: Condvar::new(),
             cq,
@@ -232,15 +331,63 @@ impl Evd {
                 break;
             }
             for wc in batch.drain(..) {
+                let notify = self.completion_notifies(&wc);
                 if let Some(ev) = self.ia.dto_event(&wc, self.handle) {
-                    self.push_provider(ev);
+                    self.push(ev, notify);
                 }
             }
         }
     }
 
-    /// Queues a provider-generated event (never dropped).
+    /// Whether a work completion's event is a notification event (see the module's rules):
+    /// not for a successful receive of an EP whose recv_completion_flags ask for
+    /// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
+    /// notification. The EP's flags are read without its lock (drains run under EP locks).
+    fn completion_notifies(&self, wc: &WorkCompletion) -> bool {
+        if wc.solicited
+            || wc.status != WcStatus::Success
+            || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
+        {
+            return true;
+        }
+        let ep = self
+            .ia
+            .eps_by_qp
+            .lock()
+            .get(&wc.qp_num)
+            .and_then(|w| w.upgrade());
+        ep.is_none_or(|ep| ep.recv_completion_flags() & completion_flags::SOLICITED_WAIT == 0)
+    }
+
+    /// Which consumer-controlled notification mode, if any, a DTO stream feeding this EVD
+    /// uses: the INVALID_STATE subtype a wait with a threshold above 1 gets. Called without
+    /// the EVD's state lock (it takes EP locks).
+    fn consumer_controlled(&self) -> Option<SubType> {
+        for (_, obj) in handle::children(self.ia.handle()) {
+            let Object::Ep(ep) = obj else { continue };
+            let p = ep.query();
+            let recv = p.attr.recv_completion_flags;
+            let request = p.attr.request_completion_flags;
+            if p.recv_evd == self.handle && recv & completion_flags::SOLICITED_WAIT != 0 {
+                return Some(SubType::EvdConfigSolicited);
+            }
+            if (p.recv_evd == self.handle && recv & completion_flags::UNSIGNALLED != 0)
+                || (p.request_evd == self.handle && request & completion_flags::UNSIGNALLED != 0)
+            {
+                return Some(SubType::EvdConfigNotify);
+            }
+        }
+        None
+    }
+
+    /// Queues a provider-generated notification event (never dropped).
     pub(crate) fn push_provider(&self, event: Event) {
+        self.push(event, true);
+    }
+
+    /// Queues a provider-generated event (never dropped); `notify`: whether it is a
+    /// notification event (wakes the waiter, triggers the CNO).
+    pub(crate) fn push(&self, event: Event, notify: bool) {
         let mut overflow_now = false;
         let cno_to_trigger;
         let driving;
@@ -253,11 +400,13 @@ impl Evd {
                 s.overflowed = true;
                 overflow_now = true;
             }
-            s.queue.push_back(event);
-            cno_to_trigger = self.after_push(&s);
+            s.enqueue(event, notify);
+            cno_to_trigger = if notify { self.after_push(&s) } else { None };
             driving = s.driving;
         }
-        self.wake_waiter(driving);
+        if notify {
+            self.wake_waiter(driving);
+        }
         if let Some(cno) = cno_to_trigger {
             cno.trigger(self.handle);
         }
@@ -300,11 +449,14 @@ impl Evd {
             if s.queue.len() >= s.qlen {
                 return Err(DatError::queue_full());
             }
-            s.queue.push_back(Event {
-                number: event_number::SOFTWARE,
-                evd: self.handle,
-                data: EventData::Software { pointer },
-            });
+            s.enqueue(
+                Event {
+                    number: event_number::SOFTWARE,
+                    evd: self.handle,
+                    data: EventData::Software { pointer },
+                },
+                true,
+            );
             cno = self.after_push(&s);
             driving = s.driving;
         }
@@ -317,23 +469,39 @@ impl Evd {
 
     /// dat_evd_dequeue.
     pub fn dequeue(&self) -> DatResult<Event> {
+        self.counters.inc(counters::evd::DEQUEUE);
         self.drain_cq();
         let mut s = self.state.lock();
-        let ev = s.queue.pop_front().ok_or(DatError::queue_empty())?;
+        let Some(ev) = s.dequeue() else {
+            self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
+            return Err(DatError::queue_empty());
+        };
+        self.counters.inc(counters::evd::DEQUEUE_FOUND);
         if s.queue.len() < s.qlen {
             s.overflowed = false;
         }
         Ok(ev)
     }
 
-    /// dat_evd_wait: waits until `threshold` events are queued or `timeout_us` passes, then
-    /// returns the first event and how many remain.
+    /// dat_evd_wait: waits until `threshold` events are queued with a notification event among
+    /// them (see the module's rules) or `timeout_us` passes, then returns the first event and
+    /// how many remain. A threshold above 1 on an EVD a consumer-controlled DTO stream feeds is
+    /// DAT_INVALID_STATE.
     pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
+        self.counters.inc(counters::evd::WAIT);
         self.drain_cq();
         let deadline = deadline_from(timeout_us);
+        let controlled = if threshold > 1 {
+            self.consumer_controlled()
+        } else {
+            None
+        };
         let mut s = self.state.lock();
         if threshold <= 0 || threshold as usize > s.qlen {
             return Err(DatError::invalid_arg(3));
+        }
+        if let Some(sub) = controlled {
+            return Err(DatError::invalid_state(sub));
         }
         if !s.waitable {
             return Err(DatError::invalid_state(SubType::EvdUnwaitable));
@@ -349,8 +517,8 @@ impl Evd {
             if s.freed {
                 break Err(DatError::invalid_handle(SubType::InvalidHandle1));
             }
-            if s.queue.len() >= s.threshold {
-                let ev = s.queue.pop_front();
+            if s.ready() {
+                let ev = s.dequeue();
                 match ev {
                     Some(ev) => break Ok((ev, s.queue.len())),
                     None => break Err(DatError::internal()),
@@ -371,10 +539,11 @@ impl Evd {
                 s.driving = false;
                 continue;
             }
+            self.counters.inc(counters::evd::WAIT_BLOCKED);
             match deadline {
                 None => self.cond.wait(&mut s),
                 Some(d) => {
-                    if self.cond.wait_until(&mut s, d).timed_out() && s.queue.len() < s.threshold {
+                    if self.cond.wait_until(&mut s, d).timed_out() && !s.ready() {
                         break Err(DatError::timeout());
                     }
                 }
@@ -467,6 +636,7 @@ impl Evd {
             let mut s = self.state.lock();
             s.freed = true;
             s.queue.clear();
+            s.popped = s.pushed;
             (s.cno.take(), s.driving)
         };
         self.wake_waiter(driving);

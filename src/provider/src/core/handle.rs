@@ -82,6 +82,7 @@ pub enum HandleKind {
     Rsp,
     Cr,
     Srq,
+    Csp,
 }
 
 impl HandleKind {
@@ -99,6 +100,7 @@ impl HandleKind {
             HandleKind::Rsp => handle_type::RSP,
             HandleKind::Cr => handle_type::CR,
             HandleKind::Srq => handle_type::SRQ,
+            HandleKind::Csp => handle_type::CSP,
         }
     }
 
@@ -117,6 +119,7 @@ impl HandleKind {
             HandleKind::Rsp => SubType::InvalidHandleRsp,
             HandleKind::Cr => SubType::InvalidHandleCr,
             HandleKind::Srq => SubType::InvalidHandleSrq,
+            HandleKind::Csp => SubType::InvalidHandleCsp,
         }
     }
 
@@ -139,6 +142,7 @@ pub enum Object {
     Rsp(Arc<Sp>),
     Cr(Arc<Cr>),
     Srq(Arc<Srq>),
+    Csp(Arc<Sp>),
 }
 
 impl Object {
@@ -155,6 +159,7 @@ impl Object {
             Object::Rsp(_) => HandleKind::Rsp,
             Object::Cr(_) => HandleKind::Cr,
             Object::Srq(_) => HandleKind::Srq,
+            Object::Csp(_) => HandleKind::Csp,
         }
     }
 }
@@ -221,6 +226,9 @@ impl Reservation {
         header_of(self.handle)
             .tag
             .store(TAG_LIVE | self.kind.dat_type(), Ordering::SeqCst);
+        if let Some(index) = create_counter(self.kind) {
+            count_for_owner(&t, owner, index);
+        }
         t.live.insert(
             self.handle.0,
             Entry {
@@ -325,6 +333,7 @@ typed_lookup!(psp, Psp, Sp, HandleKind::Psp);
 typed_lookup!(rsp, Rsp, Sp, HandleKind::Rsp);
 typed_lookup!(cr, Cr, Cr, HandleKind::Cr);
 typed_lookup!(srq, Srq, Srq, HandleKind::Srq);
+typed_lookup!(csp, Csp, Sp, HandleKind::Csp);
 
 /// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
 pub fn evd(handle: Handle, bad: SubType) -> DatResult<Arc<Evd>> {
@@ -352,10 +361,47 @@ pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
         _ => return Err(kind.invalid()),
     }
     let entry = t.live.remove(&handle.0).ok_or_else(|| kind.invalid())?;
+    if let Some(index) = create_counter(kind) {
+        // Each kind's FREE counter follows its CREATE counter (DCNT_IA_*; PSP_CREATE_ANY sits
+        // between PSP's two).
+        let free = if kind == HandleKind::Psp {
+            index + 2
+        } else {
+            index + 1
+        };
+        count_for_owner(&t, entry.owner, free);
+    }
     let header = header_of(handle);
     header.tag.store(TAG_DEAD, Ordering::SeqCst);
     t.quarantine.push_back(header);
     Ok(entry.object)
+}
+
+/// The DCNT_IA_*_CREATE counter of an object kind.
+fn create_counter(kind: HandleKind) -> Option<usize> {
+    use super::counters::ia;
+    Some(match kind {
+        HandleKind::Pz => ia::PZ_CREATE,
+        HandleKind::Lmr => ia::LMR_CREATE,
+        HandleKind::Rmr => ia::RMR_CREATE,
+        HandleKind::Psp => ia::PSP_CREATE,
+        HandleKind::Rsp => ia::RSP_CREATE,
+        HandleKind::Evd => ia::EVD_CREATE,
+        HandleKind::Ep => ia::EP_CREATE,
+        HandleKind::Srq => ia::SRQ_CREATE,
+        _ => return None,
+    })
+}
+
+/// Counts one event on the IA `owner` (creations and frees of its objects).
+fn count_for_owner(t: &Table, owner: Handle, index: usize) {
+    if let Some(Entry {
+        object: Object::Ia(ia),
+        ..
+    }) = t.live.get(&owner.0)
+    {
+        ia.counters.inc(index);
+    }
 }
 
 /// dat_get_handle_type.

@@ -9,15 +9,17 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::consts::{close_flags, dto_status, evd_flags, event_number};
+use super::consts::{close_flags, dto_op, dto_status, evd_flags, event_number, ib_ext};
+use super::counters::{self, Counters};
 use super::ep::Ep;
 use super::error::{DatError, DatResult, SubType};
-use super::evd::{Evd, Event, EventData};
+use super::evd::{DtoExt, Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::lmr::Lmr;
 use super::rmr::Rmr;
 use super::sp::Sp;
-use crate::backend::{self, CmEvent, Device, WcStatus, WorkCompletion};
+use super::srq;
+use crate::backend::{self, CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
 
 /// What dat_ia_query reports (DAT_IA_ATTR, minus the fixed strings the ffi layer fills).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +62,8 @@ pub(crate) struct PendingDto {
     pub report_success: bool,
     /// For an RMR bind: the RMR and the rmr_context the bind gives.
     pub rmr: Option<(Arc<Rmr>, u32)>,
+    /// For an IB-extension request: the DAT_IB_EXT_TYPE its DAT_IB_DTO_EVENT reports.
+    pub ext: Option<u32>,
 }
 
 pub struct Ia {
@@ -72,8 +76,16 @@ pub struct Ia {
     pub(crate) eps_by_qp: Mutex<HashMap<u32, Weak<Ep>>>,
     pub(crate) sps_by_listener: Mutex<HashMap<u64, Weak<Sp>>>,
     pub(crate) lmrs_by_context: Mutex<HashMap<u32, Weak<Lmr>>>,
+    /// RMRs by the rmr_context of their latest bind (stale entries are told apart by the
+    /// RMR's own state): a peer's send-with-invalidate and dat_ep_post_rdma_read_to_rmr name
+    /// an RMR by its context.
+    pub(crate) rmrs_by_context: Mutex<HashMap<u32, Weak<Rmr>>>,
     next_wr_id: AtomicU64,
     pending: Mutex<HashMap<u64, PendingDto>>,
+    /// DCNT_IA_* (see `counters`).
+    pub(crate) counters: Counters,
+    /// The device's count of dropped datagrams as last added to `counters`.
+    ud_dropped_seen: AtomicU64,
 }
 
 impl Ia {
@@ -95,8 +107,11 @@ impl Ia {
             eps_by_qp: Mutex::new(HashMap::new()),
             sps_by_listener: Mutex::new(HashMap::new()),
             lmrs_by_context: Mutex::new(HashMap::new()),
+            rmrs_by_context: Mutex::new(HashMap::new()),
             next_wr_id: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
+            counters: Counters::new(counters::ia::ALL),
+            ud_dropped_seen: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&ia);
         device.set_cm_handler(Some(Arc::new(move |ev| {
@@ -180,12 +195,20 @@ impl Ia {
             if evd.handle() == source_evd && number == event_number::ASYNC_EVD_OVERFLOW {
                 return; // an overflowing async EVD cannot report itself
             }
+        }
+        self.post_async_reason(number, object, 0);
+    }
+
+    /// Queues an async error event naming `object` with an object-specific `reason` (see
+    /// `consts::async_reason`); no-op without an async EVD.
+    pub(crate) fn post_async_reason(&self, number: u32, object: Handle, reason: u32) {
+        if let Some(evd) = self.async_evd() {
             evd.push_provider(Event {
                 number,
                 evd: evd.handle(),
                 data: EventData::Async {
                     handle: object,
-                    reason: 0,
+                    reason,
                 },
             });
         }
@@ -269,15 +292,37 @@ impl Ia {
         id
     }
 
+    /// Brings the counters the device keeps itself up to date (before they are read):
+    /// DCNT_IA_DIAG_ERR_RQ_UDSDPRD, datagrams dropped for lack of a posted receive.
+    pub(crate) fn sync_device_counters(&self) {
+        let now = self.device.ud_dropped();
+        let before = self.ud_dropped_seen.swap(now, Ordering::Relaxed);
+        self.counters.add(
+            counters::ia::DIAG_ERR_RQ_UDSDPRD,
+            now.saturating_sub(before),
+        );
+    }
+
     /// Forgets a request whose post failed.
     pub(crate) fn untrack(&self, wr_id: u64) {
         self.pending.lock().remove(&wr_id);
     }
 
+    /// Ends the tracking of a completed request and returns it. Every completion passes here
+    /// (those of a NULL EVD's sink CQ too), so this is where the core learns that an SRQ
+    /// receive was consumed and the SRQ's low watermark may have been crossed.
+    pub(crate) fn retire(&self, wr_id: u64) -> Option<PendingDto> {
+        let p = self.pending.lock().remove(&wr_id)?;
+        if p.ep.is_null() && p.op == dto_op::RECEIVE {
+            srq::receive_consumed();
+        }
+        Some(p)
+    }
+
     /// Converts a work completion into the DAT event for the EVD `evd`, or None when the
     /// consumer asked not to see it.
     pub(crate) fn dto_event(&self, wc: &WorkCompletion, evd: Handle) -> Option<Event> {
-        let pending = self.pending.lock().remove(&wc.wr_id)?;
+        let pending = self.retire(wc.wr_id)?;
         let status = dto_status_of(wc.status);
         if status == dto_status::SUCCESS && !pending.report_success {
             return None;
@@ -313,18 +358,63 @@ impl Ia {
         } else {
             0
         };
+        // A peer's send-with-invalidate ended the binding of one of our RMRs.
+        let (recv_op, invalidated) = match wc.invalidated {
+            Some(ctx) if status == dto_status::SUCCESS => {
+                if let Some(rmr) = self.rmr_by_context(ctx) {
+                    rmr.bind_failed(ctx);
+                }
+                (dto_op::RECEIVE_WITH_INVALIDATE, ctx)
+            }
+            _ => (pending.op, 0),
+        };
+        if status == dto_status::SUCCESS
+            && (pending.op == dto_op::RECEIVE || pending.op == ib_ext::DTO_RECV_UD)
+        {
+            if let Some(e) = self.ep_by_qp(wc.qp_num) {
+                let counter = if wc.opcode == WcOpcode::RecvRdmaImm {
+                    counters::ep::RECV_RDMA_IMM
+                } else if pending.op == ib_ext::DTO_RECV_UD {
+                    counters::ep::RECV_UD
+                } else {
+                    counters::ep::RECV
+                };
+                e.count_post(counter, u64::from(wc.byte_len));
+            }
+        }
+        // An extended request, or a receive the peer's write-with-immediate consumed, is a
+        // DAT_IB_DTO_EVENT carrying its extension data; everything else a DTO completion.
+        let (number, op, ext) = match (pending.ext, wc.imm) {
+            (Some(kind), _) => (ib_ext::DTO_EVENT, pending.op, Some(DtoExt { kind, imm: 0 })),
+            (None, Some(imm)) if wc.opcode == WcOpcode::RecvRdmaImm => (
+                ib_ext::DTO_EVENT,
+                ib_ext::DTO_RECV_IMMED,
+                Some(DtoExt {
+                    kind: ib_ext::TYPE_RDMA_WRITE_IMMED_DATA,
+                    imm,
+                }),
+            ),
+            _ => (event_number::DTO_COMPLETION, recv_op, None),
+        };
         Some(Event {
-            number: event_number::DTO_COMPLETION,
+            number,
             evd,
             data: EventData::Dto {
                 ep,
                 cookie: pending.cookie,
                 status,
                 transferred,
-                op: pending.op,
-                rmr_context: 0,
+                op,
+                rmr_context: invalidated,
+                ext,
             },
         })
+    }
+
+    /// The RMR whose latest bind gave `rmr_context`, if it is still bound with it.
+    pub(crate) fn rmr_by_context(&self, rmr_context: u32) -> Option<Arc<Rmr>> {
+        let rmr = self.rmrs_by_context.lock().get(&rmr_context)?.upgrade()?;
+        rmr.is_bound_as(rmr_context).then_some(rmr)
     }
 
     // ---- connection manager events ----------------------------------------------------------
@@ -349,10 +439,49 @@ impl Ia {
                     .get(&listener)
                     .and_then(|w| w.upgrade());
                 match sp {
-                    Some(sp) => sp.on_connect_request(req, private_data, remote, local),
+                    Some(sp) => sp.on_connect_request(req, private_data, remote, local, false),
                     None => {
                         let _ = self.device.reject(req, &[]);
                     }
+                }
+            }
+            CmEvent::UdRequest {
+                listener,
+                req,
+                private_data,
+                remote,
+                local,
+            } => {
+                let sp = self
+                    .sps_by_listener
+                    .lock()
+                    .get(&listener)
+                    .and_then(|w| w.upgrade());
+                match sp {
+                    Some(sp) => sp.on_connect_request(req, private_data, remote, local, true),
+                    None => {
+                        let _ = self.device.reject(req, &[]);
+                    }
+                }
+            }
+            CmEvent::UdResolved {
+                qp_num,
+                peer,
+                private_data,
+                ..
+            } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_ud_resolved(peer, private_data, false);
+                }
+            }
+            CmEvent::UdFailed {
+                qp_num,
+                by_peer,
+                private_data,
+                ..
+            } => {
+                if let Some(ep) = self.ep_by_qp(qp_num) {
+                    ep.on_ud_failed(by_peer, private_data);
                 }
             }
             CmEvent::RequestCancelled { .. } => {}
@@ -390,12 +519,20 @@ impl Ia {
             }
             CmEvent::Disconnected { qp_num } => {
                 if let Some(ep) = self.ep_by_qp(qp_num) {
-                    ep.on_connection_lost(event_number::CONNECTION_DISCONNECTED, Vec::new());
+                    if ep.is_ud() {
+                        ep.on_ud_stopped(event_number::CONNECTION_DISCONNECTED);
+                    } else {
+                        ep.on_connection_lost(event_number::CONNECTION_DISCONNECTED, Vec::new());
+                    }
                 }
             }
             CmEvent::Broken { qp_num } => {
                 if let Some(ep) = self.ep_by_qp(qp_num) {
-                    ep.on_connection_lost(event_number::CONNECTION_BROKEN, Vec::new());
+                    if ep.is_ud() {
+                        ep.on_ud_stopped(event_number::CONNECTION_BROKEN);
+                    } else {
+                        ep.on_connection_lost(event_number::CONNECTION_BROKEN, Vec::new());
+                    }
                 }
             }
         }
@@ -408,7 +545,7 @@ fn teardown_rank(o: &Object) -> u8 {
     match o {
         Object::Ep(_) => 0,
         Object::Cr(_) => 1,
-        Object::Psp(_) | Object::Rsp(_) => 2,
+        Object::Psp(_) | Object::Rsp(_) | Object::Csp(_) => 2,
         Object::Rmr(_) => 3,
         Object::Lmr(_) => 4,
         Object::Srq(_) => 5,
@@ -423,7 +560,7 @@ fn destroy_object(o: &Object) {
     match o {
         Object::Ep(x) => x.destroy(),
         Object::Cr(x) => x.destroy(),
-        Object::Psp(x) | Object::Rsp(x) => x.destroy(),
+        Object::Psp(x) | Object::Rsp(x) | Object::Csp(x) => x.destroy(),
         Object::Rmr(x) => x.destroy(),
         Object::Lmr(x) => x.destroy(),
         Object::Srq(x) => x.destroy(),

@@ -20,13 +20,24 @@ pub enum LmrRegion {
     Virtual { address: u64, length: u64 },
     /// DAT_MEM_TYPE_LMR: the same memory as an existing LMR.
     Lmr(Arc<Lmr>),
+    /// DAT_MEM_TYPE_SHARED_VIRTUAL: a range of this process's address space that is memory
+    /// shared with other processes, named by the consumer's 40-byte shared-memory id. Each
+    /// process registers its own mapping, as any range is registered; the id is kept and
+    /// reported by dat_lmr_query.
+    SharedVirtual {
+        address: u64,
+        length: u64,
+        id: [u8; 40],
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LmrParam {
     pub ia: Handle,
-    /// DAT_MEM_TYPE_VIRTUAL (0) or DAT_MEM_TYPE_LMR (1).
+    /// DAT_MEM_TYPE_VIRTUAL (0), DAT_MEM_TYPE_LMR (1) or DAT_MEM_TYPE_SHARED_VIRTUAL (2).
     pub mem_type: u32,
+    /// The shared-memory id of a SHARED_VIRTUAL LMR.
+    pub shared_id: Option<[u8; 40]>,
     pub address: u64,
     pub length: u64,
     pub pz: Handle,
@@ -44,6 +55,7 @@ pub struct Lmr {
     pz: Arc<Pz>,
     mr: Arc<dyn MemoryRegion>,
     mem_type: u32,
+    shared_id: Option<[u8; 40]>,
     mem_priv: u32,
     va_type: u32,
     /// RMRs bound into this LMR.
@@ -53,8 +65,13 @@ pub struct Lmr {
 /// Maps DAT privileges onto backend access flags.
 pub(crate) fn access_of(privileges: u32) -> u32 {
     let mut a = access::MW_BIND;
-    if privileges & (mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE) != 0 {
+    // Remote write or atomic access needs local write too (verbs refuses them without it).
+    if privileges & (mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE | mem_priv::REMOTE_ATOMIC) != 0
+    {
         a |= access::LOCAL_WRITE;
+    }
+    if privileges & mem_priv::REMOTE_ATOMIC != 0 {
+        a |= access::REMOTE_ATOMIC;
     }
     if privileges & mem_priv::REMOTE_WRITE != 0 {
         a |= access::REMOTE_WRITE;
@@ -82,7 +99,7 @@ impl Lmr {
         if !Arc::ptr_eq(pz.ia(), ia) {
             return Err(HandleKind::Pz.invalid());
         }
-        if privileges & !mem_priv::ALL != 0 {
+        if privileges & !mem_priv::KNOWN != 0 {
             return Err(DatError::invalid_arg(6));
         }
         if va_type == VA_TYPE_ZB {
@@ -91,9 +108,14 @@ impl Lmr {
         if va_type != VA_TYPE_VA {
             return Err(DatError::invalid_arg(7));
         }
-        let (address, length, mem_type) = match &region {
-            LmrRegion::Virtual { address, length } => (*address, *length, 0),
-            LmrRegion::Lmr(other) => (other.mr.addr(), other.mr.length(), 1),
+        let (address, length, mem_type, shared_id) = match &region {
+            LmrRegion::Virtual { address, length } => (*address, *length, 0, None),
+            LmrRegion::Lmr(other) => (other.mr.addr(), other.mr.length(), 1, None),
+            LmrRegion::SharedVirtual {
+                address,
+                length,
+                id,
+            } => (*address, *length, 2, Some(*id)),
         };
         // An empty region is a length error (DAT_LENGTH_ERROR), as dapltest's
         // "register memory with size 0" case and OFED's provider have it.
@@ -121,6 +143,7 @@ impl Lmr {
             pz: pz.clone(),
             mr,
             mem_type,
+            shared_id,
             mem_priv: privileges,
             va_type,
             users: UseCount::default(),
@@ -173,6 +196,7 @@ impl Lmr {
         LmrParam {
             ia: self.ia.handle(),
             mem_type: self.mem_type,
+            shared_id: self.shared_id,
             address: self.mr.addr(),
             length: self.mr.length(),
             pz: self.pz.handle(),

@@ -5,10 +5,12 @@
 
 pub mod cno;
 pub mod consts;
+pub mod counters;
 pub mod cr;
 pub mod ep;
 pub mod error;
 pub mod evd;
+pub mod ext;
 pub mod handle;
 pub mod ia;
 pub mod lmr;

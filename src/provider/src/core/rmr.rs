@@ -17,7 +17,7 @@ use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
 use super::lmr::{access_of, Lmr, VA_TYPE_VA, VA_TYPE_ZB};
 use super::pz::Pz;
-use crate::backend::{MemoryWindow, SendOp, SendWr};
+use crate::backend::{MemoryWindow, SendOp, SendWr, Sge};
 
 #[derive(Clone)]
 struct Binding {
@@ -135,6 +135,7 @@ impl Rmr {
         if privileges
             & !(mem_priv::REMOTE_READ
                 | mem_priv::REMOTE_WRITE
+                | mem_priv::REMOTE_ATOMIC
                 | mem_priv::LOCAL_READ
                 | mem_priv::LOCAL_WRITE)
             != 0
@@ -179,7 +180,9 @@ impl Rmr {
                     SubType::PrivilegesRead,
                 ));
             }
-            if privileges & mem_priv::REMOTE_WRITE != 0 && lp & mem_priv::LOCAL_WRITE == 0 {
+            if privileges & (mem_priv::REMOTE_WRITE | mem_priv::REMOTE_ATOMIC) != 0
+                && lp & mem_priv::LOCAL_WRITE == 0
+            {
                 return Err(DatError::new(
                     ErrorType::PrivilegesViolation,
                     SubType::PrivilegesWrite,
@@ -217,6 +220,7 @@ impl Rmr {
             op: dto_op::BIND_MW,
             report_success: report,
             rmr: Some((self.clone(), new_rkey)),
+            ext: None,
         };
         let new_binding = lmr.map(|l| Binding {
             lmr: l,
@@ -248,7 +252,49 @@ impl Rmr {
         if let Some(old) = old {
             old.lmr.users.release();
         }
+        if length > 0 {
+            self.ia
+                .rmrs_by_context
+                .lock()
+                .insert(new_rkey, Arc::downgrade(self));
+        }
         Ok(new_rkey)
+    }
+
+    pub(crate) fn pz(&self) -> &Arc<Pz> {
+        &self.pz
+    }
+
+    /// Whether the RMR's current binding is the one `rmr_context` names.
+    pub(crate) fn is_bound_as(&self, rmr_context: u32) -> bool {
+        let st = self.state.lock();
+        st.posted == rmr_context && st.binding.is_some()
+    }
+
+    /// The local memory the binding `rmr_context` names, as a segment of its LMR, if the range
+    /// [address, address+length) lies inside the binding and it grants one of the privileges
+    /// in `any_of` (used by dat_ep_post_rdma_read_to_rmr, whose sink is an RMR of ours).
+    pub(crate) fn local_segment(
+        &self,
+        rmr_context: u32,
+        address: u64,
+        length: u32,
+        any_of: u32,
+    ) -> Option<Sge> {
+        let st = self.state.lock();
+        let b = st.binding.as_ref()?;
+        if st.posted != rmr_context || b.mem_priv & any_of == 0 {
+            return None;
+        }
+        let end = address.checked_add(u64::from(length))?;
+        if address < b.address || end > b.address + u64::from(b.length) {
+            return None;
+        }
+        Some(Sge {
+            addr: address,
+            length,
+            lkey: b.lmr.lmr_context(),
+        })
     }
 
     /// The bind that gave `rmr_context` failed or was flushed after it was posted: unless a

@@ -1,12 +1,32 @@
-//! PSP and RSP: service points. The connection qualifier is the TCP port the backend listens on.
-//! A PSP turns every connection request into a CR; an RSP serves one request on its reserved EP.
+//! PSP, RSP and CSP: service points. The connection qualifier is the TCP port the backend listens
+//! on. A PSP turns every connection request into a CR; an RSP serves one request on its reserved
+//! EP; a CSP (DAT 2.0's Common Service Point) is a PSP named by a socket address instead of a
+//! conn_qual.
+//!
+//! CSP rules (dat_csp_create / dat_csp_query / dat_csp_free, and dat_ep_common_connect on the
+//! active side, see `Ep::common_connect`):
+//! - The communicator (DAT_COMM: domain, type, protocol, as for socket(2)) must name what every
+//!   IA of ours carries, reliable connected IPv4 streams: domain AF_INET, type SOCK_STREAM,
+//!   protocol 0 or IPPROTO_TCP. Anything else is DAT_COMM_NOT_SUPPORTED. (The verbs backend
+//!   serves the same communicator: rdma_cm's TCP port space, addressed by IPv4 address + port.)
+//! - The address must be this IA's own IPv4 address (else DAT_INVALID_ADDRESS with subtype
+//!   DAT_INVALID_ADDRESS_UNREACHABLE: this IA cannot listen there); its port is where the CSP
+//!   listens, taken as it is (no conn_qual folding). Port 0 asks for a free port, which
+//!   dat_csp_query then reports in the address. A port already listened on is
+//!   DAT_CONN_QUAL_IN_USE.
+//! - Requests become CRs on the CSP's CR EVD exactly as for a PSP created with
+//!   DAT_PSP_CONSUMER_FLAG: DAT_CONNECTION_REQUEST_EVENT with the CSP as sp_handle and the port
+//!   as conn_qual; accepted, rejected or handed off through the CR.
+//! - dat_csp_free stops listening at once (later requests are refused: the requester sees
+//!   DAT_CONNECTION_EVENT_NON_PEER_REJECTED); requests already delivered stay valid CRs, to be
+//!   accepted or rejected, as for a PSP.
 
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::consts::{evd_flags, event_number, psp_flags};
+use super::consts::{evd_flags, event_number, ib_ext, psp_flags};
 use super::cr::Cr;
 use super::ep::Ep;
 use super::error::{DatError, DatResult, ErrorType, SubType};
@@ -19,6 +39,34 @@ use crate::backend::{ConnRequestId, Listener};
 pub enum SpKind {
     Psp,
     Rsp,
+    Csp,
+}
+
+impl SpKind {
+    fn handle_kind(self) -> HandleKind {
+        match self {
+            SpKind::Psp => HandleKind::Psp,
+            SpKind::Rsp => HandleKind::Rsp,
+            SpKind::Csp => HandleKind::Csp,
+        }
+    }
+}
+
+/// DAT_COMM: the communicator a CSP serves, as socket(2)'s (domain, type, protocol).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Comm {
+    pub domain: i32,
+    pub kind: i32,
+    pub protocol: i32,
+}
+
+impl Comm {
+    /// Whether an IA of ours serves this communicator: reliable connected IPv4 streams.
+    fn is_supported(&self) -> bool {
+        self.domain == libc::AF_INET
+            && self.kind == libc::SOCK_STREAM
+            && (self.protocol == 0 || self.protocol == libc::IPPROTO_TCP)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +78,10 @@ pub struct SpParam {
     pub flags: u32,
     /// RSP: the reserved EP.
     pub ep: Handle,
+    /// CSP: its communicator.
+    pub comm: Option<Comm>,
+    /// The IA's address and the port the service point listens on.
+    pub address: SocketAddrV4,
 }
 
 pub struct Sp {
@@ -43,6 +95,8 @@ pub struct Sp {
     /// dat_psp_create_any); the listener's port may be its folded form.
     conn_qual: u64,
     ep: Option<Arc<Ep>>,
+    /// CSP: its communicator.
+    comm: Option<Comm>,
     freed: Mutex<bool>,
 }
 
@@ -60,11 +114,19 @@ pub fn port_of_conn_qual(conn_qual: u64) -> Option<u16> {
     }
 }
 
+/// Where a new service point listens: on a conn_qual's port, on a port the backend picks, or
+/// (CSP) on the port of its address with its communicator.
+enum Listen {
+    ConnQual(u64),
+    AnyPort,
+    Csp(u16, Comm),
+}
+
 impl Sp {
     fn create(
         ia: &Arc<Ia>,
         kind: SpKind,
-        conn_qual: Option<u64>,
+        listen: Listen,
         evd: &Arc<Evd>,
         flags: u32,
         ep: Option<Arc<Ep>>,
@@ -73,9 +135,14 @@ impl Sp {
         if evd.flags() & evd_flags::CR == 0 || !Arc::ptr_eq(evd.ia(), ia) {
             return Err(DatError::invalid_handle(SubType::InvalidHandleEvdCr));
         }
-        let port = match conn_qual {
-            Some(q) => port_of_conn_qual(q).ok_or(DatError::invalid_arg(2))?,
-            None => 0,
+        let (port, conn_qual, comm) = match listen {
+            Listen::ConnQual(q) => (
+                port_of_conn_qual(q).ok_or(DatError::invalid_arg(2))?,
+                Some(q),
+                None,
+            ),
+            Listen::AnyPort => (0, None, None),
+            Listen::Csp(port, comm) => (port, None, Some(comm)),
         };
         if !evd.users.acquire() {
             return Err(DatError::invalid_handle(SubType::InvalidHandleEvdCr));
@@ -87,12 +154,7 @@ impl Sp {
                 return Err(e);
             }
         };
-        let hk = if kind == SpKind::Psp {
-            HandleKind::Psp
-        } else {
-            HandleKind::Rsp
-        };
-        let reservation = handle::reserve(hk);
+        let reservation = handle::reserve(kind.handle_kind());
         if let Some(ep) = &ep {
             if let Err(e) = ep.reserve_for(reservation.handle()) {
                 listener.close();
@@ -109,15 +171,16 @@ impl Sp {
             conn_qual: conn_qual.unwrap_or_else(|| u64::from(listener.port())),
             listener,
             ep,
+            comm,
             freed: Mutex::new(false),
         });
         ia.sps_by_listener
             .lock()
             .insert(sp.listener.id(), Arc::downgrade(&sp));
-        let obj = if kind == SpKind::Psp {
-            Object::Psp(sp.clone())
-        } else {
-            Object::Rsp(sp.clone())
+        let obj = match kind {
+            SpKind::Psp => Object::Psp(sp.clone()),
+            SpKind::Rsp => Object::Rsp(sp.clone()),
+            SpKind::Csp => Object::Csp(sp.clone()),
         };
         reservation.commit(obj, ia.handle());
         Ok(sp)
@@ -133,7 +196,14 @@ impl Sp {
         if flags > psp_flags::PROVIDER {
             return Err(DatError::invalid_arg(4));
         }
-        Sp::create(ia, SpKind::Psp, Some(conn_qual), evd, flags, None)
+        Sp::create(
+            ia,
+            SpKind::Psp,
+            Listen::ConnQual(conn_qual),
+            evd,
+            flags,
+            None,
+        )
     }
 
     /// dat_psp_create_any: the backend picks a free port; returns it as the conn_qual.
@@ -141,7 +211,7 @@ impl Sp {
         if flags > psp_flags::PROVIDER {
             return Err(DatError::invalid_arg(4));
         }
-        let sp = Sp::create(ia, SpKind::Psp, None, evd, flags, None)?;
+        let sp = Sp::create(ia, SpKind::Psp, Listen::AnyPort, evd, flags, None)?;
         let q = sp.conn_qual();
         Ok((sp, q))
     }
@@ -153,7 +223,43 @@ impl Sp {
         ep: &Arc<Ep>,
         evd: &Arc<Evd>,
     ) -> DatResult<Arc<Sp>> {
-        Sp::create(ia, SpKind::Rsp, Some(conn_qual), evd, 0, Some(ep.clone()))
+        Sp::create(
+            ia,
+            SpKind::Rsp,
+            Listen::ConnQual(conn_qual),
+            evd,
+            0,
+            Some(ep.clone()),
+        )
+    }
+
+    /// dat_csp_create: listens on `address`, which must be this IA's address (its port 0 picks
+    /// a free port), for the communicator `comm` (see the module's CSP rules). C positions:
+    /// comm 2, address 3, evd 4.
+    pub fn create_csp(
+        ia: &Arc<Ia>,
+        comm: Comm,
+        address: SocketAddrV4,
+        evd: &Arc<Evd>,
+    ) -> DatResult<Arc<Sp>> {
+        ia.check_open()?;
+        if !comm.is_supported() {
+            return Err(DatError::plain(ErrorType::CommNotSupported));
+        }
+        if *address.ip() != ia.address() {
+            return Err(DatError::new(
+                ErrorType::InvalidAddress,
+                SubType::InvalidAddressUnreachable,
+            ));
+        }
+        Sp::create(
+            ia,
+            SpKind::Csp,
+            Listen::Csp(address.port(), comm),
+            evd,
+            0,
+            None,
+        )
     }
 
     pub fn handle(&self) -> Handle {
@@ -180,18 +286,27 @@ impl Sp {
             evd: self.evd.handle(),
             flags: self.flags,
             ep: self.ep.as_ref().map(|e| e.handle()).unwrap_or(Handle::NULL),
+            comm: self.comm,
+            address: SocketAddrV4::new(self.ia.address(), self.port()),
         }
     }
 
-    /// A connection request arrived (called from the CM event path).
+    /// A connection request arrived (called from the CM event path); `ud`: a datagram EP's
+    /// address-resolution request (see `ep::ud`), which becomes a CR reported as
+    /// DAT_IB_UD_CONNECTION_REQUEST_EVENT and is served by PSPs without
+    /// DAT_PSP_PROVIDER_FLAG and CSPs only (refused on an RSP or a provider PSP, whose EPs
+    /// are connection EPs).
     pub(crate) fn on_connect_request(
         self: &Arc<Self>,
         req: ConnRequestId,
         private_data: Vec<u8>,
         remote: SocketAddrV4,
         local: SocketAddrV4,
+        ud: bool,
     ) {
-        if *self.freed.lock() {
+        if *self.freed.lock()
+            || (ud && (self.ep.is_some() || self.flags & psp_flags::PROVIDER != 0))
+        {
             let _ = self.ia.device().reject(req, &[]);
             return;
         }
@@ -224,9 +339,13 @@ impl Sp {
             }
             _ => None,
         };
-        let cr = Cr::create(self, req, private_data, remote, ep);
+        let cr = Cr::create(self, req, private_data, remote, ep, ud);
         self.evd.push_provider(Event {
-            number: event_number::CONNECTION_REQUEST,
+            number: if ud {
+                ib_ext::UD_CONNECTION_REQUEST_EVENT
+            } else {
+                event_number::CONNECTION_REQUEST
+            },
             evd: self.evd.handle(),
             data: EventData::CrArrival {
                 sp: self.handle,
@@ -237,14 +356,9 @@ impl Sp {
         });
     }
 
-    /// dat_psp_free / dat_rsp_free. Requests not yet accepted stay valid CRs.
+    /// dat_psp_free / dat_rsp_free / dat_csp_free. Requests not yet accepted stay valid CRs.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        let hk = if self.kind == SpKind::Psp {
-            HandleKind::Psp
-        } else {
-            HandleKind::Rsp
-        };
-        handle::remove(self.handle, hk)?;
+        handle::remove(self.handle, self.kind.handle_kind())?;
         self.destroy();
         Ok(())
     }

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cno::Cno;
-use super::consts::{close_flags, ep_state, evd_flags, event_number, handle_type, mem_priv};
+use super::consts::{
+    async_reason, close_flags, ep_state, evd_flags, event_number, handle_type, mem_priv,
+};
 use super::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
 use super::error::{DatError, ErrorType, SubType};
 use super::evd::{Evd, EventData};
@@ -721,5 +723,78 @@ fn srq_create_query_and_post() {
             low_watermark: 1
         }
     );
+    ia.close(close_flags::ABRUPT).expect("close");
+}
+
+#[test]
+fn srq_low_watermark_fires_once_per_setting() {
+    let (ia, async_evd) = open_ia();
+    let pz = Pz::create(&ia).expect("pz");
+    let lw_event = |srq: &Srq| {
+        let ev = async_evd.dequeue().expect("low-watermark event");
+        assert_eq!(ev.number, event_number::ASYNC_EP_BROKEN);
+        assert_eq!(
+            ev.data,
+            EventData::Async {
+                handle: srq.handle(),
+                reason: async_reason::SRQ_LOW_WATERMARK,
+            }
+        );
+    };
+    let attr = |low_watermark| SrqAttr {
+        max_recv_dtos: 4,
+        max_recv_iov: 1,
+        low_watermark,
+    };
+    // Created with a watermark and nothing posted: at once, and only once.
+    let first = Srq::create(&ia, &pz, attr(1)).expect("srq with a watermark");
+    lw_event(&first);
+    super::srq::receive_consumed();
+    assert!(async_evd.is_empty());
+    first.free().expect("free");
+
+    let srq = Srq::create(&ia, &pz, attr(0)).expect("srq");
+    assert!(async_evd.is_empty(), "DAT_SRQ_LW_DEFAULT never fires");
+    let mut buf = vec![0u8; 64];
+    let lmr = Lmr::create(
+        &ia,
+        LmrRegion::Virtual {
+            address: buf.as_mut_ptr() as u64,
+            length: 64,
+        },
+        &pz,
+        mem_priv::ALL,
+        VA_TYPE_VA,
+    )
+    .expect("lmr");
+    let seg = Sge {
+        addr: buf.as_ptr() as u64,
+        length: 64,
+        lkey: lmr.lmr_context(),
+    };
+    srq.post_recv(&[seg], 1).expect("post 1");
+    srq.post_recv(&[seg], 2).expect("post 2");
+    // Armed at the posted count: not below it, not even when a receive elsewhere completes.
+    srq.set_lw(2).expect("lw 2");
+    super::srq::receive_consumed();
+    assert!(async_evd.is_empty());
+    // Above the posted count: during the call; set again, it fires again.
+    srq.set_lw(3).expect("lw 3");
+    lw_event(&srq);
+    srq.set_lw(4).expect("lw 4");
+    lw_event(&srq);
+    super::srq::receive_consumed();
+    assert!(async_evd.is_empty(), "disarmed after firing");
+    assert_eq!(
+        srq.set_lw(5).expect_err("above max_recv_dtos").sub,
+        SubType::InvalidArg2
+    );
+    srq.set_lw(0).expect("lw 0");
+    assert!(async_evd.is_empty());
+    // Freed while armed: nothing is left to fire.
+    srq.set_lw(1).expect("lw 1");
+    srq.free().expect("free armed srq");
+    super::srq::receive_consumed();
+    assert!(async_evd.is_empty());
     ia.close(close_flags::ABRUPT).expect("close");
 }

@@ -235,6 +235,29 @@ impl Keys {
         Ok((sent, rest))
     }
 
+    /// A remote 64-bit atomic on the word at `addr`: fetch-and-add of `operand`, or, with
+    /// `swap`, compare-and-swap (store `swap` if the word equals `operand`). Returns the word's
+    /// previous value. The word must be naturally aligned (RemoteInvalid otherwise, as on an
+    /// RDMA NIC) and the key must grant remote atomic access.
+    pub fn remote_atomic(
+        &self,
+        rkey: u32,
+        addr: u64,
+        pd: u32,
+        operand: u64,
+        swap: Option<u64>,
+    ) -> Result<u64, Status> {
+        self.check_remote(rkey, addr, 8, pd, access::REMOTE_ATOMIC)?;
+        if !addr.is_multiple_of(8) {
+            return Err(Status::RemoteInvalid);
+        }
+        // SAFETY: check_remote verified the aligned 8 bytes at `addr` lie in a live
+        // registration with remote atomic access, under the registry lock. The operation is a
+        // CPU atomic, so it is atomic with respect to every other atomic on the word, from any
+        // connection or thread of this process.
+        Ok(unsafe { sys::atomic_registered(addr, operand, swap) })
+    }
+
     pub fn remote_read(&self, rkey: u32, addr: u64, len: u32, pd: u32) -> Result<Vec<u8>, Status> {
         self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
         // SAFETY: as in remote_write, with remote read access.

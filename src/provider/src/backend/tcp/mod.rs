@@ -33,12 +33,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{
-    CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener, MemoryRegion,
-    MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair, RecvWr, SendWr,
-    SharedReceiveQueue, WorkCompletion,
+    AddressHandle, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
+    MemoryRegion, MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair, RecvWr,
+    SendWr, SharedReceiveQueue, UdPeer, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
-use engine::{Deferred, Engine};
+use engine::{Deferred, Engine, TcpAh};
 use keys::{KeyEntry, Keys};
 
 /// Largest message / RDMA transfer (also the wire bound on payloads).
@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     limits: wire::Limits,
     stopped: AtomicBool,
+    /// Datagrams dropped on arrival for lack of a posted receive (`Device::ud_dropped`).
+    ud_dropped: AtomicU64,
 }
 
 impl Shared {
@@ -182,6 +184,13 @@ impl TcpDevice {
             max_rdma_size: MAX_MESSAGE,
             max_rd_atomic: 128,
             max_private_data: wire::MAX_PRIVATE_DATA,
+            // What one datagram carries unfragmented on the interface holding the address
+            // (its MTU less the IPv4, UDP and datagram headers; loopback's 65536 is capped at
+            // what a UDP datagram holds; 1500 if the MTU cannot be read): the bound of a
+            // datagram's message, as an InfiniBand port's MTU bounds a UD message.
+            mtu: wire::ud_max_message(sys::interface_mtu(addr).unwrap_or(1500)),
+            // Datagram QPs are UDP sockets (engine/datagram.rs).
+            ud: true,
         };
         let shared = Arc::new(Shared {
             name: format!("tcp:{target}"),
@@ -200,6 +209,7 @@ impl TcpDevice {
                 max_message: MAX_MESSAGE,
             },
             stopped: AtomicBool::new(false),
+            ud_dropped: AtomicU64::new(0),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -293,7 +303,6 @@ impl Device for TcpDevice {
             queue: Mutex::new(VecDeque::new()),
             max_wr: AtomicU32::new(max_wr),
             max_sge,
-            limit: AtomicU32::new(0),
             shared: Arc::downgrade(&self.shared),
         });
         self.shared.srqs.lock().insert(srq.id, Arc::downgrade(&srq));
@@ -387,6 +396,84 @@ impl Device for TcpDevice {
         let qp_num = self.qp_num_of(qp);
         self.shared
             .run(|eng, sh| eng.disconnect(sh, qp_num, abrupt))
+    }
+
+    fn create_ud_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+        if init.srq.is_some() {
+            return Err(DatError::invalid_arg(1));
+        }
+        let send_cq = self.shared.cq(&init.send_cq)?;
+        let recv_cq = self.shared.cq(&init.recv_cq)?;
+        let sock = UdpSocket::bind(SocketAddrV4::new(self.shared.addr, 0)).map_err(|e| {
+            log::warn!("datagram socket on {}: {e}", self.shared.addr);
+            DatError::resources(SubType::ResourceTep)
+        })?;
+        sock.set_nonblocking(true)
+            .map_err(|_| DatError::internal())?;
+        let local = match sock.local_addr() {
+            Ok(std::net::SocketAddr::V4(a)) => a,
+            _ => return Err(DatError::internal()),
+        };
+        let pd = init.pd.id();
+        let qp_num = self
+            .shared
+            .run(|eng, _| eng.create_ud_qp(sock, local, pd, send_cq, recv_cq, init.cap));
+        Ok(Arc::new(TcpQp {
+            qp_num,
+            shared: self.shared.clone(),
+        }))
+    }
+
+    fn ud_resolve(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<Duration>,
+    ) -> DatResult<u64> {
+        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
+            return Err(DatError::invalid_arg(5));
+        }
+        let qp_num = self.qp_num_of(qp);
+        let id = self
+            .shared
+            .run(|eng, _| eng.begin_ud_resolve(qp_num, private_data.to_vec(), timeout))?;
+        // As for `connect`: a helper thread makes the handshake's TCP connection.
+        let weak = Arc::downgrade(&self.shared);
+        let limit = timeout
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_millis(1));
+        std::thread::Builder::new()
+            .name("daplrs-ud-resolve".into())
+            .spawn(move || {
+                let result = std::net::TcpStream::connect_timeout(&remote.into(), limit);
+                if let Some(shared) = weak.upgrade() {
+                    shared.run(|eng, _| {
+                        eng.ud_connect_results.push((id, result));
+                        eng.wake_needed = true;
+                    });
+                }
+            })
+            .map_err(|_| DatError::resources(SubType::None))?;
+        Ok(id)
+    }
+
+    fn ud_accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> DatResult<UdPeer> {
+        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
+            return Err(DatError::invalid_arg(3));
+        }
+        let qp_num = self.qp_num_of(qp);
+        self.shared
+            .run(|eng, _| eng.ud_accept(req, qp_num, private_data))
+    }
+
+    fn ud_dropped(&self) -> u64 {
+        self.shared.ud_dropped.load(Ordering::Relaxed)
     }
 
     fn close(&self) {
@@ -579,6 +666,23 @@ impl TcpMw {
             },
         );
         self.bound.store(true, Ordering::SeqCst);
+        true
+    }
+
+    /// A peer's send-with-invalidate names `rkey`: if that is this window's current binding,
+    /// in the PD of the receiving QP, the binding ends (the window grants nothing until bound
+    /// again). Returns whether it did.
+    fn remote_invalidate(&self, keys: &mut Keys, rkey: u32, pd: u32) -> bool {
+        let cur = self.mapped.lock();
+        if !self.live.load(Ordering::SeqCst)
+            || *cur != rkey
+            || self.pd != pd
+            || !self.bound.load(Ordering::SeqCst)
+        {
+            return false;
+        }
+        keys.remove(rkey);
+        self.bound.store(false, Ordering::SeqCst);
         true
     }
 
@@ -820,6 +924,23 @@ impl QueuePair for TcpQp {
     fn destroy(&self) {
         self.shared.run(|eng, sh| eng.destroy_qp(sh, self.qp_num));
     }
+    fn post_send_ud(
+        &self,
+        wr: SendWr,
+        ah: &Arc<dyn AddressHandle>,
+        remote_qpn: u32,
+    ) -> DatResult<()> {
+        // Our address handles only; the QP number of a datagram QP is its UDP port.
+        let addr = ah
+            .as_any()
+            .downcast_ref::<TcpAh>()
+            .map(|a| a.addr)
+            .ok_or(DatError::invalid_arg(3))?;
+        let port = u16::try_from(remote_qpn).map_err(|_| DatError::invalid_arg(3))?;
+        let dest = SocketAddrV4::new(addr, port);
+        self.shared
+            .run(|eng, sh| eng.post_send_ud(sh, self.qp_num, wr, dest))
+    }
 }
 
 impl Drop for TcpQp {
@@ -834,7 +955,6 @@ pub(crate) struct TcpSrq {
     pub(crate) queue: Mutex<VecDeque<RecvWr>>,
     max_wr: AtomicU32,
     max_sge: u32,
-    limit: AtomicU32,
     shared: Weak<Shared>,
 }
 
@@ -872,9 +992,6 @@ impl SharedReceiveQueue for TcpSrq {
     fn resize(&self, max_wr: u32) -> DatResult<()> {
         self.max_wr.store(max_wr, Ordering::SeqCst);
         Ok(())
-    }
-    fn set_limit(&self, low_watermark: u32) {
-        self.limit.store(low_watermark, Ordering::SeqCst);
     }
     fn destroy(&self) {
         // Receives never consumed are dropped with the SRQ; DAT forbids freeing an SRQ that

@@ -1,10 +1,11 @@
 //! The TCP backend's only unsafe code: copying into and out of registered memory, poll(2),
-//! socket writes with sendmsg(2), and reading interface addresses with getifaddrs(3).
+//! socket writes with sendmsg(2), and reading interface addresses with getifaddrs(3) and
+//! their MTU with ioctl(SIOCGIFMTU).
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io::{self, IoSlice};
 use std::net::Ipv4Addr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
 /// Copies `out.len()` bytes starting at address `addr` of this process into `out`.
 ///
@@ -42,6 +43,26 @@ pub(super) unsafe fn copy_to_registered(addr: u64, data: &[u8]) {
         return;
     }
     std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len());
+}
+
+/// A 64-bit atomic on this process's word at `addr`: fetch-and-add of `operand`, or with
+/// `swap` compare-and-swap against `operand`. Returns the previous value.
+///
+/// # Safety
+/// `addr` is 8-byte aligned and the 8 bytes lie in a live registration granting remote atomic
+/// access (the consumer's memory may be touched by its own threads at the same time, which is
+/// why the access is atomic).
+pub(super) unsafe fn atomic_registered(addr: u64, operand: u64, swap: Option<u64>) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let word = AtomicU64::from_ptr(addr as usize as *mut u64);
+    match swap {
+        None => word.fetch_add(operand, Ordering::SeqCst),
+        Some(new) => {
+            match word.compare_exchange(operand, new, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(old) | Err(old) => old,
+            }
+        }
+    }
 }
 
 pub(super) use libc::{POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
@@ -215,12 +236,43 @@ pub(super) fn sigpipes_on_this_thread() -> u32 {
 
 /// The IPv4 address of network interface `name`, if it has one.
 pub(super) fn interface_ipv4(name: &str) -> io::Result<Option<Ipv4Addr>> {
+    Ok(ipv4_interfaces()?
+        .into_iter()
+        .find(|(n, _)| n.to_bytes() == name.as_bytes())
+        .map(|(_, a)| a))
+}
+
+/// The MTU of the interface holding `addr` (SIOCGIFMTU), if one does and can tell.
+pub(super) fn interface_mtu(addr: Ipv4Addr) -> Option<u32> {
+    let (name, _) = ipv4_interfaces()
+        .ok()?
+        .into_iter()
+        .find(|(_, a)| *a == addr)?;
+    // SAFETY: plain data; all zeroes is a valid ifreq.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let bytes = name.to_bytes();
+    if bytes.len() >= req.ifr_name.len() {
+        return None;
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let sock = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    // SAFETY: a socket we own and an ifreq that lives across the call, NUL-terminated name.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    // SAFETY: SIOCGIFMTU filled the union's mtu member.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    (rc == 0 && mtu > 0).then_some(mtu as u32)
+}
+
+/// Every (interface name, IPv4 address) pair of this host.
+fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut found = None;
+    let mut found = Vec::new();
     let mut cur = list;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned and we have not freed it.
@@ -229,18 +281,17 @@ pub(super) fn interface_ipv4(name: &str) -> io::Result<Option<Ipv4Addr>> {
         if ifa.ifa_name.is_null() || ifa.ifa_addr.is_null() {
             continue;
         }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let ifname = unsafe { CStr::from_ptr(ifa.ifa_name) };
-        if ifname.to_bytes() != name.as_bytes() {
-            continue;
-        }
         // SAFETY: ifa_addr is non-null and points at a sockaddr of at least sa_family.
         let family = unsafe { (*ifa.ifa_addr).sa_family };
         if i32::from(family) == libc::AF_INET {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let ifname = unsafe { CStr::from_ptr(ifa.ifa_name) };
             // SAFETY: for AF_INET the sockaddr is a sockaddr_in.
             let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
-            break;
+            found.push((
+                ifname.to_owned(),
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+            ));
         }
     }
     // SAFETY: `list` came from getifaddrs and is freed once.

@@ -1914,3 +1914,111 @@ fn many_large_reads_in_flight_complete_in_order() {
     assert_eq!(server.buf.read(0, 6), b"first!");
     close(&[&client, &server]);
 }
+
+/// An EP never has more RDMA reads (and atomics) in flight than its max_rdma_read_out: a
+/// fake target that does not answer sees exactly that many READ_REQs; answering one lets the
+/// next out, and every read completes, in order.
+#[test]
+fn reads_in_flight_stay_within_max_rdma_read_out() {
+    use std::io::Read;
+    let client = Side::new("cli", mem_priv::ALL);
+    let limit = client.ep.attr().max_rdma_read_out as usize;
+    assert!(limit >= 1);
+    let total = limit + 2;
+    let (port, t) = fake_target(move |mut s| {
+        let limits = super::wire::Limits {
+            max_message: 1 << 20,
+        };
+        let read_req = |s: &mut TcpStream| {
+            let mut hdr = [0u8; super::wire::HEADER_LEN];
+            s.read_exact(&mut hdr).map(|_| {
+                let h = super::wire::Header::decode(&hdr, &limits).expect("valid header");
+                assert_eq!(h.kind, super::wire::Kind::ReadReq);
+                h
+            })
+        };
+        let answer = |s: &mut TcpStream, h: &super::wire::Header| {
+            let mut out = Vec::new();
+            let mut resp = super::wire::Header::new(super::wire::Kind::ReadResp);
+            resp.seq = h.seq;
+            super::wire::put_frame(&mut out, resp, &vec![7u8; h.length as usize]);
+            s.write_all(&out).expect("answer");
+        };
+        let mut held: Vec<super::wire::Header> = (0..limit)
+            .map(|_| read_req(&mut s).expect("read"))
+            .collect();
+        // Nothing more comes while `limit` reads are unanswered.
+        s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .expect("timeout");
+        let mut probe = [0u8; 1];
+        assert!(
+            s.read(&mut probe).is_err(),
+            "a read beyond max_rdma_read_out was sent"
+        );
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .expect("hang guard");
+        // Each answer lets one more out.
+        for _ in limit..total {
+            let h = held.remove(0);
+            answer(&mut s, &h);
+            held.push(read_req(&mut s).expect("next read"));
+        }
+        for h in held {
+            answer(&mut s, &h);
+        }
+        // Until the client says goodbye.
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    for i in 0..total {
+        client
+            .ep
+            .post_rdma_read(
+                &[client.seg(8 * i, 8)],
+                i as u64,
+                RemoteBuffer {
+                    address: 0x1000,
+                    length: 8,
+                    rmr_context: 5,
+                },
+                0,
+            )
+            .expect("read");
+    }
+    for i in 0..total {
+        assert_eq!(
+            dto(&next(&client.dto)),
+            (i as u64, dto_status::SUCCESS, 8, dto_op::RDMA_READ)
+        );
+    }
+    assert_eq!(client.buf.read(0, 8 * total), vec![7u8; 8 * total]);
+    close(&[&client]);
+    t.join().expect("fake target");
+}
+
+#[test]
+fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
+    use crate::backend::Device;
+    // Loopback's MTU as the kernel reports it (65536 on Linux unless changed), less the IPv4,
+    // UDP and datagram headers, and never more than a UDP datagram holds.
+    let lo = std::fs::read_to_string("/sys/class/net/lo/mtu")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    let dev = super::TcpDevice::open("127.0.0.1").expect("device");
+    let mtu = dev.attr().mtu;
+    match lo {
+        Some(link) => assert_eq!(mtu, super::wire::ud_max_message(link)),
+        None => assert!(mtu >= 512, "mtu {mtu}"),
+    }
+    dev.close();
+}
+
+mod ud;

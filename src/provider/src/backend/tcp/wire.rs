@@ -11,8 +11,9 @@
 //!  2     2    flags        (FLAG_SOLICITED)
 //!  4     4    payload_len
 //!  8     8    addr         (HELLO/ACCEPT: MAGIC; WRITE/READ_REQ: remote address)
-//! 16     4    key          (HELLO/ACCEPT: VERSION; WRITE/READ_REQ: rkey)
-//! 20     4    length       (READ_REQ: bytes to read)
+//! 16     4    key          (HELLO/ACCEPT: VERSION; WRITE/READ_REQ: rkey; SEND with
+//!                           FLAG_INVALIDATE: the target's rkey to invalidate)
+//! 20     4    length       (READ_REQ: bytes to read; WRITE_IMM: the immediate data)
 //! 24     8    seq          (requests: sender's sequence number; ACK/READ_RESP: the request's)
 //! ```
 //!
@@ -20,7 +21,9 @@
 //! answers ACCEPT or REJECT (payload: private data). A HELLO or ACCEPT with a wrong magic or
 //! version is refused and the connection closed. After ACCEPT both sides exchange:
 //! SEND (payload: message) -> ACK; WRITE (payload: data) -> ACK; READ_REQ -> READ_RESP
-//! (payload: data). A target processes requests strictly in order and answers each in order,
+//! (payload: data); WRITE_IMM (payload: data) -> ACK, which also consumes a receive at the
+//! target; ATOMIC (flags: FLAG_CMP_SWAP or FLAG_FETCH_ADD; payload: compare-or-add and swap,
+//! two little-endian u64) -> READ_RESP (payload: the word's previous value, 8 bytes). A target processes requests strictly in order and answers each in order,
 //! so the initiator matches answers to its oldest outstanding request (and checks `seq`).
 //! A non-OK status in ACK/READ_RESP fails that request; the target then closes the connection
 //! (remote access violations break the connection, as on an RDMA NIC). DISCONNECT is the
@@ -34,6 +37,61 @@ pub const VERSION: u32 = 1;
 /// Largest private data of HELLO/ACCEPT/REJECT.
 pub const MAX_PRIVATE_DATA: u32 = 1024;
 pub const FLAG_SOLICITED: u16 = 1;
+/// ATOMIC: compare-and-swap (payload: compare, swap).
+pub const FLAG_CMP_SWAP: u16 = 2;
+/// ATOMIC: fetch-and-add (payload: add, 0).
+pub const FLAG_FETCH_ADD: u16 = 4;
+/// SEND: with invalidate; `key` is the target's rkey to invalidate once the message is placed.
+pub const FLAG_INVALIDATE: u16 = 8;
+/// Payload of an ATOMIC request; of its READ_RESP answer, 8 bytes.
+pub const ATOMIC_PAYLOAD: u32 = 16;
+/// HELLO/ACCEPT: unreliable-datagram address resolution instead of a connection; `length` is
+/// the sender's datagram QP number (the UDP port of its datagram socket). The connection
+/// closes after the ACCEPT (or REJECT).
+pub const FLAG_UD: u16 = 16;
+
+/// A datagram (the UDP payload of one DAT datagram): an 8-byte header, then the message.
+///
+/// ```text
+/// offset size field
+///  0     4    magic    "DAUD"
+///  4     1    version  (UD_VERSION)
+///  5     1    flags    (FLAG_SOLICITED)
+///  6     2    zero
+/// ```
+pub const UD_HEADER_LEN: usize = 8;
+pub const UD_MAGIC: [u8; 4] = *b"DAUD";
+pub const UD_VERSION: u8 = 1;
+/// The largest UDP payload of an IPv4 datagram (65535 less the IPv4 and UDP headers).
+pub const UDP_MAX_PAYLOAD: u32 = 65535 - 20 - 8;
+
+/// The header of a datagram carrying `flags`.
+pub fn ud_header(flags: u16) -> [u8; UD_HEADER_LEN] {
+    let mut h = [0u8; UD_HEADER_LEN];
+    h[..4].copy_from_slice(&UD_MAGIC);
+    h[4] = UD_VERSION;
+    h[5] = flags as u8;
+    h
+}
+
+/// The flags and message of a datagram received from anyone; None for what is not one of
+/// ours (wrong magic or version, too short), which is dropped.
+pub fn ud_parse(d: &[u8]) -> Option<(u16, &[u8])> {
+    if d.len() < UD_HEADER_LEN || d[..4] != UD_MAGIC || d[4] != UD_VERSION {
+        return None;
+    }
+    Some((u16::from(d[5]), &d[UD_HEADER_LEN..]))
+}
+
+/// The largest message one datagram carries on a link of MTU `link_mtu`: what an IPv4 packet
+/// holds after its IPv4 and UDP headers and our datagram header, so that no datagram is
+/// fragmented (and never more than a UDP datagram holds).
+pub fn ud_max_message(link_mtu: u32) -> u32 {
+    let overhead = 20 + 8 + UD_HEADER_LEN as u32;
+    link_mtu
+        .saturating_sub(overhead)
+        .min(UDP_MAX_PAYLOAD - UD_HEADER_LEN as u32)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -47,6 +105,8 @@ pub enum Kind {
     ReadResp = 7,
     Ack = 8,
     Disconnect = 9,
+    WriteImm = 10,
+    Atomic = 11,
 }
 
 impl Kind {
@@ -61,6 +121,8 @@ impl Kind {
             7 => Kind::ReadResp,
             8 => Kind::Ack,
             9 => Kind::Disconnect,
+            10 => Kind::WriteImm,
+            11 => Kind::Atomic,
             _ => return None,
         })
     }
@@ -175,7 +237,8 @@ impl Header {
         };
         let bound = match kind {
             Kind::Hello | Kind::Accept | Kind::Reject => MAX_PRIVATE_DATA,
-            Kind::Send | Kind::Write | Kind::ReadResp => limits.max_message,
+            Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
+            Kind::Atomic => ATOMIC_PAYLOAD,
             Kind::ReadReq | Kind::Ack | Kind::Disconnect => 0,
         };
         if h.payload_len > bound {
@@ -540,6 +603,42 @@ mod tests {
         let mut h = Header::new(Kind::ReadReq);
         h.length = (1 << 20) + 1;
         assert!(Header::decode(&h.encode(), &LIMITS).is_err());
+
+        // An atomic carries exactly its two operands; a write-with-immediate is bounded as a
+        // write.
+        let mut h = Header::new(Kind::Atomic);
+        h.payload_len = ATOMIC_PAYLOAD + 1;
+        assert!(Header::decode(&h.encode(), &LIMITS).is_err());
+        h.payload_len = ATOMIC_PAYLOAD;
+        assert!(Header::decode(&h.encode(), &LIMITS).is_ok());
+        let mut h = Header::new(Kind::WriteImm);
+        h.payload_len = LIMITS.max_message + 1;
+        assert!(Header::decode(&h.encode(), &LIMITS).is_err());
+    }
+
+    #[test]
+    fn datagram_headers_round_trip_and_strangers_are_refused() {
+        let mut d = ud_header(FLAG_SOLICITED).to_vec();
+        d.extend_from_slice(b"payload");
+        assert_eq!(ud_parse(&d), Some((FLAG_SOLICITED, &b"payload"[..])));
+        let empty = ud_header(0);
+        assert_eq!(ud_parse(&empty), Some((0, &b""[..])));
+        assert_eq!(ud_parse(&d[..UD_HEADER_LEN - 1]), None);
+        let mut wrong = d.clone();
+        wrong[0] = b'X';
+        assert_eq!(ud_parse(&wrong), None);
+        let mut wrong = d.clone();
+        wrong[4] = UD_VERSION + 1;
+        assert_eq!(ud_parse(&wrong), None);
+    }
+
+    #[test]
+    fn datagram_messages_fit_one_packet() {
+        // Ethernet: 1500 less IPv4 (20), UDP (8) and our header (8).
+        assert_eq!(ud_max_message(1500), 1464);
+        // Loopback's 65536 is more than a UDP datagram holds.
+        assert_eq!(ud_max_message(65536), 65535 - 20 - 8 - 8);
+        assert_eq!(ud_max_message(10), 0);
     }
 
     #[test]

@@ -9,6 +9,16 @@
 //! Each CM id's context is a token; `CmState::owners` says whether it is a listener, a request
 //! not yet accepted, or a QP's connection. A QP's id is used and destroyed only under the QP's
 //! `conn` lock, so the event thread and application threads never race on it.
+//!
+//! Datagram address resolution is rdma_cm's UDP port space (SIDR): every listener also listens
+//! there on its port (same token); `ud_resolve` resolves address and route and connects with
+//! the datagram QP's number, and the ESTABLISHED event's `ud` parameters (path, remote QP
+//! number, Q_Key) become an address handle; a request there is accepted with the accepting
+//! QP's number. rdma_cm tells the passive side nothing of the requester but its private data
+//! (padded to SIDR's fixed size), so our requests carry a header before the consumer's data:
+//! the requester's QP number, LID and GID, from which the passive side makes its address
+//! handle, and the data's length (`ud_request_data`); answers carry the length too. A
+//! resolution's id lives only until its answer.
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -18,21 +28,145 @@ use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
-use super::qp::{Phase, VerbsQp};
+use super::qp::{Phase, VerbsAh, VerbsQp};
 use super::sys::{self, Ptr};
 use super::Shared;
-use crate::backend::{CmEvent, ConnRequestId, Listener};
+use crate::backend::{CmEvent, ConnRequestId, Listener, UdPeer};
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
 
 /// rdma_cm's address and route resolution timeout.
 const RESOLVE_MS: i32 = 2000;
 /// IB CM reject reason "consumer defined": the peer's application said no.
 const REJ_CONSUMER_DEFINED: i32 = 28;
+/// SIDR REP status "rejected" (rdma_reject of a UDP port space request); a datagram
+/// resolution's UNREACHABLE event carries it when the remote consumer said no.
+const SIDR_REJECT: i32 = 2;
 
 enum Owner {
     Listener,
     Request,
     Qp(u32),
+    /// A datagram address resolution (`CmState::ud`).
+    Ud,
+}
+
+/// What a UDP port space answer (ESTABLISHED) says of the remote datagram QP.
+#[derive(Clone, Copy)]
+struct UdRemote {
+    ah_attr: ibv_ah_attr,
+    qp_num: u32,
+    qkey: u32,
+}
+
+/// Where a datagram QP that asked is, as its request's header says (`ud_request_data`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct UdRequester {
+    qpn: u32,
+    lid: u16,
+    gid: [u8; 16],
+}
+
+/// The header of our datagram resolution messages: magic, version, the length of the
+/// consumer's private data after it; a request's also the requester's QP number, LID (IB) and
+/// GID (big-endian).
+const UD_MAGIC: [u8; 2] = *b"DU";
+const UD_VERSION: u8 = 1;
+const UD_ANSWER_HEADER: usize = 4;
+const UD_REQUEST_HEADER: usize = 28;
+
+fn ud_answer_data(private_data: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(UD_ANSWER_HEADER + private_data.len());
+    d.extend_from_slice(&UD_MAGIC);
+    d.push(UD_VERSION);
+    d.push(private_data.len() as u8);
+    d.extend_from_slice(private_data);
+    d
+}
+
+fn ud_request_data(who: &UdRequester, private_data: &[u8]) -> Vec<u8> {
+    let mut d = ud_answer_data(&[]);
+    d[3] = private_data.len() as u8;
+    d.extend_from_slice(&who.qpn.to_be_bytes());
+    d.extend_from_slice(&who.lid.to_be_bytes());
+    d.extend_from_slice(&[0, 0]);
+    d.extend_from_slice(&who.gid);
+    d.extend_from_slice(private_data);
+    d
+}
+
+/// The consumer's private data of an answer (what came, if it has no header of ours).
+fn ud_answer_private_data(d: &[u8]) -> Vec<u8> {
+    match d {
+        [m0, m1, UD_VERSION, len, rest @ ..]
+            if [*m0, *m1] == UD_MAGIC && rest.len() >= usize::from(*len) =>
+        {
+            rest[..usize::from(*len)].to_vec()
+        }
+        _ => d.to_vec(),
+    }
+}
+
+/// The requester and the consumer's private data of a request; None for one that is not ours.
+fn ud_parse_request(d: &[u8]) -> Option<(UdRequester, Vec<u8>)> {
+    if d.len() < UD_REQUEST_HEADER || d[..2] != UD_MAGIC || d[2] != UD_VERSION {
+        return None;
+    }
+    let len = usize::from(d[3]);
+    let pd = d.get(UD_REQUEST_HEADER..UD_REQUEST_HEADER + len)?.to_vec();
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&d[12..28]);
+    Some((
+        UdRequester {
+            qpn: u32::from_be_bytes([d[4], d[5], d[6], d[7]]),
+            lid: u16::from_be_bytes([d[8], d[9]]),
+            gid,
+        },
+        pd,
+    ))
+}
+
+/// This port's GID for datagram paths and its index: the RoCE v2 entry of the IA's IPv4
+/// address (what rdma_cm resolves IPv4 paths to), else the port's first GID (InfiniBand);
+/// and the port's LID.
+fn ud_local_address(s: &Shared) -> Option<(u8, [u8; 16], u16)> {
+    // SAFETY: plain data; ___ibv_query_port is the C behaviour of ibv_query_port.
+    let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: our context.
+    if unsafe { ___ibv_query_port(s.ctx.0, s.port, &mut pa) } != 0 {
+        return None;
+    }
+    // SAFETY: our context's device.
+    let dev = sys::cstr(unsafe { ibv_get_device_name((*s.ctx.0).device) });
+    let mapped = s.addr.to_ipv6_mapped().octets();
+    let mut first: Option<(u8, [u8; 16])> = None;
+    let mut mapped_any: Option<(u8, [u8; 16])> = None;
+    for i in 0..pa.gid_tbl_len.clamp(0, 256) {
+        // SAFETY: plain data.
+        let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: our context; an index within the port's table.
+        if unsafe { ibv_query_gid(s.ctx.0, s.port, i, &mut gid) } != 0 {
+            continue;
+        }
+        // SAFETY: every view of a GID is its 16 bytes.
+        let raw = unsafe { gid.raw };
+        if raw == [0u8; 16] {
+            continue;
+        }
+        let entry = (i as u8, raw);
+        first.get_or_insert(entry);
+        if raw == mapped {
+            let kind = std::fs::read_to_string(format!(
+                "/sys/class/infiniband/{dev}/ports/{}/gid_attrs/types/{i}",
+                s.port
+            ))
+            .unwrap_or_default();
+            if kind.contains("v2") {
+                return Some((entry.0, entry.1, pa.lid));
+            }
+            mapped_any.get_or_insert(entry);
+        }
+    }
+    mapped_any.or(first).map(|(i, g)| (i, g, pa.lid))
 }
 
 struct Request {
@@ -41,6 +175,17 @@ struct Request {
     /// What the requester offered: our accept may not ask for more.
     responder_resources: u8,
     initiator_depth: u8,
+    /// A datagram QP's request: where it is.
+    ud: Option<UdRequester>,
+}
+
+/// A datagram address resolution under way.
+struct UdResolution {
+    id: Ptr<rdma_cm_id>,
+    qp: Arc<VerbsQp>,
+    remote: SocketAddrV4,
+    private_data: Vec<u8>,
+    deadline: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -50,9 +195,21 @@ pub(super) struct CmState {
     listeners: HashMap<u64, Ptr<rdma_cm_id>>,
     /// Connects with a timeout: qp_num -> when they give up.
     deadlines: HashMap<u32, Instant>,
+    /// The UDP port space ids of the listeners, by the listener's token.
+    ud_listeners: HashMap<u64, Ptr<rdma_cm_id>>,
+    /// Datagram address resolutions under way, by token (also their id's context).
+    ud: HashMap<u64, UdResolution>,
 }
 
 fn create_id(s: &Arc<Shared>, token: u64) -> DatResult<Ptr<rdma_cm_id>> {
+    create_id_in(s, token, rdma_port_space::RDMA_PS_TCP)
+}
+
+fn create_id_in(
+    s: &Arc<Shared>,
+    token: u64,
+    space: rdma_port_space::Type,
+) -> DatResult<Ptr<rdma_cm_id>> {
     let mut id = std::ptr::null_mut();
     // SAFETY: our channel; the context is a token, never dereferenced.
     let rc = unsafe {
@@ -60,7 +217,7 @@ fn create_id(s: &Arc<Shared>, token: u64) -> DatResult<Ptr<rdma_cm_id>> {
             s.cm_channel.0,
             &mut id,
             token as usize as *mut libc::c_void,
-            rdma_port_space::RDMA_PS_TCP,
+            space,
         )
     };
     if rc != 0 {
@@ -133,15 +290,39 @@ pub(super) fn listen(s: &Arc<Shared>, port: u16) -> DatResult<Arc<VerbsListener>
     }
     // SAFETY: our bound id.
     let bound = u16::from_be(unsafe { rdma_get_src_port(id.0) });
+    let ud = listen_ud(s, token, bound);
     let mut st = s.cm.lock();
     st.owners.insert(token, Owner::Listener);
     st.listeners.insert(token, id);
+    if let Some(ud) = ud {
+        st.ud_listeners.insert(token, ud);
+    }
     Ok(Arc::new(VerbsListener {
         shared: s.clone(),
         token,
         port: bound,
         closed: AtomicBool::new(false),
     }))
+}
+
+/// The listener's twin in the UDP port space, for datagram requests (None, logged, if that
+/// port is taken there: the listener then serves connections only).
+fn listen_ud(s: &Arc<Shared>, token: u64, port: u16) -> Option<Ptr<rdma_cm_id>> {
+    let id = create_id_in(s, token, rdma_port_space::RDMA_PS_UDP).ok()?;
+    let mut sin = sys::sockaddr_in(SocketAddrV4::new(s.addr, port));
+    // SAFETY: our id and a sockaddr_in.
+    let bound = unsafe { rdma_bind_addr(id.0, &mut sin as *mut _ as *mut libc::sockaddr) } == 0
+        // SAFETY: our bound id.
+        && unsafe { rdma_listen(id.0, 128) } == 0;
+    if !bound {
+        log::info!(
+            "port {port}: no datagram requests (UDP port space: errno {})",
+            sys::errno()
+        );
+        destroy_id(id);
+        return None;
+    }
+    Some(id)
 }
 
 impl Listener for VerbsListener {
@@ -155,12 +336,15 @@ impl Listener for VerbsListener {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let id = {
+        let (id, ud) = {
             let mut st = self.shared.cm.lock();
             st.owners.remove(&self.token);
-            st.listeners.remove(&self.token)
+            (
+                st.listeners.remove(&self.token),
+                st.ud_listeners.remove(&self.token),
+            )
         };
-        if let Some(id) = id {
+        for id in [id, ud].into_iter().flatten() {
             destroy_id(id);
         }
     }
@@ -299,6 +483,78 @@ pub(super) fn accept(
     Ok(())
 }
 
+/// Answers a datagram QP's request with `qp`'s number and `private_data`; returns an address
+/// handle for the requester's QP.
+pub(super) fn ud_accept(
+    s: &Arc<Shared>,
+    req: ConnRequestId,
+    qp: Arc<VerbsQp>,
+    private_data: &[u8],
+) -> DatResult<UdPeer> {
+    if !qp.ud || qp.phase() != Phase::Connected {
+        return Err(DatError::invalid_state(SubType::None));
+    }
+    let mut r = {
+        let mut st = s.cm.lock();
+        match st.requests.get(&req) {
+            Some(r) if r.ud.is_some() => {}
+            _ => return Err(DatError::invalid_state(SubType::None)),
+        }
+        st.owners.remove(&req);
+        st.requests.remove(&req)
+    }
+    .ok_or(DatError::invalid_state(SubType::None))?;
+    let Some(remote) = r.ud.take() else {
+        return Err(DatError::internal());
+    };
+    // SAFETY: the request's id.
+    let (_, from) = unsafe { addresses(r.id.0) };
+    // The path back to the requester: its GID (and LID) from our own GID entry.
+    let Some((sgid_index, _, _)) = ud_local_address(s) else {
+        // SAFETY: the request's id.
+        unsafe { rdma_reject(r.id.0, std::ptr::null(), 0) };
+        destroy_id(r.id);
+        return Err(DatError::resources(SubType::ResourceTep));
+    };
+    // SAFETY: plain data.
+    let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    attr.is_global = 1;
+    attr.grh.dgid.raw = remote.gid;
+    attr.grh.sgid_index = sgid_index;
+    attr.grh.hop_limit = 64;
+    attr.dlid = remote.lid;
+    attr.port_num = s.port;
+    let ah = match VerbsAh::create(&qp, &mut attr, *from.ip(), RDMA_UDP_QKEY) {
+        Ok(ah) => ah,
+        Err(why) => {
+            log::warn!("datagram QP {}: {why}", qp.qp_num);
+            // SAFETY: the request's id.
+            unsafe { rdma_reject(r.id.0, std::ptr::null(), 0) };
+            destroy_id(r.id);
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+    };
+    let data = ud_answer_data(private_data);
+    let mut p = conn_param(&qp, &data, None);
+    // SAFETY: the request's id and a parameter block that lives across the call (the SIDR
+    // reply is sent before it returns, so the id goes right after).
+    let rc = unsafe { rdma_accept(r.id.0, &mut p) };
+    let errno = sys::errno();
+    destroy_id(r.id);
+    if rc != 0 {
+        log::warn!(
+            "datagram QP {}: {}",
+            qp.qp_num,
+            sys::os_error("rdma_accept", errno)
+        );
+        return Err(DatError::resources(SubType::ResourceTep));
+    }
+    Ok(UdPeer {
+        ah,
+        qpn: remote.qpn,
+    })
+}
+
 pub(super) fn reject(s: &Arc<Shared>, req: ConnRequestId, private_data: &[u8]) -> DatResult<()> {
     let r = {
         let mut st = s.cm.lock();
@@ -306,6 +562,14 @@ pub(super) fn reject(s: &Arc<Shared>, req: ConnRequestId, private_data: &[u8]) -
         st.requests.remove(&req)
     }
     .ok_or(DatError::invalid_state(SubType::None))?;
+    // A datagram request's answer says how long its private data is (see the module).
+    let framed;
+    let private_data = if r.ud.is_some() {
+        framed = ud_answer_data(private_data);
+        &framed[..]
+    } else {
+        private_data
+    };
     // SAFETY: the request's id; private data lives across the call.
     unsafe {
         rdma_reject(
@@ -336,6 +600,16 @@ unsafe fn addresses(id: *mut rdma_cm_id) -> (SocketAddrV4, SocketAddrV4) {
 // ---- both sides -------------------------------------------------------------------------
 
 pub(super) fn disconnect(s: &Arc<Shared>, qp: Arc<VerbsQp>, abrupt: bool) -> DatResult<()> {
+    if qp.ud {
+        // No connection: the QP stops (everything posted is flushed) until reset.
+        let mut c = qp.conn.lock();
+        if c.phase == Phase::Connected {
+            c.phase = Phase::Error;
+            qp.to_error();
+            s.defer_event(CmEvent::Disconnected { qp_num: qp.qp_num });
+        }
+        return Ok(());
+    }
     let phase = qp.phase();
     if phase == Phase::Connected && !abrupt {
         // Graceful: what was posted completes before the peer is told.
@@ -363,6 +637,15 @@ pub(super) fn disconnect(s: &Arc<Shared>, qp: Arc<VerbsQp>, abrupt: bool) -> Dat
 pub(super) fn break_connection(s: &Arc<Shared>, qp_num: u32) {
     let Some(qp) = s.qp(qp_num) else { return };
     let mut c = qp.conn.lock();
+    if qp.ud {
+        // A datagram QP the device failed (a fatal asynchronous event): it stops.
+        if c.phase == Phase::Connected {
+            c.phase = Phase::Error;
+            qp.to_error();
+            s.defer_event(CmEvent::Broken { qp_num });
+        }
+        return;
+    }
     match c.phase {
         Phase::Connected => {
             c.phase = Phase::Error;
@@ -381,20 +664,33 @@ pub(super) fn break_connection(s: &Arc<Shared>, qp_num: u32) {
 }
 
 impl Shared {
-    /// Destroys the CM id of a QP that is being destroyed or reset.
+    /// Destroys the CM id of a QP that is being destroyed or reset, and ends the datagram
+    /// resolutions it has under way (without an event: nobody is left to see it).
     pub(super) fn release_cm_id(self: &Arc<Self>, qp: &VerbsQp) {
         let mut c = qp.conn.lock();
         let id = std::mem::replace(&mut c.cm_id, Ptr::null());
         forget_id(self, qp.qp_num);
         drop(c);
         destroy_id(id);
+        let tokens: Vec<u64> = self
+            .cm
+            .lock()
+            .ud
+            .iter()
+            .filter(|(_, r)| r.qp.qp_num == qp.qp_num)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in tokens {
+            ud_end(self, t);
+        }
     }
 }
 
 /// Milliseconds until the next connect deadline (-1: none).
 pub(super) fn next_timeout_ms(s: &Arc<Shared>) -> i32 {
     let st = s.cm.lock();
-    match st.deadlines.values().min() {
+    let ud = st.ud.values().filter_map(|r| r.deadline);
+    match st.deadlines.values().copied().chain(ud).min() {
         None => -1,
         Some(d) => {
             let left = d.saturating_duration_since(Instant::now());
@@ -421,15 +717,27 @@ pub(super) fn expire(s: &Arc<Shared>) {
             fail_locked(s, &qp, &mut c, CmEvent::TimedOut { qp_num });
         }
     }
+    let due: Vec<u64> =
+        s.cm.lock()
+            .ud
+            .iter()
+            .filter(|(_, r)| r.deadline.is_some_and(|d| d <= now))
+            .map(|(t, _)| *t)
+            .collect();
+    for token in due {
+        ud_failed(s, token, false, Vec::new());
+    }
 }
 
 /// Destroys what is left when the IA closes: listeners and requests nobody answered.
 pub(super) fn close_all(s: &Arc<Shared>) {
-    let (listeners, requests) = {
+    let (listeners, requests, ud_listeners, ud) = {
         let mut st = s.cm.lock();
         (
             std::mem::take(&mut st.listeners),
             std::mem::take(&mut st.requests),
+            std::mem::take(&mut st.ud_listeners),
+            std::mem::take(&mut st.ud),
         )
     };
     for (_, r) in requests {
@@ -437,8 +745,11 @@ pub(super) fn close_all(s: &Arc<Shared>) {
         unsafe { rdma_reject(r.id.0, std::ptr::null(), 0) };
         destroy_id(r.id);
     }
-    for (_, id) in listeners {
+    for (_, id) in listeners.into_iter().chain(ud_listeners) {
         destroy_id(id);
+    }
+    for (_, r) in ud {
+        destroy_id(r.id);
     }
 }
 
@@ -454,6 +765,8 @@ struct Ev {
     private_data: Vec<u8>,
     responder_resources: u8,
     initiator_depth: u8,
+    /// An event of the UDP port space: what it says of the remote datagram QP.
+    ud: Option<UdRemote>,
 }
 
 pub(super) fn events(s: &Arc<Shared>) {
@@ -489,6 +802,12 @@ pub(super) fn events(s: &Arc<Shared>) {
                 private_data: pd,
                 responder_resources: conn.responder_resources,
                 initiator_depth: conn.initiator_depth,
+                // The `ud` view of the parameters (its private data is where `conn`'s is).
+                ud: ((*r.id).ps == rdma_port_space::RDMA_PS_UDP).then_some(UdRemote {
+                    ah_attr: r.param.ud.ah_attr,
+                    qp_num: r.param.ud.qp_num,
+                    qkey: r.param.ud.qkey,
+                }),
             }
         };
         // SAFETY: acknowledged once, before handling, so handlers may destroy ids.
@@ -515,11 +834,13 @@ fn handle(s: &Arc<Shared>, e: Ev) {
             Some(Owner::Qp(n)) => Some(Owner::Qp(*n)),
             Some(Owner::Request) => Some(Owner::Request),
             Some(Owner::Listener) => Some(Owner::Listener),
+            Some(Owner::Ud) => Some(Owner::Ud),
             None => None,
         }
     };
     match owner {
         Some(Owner::Qp(qp_num)) => qp_event(s, qp_num, e),
+        Some(Owner::Ud) => ud_event(s, e),
         Some(Owner::Request) => {
             // The requester gave up before the request was answered.
             let r = {
@@ -548,6 +869,22 @@ fn connect_request(s: &Arc<Shared>, e: Ev) {
         destroy_id(e.id);
         return;
     }
+    // A datagram request says where its QP is in the header before the consumer's data.
+    let (ud, private_data) = if e.ud.is_some() {
+        match ud_parse_request(&e.private_data) {
+            Some((who, pd)) => (Some(who), pd),
+            None => {
+                drop(st);
+                log::info!("a datagram request without our header: refused");
+                // SAFETY: the new id is ours to answer and destroy.
+                unsafe { rdma_reject(e.id.0, std::ptr::null(), 0) };
+                destroy_id(e.id);
+                return;
+            }
+        }
+    } else {
+        (None, e.private_data)
+    };
     let req = s.next_id();
     // SAFETY: the new id is ours; its context becomes the request's token.
     let (local, remote) = unsafe {
@@ -562,16 +899,190 @@ fn connect_request(s: &Arc<Shared>, e: Ev) {
             listener: e.listen_token,
             responder_resources: e.responder_resources,
             initiator_depth: e.initiator_depth,
+            ud,
         },
     );
     drop(st);
-    s.defer_event(CmEvent::ConnectRequest {
-        listener: e.listen_token,
-        req,
-        private_data: e.private_data,
-        remote,
-        local,
-    });
+    let ev = if ud.is_some() {
+        CmEvent::UdRequest {
+            listener: e.listen_token,
+            req,
+            private_data,
+            remote,
+            local,
+        }
+    } else {
+        CmEvent::ConnectRequest {
+            listener: e.listen_token,
+            req,
+            private_data,
+            remote,
+            local,
+        }
+    };
+    s.defer_event(ev);
+}
+
+// ---- datagram address resolution ----------------------------------------------------------
+
+/// Starts resolving the datagram QP a consumer accepts with behind `remote`, for datagram QP
+/// `qp`; returns the token its outcome carries.
+pub(super) fn ud_resolve(
+    s: &Arc<Shared>,
+    qp: Arc<VerbsQp>,
+    remote: SocketAddrV4,
+    private_data: &[u8],
+    timeout: Option<Duration>,
+) -> DatResult<u64> {
+    if !qp.ud || qp.phase() != Phase::Connected {
+        return Err(DatError::invalid_state(SubType::None));
+    }
+    if private_data.len() > super::MAX_PRIVATE_DATA as usize {
+        return Err(DatError::invalid_arg(5));
+    }
+    let (_, gid, lid) = ud_local_address(s).ok_or(DatError::resources(SubType::ResourceDevice))?;
+    let hello = ud_request_data(
+        &UdRequester {
+            qpn: qp.qp_num,
+            lid,
+            gid,
+        },
+        private_data,
+    );
+    let token = s.next_id();
+    let id = create_id_in(s, token, rdma_port_space::RDMA_PS_UDP)?;
+    let deadline = timeout.map(|t| Instant::now() + t);
+    {
+        let mut st = s.cm.lock();
+        st.owners.insert(token, Owner::Ud);
+        st.ud.insert(
+            token,
+            UdResolution {
+                id,
+                qp,
+                remote,
+                private_data: hello,
+                deadline,
+            },
+        );
+    }
+    if deadline.is_some() {
+        s.kick();
+    }
+    let mut src = sys::sockaddr_in(SocketAddrV4::new(s.addr, 0));
+    let mut dst = sys::sockaddr_in(remote);
+    // SAFETY: our id and two sockaddr_in.
+    let rc = unsafe {
+        rdma_resolve_addr(
+            id.0,
+            &mut src as *mut _ as *mut libc::sockaddr,
+            &mut dst as *mut _ as *mut libc::sockaddr,
+            RESOLVE_MS,
+        )
+    };
+    if rc != 0 {
+        log::debug!(
+            "datagram resolution {token}: rdma_resolve_addr({remote}): errno {}",
+            sys::errno()
+        );
+        ud_failed(s, token, false, Vec::new());
+    }
+    Ok(token)
+}
+
+/// Ends a resolution (its id goes) and returns it, if it was still under way.
+fn ud_end(s: &Arc<Shared>, token: u64) -> Option<UdResolution> {
+    let r = {
+        let mut st = s.cm.lock();
+        st.owners.remove(&token);
+        st.ud.remove(&token)
+    }?;
+    destroy_id(r.id);
+    Some(r)
+}
+
+fn ud_failed(s: &Arc<Shared>, token: u64, by_peer: bool, private_data: Vec<u8>) {
+    if let Some(r) = ud_end(s, token) {
+        s.defer_event(CmEvent::UdFailed {
+            qp_num: r.qp.qp_num,
+            id: token,
+            by_peer,
+            private_data,
+        });
+    }
+}
+
+fn ud_event(s: &Arc<Shared>, e: Ev) {
+    use rdma_cm_event_type::*;
+    let token = e.token;
+    let (id, qp, private_data) = {
+        let st = s.cm.lock();
+        let Some(r) = st.ud.get(&token) else { return };
+        if r.id.0 != e.id.0 {
+            return;
+        }
+        (r.id.0, r.qp.clone(), r.private_data.clone())
+    };
+    match e.kind {
+        // SAFETY: the resolution's live id.
+        RDMA_CM_EVENT_ADDR_RESOLVED if unsafe { rdma_resolve_route(id, RESOLVE_MS) } != 0 => {
+            ud_failed(s, token, false, Vec::new());
+        }
+        RDMA_CM_EVENT_ROUTE_RESOLVED => {
+            // SAFETY: the resolution's live id.
+            if unsafe { (*id).verbs } != s.ctx.0 {
+                log::warn!("datagram resolution {token}: the route leaves through another device");
+                return ud_failed(s, token, false, Vec::new());
+            }
+            let mut p = conn_param(&qp, &private_data, None);
+            // SAFETY: the live id; the private data lives across the call.
+            if unsafe { rdma_connect(id, &mut p) } != 0 {
+                ud_failed(s, token, false, Vec::new());
+            }
+        }
+        RDMA_CM_EVENT_ESTABLISHED => {
+            let Some(mut remote) = e.ud else {
+                return ud_failed(s, token, false, Vec::new());
+            };
+            let Some(r) = ud_end(s, token) else { return };
+            match VerbsAh::create(&qp, &mut remote.ah_attr, *r.remote.ip(), remote.qkey) {
+                Ok(ah) => s.defer_event(CmEvent::UdResolved {
+                    qp_num: qp.qp_num,
+                    id: token,
+                    peer: UdPeer {
+                        ah,
+                        qpn: remote.qp_num,
+                    },
+                    private_data: ud_answer_private_data(&e.private_data),
+                }),
+                Err(why) => {
+                    log::warn!("datagram resolution {token}: {why}");
+                    s.defer_event(CmEvent::UdFailed {
+                        qp_num: qp.qp_num,
+                        id: token,
+                        by_peer: false,
+                        private_data: Vec::new(),
+                    });
+                }
+            }
+        }
+        // A SIDR reply that is not a success: the remote consumer rejected (its private data
+        // comes along), or nobody serves datagrams there.
+        RDMA_CM_EVENT_UNREACHABLE | RDMA_CM_EVENT_REJECTED => {
+            let by_peer = e.status == SIDR_REJECT || e.status == REJ_CONSUMER_DEFINED;
+            let pd = if by_peer {
+                ud_answer_private_data(&e.private_data)
+            } else {
+                Vec::new()
+            };
+            ud_failed(s, token, by_peer, pd);
+        }
+        RDMA_CM_EVENT_ADDR_ERROR
+        | RDMA_CM_EVENT_ROUTE_ERROR
+        | RDMA_CM_EVENT_CONNECT_ERROR
+        | RDMA_CM_EVENT_DEVICE_REMOVAL => ud_failed(s, token, false, Vec::new()),
+        _ => {}
+    }
 }
 
 fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
@@ -676,4 +1187,32 @@ fn established(s: &Arc<Shared>, c: &mut super::qp::Conn, qp_num: u32, private_da
         qp_num,
         private_data,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagram_requests_carry_the_requester_and_the_exact_private_data() {
+        let who = UdRequester {
+            qpn: 0x00ab_cdef,
+            lid: 7,
+            gid: std::net::Ipv4Addr::new(192, 0, 2, 1)
+                .to_ipv6_mapped()
+                .octets(),
+        };
+        let mut d = ud_request_data(&who, b"four");
+        // rdma_cm pads what arrives to SIDR's fixed size.
+        d.resize(180, 0);
+        assert_eq!(ud_parse_request(&d), Some((who, b"four".to_vec())));
+        assert_eq!(ud_parse_request(&d[..UD_REQUEST_HEADER + 3]), None);
+        assert_eq!(ud_parse_request(&[0u8; 180]), None);
+
+        let mut a = ud_answer_data(b"ok");
+        a.resize(136, 0);
+        assert_eq!(ud_answer_private_data(&a), b"ok");
+        // Not ours: what came.
+        assert_eq!(ud_answer_private_data(b"plain"), b"plain");
+    }
 }

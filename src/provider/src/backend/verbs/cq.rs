@@ -157,12 +157,36 @@ impl VerbsCq {
             );
         }
         let qp = shared.and_then(|s| s.qp(wc.qp_num));
+        let mut imm = None;
+        let mut invalidated = None;
+        // soft-RoCE (rxe) hands user space the kernel's flag value for "with invalidate" (bit 2,
+        // IB_WC_WITH_INVALIDATE), not IBV_WC_WITH_INV (bit 3); bit 2's user-space meaning
+        // (IBV_WC_IP_CSUM_OK) never applies to our RC receives, so either bit means it.
+        const KERNEL_WC_WITH_INVALIDATE: u32 = 1 << 2;
+        if is_recv
+            && status == WcStatus::Success
+            && wc.wc_flags & (ibv_wc_flags::IBV_WC_WITH_INV.0 | KERNEL_WC_WITH_INVALIDATE) != 0
+        {
+            // SAFETY: invalidated_rkey is the member a receive with IBV_WC_WITH_INV fills.
+            invalidated = Some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+        }
         let mut opcode = if is_recv {
-            WcOpcode::Recv
+            if status == WcStatus::Success && wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM
+            {
+                // SAFETY: imm_data is the member IBV_WC_RECV_RDMA_WITH_IMM fills.
+                imm = Some(u32::from_be(unsafe {
+                    wc.imm_data_invalidated_rkey_union.imm_data
+                }));
+                WcOpcode::RecvRdmaImm
+            } else {
+                WcOpcode::Recv
+            }
         } else if status == WcStatus::Success {
             match wc.opcode {
                 ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
                 ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+                ibv_wc_opcode::IBV_WC_FETCH_ADD => WcOpcode::FetchAdd,
+                ibv_wc_opcode::IBV_WC_COMP_SWAP => WcOpcode::CmpSwap,
                 ibv_wc_opcode::IBV_WC_BIND_MW | ibv_wc_opcode::IBV_WC_LOCAL_INV => WcOpcode::BindMw,
                 _ => WcOpcode::Send,
             }
@@ -186,6 +210,12 @@ impl VerbsCq {
             byte_len: wc.byte_len,
             qp_num: wc.qp_num,
             new_rkey,
+            imm,
+            invalidated,
+            // An ibv_wc carries no solicited bit (the sender's solicited event is seen only by
+            // a CQ armed for solicited completions, not in the completion): every receive is
+            // reported as solicited, so it notifies as under DAT's default notification.
+            solicited: is_recv,
         });
     }
 

@@ -277,6 +277,11 @@ impl VerbsDevice {
             max_rdma_size: pa.max_msg_sz,
             max_rd_atomic: u(da.max_qp_rd_atom.min(da.max_qp_init_rd_atom)),
             max_private_data: MAX_PRIVATE_DATA,
+            // The port's active MTU (enum ibv_mtu: 1 = 256 bytes ... 5 = 4096), the path MTU
+            // rdma_cm gives our connections on this port.
+            mtu: 128u32 << pa.active_mtu,
+            // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space.
+            ud: true,
         };
         // SAFETY: a live context.
         let comp_channel = unsafe { ibv_create_comp_channel(ctx.0) };
@@ -320,12 +325,7 @@ impl VerbsDevice {
             // What datinfo shows as the adapter: device, port, interface, GID, link.
             name: format!(
                 "{} port {} ({}, GID[{}] {}, link active, MTU {})",
-                p.device,
-                p.port,
-                p.netdev,
-                p.gid_index,
-                gid,
-                128u32 << pa.active_mtu
+                p.device, p.port, p.netdev, p.gid_index, gid, attr.mtu
             ),
             addr: p.addr.unwrap_or(Ipv4Addr::UNSPECIFIED),
             port: p.port,
@@ -476,9 +476,6 @@ fn async_events(s: &Arc<Shared>) {
                     }
                 }
             }
-            IBV_EVENT_SRQ_LIMIT_REACHED => {
-                log::debug!("verbs: SRQ limit reached");
-            }
             other => log::debug!("verbs: async event {}", other as u32),
         }
         // SAFETY: the event we got.
@@ -541,6 +538,26 @@ impl Device for VerbsDevice {
     }
     fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()> {
         cm::disconnect(&self.shared, own_qp(qp)?, abrupt)
+    }
+    fn create_ud_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+        Ok(VerbsQp::create_ud(&self.shared, init)?)
+    }
+    fn ud_resolve(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: std::net::SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<std::time::Duration>,
+    ) -> DatResult<u64> {
+        cm::ud_resolve(&self.shared, own_qp(qp)?, remote, private_data, timeout)
+    }
+    fn ud_accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> DatResult<super::UdPeer> {
+        cm::ud_accept(&self.shared, req, own_qp(qp)?, private_data)
     }
     fn close(&self) {
         if self.shared.closing.swap(true, Ordering::SeqCst) {

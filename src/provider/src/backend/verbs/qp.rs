@@ -3,9 +3,13 @@
 //!
 //! The QP exists from dat_ep_create on, before any connection: it is taken to INIT at once so
 //! receives can be posted early, and to RTR/RTS when rdma_cm has a path (see `cm.rs`).
+//!
+//! A datagram QP (IBV_QPT_UD, `VerbsQp::create_ud`) goes to RTS at once with rdma_cm's UDP
+//! Q_Key and stays there: it needs no connection. Its sends name an address handle
+//! (`VerbsAh`, made from the path rdma_cm resolved) and the remote QP number.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -18,8 +22,8 @@ use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT};
 use crate::backend::{
-    MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue,
-    WcOpcode, WcStatus, WorkCompletion,
+    AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
+    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, SubType};
 
@@ -72,6 +76,58 @@ pub(crate) struct VerbsQp {
     windows: Mutex<Vec<Weak<VerbsMw>>>,
     /// The send queue as posted (held across ibv_post_send, so it is in posting order).
     sq: Mutex<SendQueue>,
+    /// A datagram QP (IBV_QPT_UD).
+    pub(super) ud: bool,
+}
+
+/// An address handle: an ibv_ah made in a QP's PD from the path rdma_cm resolved, the remote
+/// IA's address and the remote QP's Q_Key.
+pub(crate) struct VerbsAh {
+    ah: Ptr<ibv_ah>,
+    addr: Ipv4Addr,
+    qkey: u32,
+    _pd: Arc<PdInner>,
+}
+
+impl VerbsAh {
+    /// An address handle in `qp`'s PD for the path `attr` (from an rdma_cm UDP event).
+    pub(super) fn create(
+        qp: &VerbsQp,
+        attr: &mut ibv_ah_attr,
+        addr: Ipv4Addr,
+        qkey: u32,
+    ) -> Result<Arc<VerbsAh>, String> {
+        // SAFETY: a PD of this device, alive while the QP holds it; a path attribute block.
+        let ah = unsafe { ibv_create_ah(qp._pd.pd.0, attr) };
+        if ah.is_null() {
+            return Err(super::sys::os_error("ibv_create_ah", super::sys::errno()));
+        }
+        Ok(Arc::new(VerbsAh {
+            ah: Ptr(ah),
+            addr,
+            qkey,
+            _pd: qp._pd.clone(),
+        }))
+    }
+}
+
+impl AddressHandle for VerbsAh {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn address(&self) -> Ipv4Addr {
+        self.addr
+    }
+}
+
+impl Drop for VerbsAh {
+    fn drop(&mut self) {
+        // SAFETY: our AH; its PD lives until after this (held above).
+        let rc = unsafe { ibv_destroy_ah(self.ah.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_ah: error {rc}");
+        }
+    }
 }
 
 /// Posted send requests, oldest first, and how many unsignaled ones were posted in a row.
@@ -83,6 +139,18 @@ struct SendQueue {
 
 impl VerbsQp {
     pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
+        Self::create_typed(shared, init, false)
+    }
+
+    /// A datagram QP, ready to send and receive at once.
+    pub(super) fn create_ud(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
+        if init.srq.is_some() {
+            return Err(DatError::invalid_arg(1));
+        }
+        Self::create_typed(shared, init, true)
+    }
+
+    fn create_typed(shared: &Arc<Shared>, init: QpInit, ud: bool) -> DatResult<Arc<VerbsQp>> {
         let pd = downcast_pd(&*init.pd)?;
         let send_cq = downcast_cq(&init.send_cq)?;
         let recv_cq = downcast_cq(&init.recv_cq)?;
@@ -126,7 +194,11 @@ impl VerbsQp {
             ia.cap.max_send_sge = cap.max_send_sge;
             ia.cap.max_recv_sge = cap.max_recv_sge;
             ia.cap.max_inline_data = inline;
-            ia.qp_type = ibv_qp_type::IBV_QPT_RC;
+            ia.qp_type = if ud {
+                ibv_qp_type::IBV_QPT_UD
+            } else {
+                ibv_qp_type::IBV_QPT_RC
+            };
             ia.sq_sig_all = 0;
             // SAFETY: PD and CQs belong to this device and outlive the QP (held below).
             qp = unsafe { ibv_create_qp(pd.pd.0, &mut ia) };
@@ -165,7 +237,7 @@ impl VerbsQp {
             recv_depth,
             max_inline,
             conn: Mutex::new(Conn {
-                phase: Phase::Idle,
+                phase: if ud { Phase::Connected } else { Phase::Idle },
                 cm_id: Ptr::null(),
                 private_data: Vec::new(),
                 deadline: None,
@@ -179,10 +251,49 @@ impl VerbsQp {
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
+            ud,
         });
-        me.to_init()?;
+        if ud {
+            me.to_ud_ready()?;
+        } else {
+            me.to_init()?;
+        }
         shared.register_qp(&me);
         Ok(me)
+    }
+
+    /// RESET -> INIT -> RTR -> RTS for a datagram QP: the IA's port, rdma_cm's UDP Q_Key
+    /// (what its address resolution tells peers), send PSN 0.
+    fn to_ud_ready(&self) -> DatResult<()> {
+        for state in [
+            ibv_qp_state::IBV_QPS_INIT,
+            ibv_qp_state::IBV_QPS_RTR,
+            ibv_qp_state::IBV_QPS_RTS,
+        ] {
+            // SAFETY: plain data.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = state;
+            let mut mask = ibv_qp_attr_mask::IBV_QP_STATE.0;
+            if state == ibv_qp_state::IBV_QPS_INIT {
+                a.pkey_index = 0;
+                a.port_num = self.shared.port;
+                a.qkey = RDMA_UDP_QKEY;
+                mask |= ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+                    | ibv_qp_attr_mask::IBV_QP_PORT.0
+                    | ibv_qp_attr_mask::IBV_QP_QKEY.0;
+            }
+            if state == ibv_qp_state::IBV_QPS_RTS {
+                a.sq_psn = 0;
+                mask |= ibv_qp_attr_mask::IBV_QP_SQ_PSN.0;
+            }
+            // SAFETY: our QP.
+            let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
+            if rc != 0 {
+                log::warn!("datagram QP {}: to state {state}: error {rc}", self.qp_num);
+                return Err(DatError::resources(SubType::ResourceTep));
+            }
+        }
+        Ok(())
     }
 
     /// RESET -> INIT, with the IA's port and every remote access the QP may be asked for.
@@ -319,10 +430,14 @@ impl VerbsQp {
                         byte_len: 0,
                         qp_num: self.qp_num,
                         new_rkey: 0,
+                        imm: None,
+                        invalidated: None,
+                        solicited: false,
                     });
                 }
             }
         }
+        // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
         if status != WcStatus::Success
             && status != WcStatus::Flushed
             && !self.broken.swap(true, Ordering::SeqCst)
@@ -420,13 +535,13 @@ impl QueuePair for VerbsQp {
                 self.send_cq.push_synthetic(vec![WorkCompletion {
                     wr_id: wr.wr_id,
                     status: WcStatus::Flushed,
-                    opcode: match wr.op {
-                        SendOp::BindMw { .. } => WcOpcode::BindMw,
-                        _ => WcOpcode::Send,
-                    },
+                    opcode: wr.op.opcode(),
                     byte_len: 0,
                     qp_num: self.qp_num,
                     new_rkey: 0,
+                    imm: None,
+                    invalidated: None,
+                    solicited: false,
                 }]);
                 return Ok(());
             }
@@ -464,6 +579,10 @@ impl QueuePair for VerbsQp {
             SendOp::Send => {
                 w.opcode = ibv_wr_opcode::IBV_WR_SEND;
             }
+            SendOp::SendInv { rkey } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                w.imm_data_invalidated_rkey_union.invalidated_rkey = *rkey;
+            }
             SendOp::RdmaWrite { remote_addr, rkey } => {
                 w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
                 w.wr.rdma.remote_addr = *remote_addr;
@@ -473,6 +592,39 @@ impl QueuePair for VerbsQp {
                 w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
                 w.wr.rdma.remote_addr = *remote_addr;
                 w.wr.rdma.rkey = *rkey;
+            }
+            SendOp::RdmaWriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+                w.wr.rdma.remote_addr = *remote_addr;
+                w.wr.rdma.rkey = *rkey;
+                // Immediate data travels in network order (verbs' imm_data is __be32).
+                w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                w.wr.atomic.remote_addr = *remote_addr;
+                w.wr.atomic.rkey = *rkey;
+                w.wr.atomic.compare_add = *add;
+            }
+            SendOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+                w.wr.atomic.remote_addr = *remote_addr;
+                w.wr.atomic.rkey = *rkey;
+                w.wr.atomic.compare_add = *compare;
+                w.wr.atomic.swap = *swap;
             }
             SendOp::BindMw {
                 mw,
@@ -534,6 +686,9 @@ impl QueuePair for VerbsQp {
                                 byte_len: 0,
                                 qp_num: self.qp_num,
                                 new_rkey: *new_rkey,
+                                imm: None,
+                                invalidated: None,
+                                solicited: false,
                             }]);
                             return Ok(());
                         }
@@ -620,6 +775,9 @@ impl QueuePair for VerbsQp {
                 byte_len: 0,
                 qp_num: self.qp_num,
                 new_rkey: 0,
+                imm: None,
+                invalidated: None,
+                solicited: false,
             }]);
             return Ok(());
         }
@@ -644,6 +802,16 @@ impl QueuePair for VerbsQp {
         Ok(())
     }
     fn reset(&self) -> DatResult<()> {
+        if self.ud {
+            // Flushed, and ready again (a datagram QP needs no connection).
+            self.to_error();
+            self.wait_flushed(false);
+            self.to_reset();
+            self.to_ud_ready()?;
+            self.conn.lock().phase = Phase::Connected;
+            self.broken.store(false, Ordering::SeqCst);
+            return Ok(());
+        }
         {
             let c = self.conn.lock();
             if !matches!(c.phase, Phase::Idle | Phase::Error) {
@@ -679,6 +847,85 @@ impl QueuePair for VerbsQp {
         self.wait_flushed(false);
         self.shared.release_cm_id(self);
         self.release_windows();
+    }
+    fn post_send_ud(
+        &self,
+        wr: SendWr,
+        ah: &Arc<dyn AddressHandle>,
+        remote_qpn: u32,
+    ) -> DatResult<()> {
+        let ah = ah
+            .as_any()
+            .downcast_ref::<VerbsAh>()
+            .ok_or(DatError::invalid_arg(3))?;
+        if !self.ud || !matches!(wr.op, SendOp::Send) {
+            return Err(DatError::invalid_arg(2));
+        }
+        match self.phase() {
+            Phase::Connected => {}
+            Phase::Error => {
+                // Flushed at once (see post_send).
+                self.wait_flushed(true);
+                self.send_cq.push_synthetic(vec![WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: WcOpcode::Send,
+                    byte_len: 0,
+                    qp_num: self.qp_num,
+                    new_rkey: 0,
+                    imm: None,
+                    invalidated: None,
+                    solicited: false,
+                }]);
+                return Ok(());
+            }
+            _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
+        }
+        if wr.sgl.len() > self.cap.max_send_sge as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        let mut sges = super::sys::sge_list(&wr.sgl);
+        // SAFETY: plain data.
+        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id;
+        w.sg_list = sges.as_mut_ptr();
+        w.num_sge = sges.len() as i32;
+        w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        w.wr.ud.ah = ah.ah.0;
+        w.wr.ud.remote_qpn = remote_qpn;
+        w.wr.ud.remote_qkey = ah.qkey;
+        let mut flags = 0u32;
+        if wr.solicited {
+            flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        if total > 0 && total <= u64::from(self.max_inline) {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        // As in post_send: signaled unless nobody waits, and never too many unsignaled in a row.
+        let mut sq = self.sq.lock();
+        let signaled = wr.signaled || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
+        if signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        w.send_flags = flags;
+        self.sends_out.fetch_add(1, Ordering::SeqCst);
+        sq.posted.push_back(wr.wr_id);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the request, its scatter list and the AH (held by the caller) live
+        // across the call.
+        let rc = unsafe { ibv_post_send(self.qp.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            sq.posted.pop_back();
+            log::debug!("datagram QP {}: ibv_post_send: error {rc}", self.qp_num);
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        Ok(())
     }
 }
 
@@ -789,16 +1036,6 @@ impl SharedReceiveQueue for VerbsSrq {
         .map_err(|_| DatError::resources(SubType::ResourceSrq))?;
         self.max_wr.store(max_wr, Ordering::SeqCst);
         Ok(())
-    }
-    fn set_limit(&self, low_watermark: u32) {
-        let limit = ibv_srq_attr {
-            max_wr: 0,
-            max_sge: 0,
-            srq_limit: low_watermark,
-        };
-        if let Err(rc) = self.modify(limit, ibv_srq_attr_mask::IBV_SRQ_LIMIT) {
-            log::debug!("ibv_modify_srq(limit {low_watermark}): error {rc}");
-        }
     }
     fn destroy(&self) {
         // Receives never taken are dropped with the SRQ, as the TCP backend drops them: DAT

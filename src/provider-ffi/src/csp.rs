@@ -1,0 +1,82 @@
+//! CSP: DAT 2.0's Common Service Point, a service point named by a socket
+//! address (the IA's address and a port) and a communicator. The rules are
+//! the core's (`daplrs::core::sp`); this only translates.
+
+use crate::boundary::{
+    bytes, c, guard, h, input, interned_comm, ipv4_port_of, out, sockaddr_port_of,
+};
+use daplrs::core::error::{DatError, SubType};
+use daplrs::core::handle;
+use daplrs::core::sp::{Comm, Sp};
+use dat_abi::*;
+
+/// dat_csp_create(ia, comm, address, evd, &csp).
+pub(crate) unsafe extern "C" fn csp_create(
+    ia: DAT_IA_HANDLE,
+    comm: *mut DAT_COMM,
+    address: DAT_IA_ADDRESS_PTR,
+    evd: DAT_EVD_HANDLE,
+    csp: *mut DAT_CSP_HANDLE,
+) -> DAT_RETURN {
+    guard(|| {
+        let ia = handle::ia(h(ia))?;
+        let comm = input(comm, 2)?;
+        let comm = Comm {
+            domain: comm.domain,
+            kind: comm.r#type,
+            protocol: comm.protocol,
+        };
+        let address = ipv4_port_of(address, 3)?;
+        let evd = handle::evd(h(evd), SubType::InvalidHandleEvdCr)?;
+        let csp = out(csp, 5)?;
+        *csp = c(Sp::create_csp(&ia, comm, address, &evd)?.handle());
+        Ok(())
+    })
+}
+
+/// dat_csp_query: every field; `comm` and `address_ptr` point to copies that
+/// stay valid for the life of the process.
+pub(crate) unsafe extern "C" fn csp_query(
+    csp: DAT_CSP_HANDLE,
+    mask: DAT_CSP_PARAM_MASK,
+    param: *mut DAT_CSP_PARAM,
+) -> DAT_RETURN {
+    guard(|| {
+        let sp = handle::csp(h(csp))?;
+        if mask & !DAT_CSP_FIELD_ALL != 0 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let param = out(param, 3)?;
+        let p = sp.query();
+        param.ia_handle = c(p.ia);
+        param.comm = p
+            .comm
+            .map(|cm| interned_comm((cm.domain, cm.kind, cm.protocol)))
+            .unwrap_or(std::ptr::null_mut());
+        param.address_ptr = sockaddr_port_of(p.address);
+        param.evd_handle = c(p.evd);
+        Ok(())
+    })
+}
+
+/// dat_csp_free.
+pub(crate) unsafe extern "C" fn csp_free(csp: DAT_CSP_HANDLE) -> DAT_RETURN {
+    guard(|| handle::csp(h(csp))?.free())
+}
+
+/// dat_ep_common_connect(ep, remote_address, timeout, pd_size, pd): the
+/// active side toward a CSP, connecting to the address's port itself.
+pub(crate) unsafe extern "C" fn ep_common_connect(
+    ep: DAT_EP_HANDLE,
+    remote: DAT_IA_ADDRESS_PTR,
+    timeout: DAT_TIMEOUT,
+    pd_size: DAT_COUNT,
+    pd: DAT_PVOID,
+) -> DAT_RETURN {
+    guard(|| {
+        let ep = handle::ep(h(ep))?;
+        let remote = ipv4_port_of(remote, 2)?;
+        let pd = bytes(pd, pd_size, 4, 5)?;
+        ep.common_connect(remote, timeout, pd)
+    })
+}

@@ -1,0 +1,214 @@
+//! dat_extension_op: the InfiniBand extensions of DAT 2.0 (OFED's <dat2/dat_ib_extensions.h>,
+//! interface 2.0.9). Each operation's C macro passes its arguments to dat_extension_op in a
+//! fixed order; they are read here, in that order, and handed to the core.
+
+use crate::boundary::{guard, h, input, lmr_iov, out, VaArgs};
+use crate::ia;
+use daplrs::backend::Sge;
+use daplrs::core::counters;
+use daplrs::core::ep::{Ep, RemoteBuffer};
+use daplrs::core::error::{DatError, DatResult, SubType};
+use daplrs::core::ext::{self, Atomic};
+use daplrs::core::handle::{self, HandleKind};
+use dat_abi::ib_ext::*;
+use dat_abi::*;
+use std::ffi::c_char;
+use std::sync::Arc;
+
+/// The provider table's `handle_extendedop_func`.
+pub(crate) unsafe extern "C" fn extendedop(
+    handle: DAT_HANDLE,
+    op: DAT_EXTENDED_OP,
+    args: va_list,
+) -> DAT_RETURN {
+    guard(|| {
+        let mut args = VaArgs::new(args);
+        match op as DAT_IB_OP {
+            DAT_IB_RDMA_WRITE_IMMED_OP => rdma_write_immed(handle, &mut args),
+            DAT_IB_FETCH_AND_ADD_OP | DAT_IB_CMP_AND_SWAP_OP => atomic(handle, op, &mut args),
+            DAT_IB_QUERY_COUNTERS_OP => query_counters(handle, &mut args),
+            DAT_IB_PRINT_COUNTERS_OP => print_counters(handle, &mut args),
+            DAT_IB_OPEN_QUERY_OP => open_query(handle as *const c_char, &mut args),
+            DAT_IB_CLOSE_QUERY_OP => ia_close(handle),
+            DAT_IB_UD_SEND_OP => post_send_ud(handle, &mut args),
+            DAT_IB_UD_AH_FREE_OP => ud_ah_free(handle, &mut args),
+            DAT_IB_UD_CM_FREE_OP => ud_cm_free(handle, &mut args),
+            // Collectives and the counter sampling of a port are not provided.
+            _ => Err(DatError::not_implemented()),
+        }
+    })
+}
+
+fn ep(handle: DAT_HANDLE) -> DatResult<Arc<Ep>> {
+    handle::ep(h(handle))
+}
+
+unsafe fn remote(r: *const DAT_RMR_TRIPLET, arg: u32) -> DatResult<RemoteBuffer> {
+    let r = input(r, arg)?;
+    Ok(RemoteBuffer {
+        address: r.virtual_address,
+        length: r.segment_length,
+        rmr_context: r.rmr_context,
+    })
+}
+
+/// dat_ib_post_rdma_write_immed(ep, segments, lmr_triplets, cookie, rmr_triplet, immed, flags).
+unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
+    let ep = ep(handle)?;
+    let segments = a.u32()? as DAT_COUNT;
+    let iov = a.ptr::<DAT_LMR_TRIPLET>()?;
+    let cookie = a.u64()?;
+    let rmr = a.ptr::<DAT_RMR_TRIPLET>()?;
+    let imm = a.u32()?;
+    let flags = a.u32()?;
+    let iov = lmr_iov(iov, segments, ep.attr().max_rdma_write_iov, 3, 4)?;
+    ep.post_rdma_write_immed(&iov, cookie, remote(rmr, 6)?, imm, flags)
+}
+
+/// dat_ib_post_send_ud(ep, segments, lmr_triplets, addr_handle, cookie, flags).
+unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
+    let ep = ep(handle)?;
+    let segments = a.u32()? as DAT_COUNT;
+    let iov = a.ptr::<DAT_LMR_TRIPLET>()?;
+    let ah = a.ptr::<DAT_IB_ADDR_HANDLE>()?;
+    let cookie = a.u64()?;
+    let flags = a.u32()?;
+    let iov = lmr_iov(iov, segments, ep.attr().max_request_iov, 3, 4)?;
+    let ah = input(ah, 5)?;
+    ep.post_send_ud(&iov, ah.ah as usize as u64, ah.qpn, cookie, flags)
+}
+
+/// dat_ib_ud_ah_free(ep, addr_handle).
+unsafe fn ud_ah_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
+    let ep = ep(handle)?;
+    let ah = input(a.ptr::<DAT_IB_ADDR_HANDLE>()?, 3)?;
+    ep.ud_ah_free(ah.ah as usize as u64)
+}
+
+/// dat_ib_ud_cm_free(ep, context): the context (a DAT_CONTEXT, one 8-byte slot) of a
+/// datagram connection event.
+unsafe fn ud_cm_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
+    let ep = ep(handle)?;
+    ep.ud_cm_free(a.u64()?)
+}
+
+/// dat_ib_post_fetch_and_add(ep, add, lmr_triplet, cookie, rmr_triplet, flags) and
+/// dat_ib_post_cmp_and_swap(ep, compare, swap, lmr_triplet, cookie, rmr_triplet, flags).
+unsafe fn atomic(handle: DAT_HANDLE, op: DAT_EXTENDED_OP, a: &mut VaArgs) -> DatResult<()> {
+    let ep = ep(handle)?;
+    let (atomic, iov_arg) = if op as DAT_IB_OP == DAT_IB_FETCH_AND_ADD_OP {
+        (Atomic::FetchAdd { add: a.u64()? }, 4)
+    } else {
+        let compare = a.u64()?;
+        let swap = a.u64()?;
+        (Atomic::CmpSwap { compare, swap }, 5)
+    };
+    let local = input(a.ptr::<DAT_LMR_TRIPLET>()?, iov_arg)?;
+    let cookie = a.u64()?;
+    let rmr = remote(a.ptr::<DAT_RMR_TRIPLET>()?, iov_arg + 2)?;
+    let flags = a.u32()?;
+    let local = Sge {
+        addr: local.virtual_address,
+        length: local.segment_length,
+        lkey: local.lmr_context,
+    };
+    ep.post_atomic(atomic, &local, cookie, rmr, flags)
+}
+
+/// The object whose counters a handle names (IA, EP or EVD).
+fn counted(handle: DAT_HANDLE) -> DatResult<handle::Object> {
+    handle::lookup_any(h(handle))
+        .filter(|o| matches!(o.kind(), HandleKind::Ia | HandleKind::Ep | HandleKind::Evd))
+        .ok_or(DatError::invalid_handle(SubType::InvalidHandle1))
+}
+
+/// dat_query_counters(handle, counter, u64_array_out, reset): with counter =
+/// DCNT_{IA,EP,EVD}_ALL_COUNTERS the whole array, else the one counter into its first element.
+unsafe fn query_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
+    let object = counted(handle)?;
+    let counter = a.u32()? as usize;
+    let dst = a.ptr::<DAT_UINT64>()?;
+    let reset = a.u32()? != 0;
+    if dst.is_null() {
+        return Err(DatError::invalid_arg(4));
+    }
+    let values = ext::query_counters(&object, counter, reset).ok_or(DatError::invalid_arg(3))?;
+    let dst = out(dst, 4)? as *mut DAT_UINT64;
+    for (i, v) in values.iter().enumerate() {
+        // SAFETY: the caller's array holds DCNT_*_ALL_COUNTERS values for the whole set, one
+        // for a single counter (the DAT IB extension's contract).
+        dst.add(i).write(*v);
+    }
+    Ok(())
+}
+
+/// dat_print_counters(handle, counter, reset): the counters on stdout, one line.
+unsafe fn print_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
+    let object = counted(handle)?;
+    let counter = a.u32()? as usize;
+    let reset = a.u32()? != 0;
+    let values = ext::query_counters(&object, counter, reset).ok_or(DatError::invalid_arg(3))?;
+    let line: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+    println!(
+        "udapl-rs {} counters: {}",
+        ext::counter_owner_name(&object),
+        line.join(" ")
+    );
+    Ok(())
+}
+
+/// dat_ib_open_query(name, &ia, ia_mask, &ia_attr, provider_mask, &provider_attr): opens the
+/// IA named `name` and queries it in one call; the registry passes the name as the handle.
+/// The IA handle returned is ours (the registry does not map it): dat_ib_close_query closes it.
+unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
+    let ia_out = a.ptr::<DAT_IA_HANDLE>()?;
+    let ia_mask = a.u64()?;
+    let ia_attr = a.ptr::<DAT_IA_ATTR>()?;
+    let provider_mask = a.u64()?;
+    let provider_attr = a.ptr::<DAT_PROVIDER_ATTR>()?;
+    let ia_out = out(ia_out, 2)?;
+    let mut async_evd: DAT_EVD_HANDLE = std::ptr::null_mut();
+    let mut ia_handle: DAT_IA_HANDLE = std::ptr::null_mut();
+    ia::open_ia(name, 8, &mut async_evd, &mut ia_handle)?;
+    let queried = ia::query_ia(
+        ia_handle,
+        std::ptr::null_mut(),
+        ia_mask,
+        ia_attr,
+        provider_mask,
+        provider_attr,
+    );
+    if let Err(e) = queried {
+        let _ = ia::close_ia(ia_handle, DAT_CLOSE_ABRUPT_FLAG);
+        return Err(e);
+    }
+    *ia_out = ia_handle;
+    Ok(())
+}
+
+/// dat_ib_close_query(ia).
+unsafe fn ia_close(handle: DAT_HANDLE) -> DatResult<()> {
+    ia::close_ia(handle, DAT_CLOSE_ABRUPT_FLAG)
+}
+
+/// The counters' array lengths, and the datagram service's numbers, are the ABI's.
+const _: () = {
+    use daplrs::core::consts::ib_ext as core_ext;
+    assert!(core_ext::SERVICE_TYPE_UD == DAT_IB_SERVICE_TYPE_UD);
+    assert!(core_ext::UD_CONNECTION_REQUEST_EVENT == DAT_IB_UD_CONNECTION_REQUEST_EVENT);
+    assert!(core_ext::UD_CONNECTION_EVENT_ESTABLISHED == DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED);
+    assert!(core_ext::UD_CONNECTION_REJECT_EVENT == DAT_IB_UD_CONNECTION_REJECT_EVENT);
+    assert!(core_ext::UD_CONNECTION_ERROR_EVENT == DAT_IB_UD_CONNECTION_ERROR_EVENT);
+    assert!(core_ext::TYPE_UD_CONNECT_REQUEST == DAT_IB_UD_CONNECT_REQUEST);
+    assert!(core_ext::TYPE_UD_REMOTE_AH == DAT_IB_UD_REMOTE_AH);
+    assert!(core_ext::TYPE_UD_PASSIVE_REMOTE_AH == DAT_IB_UD_PASSIVE_REMOTE_AH);
+    assert!(core_ext::TYPE_UD_SEND == DAT_IB_UD_SEND);
+    assert!(core_ext::TYPE_UD_RECV == DAT_IB_UD_RECV);
+    assert!(core_ext::TYPE_UD_CONNECT_REJECT == DAT_IB_UD_CONNECT_REJECT);
+    assert!(core_ext::TYPE_UD_CONNECT_ERROR == DAT_IB_UD_CONNECT_ERROR);
+    assert!(core_ext::DTO_SEND_UD == DAT_IB_DTO_SEND_UD);
+    assert!(core_ext::DTO_RECV_UD == DAT_IB_DTO_RECV_UD);
+    assert!(counters::ia::ALL == DCNT_IA_ALL_COUNTERS as usize);
+    assert!(counters::ep::ALL == DCNT_EP_ALL_COUNTERS as usize);
+    assert!(counters::evd::ALL == DCNT_EVD_ALL_COUNTERS as usize);
+};

@@ -1,0 +1,343 @@
+//! Connections of the TCP transport: the active side's connect and HELLO, the passive side's
+//! listeners, accept and reject, orderly and abrupt disconnects, deadlines, and what a lost or
+//! misbehaving peer does to its connection.
+
+use super::*;
+
+impl Engine {
+    // ---- connection management -----------------------------------------------------------------
+
+    pub(crate) fn begin_connect(
+        &mut self,
+        qp: u32,
+        remote: SocketAddrV4,
+        hello: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> DatResult<u64> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        if e.state != QpState::Init {
+            return Err(bad_state());
+        }
+        e.state = QpState::Connecting;
+        e.attempt += 1;
+        e.hello = hello;
+        e.remote = Some(remote);
+        e.deadline = timeout.map(|t| Instant::now() + t);
+        Ok(e.attempt)
+    }
+
+    pub(super) fn process_connect_results(&mut self) {
+        for (qp, attempt, result) in std::mem::take(&mut self.connect_results) {
+            let current = match self.qps.get(&qp) {
+                Some(e) => {
+                    e.state == QpState::Connecting && e.attempt == attempt && e.conn.is_none()
+                }
+                None => false,
+            };
+            if !current {
+                continue; // disconnected or destroyed meanwhile; the socket just closes
+            }
+            match result {
+                Ok(stream) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        self.fail_qp(qp, Some(CmEvent::Unreachable { qp_num: qp }));
+                        continue;
+                    }
+                    tune(&stream);
+                    let token = self.token();
+                    let (local, remote) = (v4(stream.local_addr()), v4(stream.peer_addr()));
+                    let Some(e) = self.qps.get_mut(&qp) else {
+                        continue;
+                    };
+                    e.conn = Some(token);
+                    e.local = local;
+                    if remote.is_some() {
+                        e.remote = remote;
+                    }
+                    let hello = std::mem::take(&mut e.hello);
+                    let deadline = e.deadline;
+                    let mut conn = Conn::new(stream, Phase::ActiveAwaitReply { qp }, deadline);
+                    conn.out.push_frame(wire::handshake(Kind::Hello), hello);
+                    self.conns.insert(token, conn);
+                    self.try_write(token);
+                }
+                Err(err) => {
+                    // Refusals show up as ConnectionRefused or, when the refusal races
+                    // connect_timeout's poll, as an uncategorised error: both are "nobody
+                    // listens there" (NON_PEER_REJECTED). Only routing failures are UNREACHABLE.
+                    let ev = match err.kind() {
+                        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                            CmEvent::TimedOut { qp_num: qp }
+                        }
+                        io::ErrorKind::HostUnreachable
+                        | io::ErrorKind::NetworkUnreachable
+                        | io::ErrorKind::AddrNotAvailable
+                        | io::ErrorKind::NetworkDown => CmEvent::Unreachable { qp_num: qp },
+                        _ => CmEvent::Rejected {
+                            qp_num: qp,
+                            private_data: Vec::new(),
+                            by_peer: false,
+                        },
+                    };
+                    self.fail_qp(qp, Some(ev));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn accept(
+        &mut self,
+        _sh: &Shared,
+        req: u64,
+        qp: u32,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        match self.qps.get(&qp) {
+            Some(e) if e.state == QpState::Init => {}
+            _ => return Err(bad_state()),
+        }
+        let requested = matches!(
+            self.conns.get(&req).map(|c| c.phase),
+            Some(Phase::PassiveRequested { .. })
+        );
+        if !requested {
+            // The requester went away: the accept "completes" as a broken connection.
+            if let Some(e) = self.qps.get_mut(&qp) {
+                e.state = QpState::Connecting;
+            }
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return Ok(());
+        }
+        let Some(c) = self.conns.get_mut(&req) else {
+            return Err(bad_state());
+        };
+        let (local, remote) = (v4(c.stream.local_addr()), v4(c.stream.peer_addr()));
+        c.phase = Phase::Established { qp };
+        c.out
+            .push_frame(wire::handshake(Kind::Accept), private_data.to_vec());
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.state = QpState::Connected;
+            e.conn = Some(req);
+            e.local = local;
+            e.remote = remote;
+        }
+        self.emit(CmEvent::Established {
+            qp_num: qp,
+            private_data: Vec::new(),
+        });
+        self.try_write(req);
+        self.wake_needed = true;
+        Ok(())
+    }
+
+    pub(crate) fn reject(&mut self, _sh: &Shared, req: u64, private_data: &[u8]) -> DatResult<()> {
+        let Some(c) = self.conns.get_mut(&req) else {
+            return Ok(());
+        };
+        if !matches!(
+            c.phase,
+            Phase::PassiveRequested { .. }
+                | Phase::PassiveUdRequested { .. }
+                | Phase::PassiveAwaitHello { .. }
+        ) {
+            return Err(bad_state());
+        }
+        c.out
+            .push_frame(Header::new(Kind::Reject), private_data.to_vec());
+        c.begin_close();
+        self.try_write(req);
+        Ok(())
+    }
+
+    pub(crate) fn disconnect(&mut self, _sh: &Shared, qp: u32, abrupt: bool) -> DatResult<()> {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return Err(bad_state());
+        };
+        match e.state {
+            QpState::Connecting => {
+                self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
+            }
+            QpState::Connected => {
+                if abrupt || (e.outstanding.is_empty() && e.fenced.is_empty()) {
+                    self.finish_disconnect(qp);
+                } else {
+                    e.graceful_pending = true;
+                }
+            }
+            QpState::Init | QpState::Error => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish_disconnect(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        e.state = QpState::Error;
+        e.graceful_pending = false;
+        if let Some(t) = e.conn.take() {
+            self.goodbye(t);
+        }
+        self.flush_qp(qp);
+        self.emit(CmEvent::Disconnected { qp_num: qp });
+    }
+
+    pub(crate) fn shutdown(&mut self, _sh: &Shared) {
+        let qps: Vec<u32> = self.qps.keys().copied().collect();
+        for qp in qps {
+            if let Some(e) = self.qps.get_mut(&qp) {
+                e.state = QpState::Error;
+                e.conn = None;
+            }
+            self.flush_qp(qp);
+        }
+        let tokens: Vec<u64> = self.conns.keys().copied().collect();
+        for t in tokens {
+            self.goodbye(t);
+        }
+        self.conns.clear();
+        self.listeners.clear();
+    }
+
+    /// The peer broke the protocol: its connection (only) goes.
+    pub(super) fn protocol_error(&mut self, token: u64, why: &str) {
+        log::warn!("connection {token}: protocol error: {why}");
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
+        match c.phase {
+            Phase::Established { qp } => self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp })),
+            Phase::ActiveAwaitReply { qp } => self.fail_qp(
+                qp,
+                Some(CmEvent::Rejected {
+                    qp_num: qp,
+                    private_data: Vec::new(),
+                    by_peer: false,
+                }),
+            ),
+            Phase::PassiveRequested { listener } | Phase::PassiveUdRequested { listener, .. } => {
+                self.conns.remove(&token);
+                self.emit(CmEvent::RequestCancelled {
+                    listener,
+                    req: token,
+                });
+            }
+            Phase::UdAwaitReply { id } => {
+                self.conns.remove(&token);
+                self.ud_failed(id, false, Vec::new());
+            }
+            Phase::PassiveAwaitHello { .. } => {
+                // Tell a peer of another version why, then close.
+                if let Some(c) = self.conns.get_mut(&token) {
+                    let mut h = Header::new(Kind::Reject);
+                    h.status = Status::BadVersion;
+                    c.out.push_frame(h, Vec::new());
+                    c.begin_close();
+                }
+                self.try_write(token);
+            }
+            Phase::Closing => {
+                self.conns.remove(&token);
+            }
+        }
+    }
+
+    /// The connection ended without a goodbye (EOF or socket error).
+    pub(super) fn conn_lost(&mut self, token: u64) {
+        let Some(c) = self.conns.remove(&token) else {
+            return;
+        };
+        match c.phase {
+            Phase::Established { qp } => {
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.conn = None;
+                }
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            }
+            Phase::ActiveAwaitReply { qp } => {
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.conn = None;
+                }
+                self.fail_qp(
+                    qp,
+                    Some(CmEvent::Rejected {
+                        qp_num: qp,
+                        private_data: Vec::new(),
+                        by_peer: false,
+                    }),
+                );
+            }
+            Phase::PassiveRequested { listener } | Phase::PassiveUdRequested { listener, .. } => {
+                self.emit(CmEvent::RequestCancelled {
+                    listener,
+                    req: token,
+                });
+            }
+            Phase::UdAwaitReply { id } => self.ud_failed(id, false, Vec::new()),
+            Phase::PassiveAwaitHello { .. } | Phase::Closing => {}
+        }
+    }
+
+    pub(super) fn accept_incoming(&mut self, listener: u64) {
+        for _ in 0..64 {
+            let Some(l) = self.listeners.get(&listener) else {
+                return;
+            };
+            match l.sock.accept() {
+                Ok((stream, _)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    tune(&stream);
+                    let token = self.token();
+                    self.conns.insert(
+                        token,
+                        Conn::new(
+                            stream,
+                            Phase::PassiveAwaitHello { listener },
+                            Some(Instant::now() + HELLO_TIMEOUT),
+                        ),
+                    );
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::warn!("accept on listener {listener}: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn check_deadlines(&mut self) {
+        let now = Instant::now();
+        let expired_conns: Vec<(u64, Phase)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline.map(|d| d <= now).unwrap_or(false))
+            .map(|(t, c)| (*t, c.phase))
+            .collect();
+        for (t, phase) in expired_conns {
+            match phase {
+                Phase::ActiveAwaitReply { qp } => {
+                    self.fail_qp(qp, Some(CmEvent::TimedOut { qp_num: qp }));
+                }
+                _ => {
+                    self.conns.remove(&t);
+                }
+            }
+        }
+        self.check_ud_deadlines(now);
+        let expired_qps: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, e)| {
+                e.state == QpState::Connecting && e.deadline.map(|d| d <= now).unwrap_or(false)
+            })
+            .map(|(n, _)| *n)
+            .collect();
+        for qp in expired_qps {
+            self.fail_qp(qp, Some(CmEvent::TimedOut { qp_num: qp }));
+        }
+    }
+}

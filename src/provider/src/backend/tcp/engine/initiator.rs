@@ -1,0 +1,478 @@
+//! The initiator side of the TCP transport: requests posted on a queue pair become frames in
+//! post order (behind fences and the read limit), and the target's answers complete them in
+//! order.
+
+use super::*;
+
+impl Engine {
+    // ---- posting -------------------------------------------------------------------------------
+
+    pub(super) fn complete(&mut self, qp: u32, o: &Outstanding, status: WcStatus) {
+        let Some(e) = self.qps.get(&qp) else { return };
+        let cq = e.send_cq.clone();
+        self.push_wc(
+            &cq,
+            WorkCompletion {
+                wr_id: o.wr_id,
+                status,
+                opcode: o.opcode,
+                byte_len: if status == WcStatus::Success {
+                    o.len
+                } else {
+                    0
+                },
+                qp_num: qp,
+                new_rkey: 0,
+                imm: None,
+                invalidated: None,
+                solicited: false,
+            },
+        );
+    }
+
+    /// Completes local operations that reached the head of the queue.
+    pub(super) fn complete_local_heads(&mut self, qp: u32) {
+        loop {
+            let head_local = self
+                .qps
+                .get(&qp)
+                .and_then(|e| e.outstanding.front())
+                .and_then(|o| o.local);
+            let Some(status) = head_local else { break };
+            let Some(o) = self
+                .qps
+                .get_mut(&qp)
+                .and_then(|e| e.outstanding.pop_front())
+            else {
+                break;
+            };
+            self.complete(qp, &o, status);
+            if status != WcStatus::Success {
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+                return;
+            }
+        }
+        let done = self
+            .qps
+            .get(&qp)
+            .map(|e| e.graceful_pending && e.outstanding.is_empty() && e.fenced.is_empty())
+            .unwrap_or(false);
+        if done {
+            self.finish_disconnect(qp);
+        }
+    }
+
+    pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> DatResult<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        let opcode = wr.op.opcode();
+        match e.state {
+            QpState::Connected => {}
+            QpState::Error => {
+                let cq = e.send_cq.clone();
+                self.push_wc(
+                    &cq,
+                    WorkCompletion {
+                        wr_id: wr.wr_id,
+                        status: WcStatus::Flushed,
+                        opcode,
+                        byte_len: 0,
+                        qp_num: qp,
+                        new_rkey: 0,
+                        imm: None,
+                        invalidated: None,
+                        solicited: false,
+                    },
+                );
+                return Ok(());
+            }
+            _ => return Err(bad_state()),
+        }
+        if e.outstanding.len() + e.fenced.len() >= e.cap.max_send_wr.max(1) as usize {
+            return Err(DatError::resources(SubType::None));
+        }
+        if e.conn.is_none() {
+            return Err(bad_state());
+        }
+        if let SendOp::BindMw { new_rkey, .. } = &wr.op {
+            // The window carries its new rkey from the post on (the next bind derives from
+            // it), even if the bind itself waits behind a fence.
+            if let Some(w) = sh
+                .mws
+                .lock()
+                .get(&(new_rkey >> 8))
+                .and_then(|w| w.upgrade())
+            {
+                w.note_posted(*new_rkey);
+            }
+        }
+        let reads_out = e
+            .outstanding
+            .iter()
+            .filter(|o| answers_with_data(o.opcode))
+            .count();
+        // Requests wait, in post order, behind a fence on earlier reads and atomics, and
+        // behind the QP's limit of reads and atomics in flight (its max_rd_atomic, the EP's
+        // max_rdma_read_out), as an RDMA NIC holds them.
+        if !e.fenced.is_empty()
+            || (wr.fence && reads_out > 0)
+            || (answers_with_data(opcode) && reads_out >= reads_allowed(&e.cap))
+        {
+            e.fenced.push_back(wr);
+            return Ok(());
+        }
+        self.start_send(sh, qp, wr);
+        Ok(())
+    }
+
+    /// Starts requests that waited behind a fence or the read limit, in order, as far as the
+    /// fences and the limit allow.
+    pub(super) fn start_fenced(&mut self, sh: &Shared, qp: u32) {
+        loop {
+            let Some(e) = self.qps.get_mut(&qp) else {
+                return;
+            };
+            if e.state != QpState::Connected {
+                return;
+            }
+            let reads_out = e
+                .outstanding
+                .iter()
+                .filter(|o| answers_with_data(o.opcode))
+                .count();
+            let blocked = match e.fenced.front() {
+                None => return,
+                Some(w) => {
+                    (w.fence && reads_out > 0)
+                        || (answers_with_data(w.op.opcode()) && reads_out >= reads_allowed(&e.cap))
+                }
+            };
+            if blocked {
+                return;
+            }
+            let Some(wr) = e.fenced.pop_front() else {
+                return;
+            };
+            self.start_send(sh, qp, wr);
+        }
+    }
+
+    /// Executes a request on a connected QP: gathers its data now and queues its frame, or
+    /// applies a bind; it joins the outstanding requests, which complete in order.
+    pub(super) fn start_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        let opcode = wr.op.opcode();
+        let Some(token) = e.conn else {
+            return;
+        };
+        let pd = e.pd;
+        let seq = e.next_seq;
+        e.next_seq += 1;
+        let mut o = Outstanding {
+            wr_id: wr.wr_id,
+            opcode,
+            len: 0,
+            seq,
+            read_sgl: Vec::new(),
+            local: None,
+        };
+        let mut frame: Option<(Header, Vec<u8>)> = None;
+        let local_result: Result<(), WcStatus> = {
+            let mut keys = sh.keys.lock();
+            match wr.op {
+                SendOp::Send | SendOp::SendInv { .. } => keys.gather(&wr.sgl, pd).map(|data| {
+                    let mut h = Header::new(Kind::Send);
+                    h.seq = seq;
+                    if wr.solicited {
+                        h.flags = wire::FLAG_SOLICITED;
+                    }
+                    if let SendOp::SendInv { rkey } = wr.op {
+                        h.flags |= wire::FLAG_INVALIDATE;
+                        h.key = rkey;
+                    }
+                    o.len = data.len() as u32;
+                    frame = Some((h, data));
+                }),
+                SendOp::RdmaWrite { remote_addr, rkey } => keys.gather(&wr.sgl, pd).map(|data| {
+                    let mut h = Header::new(Kind::Write);
+                    h.seq = seq;
+                    h.addr = remote_addr;
+                    h.key = rkey;
+                    o.len = data.len() as u32;
+                    frame = Some((h, data));
+                }),
+                SendOp::RdmaWriteImm {
+                    remote_addr,
+                    rkey,
+                    imm,
+                } => keys.gather(&wr.sgl, pd).map(|data| {
+                    let mut h = Header::new(Kind::WriteImm);
+                    h.seq = seq;
+                    h.addr = remote_addr;
+                    h.key = rkey;
+                    h.length = imm;
+                    if wr.solicited {
+                        h.flags = wire::FLAG_SOLICITED;
+                    }
+                    o.len = data.len() as u32;
+                    frame = Some((h, data));
+                }),
+                SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
+                    // The previous value lands in one 8-byte local segment.
+                    keys.check_local_sgl(&wr.sgl, pd, true).and_then(|total| {
+                        if total != 8 {
+                            return Err(WcStatus::LocalLength);
+                        }
+                        let (remote_addr, rkey, flag, operand, swap) = match wr.op {
+                            SendOp::FetchAdd {
+                                remote_addr,
+                                rkey,
+                                add,
+                            } => (remote_addr, rkey, wire::FLAG_FETCH_ADD, add, 0),
+                            SendOp::CmpSwap {
+                                remote_addr,
+                                rkey,
+                                compare,
+                                swap,
+                            } => (remote_addr, rkey, wire::FLAG_CMP_SWAP, compare, swap),
+                            _ => unreachable!("matched above"),
+                        };
+                        let mut h = Header::new(Kind::Atomic);
+                        h.seq = seq;
+                        h.addr = remote_addr;
+                        h.key = rkey;
+                        h.flags = flag;
+                        let mut payload = Vec::with_capacity(16);
+                        payload.extend_from_slice(&operand.to_le_bytes());
+                        payload.extend_from_slice(&swap.to_le_bytes());
+                        o.len = 8;
+                        o.read_sgl = wr.sgl.clone();
+                        frame = Some((h, payload));
+                        Ok(())
+                    })
+                }
+                SendOp::RdmaRead { remote_addr, rkey } => {
+                    keys.check_local_sgl(&wr.sgl, pd, true).and_then(|total| {
+                        if total > u64::from(sh.limits.max_message) {
+                            return Err(WcStatus::LocalLength);
+                        }
+                        let mut h = Header::new(Kind::ReadReq);
+                        h.seq = seq;
+                        h.addr = remote_addr;
+                        h.key = rkey;
+                        h.length = total as u32;
+                        o.len = total as u32;
+                        o.read_sgl = wr.sgl.clone();
+                        frame = Some((h, Vec::new()));
+                        Ok(())
+                    })
+                }
+                SendOp::BindMw {
+                    mw: _,
+                    mr,
+                    addr,
+                    length,
+                    access,
+                    new_rkey,
+                } => {
+                    let window = sh
+                        .mws
+                        .lock()
+                        .get(&(new_rkey >> 8))
+                        .and_then(|w| w.upgrade());
+                    let ok = match window {
+                        Some(w) => w.apply_bind(
+                            &mut keys,
+                            mr.as_ref().map(|m| m.lkey()),
+                            addr,
+                            length,
+                            access,
+                            new_rkey,
+                        ),
+                        None => false,
+                    };
+                    o.local = Some(if ok {
+                        WcStatus::Success
+                    } else {
+                        WcStatus::MwBind
+                    });
+                    Ok(())
+                }
+            }
+        };
+        if let Err(status) = local_result {
+            // A local error completes the request and breaks the connection, as on a NIC.
+            self.complete(qp, &o, status);
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return;
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.outstanding.push_back(o);
+        }
+        match frame {
+            Some((h, payload)) => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.out.push_frame(h, payload);
+                }
+                self.try_write(token);
+            }
+            None => self.complete_local_heads(qp),
+        }
+    }
+
+    pub(crate) fn post_recv(&mut self, sh: &Shared, qp: u32, wr: RecvWr) -> DatResult<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        if e.srq.is_some() {
+            return Err(bad_state());
+        }
+        if e.state == QpState::Error {
+            let cq = e.recv_cq.clone();
+            self.push_wc(
+                &cq,
+                WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    qp_num: qp,
+                    new_rkey: 0,
+                    imm: None,
+                    invalidated: None,
+                    solicited: false,
+                },
+            );
+            return Ok(());
+        }
+        if wr.sgl.len() > e.cap.max_recv_sge.max(1) as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        if e.rq.len() >= e.cap.max_recv_wr as usize {
+            return Err(DatError::resources(SubType::None));
+        }
+        e.rq.push_back(wr);
+        if let Some(t) = e.conn {
+            self.retry_held(sh, t);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn retry_held_for_srq(&mut self, sh: &Shared, srq: u64) {
+        let tokens: Vec<u64> = self
+            .qps
+            .values()
+            .filter(|e| e.srq.as_ref().map(|s| s.id == srq).unwrap_or(false))
+            .filter_map(|e| e.conn)
+            .collect();
+        for t in tokens {
+            self.retry_held(sh, t);
+        }
+    }
+
+    /// Runs the requests held on connections whose output has drained (see `try_write`).
+    pub(crate) fn retry_drained(&mut self, sh: &Shared) {
+        // Retrying may drain the output again (until the socket is full or nothing is held).
+        while !self.drained.is_empty() {
+            for token in std::mem::take(&mut self.drained) {
+                self.retry_held(sh, token);
+            }
+        }
+    }
+
+    /// Tries again the requests queued behind a send that had no receive, or behind an RDMA
+    /// read that waited for our output to drain.
+    pub(super) fn retry_held(&mut self, sh: &Shared, token: u64) {
+        loop {
+            let Some(c) = self.conns.get_mut(&token) else {
+                return;
+            };
+            let Phase::Established { qp } = c.phase else {
+                return;
+            };
+            let Some((h, p)) = c.held.pop_front() else {
+                break;
+            };
+            c.held_bytes = c.held_bytes.saturating_sub(p.len());
+            match self.target_request(sh, token, qp, &h, &p) {
+                Outcome::Done => {}
+                Outcome::Hold => {
+                    if let Some(c) = self.conns.get_mut(&token) {
+                        c.held_bytes += p.len();
+                        c.held.push_front((h, p));
+                    }
+                    // It may wait for the answers just queued to drain: send them now.
+                    self.try_write(token);
+                    self.wake_needed = true;
+                    return;
+                }
+                Outcome::Broken => return,
+            }
+        }
+        // Frames decoded but not processed while holding, and reading resumes.
+        self.process_frames(sh, token);
+        self.wake_needed = true;
+    }
+
+    /// An ACK or READ_RESP for our oldest outstanding request.
+    /// `placed`: the payload of a READ_RESP was already placed (by a `ReadSink`), with
+    /// this outcome.
+    pub(super) fn response(
+        &mut self,
+        sh: &Shared,
+        qp: u32,
+        h: &Header,
+        p: &[u8],
+        placed: Option<WcStatus>,
+    ) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        let pd = e.pd;
+        let matches = match e.outstanding.front() {
+            Some(o) => {
+                o.local.is_none()
+                    && o.seq == h.seq
+                    && (h.kind == Kind::ReadResp) == answers_with_data(o.opcode)
+            }
+            None => false,
+        };
+        if !matches {
+            log::warn!("qp {qp}: response does not match the oldest request; breaking");
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return;
+        }
+        let Some(o) = e.outstanding.pop_front() else {
+            return;
+        };
+        let status = match h.status {
+            Status::Ok => {
+                if let Some(status) = placed {
+                    status
+                } else if h.kind == Kind::ReadResp {
+                    if p.len() != o.len as usize {
+                        WcStatus::BadResponse
+                    } else {
+                        match sh.keys.lock().scatter(&o.read_sgl, pd, p) {
+                            Ok(()) => WcStatus::Success,
+                            Err(s) => s,
+                        }
+                    }
+                } else {
+                    WcStatus::Success
+                }
+            }
+            Status::RemoteAccess => WcStatus::RemoteAccess,
+            Status::RemoteLength | Status::RemoteInvalid => WcStatus::RemoteInvalidRequest,
+            Status::BadVersion => WcStatus::BadResponse,
+        };
+        self.complete(qp, &o, status);
+        if status != WcStatus::Success {
+            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            return;
+        }
+        if answers_with_data(o.opcode) {
+            self.start_fenced(sh, qp);
+        }
+        self.complete_local_heads(qp);
+    }
+}

@@ -1,0 +1,538 @@
+//! The progress engine of the TCP transport: the state one progress thread owns (queue pairs,
+//! connections, listeners) and what it does with it, one concern a file:
+//!
+//! * this file: the engine's state and the queue pairs (create, flush, fail, reset, destroy);
+//! * `connection`: connect, listen, accept, reject, disconnect, deadlines, lost peers;
+//! * `initiator`: posted requests become frames, in order; answers complete them;
+//! * `target`: a peer's requests executed against our registered memory;
+//! * `sockets`: reading and writing frames, and the progress thread's poll loop;
+//! * `datagram`: unreliable datagram QPs (UDP) and their address resolution.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::super::{
+    CmEvent, QpCap, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
+use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
+use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
+use super::{Shared, TcpCq, TcpSrq};
+use crate::core::error::{DatError, DatResult, SubType};
+
+mod connection;
+mod datagram;
+mod initiator;
+mod sockets;
+mod target;
+
+pub(crate) use datagram::TcpAh;
+pub(crate) use sockets::progress_loop;
+
+/// A peer that has not sent its HELLO by then is dropped.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Target-side requests queued behind a send that waits for a receive; past this many bytes we
+/// stop reading the socket (back-pressure instead of unbounded buffering).
+const HOLD_LIMIT: usize = 8 << 20;
+/// Poll timeout: the granularity of connection deadlines.
+const TICK_MS: i32 = 50;
+/// Socket send buffer asked for (see `tune`).
+const SEND_BUFFER: i32 = 4 << 20;
+/// How long a closing connection may take to send what is left and then to see the peer's end
+/// of stream. Closing a socket that still has unread input makes the kernel reset the
+/// connection, and a reset discards what the peer has not read yet (our last answers): so a
+/// closing connection keeps reading and discarding until the peer closes too, for this long.
+const CLOSE_LINGER: Duration = Duration::from_secs(5);
+
+pub(crate) enum Deferred {
+    Notify(Arc<TcpCq>),
+    Cm(CmEvent),
+    /// The driver of this CQ must look at its connections again (output is waiting).
+    Interrupt(u64),
+}
+
+pub(crate) struct ListenerEntry {
+    pub sock: TcpListener,
+}
+
+struct Outstanding {
+    wr_id: u64,
+    opcode: WcOpcode,
+    len: u32,
+    seq: u64,
+    read_sgl: Vec<Sge>,
+    /// A local operation (memory-window bind) already applied, completing in order.
+    local: Option<WcStatus>,
+}
+
+struct QpEntry {
+    pd: u32,
+    /// Requests posted but not started: a request with the fence flag waits here until every
+    /// earlier RDMA read of the QP has completed (its data must not be gathered before), and
+    /// every request posted after it waits behind it, so the wire order is the post order.
+    fenced: VecDeque<SendWr>,
+    send_cq: Arc<TcpCq>,
+    recv_cq: Arc<TcpCq>,
+    srq: Option<Arc<TcpSrq>>,
+    cap: QpCap,
+    state: QpState,
+    rq: VecDeque<RecvWr>,
+    outstanding: VecDeque<Outstanding>,
+    conn: Option<u64>,
+    attempt: u64,
+    hello: Vec<u8>,
+    deadline: Option<Instant>,
+    graceful_pending: bool,
+    local: Option<SocketAddrV4>,
+    remote: Option<SocketAddrV4>,
+    next_seq: u64,
+    /// A datagram QP's socket (None: a connected QP).
+    ud: Option<datagram::UdQp>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    ActiveAwaitReply {
+        qp: u32,
+    },
+    PassiveAwaitHello {
+        listener: u64,
+    },
+    PassiveRequested {
+        listener: u64,
+    },
+    Established {
+        qp: u32,
+    },
+    /// Sending what is left, then closing.
+    Closing,
+    /// Datagram address resolution `id` (see `datagram`): HELLO sent, waiting for ACCEPT.
+    UdAwaitReply {
+        id: u64,
+    },
+    /// A datagram QP's HELLO arrived (its QP number `qpn`); waiting for the consumer.
+    PassiveUdRequested {
+        listener: u64,
+        qpn: u32,
+    },
+}
+
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    dec: Decoder,
+    out: OutQueue,
+    held: VecDeque<(Header, Vec<u8>)>,
+    held_bytes: usize,
+    deadline: Option<Instant>,
+    close_when_flushed: bool,
+    /// Everything is written and our side is shut: reading and discarding until the peer's end
+    /// of stream (or CLOSE_LINGER), so that closing sends no reset.
+    draining: bool,
+    /// A write failed (the peer closed or reset): nothing more is written; what the peer sent
+    /// before is read and processed, then the connection is lost (`settle_failed_writes`).
+    write_failed: bool,
+    /// An application thread waiting for a completion polls this socket itself (`TcpCq::drive`);
+    /// the progress thread leaves it alone meanwhile. The id of the driver's CQ.
+    driven: Option<u64>,
+    /// A large READ_RESP payload being received straight into the read's local buffers.
+    sink: Option<ReadSink>,
+    /// An RDMA read is held until the output queue has drained (see `target_request`).
+    wait_drain: bool,
+}
+
+/// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
+/// answers (one copy, the kernel's, instead of two).
+struct ReadSink {
+    qp: u32,
+    header: Header,
+    sgl: Vec<Sge>,
+    pd: u32,
+    got: usize,
+    /// A local error met on the way (the rest of the payload is then read and dropped).
+    failed: Option<WcStatus>,
+}
+
+enum SinkStep {
+    More,
+    Blocked,
+    Gone,
+}
+
+/// A connection an application thread drives for a while.
+pub(crate) struct Claim {
+    pub token: u64,
+    pub fd: std::os::fd::RawFd,
+    /// Watch for input (not while back-pressured) and for room to write.
+    pub input: bool,
+    pub output: bool,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>) -> Conn {
+        Conn {
+            stream,
+            phase,
+            dec: Decoder::new(),
+            out: OutQueue::default(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            deadline,
+            close_when_flushed: false,
+            draining: false,
+            write_failed: false,
+            driven: None,
+            sink: None,
+            wait_drain: false,
+        }
+    }
+
+    fn is_closing(&self) -> bool {
+        self.phase == Phase::Closing
+    }
+
+    /// Sends what the kernel takes now (never raising SIGPIPE).
+    fn flush_out(&mut self) -> io::Result<()> {
+        send_out(&mut self.out, &self.stream)
+    }
+
+    /// Ends the connection after what is queued has been sent: the peer reads everything up
+    /// to our last frame, then our end of stream. Frames from the peer are no longer processed.
+    fn begin_close(&mut self) {
+        self.phase = Phase::Closing;
+        self.close_when_flushed = true;
+        self.held.clear();
+        self.held_bytes = 0;
+        self.deadline = Some(Instant::now() + CLOSE_LINGER);
+    }
+}
+
+/// Writes `out` to `stream` until done or the socket refuses, with sendmsg(MSG_NOSIGNAL): a
+/// library must not raise SIGPIPE in its host when a peer has gone away.
+pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()> {
+    let fd = stream.as_raw_fd();
+    out.write_with(|slices| sys::send_nosignal(fd, slices))
+}
+
+enum Outcome {
+    Done,
+    Hold,
+    Broken,
+}
+
+#[derive(Default)]
+pub(crate) struct Engine {
+    qps: HashMap<u32, QpEntry>,
+    conns: HashMap<u64, Conn>,
+    pub(crate) listeners: HashMap<u64, ListenerEntry>,
+    pub(crate) connect_results: Vec<(u32, u64, io::Result<TcpStream>)>,
+    next_token: u64,
+    next_qp: u32,
+    pub(crate) deferred: Vec<Deferred>,
+    pub(crate) wake_needed: bool,
+    /// Connections whose last write failed, to be read out and then reported lost.
+    failed_writes: Vec<u64>,
+    /// The progress thread polls without the connections drivers had claimed.
+    poll_excludes: bool,
+    /// Connections whose output drained while requests were held behind it.
+    drained: Vec<u64>,
+    /// Datagram address resolutions under way, by id.
+    ud_pending: HashMap<u64, datagram::UdResolve>,
+    /// Their TCP connects, as the helper threads finish them.
+    pub(crate) ud_connect_results: Vec<(u64, io::Result<TcpStream>)>,
+}
+
+fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
+    match a {
+        Ok(SocketAddr::V4(v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// Socket options of every connection: no Nagle delay (requests and answers are small and
+/// latency-bound), and a send buffer that takes a large answer in one write, so it goes out
+/// straight from registered memory rather than through a copy queued for later.
+fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let _ = sys::set_send_buffer(stream.as_raw_fd(), SEND_BUFFER);
+}
+
+fn bad_state() -> DatError {
+    DatError::invalid_state(SubType::None)
+}
+
+/// Requests the target answers with data (READ_RESP): RDMA reads and atomics. A fenced request
+/// waits for these, as on an RDMA NIC.
+fn answers_with_data(op: WcOpcode) -> bool {
+    matches!(
+        op,
+        WcOpcode::RdmaRead | WcOpcode::FetchAdd | WcOpcode::CmpSwap
+    )
+}
+
+/// How many reads and atomics a QP may have in flight: its max_rd_atomic (0 counts as 1, as
+/// verbs rounds it up).
+fn reads_allowed(cap: &QpCap) -> usize {
+    cap.max_rd_atomic.max(1) as usize
+}
+
+impl Engine {
+    pub(super) fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    pub(super) fn emit(&mut self, ev: CmEvent) {
+        self.deferred.push(Deferred::Cm(ev));
+    }
+
+    pub(super) fn push_wc(&mut self, cq: &Arc<TcpCq>, wc: WorkCompletion) {
+        cq.push(wc);
+        self.deferred.push(Deferred::Notify(cq.clone()));
+    }
+
+    // ---- queue pairs ---------------------------------------------------------------------------
+
+    pub(crate) fn create_qp(
+        &mut self,
+        pd: u32,
+        send_cq: Arc<TcpCq>,
+        recv_cq: Arc<TcpCq>,
+        srq: Option<Arc<TcpSrq>>,
+        cap: QpCap,
+    ) -> u32 {
+        self.next_qp += 1;
+        let n = self.next_qp;
+        self.qps.insert(
+            n,
+            QpEntry {
+                pd,
+                fenced: VecDeque::new(),
+                send_cq,
+                recv_cq,
+                srq,
+                cap,
+                state: QpState::Init,
+                rq: VecDeque::new(),
+                outstanding: VecDeque::new(),
+                conn: None,
+                attempt: 0,
+                hello: Vec::new(),
+                deadline: None,
+                graceful_pending: false,
+                local: None,
+                remote: None,
+                next_seq: 1,
+                ud: None,
+            },
+        );
+        n
+    }
+
+    /// The socket of `qp`'s connection (tests watch it for the peer's reset).
+    #[cfg(test)]
+    pub(crate) fn conn_fd(&self, qp: u32) -> Option<std::os::fd::RawFd> {
+        let token = self.qps.get(&qp)?.conn?;
+        self.conns.get(&token).map(|c| c.stream.as_raw_fd())
+    }
+
+    /// Claims for a driver the established connections of the QPs that complete into CQ `cq`
+    /// and nobody drives yet.
+    pub(crate) fn claim_for_cq(&mut self, cq: u64) -> Vec<Claim> {
+        let mut out = Vec::new();
+        for e in self.qps.values() {
+            if e.send_cq.id != cq && e.recv_cq.id != cq {
+                continue;
+            }
+            let Some(token) = e.conn else { continue };
+            let Some(c) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            if c.driven.is_some() || c.write_failed || !matches!(c.phase, Phase::Established { .. })
+            {
+                continue;
+            }
+            let (input, output) = (c.held_bytes <= HOLD_LIMIT, !c.out.is_empty());
+            if !input && !output {
+                continue; // back-pressured: nothing to watch (see `progress_loop`)
+            }
+            c.driven = Some(cq);
+            out.push(Claim {
+                token,
+                fd: c.stream.as_raw_fd(),
+                input,
+                output,
+            });
+        }
+        out
+    }
+
+    /// Returns claimed connections to the progress thread, woken if it polls without them
+    /// (or if one has output waiting), so that nothing arriving now waits for its next tick.
+    pub(crate) fn release_claims(&mut self, claims: &[Claim]) {
+        for cl in claims {
+            if let Some(c) = self.conns.get_mut(&cl.token) {
+                c.driven = None;
+                if !c.out.is_empty() || self.poll_excludes {
+                    self.wake_needed = true;
+                    self.poll_excludes = false;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn qp_state(&self, qp: u32) -> QpState {
+        self.qps.get(&qp).map(|e| e.state).unwrap_or(QpState::Error)
+    }
+
+    pub(crate) fn posted_recvs(&self, qp: u32) -> u32 {
+        self.qps.get(&qp).map(|e| e.rq.len() as u32).unwrap_or(0)
+    }
+
+    pub(crate) fn qp_addrs(&self, qp: u32) -> (Option<SocketAddrV4>, Option<SocketAddrV4>) {
+        self.qps
+            .get(&qp)
+            .map(|e| (e.local, e.remote))
+            .unwrap_or((None, None))
+    }
+
+    /// Completes every outstanding request and posted receive of `qp` as Flushed.
+    pub(super) fn flush_qp(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        // In post order: the started requests, then those waiting behind a fence.
+        let mut sends: Vec<(u64, WcOpcode)> = e
+            .outstanding
+            .drain(..)
+            .map(|o| (o.wr_id, o.opcode))
+            .collect();
+        sends.extend(e.fenced.drain(..).map(|w| (w.wr_id, w.op.opcode())));
+        if let Some(ud) = e.ud.as_mut() {
+            sends.extend(ud.out.drain(..).map(|o| (o.wr_id, WcOpcode::Send)));
+        }
+        let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
+        let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
+        for (wr_id, opcode) in sends {
+            self.push_wc(
+                &scq,
+                WorkCompletion {
+                    wr_id,
+                    status: WcStatus::Flushed,
+                    opcode,
+                    byte_len: 0,
+                    qp_num: qp,
+                    new_rkey: 0,
+                    imm: None,
+                    invalidated: None,
+                    solicited: false,
+                },
+            );
+        }
+        for r in recvs {
+            self.push_wc(
+                &rcq,
+                WorkCompletion {
+                    wr_id: r.wr_id,
+                    status: WcStatus::Flushed,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    qp_num: qp,
+                    new_rkey: 0,
+                    imm: None,
+                    invalidated: None,
+                    solicited: false,
+                },
+            );
+        }
+    }
+
+    /// Moves `qp` to Error: drops its connection at once (no goodbye), flushes, reports `ev`.
+    pub(super) fn fail_qp(&mut self, qp: u32, ev: Option<CmEvent>) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        if e.state == QpState::Error {
+            return;
+        }
+        e.state = QpState::Error;
+        e.graceful_pending = false;
+        if let Some(t) = e.conn.take() {
+            self.conns.remove(&t);
+        }
+        self.flush_qp(qp);
+        if let Some(ev) = ev {
+            self.emit(ev);
+        }
+    }
+
+    /// Target-side break after a failed request: the answer already queued still goes out,
+    /// then the connection closes.
+    pub(super) fn break_after_answer(&mut self, token: u64, qp: u32) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.begin_close();
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.conn = None;
+            e.state = QpState::Error;
+            e.graceful_pending = false;
+        }
+        self.flush_qp(qp);
+        self.emit(CmEvent::Broken { qp_num: qp });
+        self.try_write(token);
+    }
+
+    pub(crate) fn reset_qp(&mut self, qp: u32) -> DatResult<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        match e.state {
+            QpState::Error | QpState::Init => {}
+            // A ready datagram QP keeps its posted receives, as an Init one does.
+            QpState::Connected if e.ud.is_some() => {}
+            _ => return Err(bad_state()),
+        }
+        e.conn = None;
+        e.graceful_pending = false;
+        e.remote = None;
+        e.deadline = None;
+        if e.ud.is_some() {
+            // A datagram QP needs no connection: reset, it is ready to send again.
+            e.state = QpState::Connected;
+            return Ok(());
+        }
+        e.state = QpState::Init;
+        e.local = None;
+        // Receives posted in Init survive a reset of an Init QP; an Error QP has none left.
+        Ok(())
+    }
+
+    pub(crate) fn destroy_qp(&mut self, _sh: &Shared, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        e.state = QpState::Error;
+        if let Some(t) = e.conn.take() {
+            self.goodbye(t);
+        }
+        self.flush_qp(qp);
+        self.qps.remove(&qp);
+        self.forget_ud_resolutions(qp);
+    }
+
+    /// Queues DISCONNECT on an established connection and closes it once sent.
+    fn goodbye(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if matches!(c.phase, Phase::Established { .. }) {
+            c.out.push_frame(Header::new(Kind::Disconnect), Vec::new());
+            c.begin_close();
+            self.try_write(token);
+        } else {
+            self.conns.remove(&token);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The target side of the TCP transport: a peer's SEND, WRITE, WRITE_IMM, READ_REQ and ATOMIC
+//! executed against our registered memory, in order, each answered on the connection.
+
+use super::*;
+
+impl Engine {
+    // ---- the wire ------------------------------------------------------------------------------
+
+    pub(super) fn answer(&mut self, token: u64, h: Header, payload: Vec<u8>) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.out.push_frame(h, payload);
+        }
+    }
+
+    /// Executes a SEND, WRITE or READ_REQ from the peer, in order.
+    pub(super) fn target_request(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        h: &Header,
+        p: &[u8],
+    ) -> Outcome {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return Outcome::Broken;
+        };
+        let pd = e.pd;
+        match h.kind {
+            Kind::Send => {
+                let (wr, pd) = match &e.srq {
+                    Some(s) => (s.queue.lock().pop_front(), s.pd),
+                    None => (e.rq.pop_front(), pd),
+                };
+                let Some(wr) = wr else { return Outcome::Hold };
+                let rcq = e.recv_cq.clone();
+                let qp_pd = e.pd;
+                let mut invalidated = None;
+                let status = {
+                    let mut keys = sh.keys.lock();
+                    match keys.scatter(&wr.sgl, pd, p) {
+                        Err(s) => s,
+                        // A send-with-invalidate ends the binding of one of our windows (of
+                        // this QP's PD) once its message is placed; a key that names none
+                        // fails the receive, as an RDMA NIC fails it.
+                        Ok(()) if h.flags & wire::FLAG_INVALIDATE != 0 => {
+                            let window = sh.mws.lock().get(&(h.key >> 8)).and_then(|w| w.upgrade());
+                            match window {
+                                Some(w) if w.remote_invalidate(&mut keys, h.key, qp_pd) => {
+                                    invalidated = Some(h.key);
+                                    WcStatus::Success
+                                }
+                                _ => WcStatus::LocalProtection,
+                            }
+                        }
+                        Ok(()) => WcStatus::Success,
+                    }
+                };
+                self.push_wc(
+                    &rcq,
+                    WorkCompletion {
+                        wr_id: wr.wr_id,
+                        status,
+                        opcode: WcOpcode::Recv,
+                        byte_len: if status == WcStatus::Success {
+                            p.len() as u32
+                        } else {
+                            0
+                        },
+                        qp_num: qp,
+                        new_rkey: 0,
+                        imm: None,
+                        invalidated,
+                        solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                    },
+                );
+                let mut ack = Header::new(Kind::Ack);
+                ack.seq = h.seq;
+                ack.status = match status {
+                    WcStatus::Success => Status::Ok,
+                    WcStatus::LocalLength => Status::RemoteLength,
+                    WcStatus::LocalProtection
+                        if invalidated.is_none() && h.flags & wire::FLAG_INVALIDATE != 0 =>
+                    {
+                        Status::RemoteInvalid
+                    }
+                    _ => Status::RemoteAccess,
+                };
+                self.answer(token, ack, Vec::new());
+                if status != WcStatus::Success {
+                    self.break_after_answer(token, qp);
+                    return Outcome::Broken;
+                }
+                Outcome::Done
+            }
+            Kind::WriteImm => {
+                // The data goes where the rkey says; a posted receive reports its arrival with
+                // the immediate data (a write-with-immediate waits for one, as a send does).
+                let waiting = match &e.srq {
+                    Some(s) => s.queue.lock().is_empty(),
+                    None => e.rq.is_empty(),
+                };
+                if waiting {
+                    return Outcome::Hold;
+                }
+                let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
+                let mut ack = Header::new(Kind::Ack);
+                ack.seq = h.seq;
+                ack.status = match r {
+                    Ok(()) => Status::Ok,
+                    Err(s) => s,
+                };
+                self.answer(token, ack, Vec::new());
+                if r.is_err() {
+                    log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
+                    self.break_after_answer(token, qp);
+                    return Outcome::Broken;
+                }
+                let Some(e) = self.qps.get_mut(&qp) else {
+                    return Outcome::Broken;
+                };
+                let wr = match &e.srq {
+                    Some(s) => s.queue.lock().pop_front(),
+                    None => e.rq.pop_front(),
+                };
+                let rcq = e.recv_cq.clone();
+                if let Some(wr) = wr {
+                    self.push_wc(
+                        &rcq,
+                        WorkCompletion {
+                            wr_id: wr.wr_id,
+                            status: WcStatus::Success,
+                            opcode: WcOpcode::RecvRdmaImm,
+                            byte_len: p.len() as u32,
+                            qp_num: qp,
+                            new_rkey: 0,
+                            imm: Some(h.length),
+                            invalidated: None,
+                            solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                        },
+                    );
+                }
+                Outcome::Done
+            }
+            Kind::Atomic => {
+                let mut operands = [0u64; 2];
+                for (i, w) in p.chunks_exact(8).take(2).enumerate() {
+                    operands[i] = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                }
+                let r = match h.flags {
+                    wire::FLAG_FETCH_ADD if p.len() == 16 => {
+                        sh.keys
+                            .lock()
+                            .remote_atomic(h.key, h.addr, pd, operands[0], None)
+                    }
+                    wire::FLAG_CMP_SWAP if p.len() == 16 => sh.keys.lock().remote_atomic(
+                        h.key,
+                        h.addr,
+                        pd,
+                        operands[0],
+                        Some(operands[1]),
+                    ),
+                    _ => Err(Status::RemoteInvalid),
+                };
+                let mut resp = Header::new(Kind::ReadResp);
+                resp.seq = h.seq;
+                match r {
+                    Ok(old) => {
+                        self.answer(token, resp, old.to_le_bytes().to_vec());
+                        Outcome::Done
+                    }
+                    Err(s) => {
+                        log::info!("qp {qp}: remote atomic refused (rkey {:#x})", h.key);
+                        resp.status = s;
+                        self.answer(token, resp, Vec::new());
+                        self.break_after_answer(token, qp);
+                        Outcome::Broken
+                    }
+                }
+            }
+            Kind::Write => {
+                let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
+                let mut ack = Header::new(Kind::Ack);
+                ack.seq = h.seq;
+                ack.status = match r {
+                    Ok(()) => Status::Ok,
+                    Err(s) => s,
+                };
+                self.answer(token, ack, Vec::new());
+                if r.is_err() {
+                    log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
+                    self.break_after_answer(token, qp);
+                    return Outcome::Broken;
+                }
+                Outcome::Done
+            }
+            Kind::ReadReq => {
+                // An answer is sent straight from the registered memory when nothing is queued
+                // before it; so while answers are queued, later reads wait (their requests are
+                // held, in order) instead of being copied into the queue. `try_write` resumes
+                // them once the queue has drained into the socket.
+                if let Some(c) = self.conns.get_mut(&token) {
+                    if !c.out.is_empty() {
+                        c.wait_drain = true;
+                        return Outcome::Hold;
+                    }
+                }
+                let mut resp = Header::new(Kind::ReadResp);
+                resp.seq = h.seq;
+                // With nothing queued before it, the answer goes out straight from the
+                // registered memory (one copy fewer); what the socket does not take is queued.
+                let direct = self
+                    .conns
+                    .get(&token)
+                    .filter(|c| c.out.is_empty() && !c.write_failed && !c.is_closing())
+                    .map(|c| c.stream.as_raw_fd());
+                let r = match direct {
+                    Some(fd) => {
+                        let mut full = resp;
+                        full.payload_len = h.length;
+                        let head = full.encode();
+                        let sent = sh
+                            .keys
+                            .lock()
+                            .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
+                        sent.map(|(sent, rest)| {
+                            if let Some(c) = self.conns.get_mut(&token) {
+                                if sent < head.len() {
+                                    c.out.push_bytes(head[sent..].to_vec());
+                                }
+                                c.out.push_bytes(rest);
+                            }
+                        })
+                    }
+                    None => sh
+                        .keys
+                        .lock()
+                        .remote_read(h.key, h.addr, h.length, pd)
+                        .map(|data| self.answer(token, resp, data)),
+                };
+                match r {
+                    Ok(()) => Outcome::Done,
+                    Err(s) => {
+                        log::info!("qp {qp}: remote read refused (rkey {:#x})", h.key);
+                        resp.status = s;
+                        self.answer(token, resp, Vec::new());
+                        self.break_after_answer(token, qp);
+                        Outcome::Broken
+                    }
+                }
+            }
+            _ => Outcome::Broken,
+        }
+    }
+}

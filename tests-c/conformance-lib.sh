@@ -1,0 +1,208 @@
+# Helpers of the conformance scripts (conformance-dapltest.sh,
+# debian-sources.sh), sourced by them. The caller sets $out (the log
+# directory), $ia and $addr (the IA name and its address) and, for the
+# FAIL lines, $conf_name.
+#
+# Every server runs under `timeout`, is waited for by its readiness (a line
+# in its log, a listening port), never by a fixed sleep, and is killed if it
+# outlives its client by more than a grace period.
+
+passed=0 failed=0
+ok() { passed=$((passed + 1)); }
+# With $deferred set (to a newline), FAIL lines are collected there instead
+# of printed, for a caller that may retry (dtestx_pair).
+deferred=""
+bad() {
+	failed=$((failed + 1))
+	if [ -n "$deferred" ]; then
+		deferred="$deferred${conf_name:-conformance}: FAIL: $*"$'\n'
+	else
+		echo "${conf_name:-conformance}: FAIL: $*"
+	fi
+}
+
+# start_server LOG READY CMD...: starts CMD in the background (its pid in
+# $server_pid), waits up to 10 s for READY (a grep pattern) in its log. An
+# empty READY does not wait (for servers whose output is not flushed: the
+# caller waits for their port instead).
+start_server() {
+	local log=$1 ready=$2; shift 2
+	"$@" > "$log" 2>&1 &
+	server_pid=$!
+	[ -z "$ready" ] && return 0
+	for _ in $(seq 100); do
+		grep -q "$ready" "$log" && return 0
+		kill -0 $server_pid 2>/dev/null || break
+		sleep 0.1
+	done
+	bad "server did not become ready: $* (see $log)"
+	stop_server
+	return 1
+}
+
+# stop_server: ends the server started last. CMD runs in a subshell when it
+# starts with a shell function (ours_env ...), so the subshell's children
+# (the server's `timeout`, which passes the signal on) are ended first, by
+# their process ids.
+stop_server() {
+	local pid
+	for pid in $(ps -o pid= --ppid $server_pid 2>/dev/null); do
+		kill $pid 2>/dev/null
+	done
+	kill $server_pid 2>/dev/null
+	wait $server_pid 2>/dev/null
+}
+
+# wait_port PORT: waits up to 10 s for the server to listen on TCP PORT.
+wait_port() {
+	for _ in $(seq 100); do
+		ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
+		kill -0 $server_pid 2>/dev/null || break
+		sleep 0.1
+	done
+	return 1
+}
+
+# finish_server GRACE: the server's exit status, once it exits; a server
+# still running GRACE seconds after its client finished is killed (124).
+finish_server() {
+	local grace=$1
+	for _ in $(seq $((grace * 10))); do
+		kill -0 $server_pid 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 $server_pid 2>/dev/null; then
+		stop_server
+		return 124
+	fi
+	wait $server_pid
+}
+
+# client ENVF NAME CMD...: runs CMD under ENVF with a timeout; passes if it
+# exits 0 (log in $out/ENVF-NAME.log).
+client() {
+	local envf=$1 name=$2; shift 2
+	local log="$out/$envf-$name.log"
+	if $envf timeout 120 "$@" > "$log" 2>&1; then ok; else bad "$envf $name: exit $? (see $log)"; fi
+}
+
+# dtest_pair ENVF NAME READY PORT FAIL MUST PROG [ARGS...]: the dtest family's
+# pair, `PROG -P $ia -s ARGS` as the server (ready when its log matches
+# READY and, unless PORT is -, when it listens on TCP PORT) and
+# `PROG -P $ia -h $addr ARGS` as the client. Each side passes if it exits 0,
+# prints no line matching FAIL (grep -E) and, unless MUST is empty, a line
+# matching MUST. A failure quotes the first offending line. Each side runs
+# under `timeout ${pair_timeout:-60}` (they take seconds), which keeps a
+# hung pair from holding the whole script.
+dtest_pair() {
+	local envf=$1 name=$2 ready=$3 port=$4 fail=$5 must=$6; shift 6
+	local slog="$out/$envf-$name-server.log" clog="$out/$envf-$name-client.log"
+	local crc src side log rc why
+	start_server "$slog" "$ready" $envf timeout ${pair_timeout:-60} "$@" -P $ia -s || return 0
+	if [ "$port" != - ] && ! wait_port "$port"; then
+		bad "$envf $name: server not listening on port $port (see $slog)"
+		finish_server 0
+		return 0
+	fi
+	$envf timeout ${pair_timeout:-60} "$@" -P $ia -h $addr > "$clog" 2>&1
+	crc=$?
+	finish_server 20
+	src=$?
+	for side in client server; do
+		if [ $side = client ]; then log=$clog rc=$crc; else log=$slog rc=$src; fi
+		why=""
+		if grep -Eq "$fail" "$log"; then
+			why="printed '$(grep -Em1 "$fail" "$log" | sed 's/^[[:space:]]*//')'"
+		elif [ -n "$must" ] && ! grep -Eq "$must" "$log"; then
+			why="never printed /$must/; last line '$(grep -v '^[[:space:]]*$' "$log" | tail -1)'"
+		elif [ $rc -ne 0 ]; then
+			why="exit status $rc; last line '$(grep -v '^[[:space:]]*$' "$log" | tail -1)'"
+		fi
+		if [ -z "$why" ]; then ok; else bad "$envf $name $side: $why (see $log)"; fi
+	done
+}
+
+# fft ENV SUITE [LAST_CASE]: every case PASS (queryinfo case 5 is UNSUPP in
+# dapltest itself: "tested in the conmgt test"), no assertion failed.
+# LAST_CASE limits the check to cases 0..LAST_CASE. Runs $dapltest_bin
+# (default: the PATH's dapltest).
+fft() {
+	local envf=$1 suite=$2 last=${3:-999} log="$out/fft-$1-$2.log"
+	$envf timeout 120 ${dapltest_bin:-dapltest} -T F -D $ia -f "$suite" > "$log" 2>&1
+	local rc=$?
+	local results
+	results=$(awk '/case: *[0-9]+/ {c=$NF} /^Result:/ {print c, $2}' "$log")
+	local n=0 case result
+	while read -r case result; do
+		[ -z "$case" ] && continue
+		[ "$case" -gt "$last" ] && continue
+		n=$((n + 1))
+		if [ "$result" = PASS ] || { [ "$suite" = queryinfo ] && [ "$case" = 5 ] && [ "$result" = UNSUPP ]; }; then
+			ok
+		else
+			bad "$envf FFT $suite case $case: $result (see $log)"
+		fi
+	done <<<"$results"
+	[ $n -gt 0 ] || bad "$envf FFT $suite ran no case (see $log)"
+	if [ "$last" = 999 ]; then
+		[ $rc -eq 0 ] && ok || bad "$envf FFT $suite exit status $rc (see $log)"
+		if grep -q 'failed in file' "$log"; then
+			bad "$envf FFT $suite: $(grep -m1 'failed in file' "$log")"
+		else
+			ok
+		fi
+	fi
+}
+
+# dtestx_pair ENVF NAME PROG [ARGS...]: dtest_pair for dtestx, whose server
+# sends its address to the client first and creates its service point after:
+# a client that connects in between is rejected (NON_PEER_REJECTED,
+# "!conn established: 0x4003") by dtestx's own design. That outcome, and
+# only that, is retried once, saying so.
+dtestx_pair() {
+	local envf=$1 name=$2 p=$passed f=$failed; shift 2
+	deferred=$'\n'
+	dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" "$@"
+	local msgs=$deferred
+	deferred=""
+	if [ $failed -gt $f ] && grep -q '!conn established: 0x4003' "$out/$envf-$name-client.log"; then
+		echo "${conf_name:-conformance}: $envf $name: the client connected before the server's PSP existed (dtestx's race); once more"
+		passed=$p failed=$f
+		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" "$@"
+	else
+		printf '%s' "${msgs#$'\n'}"
+	fi
+}
+
+# dtest_family ENVF DIR: dtest, dtestcm, dtestx, dtestx -p, dtestx -u, dtestx -q (the
+# open-query extension, one process) and dtestsrq from
+# DIR (empty: the PATH's, Debian's /usr/bin; a program missing from DIR is
+# skipped, its build failure counted by the caller), server -s and client
+# -h, each side passing on exit 0 and no FAILED or ERROR line (dtestsrq
+# exits 0 after its errors too, so it must also say "Test Complete").
+# dtest, dtestcm and dtestx clients read the server's address from its TCP
+# port 15828, so the server is ready when that port listens (dtestx does not
+# flush its output: the port is its only readiness).
+dtest_family() {
+	local envf=$1 dir=${2:+$2/} p
+	for p in dtest dtestcm dtestx dtestsrq; do
+		[ -z "$dir" ] || [ -x "$dir$p" ] || continue
+		case $p in
+		dtest) dtest_pair $envf dtest "waiting for client connection" 15828 'FAILED|ERROR' "" ${dir}dtest ;;
+		dtestcm) dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" ${dir}dtestcm ;;
+		dtestx)
+			dtestx_pair $envf dtestx ${dir}dtestx
+			dtestx_pair $envf dtestx-p ${dir}dtestx -p
+			# -u: unreliable datagrams (a client needs -c with -u; the server's
+			# trailing -s overrides it)
+			dtestx_pair $envf dtestx-u ${dir}dtestx -c -u
+			# -q: the attributes through dat_ib_open_query/dat_ib_close_query
+			client $envf dtestx-q ${dir}dtestx -P $ia -q
+			if grep -q "Open_Query: $ia num_attrs" "$out/$envf-dtestx-q.log"; then ok; else
+				bad "$envf dtestx -q printed no Open_Query line (see $out/$envf-dtestx-q.log)"
+			fi
+			;;
+		dtestsrq) dtest_pair $envf dtestsrq "ready on port" - 'FAILED|ERROR|Error|ERR[: ]' "Test Complete" ${dir}dtestsrq ;;
+		esac
+	done
+}
