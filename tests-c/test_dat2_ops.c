@@ -14,11 +14,15 @@
  *   at once.
  * - shared virtual: registered like a virtual range, reported with its type
  *   and shared-memory id, usable as an RDMA target.
+ * - a CNO made with dat_cno_fd_create: its fd turns readable when an event
+ *   reaches an attached EVD, and dat_cno_trigger names that EVD; an RMR from
+ *   dat_rmr_create_for_ep binds and grants access as any RMR.
  */
 #define _GNU_SOURCE
 #include <dat2/udat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include "check.h"
@@ -223,6 +227,57 @@ static void test_shared_virtual(void)
 	munmap(shm, len);
 }
 
+/* dat_cno_fd_create / dat_cno_trigger: a CNO whose file descriptor becomes readable when an
+ * event reaches an EVD attached to it, and which names that EVD. */
+static void test_cno_fd(void)
+{
+	DAT_FD fd = -1;
+	DAT_CNO_HANDLE cno = DAT_HANDLE_NULL;
+	DAT_EVD_HANDLE evd = DAT_HANDLE_NULL, trig = DAT_HANDLE_NULL;
+	DAT_RETURN rc;
+	CHECK_RC(dat_cno_fd_create(ia_a, &fd, &cno), DAT_SUCCESS);
+	CHECK(fd >= 0, "dat_cno_fd_create gave fd %d", fd);
+	CHECK_RC(dat_evd_create(ia_a, 8, cno, DAT_EVD_SOFTWARE_FLAG, &evd), DAT_SUCCESS);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	CHECK(poll(&p, 1, 0) == 0, "CNO fd readable before any event");
+	rc = dat_cno_trigger(cno, &trig);
+	CHECK(DAT_GET_TYPE(rc) == DAT_QUEUE_EMPTY, "dat_cno_trigger before any event = %#x", (unsigned)rc);
+	DAT_EVENT ev;
+	memset(&ev, 0, sizeof(ev));
+	ev.event_number = DAT_SOFTWARE_EVENT;
+	ev.event_data.software_event_data.pointer = &ev;
+	CHECK_RC(dat_evd_post_se(evd, &ev), DAT_SUCCESS);
+	CHECK(poll(&p, 1, WAIT_US / 1000) == 1 && (p.revents & POLLIN), "CNO fd not readable after an event");
+	CHECK_RC(dat_cno_trigger(cno, &trig), DAT_SUCCESS);
+	CHECK(trig == evd, "dat_cno_trigger named EVD %p, want %p", (void *)trig, (void *)evd);
+	CHECK_TYPE(dat_cno_trigger(cno, NULL), DAT_INVALID_PARAMETER);
+	CHECK_TYPE(dat_cno_trigger(DAT_HANDLE_NULL, &trig), DAT_INVALID_HANDLE);
+	CHECK_TYPE(dat_cno_fd_create(ia_a, NULL, &cno), DAT_INVALID_PARAMETER);
+	drain(evd);
+	CHECK_RC(dat_evd_free(evd), DAT_SUCCESS);
+	CHECK_RC(dat_cno_free(cno), DAT_SUCCESS);
+}
+
+/* dat_rmr_create_for_ep: an RMR for binding through an EP, used as any RMR. */
+static void test_rmr_for_ep(void)
+{
+	DAT_RMR_HANDLE rmr = DAT_HANDLE_NULL;
+	new_pair();
+	CHECK_RC(dat_rmr_create_for_ep(pz_b, &rmr), DAT_SUCCESS);
+	DAT_RMR_CONTEXT ctx = rmr_bind_now(&B, rmr, lmr_b, lc_b, bbuf + 512, 256,
+					   DAT_MEM_PRIV_REMOTE_READ_FLAG, 0x40);
+	memset(bbuf + 512, 'e', 256);
+	DAT_LMR_TRIPLET l = seg(lc_a, abuf, 256);
+	DAT_RMR_TRIPLET r = rseg(ctx, bbuf + 512, 256);
+	CHECK_RC(dat_ep_post_rdma_read(A.ep, 1, &l, ck(0x41), &r, 0), DAT_SUCCESS);
+	if (expect_dto(A.req, A.ep, 0x41, DAT_DTO_SUCCESS, 256, DAT_DTO_RDMA_READ, "read through an RMR for EP"))
+		CHECK(memcmp(abuf, bbuf + 512, 256) == 0, "data read through an RMR for EP");
+	CHECK_TYPE(dat_rmr_create_for_ep(DAT_HANDLE_NULL, &rmr), DAT_INVALID_HANDLE);
+	disconnect_pair(&A, &B);
+	free_pair();
+	CHECK_RC(dat_rmr_free(rmr), DAT_SUCCESS);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -245,6 +300,8 @@ int main(void)
 	test_send_with_invalidate();
 	test_read_to_rmr();
 	test_shared_virtual();
+	test_cno_fd();
+	test_rmr_for_ep();
 
 	side_free_evds(&A);
 	side_free_evds(&B);

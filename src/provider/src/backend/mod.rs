@@ -203,6 +203,23 @@ pub struct WorkCompletion {
     pub solicited: bool,
 }
 
+impl WorkCompletion {
+    /// A request or receive that did not execute: the QP left the connected state.
+    pub fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::Flushed,
+            opcode,
+            byte_len: 0,
+            qp_num,
+            new_rkey: 0,
+            imm: None,
+            invalidated: None,
+            solicited: false,
+        }
+    }
+}
+
 /// Called by a backend (from any thread, holding none of its own locks) after it added
 /// completions to a CQ, so the consumer of the CQ can poll it.
 pub type NotifyFn = Arc<dyn Fn() + Send + Sync>;

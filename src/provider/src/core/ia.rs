@@ -425,6 +425,8 @@ impl Ia {
 
     fn on_cm_event(self: &Arc<Self>, ev: CmEvent) {
         log::debug!("IA {}: cm event {:?}", self.name, ev);
+        // A datagram EP's address-resolution request takes the connection request's path.
+        let ud = matches!(ev, CmEvent::UdRequest { .. });
         match ev {
             CmEvent::ConnectRequest {
                 listener,
@@ -432,20 +434,8 @@ impl Ia {
                 private_data,
                 remote,
                 local,
-            } => {
-                let sp = self
-                    .sps_by_listener
-                    .lock()
-                    .get(&listener)
-                    .and_then(|w| w.upgrade());
-                match sp {
-                    Some(sp) => sp.on_connect_request(req, private_data, remote, local, false),
-                    None => {
-                        let _ = self.device.reject(req, &[]);
-                    }
-                }
             }
-            CmEvent::UdRequest {
+            | CmEvent::UdRequest {
                 listener,
                 req,
                 private_data,
@@ -458,7 +448,7 @@ impl Ia {
                     .get(&listener)
                     .and_then(|w| w.upgrade());
                 match sp {
-                    Some(sp) => sp.on_connect_request(req, private_data, remote, local, true),
+                    Some(sp) => sp.on_connect_request(req, private_data, remote, local, ud),
                     None => {
                         let _ = self.device.reject(req, &[]);
                     }

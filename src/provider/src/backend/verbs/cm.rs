@@ -233,6 +233,23 @@ fn destroy_id(id: Ptr<rdma_cm_id>) {
     }
 }
 
+/// Starts rdma_cm's resolution of `remote` from the device's own address on `id`; false
+/// when it could not start (errno says why).
+fn start_resolve(s: &Shared, id: &Ptr<rdma_cm_id>, remote: SocketAddrV4) -> bool {
+    let mut src = sys::sockaddr_in(SocketAddrV4::new(s.addr, 0));
+    let mut dst = sys::sockaddr_in(remote);
+    // SAFETY: our id and two sockaddr_in.
+    let rc = unsafe {
+        rdma_resolve_addr(
+            id.0,
+            &mut src as *mut _ as *mut libc::sockaddr,
+            &mut dst as *mut _ as *mut libc::sockaddr,
+            RESOLVE_MS,
+        )
+    };
+    rc == 0
+}
+
 fn conn_param(qp: &VerbsQp, private_data: &[u8], limit: Option<(u8, u8)>) -> rdma_conn_param {
     let depth = qp
         .cap
@@ -383,18 +400,7 @@ pub(super) fn connect(
         s.cm.lock().deadlines.insert(qp.qp_num, d);
         s.kick();
     }
-    let mut src = sys::sockaddr_in(SocketAddrV4::new(s.addr, 0));
-    let mut dst = sys::sockaddr_in(remote);
-    // SAFETY: our id and two sockaddr_in.
-    let rc = unsafe {
-        rdma_resolve_addr(
-            id.0,
-            &mut src as *mut _ as *mut libc::sockaddr,
-            &mut dst as *mut _ as *mut libc::sockaddr,
-            RESOLVE_MS,
-        )
-    };
-    if rc != 0 {
+    if !start_resolve(s, &id, remote) {
         log::debug!(
             "QP {}: rdma_resolve_addr({remote}): errno {}",
             qp.qp_num,
@@ -969,18 +975,7 @@ pub(super) fn ud_resolve(
     if deadline.is_some() {
         s.kick();
     }
-    let mut src = sys::sockaddr_in(SocketAddrV4::new(s.addr, 0));
-    let mut dst = sys::sockaddr_in(remote);
-    // SAFETY: our id and two sockaddr_in.
-    let rc = unsafe {
-        rdma_resolve_addr(
-            id.0,
-            &mut src as *mut _ as *mut libc::sockaddr,
-            &mut dst as *mut _ as *mut libc::sockaddr,
-            RESOLVE_MS,
-        )
-    };
-    if rc != 0 {
+    if !start_resolve(s, &id, remote) {
         log::debug!(
             "datagram resolution {token}: rdma_resolve_addr({remote}): errno {}",
             sys::errno()

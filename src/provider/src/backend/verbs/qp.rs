@@ -138,6 +138,38 @@ struct SendQueue {
 }
 
 impl VerbsQp {
+    /// What every send-queue post checks first: the QP's phase (in Error the request is flushed
+    /// at once, where the consumer can see it: after whatever the hardware still holds of this
+    /// QP; then None), the scatter list's length, and the request queue's depth (as deep as the
+    /// EP asked, whatever the device rounded it up to). Returns the device's scatter list.
+    fn begin_send(
+        &self,
+        wr_id: u64,
+        opcode: WcOpcode,
+        sgl: &[crate::backend::Sge],
+    ) -> DatResult<Option<Vec<ibv_sge>>> {
+        match self.phase() {
+            Phase::Connected => {}
+            Phase::Error => {
+                self.wait_flushed(true);
+                self.send_cq.push_synthetic(vec![WorkCompletion::flushed(
+                    wr_id,
+                    opcode,
+                    self.qp_num,
+                )]);
+                return Ok(None);
+            }
+            _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
+        }
+        if sgl.len() > self.cap.max_send_sge as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
+            return Err(DatError::resources(SubType::ResourceTep));
+        }
+        Ok(Some(super::sys::sge_list(sgl)))
+    }
+
     pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
         Self::create_typed(shared, init, false)
     }
@@ -526,35 +558,9 @@ impl QueuePair for VerbsQp {
         }
     }
     fn post_send(&self, wr: SendWr) -> DatResult<()> {
-        match self.phase() {
-            Phase::Connected => {}
-            Phase::Error => {
-                // Flushed at once, where the consumer can see it: after whatever the hardware
-                // still holds of this QP.
-                self.wait_flushed(true);
-                self.send_cq.push_synthetic(vec![WorkCompletion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::Flushed,
-                    opcode: wr.op.opcode(),
-                    byte_len: 0,
-                    qp_num: self.qp_num,
-                    new_rkey: 0,
-                    imm: None,
-                    invalidated: None,
-                    solicited: false,
-                }]);
-                return Ok(());
-            }
-            _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
-        }
-        if wr.sgl.len() > self.cap.max_send_sge as usize {
-            return Err(DatError::invalid_arg(2));
-        }
-        // The request queue is as deep as the EP asked, whatever the device rounded it up to.
-        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
-            return Err(DatError::resources(SubType::ResourceTep));
-        }
-        let mut sges = super::sys::sge_list(&wr.sgl);
+        let Some(mut sges) = self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? else {
+            return Ok(());
+        };
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
@@ -768,17 +774,11 @@ impl QueuePair for VerbsQp {
         if self.phase() == Phase::Error {
             // Flushed at once (see post_send).
             self.wait_flushed(false);
-            self.recv_cq.push_synthetic(vec![WorkCompletion {
-                wr_id: wr.wr_id,
-                status: WcStatus::Flushed,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                qp_num: self.qp_num,
-                new_rkey: 0,
-                imm: None,
-                invalidated: None,
-                solicited: false,
-            }]);
+            self.recv_cq.push_synthetic(vec![WorkCompletion::flushed(
+                wr.wr_id,
+                WcOpcode::Recv,
+                self.qp_num,
+            )]);
             return Ok(());
         }
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
@@ -861,33 +861,9 @@ impl QueuePair for VerbsQp {
         if !self.ud || !matches!(wr.op, SendOp::Send) {
             return Err(DatError::invalid_arg(2));
         }
-        match self.phase() {
-            Phase::Connected => {}
-            Phase::Error => {
-                // Flushed at once (see post_send).
-                self.wait_flushed(true);
-                self.send_cq.push_synthetic(vec![WorkCompletion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::Flushed,
-                    opcode: WcOpcode::Send,
-                    byte_len: 0,
-                    qp_num: self.qp_num,
-                    new_rkey: 0,
-                    imm: None,
-                    invalidated: None,
-                    solicited: false,
-                }]);
-                return Ok(());
-            }
-            _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
-        }
-        if wr.sgl.len() > self.cap.max_send_sge as usize {
-            return Err(DatError::invalid_arg(2));
-        }
-        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
-            return Err(DatError::resources(SubType::ResourceTep));
-        }
-        let mut sges = super::sys::sge_list(&wr.sgl);
+        let Some(mut sges) = self.begin_send(wr.wr_id, WcOpcode::Send, &wr.sgl)? else {
+            return Ok(());
+        };
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;

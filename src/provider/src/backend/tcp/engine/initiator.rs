@@ -69,20 +69,7 @@ impl Engine {
             QpState::Connected => {}
             QpState::Error => {
                 let cq = e.send_cq.clone();
-                self.push_wc(
-                    &cq,
-                    WorkCompletion {
-                        wr_id: wr.wr_id,
-                        status: WcStatus::Flushed,
-                        opcode,
-                        byte_len: 0,
-                        qp_num: qp,
-                        new_rkey: 0,
-                        imm: None,
-                        invalidated: None,
-                        solicited: false,
-                    },
-                );
+                self.push_wc(&cq, WorkCompletion::flushed(wr.wr_id, opcode, qp));
                 return Ok(());
             }
             _ => return Err(bad_state()),
@@ -328,20 +315,7 @@ impl Engine {
         }
         if e.state == QpState::Error {
             let cq = e.recv_cq.clone();
-            self.push_wc(
-                &cq,
-                WorkCompletion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::Flushed,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    qp_num: qp,
-                    new_rkey: 0,
-                    imm: None,
-                    invalidated: None,
-                    solicited: false,
-                },
-            );
+            self.push_wc(&cq, WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qp));
             return Ok(());
         }
         if wr.sgl.len() > e.cap.max_recv_sge.max(1) as usize {

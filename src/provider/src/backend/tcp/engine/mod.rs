@@ -418,36 +418,10 @@ impl Engine {
         let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
         let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
         for (wr_id, opcode) in sends {
-            self.push_wc(
-                &scq,
-                WorkCompletion {
-                    wr_id,
-                    status: WcStatus::Flushed,
-                    opcode,
-                    byte_len: 0,
-                    qp_num: qp,
-                    new_rkey: 0,
-                    imm: None,
-                    invalidated: None,
-                    solicited: false,
-                },
-            );
+            self.push_wc(&scq, WorkCompletion::flushed(wr_id, opcode, qp));
         }
         for r in recvs {
-            self.push_wc(
-                &rcq,
-                WorkCompletion {
-                    wr_id: r.wr_id,
-                    status: WcStatus::Flushed,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    qp_num: qp,
-                    new_rkey: 0,
-                    imm: None,
-                    invalidated: None,
-                    solicited: false,
-                },
-            );
+            self.push_wc(&rcq, WorkCompletion::flushed(r.wr_id, WcOpcode::Recv, qp));
         }
     }
 

@@ -102,17 +102,7 @@ impl Engine {
                 if waiting {
                     return Outcome::Hold;
                 }
-                let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
-                let mut ack = Header::new(Kind::Ack);
-                ack.seq = h.seq;
-                ack.status = match r {
-                    Ok(()) => Status::Ok,
-                    Err(s) => s,
-                };
-                self.answer(token, ack, Vec::new());
-                if r.is_err() {
-                    log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
-                    self.break_after_answer(token, qp);
+                if let Outcome::Broken = self.write_and_ack(sh, token, qp, pd, h, p) {
                     return Outcome::Broken;
                 }
                 let Some(e) = self.qps.get_mut(&qp) else {
@@ -177,22 +167,7 @@ impl Engine {
                     }
                 }
             }
-            Kind::Write => {
-                let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
-                let mut ack = Header::new(Kind::Ack);
-                ack.seq = h.seq;
-                ack.status = match r {
-                    Ok(()) => Status::Ok,
-                    Err(s) => s,
-                };
-                self.answer(token, ack, Vec::new());
-                if r.is_err() {
-                    log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
-                    self.break_after_answer(token, qp);
-                    return Outcome::Broken;
-                }
-                Outcome::Done
-            }
+            Kind::Write => self.write_and_ack(sh, token, qp, pd, h, p),
             Kind::ReadReq => {
                 // An answer is sent straight from the registered memory when nothing is queued
                 // before it; so while answers are queued, later reads wait (their requests are
@@ -250,5 +225,31 @@ impl Engine {
             }
             _ => Outcome::Broken,
         }
+    }
+    /// A WRITE's (or WRITE_IMM's) data placed under the rkey the header names, and its ACK;
+    /// a refused access is answered, then breaks the connection.
+    fn write_and_ack(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        pd: u32,
+        h: &Header,
+        p: &[u8],
+    ) -> Outcome {
+        let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
+        let mut ack = Header::new(Kind::Ack);
+        ack.seq = h.seq;
+        ack.status = match r {
+            Ok(()) => Status::Ok,
+            Err(s) => s,
+        };
+        self.answer(token, ack, Vec::new());
+        if r.is_err() {
+            log::info!("qp {qp}: remote write refused (rkey {:#x})", h.key);
+            self.break_after_answer(token, qp);
+            return Outcome::Broken;
+        }
+        Outcome::Done
     }
 }
