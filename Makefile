@@ -89,7 +89,8 @@ $(LIB)/libdaplrs-verbs.so.2: $(TARGET)/libdaplrs_verbs.a src/provider-ffi/libdap
 
 FORCE:
 
-# Regenerates include/dat2/dat_types.h and dat_api.h from the Rust ABI.
+# Regenerates include/dat2/dat_types.h and dat_api.h from the Rust ABI, and
+# include/dat/dat_types.h (DAT 1.2) from src/abi12.
 header:
 	$(CARGO) run -q -p udapl-tools --bin gen-header
 

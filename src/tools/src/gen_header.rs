@@ -1,4 +1,5 @@
-//! Generates the two cbindgen headers of include/dat2 from the Rust ABI:
+//! Generates the cbindgen headers of include/dat2 and include/dat from the
+//! Rust ABI:
 //!
 //! * `dat_types.h` from src/abi: every type and constant. cbindgen emits
 //!   only types reachable from functions, and src/abi has none, so every
@@ -9,9 +10,19 @@
 //!   out of `dat_types.h` by naming each in `export.exclude`, again found by
 //!   scanning, and tests-c checks them against that header instead.
 //! * `dat_api.h` from src/libdat2: the prototypes of the exports.
+//! * `include/dat/dat_types.h` from src/abi12, the DAT 1.2 ABI, found the
+//!   same way. What 1.2 shares with 2.0 src/abi12 re-exports from dat-abi
+//!   (`pub use dat_abi::...`) instead of repeating it, so cbindgen also
+//!   reads dat-abi here (its types only: cbindgen emits the constants of
+//!   the crate it generates for), and the re-exported names are named in
+//!   `export.include` too. cbindgen reads src/abi12 first, so where both
+//!   crates declare a name, 1.2's declaration is the one emitted. (The 1.2
+//!   prototypes, `include/dat/dat_api.h`, are hand-written until the 1.2
+//!   library crate exists.)
 //!
-//! `gen-header` writes both; `gen-header --verify` exits 1 when a committed
-//! header differs from what the Rust source generates (`make test` runs it).
+//! `gen-header` writes all three; `gen-header --verify` exits 1 when a
+//! committed header differs from what the Rust source generates (`make
+//! test` runs it).
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -56,33 +67,98 @@ fn abi_names(src_dir: &Path, keywords: &[&str], own: bool) -> Vec<String> {
     names
 }
 
-fn generate(root: &Path, crate_dir: &str, guard: &str, types: bool) -> Result<Vec<u8>, String> {
+/// The names the `pub use dat_abi::...;` statements of the .rs files of
+/// `src_dir` re-export: the last segment of each path, `{a, b}` lists and
+/// statements over several lines included.
+fn reexported_names(src_dir: &Path) -> Vec<String> {
+    const USE: &str = "pub use dat_abi::";
+    let mut names = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(src_dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(USE) {
+            let stmt = &rest[at + USE.len()..];
+            let end = stmt.find(';').unwrap_or(stmt.len());
+            let list = match (stmt[..end].find('{'), stmt[..end].rfind('}')) {
+                (Some(open), Some(close)) => &stmt[open + 1..close],
+                _ => &stmt[..end],
+            };
+            for path in list.split(',') {
+                let name = path.trim().rsplit("::").next().unwrap_or("").trim();
+                if !name.is_empty() && name != "*" && name != "self" {
+                    names.push(name.to_string());
+                }
+            }
+            rest = &stmt[end..];
+        }
+    }
+    names
+}
+
+/// What a header is generated from.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// src/abi: the DAT 2.0 types and constants.
+    Types20,
+    /// src/libdat2: the DAT 2.0 prototypes.
+    Api20,
+    /// src/abi12, with the dat-abi items it re-exports: the DAT 1.2 types
+    /// and constants.
+    Types12,
+}
+
+fn generate(root: &Path, crate_dir: &str, guard: &str, kind: Kind) -> Result<Vec<u8>, String> {
     let mut config = cbindgen::Config::from_file(root.join("cbindgen.toml"))
         .map_err(|e| format!("cbindgen.toml: {e}"))?;
     config.include_guard = Some(guard.to_string());
-    if types {
-        let src = root.join("src/abi/src");
-        config.export.include = abi_names(&src, &["pub struct ", "pub union ", "pub type "], false);
-        // Everything a module with its own header declares, nested modules'
-        // items included (cbindgen matches excluded items by name).
-        config.export.exclude.extend(abi_names(
-            &src,
-            &[
-                "pub struct ",
-                "pub union ",
-                "pub type ",
-                "pub const ",
-                "pub static ",
-                "pub enum ",
-                "pub fn ",
-            ],
-            true,
-        ));
-    } else {
-        // The prototypes use the types of dat_types.h, included instead of
-        // the system headers.
-        config.sys_includes = vec!["dat2/dat_types.h".into()];
-        config.export.item_types = vec![cbindgen::ItemType::Functions];
+    let type_keywords = ["pub struct ", "pub union ", "pub type "];
+    match kind {
+        Kind::Types20 => {
+            let src = root.join("src/abi/src");
+            config.export.include = abi_names(&src, &type_keywords, false);
+            // Everything a module with its own header declares, nested
+            // modules' items included (cbindgen matches excluded items by
+            // name).
+            config.export.exclude.extend(abi_names(
+                &src,
+                &[
+                    "pub struct ",
+                    "pub union ",
+                    "pub type ",
+                    "pub const ",
+                    "pub static ",
+                    "pub enum ",
+                    "pub fn ",
+                ],
+                true,
+            ));
+        }
+        Kind::Api20 => {
+            // The prototypes use the types of dat_types.h, included instead
+            // of the system headers.
+            config.sys_includes = vec!["dat2/dat_types.h".into()];
+            config.export.item_types = vec![cbindgen::ItemType::Functions];
+        }
+        Kind::Types12 => {
+            let src = root.join("src/abi12/src");
+            config.export.include = abi_names(&src, &type_keywords, false);
+            config.export.include.extend(reexported_names(&src));
+            // dat-abi is read for the definitions src/abi12 re-exports; the
+            // names src/abi12 declares itself shadow dat-abi's (cbindgen
+            // parses the binding crate first and keeps the first item of a
+            // name), and dat-abi's constants are not emitted.
+            config.parse.parse_deps = true;
+            config.parse.include = Some(vec!["dat-abi".into()]);
+            config.autogen_warning = Some(
+                "/*\n * Generated by cbindgen from the Rust ABI of DAT 1.2 (`make header`).\n \
+                 * Do not edit: change src/abi12 and regenerate. Include <dat/udat.h>.\n */"
+                    .into(),
+            );
+        }
     }
     let bindings = cbindgen::Builder::new()
         .with_config(config)
@@ -102,19 +178,25 @@ fn main() -> ExitCode {
             "include/dat2/dat_types.h",
             "src/abi",
             "_DAT2_DAT_TYPES_H_",
-            true,
+            Kind::Types20,
         ),
         (
             "include/dat2/dat_api.h",
             "src/libdat2",
             "_DAT2_DAT_API_H_",
-            false,
+            Kind::Api20,
+        ),
+        (
+            "include/dat/dat_types.h",
+            "src/abi12",
+            "_DAT_DAT_TYPES_H_",
+            Kind::Types12,
         ),
     ];
     let mut ok = true;
-    for (path, crate_dir, guard, types) in headers {
+    for (path, crate_dir, guard, kind) in headers {
         let out = root.join(path);
-        let text = match generate(&root, crate_dir, guard, types) {
+        let text = match generate(&root, crate_dir, guard, kind) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("gen-header: {path}: {e}");

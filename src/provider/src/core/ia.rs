@@ -75,6 +75,13 @@ pub struct Ia {
     async_evd: Mutex<Option<(Weak<Evd>, bool)>>,
     pub(crate) eps_by_qp: Mutex<HashMap<u32, Weak<Ep>>>,
     pub(crate) sps_by_listener: Mutex<HashMap<u64, Weak<Sp>>>,
+    /// Requests that reached a listener before its service point was registered above (the
+    /// backend listens, and may deliver a request, before `Sp::create` knows the listener's
+    /// id): they wait here for `register_sp`, which hands them on. Guarded by the lock of
+    /// `sps_by_listener`'s users in the order: `sps_by_listener`, then this.
+    early_requests: Mutex<HashMap<u64, Vec<CmEvent>>>,
+    /// Listeners whose service point is gone: a late request for one is rejected, not parked.
+    closed_listeners: Mutex<std::collections::HashSet<u64>>,
     pub(crate) lmrs_by_context: Mutex<HashMap<u32, Weak<Lmr>>>,
     /// RMRs by the rmr_context of their latest bind (stale entries are told apart by the
     /// RMR's own state): a peer's send-with-invalidate and dat_ep_post_rdma_read_to_rmr name
@@ -106,6 +113,8 @@ impl Ia {
             async_evd: Mutex::new(None),
             eps_by_qp: Mutex::new(HashMap::new()),
             sps_by_listener: Mutex::new(HashMap::new()),
+            early_requests: Mutex::new(HashMap::new()),
+            closed_listeners: Mutex::new(std::collections::HashSet::new()),
             lmrs_by_context: Mutex::new(HashMap::new()),
             rmrs_by_context: Mutex::new(HashMap::new()),
             next_wr_id: AtomicU64::new(1),
@@ -423,6 +432,35 @@ impl Ia {
         self.eps_by_qp.lock().get(&qp_num).and_then(|w| w.upgrade())
     }
 
+    /// Makes a new service point reachable from its listener's requests, and hands it those
+    /// that arrived before.
+    pub(crate) fn register_sp(self: &Arc<Self>, listener: u64, sp: &Arc<Sp>) {
+        let early = {
+            let mut sps = self.sps_by_listener.lock();
+            sps.insert(listener, Arc::downgrade(sp));
+            self.early_requests.lock().remove(&listener)
+        };
+        for ev in early.unwrap_or_default() {
+            self.on_cm_event(ev);
+        }
+    }
+
+    /// A listener's service point is gone (freed, or its creation failed): requests that
+    /// waited for it, and any that still come, are rejected.
+    pub(crate) fn unregister_listener(&self, listener: u64) {
+        let early = {
+            let mut sps = self.sps_by_listener.lock();
+            sps.remove(&listener);
+            self.closed_listeners.lock().insert(listener);
+            self.early_requests.lock().remove(&listener)
+        };
+        for ev in early.unwrap_or_default() {
+            if let CmEvent::ConnectRequest { req, .. } | CmEvent::UdRequest { req, .. } = ev {
+                let _ = self.device.reject(req, &[]);
+            }
+        }
+    }
+
     fn on_cm_event(self: &Arc<Self>, ev: CmEvent) {
         log::debug!("IA {}: cm event {:?}", self.name, ev);
         // A datagram EP's address-resolution request takes the connection request's path.
@@ -442,11 +480,39 @@ impl Ia {
                 remote,
                 local,
             } => {
-                let sp = self
-                    .sps_by_listener
-                    .lock()
-                    .get(&listener)
-                    .and_then(|w| w.upgrade());
+                let sp = {
+                    let sps = self.sps_by_listener.lock();
+                    match sps.get(&listener) {
+                        Some(w) => w.upgrade(),
+                        None if !self.closed_listeners.lock().contains(&listener) => {
+                            // Its service point is being created: it takes this on registering.
+                            let ev = if ud {
+                                CmEvent::UdRequest {
+                                    listener,
+                                    req,
+                                    private_data,
+                                    remote,
+                                    local,
+                                }
+                            } else {
+                                CmEvent::ConnectRequest {
+                                    listener,
+                                    req,
+                                    private_data,
+                                    remote,
+                                    local,
+                                }
+                            };
+                            self.early_requests
+                                .lock()
+                                .entry(listener)
+                                .or_default()
+                                .push(ev);
+                            return;
+                        }
+                        None => None,
+                    }
+                };
                 match sp {
                     Some(sp) => sp.on_connect_request(req, private_data, remote, local, ud),
                     None => {

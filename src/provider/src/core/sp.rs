@@ -158,6 +158,7 @@ impl Sp {
         if let Some(ep) = &ep {
             if let Err(e) = ep.reserve_for(reservation.handle()) {
                 listener.close();
+                ia.unregister_listener(listener.id());
                 evd.users.release();
                 return Err(e);
             }
@@ -174,15 +175,14 @@ impl Sp {
             comm,
             freed: Mutex::new(false),
         });
-        ia.sps_by_listener
-            .lock()
-            .insert(sp.listener.id(), Arc::downgrade(&sp));
         let obj = match kind {
             SpKind::Psp => Object::Psp(sp.clone()),
             SpKind::Rsp => Object::Rsp(sp.clone()),
             SpKind::Csp => Object::Csp(sp.clone()),
         };
         reservation.commit(obj, ia.handle());
+        // Only now do the listener's requests reach the SP (those that came already waited).
+        ia.register_sp(sp.listener.id(), &sp);
         Ok(sp)
     }
 
@@ -372,7 +372,7 @@ impl Sp {
             *f = true;
         }
         self.listener.close();
-        self.ia.sps_by_listener.lock().remove(&self.listener.id());
+        self.ia.unregister_listener(self.listener.id());
         if let Some(ep) = &self.ep {
             ep.unreserve(self.handle);
         }
