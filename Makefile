@@ -1,6 +1,7 @@
 # udapl-rs: `make` builds, `make test` installs what it needs and tests.
 #
-# Outputs land in build/: build/lib/libdat2.so.2 (+ libdat2.so), the provider
+# Outputs land in build/: build/lib/libdat2.so.2 (+ libdat2.so), the DAT 1.2
+# registry build/lib/libdat.so.1 (+ libdat.so), the provider
 # build/lib/libdaplrs.so.2, build/bin/ tools, build/tests/ C tests.
 
 PREFIX      ?= /usr/local
@@ -38,7 +39,8 @@ $(BUILD)/bin/datinfo: FORCE
 	@mkdir -p $(BUILD)/bin
 	cp $(TARGET)/datinfo $@
 
-libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2
+libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdat.so.1 $(LIB)/libdat.so \
+      $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2
 
 # Rust is built by cargo (which tracks its own dependencies); the .so is
 # linked here with cc so that a version script can give every export the
@@ -60,6 +62,21 @@ $(LIB)/libdat2.so.2: $(TARGET)/libdat2.a $(OBJ)/extension_op.o src/libdat2/libda
 
 $(LIB)/libdat2.so: $(LIB)/libdat2.so.2
 	ln -sf libdat2.so.2 $@
+
+# The DAT 1.2 registry (<dat/udat.h>, -ldat): the same registry crate as
+# libdat2's, its own 1.2 API, every export in node DAT_1.2.
+$(TARGET)/libdat1.a: FORCE
+	$(CARGO) build $(CARGO_FLAGS) -p dat1
+
+$(LIB)/libdat.so.1: $(TARGET)/libdat1.a src/libdat/libdat.map
+	@mkdir -p $(LIB)
+	$(CC) -shared -o $@ -Wl,-soname,libdat.so.1 \
+		-Wl,--version-script=src/libdat/libdat.map -Wl,--gc-sections \
+		-Wl,--whole-archive $(TARGET)/libdat1.a -Wl,--no-whole-archive \
+		-ldl -lpthread
+
+$(LIB)/libdat.so: $(LIB)/libdat.so.1
+	ln -sf libdat.so.1 $@
 
 # Our provider: exports dat_provider_init/fini only. dat_registry_add_provider
 # stays undefined here and binds to whichever libdat2 loaded us (ours or
@@ -134,29 +151,44 @@ test-verbs: deps all
 
 # ---------------------------------------------------------------- install
 
-# `make install` (PREFIX, DESTDIR as usual): the libraries, headers, pkg-config
-# file and datinfo, and our providers registered in $(DATCONF) (the dat.conf
-# every DAT registry reads by default) between two marker lines, keeping every
+# `make install` (PREFIX, DESTDIR as usual): both registries (libdat2.so.2
+# for DAT 2.0, libdat.so.1 for DAT 1.2), the providers, both header trees
+# (include/dat2, include/dat), their pkg-config files (dat2.pc, dat.pc) and
+# datinfo, and our providers registered in $(DATCONF) (the dat.conf every
+# DAT registry reads by default) between two marker lines, keeping every
 # line already there; scripts/datconf-merge keeps the record that lets
-# `make uninstall` restore that file byte for byte. Entries name the provider
-# libraries by their installed path, so they load whatever the loader's path.
-# Installing to the live system (no DESTDIR) runs ldconfig, so that the loader
-# finds our libdat2.so.2 (PREFIX's lib directory comes before the system's).
+# `make uninstall` restore that file byte for byte. Each IA gets a u2.0 and
+# a u1.2 entry of the same name (each registry serves its own version).
+# Entries name the provider libraries by their installed path, so they load
+# whatever the loader's path. Installing to the live system (no DESTDIR)
+# runs ldconfig, so that the loader finds our libdat2.so.2 and libdat.so.1
+# (PREFIX's lib directory comes before the system's).
 install: all
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(INCLUDEDIR)/dat \
+		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
 	install -m 0755 $(LIB)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so.2
 	ln -sf libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	install -m 0755 $(LIB)/libdat.so.1 $(DESTDIR)$(LIBDIR)/libdat.so.1
+	ln -sf libdat.so.1 $(DESTDIR)$(LIBDIR)/libdat.so
 	install -m 0755 $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2 $(DESTDIR)$(LIBDIR)/
 	install -m 0755 $(BUILD)/bin/datinfo $(DESTDIR)$(BINDIR)/datinfo
 	install -m 0644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
-	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-		dat2.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc
+	install -m 0644 include/dat/*.h $(DESTDIR)$(INCLUDEDIR)/dat/
+	for pc in dat2 dat; do \
+		sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+			$$pc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc || exit 1; \
+	done
 	@mkdir -p $(BUILD)
 	@{ \
 	echo '# udapl-rs over TCP on the loopback interface; for a NIC: "tcp <interface>".'; \
-	echo 'rs-tcp u2.0 nonthreadsafe default $(LIBDIR)/libdaplrs.so.2 dapl.2.0 "tcp lo" ""'; \
+	echo '# One entry for DAT 2.0 programs (libdat2), one for DAT 1.2 programs (libdat).'; \
+	for api in 2.0 1.2; do \
+		echo "rs-tcp u$$api nonthreadsafe default $(LIBDIR)/libdaplrs.so.2 dapl.$$api \"tcp lo\" \"\""; \
+	done; \
 	for d in $$(ls /sys/class/infiniband 2>/dev/null); do \
-		echo "rs-$$d u2.0 nonthreadsafe default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.2.0 \"verbs $$d 1\" \"\""; \
+		for api in 2.0 1.2; do \
+			echo "rs-$$d u$$api nonthreadsafe default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.$$api \"verbs $$d 1\" \"\""; \
+		done; \
 	done; \
 	} > $(BUILD)/dat.conf.entries
 	scripts/datconf-merge add $(DESTDIR)$(DATCONF) $(BUILD)/dat.conf.entries
@@ -164,11 +196,14 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
+	rm -f $(DESTDIR)$(LIBDIR)/libdat.so.1 $(DESTDIR)$(LIBDIR)/libdat.so
 	rm -f $(DESTDIR)$(LIBDIR)/libdaplrs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs-verbs.so.2
 	rm -f $(DESTDIR)$(BINDIR)/datinfo
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat2/,$(notdir $(wildcard include/dat2/*.h)))
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat2 2>/dev/null
-	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat/,$(notdir $(wildcard include/dat/*.h)))
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat 2>/dev/null
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc $(DESTDIR)$(LIBDIR)/pkgconfig/dat.pc
 	scripts/datconf-merge remove $(DESTDIR)$(DATCONF)
 	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi
 

@@ -1,12 +1,11 @@
 /* Compile-time checks of the DAT 1.2 headers, include/dat (types generated
- * from src/abi12, prototypes and macros hand-written). Every check is a
- * _Static_assert, so a wrong header stops the compilation; the program
- * only counts them and prints "abi12_check: N passed, 0 failed". Nothing
- * here links against a DAT library (there is no libdat.so.1 yet): the API
- * functions appear only inside __typeof__, which does not reference them.
- *
- * Built together with seed12_synopsis.c, a program written from the three
- * 1.2 seed manual pages, compiled but not linked (see tests-c/Makefile).
+ * from src/abi12, prototypes from src/libdat, macros hand-written). Every
+ * check is a _Static_assert, so a wrong header stops the compilation; the
+ * program only counts them and prints "abi12_check: N passed, 0 failed".
+ * Nothing here links against a DAT library: the API functions appear only
+ * inside __typeof__, which does not reference them (test_dat12_rules links
+ * libdat.so.1 and runs seed12_synopsis.c, the program written from the three
+ * 1.2 seed manual pages).
  *
  * The facts come from /work/shared/design/dat-abi-facts.md ("DAT 1.2"),
  * the seed pages, and sizes measured from OFED's compat-dapl 1.2 headers

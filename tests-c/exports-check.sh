@@ -3,6 +3,9 @@
 # OFED export present with symbol version DAT_2.0, the ten functions OFED
 # declares but never exported present too, nothing else exported, and no
 # dependency on the RDMA libraries (the registry is provider-agnostic).
+# Our libdat.so.1 (DAT 1.2) against its header: exactly the functions
+# include/dat/dat_api.h declares, each dat_x@@DAT_1.2, nothing else global,
+# and no dependency beyond the C runtime libdat2 has too.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 ours="$top/build/lib/libdat2.so.2"
@@ -37,4 +40,22 @@ unversioned=$(grep -vc '@@DAT_2.0$' /tmp/exports-ours.$$)
 rm -f /tmp/exports-ours.$$
 
 if ldd "$ours" | grep -Eq 'libibverbs|librdmacm'; then bad "libdat2 depends on RDMA libraries"; else ok; fi
+
+ours12="$top/build/lib/libdat.so.1"
+soname=$(objdump -p "$ours12" | awk '/SONAME/ {print $2}')
+[ "$soname" = libdat.so.1 ] && ok || bad "libdat.so.1: soname is '$soname'"
+[ "$(readlink "$top/build/lib/libdat.so")" = libdat.so.1 ] && ok || bad "build/lib/libdat.so does not link to libdat.so.1"
+# Every defined dynamic symbol but the version node's own (type A).
+nm -D --defined-only "$ours12" | awk '$2 != "A" {print $3}' | sort > /tmp/exports-ours12.$$
+grep -o '^DAT_RETURN dat_[a-z_]*' "$top/include/dat/dat_api.h" | awk '{print $2 "@@DAT_1.2"}' | sort > /tmp/exports-want12.$$
+n=$(wc -l < /tmp/exports-want12.$$)
+[ "$n" -eq 72 ] && ok || bad "include/dat/dat_api.h declares $n functions, expected 72"
+extra=$(comm -23 /tmp/exports-ours12.$$ /tmp/exports-want12.$$)
+missing=$(comm -13 /tmp/exports-ours12.$$ /tmp/exports-want12.$$)
+[ -z "$missing" ] && ok || bad "libdat.so.1 lacks: $(echo $missing)"
+[ -z "$extra" ] && ok || bad "libdat.so.1 also exports: $(echo $extra | head -c 600)"
+nm -D --defined-only "$ours12" | awk '$2 == "T" && $3 ~ /@@DAT_1.2$/' | wc -l | grep -qx 72 && ok || bad "libdat.so.1: not 72 functions in DAT_1.2"
+needed=$(objdump -p "$ours12" | awk '/NEEDED/ {print $2}' | grep -Ev '^(libc\.so\.6|libdl\.so\.2|libpthread\.so\.0|libgcc_s\.so\.1|ld-linux-x86-64\.so\.2)$')
+[ -z "$needed" ] && ok || bad "libdat.so.1 depends on: $(echo $needed)"
+rm -f /tmp/exports-ours12.$$ /tmp/exports-want12.$$
 echo "exports-check: $passed passed, $failed failed"

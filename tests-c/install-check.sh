@@ -2,14 +2,18 @@
 # `make install` and `make uninstall` as a packager runs them, into a DESTDIR
 # that already holds Debian's /etc/dat.conf (package libdapl2: OFED's
 # entries, no trailing newline):
-#  - the files land under DESTDIR/usr/local, dat.conf keeps every byte it had
-#    and gains our entries (by installed path) in a marked block;
-#  - a consumer builds with pkg-config against the installed tree;
+#  - the files land under DESTDIR/usr/local (both registries, libdat2.so.2
+#    and libdat.so.1, both header trees, dat2.pc and dat.pc), dat.conf keeps
+#    every byte it had and gains our u2.0 and u1.2 entries (by installed
+#    path) in a marked block;
+#  - a DAT 2.0 consumer and a DAT 1.2 consumer build with pkg-config (dat2,
+#    dat) against the installed tree;
 #  - in a mount namespace that shows the installed tree where it will live
 #    (DESTDIR/usr/local over /usr/local, its dat.conf over /etc/dat.conf, a
 #    loader cache built there), with no LD_LIBRARY_PATH or DAT_OVERRIDE,
 #    Debian's unmodified dapltest loads our libdat2.so.2 and our provider
-#    through /etc/dat.conf and passes an FFT suite, and the consumer runs;
+#    through /etc/dat.conf and passes an FFT suite, and both consumers run
+#    (the 1.2 one on the installed libdat.so.1 and provider);
 #  - uninstall removes every file it installed and leaves dat.conf byte for
 #    byte as it was.
 set -u
@@ -40,21 +44,27 @@ if ! make -s -C "$top" install DESTDIR="$root" PREFIX=/usr/local > "$work/instal
 fi
 grep -q ldconfig "$work/install.log" && bad "ldconfig ran for a DESTDIR install" || ok
 for f in lib/libdat2.so.2 lib/libdat2.so lib/libdaplrs.so.2 lib/libdaplrs-verbs.so.2 bin/datinfo \
-	include/dat2/udat.h include/dat2/dat_types.h include/dat2/dat_ib_extensions.h lib/pkgconfig/dat2.pc; do
+	include/dat2/udat.h include/dat2/dat_types.h include/dat2/dat_ib_extensions.h lib/pkgconfig/dat2.pc \
+	lib/libdat.so.1 lib/libdat.so include/dat/udat.h include/dat/dat_types.h include/dat/dat_api.h \
+	lib/pkgconfig/dat.pc; do
 	[ -e "$root/usr/local/$f" ] && ok || bad "missing /usr/local/$f"
 done
 [ "$(readlink "$root/usr/local/lib/libdat2.so")" = libdat2.so.2 ] && ok || bad "libdat2.so is not a link to libdat2.so.2"
+[ "$(readlink "$root/usr/local/lib/libdat.so")" = libdat.so.1 ] && ok || bad "libdat.so is not a link to libdat.so.1"
 
 # dat.conf: the old bytes first, unchanged, then our block
 before=$(wc -c < "$work/dat.conf.before")
 cmp -s -n "$before" "$work/dat.conf.before" "$root/etc/dat.conf" && ok || bad "dat.conf's existing bytes changed"
 grep -q '^rs-tcp u2.0 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.2.0 "tcp lo" ""$' "$root/etc/dat.conf" &&
-	ok || bad "no rs-tcp entry by installed path in dat.conf"
+	ok || bad "no rs-tcp u2.0 entry by installed path in dat.conf"
+grep -q '^rs-tcp u1.2 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.1.2 "tcp lo" ""$' "$root/etc/dat.conf" &&
+	ok || bad "no rs-tcp u1.2 entry by installed path in dat.conf"
 [ "$(grep -c '^ofa-v2-' "$root/etc/dat.conf")" = "$(grep -c '^ofa-v2-' "$work/dat.conf.before")" ] &&
 	ok || bad "OFED's entries were not all kept"
 # installing again replaces the block, does not add a second
 make -s -C "$top" install DESTDIR="$root" PREFIX=/usr/local > /dev/null 2>&1
-[ "$(grep -c '^rs-tcp ' "$root/etc/dat.conf")" = 1 ] && ok || bad "a second install added a second block"
+[ "$(grep -c '^rs-tcp u2.0 ' "$root/etc/dat.conf")" = 1 ] && [ "$(grep -c '^rs-tcp u1.2 ' "$root/etc/dat.conf")" = 1 ] &&
+	ok || bad "a second install added a second block"
 
 # a consumer, built with pkg-config against the installed tree
 cat > "$work/consumer.c" <<'C'
@@ -83,6 +93,49 @@ else
 	bad "consumer does not build with pkg-config: $(head -3 "$work/cc.log")"
 fi
 
+# a DAT 1.2 consumer (<dat/udat.h>, -ldat), built the same way with dat.pc:
+# opens rs-tcp through its u1.2 entry, checks the IA's address, registers
+# memory with the 11-argument dat_lmr_create
+cat > "$work/consumer12.c" <<'C'
+#include <dat/udat.h>
+#include <netinet/in.h>
+#include <string.h>
+int main(void)
+{
+	static char buf[4096];
+	DAT_IA_HANDLE ia;
+	DAT_EVD_HANDLE evd = DAT_HANDLE_NULL;
+	DAT_PZ_HANDLE pz;
+	DAT_LMR_HANDLE lmr;
+	DAT_LMR_CONTEXT lctx;
+	DAT_RMR_CONTEXT rctx;
+	DAT_VLEN len;
+	DAT_VADDR addr;
+	DAT_REGION_DESCRIPTION region;
+	DAT_IA_ATTR attr;
+	if (dat_ia_open("rs-tcp", 8, &evd, &ia) != DAT_SUCCESS)
+		return 1;
+	if (dat_ia_query(ia, &evd, DAT_IA_FIELD_ALL, &attr, 0, NULL) != DAT_SUCCESS ||
+	    attr.ia_address_ptr->sa_family != AF_INET ||
+	    ((struct sockaddr_in *)attr.ia_address_ptr)->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		return 2;
+	region.for_va = buf;
+	if (dat_pz_create(ia, &pz) != DAT_SUCCESS ||
+	    dat_lmr_create(ia, DAT_MEM_TYPE_VIRTUAL, region, sizeof(buf), pz, DAT_MEM_PRIV_ALL_FLAG, &lmr, &lctx,
+			   &rctx, &len, &addr) != DAT_SUCCESS ||
+	    len < sizeof(buf) || dat_lmr_free(lmr) != DAT_SUCCESS || dat_pz_free(pz) != DAT_SUCCESS)
+		return 3;
+	return dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG) != DAT_SUCCESS;
+}
+C
+if cc "$work/consumer12.c" -o "$work/consumer12" \
+	$(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$root/usr/local/lib/pkgconfig" pkg-config --cflags --libs dat) \
+	2> "$work/cc12.log"; then
+	ok
+else
+	bad "DAT 1.2 consumer does not build with pkg-config dat: $(head -3 "$work/cc12.log")"
+fi
+
 # the installed tree where it will live, in a private mount namespace
 cat > "$work/inside.sh" <<EOF
 set -u
@@ -96,6 +149,9 @@ timeout 120 dapltest -T F -D rs-tcp -f hwconn
 echo "dapltest exit \$?"
 timeout 60 "$work/consumer"
 echo "consumer exit \$?"
+echo "ldd12: \$(ldd "$work/consumer12" | grep 'libdat\.so')"
+timeout 60 "$work/consumer12"
+echo "consumer12 exit \$?"
 echo "datinfo: \$(timeout 60 /usr/local/bin/datinfo rs-tcp 2>&1 | grep -c 'IA address 127.0.0.1')"
 EOF
 unshare -m bash "$work/inside.sh" > "$work/inside.log" 2>&1
@@ -109,7 +165,12 @@ else
 	sed 's/^/    /' "$work/inside.log" | tail -20
 fi
 grep -q 'consumer exit 0' "$work/inside.log" && ok || bad "the pkg-config consumer failed in the installed tree"
-grep -q 'datinfo: 1' "$work/inside.log" && ok || bad "installed datinfo did not open rs-tcp"
+grep -q 'ldd12:.*/usr/local/lib/libdat.so.1' "$work/inside.log" && ok ||
+	bad "the DAT 1.2 consumer did not load the installed libdat.so.1 ($(grep 'ldd12:' "$work/inside.log"))"
+grep -q 'consumer12 exit 0' "$work/inside.log" && ok ||
+	bad "the DAT 1.2 consumer failed in the installed tree ($(grep 'consumer12 exit' "$work/inside.log"))"
+# (datinfo shows every entry named rs-tcp: the u2.0 one and the u1.2 one)
+grep -Eq 'datinfo: [1-9]' "$work/inside.log" && ok || bad "installed datinfo did not open rs-tcp"
 
 # uninstall: our files gone, dat.conf as it was
 make -s -C "$top" uninstall DESTDIR="$root" PREFIX=/usr/local > "$work/uninstall.log" 2>&1 || bad "make uninstall failed"

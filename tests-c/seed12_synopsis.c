@@ -1,9 +1,10 @@
 /* A program written from the three DAT 1.2 seed manual pages
  * (dat_ep_post_rdma_read, dat_ep_post_send, dat_rmr_bind; each says
  * "#include <dat/udat.h>", "cc ... -ldat"), compiled against include/dat
- * with -c and never linked: libdat.so.1 is not built yet. It is built as
- * part of abi12_check (tests-c/Makefile); a header that no longer fits the
- * pages stops the build.
+ * and linked with -ldat into test_dat12_rules, which calls each function
+ * with live objects (tests-c/Makefile): a header that no longer fits the
+ * pages stops the build, a library that does not match the header stops
+ * the link or fails the test.
  *
  * Each function takes exactly the argument types of one page's synopsis,
  * calls that page's function with them, passes the completion and

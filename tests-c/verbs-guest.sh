@@ -9,6 +9,10 @@
 #  - the C tests test_provider_handles, test_dto_rules, test_remote_violation,
 #    test_peer_killed, test_srq, test_connect_errors, test_csp, test_evd_rules, test_ib_ext, test_ud,
 #    test_dat2_ops with DAT_TEST_IA=rs-rxe0;
+#  - the DAT 1.2 suite on rs-rxe0's u1.2 entry: test_dat12_rules,
+#    test_misuse12, and interop12.sh (a 1.2 and a 2.0 process exchanging
+#    sends and RDMA reads over the verbs provider); not with
+#    VERBS_IA=ofa-v2-rxe (OFED's provider serves DAT 2.0 only);
 #  - our verbs provider under the names of its three ia_params forms
 #    ("verbs rxe0 1", "verbs rxenet0", "verbs 192.0.2.1"): each opens with
 #    address 192.0.2.1, and dtest runs between two of them;
@@ -46,7 +50,8 @@ if [ "${1:-}" != --inside ]; then
 		echo "verbs-guest: 0 passed, 1 failed"
 		exit 1
 	fi
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud; do
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud \
+		test_dat12_rules test_misuse12 test_interop12 test_interop20; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
 			echo "verbs-guest: 0 passed, 1 failed"
@@ -91,9 +96,11 @@ else
 	p_dev='"rxenet0 0"' p_net='"rxenet0 0"' p_ip="\"$ADDR 0\""
 fi
 OURS=rs-rxe0
-# dat.conf for our libdat2 (libraries by name) and for OFED's (ours by path)
+# dat.conf for our libdat2 (libraries by name) and for OFED's (ours by path);
+# rs-rxe0's u1.2 entry serves the DAT 1.2 programs (our libdat.so.1)
 {
 	echo "rs-rxe0 u2.0 nonthreadsafe default $lib dapl.2.0 $p_dev \"\""
+	[ "$VERBS_IA" = rs-rxe0 ] && echo "rs-rxe0 u1.2 nonthreadsafe default $lib dapl.1.2 $p_dev \"\""
 	echo "rs-rxenet0 u2.0 nonthreadsafe default $lib dapl.2.0 $p_net \"\""
 	echo "rs-ip u2.0 nonthreadsafe default $lib dapl.2.0 $p_ip \"\""
 	echo "$OFA u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 \"rxenet0 0\" \"\""
@@ -145,6 +152,22 @@ for t in test_provider_handles test_dto_rules test_remote_violation test_peer_ki
 		grep -m5 '^FAIL' "$log" | sed 's/^/       /'
 	fi
 done
+
+# --- 1b. the DAT 1.2 suite on rs-rxe0's u1.2 entry (our provider only)
+if [ "$VERBS_IA" = rs-rxe0 ]; then
+	for t in test_dat12_rules test_misuse12 interop12.sh; do
+		log="$out/$t.log" prog=$top/build/tests/$t
+		[ $t = interop12.sh ] && prog=$top/tests-c/$t
+		DAT_TEST_IA=$OURS tmo=200 ours_env "$prog" > "$log" 2>&1
+		rc=$?
+		if [ $rc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
+			ok "$t ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
+		else
+			bad "$t: exit $rc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
+			grep -m5 'FAIL' "$log" | sed 's/^/       /'
+		fi
+	done
+fi
 
 # --- 2. the three ia_params forms of our provider
 for ia in rs-rxe0 rs-rxenet0 rs-ip; do
@@ -247,7 +270,7 @@ dtestx_pair() {
 		rc=$?
 		wait $server_pid
 		src=$?
-		if [ $try = 1 ] && [ $rc -ne 0 ] && grep -q '!conn established: 0x4003' "$clog"; then
+		if [ $try = 1 ] && [ $rc -ne 0 ] && grep -Eq '!conn established: 0x(4003|40004)$' "$clog"; then
 			echo "  note $name: the client connected before the server's PSP existed (dtestx's race); once more"
 			continue
 		fi

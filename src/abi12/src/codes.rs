@@ -156,6 +156,43 @@ pub const DAT_MAJOR_NOT_FOUND: DAT_RETURN_SUBTYPE = 99;
 pub const DAT_MINOR_NOT_FOUND: DAT_RETURN_SUBTYPE = 100;
 pub const DAT_THREAD_SAFETY_NOT_FOUND: DAT_RETURN_SUBTYPE = 101;
 
+/// The DAT 1.2 code for a DAT 2.0 one: the same class, type and meaning in
+/// 1.2's numbering (the rule the const block at the end checks, applied).
+/// The few 2.0 values 1.2 has no name for map to their nearest 1.2 reading:
+/// the types DAT_RESERVED_LMR, DAT_PORT_IN_USE, DAT_COMM_NOT_SUPPORTED and
+/// DAT_EXTENSION_BASE become DAT_INVALID_PARAMETER, DAT_CONN_QUAL_IN_USE,
+/// DAT_MODEL_NOT_SUPPORTED and DAT_NOT_IMPLEMENTED; the subtypes
+/// DAT_INVALID_HANDLE_CSP and DAT_INVALID_STATE_SRQ_SHUTDOWN become
+/// DAT_NO_SUBTYPE and DAT_INVALID_STATE_SRQ_IN_USE. (A pure mapping of ABI
+/// values, kept beside them so that libdat.so.1 and the provider agree.)
+pub const fn from_v20(rc: DAT_RETURN) -> DAT_RETURN {
+    use dat_abi::codes as v2;
+    if rc == v2::DAT_SUCCESS {
+        return DAT_SUCCESS;
+    }
+    let class = rc & (DAT_CLASS_ERROR | DAT_CLASS_WARNING);
+    let ty = match rc & v2::DAT_TYPE_MASK {
+        v2::DAT_NOT_IMPLEMENTED | v2::DAT_EXTENSION_BASE => DAT_NOT_IMPLEMENTED,
+        v2::DAT_RESERVED_LMR => DAT_INVALID_PARAMETER,
+        v2::DAT_PORT_IN_USE => DAT_CONN_QUAL_IN_USE,
+        v2::DAT_COMM_NOT_SUPPORTED => DAT_MODEL_NOT_SUPPORTED,
+        t => t,
+    };
+    let sub = rc & v2::DAT_SUBTYPE_MASK;
+    let sub = if sub == v2::DAT_INVALID_HANDLE_CSP {
+        DAT_NO_SUBTYPE
+    } else if sub == v2::DAT_INVALID_STATE_SRQ_SHUTDOWN {
+        DAT_INVALID_STATE_SRQ_IN_USE
+    } else if sub >= v2::DAT_PRIVILEGES_READ {
+        sub - 2
+    } else if sub >= v2::DAT_INVALID_HANDLE1 {
+        sub - 1
+    } else {
+        sub
+    };
+    class | ty | sub
+}
+
 /// Every type constant with its C name, in value order (for dat_strerror).
 pub const DAT_RETURN_TYPE_NAMES: &[(DAT_RETURN_TYPE, &str)] = &[
     (DAT_SUCCESS, "DAT_SUCCESS"),
@@ -423,6 +460,33 @@ mod tests {
             .filter(|n| *n != "DAT_INVALID_HANDLE_CSP" && *n != "DAT_INVALID_STATE_SRQ_SHUTDOWN")
             .collect();
         assert_eq!(v2, DAT_RETURN_SUBTYPE_NAMES);
+    }
+
+    /// Names survive the translation: a 2.0 code and its 1.2 reading name
+    /// the same type and subtype wherever 1.2 has that name.
+    #[test]
+    fn from_v20_keeps_names() {
+        use dat_abi::codes as v2;
+        for (sub2, name) in v2::DAT_RETURN_SUBTYPE_NAMES.iter().enumerate() {
+            let rc = from_v20(v2::DAT_CLASS_ERROR | v2::DAT_INVALID_STATE | sub2 as u32);
+            assert_eq!(rc & DAT_TYPE_MASK, DAT_INVALID_STATE);
+            assert_eq!(rc & DAT_CLASS_ERROR, DAT_CLASS_ERROR);
+            let sub12 = (rc & DAT_SUBTYPE_MASK) as usize;
+            if let Some(i) = DAT_RETURN_SUBTYPE_NAMES.iter().position(|n| n == name) {
+                assert_eq!(sub12, i, "{name}");
+            }
+        }
+        for (t2, name) in v2::DAT_RETURN_TYPE_NAMES {
+            if let Some((t12, _)) = DAT_RETURN_TYPE_NAMES.iter().find(|(_, n)| n == name) {
+                assert_eq!(
+                    from_v20(v2::DAT_CLASS_ERROR | t2) & DAT_TYPE_MASK,
+                    *t12,
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(from_v20(0), 0);
+        assert_eq!(from_v20(0x3fff0000 | v2::DAT_CLASS_ERROR), 0x8fff0000);
     }
 
     /// Every type 1.2 has has the same value in 2.0, except

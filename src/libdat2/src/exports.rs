@@ -14,7 +14,7 @@
 
 use crate::dispatch::{any_handle, provider_of};
 use crate::registry::{self, ProviderKey, ProviderPtr};
-use crate::{ffi_guard, init_logging};
+use crate::{ffi_guard, init_logging, LIBRARY};
 use dat_abi::*;
 use std::ffi::{c_char, CStr};
 
@@ -1048,7 +1048,7 @@ pub unsafe extern "C" fn dat_ia_openv(
             minor: dapl_minor,
             thread_safe: thread_safety != DAT_FALSE,
         };
-        match registry::open_ia(&key, name, async_event_qlen, async_event_handle) {
+        match registry::open_ia(&LIBRARY, &key, name, async_event_qlen, async_event_handle) {
             Ok(h) => {
                 *ia_handle = h;
                 DAT_SUCCESS
@@ -1066,7 +1066,7 @@ pub unsafe extern "C" fn dat_ia_close(
     ia_handle: DAT_IA_HANDLE,
     close_flags: DAT_CLOSE_FLAGS,
 ) -> DAT_RETURN {
-    ffi_guard(|| registry::close_ia(ia_handle, close_flags))
+    ffi_guard(|| registry::close_ia(&LIBRARY, ia_handle, close_flags))
 }
 
 /// Maps a consumer IA handle to the provider's own (OFED-internal export,
@@ -1124,7 +1124,7 @@ pub unsafe extern "C" fn dat2_extension_openv(
             minor: DAT_VERSION_MINOR,
             thread_safe: false,
         };
-        registry::open_extension(&key, name, ext_op, ia_out, args)
+        crate::extension::open_extension(&key, name, ext_op, ia_out, args)
     })
 }
 
@@ -1136,7 +1136,7 @@ pub unsafe extern "C" fn dat2_extension_closev(
     ext_op: DAT_EXTENDED_OP,
     args: va_list,
 ) -> DAT_RETURN {
-    ffi_guard(|| registry::close_extension(handle, ext_op, args))
+    ffi_guard(|| crate::extension::close_extension(handle, ext_op, args))
 }
 
 /// Called by a provider's dat_provider_init to make itself known.
@@ -1153,7 +1153,10 @@ pub unsafe extern "C" fn dat_registry_add_provider(
         if provider_info.is_null() {
             return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
         }
-        registry::add_provider(ProviderKey::from_info(provider_info), ProviderPtr(provider))
+        registry::add_provider(
+            ProviderKey::from_info(provider_info),
+            ProviderPtr::new(provider),
+        )
     })
 }
 
@@ -1172,7 +1175,7 @@ pub unsafe extern "C" fn dat_registry_remove_provider(
         }
         registry::remove_provider(
             &ProviderKey::from_info(provider_info),
-            ProviderPtr(provider),
+            ProviderPtr::new(provider),
         )
     })
 }

@@ -4,46 +4,33 @@
 //! handles and forwards every other call through the provider table found
 //! at the first word of the object handle. It knows nothing of transports.
 //!
-//! Layout: [`conf`] parses dat.conf; [`registry`] holds the static registry
-//! (dat.conf entries and their loaded libraries), the dynamic one (provider
-//! tables registered through dat_registry_add_provider) and the IA handle
-//! table; [`dispatch`] turns a handle into its provider table, safely;
-//! [`exports`] is the C API; [`strerror`] names return codes.
+//! Layout: the registry itself (dat.conf, static and dynamic registries,
+//! IA handle table, handle checks) is the crate dat-registry, shared with
+//! libdat.so.1 and re-exported here as [`conf`], [`registry`] and
+//! [`dispatch`]; [`exports`] is the DAT 2.0 C API; [`extension`] the
+//! open-query extension only 2.0 has; [`strerror`] names return codes.
 
-pub mod conf;
-pub mod dispatch;
 pub mod exports;
-pub mod registry;
+pub mod extension;
 pub mod strerror;
 
+pub use dat_registry::{conf, dispatch, registry, LOG_ENV};
+
 use dat_abi::*;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Environment variable that switches on diagnostics (env_logger syntax,
-/// e.g. `DAT_LOG=debug` or `DAT_LOG=dat2=trace`).
-pub const LOG_ENV: &str = "DAT_LOG";
+/// This library to the shared registry: named libdat2 in warnings, and
+/// numbering codes as the registry makes them (DAT 2.0).
+pub(crate) const LIBRARY: registry::Library = registry::Library {
+    name: "libdat2",
+    own_code: |rc| rc,
+};
 
-/// Starts env_logger once, reading [`LOG_ENV`]. Logging stays off when the
-/// variable is unset; warnings the user must see go to stderr regardless.
-pub(crate) fn init_logging() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let env = env_logger::Env::new()
-            .filter(LOG_ENV)
-            .write_style("DAT_LOG_STYLE");
-        let _ = env_logger::Builder::from_env(env)
-            .format_timestamp_micros()
-            .try_init();
-    });
-}
+pub(crate) use dat_registry::init_logging;
 
 /// Runs one exported call; a Rust panic inside becomes DAT_INTERNAL_ERROR
 /// instead of unwinding into C (which would be undefined behaviour).
 pub(crate) fn ffi_guard(f: impl FnOnce() -> DAT_RETURN) -> DAT_RETURN {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        log::error!("internal panic caught at the C boundary");
-        dat_error(DAT_INTERNAL_ERROR, DAT_NO_SUBTYPE)
-    })
+    dat_registry::ffi_guard(dat_registry::PANIC_CODE_V20, f)
 }
 
 #[cfg(test)]

@@ -1,42 +1,16 @@
 //! Names of DAT_RETURN types and subtypes, as static C strings.
 
 use dat_abi::*;
-use std::ffi::{CStr, CString};
-use std::sync::OnceLock;
+use dat_registry::strerror::ReturnNames;
+use std::ffi::CStr;
 
-struct Names {
-    types: Vec<(DAT_RETURN_TYPE, CString)>,
-    subtypes: Vec<CString>,
-}
-
-fn names_table() -> &'static Names {
-    static NAMES: OnceLock<Names> = OnceLock::new();
-    NAMES.get_or_init(|| Names {
-        types: DAT_RETURN_TYPE_NAMES
-            .iter()
-            .map(|&(v, n)| (v, CString::new(n).unwrap()))
-            .collect(),
-        subtypes: DAT_RETURN_SUBTYPE_NAMES
-            .iter()
-            .map(|&n| CString::new(n).unwrap())
-            .collect(),
-    })
-}
+static NAMES: ReturnNames = ReturnNames::new(DAT_RETURN_TYPE_NAMES, DAT_RETURN_SUBTYPE_NAMES);
 
 /// `(type name, subtype name)` of `value`, or None when either part is not
 /// a code the DAT 2.0 headers define. The class bits (error, warning) do
 /// not change the names.
 pub fn names(value: DAT_RETURN) -> Option<(&'static CStr, &'static CStr)> {
-    let t = names_table();
-    let ty = dat_get_type(value);
-    let sub = dat_get_subtype(value) as usize;
-    let major = t
-        .types
-        .iter()
-        .find(|(v, _)| *v == ty)
-        .map(|(_, n)| n.as_c_str())?;
-    let minor = t.subtypes.get(sub)?.as_c_str();
-    Some((major, minor))
+    NAMES.names(value)
 }
 
 #[cfg(test)]

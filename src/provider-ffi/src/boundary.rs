@@ -3,6 +3,7 @@
 //! helpers instead of dereferencing pointers themselves.
 
 use daplrs::backend::Sge;
+use daplrs::core::ep::RemoteBuffer;
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle::Handle;
 use dat_abi::*;
@@ -75,6 +76,85 @@ impl std::ops::Deref for Iov {
     }
 }
 
+/// One element of a C local IOV (DAT_LMR_TRIPLET of either DAT version).
+pub(crate) trait LocalTriplet {
+    /// The segment as the core posts it. A segment the core cannot carry
+    /// (DAT 1.2's 64-bit length beyond 32 bits) is the error.
+    fn sge(&self) -> DatResult<Sge>;
+    /// (address, length) for dat_lmr_sync_rdma_*.
+    fn span(&self) -> (u64, u64);
+}
+
+impl LocalTriplet for DAT_LMR_TRIPLET {
+    fn sge(&self) -> DatResult<Sge> {
+        Ok(Sge {
+            addr: self.virtual_address,
+            length: self.segment_length,
+            lkey: self.lmr_context,
+        })
+    }
+    fn span(&self) -> (u64, u64) {
+        (self.virtual_address, u64::from(self.segment_length))
+    }
+}
+
+/// The remote buffer of an RDMA DTO (DAT_RMR_TRIPLET of either version).
+pub(crate) trait RemoteTriplet {
+    fn remote(&self) -> DatResult<RemoteBuffer>;
+}
+
+impl RemoteTriplet for DAT_RMR_TRIPLET {
+    fn remote(&self) -> DatResult<RemoteBuffer> {
+        Ok(RemoteBuffer {
+            address: self.virtual_address,
+            length: self.segment_length,
+            rmr_context: self.rmr_context,
+        })
+    }
+}
+
+/// DAT 1.2's 24-byte triplet: its 64-bit length must fit the 32 bits one
+/// segment of the core carries. A longer segment is DAT_LENGTH_ERROR: no
+/// transfer of ours can be that long (the largest message and RDMA sizes
+/// are 32-bit), the error the core gives a transfer beyond those sizes.
+impl LocalTriplet for dat_abi12::DAT_LMR_TRIPLET {
+    fn sge(&self) -> DatResult<Sge> {
+        Ok(Sge {
+            addr: self.virtual_address,
+            length: u32::try_from(self.segment_length).map_err(|_| DatError::length())?,
+            lkey: self.lmr_context,
+        })
+    }
+    fn span(&self) -> (u64, u64) {
+        (self.virtual_address, self.segment_length)
+    }
+}
+
+/// DAT 1.2's remote triplet; a length beyond 32 bits is DAT_LENGTH_ERROR
+/// (dat_ep_post_rdma_read's page: the local buffer cannot hold the remote
+/// one's data, as no local IOV of ours can).
+impl RemoteTriplet for dat_abi12::DAT_RMR_TRIPLET {
+    fn remote(&self) -> DatResult<RemoteBuffer> {
+        Ok(RemoteBuffer {
+            address: self.target_address,
+            length: u32::try_from(self.segment_length).map_err(|_| DatError::length())?,
+            rmr_context: self.rmr_context,
+        })
+    }
+}
+
+/// The remote buffer of an RDMA DTO: NULL is DAT_INVALID_PARAMETER for
+/// argument `arg`.
+///
+/// # Safety
+/// `p` is NULL or points to a readable triplet.
+pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(
+    p: *const T,
+    arg: u32,
+) -> DatResult<RemoteBuffer> {
+    input(p, arg)?.remote()
+}
+
 /// Reads `n` triplets at `p`. A negative count, or one above `max` (the
 /// object's IOV limit), is DAT_INVALID_PARAMETER for `arg_n`, refused before
 /// the array is touched (a count of 1 << 30 must not make us read a gigabyte
@@ -83,8 +163,8 @@ impl std::ops::Deref for Iov {
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.
-pub(crate) unsafe fn lmr_iov(
-    p: *const DAT_LMR_TRIPLET,
+pub(crate) unsafe fn lmr_iov<T: LocalTriplet>(
+    p: *const T,
     n: DAT_COUNT,
     max: u32,
     arg_n: u32,
@@ -100,20 +180,39 @@ pub(crate) unsafe fn lmr_iov(
         return Err(DatError::invalid_arg(arg_iov));
     }
     let triplets = std::slice::from_raw_parts(p, n as usize);
-    let sge = |t: &DAT_LMR_TRIPLET| Sge {
-        addr: t.virtual_address,
-        length: t.segment_length,
-        lkey: t.lmr_context,
-    };
     if triplets.len() <= INLINE_SEGMENTS {
         let mut a = [NO_SEGMENT; INLINE_SEGMENTS];
         for (d, t) in a.iter_mut().zip(triplets) {
-            *d = sge(t);
+            *d = t.sge()?;
         }
         Ok(Iov::Inline(a, triplets.len()))
     } else {
-        Ok(Iov::Heap(triplets.iter().map(sge).collect()))
+        Ok(Iov::Heap(
+            triplets.iter().map(|t| t.sge()).collect::<DatResult<_>>()?,
+        ))
     }
+}
+
+/// The (address, length) spans of `n` triplets at `p` (dat_lmr_sync_rdma_*:
+/// the array is argument 2, the count 3).
+///
+/// # Safety
+/// `p` is NULL or points to `n` readable triplets.
+pub(crate) unsafe fn lmr_spans<T: LocalTriplet>(
+    p: *const T,
+    n: DAT_VLEN,
+) -> DatResult<Vec<(u64, u64)>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(DatError::invalid_arg(2));
+    }
+    let n = usize::try_from(n).map_err(|_| DatError::invalid_arg(3))?;
+    Ok(std::slice::from_raw_parts(p, n)
+        .iter()
+        .map(|t| t.span())
+        .collect())
 }
 
 /// Private data: `size` bytes at `p` (NULL allowed with size 0).

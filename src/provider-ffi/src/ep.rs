@@ -1,7 +1,8 @@
 //! EP: endpoints, their connections and every data transfer call.
 
 use crate::boundary::{
-    boolean, bytes, c, count, count_arg, guard, h, input, ipv4_of, lmr_iov, out, sockaddr_of,
+    boolean, bytes, c, count, count_arg, guard, h, input, ipv4_of, lmr_iov, out, remote_buffer,
+    sockaddr_of, LocalTriplet, RemoteTriplet,
 };
 use daplrs::core::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
 use daplrs::core::error::{DatError, DatResult, SubType};
@@ -354,11 +355,20 @@ pub(crate) unsafe extern "C" fn post_send(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| {
-        let ep = ep(ep_handle)?;
-        let iov = lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3)?;
-        ep.post_send(&iov, cookie.as_u64(), flags)
-    })
+    guard(|| post_send_iov(ep_handle, n, iov, cookie, flags))
+}
+
+/// dat_ep_post_send over either version's triplets.
+pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *const T,
+    cookie: DAT_DTO_COOKIE,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DatResult<()> {
+    let ep = ep(ep_handle)?;
+    let iov = lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3)?;
+    ep.post_send(&iov, cookie.as_u64(), flags)
 }
 
 /// Without invalidation this is a plain send; remote invalidation of an
@@ -416,20 +426,20 @@ pub(crate) unsafe extern "C" fn post_recv(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| {
-        let ep = ep(ep_handle)?;
-        let iov = lmr_iov(iov, n, ep.attr().max_recv_iov, 2, 3)?;
-        ep.post_recv(&iov, cookie.as_u64(), flags)
-    })
+    guard(|| post_recv_iov(ep_handle, n, iov, cookie, flags))
 }
 
-unsafe fn remote_of(r: *const DAT_RMR_TRIPLET) -> DatResult<RemoteBuffer> {
-    let r = input(r, 5)?;
-    Ok(RemoteBuffer {
-        address: r.virtual_address,
-        length: r.segment_length,
-        rmr_context: r.rmr_context,
-    })
+/// dat_ep_post_recv over either version's triplets.
+pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *const T,
+    cookie: DAT_DTO_COOKIE,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DatResult<()> {
+    let ep = ep(ep_handle)?;
+    let iov = lmr_iov(iov, n, ep.attr().max_recv_iov, 2, 3)?;
+    ep.post_recv(&iov, cookie.as_u64(), flags)
 }
 
 pub(crate) unsafe extern "C" fn post_rdma_read(
@@ -440,11 +450,21 @@ pub(crate) unsafe extern "C" fn post_rdma_read(
     remote: *const DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| {
-        let ep = ep(ep_handle)?;
-        let iov = lmr_iov(iov, n, ep.attr().max_rdma_read_iov, 2, 3)?;
-        ep.post_rdma_read(&iov, cookie.as_u64(), remote_of(remote)?, flags)
-    })
+    guard(|| post_rdma_read_iov(ep_handle, n, iov, cookie, remote, flags))
+}
+
+/// dat_ep_post_rdma_read over either version's triplets.
+pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *const T,
+    cookie: DAT_DTO_COOKIE,
+    remote: *const R,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DatResult<()> {
+    let ep = ep(ep_handle)?;
+    let iov = lmr_iov(iov, n, ep.attr().max_rdma_read_iov, 2, 3)?;
+    ep.post_rdma_read(&iov, cookie.as_u64(), remote_buffer(remote, 5)?, flags)
 }
 
 pub(crate) unsafe extern "C" fn post_rdma_write(
@@ -455,11 +475,21 @@ pub(crate) unsafe extern "C" fn post_rdma_write(
     remote: *const DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| {
-        let ep = ep(ep_handle)?;
-        let iov = lmr_iov(iov, n, ep.attr().max_rdma_write_iov, 2, 3)?;
-        ep.post_rdma_write(&iov, cookie.as_u64(), remote_of(remote)?, flags)
-    })
+    guard(|| post_rdma_write_iov(ep_handle, n, iov, cookie, remote, flags))
+}
+
+/// dat_ep_post_rdma_write over either version's triplets.
+pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
+    ep_handle: DAT_EP_HANDLE,
+    n: DAT_COUNT,
+    iov: *const T,
+    cookie: DAT_DTO_COOKIE,
+    remote: *const R,
+    flags: DAT_COMPLETION_FLAGS,
+) -> DatResult<()> {
+    let ep = ep(ep_handle)?;
+    let iov = lmr_iov(iov, n, ep.attr().max_rdma_write_iov, 2, 3)?;
+    ep.post_rdma_write(&iov, cookie.as_u64(), remote_buffer(remote, 5)?, flags)
 }
 
 pub(crate) unsafe extern "C" fn get_status(

@@ -177,6 +177,7 @@ unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
         ia_attr,
         provider_mask,
         provider_attr,
+        DAT_VERSION_MAJOR,
     );
     if let Err(e) = queried {
         let _ = ia::close_ia(ia_handle, DAT_CLOSE_ABRUPT_FLAG);

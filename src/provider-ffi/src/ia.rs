@@ -1,7 +1,7 @@
 //! IA: open, query, close, and the calls that take a handle of any type.
 
 use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
-use crate::provider::{entry, table_for_ia_name};
+use crate::provider::{entry, table_for_ia_name, PROVIDER};
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle::{self, HandleHeader};
 use daplrs::core::ia::Ia;
@@ -29,13 +29,41 @@ pub(crate) unsafe fn open_ia(
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DatResult<()> {
+    let ia = open_ia_with(
+        name,
+        qlen,
+        async_evd,
+        ia_handle,
+        DAT_VERSION_MAJOR,
+        &PROVIDER as *const DAT_PROVIDER as usize,
+    )?;
+    // SAFETY: a live handle is the address of its never-freed header.
+    let header = &*(ia.handle().as_ptr() as *const HandleHeader);
+    header.provider.store(
+        table_for_ia_name(ia.name()) as *const DAT_PROVIDER as *mut _,
+        Ordering::SeqCst,
+    );
+    Ok(())
+}
+
+/// ia_open of either DAT version: the dat.conf entry `name` registered for
+/// `major` chooses the backend; every handle of the IA starts with
+/// `dispatch`, that version's provider table.
+pub(crate) unsafe fn open_ia_with(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+    major: u32,
+    dispatch: usize,
+) -> DatResult<Arc<Ia>> {
     if name.is_null() {
         return Err(DatError::invalid_arg(1));
     }
     let async_evd = out(async_evd, 3)?;
     let ia_handle = out(ia_handle, 4)?;
     let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-    let params = entry(&name)
+    let params = entry(&name, major)
         .ok_or(DatError::new(
             ErrorType::ProviderNotFound,
             SubType::NameNotRegistered,
@@ -46,7 +74,7 @@ pub(crate) unsafe fn open_ia(
     } else {
         None
     };
-    let (ia, evd) = Ia::open(&name, &params, want_async).inspect_err(|e| {
+    let (ia, evd) = Ia::open(&name, &params, want_async, dispatch).inspect_err(|e| {
         // Say why, once, even with logging off: "no such interface" is
         // the first thing a new user of "tcp eth0" needs to know.
         let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
@@ -55,14 +83,8 @@ pub(crate) unsafe fn open_ia(
     if let Some(evd) = evd {
         *async_evd = c(evd.handle());
     }
-    // SAFETY: a live handle is the address of its never-freed header.
-    let header = &*(ia.handle().as_ptr() as *const HandleHeader);
-    header.provider.store(
-        table_for_ia_name(&name) as *const DAT_PROVIDER as *mut _,
-        Ordering::SeqCst,
-    );
     *ia_handle = c(ia.handle());
-    Ok(())
+    Ok(ia)
 }
 
 pub(crate) unsafe extern "C" fn close(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
@@ -92,10 +114,12 @@ pub(crate) unsafe extern "C" fn query(
             ia_attr,
             provider_mask,
             provider_attr,
+            DAT_VERSION_MAJOR,
         )
     })
 }
 
+/// dat_ia_query for an IA opened through the entry of DAT version `major`.
 pub(crate) unsafe fn query_ia(
     ia: DAT_IA_HANDLE,
     async_evd: *mut DAT_EVD_HANDLE,
@@ -103,6 +127,7 @@ pub(crate) unsafe fn query_ia(
     ia_attr: *mut DAT_IA_ATTR,
     provider_mask: DAT_PROVIDER_ATTR_MASK,
     provider_attr: *mut DAT_PROVIDER_ATTR,
+    major: u32,
 ) -> DatResult<()> {
     let ia = handle::ia(h(ia))?;
     if let Some(e) = async_evd.as_mut() {
@@ -115,7 +140,7 @@ pub(crate) unsafe fn query_ia(
         fill_ia_attr(&ia, out(ia_attr, 4)?);
     }
     if provider_mask != 0 {
-        fill_provider_attr(&ia, out(provider_attr, 6)?);
+        fill_provider_attr(&ia, out(provider_attr, 6)?, major);
     }
     Ok(())
 }
@@ -162,7 +187,9 @@ fn fill_ia_attr(ia: &Ia, a: &mut DAT_IA_ATTR) {
     a.vendor_attr = std::ptr::null_mut();
 }
 
-fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
+/// DAT_PROVIDER_ATTR of an IA opened through the dat.conf entry of DAT
+/// version `major` (the entry's thread safety is reported back).
+fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR, major: u32) {
     let q = ia.query();
     // OFED's libdat2 closes the registry entry named here: the IA name.
     cstr_into(&mut p.provider_name, ia.name());
@@ -182,7 +209,7 @@ fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
     // The provider is safe to call from any thread, but the registry keys
     // entries by the thread safety dat.conf gave them, and OFED's libdat2
     // looks the entry up again with what we report here.
-    p.is_thread_safe = boolean(entry(ia.name()).is_some_and(|e| e.thread_safe));
+    p.is_thread_safe = boolean(entry(ia.name(), major).is_some_and(|e| e.thread_safe));
     p.max_private_data_size = count(q.max_private_data_size);
     p.supports_multipath = DAT_FALSE;
     p.ep_creator = DAT_PSP_CREATES_EP_NEVER;

@@ -8,7 +8,8 @@
 //! [`boundary`], and every entry point runs inside [`boundary::guard`], so a
 //! panic never unwinds into C.
 //!
-//! [`provider`] holds the table and `dat_provider_init`/`dat_provider_fini`.
+//! [`provider`] holds the table and `dat_provider_init`/`dat_provider_fini`;
+//! [`v12`] serves DAT 1.2 (libdat.so.1) from the same functions.
 
 mod boundary;
 mod cno;
@@ -24,5 +25,6 @@ mod pz;
 mod rmr;
 mod sp;
 mod srq;
+mod v12;
 
 pub use provider::{dat_provider_fini, dat_provider_init};

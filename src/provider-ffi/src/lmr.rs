@@ -1,7 +1,7 @@
 //! LMR: local memory regions, registered with privileges; their
 //! lmr_context (lkey) and rmr_context (rkey) are unique while live.
 
-use crate::boundary::{c, guard, h, interned_cookie, out};
+use crate::boundary::{c, guard, h, interned_cookie, lmr_spans, out, LocalTriplet};
 use daplrs::core::error::{DatError, DatResult};
 use daplrs::core::handle;
 use daplrs::core::lmr::{sync_rdma, Lmr, LmrRegion};
@@ -107,26 +107,12 @@ pub(crate) unsafe extern "C" fn free(lmr: DAT_LMR_HANDLE) -> DAT_RETURN {
     guard(|| handle::lmr(h(lmr))?.free())
 }
 
-unsafe fn segments(p: *const DAT_LMR_TRIPLET, n: DAT_VLEN) -> DatResult<Vec<(u64, u64)>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    if p.is_null() {
-        return Err(DatError::invalid_arg(2));
-    }
-    let n = usize::try_from(n).map_err(|_| DatError::invalid_arg(3))?;
-    Ok(std::slice::from_raw_parts(p, n)
-        .iter()
-        .map(|t| (t.virtual_address, u64::from(t.segment_length)))
-        .collect())
-}
-
 pub(crate) unsafe extern "C" fn sync_rdma_read(
     ia: DAT_IA_HANDLE,
     segs: *const DAT_LMR_TRIPLET,
     n: DAT_VLEN,
 ) -> DAT_RETURN {
-    guard(|| sync_rdma(&handle::ia(h(ia))?, &segments(segs, n)?))
+    guard(|| sync_segments(ia, segs, n))
 }
 
 pub(crate) unsafe extern "C" fn sync_rdma_write(
@@ -134,5 +120,15 @@ pub(crate) unsafe extern "C" fn sync_rdma_write(
     segs: *const DAT_LMR_TRIPLET,
     n: DAT_VLEN,
 ) -> DAT_RETURN {
-    guard(|| sync_rdma(&handle::ia(h(ia))?, &segments(segs, n)?))
+    guard(|| sync_segments(ia, segs, n))
+}
+
+/// dat_lmr_sync_rdma_read and _write over either version's triplets: the
+/// same rule for both directions (see `sync_rdma`).
+pub(crate) unsafe fn sync_segments<T: LocalTriplet>(
+    ia: DAT_IA_HANDLE,
+    segs: *const T,
+    n: DAT_VLEN,
+) -> DatResult<()> {
+    sync_rdma(&handle::ia(h(ia))?, &lmr_spans(segs, n)?)
 }

@@ -1,10 +1,11 @@
 //! The DAT_PROVIDER table of udapl-rs and the two symbols a registry looks
 //! up in a provider library: `dat_provider_init` and `dat_provider_fini`.
 //!
-//! One table serves every dat.conf entry naming this library; each entry's
-//! `ia_params` ("tcp lo", "tcp eth0", "tcp 192.0.2.1") is remembered under
-//! its IA name and used when that name is opened. Every object handle the
-//! core hands out starts with a pointer to this table.
+//! One table serves every `u2.0` dat.conf entry naming this library (and
+//! `crate::v12` one table every `u1.2` entry); each entry's `ia_params`
+//! ("tcp lo", "tcp eth0", "tcp 192.0.2.1") is remembered under its IA name
+//! and DAT version and used when that name is opened. Every object handle
+//! of an IA starts with a pointer to the table the IA was opened through.
 
 use crate::{cno, cr, csp, ep, evd, ext, ia, lmr, pz, rmr, sp, srq};
 use dat_abi::*;
@@ -25,7 +26,8 @@ extern "C" {
     ) -> DAT_RETURN;
 }
 
-/// The table every handle of ours points to.
+/// The 2.0 table: the first word of every handle of an IA opened through
+/// it (the IA's own handle has a per-name copy, see `table_for_ia_name`).
 pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
     device_name: c"udapl-rs".as_ptr(),
     extension: std::ptr::null_mut(),
@@ -144,12 +146,29 @@ pub(crate) struct Entry {
     pub thread_safe: bool,
 }
 
-/// The entries of each IA name this library was initialised for.
-static ENTRIES: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+/// The entries this library was initialised for, by IA name and DAT major
+/// version: a `u2.0` and a `u1.2` entry may share a name ("rs-tcp") and
+/// be initialised and finished independently.
+static ENTRIES: Mutex<Option<HashMap<(String, u32), Entry>>> = Mutex::new(None);
 
-/// The dat.conf entry this library was initialised with for `name`.
-pub(crate) fn entry(name: &str) -> Option<Entry> {
-    ENTRIES.lock().as_ref()?.get(name).cloned()
+/// The dat.conf entry this library was initialised with for `name` under
+/// DAT major version `major`.
+pub(crate) fn entry(name: &str, major: u32) -> Option<Entry> {
+    ENTRIES
+        .lock()
+        .as_ref()?
+        .get(&(name.to_string(), major))
+        .cloned()
+}
+
+/// The DAT major version whose table serves the entry `info`: 1 for a
+/// 1.2 registry, else 2.
+fn abi_major(info: &DAT_PROVIDER_INFO) -> u32 {
+    if info.dapl_version_major == dat_abi12::DAT_VERSION_MAJOR {
+        dat_abi12::DAT_VERSION_MAJOR
+    } else {
+        DAT_VERSION_MAJOR
+    }
 }
 
 fn ia_name(info: &DAT_PROVIDER_INFO) -> String {
@@ -175,7 +194,7 @@ pub unsafe extern "C" fn dat_provider_init(
             CStr::from_ptr(ia_params).to_string_lossy().into_owned()
         };
         let name = ia_name(info);
-        daplrs::core::handle::set_provider(&PROVIDER as *const DAT_PROVIDER as *const _);
+        let major = abi_major(info);
         let entry = Entry {
             ia_params: params.clone(),
             thread_safe: info.is_thread_safe != DAT_FALSE,
@@ -183,9 +202,15 @@ pub unsafe extern "C" fn dat_provider_init(
         ENTRIES
             .lock()
             .get_or_insert_with(HashMap::new)
-            .insert(name.clone(), entry);
-        let rc = dat_registry_add_provider(&PROVIDER, info);
-        log::debug!("dat_provider_init({name}, \"{params}\"): registry answered {rc:#x}");
+            .insert((name.clone(), major), entry);
+        // A DAT 1.2 registry (libdat.so.1) gets the 1.2 table; any other
+        // the 2.0 one, as before.
+        let rc = if major == dat_abi12::DAT_VERSION_MAJOR {
+            crate::v12::register(info)
+        } else {
+            dat_registry_add_provider(&PROVIDER, info)
+        };
+        log::debug!("dat_provider_init({name}, u{major}, \"{params}\"): registry answered {rc:#x}");
     });
 }
 
@@ -197,10 +222,15 @@ pub unsafe extern "C" fn dat_provider_init(
 pub unsafe extern "C" fn dat_provider_fini(info: *const DAT_PROVIDER_INFO) {
     let _ = std::panic::catch_unwind(|| {
         let Some(info) = info.as_ref() else { return };
+        let major = abi_major(info);
         if let Some(map) = ENTRIES.lock().as_mut() {
-            map.remove(&ia_name(info));
+            map.remove(&(ia_name(info), major));
         }
-        dat_registry_remove_provider(&PROVIDER, info);
+        if major == dat_abi12::DAT_VERSION_MAJOR {
+            crate::v12::unregister(info);
+        } else {
+            dat_registry_remove_provider(&PROVIDER, info);
+        }
     });
 }
 

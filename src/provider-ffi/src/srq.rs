@@ -1,7 +1,7 @@
 //! SRQ: shared receive queues.
 
-use crate::boundary::{c, count, count_arg, guard, h, input, lmr_iov, out};
-use daplrs::core::error::DatError;
+use crate::boundary::{c, count, count_arg, guard, h, input, lmr_iov, out, LocalTriplet};
+use daplrs::core::error::{DatError, DatResult};
 use daplrs::core::handle;
 use daplrs::core::srq::{Srq, SrqAttr};
 use dat_abi::*;
@@ -37,11 +37,19 @@ pub(crate) unsafe extern "C" fn post_recv(
     iov: *mut DAT_LMR_TRIPLET,
     cookie: DAT_DTO_COOKIE,
 ) -> DAT_RETURN {
-    guard(|| {
-        let srq = handle::srq(h(srq))?;
-        let iov = lmr_iov(iov, n, srq.query().attr.max_recv_iov, 2, 3)?;
-        srq.post_recv(&iov, cookie.as_u64())
-    })
+    guard(|| post_recv_iov(srq, n, iov, cookie))
+}
+
+/// dat_srq_post_recv over either version's triplets.
+pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
+    srq: DAT_SRQ_HANDLE,
+    n: DAT_COUNT,
+    iov: *const T,
+    cookie: DAT_DTO_COOKIE,
+) -> DatResult<()> {
+    let srq = handle::srq(h(srq))?;
+    let iov = lmr_iov(iov, n, srq.query().attr.max_recv_iov, 2, 3)?;
+    srq.post_recv(&iov, cookie.as_u64())
 }
 
 pub(crate) unsafe extern "C" fn query(

@@ -62,7 +62,7 @@ impl Cno {
         fd_write
             .set_nonblocking(true)
             .map_err(|_| DatError::internal())?;
-        let reservation = handle::reserve(HandleKind::Cno);
+        let reservation = handle::reserve(HandleKind::Cno, ia.dispatch());
         let cno = Arc::new(Cno {
             handle: reservation.handle(),
             ia: ia.clone(),

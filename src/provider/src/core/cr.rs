@@ -42,7 +42,7 @@ impl Cr {
         ep: Option<Arc<Ep>>,
         ud: bool,
     ) -> Arc<Cr> {
-        let reservation = handle::reserve(HandleKind::Cr);
+        let reservation = handle::reserve(HandleKind::Cr, sp.ia().dispatch());
         let cr = Arc::new(Cr {
             handle: reservation.handle(),
             sp: sp.clone(),

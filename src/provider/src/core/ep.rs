@@ -379,7 +379,7 @@ impl Ep {
         } else {
             ep_state::UNCONFIGURED_UNCONNECTED
         };
-        let reservation = handle::reserve(HandleKind::Ep);
+        let reservation = handle::reserve(HandleKind::Ep, ia.dispatch());
         let ep = Arc::new(Ep {
             handle: reservation.handle(),
             ia: ia.clone(),

@@ -233,7 +233,7 @@ impl Evd {
         } else {
             None
         };
-        let reservation = handle::reserve(HandleKind::Evd);
+        let reservation = handle::reserve(HandleKind::Evd, ia.dispatch());
         let evd = Arc::new(Evd {
             handle: reservation.handle(),
             ia: ia.clone(),

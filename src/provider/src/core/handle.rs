@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -180,7 +180,6 @@ struct Table {
 }
 
 static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
-static PROVIDER: AtomicUsize = AtomicUsize::new(0);
 
 fn table() -> &'static Mutex<Table> {
     TABLE.get_or_init(|| {
@@ -191,11 +190,6 @@ fn table() -> &'static Mutex<Table> {
             next_slot: 1,
         })
     })
-}
-
-/// Sets the DAT_PROVIDER pointer written into every header created from now on.
-pub fn set_provider(provider: *const c_void) {
-    PROVIDER.store(provider as usize, Ordering::SeqCst);
 }
 
 /// Reads the header of a handle known to be live or reserved.
@@ -254,8 +248,10 @@ impl Drop for Reservation {
     }
 }
 
-/// Allocates (or reuses from quarantine) a header for a new object of `kind`.
-pub fn reserve(kind: HandleKind) -> Reservation {
+/// Allocates (or reuses from quarantine) a header for a new object of `kind`, whose first word
+/// is `dispatch`: the address of the C dispatch table the registry calls this handle's
+/// functions through (the owning IA's, see `Ia::dispatch`; the core never reads it).
+pub fn reserve(kind: HandleKind, dispatch: usize) -> Reservation {
     let mut t = table().lock();
     let header: &'static HandleHeader = if t.quarantine.len() > QUARANTINE {
         match t.quarantine.pop_front() {
@@ -268,10 +264,9 @@ pub fn reserve(kind: HandleKind) -> Reservation {
     } else {
         new_header(&mut t)
     };
-    header.provider.store(
-        PROVIDER.load(Ordering::SeqCst) as *mut c_void,
-        Ordering::SeqCst,
-    );
+    header
+        .provider
+        .store(dispatch as *mut c_void, Ordering::SeqCst);
     header.tag.store(TAG_DEAD, Ordering::SeqCst);
     let handle = Handle(header as *const HandleHeader as usize);
     t.reserved.insert(handle.0, kind);

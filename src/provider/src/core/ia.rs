@@ -69,6 +69,10 @@ pub(crate) struct PendingDto {
 pub struct Ia {
     handle: Handle,
     name: String,
+    /// The address of the C dispatch table every handle of this IA starts with (the DAT
+    /// version's provider table the IA was opened through; 0 in the core's own tests). The
+    /// core only stores it: one core serves both ABIs, each IA through its own table.
+    dispatch: usize,
     device: Arc<dyn Device>,
     closed: AtomicBool,
     /// The IA's async EVD (implicit ones are freed by graceful close).
@@ -98,16 +102,19 @@ pub struct Ia {
 impl Ia {
     /// dat_ia_open: opens the device named by `ia_params` ("tcp lo", "tcp 10.0.0.1", ...).
     /// With `async_evd_qlen`, also creates the IA's async EVD (the DAT_HANDLE_NULL case).
+    /// `dispatch` is the C table this IA's handles start with (see `Ia::dispatch`).
     pub fn open(
         name: &str,
         ia_params: &str,
         async_evd_qlen: Option<i32>,
+        dispatch: usize,
     ) -> DatResult<(Arc<Ia>, Option<Arc<Evd>>)> {
         let device = backend::open_device(ia_params)?;
-        let reservation = handle::reserve(HandleKind::Ia);
+        let reservation = handle::reserve(HandleKind::Ia, dispatch);
         let ia = Arc::new(Ia {
             handle: reservation.handle(),
             name: name.to_string(),
+            dispatch,
             device: device.clone(),
             closed: AtomicBool::new(false),
             async_evd: Mutex::new(None),
@@ -150,6 +157,10 @@ impl Ia {
     }
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The C dispatch table address every new handle of this IA starts with.
+    pub fn dispatch(&self) -> usize {
+        self.dispatch
     }
     pub fn device(&self) -> &Arc<dyn Device> {
         &self.device
@@ -418,6 +429,12 @@ impl Ia {
                 ext,
             },
         })
+    }
+
+    /// The live LMR of this IA whose lmr_context is `lmr_context` (DAT 1.2's dat_rmr_bind
+    /// names the LMR by its triplet's context only).
+    pub fn lmr_by_context(&self, lmr_context: u32) -> Option<Arc<Lmr>> {
+        self.lmrs_by_context.lock().get(&lmr_context)?.upgrade()
     }
 
     /// The RMR whose latest bind gave `rmr_context`, if it is still bound with it.

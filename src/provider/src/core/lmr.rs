@@ -136,7 +136,7 @@ impl Lmr {
                 return Err(e);
             }
         };
-        let reservation = handle::reserve(HandleKind::Lmr);
+        let reservation = handle::reserve(HandleKind::Lmr, ia.dispatch());
         let lmr = Arc::new(Lmr {
             handle: reservation.handle(),
             ia: ia.clone(),

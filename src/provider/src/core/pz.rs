@@ -20,7 +20,7 @@ impl Pz {
     pub fn create(ia: &Arc<Ia>) -> DatResult<Arc<Pz>> {
         ia.check_open()?;
         let pd = ia.device().alloc_pd()?;
-        let reservation = handle::reserve(HandleKind::Pz);
+        let reservation = handle::reserve(HandleKind::Pz, ia.dispatch());
         let pz = Arc::new(Pz {
             handle: reservation.handle(),
             ia: ia.clone(),

@@ -74,7 +74,7 @@ impl Rmr {
                 return Err(e);
             }
         };
-        let reservation = handle::reserve(HandleKind::Rmr);
+        let reservation = handle::reserve(HandleKind::Rmr, ia.dispatch());
         let rmr = Arc::new(Rmr {
             handle: reservation.handle(),
             ia: ia.clone(),
@@ -92,6 +92,11 @@ impl Rmr {
 
     pub fn handle(&self) -> Handle {
         self.handle
+    }
+
+    /// The IA this RMR belongs to.
+    pub fn ia(&self) -> &Arc<Ia> {
+        &self.ia
     }
 
     pub fn query(&self) -> RmrParam {

@@ -154,7 +154,7 @@ impl Sp {
                 return Err(e);
             }
         };
-        let reservation = handle::reserve(kind.handle_kind());
+        let reservation = handle::reserve(kind.handle_kind(), ia.dispatch());
         if let Some(ep) = &ep {
             if let Err(e) = ep.reserve_for(reservation.handle()) {
                 listener.close();

@@ -115,7 +115,7 @@ impl Srq {
                 return Err(e);
             }
         };
-        let reservation = handle::reserve(HandleKind::Srq);
+        let reservation = handle::reserve(HandleKind::Srq, ia.dispatch());
         let s = Arc::new(Srq {
             handle: reservation.handle(),
             ia: ia.clone(),

@@ -23,7 +23,7 @@ use crate::backend::Sge;
 const GUARD_US: u32 = 10_000_000;
 
 fn open_ia() -> (Arc<Ia>, Arc<Evd>) {
-    let (ia, async_evd) = Ia::open("test-ia", "tcp 127.0.0.1", Some(8)).expect("open IA on lo");
+    let (ia, async_evd) = Ia::open("test-ia", "tcp 127.0.0.1", Some(8), 0).expect("open IA on lo");
     (ia, async_evd.expect("implicit async EVD"))
 }
 
@@ -37,7 +37,7 @@ fn ia_reports_the_interface_address() {
     let attr = ia.query();
     assert_eq!(attr.address, std::net::Ipv4Addr::LOCALHOST);
     assert!(attr.max_eps > 0 && attr.max_evd_qlen > 0 && attr.max_message_size > 0);
-    let (by_name, _) = Ia::open("by-name", "tcp lo", None).expect("open IA on interface lo");
+    let (by_name, _) = Ia::open("by-name", "tcp lo", None, 0).expect("open IA on interface lo");
     assert_eq!(by_name.address(), std::net::Ipv4Addr::LOCALHOST);
     by_name
         .close(close_flags::GRACEFUL)
@@ -48,9 +48,9 @@ fn ia_reports_the_interface_address() {
 
 #[test]
 fn unknown_interface_is_refused() {
-    let e = Ia::open("x", "tcp no-such-if0", None).expect_err("must fail");
+    let e = Ia::open("x", "tcp no-such-if0", None, 0).expect_err("must fail");
     assert_eq!(e.kind, ErrorType::InsufficientResources);
-    let e = Ia::open("x", "ib0 0", None).expect_err("must fail");
+    let e = Ia::open("x", "ib0 0", None, 0).expect_err("must fail");
     assert_eq!(e.kind, ErrorType::ProviderNotFound);
 }
 

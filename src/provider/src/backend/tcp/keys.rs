@@ -3,6 +3,9 @@
 //! Keys are `index << 8 | generation`. An index is unique among live registrations (memory
 //! regions and windows), so no key is reused while its registration lives; a window's
 //! generation changes with each bind, so a key from an earlier bind stops working.
+//! Indexes and first generations are drawn at random (seeded from the kernel's getrandom), so a
+//! peer that was never given a key cannot walk them: it has to guess one of 2^32 values, and a
+//! wrong guess breaks its connection (REMOTE_ACCESS), so every guess costs a reconnect.
 //! Every copy into or out of registered memory happens here, under the registry lock, after the
 //! key, range, protection domain and access have been checked. Deregistration takes the same
 //! lock, so once it returns no copy can touch the range.
@@ -42,13 +45,54 @@ pub(super) struct Keys {
     map: HashMap<u32, KeyEntry>,
     used_index: HashSet<u32>,
     next_index: u32,
+    /// State of the generator indexes are drawn from (0: not seeded yet).
+    rng: u64,
 }
 
 const MAX_INDEX: u32 = 0x00ff_ffff;
 
 impl Keys {
-    /// A fresh index not used by any live registration.
+    /// 32 unpredictable bits (splitmix64 over a getrandom seed). Not a cryptographic generator:
+    /// what it protects is a key a guess gets one try at.
+    pub fn random(&mut self) -> u32 {
+        if self.rng == 0 {
+            let mut seed = [0u8; 8];
+            // SAFETY: writes at most 8 bytes into `seed`.
+            let n = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+            self.rng = if n == 8 {
+                u64::from_ne_bytes(seed)
+            } else {
+                // No getrandom (very old kernel): the clock and our address still differ per
+                // process and run.
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1);
+                t ^ (self as *const Keys as u64)
+            } | 1;
+        }
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 32) as u32
+    }
+
+    /// The first key of a new registration with index `index`: a random generation.
+    pub fn first_key(&mut self, index: u32) -> u32 {
+        (index << 8) | (self.random() & 0xff)
+    }
+
+    /// A fresh index not used by any live registration, drawn at random.
     pub fn alloc_index(&mut self) -> Option<u32> {
+        // Live registrations are few against 2^24 indexes: a random draw almost always hits
+        // a free one; the scan below is for a registry that is nearly full.
+        for _ in 0..64 {
+            let index = self.random() & MAX_INDEX;
+            if index != 0 && self.used_index.insert(index) {
+                return Some(index);
+            }
+        }
         for _ in 0..=MAX_INDEX {
             self.next_index = if self.next_index >= MAX_INDEX {
                 1
@@ -262,5 +306,45 @@ impl Keys {
         self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
         // SAFETY: as in remote_write, with remote read access.
         Ok(unsafe { sys::read_registered(addr, len as usize) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Keys;
+
+    /// Keys a peer was not given cannot be walked: successive registrations get indexes and
+    /// generations that are neither sequential nor repeated.
+    #[test]
+    fn keys_are_not_a_counter() {
+        let mut keys = Keys::default();
+        let issued: Vec<u32> = (0..1000)
+            .map(|_| {
+                let index = keys.alloc_index().expect("free index");
+                keys.first_key(index)
+            })
+            .collect();
+        let distinct: std::collections::HashSet<u32> = issued.iter().map(|k| k >> 8).collect();
+        assert_eq!(
+            distinct.len(),
+            issued.len(),
+            "an index was handed out twice"
+        );
+        let sequential = issued
+            .windows(2)
+            .filter(|w| (w[1] >> 8).wrapping_sub(w[0] >> 8) == 1)
+            .count();
+        assert!(
+            sequential < 5,
+            "{sequential} of 999 indexes follow their predecessor"
+        );
+        let low_zero = issued.iter().filter(|k| *k & 0xff == 0).count();
+        assert!(low_zero < 50, "{low_zero} of 1000 first generations are 0");
+        let mut other = Keys::default();
+        let theirs: Vec<u32> = (0..8).map(|_| other.alloc_index().unwrap()).collect();
+        assert_ne!(
+            theirs[..],
+            issued[..8].iter().map(|k| k >> 8).collect::<Vec<_>>()[..]
+        );
     }
 }

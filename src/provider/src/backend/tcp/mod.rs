@@ -512,7 +512,7 @@ impl ProtectionDomain for TcpPd {
         let index = keys
             .alloc_index()
             .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
-        let key = index << 8;
+        let key = keys.first_key(index);
         keys.insert(
             key,
             KeyEntry {
@@ -536,16 +536,17 @@ impl ProtectionDomain for TcpPd {
     }
 
     fn alloc_mw(&self) -> DatResult<Arc<dyn MemoryWindow>> {
-        let index = self
-            .shared
-            .keys
-            .lock()
-            .alloc_index()
-            .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+        let (index, key) = {
+            let mut keys = self.shared.keys.lock();
+            let index = keys
+                .alloc_index()
+                .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+            (index, keys.first_key(index))
+        };
         let mw = Arc::new(TcpMw {
             index,
-            rkey: Mutex::new(index << 8),
-            mapped: Mutex::new(index << 8),
+            rkey: Mutex::new(key),
+            mapped: Mutex::new(key),
             bound: AtomicBool::new(false),
             pd: self.id,
             shared: Arc::downgrade(&self.shared),

@@ -84,7 +84,7 @@ impl Side {
     }
 
     fn new(name: &str, privileges: u32) -> Side {
-        let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(16)).expect("open IA");
+        let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(16), 0).expect("open IA");
         let pz = Pz::create(&ia).expect("pz");
         let dto =
             Evd::create(&ia, 64, None, evd_flags::DTO | evd_flags::RMR_BIND).expect("dto evd");

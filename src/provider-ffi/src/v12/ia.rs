@@ -1,0 +1,81 @@
+//! dat_ia_open and dat_ia_query of DAT 1.2.
+
+use super::convert::{ia_attr_to_v12, provider_attr_to_v12};
+use super::{guard12, PROVIDER12};
+use crate::ia::{open_ia_with, query_ia};
+use dat_abi::{
+    DAT_COUNT, DAT_EVD_HANDLE, DAT_IA_ATTR_MASK, DAT_IA_HANDLE, DAT_PROVIDER_ATTR_MASK, DAT_RETURN,
+};
+use dat_abi12 as d12;
+use std::ffi::c_char;
+
+/// ia_open_func: opens the `u1.2` entry `name`; the IA and all its handles
+/// start with [`PROVIDER12`] (libdat.so.1 keeps its own small-integer IA
+/// handles and closes an IA through that handle, so the IA needs no
+/// per-name table copy as the 2.0 one has for OFED's libdat2).
+pub(crate) unsafe extern "C" fn open(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+) -> DAT_RETURN {
+    guard12(|| {
+        let dispatch = &PROVIDER12 as *const d12::DAT_PROVIDER as usize;
+        open_ia_with(
+            name,
+            qlen,
+            async_evd,
+            ia_handle,
+            d12::DAT_VERSION_MAJOR,
+            dispatch,
+        )
+        .map(|_| ())
+    })
+}
+
+/// ia_query_func: the 2.0 query into 2.0 structs, converted to 1.2's.
+pub(crate) unsafe extern "C" fn query(
+    ia: DAT_IA_HANDLE,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_mask: DAT_IA_ATTR_MASK,
+    ia_attr: *mut d12::DAT_IA_ATTR,
+    provider_mask: DAT_PROVIDER_ATTR_MASK,
+    provider_attr: *mut d12::DAT_PROVIDER_ATTR,
+) -> DAT_RETURN {
+    guard12(|| {
+        // SAFETY: plain C data; all-zero is a valid value.
+        let mut a: dat_abi::DAT_IA_ATTR = std::mem::zeroed();
+        let mut p: dat_abi::DAT_PROVIDER_ATTR = std::mem::zeroed();
+        // NULL stays NULL, so the 2.0 code refuses it at its usual point.
+        let a_ptr = if ia_attr.is_null() {
+            std::ptr::null_mut()
+        } else {
+            &mut a as *mut _
+        };
+        let p_ptr = if provider_attr.is_null() {
+            std::ptr::null_mut()
+        } else {
+            &mut p as *mut _
+        };
+        query_ia(
+            ia,
+            async_evd,
+            ia_mask,
+            a_ptr,
+            provider_mask,
+            p_ptr,
+            d12::DAT_VERSION_MAJOR,
+        )?;
+        if ia_mask != 0 {
+            if let Some(out) = ia_attr.as_mut() {
+                *out = ia_attr_to_v12(&a);
+            }
+        }
+        if provider_mask != 0 {
+            if let Some(out) = provider_attr.as_mut() {
+                *out = provider_attr_to_v12(&p);
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,105 @@
+//! The DAT 1.2 face of the provider: the 70-slot 1.2 DAT_PROVIDER table
+//! libdat.so.1 dispatches through, over the same core and, wherever the C
+//! shapes allow, the same 2.0 functions.
+//!
+//! Every 1.2 slot reads its 1.2 arguments (through `boundary`), converts
+//! them to the 2.0 shapes ([`convert`]), runs what the 2.0 slot runs, turns
+//! 2.0 results back into 1.2 structs, and returns the 1.2 reading of the
+//! 2.0 code (`dat_abi12::codes::from_v20`). An IA opened through this table
+//! gives the core this table's address as its dispatch word, so each of its
+//! handles (the IA's own, and every EVD, EP, LMR, CR, ... made under it)
+//! starts with the table libdat.so.1 registered.
+//!
+//! [`table`] holds the table and the slots whose C signature 1.2 shares
+//! with 2.0; the others live in one module per object.
+
+mod convert;
+mod ep;
+mod evd;
+mod ia;
+mod mem;
+mod misc;
+mod table;
+
+use crate::boundary::guard;
+use daplrs::core::error::DatResult;
+use dat_abi::{DAT_PROVIDER_INFO, DAT_RETURN};
+use dat_abi12 as d12;
+use std::ffi::{c_void, CStr};
+
+pub(crate) use table::PROVIDER12;
+
+/// A 1.2 slot's body: the 2.0 guard, then the 1.2 code of its result.
+fn guard12(f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
+    d12::from_v20(guard(f))
+}
+
+/// A 2.0 DAT_RETURN whose DAT_INVALID_ARGn names a 2.0 argument position,
+/// renumbered with `to_v12` for a 1.2 call whose arguments sit elsewhere
+/// (dat_lmr_create, dat_rmr_bind). Still a 2.0 code.
+fn renumber_arg(rc: DAT_RETURN, to_v12: impl Fn(u32) -> u32) -> DAT_RETURN {
+    use dat_abi::codes as c2;
+    let first = c2::DAT_INVALID_ARG1;
+    let last = c2::DAT_INVALID_ARG10;
+    let sub = rc & c2::DAT_SUBTYPE_MASK;
+    if rc & c2::DAT_TYPE_MASK != c2::DAT_INVALID_PARAMETER || !(first..=last).contains(&sub) {
+        return rc;
+    }
+    let position = to_v12(sub - first + 1).clamp(1, 10);
+    (rc & !c2::DAT_SUBTYPE_MASK) | (first + position - 1)
+}
+
+type RegistryFunc =
+    unsafe extern "C" fn(*const d12::DAT_PROVIDER, *const DAT_PROVIDER_INFO) -> DAT_RETURN;
+
+/// The 1.2 registry's `name` (symbol version DAT_1.2, which libdat.so.1
+/// gives its exports so that they never bind to libdat2's 2.0 functions of
+/// the same names).
+fn registry_func(name: &CStr) -> Option<RegistryFunc> {
+    // SAFETY: dlvsym only looks a name up.
+    let p: *mut c_void =
+        unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), c"DAT_1.2".as_ptr()) };
+    // SAFETY: libdat.so.1 defines these two functions with this signature.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, RegistryFunc>(p) })
+}
+
+/// dat_provider_init for a 1.2 registry: registers [`PROVIDER12`] for the
+/// entry `info`. Returns the registry's answer (a 1.2 code).
+pub(crate) unsafe fn register(info: &DAT_PROVIDER_INFO) -> DAT_RETURN {
+    match registry_func(c"dat_registry_add_provider") {
+        Some(add) => add(&PROVIDER12, info),
+        None => {
+            log::warn!("dat_provider_init for DAT 1.2, but no dat_registry_add_provider@DAT_1.2");
+            d12::DAT_CLASS_ERROR | d12::DAT_INTERNAL_ERROR
+        }
+    }
+}
+
+/// dat_provider_fini for a 1.2 registry.
+pub(crate) unsafe fn unregister(info: &DAT_PROVIDER_INFO) {
+    if let Some(remove) = registry_func(c"dat_registry_remove_provider") {
+        remove(&PROVIDER12, info);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dat_abi::codes as c2;
+
+    #[test]
+    fn renumbering_moves_only_invalid_arg_subtypes() {
+        let arg = |n: u32| {
+            c2::DAT_CLASS_ERROR | c2::DAT_INVALID_PARAMETER | (c2::DAT_INVALID_ARG1 + n - 1)
+        };
+        let down = |n: u32| if n >= 8 { n - 1 } else { n };
+        assert_eq!(renumber_arg(arg(8), down), arg(7));
+        assert_eq!(renumber_arg(arg(6), down), arg(6));
+        let handle = c2::DAT_CLASS_ERROR | c2::DAT_INVALID_HANDLE | c2::DAT_INVALID_HANDLE_EP;
+        assert_eq!(renumber_arg(handle, down), handle);
+        assert_eq!(
+            d12::from_v20(renumber_arg(arg(8), down)),
+            d12::DAT_CLASS_ERROR | d12::DAT_INVALID_PARAMETER | d12::DAT_INVALID_ARG7
+        );
+    }
+}
