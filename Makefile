@@ -149,6 +149,36 @@ test-c: all
 test-verbs: deps all
 	$(MAKE) -C tests-c test-verbs
 
+# Threads (issue 11): `make test` runs tests-c/test_threads in a bounded
+# size; stress-threads runs bigger configurations (minutes); check-threads
+# runs it under ThreadSanitizer with our Rust libraries instrumented too,
+# which needs a nightly toolchain with rust-src (it says SKIPPED, loudly,
+# where there is none; see tests-c/check-threads.sh).
+stress-threads: all
+	$(MAKE) -C tests-c stress-threads
+
+check-threads: all
+	$(MAKE) -C tests-c check-threads
+.PHONY: stress-threads check-threads
+
+# Memory (issue 11): the C tests and Debian's dtest/dapltest under
+# AddressSanitizer + UBSan, valgrind memcheck of whole processes, and the
+# growth runs (10,000 IA cycles, 100,000 connections, a million LMRs); see
+# tests-c/check-memory.sh. Minutes; not part of `make test`, which runs
+# test_cycles and test_resources at a bounded size.
+MEMORY_DEBS := valgrind libasan8 libubsan1
+check-memory: deps all
+	$(call apt_install,$(MEMORY_DEBS))
+	$(MAKE) -C tests-c check-memory
+.PHONY: check-memory
+
+# Network faults (issue 11): `make test` runs tests-c/net-faults.sh with a 2 s
+# dead-peer detection time; net-faults-long at the provider's default (30 s)
+# with a longer impaired run (several minutes).
+net-faults-long: all
+	$(MAKE) -C tests-c net-faults-long
+.PHONY: net-faults-long
+
 # ---------------------------------------------------------------- install
 
 # `make install` (PREFIX, DESTDIR as usual): both registries (libdat2.so.2
@@ -158,7 +188,8 @@ test-verbs: deps all
 # DAT registry reads by default) between two marker lines, keeping every
 # line already there; scripts/datconf-merge keeps the record that lets
 # `make uninstall` restore that file byte for byte. Each IA gets a u2.0 and
-# a u1.2 entry of the same name (each registry serves its own version).
+# a u1.2 entry of the same name (each registry serves its own version), each
+# as nonthreadsafe and threadsafe (programs ask for one or the other).
 # Entries name the provider libraries by their installed path, so they load
 # whatever the loader's path. Installing to the live system (no DESTDIR)
 # runs ldconfig, so that the loader finds our libdat2.so.2 and libdat.so.1
@@ -181,14 +212,15 @@ install: all
 	@mkdir -p $(BUILD)
 	@{ \
 	echo '# udapl-rs over TCP on the loopback interface; for a NIC: "tcp <interface>".'; \
-	echo '# One entry for DAT 2.0 programs (libdat2), one for DAT 1.2 programs (libdat).'; \
-	for api in 2.0 1.2; do \
-		echo "rs-tcp u$$api nonthreadsafe default $(LIBDIR)/libdaplrs.so.2 dapl.$$api \"tcp lo\" \"\""; \
-	done; \
+	echo '# Entries for DAT 2.0 programs (libdat2) and DAT 1.2 programs (libdat), each'; \
+	echo '# nonthreadsafe and threadsafe (the provider is safe to call from any thread).'; \
+	for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do \
+		echo "rs-tcp u$$api $$ts default $(LIBDIR)/libdaplrs.so.2 dapl.$$api \"tcp lo\" \"\""; \
+	done; done; \
 	for d in $$(ls /sys/class/infiniband 2>/dev/null); do \
-		for api in 2.0 1.2; do \
-			echo "rs-$$d u$$api nonthreadsafe default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.$$api \"verbs $$d 1\" \"\""; \
-		done; \
+		for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do \
+			echo "rs-$$d u$$api $$ts default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.$$api \"verbs $$d 1\" \"\""; \
+		done; done; \
 	done; \
 	} > $(BUILD)/dat.conf.entries
 	scripts/datconf-merge add $(DESTDIR)$(DATCONF) $(BUILD)/dat.conf.entries
@@ -221,3 +253,31 @@ bench: all
 demo: all
 	$(MAKE) -C bench demo
 .PHONY: bench demo
+
+# ------------------------------------------------------------------- fuzz
+# Every parser that reads outside input (dat.conf, ia_params, the wire
+# protocol, the engine from both ends; src/fuzz, fuzz/). `make test` runs a
+# bounded pass of each target (cargo test -p dat-fuzz, a few seconds each).
+# `make fuzz` is the long run: coverage-guided with libFuzzer when a nightly
+# toolchain and cargo-fuzz are installed (new inputs go to build/fuzz/corpus,
+# crashes to fuzz/regressions/<target>/), else the stable in-house fuzzer
+# (datfuzz). FUZZ_SECONDS is the time per target.
+FUZZ_SECONDS ?= 75
+FUZZ_TARGETS ?= conf ia_params wire_header wire_stream wire_roundtrip ud_datagram engine_target engine_initiator engine_datagram
+fuzz:
+	@if rustup toolchain list 2>/dev/null | grep -q '^nightly' && $(CARGO) fuzz --version >/dev/null 2>&1; then \
+		echo "fuzz: libFuzzer (cargo +nightly fuzz), $(FUZZ_SECONDS)s a target"; \
+		for t in $(FUZZ_TARGETS); do \
+			mkdir -p $(BUILD)/fuzz/corpus/$$t fuzz/regressions/$$t || exit 1; \
+			ml=8192; [ $$t = engine_initiator ] && ml=73728; \
+			$(CARGO) +nightly fuzz run -O $$t $(BUILD)/fuzz/corpus/$$t fuzz/corpus/$$t fuzz/regressions/$$t -- \
+				-max_total_time=$(FUZZ_SECONDS) -max_len=$$ml -artifact_prefix=fuzz/regressions/$$t/ \
+				-print_final_stats=1 >$(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
+			echo "$$t: $$(grep -E '^stat::number_of_executed_units' $(BUILD)/fuzz/$$t.log)"; \
+			if [ $$rc -ne 0 ]; then tail -40 $(BUILD)/fuzz/$$t.log; exit 1; fi; \
+		done; \
+	else \
+		echo "fuzz: no nightly toolchain with cargo-fuzz: the stable in-house fuzzer, $(FUZZ_SECONDS)s a target"; \
+		$(CARGO) run --release -q -p dat-fuzz --bin datfuzz -- --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS); \
+	fi
+.PHONY: fuzz

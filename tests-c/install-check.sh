@@ -59,14 +59,20 @@ grep -q '^rs-tcp u2.0 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.2
 	ok || bad "no rs-tcp u2.0 entry by installed path in dat.conf"
 grep -q '^rs-tcp u1.2 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.1.2 "tcp lo" ""$' "$root/etc/dat.conf" &&
 	ok || bad "no rs-tcp u1.2 entry by installed path in dat.conf"
+for api in 2.0 1.2; do
+	grep -q "^rs-tcp u$api threadsafe default /usr/local/lib/libdaplrs.so.2 dapl.$api \"tcp lo\" \"\"\$" "$root/etc/dat.conf" &&
+		ok || bad "no threadsafe rs-tcp u$api entry in dat.conf"
+done
 [ "$(grep -c '^ofa-v2-' "$root/etc/dat.conf")" = "$(grep -c '^ofa-v2-' "$work/dat.conf.before")" ] &&
 	ok || bad "OFED's entries were not all kept"
 # installing again replaces the block, does not add a second
 make -s -C "$top" install DESTDIR="$root" PREFIX=/usr/local > /dev/null 2>&1
-[ "$(grep -c '^rs-tcp u2.0 ' "$root/etc/dat.conf")" = 1 ] && [ "$(grep -c '^rs-tcp u1.2 ' "$root/etc/dat.conf")" = 1 ] &&
+[ "$(grep -c '^rs-tcp u2.0 ' "$root/etc/dat.conf")" = 2 ] && [ "$(grep -c '^rs-tcp u1.2 ' "$root/etc/dat.conf")" = 2 ] &&
 	ok || bad "a second install added a second block"
 
-# a consumer, built with pkg-config against the installed tree
+# a consumer, built with pkg-config against the installed tree (and once
+# more with -DDAT_THREADSAFE=DAT_TRUE: it must find the threadsafe entry,
+# and the IA must say it is thread-safe)
 cat > "$work/consumer.c" <<'C'
 #include <dat2/udat.h>
 #include <dat2/dat_ib_extensions.h>
@@ -79,15 +85,20 @@ int main(void)
 	if (rc != DAT_SUCCESS)
 		return 1;
 	DAT_IA_ATTR attr;
-	rc = dat_ia_query(ia, &evd, DAT_IA_FIELD_ALL, &attr, 0, NULL);
-	if (rc != DAT_SUCCESS || attr.extension_supported != DAT_EXTENSION_IB)
+	DAT_PROVIDER_ATTR pattr;
+	rc = dat_ia_query(ia, &evd, DAT_IA_FIELD_ALL, &attr, DAT_PROVIDER_FIELD_ALL, &pattr);
+	if (rc != DAT_SUCCESS || attr.extension_supported != DAT_EXTENSION_IB ||
+	    pattr.is_thread_safe != DAT_THREADSAFE)
 		return 2;
 	return dat_ia_close(ia, DAT_CLOSE_GRACEFUL_FLAG) != DAT_SUCCESS;
 }
 C
 if cc "$work/consumer.c" -o "$work/consumer" \
 	$(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$root/usr/local/lib/pkgconfig" pkg-config --cflags --libs dat2) \
-	2> "$work/cc.log"; then
+	2> "$work/cc.log" &&
+	cc -DDAT_THREADSAFE=DAT_TRUE "$work/consumer.c" -o "$work/consumer-ts" \
+	$(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_LIBDIR="$root/usr/local/lib/pkgconfig" pkg-config --cflags --libs dat2) \
+	2>> "$work/cc.log"; then
 	ok
 else
 	bad "consumer does not build with pkg-config: $(head -3 "$work/cc.log")"
@@ -149,6 +160,8 @@ timeout 120 dapltest -T F -D rs-tcp -f hwconn
 echo "dapltest exit \$?"
 timeout 60 "$work/consumer"
 echo "consumer exit \$?"
+timeout 60 "$work/consumer-ts"
+echo "consumer-ts exit \$?"
 echo "ldd12: \$(ldd "$work/consumer12" | grep 'libdat\.so')"
 timeout 60 "$work/consumer12"
 echo "consumer12 exit \$?"
@@ -165,6 +178,8 @@ else
 	sed 's/^/    /' "$work/inside.log" | tail -20
 fi
 grep -q 'consumer exit 0' "$work/inside.log" && ok || bad "the pkg-config consumer failed in the installed tree"
+grep -q 'consumer-ts exit 0' "$work/inside.log" && ok ||
+	bad "the DAT_THREADSAFE consumer failed in the installed tree ($(grep 'consumer-ts exit' "$work/inside.log"))"
 grep -q 'ldd12:.*/usr/local/lib/libdat.so.1' "$work/inside.log" && ok ||
 	bad "the DAT 1.2 consumer did not load the installed libdat.so.1 ($(grep 'ldd12:' "$work/inside.log"))"
 grep -q 'consumer12 exit 0' "$work/inside.log" && ok ||

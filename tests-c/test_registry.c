@@ -192,16 +192,16 @@ static void registry_and_dispatch(void)
 	int sum = 0;
 
 	/* dat.conf as the registry sees it: every user-level default entry,
-	 * of any version (as OFED's registry lists them): 9 u2.0 entries and
-	 * rs-tcp's u1.2 one */
+	 * of any version (as OFED's registry lists them): 10 u2.0 entries and
+	 * rs-tcp's two u1.2 ones (nonthreadsafe, threadsafe) */
 	CHECK_RC(dat_registry_list_providers(0, &count, NULL), DAT_SUCCESS);
-	CHECK(count == 10, "dat_registry_list_providers counted %d entries, want 10", count);
+	CHECK(count == 12, "dat_registry_list_providers counted %d entries, want 12", count);
 	for (int i = 0; i < 16; i++)
 		list[i] = &infos[i];
 	CHECK_RC(dat_registry_list_providers(2, &count, list), DAT_SUCCESS);
 	CHECK(count == 2, "at most max_to_return entries: %d", count);
 	CHECK_RC(dat_registry_list_providers(16, &count, list), DAT_SUCCESS);
-	CHECK(count == 10 && strcmp(infos[0].ia_name, "mock") == 0 && infos[0].dapl_version_major == 2 &&
+	CHECK(count == 12 && strcmp(infos[0].ia_name, "mock") == 0 && infos[0].dapl_version_major == 2 &&
 		      infos[0].is_thread_safe == DAT_FALSE,
 	      "first entry %s %u", infos[0].ia_name, infos[0].dapl_version_major);
 

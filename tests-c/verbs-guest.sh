@@ -100,7 +100,9 @@ OURS=rs-rxe0
 # rs-rxe0's u1.2 entry serves the DAT 1.2 programs (our libdat.so.1)
 {
 	echo "rs-rxe0 u2.0 nonthreadsafe default $lib dapl.2.0 $p_dev \"\""
+	echo "rs-rxe0 u2.0 threadsafe default $lib dapl.2.0 $p_dev \"\""
 	[ "$VERBS_IA" = rs-rxe0 ] && echo "rs-rxe0 u1.2 nonthreadsafe default $lib dapl.1.2 $p_dev \"\""
+	[ "$VERBS_IA" = rs-rxe0 ] && echo "rs-rxe0 u1.2 threadsafe default $lib dapl.1.2 $p_dev \"\""
 	echo "rs-rxenet0 u2.0 nonthreadsafe default $lib dapl.2.0 $p_net \"\""
 	echo "rs-ip u2.0 nonthreadsafe default $lib dapl.2.0 $p_ip \"\""
 	echo "$OFA u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 \"rxenet0 0\" \"\""

@@ -169,7 +169,9 @@ unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
     let ia_out = out(ia_out, 2)?;
     let mut async_evd: DAT_EVD_HANDLE = std::ptr::null_mut();
     let mut ia_handle: DAT_IA_HANDLE = std::ptr::null_mut();
-    ia::open_ia(name, 8, &mut async_evd, &mut ia_handle)?;
+    // Registries look the open-query provider up as a `nonthreadsafe`
+    // entry (ours and OFED's libdat2 alike): open that entry.
+    ia::open_ia(name, 8, &mut async_evd, &mut ia_handle, false)?;
     let queried = ia::query_ia(
         ia_handle,
         std::ptr::null_mut(),
@@ -177,7 +179,6 @@ unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
         ia_attr,
         provider_mask,
         provider_attr,
-        DAT_VERSION_MAJOR,
     );
     if let Err(e) = queried {
         let _ = ia::close_ia(ia_handle, DAT_CLOSE_ABRUPT_FLAG);

@@ -1,7 +1,7 @@
 //! IA: open, query, close, and the calls that take a handle of any type.
 
 use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
-use crate::provider::{entry, table_for_ia_name, PROVIDER};
+use crate::provider::{dispatch_is_thread_safe, entry, table, table_for_ia_name};
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle::{self, HandleHeader};
 use daplrs::core::ia::Ia;
@@ -11,16 +11,27 @@ use std::ffi::{c_char, CStr, CString};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-/// ia_open_func: `name` is the dat.conf entry; its ia_params choose the
-/// backend and interface. A NULL `*async_evd` asks for an async EVD of
-/// `qlen` events, created here and returned.
+/// ia_open_func of the `nonthreadsafe` entries: `name` is the dat.conf
+/// entry; its ia_params choose the backend and interface. A NULL
+/// `*async_evd` asks for an async EVD of `qlen` events, created here and
+/// returned.
 pub(crate) unsafe extern "C" fn open(
     name: *const c_char,
     qlen: DAT_COUNT,
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| open_ia(name, qlen, async_evd, ia_handle))
+    guard(|| open_ia(name, qlen, async_evd, ia_handle, false))
+}
+
+/// ia_open_func of the `threadsafe` entries (`PROVIDER_TS`).
+pub(crate) unsafe extern "C" fn open_threadsafe(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+) -> DAT_RETURN {
+    guard(|| open_ia(name, qlen, async_evd, ia_handle, true))
 }
 
 pub(crate) unsafe fn open_ia(
@@ -28,6 +39,7 @@ pub(crate) unsafe fn open_ia(
     qlen: DAT_COUNT,
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
+    thread_safe: bool,
 ) -> DatResult<()> {
     let ia = open_ia_with(
         name,
@@ -35,26 +47,30 @@ pub(crate) unsafe fn open_ia(
         async_evd,
         ia_handle,
         DAT_VERSION_MAJOR,
-        &PROVIDER as *const DAT_PROVIDER as usize,
+        thread_safe,
+        table(thread_safe) as *const DAT_PROVIDER as usize,
     )?;
     // SAFETY: a live handle is the address of its never-freed header.
     let header = &*(ia.handle().as_ptr() as *const HandleHeader);
     header.provider.store(
-        table_for_ia_name(ia.name()) as *const DAT_PROVIDER as *mut _,
+        table_for_ia_name(ia.name(), thread_safe) as *const DAT_PROVIDER as *mut _,
         Ordering::SeqCst,
     );
     Ok(())
 }
 
 /// ia_open of either DAT version: the dat.conf entry `name` registered for
-/// `major` chooses the backend; every handle of the IA starts with
-/// `dispatch`, that version's provider table.
+/// `major` with this thread safety chooses the backend; every handle of the
+/// IA starts with `dispatch`, that version's provider table of that entry
+/// (which is how the IA's thread safety is known again, see
+/// `dispatch_is_thread_safe`).
 pub(crate) unsafe fn open_ia_with(
     name: *const c_char,
     qlen: DAT_COUNT,
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
     major: u32,
+    thread_safe: bool,
     dispatch: usize,
 ) -> DatResult<Arc<Ia>> {
     if name.is_null() {
@@ -63,7 +79,7 @@ pub(crate) unsafe fn open_ia_with(
     let async_evd = out(async_evd, 3)?;
     let ia_handle = out(ia_handle, 4)?;
     let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-    let params = entry(&name, major)
+    let params = entry(&name, major, thread_safe)
         .ok_or(DatError::new(
             ErrorType::ProviderNotFound,
             SubType::NameNotRegistered,
@@ -114,12 +130,11 @@ pub(crate) unsafe extern "C" fn query(
             ia_attr,
             provider_mask,
             provider_attr,
-            DAT_VERSION_MAJOR,
         )
     })
 }
 
-/// dat_ia_query for an IA opened through the entry of DAT version `major`.
+/// dat_ia_query for an IA opened through an entry of either DAT version.
 pub(crate) unsafe fn query_ia(
     ia: DAT_IA_HANDLE,
     async_evd: *mut DAT_EVD_HANDLE,
@@ -127,7 +142,6 @@ pub(crate) unsafe fn query_ia(
     ia_attr: *mut DAT_IA_ATTR,
     provider_mask: DAT_PROVIDER_ATTR_MASK,
     provider_attr: *mut DAT_PROVIDER_ATTR,
-    major: u32,
 ) -> DatResult<()> {
     let ia = handle::ia(h(ia))?;
     if let Some(e) = async_evd.as_mut() {
@@ -140,7 +154,7 @@ pub(crate) unsafe fn query_ia(
         fill_ia_attr(&ia, out(ia_attr, 4)?);
     }
     if provider_mask != 0 {
-        fill_provider_attr(&ia, out(provider_attr, 6)?, major);
+        fill_provider_attr(&ia, out(provider_attr, 6)?);
     }
     Ok(())
 }
@@ -187,9 +201,9 @@ fn fill_ia_attr(ia: &Ia, a: &mut DAT_IA_ATTR) {
     a.vendor_attr = std::ptr::null_mut();
 }
 
-/// DAT_PROVIDER_ATTR of an IA opened through the dat.conf entry of DAT
-/// version `major` (the entry's thread safety is reported back).
-fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR, major: u32) {
+/// DAT_PROVIDER_ATTR of an IA opened through a dat.conf entry of either
+/// DAT version (the entry's thread safety is reported back).
+fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
     let q = ia.query();
     // OFED's libdat2 closes the registry entry named here: the IA name.
     cstr_into(&mut p.provider_name, ia.name());
@@ -208,8 +222,9 @@ fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR, major: u32) {
         | DAT_COMPLETION_EVD_THRESHOLD_FLAG;
     // The provider is safe to call from any thread, but the registry keys
     // entries by the thread safety dat.conf gave them, and OFED's libdat2
-    // looks the entry up again with what we report here.
-    p.is_thread_safe = boolean(entry(ia.name(), major).is_some_and(|e| e.thread_safe));
+    // looks the entry up again with what we report here: the thread safety
+    // of the entry this IA was opened through (its dispatch table says).
+    p.is_thread_safe = boolean(dispatch_is_thread_safe(ia.dispatch()));
     p.max_private_data_size = count(q.max_private_data_size);
     p.supports_multipath = DAT_FALSE;
     p.ep_creator = DAT_PSP_CREATES_EP_NEVER;

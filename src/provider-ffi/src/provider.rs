@@ -1,11 +1,18 @@
 //! The DAT_PROVIDER table of udapl-rs and the two symbols a registry looks
 //! up in a provider library: `dat_provider_init` and `dat_provider_fini`.
 //!
-//! One table serves every `u2.0` dat.conf entry naming this library (and
-//! `crate::v12` one table every `u1.2` entry); each entry's `ia_params`
-//! ("tcp lo", "tcp eth0", "tcp 192.0.2.1") is remembered under its IA name
-//! and DAT version and used when that name is opened. Every object handle
-//! of an IA starts with a pointer to the table the IA was opened through.
+//! Two tables serve the `u2.0` dat.conf entries naming this library (and
+//! `crate::v12` two the `u1.2` entries): [`PROVIDER`] the `nonthreadsafe`
+//! entries, [`PROVIDER_TS`] the `threadsafe` ones. They differ only in
+//! `ia_open_func`, which is how an IA learns which entry it was opened
+//! through (the registry calls the table registered for the entry; the call
+//! names only the IA) and so what DAT_PROVIDER_ATTR's is_thread_safe must
+//! say (OFED's libdat2 finds the entry to close by it). The provider itself
+//! is safe to call from any thread whichever entry opened the IA. Each
+//! entry's `ia_params` ("tcp lo", "tcp eth0", "tcp 192.0.2.1") is
+//! remembered under its IA name, DAT version and thread safety and used when
+//! that entry is opened. Every object handle of an IA starts with a pointer
+//! to the table the IA was opened through.
 
 use crate::{cno, cr, csp, ep, evd, ext, ia, lmr, pz, rmr, sp, srq};
 use dat_abi::*;
@@ -26,9 +33,35 @@ extern "C" {
     ) -> DAT_RETURN;
 }
 
-/// The 2.0 table: the first word of every handle of an IA opened through
-/// it (the IA's own handle has a per-name copy, see `table_for_ia_name`).
-pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
+/// The 2.0 table of the `nonthreadsafe` entries: the first word of every
+/// handle of an IA opened through it (the IA's own handle has a per-name
+/// copy, see `table_for_ia_name`).
+pub(crate) static PROVIDER: DAT_PROVIDER = TABLE;
+
+/// The 2.0 table of the `threadsafe` entries: [`PROVIDER`] but for the open
+/// function, which marks the IA thread-safe.
+pub(crate) static PROVIDER_TS: DAT_PROVIDER = DAT_PROVIDER {
+    ia_open_func: Some(ia::open_threadsafe),
+    ..TABLE
+};
+
+/// Whether an IA whose handles start with `dispatch` (`Ia::dispatch`) was
+/// opened through a `threadsafe` entry, of either DAT version.
+pub(crate) fn dispatch_is_thread_safe(dispatch: usize) -> bool {
+    dispatch == &PROVIDER_TS as *const DAT_PROVIDER as usize
+        || dispatch == &crate::v12::PROVIDER12_TS as *const dat_abi12::DAT_PROVIDER as usize
+}
+
+/// The 2.0 table for an entry of the given thread safety.
+pub(crate) fn table(thread_safe: bool) -> &'static DAT_PROVIDER {
+    if thread_safe {
+        &PROVIDER_TS
+    } else {
+        &PROVIDER
+    }
+}
+
+const TABLE: DAT_PROVIDER = DAT_PROVIDER {
     device_name: c"udapl-rs".as_ptr(),
     extension: std::ptr::null_mut(),
     ia_open_func: Some(ia::open),
@@ -112,22 +145,22 @@ pub(crate) static PROVIDER: DAT_PROVIDER = DAT_PROVIDER {
     handle_extendedop_func: Some(ext::extendedop),
 };
 
-/// A copy of [`PROVIDER`] whose `device_name` is `name`, for the first
-/// word of that name's IA handles. OFED's libdat2 closes an IA by looking
-/// up the registry entry named by `device_name` of the IA's table, so each
-/// IA name needs its own; every other object, and the registrations, use
-/// [`PROVIDER`] itself (same functions).
-pub(crate) fn table_for_ia_name(name: &str) -> &'static DAT_PROVIDER {
-    static TABLES: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+/// A copy of [`PROVIDER`] (or [`PROVIDER_TS`]) whose `device_name` is
+/// `name`, for the first word of that name's IA handles. OFED's libdat2
+/// closes an IA by looking up the registry entry named by `device_name` of
+/// the IA's table, so each IA name needs its own; every other object, and
+/// the registrations, use the table itself (same functions).
+pub(crate) fn table_for_ia_name(name: &str, thread_safe: bool) -> &'static DAT_PROVIDER {
+    static TABLES: Mutex<Option<HashMap<(String, bool), usize>>> = Mutex::new(None);
     let mut tables = TABLES.lock();
     let addr = *tables
         .get_or_insert_with(HashMap::new)
-        .entry(name.to_string())
+        .entry((name.to_string(), thread_safe))
         .or_insert_with(|| {
             let device_name = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
             let table = DAT_PROVIDER {
                 device_name: device_name.into_raw(),
-                ..PROVIDER
+                ..*table(thread_safe)
             };
             Box::leak(Box::new(table)) as *const DAT_PROVIDER as usize
         });
@@ -140,24 +173,24 @@ pub(crate) fn table_for_ia_name(name: &str) -> &'static DAT_PROVIDER {
 pub(crate) struct Entry {
     /// "tcp lo", "tcp eth0", "tcp 192.0.2.1": backend and interface.
     pub ia_params: String,
-    /// The entry's thread safety. Reported back in DAT_PROVIDER_ATTR:
-    /// OFED's libdat2 finds the registry entry to close by the IA name,
-    /// version and thread safety dat_ia_query returns.
-    pub thread_safe: bool,
 }
 
-/// The entries this library was initialised for, by IA name and DAT major
-/// version: a `u2.0` and a `u1.2` entry may share a name ("rs-tcp") and
-/// be initialised and finished independently.
-static ENTRIES: Mutex<Option<HashMap<(String, u32), Entry>>> = Mutex::new(None);
+/// The entries this library was initialised for, by IA name, DAT major
+/// version and thread safety: a `u2.0` and a `u1.2` entry, each
+/// `threadsafe` and `nonthreadsafe`, may share a name ("rs-tcp") and be
+/// initialised and finished independently.
+static ENTRIES: Mutex<Option<HashMap<EntryKey, Entry>>> = Mutex::new(None);
+
+/// IA name, DAT major version, thread safety.
+type EntryKey = (String, u32, bool);
 
 /// The dat.conf entry this library was initialised with for `name` under
-/// DAT major version `major`.
-pub(crate) fn entry(name: &str, major: u32) -> Option<Entry> {
+/// DAT major version `major` and the given thread safety.
+pub(crate) fn entry(name: &str, major: u32, thread_safe: bool) -> Option<Entry> {
     ENTRIES
         .lock()
         .as_ref()?
-        .get(&(name.to_string(), major))
+        .get(&(name.to_string(), major, thread_safe))
         .cloned()
 }
 
@@ -195,22 +228,24 @@ pub unsafe extern "C" fn dat_provider_init(
         };
         let name = ia_name(info);
         let major = abi_major(info);
+        let thread_safe = info.is_thread_safe != DAT_FALSE;
         let entry = Entry {
             ia_params: params.clone(),
-            thread_safe: info.is_thread_safe != DAT_FALSE,
         };
         ENTRIES
             .lock()
             .get_or_insert_with(HashMap::new)
-            .insert((name.clone(), major), entry);
-        // A DAT 1.2 registry (libdat.so.1) gets the 1.2 table; any other
-        // the 2.0 one, as before.
+            .insert((name.clone(), major, thread_safe), entry);
+        // A DAT 1.2 registry (libdat.so.1) gets a 1.2 table; any other a
+        // 2.0 one, as before; each of the entry's thread safety.
         let rc = if major == dat_abi12::DAT_VERSION_MAJOR {
-            crate::v12::register(info)
+            crate::v12::register(info, thread_safe)
         } else {
-            dat_registry_add_provider(&PROVIDER, info)
+            dat_registry_add_provider(table(thread_safe), info)
         };
-        log::debug!("dat_provider_init({name}, u{major}, \"{params}\"): registry answered {rc:#x}");
+        log::debug!(
+            "dat_provider_init({name}, u{major}, threadsafe {thread_safe}, \"{params}\"): registry answered {rc:#x}"
+        );
     });
 }
 
@@ -223,13 +258,14 @@ pub unsafe extern "C" fn dat_provider_fini(info: *const DAT_PROVIDER_INFO) {
     let _ = std::panic::catch_unwind(|| {
         let Some(info) = info.as_ref() else { return };
         let major = abi_major(info);
+        let thread_safe = info.is_thread_safe != DAT_FALSE;
         if let Some(map) = ENTRIES.lock().as_mut() {
-            map.remove(&(ia_name(info), major));
+            map.remove(&(ia_name(info), major, thread_safe));
         }
         if major == dat_abi12::DAT_VERSION_MAJOR {
-            crate::v12::unregister(info);
+            crate::v12::unregister(info, thread_safe);
         } else {
-            dat_registry_remove_provider(&PROVIDER, info);
+            dat_registry_remove_provider(table(thread_safe), info);
         }
     });
 }

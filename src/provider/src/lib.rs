@@ -1,2 +1,4 @@
 pub mod backend;
 pub mod core;
+#[doc(hidden)]
+pub mod fuzzing;

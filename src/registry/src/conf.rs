@@ -36,6 +36,28 @@ pub struct ConfEntry {
     pub origin: String,
 }
 
+impl ConfEntry {
+    /// Fields 2 to 4 as dat.conf spells them: `u2.0 nonthreadsafe default`.
+    pub fn api_fields(&self) -> String {
+        format!(
+            "{}{}.{} {} {}",
+            if self.user_api { 'u' } else { 'k' },
+            self.api_major,
+            self.api_minor,
+            if self.thread_safe {
+                "threadsafe"
+            } else {
+                "nonthreadsafe"
+            },
+            if self.is_default {
+                "default"
+            } else {
+                "nondefault"
+            },
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfError {
     pub origin: String,

@@ -211,21 +211,9 @@ fn main() -> ExitCode {
         }
         shown += 1;
         println!(
-            "\n{}  {}{}.{} {} {}  {}  \"{}\"",
+            "\n{}  {}  {}  \"{}\"",
             e.ia_name,
-            if e.user_api { "u" } else { "k" },
-            e.api_major,
-            e.api_minor,
-            if e.thread_safe {
-                "threadsafe"
-            } else {
-                "nonthreadsafe"
-            },
-            if e.is_default {
-                "default"
-            } else {
-                "nondefault"
-            },
+            e.api_fields(),
             e.library,
             e.ia_params
         );

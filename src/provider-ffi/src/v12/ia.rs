@@ -1,7 +1,7 @@
 //! dat_ia_open and dat_ia_query of DAT 1.2.
 
 use super::convert::{ia_attr_to_v12, provider_attr_to_v12};
-use super::{guard12, PROVIDER12};
+use super::{guard12, PROVIDER12, PROVIDER12_TS};
 use crate::ia::{open_ia_with, query_ia};
 use dat_abi::{
     DAT_COUNT, DAT_EVD_HANDLE, DAT_IA_ATTR_MASK, DAT_IA_HANDLE, DAT_PROVIDER_ATTR_MASK, DAT_RETURN,
@@ -9,28 +9,54 @@ use dat_abi::{
 use dat_abi12 as d12;
 use std::ffi::c_char;
 
-/// ia_open_func: opens the `u1.2` entry `name`; the IA and all its handles
-/// start with [`PROVIDER12`] (libdat.so.1 keeps its own small-integer IA
-/// handles and closes an IA through that handle, so the IA needs no
-/// per-name table copy as the 2.0 one has for OFED's libdat2).
+/// ia_open_func of the `nonthreadsafe` `u1.2` entries: opens the entry
+/// `name`; the IA and all its handles start with [`PROVIDER12`]
+/// (libdat.so.1 keeps its own small-integer IA handles and closes an IA
+/// through that handle, so the IA needs no per-name table copy as the 2.0
+/// one has for OFED's libdat2).
 pub(crate) unsafe extern "C" fn open(
     name: *const c_char,
     qlen: DAT_COUNT,
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard12(|| {
-        let dispatch = &PROVIDER12 as *const d12::DAT_PROVIDER as usize;
-        open_ia_with(
-            name,
-            qlen,
-            async_evd,
-            ia_handle,
-            d12::DAT_VERSION_MAJOR,
-            dispatch,
-        )
-        .map(|_| ())
-    })
+    guard12(|| open12(name, qlen, async_evd, ia_handle, false))
+}
+
+/// ia_open_func of the `threadsafe` `u1.2` entries: the IA and its handles
+/// start with [`PROVIDER12_TS`].
+pub(crate) unsafe extern "C" fn open_threadsafe(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+) -> DAT_RETURN {
+    guard12(|| open12(name, qlen, async_evd, ia_handle, true))
+}
+
+unsafe fn open12(
+    name: *const c_char,
+    qlen: DAT_COUNT,
+    async_evd: *mut DAT_EVD_HANDLE,
+    ia_handle: *mut DAT_IA_HANDLE,
+    thread_safe: bool,
+) -> daplrs::core::error::DatResult<()> {
+    let table = if thread_safe {
+        &PROVIDER12_TS
+    } else {
+        &PROVIDER12
+    };
+    let dispatch = table as *const d12::DAT_PROVIDER as usize;
+    open_ia_with(
+        name,
+        qlen,
+        async_evd,
+        ia_handle,
+        d12::DAT_VERSION_MAJOR,
+        thread_safe,
+        dispatch,
+    )
+    .map(|_| ())
 }
 
 /// ia_query_func: the 2.0 query into 2.0 structs, converted to 1.2's.
@@ -57,15 +83,7 @@ pub(crate) unsafe extern "C" fn query(
         } else {
             &mut p as *mut _
         };
-        query_ia(
-            ia,
-            async_evd,
-            ia_mask,
-            a_ptr,
-            provider_mask,
-            p_ptr,
-            d12::DAT_VERSION_MAJOR,
-        )?;
+        query_ia(ia, async_evd, ia_mask, a_ptr, provider_mask, p_ptr)?;
         if ia_mask != 0 {
             if let Some(out) = ia_attr.as_mut() {
                 *out = ia_attr_to_v12(&a);

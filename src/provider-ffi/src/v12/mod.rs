@@ -27,7 +27,7 @@ use dat_abi::{DAT_PROVIDER_INFO, DAT_RETURN};
 use dat_abi12 as d12;
 use std::ffi::{c_void, CStr};
 
-pub(crate) use table::PROVIDER12;
+pub(crate) use table::{PROVIDER12, PROVIDER12_TS};
 
 /// A 1.2 slot's body: the 2.0 guard, then the 1.2 code of its result.
 fn guard12(f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
@@ -63,11 +63,11 @@ fn registry_func(name: &CStr) -> Option<RegistryFunc> {
     (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, RegistryFunc>(p) })
 }
 
-/// dat_provider_init for a 1.2 registry: registers [`PROVIDER12`] for the
-/// entry `info`. Returns the registry's answer (a 1.2 code).
-pub(crate) unsafe fn register(info: &DAT_PROVIDER_INFO) -> DAT_RETURN {
+/// dat_provider_init for a 1.2 registry: registers [`PROVIDER12`] (or,
+/// for a `threadsafe` entry, [`PROVIDER12_TS`]) for the entry `info`. Returns the registry's answer (a 1.2 code).
+pub(crate) unsafe fn register(info: &DAT_PROVIDER_INFO, thread_safe: bool) -> DAT_RETURN {
     match registry_func(c"dat_registry_add_provider") {
-        Some(add) => add(&PROVIDER12, info),
+        Some(add) => add(table(thread_safe), info),
         None => {
             log::warn!("dat_provider_init for DAT 1.2, but no dat_registry_add_provider@DAT_1.2");
             d12::DAT_CLASS_ERROR | d12::DAT_INTERNAL_ERROR
@@ -76,9 +76,18 @@ pub(crate) unsafe fn register(info: &DAT_PROVIDER_INFO) -> DAT_RETURN {
 }
 
 /// dat_provider_fini for a 1.2 registry.
-pub(crate) unsafe fn unregister(info: &DAT_PROVIDER_INFO) {
+pub(crate) unsafe fn unregister(info: &DAT_PROVIDER_INFO, thread_safe: bool) {
     if let Some(remove) = registry_func(c"dat_registry_remove_provider") {
-        remove(&PROVIDER12, info);
+        remove(table(thread_safe), info);
+    }
+}
+
+/// The 1.2 table of an entry of the given thread safety.
+fn table(thread_safe: bool) -> &'static d12::DAT_PROVIDER {
+    if thread_safe {
+        &PROVIDER12_TS
+    } else {
+        &PROVIDER12
     }
 }
 

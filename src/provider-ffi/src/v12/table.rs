@@ -118,9 +118,19 @@ same_as_v20! {
     fn srq_set_lw(s: DAT_SRQ_HANDLE, n: DAT_COUNT) = srq::set_lw;
 }
 
-/// The table libdat.so.1 dispatches through, and the first word of every
-/// handle of an IA opened through it (its address is the registration).
-pub(crate) static PROVIDER12: d12::DAT_PROVIDER = d12::DAT_PROVIDER {
+/// The table libdat.so.1 dispatches through for the `nonthreadsafe`
+/// entries, and the first word of every handle of an IA opened through it
+/// (its address is the registration).
+pub(crate) static PROVIDER12: d12::DAT_PROVIDER = TABLE12;
+
+/// The same for the `threadsafe` entries: [`PROVIDER12`] but for the open
+/// function, which marks the IA thread-safe (see `crate::provider`).
+pub(crate) static PROVIDER12_TS: d12::DAT_PROVIDER = d12::DAT_PROVIDER {
+    ia_open_func: Some(ia::open_threadsafe),
+    ..TABLE12
+};
+
+const TABLE12: d12::DAT_PROVIDER = d12::DAT_PROVIDER {
     device_name: c"udapl-rs".as_ptr(),
     extension: std::ptr::null_mut(),
     ia_open_func: Some(ia::open),

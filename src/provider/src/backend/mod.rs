@@ -556,7 +556,7 @@ pub trait Device: Send + Sync {
 /// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
 /// The words of `ia_params`: transport, target, and an optional third word (the port of a
 /// verbs device). Defaults: "tcp lo".
-fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
+pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
     let mut words = ia_params.split_whitespace();
     (
         words.next().unwrap_or("tcp"),

@@ -331,6 +331,8 @@ impl Ep {
             }
         }
 
+        ia.check_room(HandleKind::Ep, dev.max_qp, SubType::ResourceTep)?;
+
         // Take every use before building anything, undoing on failure.
         let mut taken: Vec<Box<dyn FnOnce()>> = Vec::new();
         let undo = |taken: Vec<Box<dyn FnOnce()>>| {

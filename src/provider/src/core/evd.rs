@@ -215,6 +215,11 @@ impl Evd {
         if flags == 0 || flags & !evd_flags::ALL != 0 {
             return Err(DatError::invalid_arg(4));
         }
+        ia.check_room(
+            HandleKind::Evd,
+            ia.device().attr().max_cq,
+            SubType::ResourceTevd,
+        )?;
         if let Some(c) = &cno {
             if !c.users.acquire() {
                 return Err(HandleKind::Cno.invalid());

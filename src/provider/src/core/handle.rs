@@ -177,6 +177,9 @@ struct Table {
     reserved: HashMap<usize, HandleKind>,
     quarantine: VecDeque<&'static HandleHeader>,
     next_slot: u32,
+    /// Live objects per owning IA and kind: what the IA's limits (max_eps, max_lmrs, ...) are
+    /// checked against (`owned_count`).
+    owned: HashMap<(usize, HandleKind), usize>,
 }
 
 static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
@@ -188,6 +191,7 @@ fn table() -> &'static Mutex<Table> {
             reserved: HashMap::new(),
             quarantine: VecDeque::new(),
             next_slot: 1,
+            owned: HashMap::new(),
         })
     })
 }
@@ -222,6 +226,9 @@ impl Reservation {
             .store(TAG_LIVE | self.kind.dat_type(), Ordering::SeqCst);
         if let Some(index) = create_counter(self.kind) {
             count_for_owner(&t, owner, index);
+        }
+        if !owner.is_null() {
+            *t.owned.entry((owner.0, self.kind)).or_default() += 1;
         }
         t.live.insert(
             self.handle.0,
@@ -356,6 +363,12 @@ pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
         _ => return Err(kind.invalid()),
     }
     let entry = t.live.remove(&handle.0).ok_or_else(|| kind.invalid())?;
+    if let Some(n) = t.owned.get_mut(&(entry.owner.0, kind)) {
+        *n -= 1;
+        if *n == 0 {
+            t.owned.remove(&(entry.owner.0, kind));
+        }
+    }
     if let Some(index) = create_counter(kind) {
         // Each kind's FREE counter follows its CREATE counter (DCNT_IA_*; PSP_CREATE_ANY sits
         // between PSP's two).
@@ -370,6 +383,16 @@ pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
     header.tag.store(TAG_DEAD, Ordering::SeqCst);
     t.quarantine.push_back(header);
     Ok(entry.object)
+}
+
+/// How many live objects of `kind` the IA `owner` has.
+pub fn owned_count(owner: Handle, kind: HandleKind) -> usize {
+    table()
+        .lock()
+        .owned
+        .get(&(owner.0, kind))
+        .copied()
+        .unwrap_or(0)
 }
 
 /// The DCNT_IA_*_CREATE counter of an object kind.

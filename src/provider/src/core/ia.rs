@@ -234,6 +234,16 @@ impl Ia {
         }
     }
 
+    /// DAT_INSUFFICIENT_RESOURCES with `sub` when the IA already has `limit` live objects of
+    /// `kind`: the limits dat_ia_query reports (max_eps, max_lmrs, ...) hold. Checked before
+    /// the object is built; callers creating concurrently may overshoot by their number.
+    pub(crate) fn check_room(&self, kind: HandleKind, limit: u32, sub: SubType) -> DatResult<()> {
+        if handle::owned_count(self.handle, kind) >= limit as usize {
+            return Err(DatError::resources(sub));
+        }
+        Ok(())
+    }
+
     /// dat_ia_query.
     pub fn query(&self) -> IaAttr {
         let a = self.device.attr();

@@ -128,6 +128,11 @@ impl Lmr {
         if length > ia.device().attr().max_mr_size {
             return Err(DatError::invalid_arg(4));
         }
+        ia.check_room(
+            HandleKind::Lmr,
+            ia.device().attr().max_mr,
+            SubType::ResourceMemoryRegion,
+        )?;
         pz.acquire()?;
         let mr = match pz.pd().reg_mr(address, length, access_of(privileges)) {
             Ok(mr) => mr,

@@ -19,6 +19,11 @@ impl Pz {
     /// dat_pz_create.
     pub fn create(ia: &Arc<Ia>) -> DatResult<Arc<Pz>> {
         ia.check_open()?;
+        ia.check_room(
+            HandleKind::Pz,
+            ia.device().attr().max_pd,
+            SubType::ResourceProtectionDomain,
+        )?;
         let pd = ia.device().alloc_pd()?;
         let reservation = handle::reserve(HandleKind::Pz, ia.dispatch());
         let pz = Arc::new(Pz {

@@ -66,6 +66,11 @@ impl Rmr {
     pub fn create(pz: &Arc<Pz>) -> DatResult<Arc<Rmr>> {
         let ia = pz.ia().clone();
         ia.check_open()?;
+        ia.check_room(
+            HandleKind::Rmr,
+            ia.device().attr().max_mw,
+            SubType::ResourceMemoryRegion,
+        )?;
         pz.acquire()?;
         let mw = match pz.pd().alloc_mw() {
             Ok(mw) => mw,

@@ -104,6 +104,7 @@ impl Srq {
         {
             return Err(DatError::invalid_arg(3));
         }
+        ia.check_room(HandleKind::Srq, dev.max_srq, SubType::ResourceSrq)?;
         pz.acquire()?;
         let srq = match ia
             .device()

@@ -703,8 +703,12 @@ impl MemoryWindow for TcpMw {
         *self.rkey.lock()
     }
     fn next_rkey(&self) -> u32 {
-        let cur = *self.rkey.lock();
-        (self.index << 8) | ((cur + 1) & 0xff)
+        let cur = (self.index << 8) | (*self.rkey.lock() & 0xff);
+        match self.shared.upgrade() {
+            Some(shared) => shared.keys.lock().next_generation(cur),
+            // The device is gone: any key will do, binds on it fail.
+            None => (cur & !0xff) | ((cur + 1) & 0xff),
+        }
     }
     fn pd_id(&self) -> u32 {
         self.pd

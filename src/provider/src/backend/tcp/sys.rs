@@ -205,6 +205,46 @@ pub(super) fn set_send_buffer(fd: RawFd, bytes: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets the integer socket option `level`/`name` of socket `fd` to `value` (SO_KEEPALIVE,
+/// TCP_KEEPIDLE, TCP_USER_TIMEOUT, ...).
+pub(super) fn set_int_option(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: setsockopt reads exactly size_of::<c_int>() bytes from the pointer to `value`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads the integer socket option `level`/`name` of socket `fd`.
+#[cfg(test)]
+pub(super) fn int_option(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` (the size of `value`) bytes through the pointer.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut value as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
 /// Test support: counts SIGPIPEs raised on the calling thread (a signal caused by a write is
 /// delivered to the writing thread). Installs, once per process, a handler that counts instead
 /// of the runtime's SIG_IGN, so a test can see whether code under test raised the signal.

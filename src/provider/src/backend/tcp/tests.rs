@@ -2021,4 +2021,5 @@ fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
     dev.close();
 }
 
+mod hostile;
 mod ud;

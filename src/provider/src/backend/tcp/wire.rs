@@ -179,6 +179,9 @@ pub enum WireError {
     },
     BadMagic,
     BadVersion(u32),
+    /// A frame of a kind the connection's phase does not allow (e.g. a SEND before the
+    /// handshake), refused on its header, before any of its payload is buffered.
+    Unexpected(Kind),
 }
 
 /// Bounds a peer must respect; from the device limits.
@@ -352,6 +355,16 @@ impl Decoder {
     /// The next complete frame, None if more bytes are needed, or the error that makes the
     /// stream unusable.
     pub fn next_frame(&mut self, limits: &Limits) -> Result<Option<(Header, Vec<u8>)>, WireError> {
+        self.next_frame_if(limits, |_| true)
+    }
+
+    /// As `next_frame`, and a frame whose header `allowed` refuses is an error
+    /// (`Unexpected`) as soon as its header is in: its payload is never collected.
+    pub fn next_frame_if(
+        &mut self,
+        limits: &Limits,
+        allowed: impl FnOnce(&Header) -> bool,
+    ) -> Result<Option<(Header, Vec<u8>)>, WireError> {
         if self.pending.is_none() {
             if self.buf.len() - self.start < HEADER_LEN {
                 return Ok(None);
@@ -359,6 +372,9 @@ impl Decoder {
             let mut hb = [0u8; HEADER_LEN];
             hb.copy_from_slice(&self.buf[self.start..self.start + HEADER_LEN]);
             let h = Header::decode(&hb, limits)?;
+            if !allowed(&h) {
+                return Err(WireError::Unexpected(h.kind));
+            }
             self.start += HEADER_LEN;
             // The length was bounded by `decode`, so this allocation is bounded too.
             self.payload = Vec::with_capacity(h.payload_len as usize);
@@ -389,6 +405,9 @@ impl Decoder {
 pub struct OutQueue {
     chunks: std::collections::VecDeque<Vec<u8>>,
     front_pos: usize,
+    /// Bytes queued and bytes written since the queue was made: positions in the stream.
+    pushed: u64,
+    written: u64,
 }
 
 /// Small payloads are appended to the previous chunk instead of queued on their own.
@@ -399,9 +418,20 @@ impl OutQueue {
         self.chunks.is_empty()
     }
 
+    /// The stream position just after the last byte queued.
+    pub fn pushed(&self) -> u64 {
+        self.pushed
+    }
+
+    /// The stream position of the next byte to write (every byte before it was written).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
     /// Queues a frame, taking ownership of its payload.
     pub fn push_frame(&mut self, mut header: Header, payload: Vec<u8>) {
         header.payload_len = payload.len() as u32;
+        self.pushed += (HEADER_LEN + payload.len()) as u64;
         let hb = header.encode();
         match self.chunks.back_mut() {
             Some(last) if last.len() < COALESCE_MAX => {
@@ -424,6 +454,7 @@ impl OutQueue {
     /// Queues bytes as they are: the rest of a frame partly written elsewhere (only when the
     /// queue was empty, so the frame's bytes stay in order).
     pub fn push_bytes(&mut self, bytes: Vec<u8>) {
+        self.pushed += bytes.len() as u64;
         if !bytes.is_empty() {
             self.chunks.push_back(bytes);
         }
@@ -446,6 +477,7 @@ impl OutQueue {
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
+            self.written += n as u64;
             while n > 0 {
                 let Some(front) = self.chunks.front() else {
                     break;
@@ -614,6 +646,51 @@ mod tests {
         let mut h = Header::new(Kind::WriteImm);
         h.payload_len = LIMITS.max_message + 1;
         assert!(Header::decode(&h.encode(), &LIMITS).is_err());
+    }
+
+    #[test]
+    fn frames_the_caller_refuses_are_errors_before_their_payload() {
+        let mut h = Header::new(Kind::Send);
+        h.payload_len = LIMITS.max_message;
+        let mut d = Decoder::new();
+        d.feed(&h.encode());
+        d.feed(&[0u8; 100]);
+        assert_eq!(
+            d.next_frame_if(&LIMITS, |h| h.kind == Kind::Hello),
+            Err(WireError::Unexpected(Kind::Send))
+        );
+        assert_eq!(d.pending(), None, "no payload is collected for it");
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        put_frame(&mut out, handshake(Kind::Hello), b"pd");
+        d.feed(&out);
+        let (h, p) = d
+            .next_frame_if(&LIMITS, |h| h.kind == Kind::Hello)
+            .expect("allowed")
+            .expect("complete");
+        assert_eq!((h.kind, &p[..]), (Kind::Hello, &b"pd"[..]));
+    }
+
+    #[test]
+    fn out_queue_positions_count_what_was_queued_and_written() {
+        let mut q = OutQueue::default();
+        q.push_frame(Header::new(Kind::Ack), Vec::new());
+        q.push_bytes(vec![1, 2, 3]);
+        assert_eq!((q.pushed(), q.written()), (HEADER_LEN as u64 + 3, 0));
+        let mut taken = 0;
+        q.write_with(|s| {
+            let n = s[0].len().min(10);
+            taken += n;
+            if taken > 20 {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        })
+        .expect_err("blocked");
+        assert_eq!(q.written(), 20);
+        q.write_with(|s| Ok(s.iter().map(|b| b.len()).sum()))
+            .expect("written");
+        assert_eq!(q.written(), q.pushed());
     }
 
     #[test]

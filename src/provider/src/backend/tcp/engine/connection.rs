@@ -278,6 +278,52 @@ impl Engine {
         }
     }
 
+    /// Drops a connection at once, without a word to the peer: what a lost peer does to it.
+    pub(super) fn drop_conn(&mut self, token: u64) {
+        self.conn_lost(token);
+    }
+
+    /// Connections of `listener` still awaiting their HELLO: past MAX_AWAITING_HELLO, the
+    /// oldest are dropped to make room for `token`.
+    fn admit_awaiting_hello(&mut self, listener: u64, token: u64) {
+        let listeners = &self.listeners;
+        self.awaiting_hello.retain(|l, _| listeners.contains_key(l));
+        self.accept_paused.retain(|l, _| listeners.contains_key(l));
+        let mut queue = self.awaiting_hello.remove(&listener).unwrap_or_default();
+        if queue.len() >= MAX_AWAITING_HELLO {
+            let conns = &self.conns;
+            queue.retain(|t| {
+                conns
+                    .get(t)
+                    .is_some_and(|c| matches!(c.phase, Phase::PassiveAwaitHello { .. }))
+            });
+        }
+        while queue.len() >= MAX_AWAITING_HELLO {
+            if let Some(oldest) = queue.pop_front() {
+                log::info!(
+                    "listener {listener}: too many connections without HELLO; dropping the oldest"
+                );
+                self.conns.remove(&oldest);
+            }
+        }
+        queue.push_back(token);
+        self.awaiting_hello.insert(listener, queue);
+    }
+
+    /// Whether `listener` may take one more connection request (see MAX_PENDING_REQUESTS).
+    pub(super) fn request_room(&self, listener: u64) -> bool {
+        let pending = self
+            .conns
+            .values()
+            .filter(|c| {
+                matches!(c.phase,
+                    Phase::PassiveRequested { listener: l } | Phase::PassiveUdRequested { listener: l, .. }
+                    if l == listener)
+            })
+            .count();
+        pending < MAX_PENDING_REQUESTS
+    }
+
     pub(super) fn accept_incoming(&mut self, listener: u64) {
         for _ in 0..64 {
             let Some(l) = self.listeners.get(&listener) else {
@@ -285,11 +331,15 @@ impl Engine {
             };
             match l.sock.accept() {
                 Ok((stream, _)) => {
+                    if self.accept_paused.remove(&listener).is_some() {
+                        log::info!("accept on listener {listener}: resumed");
+                    }
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
                     tune(&stream);
                     let token = self.token();
+                    self.admit_awaiting_hello(listener, token);
                     self.conns.insert(
                         token,
                         Conn::new(
@@ -301,6 +351,16 @@ impl Engine {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors: the connection stays in the kernel's queue, and the
+                    // listener would poll readable at once, forever (a busy loop). Rest it.
+                    if !self.accept_paused.contains_key(&listener) {
+                        log::warn!("accept on listener {listener}: {e}; pausing it");
+                    }
+                    self.accept_paused
+                        .insert(listener, Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
                 Err(e) => {
                     log::warn!("accept on listener {listener}: {e}");
                     return;

@@ -33,11 +33,26 @@ mod target;
 pub(crate) use datagram::TcpAh;
 pub(crate) use sockets::progress_loop;
 
-/// A peer that has not sent its HELLO by then is dropped.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
+/// with its connect).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections of one listener that have not sent their HELLO yet: past this many, the oldest
+/// is dropped for each new one, so stalled connections cannot keep a legitimate peer out.
+const MAX_AWAITING_HELLO: usize = 256;
+/// Connection requests of one listener that the consumer has neither accepted nor rejected:
+/// past this many, a new HELLO is refused (REJECT, status REMOTE_INVALID) and closed.
+pub(crate) const MAX_PENDING_REQUESTS: usize = 1024;
+/// How long a listener rests after accept ran out of descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// Target-side requests queued behind a send that waits for a receive; past this many bytes we
-/// stop reading the socket (back-pressure instead of unbounded buffering).
+/// stop reading the socket (back-pressure instead of unbounded buffering). Each held request
+/// counts its payload and `HELD_OVERHEAD`, so that payload-less ones (READ_REQ) count too.
 const HOLD_LIMIT: usize = 8 << 20;
+const HELD_OVERHEAD: usize = std::mem::size_of::<(Header, Vec<u8>)>() + 16;
+/// Answers (ACK, READ_RESP) a peer may leave unread: past this many, its further requests are
+/// held (and past HOLD_LIMIT, no longer read) until it reads them. A legitimate peer never has
+/// more requests outstanding than its send queue holds (max_qp_wr, 16384).
+const MAX_ANSWERS_PENDING: usize = 65536;
 /// Poll timeout: the granularity of connection deadlines.
 const TICK_MS: i32 = 50;
 /// Socket send buffer asked for (see `tune`).
@@ -143,6 +158,9 @@ struct Conn {
     sink: Option<ReadSink>,
     /// An RDMA read is held until the output queue has drained (see `target_request`).
     wait_drain: bool,
+    /// Stream positions (`OutQueue::pushed`) where answers we queued end, oldest first, not
+    /// yet known to be written (see `answers_pending`).
+    answer_ends: VecDeque<u64>,
 }
 
 /// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
@@ -188,7 +206,30 @@ impl Conn {
             driven: None,
             sink: None,
             wait_drain: false,
+            answer_ends: VecDeque::new(),
         }
+    }
+
+    /// Notes that the answer just queued ends at the current end of the output.
+    fn note_answer(&mut self) {
+        let end = self.out.pushed();
+        if end > self.out.written() {
+            self.answer_ends.push_back(end);
+        }
+    }
+
+    /// How many of our answers the peer has not taken yet.
+    fn answers_pending(&mut self) -> usize {
+        let written = self.out.written();
+        while self.answer_ends.front().is_some_and(|&e| e <= written) {
+            self.answer_ends.pop_front();
+        }
+        self.answer_ends.len()
+    }
+
+    /// Whether to read more from the peer: not while its held requests are over the limit.
+    fn wants_input(&self) -> bool {
+        self.held_bytes <= HOLD_LIMIT
     }
 
     fn is_closing(&self) -> bool {
@@ -218,6 +259,11 @@ pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()>
     out.write_with(|slices| sys::send_nosignal(fd, slices))
 }
 
+/// What a held request counts against HOLD_LIMIT.
+fn held_cost(payload: &[u8]) -> usize {
+    HELD_OVERHEAD + payload.len()
+}
+
 enum Outcome {
     Done,
     Hold,
@@ -240,6 +286,17 @@ pub(crate) struct Engine {
     poll_excludes: bool,
     /// Connections whose output drained while requests were held behind it.
     drained: Vec<u64>,
+    /// Per listener, its connections in the order accepted that may still await their HELLO
+    /// (see MAX_AWAITING_HELLO).
+    awaiting_hello: HashMap<u64, VecDeque<u64>>,
+    /// Listeners not polled until then: accepting failed for lack of descriptors (EMFILE,
+    /// ENFILE), and the connection waiting in the kernel's queue would wake us at once again.
+    pub(crate) accept_paused: HashMap<u64, Instant>,
+    /// Panics caught while serving a connection (each dropped that connection only).
+    pub(crate) panics: u64,
+    /// Tests: a request naming this rkey panics the target (to check the containment).
+    #[cfg(test)]
+    pub(crate) panic_on_rkey: Option<u32>,
     /// Datagram address resolutions under way, by id.
     ud_pending: HashMap<u64, datagram::UdResolve>,
     /// Their TCP connects, as the helper threads finish them.
@@ -255,10 +312,12 @@ fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
 
 /// Socket options of every connection: no Nagle delay (requests and answers are small and
 /// latency-bound), and a send buffer that takes a large answer in one write, so it goes out
-/// straight from registered memory rather than through a copy queued for later.
+/// straight from registered memory rather than through a copy queued for later; and dead-peer
+/// detection (`sockets::watch_peer`).
 fn tune(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = sys::set_send_buffer(stream.as_raw_fd(), SEND_BUFFER);
+    sockets::watch_peer(stream);
 }
 
 fn bad_state() -> DatError {
@@ -356,7 +415,7 @@ impl Engine {
             {
                 continue;
             }
-            let (input, output) = (c.held_bytes <= HOLD_LIMIT, !c.out.is_empty());
+            let (input, output) = (c.wants_input(), !c.out.is_empty());
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `progress_loop`)
             }

@@ -11,7 +11,10 @@ impl Engine {
                 return;
             };
             let phase = c.phase;
-            let frame = match c.dec.next_frame(&sh.limits) {
+            let frame = match c
+                .dec
+                .next_frame_if(&sh.limits, |h| allowed_in(phase, h.kind))
+            {
                 Ok(Some(f)) => f,
                 Ok(None) => return,
                 Err(err) => {
@@ -25,6 +28,17 @@ impl Engine {
                 Phase::PassiveAwaitHello { listener } => {
                     if h.kind != Kind::Hello {
                         self.protocol_error(token, "expected HELLO");
+                        return;
+                    }
+                    if !self.request_room(listener) {
+                        log::warn!("listener {listener}: too many connection requests pending; refusing one");
+                        if let Some(c) = self.conns.get_mut(&token) {
+                            let mut h = Header::new(Kind::Reject);
+                            h.status = Status::RemoteInvalid;
+                            c.out.push_frame(h, Vec::new());
+                            c.begin_close();
+                        }
+                        self.try_write(token);
                         return;
                     }
                     let Some(c) = self.conns.get_mut(&token) else {
@@ -115,7 +129,7 @@ impl Engine {
                             Outcome::Done => {}
                             Outcome::Hold => {
                                 if let Some(c) = self.conns.get_mut(&token) {
-                                    c.held_bytes += p.len();
+                                    c.held_bytes += held_cost(&p);
                                     c.held.push_back((h, p));
                                 }
                             }
@@ -200,7 +214,21 @@ impl Engine {
         }
     }
 
+    /// Reads and serves what the peer of connection `token` sent. A panic while doing so (a
+    /// bug: nothing a peer sends should cause one) is caught here and costs that connection
+    /// only (broken, as for a protocol error), not the thread serving every other one.
     pub(crate) fn read_conn(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.read_conn_unguarded(sh, token, buf)
+        }));
+        if served.is_err() {
+            self.panics += 1;
+            log::error!("connection {token}: panic while serving it; dropping it");
+            self.drop_conn(token);
+        }
+    }
+
+    fn read_conn_unguarded(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
         for _ in 0..64 {
             let Some(c) = self.conns.get_mut(&token) else {
                 return;
@@ -229,7 +257,7 @@ impl Engine {
                     SinkStep::Gone => return,
                 }
             }
-            if c.held_bytes > HOLD_LIMIT {
+            if !c.wants_input() {
                 break;
             }
             // Large payloads go straight into their frame buffer.
@@ -391,7 +419,11 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             let mut excluding = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
+            let now = Instant::now();
             for (id, l) in &eng.listeners {
+                if eng.accept_paused.get(id).is_some_and(|until| *until > now) {
+                    continue; // out of descriptors: see `accept_incoming`
+                }
                 fds.push(PollFd::new(l.sock.as_raw_fd(), POLLIN));
                 targets.push(Target::Listener(*id));
             }
@@ -401,7 +433,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     continue;
                 }
                 let mut ev = 0;
-                if c.held_bytes <= HOLD_LIMIT {
+                if c.wants_input() {
                     ev |= POLLIN;
                 }
                 if !c.out.is_empty() && !c.write_failed && !c.draining {
@@ -439,40 +471,161 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         if shared.stopped.load(Ordering::SeqCst) {
             break;
         }
-        shared.run(|eng, sh| {
-            eng.process_connect_results();
-            eng.process_ud_connect_results();
-            for (fd, target) in fds.iter().zip(targets.iter()) {
-                let rev = fd.revents();
-                if rev == 0 {
-                    continue;
-                }
-                match target {
-                    Target::Wake => {}
-                    Target::Listener(id) => eng.accept_incoming(*id),
-                    Target::Conn(t) => {
-                        if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
-                            eng.read_conn(sh, *t, &mut buf);
+        // A panic not caught around one connection (a bug) costs this iteration's work, not
+        // the thread: every other connection of the IA is still served.
+        let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shared.run(|eng, sh| {
+                eng.process_connect_results();
+                eng.process_ud_connect_results();
+                for (fd, target) in fds.iter().zip(targets.iter()) {
+                    let rev = fd.revents();
+                    if rev == 0 {
+                        continue;
+                    }
+                    match target {
+                        Target::Wake => {}
+                        Target::Listener(id) => eng.accept_incoming(*id),
+                        Target::Conn(t) => {
+                            if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+                                eng.read_conn(sh, *t, &mut buf);
+                            }
+                            if rev & POLLOUT != 0 {
+                                eng.try_write(*t);
+                            }
                         }
-                        if rev & POLLOUT != 0 {
-                            eng.try_write(*t);
+                        Target::Datagram(qp) => {
+                            if rev & (POLLIN | POLLERR) != 0 {
+                                eng.read_ud(sh, *qp, &mut buf);
+                            }
+                            if rev & POLLOUT != 0 {
+                                eng.flush_ud(*qp);
+                            }
                         }
                     }
-                    Target::Datagram(qp) => {
-                        if rev & (POLLIN | POLLERR) != 0 {
-                            eng.read_ud(sh, *qp, &mut buf);
-                        }
-                        if rev & POLLOUT != 0 {
-                            eng.flush_ud(*qp);
-                        }
-                    }
                 }
-            }
-            eng.retry_drained(sh);
-            eng.settle_failed_writes(sh, &mut buf);
-            eng.check_deadlines();
-            // Wake-ups requested by our own work are already served by the next iteration.
-            eng.wake_needed = false;
-        });
+                eng.retry_drained(sh);
+                eng.settle_failed_writes(sh, &mut buf);
+                eng.check_deadlines();
+                // Wake-ups requested by our own work are already served by the next iteration.
+                eng.wake_needed = false;
+            });
+        }));
+        if iteration.is_err() {
+            log::error!("progress thread: panic caught; serving on");
+            shared.engine.lock().panics += 1;
+        }
+    }
+}
+
+// ---- dead-peer detection ---------------------------------------------------------------------
+
+/// Environment variable that sets the dead-peer detection time in milliseconds (see
+/// `watch_peer`); 0 turns the detection off (the kernel's defaults: about 15 minutes with data
+/// in flight, never on an idle connection).
+pub(crate) const PEER_TIMEOUT_ENV: &str = "DAPLRS_PEER_TIMEOUT_MS";
+/// The detection time when the variable is unset or unreadable.
+pub(crate) const PEER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// The detection time in effect: `DAPLRS_PEER_TIMEOUT_MS`, read once per process. None: off.
+pub(crate) fn peer_timeout() -> Option<Duration> {
+    static TIMEOUT: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| parse_peer_timeout(std::env::var(PEER_TIMEOUT_ENV).ok().as_deref()))
+}
+
+/// `DAPLRS_PEER_TIMEOUT_MS`'s value: a whole number of milliseconds, 0 for off, at most one
+/// day; anything else gives the default (with a warning).
+pub(crate) fn parse_peer_timeout(value: Option<&str>) -> Option<Duration> {
+    let Some(v) = value else {
+        return Some(PEER_TIMEOUT_DEFAULT);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) if ms <= 86_400_000 => Some(Duration::from_millis(ms)),
+        _ => {
+            log::warn!(
+                "{PEER_TIMEOUT_ENV}={v:?} is not a number of milliseconds (0..=86400000); using {} ms",
+                PEER_TIMEOUT_DEFAULT.as_millis()
+            );
+            Some(PEER_TIMEOUT_DEFAULT)
+        }
+    }
+}
+
+/// The keepalive settings for detection time `t`: (idle seconds, interval seconds, probes).
+/// The first probe goes out after `t`/2 of silence, the next ones every `t`/6 (at least a
+/// second each, the kernel's unit); with TCP_USER_TIMEOUT set the kernel gives up once `t` has
+/// passed since the peer was last heard and a probe is unanswered, so the probe count only
+/// matters to kernels without it.
+pub(crate) fn keepalive_for(t: Duration) -> (i32, i32, i32) {
+    let ms = t.as_millis().min(i32::MAX as u128) as i32;
+    let idle = (ms / 2 / 1000).max(1);
+    let interval = (ms / 6 / 1000).max(1);
+    let probes = ((ms / 1000 - idle) / interval).clamp(1, 127);
+    (idle, interval, probes)
+}
+
+/// Dead-peer detection on a connection's socket, so that a peer which stops answering (host
+/// gone, link down, cable cut: nothing closes the connection) breaks it within the detection
+/// time instead of the kernel's 15 minutes of retransmissions, or never when the connection is
+/// idle:
+///
+/// * TCP_USER_TIMEOUT: data we sent (a request, an answer, a zero-window probe) unacknowledged
+///   for that long ends the connection with ETIMEDOUT;
+/// * SO_KEEPALIVE with TCP_KEEPIDLE/KEEPINTVL/KEEPCNT: an idle connection is probed, and
+///   ended when the peer's kernel stops answering.
+///
+/// Both watch the peer's kernel, not its process: a stopped (SIGSTOP) or busy peer still
+/// acknowledges, so its connection stays up and DTOs wait for it; only once its receive window
+/// stays shut for the detection time with our data queued does the kernel give up (Linux 5.11
+/// and later). The engine sees the error as any other socket error: BROKEN, DTOs flushed.
+/// Failures to set an option are logged, not fatal (the connection works, detection is slower).
+pub(super) fn watch_peer(stream: &TcpStream) {
+    let Some(t) = peer_timeout() else {
+        return;
+    };
+    let fd = stream.as_raw_fd();
+    let (idle, interval, probes) = keepalive_for(t);
+    let user_timeout = t.as_millis().min(i32::MAX as u128) as i32;
+    let options = [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1, "SO_KEEPALIVE"),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle, "TCP_KEEPIDLE"),
+        (
+            libc::IPPROTO_TCP,
+            libc::TCP_KEEPINTVL,
+            interval,
+            "TCP_KEEPINTVL",
+        ),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, probes, "TCP_KEEPCNT"),
+        (
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            user_timeout,
+            "TCP_USER_TIMEOUT",
+        ),
+    ];
+    for (level, name, value, what) in options {
+        if let Err(e) = sys::set_int_option(fd, level, name, value) {
+            log::warn!("{what}={value} on a connection: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "liveness_tests.rs"]
+mod liveness_tests;
+
+/// Whether a frame of `kind` may arrive on a connection in `phase`; any other breaks the
+/// connection on its header, before its payload is read (a peer cannot make a connection that
+/// has not been accepted buffer a 16 MiB SEND).
+fn allowed_in(phase: Phase, kind: Kind) -> bool {
+    match phase {
+        Phase::PassiveAwaitHello { .. } => kind == Kind::Hello,
+        // The consumer has not answered yet: the peer has nothing to say meanwhile.
+        Phase::PassiveRequested { .. } | Phase::PassiveUdRequested { .. } => false,
+        Phase::ActiveAwaitReply { .. } | Phase::UdAwaitReply { .. } => {
+            matches!(kind, Kind::Accept | Kind::Reject)
+        }
+        Phase::Established { .. } => !matches!(kind, Kind::Hello | Kind::Accept | Kind::Reject),
+        Phase::Closing => true,
     }
 }

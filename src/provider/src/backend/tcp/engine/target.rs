@@ -9,6 +9,7 @@ impl Engine {
     pub(super) fn answer(&mut self, token: u64, h: Header, payload: Vec<u8>) {
         if let Some(c) = self.conns.get_mut(&token) {
             c.out.push_frame(h, payload);
+            c.note_answer();
         }
     }
 
@@ -21,6 +22,18 @@ impl Engine {
         h: &Header,
         p: &[u8],
     ) -> Outcome {
+        #[cfg(test)]
+        if h.key != 0 && self.panic_on_rkey == Some(h.key) {
+            panic!("injected panic (test): request naming rkey {:#x}", h.key);
+        }
+        // A peer that does not read our answers gets no more of them: its requests wait (and
+        // past HOLD_LIMIT are no longer read) until it has taken them.
+        if let Some(c) = self.conns.get_mut(&token) {
+            if c.answers_pending() >= MAX_ANSWERS_PENDING {
+                c.wait_drain = true;
+                return Outcome::Hold;
+            }
+        }
         let Some(e) = self.qps.get_mut(&qp) else {
             return Outcome::Broken;
         };
@@ -203,6 +216,7 @@ impl Engine {
                                     c.out.push_bytes(head[sent..].to_vec());
                                 }
                                 c.out.push_bytes(rest);
+                                c.note_answer();
                             }
                         })
                     }

@@ -1,0 +1,7 @@
+#![no_main]
+// The dat-fuzz target "engine_datagram" under libFuzzer (see src/fuzz and daplrs::fuzzing).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = (dat_fuzz::target("engine_datagram")
+        .expect("known target")
+        .run)(data);
+});
