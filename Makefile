@@ -245,9 +245,10 @@ clean:
 
 # ------------------------------------------------------- bench and demo
 # Not part of `make test`: benchmarks print figures, they assert nothing.
-# qperf measures the TCP reference figures in the same run.
+# qperf (tcp_bw), dapltest and iproute2 (the veth setting) are installed here.
+BENCH_DEBS := qperf dapl2-utils iproute2
 bench: all
-	$(call apt_install,qperf)
+	$(call apt_install,$(BENCH_DEBS))
 	$(MAKE) -C bench bench
 
 demo: all

@@ -1,155 +1,272 @@
 #!/bin/bash
-# run-bench.sh: datperf over a DAT provider (default our rs-tcp) and qperf's
-# TCP figures on the same host, printed as one table.
+# run-bench.sh: what `make bench` runs. One table, from one run, of
+#   - the references: a busy-polled TCP round trip (tcprtt), qperf tcp_bw at
+#     1 MiB, and the same-host limit process_vm_readv (pvmread);
+#   - datperf over rs-tcp, polling (dat_evd_dequeue) and blocking
+#     (dat_evd_wait) consumers: 8 B RDMA read/send/write latency, 1 MiB RDMA
+#     read bandwidth with 8 reads in flight;
+#   - Debian's dapltest -T P -m p / -m b RR 8 (and -m b -p 8 RR 1 MiB) over rs-tcp;
+# each in two settings: "veth", two network namespaces joined by a veth pair,
+# each side also in its own PID namespace (so no cross-memory attach can
+# reach the peer: TCP carries everything), and "lo", plain loopback. Our
+# figures are printed as ratios of the reference measured in the same
+# setting. ROUNDS (default 3) interleaved rounds; every figure is the median
+# of the rounds.
 #
-#   ./run-bench.sh                      what `make bench` runs
-#   SIZES=8,1M ./run-bench.sh           fewer sizes (datperf -S syntax)
-#   IA=ofa-v2-ib0 DAT_OVERRIDE=/etc/dat.conf ./run-bench.sh   another provider
-#   DATPERF_ARGS="-n 5000 -w 64" ./run-bench.sh               extra datperf options
+#   ./run-bench.sh                 ROUNDS=1 ./run-bench.sh    SETTINGS=lo ./run-bench.sh
 #
-# Every step is bounded: the servers by their own timeouts and `timeout`,
-# readiness by polling for the server's listening line (never a fixed
-# sleep). Raw outputs are kept in build/bench/.
-set -euo pipefail
+# Needs root (namespaces), qperf, dapltest (dapl2-utils), iproute2: the top
+# Makefile's bench target installs them. Every server runs under `timeout`
+# and is waited for by its ready line or its listening socket, never by a
+# fixed sleep; raw outputs are kept in build/bench/.
+set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-IA=${IA:-rs-tcp}
-HOST=${HOST:-127.0.0.1}
-SIZES=${SIZES:-8-4M}
-DATPERF_QUAL=${DATPERF_QUAL:-18515}
-QPERF_PORT=${QPERF_PORT:-19765}
-QPERF_TIME=${QPERF_TIME:-1}          # seconds per qperf measurement
-DATPERF_ARGS=${DATPERF_ARGS:-}
-export LD_LIBRARY_PATH=$top/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export DAT_OVERRIDE=${DAT_OVERRIDE:-$top/dat.conf}
-
-datperf=$top/build/bin/datperf
+ROUNDS=${ROUNDS:-3}
+SETTINGS=${SETTINGS:-veth lo}
+LAT_ITERS=${LAT_ITERS:-20000}
+DT_ITERS=${DT_ITERS:-20000}
+QPERF_TIME=${QPERF_TIME:-2}
+DATPERF_QUAL=18615 TCPRTT_PORT=19866 QPERF_PORT=19865
+bin=$top/build/bin
 out=$top/build/bench
-mkdir -p "$out"
+raw=$out/raw
+results=$out/results.txt
+mkdir -p "$raw"
+rm -f "$raw"/* "$results"
+ns_a=bnch-a ns_b=bnch-b
+addr_a=192.0.2.1 addr_b=192.0.2.2
 server_pid=""
-qperf_pid=""
-trap 'stop_pid "$server_pid"; stop_pid "$qperf_pid"' EXIT
 
-# ---------------------------------------------------------------- datperf
-run_datperf() {
-	echo "== datperf over $IA ($DAT_OVERRIDE), sizes $SIZES"
-	# shellcheck disable=SC2086  # DATPERF_ARGS is a list of options
-	timeout -k 5 600 "$datperf" -P "$IA" -s -q "$DATPERF_QUAL" -S "$SIZES" -A 30 \
-		$DATPERF_ARGS >"$out/datperf-server.log" 2>&1 &
-	server_pid=$!
-	wait_for_line "$out/datperf-server.log" "server listening" 20 "$server_pid"
-
-	# shellcheck disable=SC2086
-	if ! timeout -k 5 600 "$datperf" -P "$IA" -h "$HOST" -q "$DATPERF_QUAL" -S "$SIZES" \
-		$DATPERF_ARGS >"$out/datperf.txt" 2>"$out/datperf-client.err"; then
-		echo "error: datperf client failed:" >&2
-		cat "$out/datperf.txt" "$out/datperf-client.err" >&2
-		echo "server:" >&2
-		cat "$out/datperf-server.log" >&2
-		exit 1
-	fi
-	if ! wait "$server_pid"; then
-		server_pid=""
-		echo "error: datperf server failed:" >&2
-		cat "$out/datperf-server.log" >&2
-		exit 1
-	fi
-	server_pid=""
-	grep -c '_\(lat\|bw\) ' "$out/datperf.txt" | sed 's/$/ datperf measurements/'
+cleanup() {
+	stop_pid "$server_pid"
+	ip netns del $ns_a 2>/dev/null
+	ip netns del $ns_b 2>/dev/null
 }
+trap cleanup EXIT
 
-# ------------------------------------------------------------------ qperf
-# Measures tcp_lat and tcp_bw at every size datperf measured, into qperf.txt.
-run_qperf() {
-	local sizes size
-
-	: >"$out/qperf.txt"
-	if ! command -v qperf >/dev/null; then
-		echo "warning: qperf not installed (apt-get install -y qperf); no TCP reference" >&2
-		return 0
-	fi
-	echo "== qperf tcp_lat, tcp_bw on 127.0.0.1 (${QPERF_TIME} s each)"
-	qperf --listen_port "$QPERF_PORT" >"$out/qperf-server.log" 2>&1 &
-	qperf_pid=$!
-	wait_for_listen "$QPERF_PORT" 20 "$qperf_pid"
-
-	sizes=$(awk '$1 ~ /_(lat|bw)$/ { print $2 }' "$out/datperf.txt" | sort -nu)
-	for size in $sizes; do
-		timeout -k 5 60 qperf 127.0.0.1 --listen_port "$QPERF_PORT" -t "$QPERF_TIME" \
-			-uu -vu -m "$size" tcp_lat tcp_bw >>"$out/qperf.txt" ||
-			{ echo "error: qperf failed at $size bytes" >&2; exit 1; }
+setup_ns() {
+	cleanup
+	ip netns add $ns_a && ip netns add $ns_b || { echo "error: cannot create network namespaces (root?)" >&2; exit 1; }
+	ip link add veth-$ns_a netns $ns_a type veth peer name veth-$ns_b netns $ns_b
+	ip -n $ns_a addr add $addr_a/24 dev veth-$ns_a
+	ip -n $ns_b addr add $addr_b/24 dev veth-$ns_b
+	for ns in $ns_a $ns_b; do
+		ip -n $ns link set lo up
+		ip -n $ns link set veth-$ns up
+		for ts in nonthreadsafe threadsafe; do
+			echo "rs-tcp u2.0 $ts default libdaplrs.so.2 dapl.2.0 \"tcp veth-$ns\" \"\""
+		done >"$out/dat.conf.$ns"
 	done
-	stop_pid "$qperf_pid"
-	qperf_pid=""
 }
 
-# ------------------------------------------------------------------ table
-# Joins datperf's rows (test bytes iters median p99 MB/s) with qperf's
-# verbose blocks (latency in ns, bw in bytes/sec thanks to -uu).
-print_table() {
-	awk '
-	function scale(unit) {          # to us, or to MB/s
-		if (unit == "ns") return 1e-3; if (unit == "us") return 1; if (unit == "ms") return 1e3
-		if (unit == "sec") return 1e6
-		if (unit == "bytes/sec") return 1e-6; if (unit == "KB/sec") return 1e-3
-		if (unit == "MB/sec") return 1; if (unit == "GB/sec") return 1e3
-		return 0
-	}
-	function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
-	FNR == 1 { file++ }
-	file == 1 && $1 ~ /_(lat|bw)$/ {
-		split($1, t, "_"); op = t[1]; sz = $2
-		if (t[2] == "lat") { med[op, sz] = $4; p99[op, sz] = $5 } else bw[op, sz] = $6
-		if (!(sz in seen)) { seen[sz] = 1; order[n++] = sz }
-	}
-	file == 2 && /^tcp_(lat|bw):/ { test = $1 }
-	file == 2 && $1 == "latency" { v = $3 * scale($4) }
-	file == 2 && $1 == "bw" { v = $3 * scale($4) }
-	file == 2 && $1 == "msg_size" {
-		if (test == "tcp_lat:") qlat[$3] = v; else qbw[$3] = v
-	}
-	END {
-		printf "\n%-9s %-6s %11s %11s %10s | %13s %13s\n", "bytes", "op",
-		       "median_us", "p99_us", "MB/s", "qperf lat_us", "qperf MB/s"
-		for (i = 0; i < n; i++) {
-			sz = order[i]
-			split("send write read", ops, " ")
-			for (k = 1; k <= 3; k++) {
-				op = ops[k]
-				if (!((op, sz) in med) && !((op, sz) in bw)) continue
-				ql = (k == 1) ? f(qlat[sz], 2) : ""; qb = (k == 1) ? f(qbw[sz], 1) : ""
-				printf "%-9s %-6s %11s %11s %10s | %13s %13s\n", sz, op,
-				       f(med[op, sz], 2), f(p99[op, sz], 2), f(bw[op, sz], 1), ql, qb
-			}
-		}
-		print "\nlatency: send/write one-way (RTT/2, as perftest); read = one whole RDMA read."
-		print "qperf tcp_lat is one-way; MB/s = 10^6 bytes/s.\n"
-		if ((("read", 8) in med) && qlat[8] > 0)
-			printf "8 B RDMA read latency / qperf tcp_lat:      %.2f / %.2f us = %.1fx" \
-			       " (a read is a round trip: parity is 2x)\n",
-			       med["read", 8], qlat[8], med["read", 8] / qlat[8]
-		else print "8 B RDMA read latency / qperf tcp_lat: n/a"
-		if ((("read", 1048576) in bw) && qbw[1048576] > 0)
-			printf "1 MiB RDMA read bandwidth / qperf tcp_bw:  %.1f / %.1f MB/s = %.2f\n",
-			       bw["read", 1048576], qbw[1048576], bw["read", 1048576] / qbw[1048576]
-		else print "1 MiB RDMA read bandwidth / qperf tcp_bw: n/a"
-	}' "$out/datperf.txt" "$out/qperf.txt"
+# run SETTING SIDE CMD...: CMD as side a (server) or b (client) of SETTING.
+# veth: in the side's network namespace and in a PID namespace of its own.
+# Always run inside `bash -c` under `timeout`: it execs, so that stopping the
+# timeout stops the server itself (unshare --kill-child passes it on).
+run() {
+	local setting=$1 side=$2
+	shift 2
+	if [ "$setting" = veth ]; then
+		local ns=bnch-$side
+		exec ip netns exec $ns unshare --pid --fork --kill-child \
+			env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$out/dat.conf.$ns" "$@"
+	else
+		exec env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "$@"
+	fi
 }
 
-# Provenance for whoever quotes the figures: a busy host skews them.
+export -f run
+export top out
+
+server_addr() { if [ "$1" = veth ]; then echo $addr_a; else echo 127.0.0.1; fi; }
+
+# start_server SETTING LOG READY_REGEX CMD...: side a, bounded by timeout,
+# ready when LOG shows READY_REGEX.
+start_server() {
+	local setting=$1 log=$2 re=$3
+	shift 3
+	timeout -k 5 300 bash -c 'run "$@"' \
+		_ "$setting" a "$@" >"$log" 2>&1 &
+	server_pid=$!
+	wait_for_line "$log" "$re" 30 "$server_pid"
+}
+
+# qperf prints nothing when ready: poll its listening socket in its namespace.
+start_qperf() {
+	local setting=$1 log=$2 deadline=$((SECONDS + 30))
+	local hex
+	hex=$(printf ':%04X' $QPERF_PORT)
+	timeout -k 5 300 bash -c 'run "$@"' \
+		_ "$setting" a qperf --listen_port $QPERF_PORT >"$log" 2>&1 &
+	server_pid=$!
+	local netns=()
+	[ "$setting" = veth ] && netns=(ip netns exec $ns_a)
+	until "${netns[@]}" awk -v p="$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' \
+		/proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+		kill -0 "$server_pid" 2>/dev/null || { echo "error: qperf server exited" >&2; return 1; }
+		((SECONDS < deadline)) || { echo "error: qperf does not listen after 30 s" >&2; return 1; }
+		sleep 0.05
+	done
+}
+
+stop_server() { stop_pid "$server_pid"; server_pid=""; }
+
+# record SETTING KEY VALUE: one figure of one round.
+record() {
+	if [ -n "$3" ]; then echo "$1 $2 $3" >>"$results"; else echo "  (no figure for $1 $2)" >&2; fi
+}
+
+# ------------------------------------------------------------ the measurements
+m_tcprtt() {
+	local s=$1 r=$2 log=$raw/$1-r$2-tcprtt
+	start_server "$s" "$log-server.txt" "listening" "$bin/tcprtt" -s -p $TCPRTT_PORT -T 60 || { stop_server; return; }
+	timeout -k 5 120 bash -c 'run "$@"' _ "$s" b \
+		"$bin/tcprtt" -c "$(server_addr "$s")" -p $TCPRTT_PORT -n "$LAT_ITERS" -w 1000 >"$log.txt" 2>&1
+	stop_server
+	record "$s" rtt_med "$(awk '/median_us/ { for (i = 1; i < NF; i++) if ($i == "median_us") print $(i + 1) }' "$log.txt")"
+	record "$s" rtt_p99 "$(awk '/p99_us/ { for (i = 1; i < NF; i++) if ($i == "p99_us") print $(i + 1) }' "$log.txt")"
+}
+
+m_qperf() {
+	local s=$1 r=$2 log=$raw/$1-r$2-qperf
+	start_qperf "$s" "$log-server.txt" || { stop_server; return; }
+	timeout -k 5 120 bash -c 'run "$@"' _ "$s" b \
+		qperf "$(server_addr "$s")" --listen_port $QPERF_PORT -t "$QPERF_TIME" -uu -m 1048576 tcp_bw >"$log.txt" 2>&1
+	stop_server
+	# -uu: "bw = <n> bytes/sec" (or another unit on old versions): to MB/s (10^6).
+	record "$s" tcpbw "$(awk '$1 == "bw" { u = $4; v = $3
+		m = (u == "bytes/sec") ? 1e-6 : (u == "KB/sec") ? 1e-3 : (u == "MB/sec") ? 1 : (u == "GB/sec") ? 1e3 : 0
+		if (m) printf "%.1f\n", v * m }' "$log.txt")"
+}
+
+# datperf MODE (poll|block): 8 B and 1 MiB, latency tests and read_bw, 8 reads in flight.
+m_datperf() {
+	local s=$1 r=$2 mode=$3 log=$raw/$1-r$2-datperf-$3 p=()
+	[ "$mode" = poll ] && p=(-p)
+	start_server "$s" "$log-server.txt" "server listening" "$bin/datperf" -P rs-tcp -s -q $DATPERF_QUAL \
+		-S 8,1M -A 60 "${p[@]}" || { stop_server; return; }
+	timeout -k 5 300 bash -c 'run "$@"' _ "$s" b \
+		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8,1M -w 8 \
+		-t read_lat,send_lat,write_lat,read_bw -n "$LAT_ITERS" "${p[@]}" >"$log.txt" 2>&1 ||
+		echo "  datperf $s $mode failed: see ${log#"$top"/}.txt" >&2
+	wait "$server_pid" 2>/dev/null
+	server_pid=""
+	local t
+	for t in read send write; do
+		record "$s" "${t}_${mode}_med" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $4 }' "$log.txt")"
+		record "$s" "${t}_${mode}_p99" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $5 }' "$log.txt")"
+	done
+	record "$s" "readbw_$mode" "$(awk '$1 == "read_bw" && $2 == 1048576 { print $6 }' "$log.txt")"
+}
+
+# Debian's dapltest -T P (the issue's command lines), one server per setting and round.
+# Its latency figure comes from its second phase, one read at a time, the
+# completion always reaped by a dat_evd_dequeue loop with a sched_yield between
+# tries, whatever -m says (dapl_performance_client.c); -m b|p only selects how
+# the first, pipelined phase (ops/s, MB/s) waits. It prints a mean, no median.
+m_dapltest() {
+	local s=$1 r=$2 log=$raw/$1-r$2-dapltest addr
+	addr=$(server_addr "$s")
+	start_server "$s" "$log-server.txt" "Service Point Ready" dapltest -T S -D rs-tcp || { stop_server; return; }
+	local m
+	for m in p b; do
+		timeout -k 5 120 bash -c 'run "$@"' _ "$s" b \
+			dapltest -T P -s "$addr" -D rs-tcp -i "$DT_ITERS" -m $m RR 8 1 >"$log-$m-RR8.txt" 2>&1
+		# raw: OP, ops, size, segs, pipeline, cpu%, ops/s, MiB/s, latency mean us, ...
+		record "$s" "dt_${m}_lat" "$(awk -F', *' '/^raw:/ { print $9 + 0 }' "$log-$m-RR8.txt")"
+	done
+	timeout -k 5 120 bash -c 'run "$@"' _ "$s" b \
+		dapltest -T P -s "$addr" -D rs-tcp -i 500 -m b -p 8 RR 1048576 1 >"$log-b-RR1M.txt" 2>&1
+	record "$s" dt_bw "$(awk -F', *' '/^raw:/ { printf "%.1f\n", $8 * 1.048576 }' "$log-b-RR1M.txt")"
+	timeout -k 5 30 bash -c 'run "$@"' _ "$s" b \
+		dapltest -T Q -s "$addr" -D rs-tcp >"$log-quit.txt" 2>&1
+	wait "$server_pid" 2>/dev/null
+	server_pid=""
+}
+
+m_pvm() {
+	"$bin/pvmread" >"$raw/r$1-pvmread.txt" 2>&1
+	record host pvm_med "$(awk '/8 B:/ { for (i = 1; i < NF; i++) if ($i == "median_us") print $(i + 1) }' "$raw/r$1-pvmread.txt")"
+	record host pvm_bw "$(awk '/1 MiB:/ { print $NF }' "$raw/r$1-pvmread.txt")"
+}
+
 host_line() {
 	echo "# $1: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
 		"commit $(git -C "$top" describe --always --dirty 2>/dev/null || echo '?')"
 }
 
+# ------------------------------------------------------------------ the table
+print_table() {
+	awk -v rounds="$ROUNDS" '
+	{ k = $1 SUBSEP $2; v[k, ++n[k]] = $3 }
+	function med(s, key,   k, c, i, j, a, t) {
+		k = s SUBSEP key; c = n[k]
+		if (!c) return ""
+		for (i = 1; i <= c; i++) a[i] = v[k, i]
+		for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+		return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
+	}
+	function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+	function ratio(x, y) { return (x == "" || y == "" || y == 0) ? "-" : sprintf("%.2fx", x / y) }
+	function row(what, s, val, unit, refv, refname, target, d) {
+		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", what, s, f(val, d), unit, ratio(val, refv), refname, target
+	}
+	END {
+		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issue 10)"
+		split(SETTINGS, S, " ")
+		for (i = 1; i in S; i++) {
+			s = S[i]; rtt = med(s, "rtt_med"); bw = med(s, "tcpbw")
+			printf "---- %s ----\n", (s == "veth" ? "veth: two netns + PID namespaces, rs-tcp over veth" : "lo: loopback, one namespace")
+			row("  ref: TCP round trip 8 B busy-polled, median", s, rtt, "us", "", "", "", 2)
+			row("  ref: TCP round trip 8 B busy-polled, p99", s, med(s, "rtt_p99"), "us", "", "", "", 2)
+			row("  ref: qperf tcp_bw 1 MiB", s, bw, "MB/s", "", "", "", 0)
+			for (mi = 1; mi <= 2; mi++) {
+				mo = mi == 1 ? "poll" : "block"; tgt = mi == 1 ? "<= 1.5x" : "<= 2.5x"
+				m = med(s, "read_" mo "_med")
+				row("  datperf " mo " read 8 B median", s, m, "us", rtt, "TCP RTT", tgt, 2)
+				row("  datperf " mo " read 8 B p99", s, med(s, "read_" mo "_p99"), "us", m, "its median", "<= 3x", 2)
+				row("  datperf " mo " send 8 B one-way (RTT/2) median", s, med(s, "send_" mo "_med"), "us", rtt, "TCP RTT", "", 2)
+				row("  datperf " mo " write 8 B one-way (RTT/2) median", s, med(s, "write_" mo "_med"), "us", rtt, "TCP RTT", "", 2)
+				row("  datperf " mo " read 1 MiB, 8 in flight", s, med(s, "readbw_" mo), "MB/s", bw, "tcp_bw", ">= 0.95x", 0)
+			}
+			row("  dapltest -T P -m p RR 8, latency phase (mean)", s, med(s, "dt_p_lat"), "us", rtt, "TCP RTT", "<= 1.5x", 2)
+			row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", rtt, "TCP RTT", "<= 2.5x", 2)
+			row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", bw, "tcp_bw", ">= 0.95x", 0)
+		}
+		print "---- same host (cross-memory attach) ----"
+		pm = med("host", "pvm_med"); pb = med("host", "pvm_bw")
+		row("  ref: process_vm_readv 8 B, median", "host", pm, "us", "", "", "", 2)
+		row("  ref: process_vm_readv 1 MiB", "host", pb, "MB/s", "", "", "", 0)
+		printf "%-50s %-5s %10s\n", "  same-host path (datperf read 8 B, 1 MiB)", "host", "not built yet"
+		printf "\nmedians of %d interleaved round(s); MB/s = 10^6 B/s; latency of a read = the whole read,\n", rounds
+		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
+		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median)."
+		print "Timings on a shared 2-CPU host move by tens of percent: read the ratios, taken side by side."
+	}' SETTINGS="$SETTINGS" "$results"
+}
+
+# -------------------------------------------------------------------- the run
+for t in datperf tcprtt pvmread; do [ -x "$bin/$t" ] || { echo "error: $bin/$t missing (make -C bench)" >&2; exit 1; }; done
+for t in qperf dapltest ip unshare; do command -v $t >/dev/null || { echo "error: $t not installed (make bench installs it)" >&2; exit 1; }; done
 start=$SECONDS
-host_line "before" | tee "$out/host.txt"
-run_datperf
-run_qperf
+host_line before | tee "$out/host.txt"
+case " $SETTINGS " in *" veth "*) setup_ns ;; esac
+for r in $(seq "$ROUNDS"); do
+	for s in $SETTINGS; do
+		echo "== round $r/$ROUNDS, $s [$((SECONDS - start)) s]"
+		m_tcprtt "$s" "$r"
+		m_qperf "$s" "$r"
+		m_datperf "$s" "$r" poll
+		m_datperf "$s" "$r" block
+		m_dapltest "$s" "$r"
+	done
+	m_pvm "$r"
+done
+host_line after | tee -a "$out/host.txt"
 print_table | tee "$out/table.txt"
-host_line "after" | tee -a "$out/host.txt"
-echo "(run took $((SECONDS - start)) s; raw outputs in ${out#"$top"/})"
+echo "(run took $((SECONDS - start)) s; raw outputs in ${out#"$top"/}/raw, figures per round in ${results#"$top"/})"
