@@ -118,6 +118,13 @@ dtest_pair() {
 		elif [ $rc -ne 0 ]; then
 			why="exit status $rc; last line '$(grep -v '^[[:space:]]*$' "$log" | tail -1)'"
 		fi
+		if [ -n "$why" ] && grep -q CONN_QUAL_IN_USE "$log"; then
+			# Debian's programs listen on fixed ports inside the ephemeral
+			# range (dtest: 45248); name whoever holds one (seen once, cause
+			# not found: nothing of the run's own held it afterwards).
+			ss -tanp > "$log.sockets" 2>&1
+			why="$why; sockets at that moment in $log.sockets"
+		fi
 		if [ -z "$why" ]; then ok; else bad "$envf $name $side: $why (see $log)"; fi
 	done
 }

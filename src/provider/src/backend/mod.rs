@@ -204,19 +204,36 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
-    /// A request or receive that did not execute: the QP left the connected state.
-    pub fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+    /// The completion of request or receive `wr_id` on `qp_num` with `status`; `byte_len`
+    /// counts only if it succeeded. No immediate data, invalidation or solicited bit (set them
+    /// with struct update syntax where the operation has them).
+    pub fn new(
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        qp_num: u32,
+    ) -> WorkCompletion {
         WorkCompletion {
             wr_id,
-            status: WcStatus::Flushed,
+            status,
             opcode,
-            byte_len: 0,
+            byte_len: if status == WcStatus::Success {
+                byte_len
+            } else {
+                0
+            },
             qp_num,
             new_rkey: 0,
             imm: None,
             invalidated: None,
             solicited: false,
         }
+    }
+
+    /// A request or receive that did not execute: the QP left the connected state.
+    pub fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
+        WorkCompletion::new(wr_id, WcStatus::Flushed, opcode, 0, qp_num)
     }
 }
 

@@ -493,43 +493,14 @@ impl Ia {
         // A datagram EP's address-resolution request takes the connection request's path.
         let ud = matches!(ev, CmEvent::UdRequest { .. });
         match ev {
-            CmEvent::ConnectRequest {
-                listener,
-                req,
-                private_data,
-                remote,
-                local,
-            }
-            | CmEvent::UdRequest {
-                listener,
-                req,
-                private_data,
-                remote,
-                local,
-            } => {
+            ev @ (CmEvent::ConnectRequest { listener, .. }
+            | CmEvent::UdRequest { listener, .. }) => {
                 let sp = {
                     let sps = self.sps_by_listener.lock();
                     match sps.get(&listener) {
                         Some(w) => w.upgrade(),
                         None if !self.closed_listeners.lock().contains(&listener) => {
                             // Its service point is being created: it takes this on registering.
-                            let ev = if ud {
-                                CmEvent::UdRequest {
-                                    listener,
-                                    req,
-                                    private_data,
-                                    remote,
-                                    local,
-                                }
-                            } else {
-                                CmEvent::ConnectRequest {
-                                    listener,
-                                    req,
-                                    private_data,
-                                    remote,
-                                    local,
-                                }
-                            };
                             self.early_requests
                                 .lock()
                                 .entry(listener)
@@ -539,6 +510,23 @@ impl Ia {
                         }
                         None => None,
                     }
+                };
+                let (CmEvent::ConnectRequest {
+                    req,
+                    private_data,
+                    remote,
+                    local,
+                    ..
+                }
+                | CmEvent::UdRequest {
+                    req,
+                    private_data,
+                    remote,
+                    local,
+                    ..
+                }) = ev
+                else {
+                    return;
                 };
                 match sp {
                     Some(sp) => sp.on_connect_request(req, private_data, remote, local, ud),

@@ -455,17 +455,13 @@ impl VerbsQp {
                     break;
                 }
                 if front & INTERNAL_BIT == 0 {
-                    queue.push_back(WorkCompletion {
-                        wr_id: front,
-                        status: WcStatus::Success,
-                        opcode: WcOpcode::Send,
-                        byte_len: 0,
-                        qp_num: self.qp_num,
-                        new_rkey: 0,
-                        imm: None,
-                        invalidated: None,
-                        solicited: false,
-                    });
+                    queue.push_back(WorkCompletion::new(
+                        front,
+                        WcStatus::Success,
+                        WcOpcode::Send,
+                        0,
+                        self.qp_num,
+                    ));
                 }
             }
         }
@@ -686,15 +682,14 @@ impl QueuePair for VerbsQp {
                             // Not bound: nothing to invalidate. Complete the unbind here, as
                             // the hardware would (no data moves).
                             self.send_cq.push_synthetic(vec![WorkCompletion {
-                                wr_id: wr.wr_id,
-                                status: WcStatus::Success,
-                                opcode: WcOpcode::BindMw,
-                                byte_len: 0,
-                                qp_num: self.qp_num,
                                 new_rkey: *new_rkey,
-                                imm: None,
-                                invalidated: None,
-                                solicited: false,
+                                ..WorkCompletion::new(
+                                    wr.wr_id,
+                                    WcStatus::Success,
+                                    WcOpcode::BindMw,
+                                    0,
+                                    self.qp_num,
+                                )
                             }]);
                             return Ok(());
                         }

@@ -130,17 +130,13 @@ impl Engine {
         };
         self.push_wc(
             &cq,
-            WorkCompletion {
+            WorkCompletion::new(
                 wr_id,
                 status,
-                opcode: if send { WcOpcode::Send } else { WcOpcode::Recv },
-                byte_len: if status == WcStatus::Success { len } else { 0 },
-                qp_num: qp,
-                new_rkey: 0,
-                imm: None,
-                invalidated: None,
-                solicited: false,
-            },
+                if send { WcOpcode::Send } else { WcOpcode::Recv },
+                len,
+                qp,
+            ),
         );
     }
 
@@ -276,19 +272,8 @@ impl Engine {
             self.push_wc(
                 &rcq,
                 WorkCompletion {
-                    wr_id: wr.wr_id,
-                    status,
-                    opcode: WcOpcode::Recv,
-                    byte_len: if status == WcStatus::Success {
-                        data.len() as u32
-                    } else {
-                        0
-                    },
-                    qp_num: qp,
-                    new_rkey: 0,
-                    imm: None,
-                    invalidated: None,
                     solicited: flags & wire::FLAG_SOLICITED != 0,
+                    ..WorkCompletion::new(wr.wr_id, status, WcOpcode::Recv, data.len() as u32, qp)
                 },
             );
         }

@@ -12,21 +12,7 @@ impl Engine {
         let cq = e.send_cq.clone();
         self.push_wc(
             &cq,
-            WorkCompletion {
-                wr_id: o.wr_id,
-                status,
-                opcode: o.opcode,
-                byte_len: if status == WcStatus::Success {
-                    o.len
-                } else {
-                    0
-                },
-                qp_num: qp,
-                new_rkey: 0,
-                imm: None,
-                invalidated: None,
-                solicited: false,
-            },
+            WorkCompletion::new(o.wr_id, status, o.opcode, o.len, qp),
         );
     }
 

@@ -71,19 +71,9 @@ impl Engine {
                 self.push_wc(
                     &rcq,
                     WorkCompletion {
-                        wr_id: wr.wr_id,
-                        status,
-                        opcode: WcOpcode::Recv,
-                        byte_len: if status == WcStatus::Success {
-                            p.len() as u32
-                        } else {
-                            0
-                        },
-                        qp_num: qp,
-                        new_rkey: 0,
-                        imm: None,
                         invalidated,
                         solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                        ..WorkCompletion::new(wr.wr_id, status, WcOpcode::Recv, p.len() as u32, qp)
                     },
                 );
                 let mut ack = Header::new(Kind::Ack);
@@ -130,15 +120,15 @@ impl Engine {
                     self.push_wc(
                         &rcq,
                         WorkCompletion {
-                            wr_id: wr.wr_id,
-                            status: WcStatus::Success,
-                            opcode: WcOpcode::RecvRdmaImm,
-                            byte_len: p.len() as u32,
-                            qp_num: qp,
-                            new_rkey: 0,
                             imm: Some(h.length),
-                            invalidated: None,
                             solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                            ..WorkCompletion::new(
+                                wr.wr_id,
+                                WcStatus::Success,
+                                WcOpcode::RecvRdmaImm,
+                                p.len() as u32,
+                                qp,
+                            )
                         },
                     );
                 }
