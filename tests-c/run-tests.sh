@@ -8,6 +8,7 @@ set -u
 name=${RUN_TESTS_NAME:-tests-c}
 limit=${RUN_TESTS_TIMEOUT:-120}
 passed=0 failed=0
+failures=""
 for t in "$@"; do
 	echo "== $t"
 	out=$(timeout "$limit" "$t" 2>&1); rc=$?
@@ -22,6 +23,15 @@ for t in "$@"; do
 	# a crash or timeout after a clean summary still counts as a failure
 	if [ $rc -ne 0 ] && [ "$f" = 0 ]; then f=1; echo "$t: exit status $rc"; fi
 	passed=$((passed + p)) failed=$((failed + f))
+	# repeated at the end so the tail of a CI log names what failed
+	if [ "$f" != 0 ]; then
+		failures+="== $t: $f failed (exit status $rc)"$'\n'
+		failures+=$(printf '%s\n' "$out" | grep -E -i 'FAIL|error|timed out' | grep -v -E '[0-9]+ passed, 0 failed' | head -20)$'\n'
+	fi
 done
+if [ -n "$failures" ]; then
+	echo "$name: failures, again:"
+	printf '%s' "$failures"
+fi
 echo "$name: $passed passed, $failed failed"
 [ $failed -eq 0 ]

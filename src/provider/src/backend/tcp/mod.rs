@@ -362,7 +362,7 @@ impl Device for TcpDevice {
         std::thread::Builder::new()
             .name("daplrs-connect".into())
             .spawn(move || {
-                let result = std::net::TcpStream::connect_timeout(&remote.into(), limit);
+                let result = sys::connect_reusable(remote, limit);
                 if let Some(shared) = weak.upgrade() {
                     shared.run(|eng, _| {
                         eng.connect_results.push((qp_num, attempt, result));
@@ -446,7 +446,7 @@ impl Device for TcpDevice {
         std::thread::Builder::new()
             .name("daplrs-ud-resolve".into())
             .spawn(move || {
-                let result = std::net::TcpStream::connect_timeout(&remote.into(), limit);
+                let result = sys::connect_reusable(remote, limit);
                 if let Some(shared) = weak.upgrade() {
                     shared.run(|eng, _| {
                         eng.ud_connect_results.push((id, result));

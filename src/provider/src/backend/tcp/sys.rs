@@ -338,3 +338,72 @@ fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
     unsafe { libc::freeifaddrs(list) };
     Ok(found)
 }
+
+/// Connects a TCP socket to `remote` within `limit`, with SO_REUSEADDR set before the connect.
+///
+/// Why: the side that closes a connection first keeps its local port in TIME_WAIT for a
+/// minute, and the kernel refuses to bind a listener to a port held by a socket (or its
+/// TIME_WAIT) that did not set SO_REUSEADDR, even though the listener sets it. Our outgoing
+/// connections take ephemeral ports, and the fixed connection qualifiers of DAT programs
+/// (dtest's 45248, say) lie inside the ephemeral range: after enough connections, one of our
+/// own closed ones would make the next `dat_psp_create` on that port fail with
+/// DAT_CONN_QUAL_IN_USE. With SO_REUSEADDR on both sockets the TIME_WAIT no longer conflicts
+/// (a live listener still does).
+pub(super) fn connect_reusable(
+    remote: std::net::SocketAddrV4,
+    limit: std::time::Duration,
+) -> io::Result<std::net::TcpStream> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain socket(2); the descriptor is owned at once.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a descriptor we just created and nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    set_int_option(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    let stream = std::net::TcpStream::from(fd);
+    stream.set_nonblocking(true)?;
+    let sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: remote.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*remote.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `sa` is a valid sockaddr_in of the length given.
+    let rc = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(err);
+        }
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection timed out",
+                ));
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            let mut fds = [PollFd::new(stream.as_raw_fd(), POLLOUT)];
+            if poll(&mut fds, ms)? > 0 {
+                break;
+            }
+        }
+        if let Some(err) = stream.take_error()? {
+            return Err(err);
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}

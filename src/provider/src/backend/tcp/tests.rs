@@ -2021,5 +2021,30 @@ fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
     dev.close();
 }
 
+/// A connection we opened and closed first leaves its ephemeral port in TIME_WAIT; a PSP on
+/// that port (DAT programs use fixed qualifiers inside the ephemeral range) must still bind.
+/// std's listener sets SO_REUSEADDR; the kernel honours it only if the TIME_WAIT's socket
+/// had it too, which is what `connect_reusable` gives our outgoing connections.
+#[test]
+fn our_closed_connection_does_not_block_a_listener_on_its_port() {
+    use std::net::{SocketAddrV4, TcpListener};
+    use std::time::Duration;
+    let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
+    let remote = match server.local_addr().expect("addr") {
+        std::net::SocketAddr::V4(a) => a,
+        other => panic!("{other}"),
+    };
+    let client = super::sys::connect_reusable(remote, Duration::from_secs(5)).expect("connect");
+    let port = client.local_addr().expect("local").port();
+    let (accepted, _) = server.accept().expect("accept");
+    // We close first: our side of the connection goes to TIME_WAIT.
+    drop(client);
+    let mut byte = [0u8; 1];
+    let _ = std::io::Read::read(&mut &accepted, &mut byte);
+    drop(accepted);
+    let again = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    assert!(again.is_ok(), "bind to {port}: {:?}", again.err());
+}
+
 mod hostile;
 mod ud;
