@@ -6,14 +6,17 @@
 #     (dat_evd_wait) consumers: 8 B RDMA read/send/write latency, 1 MiB RDMA
 #     read bandwidth with 8 reads in flight;
 #   - Debian's dapltest -T P -m p / -m b RR 8 (and -m b -p 8 RR 1 MiB) over rs-tcp;
-# each in two settings: "veth", two network namespaces joined by a veth pair,
-# each side also in its own PID namespace (so no cross-memory attach can
-# reach the peer: TCP carries everything), and "lo", plain loopback. Our
-# figures are printed as ratios of the reference measured in the same
-# setting. ROUNDS (default 3) interleaved rounds; every figure is the median
-# of the rounds.
+# each in three settings: "veth", two network namespaces joined by a veth
+# pair, each side also in its own PID namespace (so no cross-memory attach can
+# reach the peer: TCP carries everything); "lo", plain loopback with the
+# same-host path turned off (DAPLRS_SAME_HOST=never: TCP over loopback); and
+# "host", the same two processes on one host with the same-host path required
+# (DAPLRS_SAME_HOST=require; its reference is process_vm_readv). Our figures
+# are printed as ratios of the reference measured in the same setting.
+# ROUNDS (default 3) interleaved rounds; every figure is the median of the
+# rounds.
 #
-#   ./run-bench.sh                 ROUNDS=1 ./run-bench.sh    SETTINGS=lo ./run-bench.sh
+#   ./run-bench.sh                 ROUNDS=1 ./run-bench.sh    SETTINGS="lo host" ./run-bench.sh
 #
 # Needs root (namespaces), qperf, dapltest (dapl2-utils), iproute2: the top
 # Makefile's bench target installs them. Every server runs under `timeout`
@@ -27,7 +30,7 @@ top=$(dirname "$here")
 . "$here/lib.sh"
 
 ROUNDS=${ROUNDS:-3}
-SETTINGS=${SETTINGS:-veth lo}
+SETTINGS=${SETTINGS:-veth lo host}
 LAT_ITERS=${LAT_ITERS:-20000}
 DT_ITERS=${DT_ITERS:-20000}
 QPERF_TIME=${QPERF_TIME:-2}
@@ -75,8 +78,10 @@ run() {
 		local ns=bnch-$side
 		exec ip netns exec $ns unshare --pid --fork --kill-child \
 			env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$out/dat.conf.$ns" "$@"
+	elif [ "$setting" = host ]; then
+		exec env DAPLRS_SAME_HOST=require LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "$@"
 	else
-		exec env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "$@"
+		exec env DAPLRS_SAME_HOST=never LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "$@"
 	fi
 }
 
@@ -219,9 +224,28 @@ print_table() {
 	END {
 		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issue 10)"
 		split(SETTINGS, S, " ")
+		pm = med("host", "pvm_med"); pb = med("host", "pvm_bw")
 		for (i = 1; i in S; i++) {
-			s = S[i]; rtt = med(s, "rtt_med"); bw = med(s, "tcpbw")
-			printf "---- %s ----\n", (s == "veth" ? "veth: two netns + PID namespaces, rs-tcp over veth" : "lo: loopback, one namespace")
+			s = S[i]
+			if (s == "host") {
+				print "---- host: same host, same-host path required (cross-memory attach) ----"
+				row("  ref: process_vm_readv 8 B, median", s, pm, "us", "", "", "", 2)
+				row("  ref: process_vm_readv 1 MiB", s, pb, "MB/s", "", "", "", 0)
+				for (mi = 1; mi <= 2; mi++) {
+					mo = mi == 1 ? "poll" : "block"; m = med(s, "read_" mo "_med")
+					row("  datperf " mo " read 8 B median", s, m, "us", "", "", mi == 1 ? "<= 1.5 us" : "", 2)
+					row("  datperf " mo " read 8 B p99", s, med(s, "read_" mo "_p99"), "us", m, "its median", "", 2)
+					row("  datperf " mo " send 8 B one-way (RTT/2) median", s, med(s, "send_" mo "_med"), "us", "", "", "", 2)
+					row("  datperf " mo " write 8 B one-way (RTT/2) median", s, med(s, "write_" mo "_med"), "us", "", "", "", 2)
+					row("  datperf " mo " read 1 MiB, 8 in flight", s, med(s, "readbw_" mo), "MB/s", pb, "pvm_readv", ">= 0.8x", 0)
+				}
+				row("  dapltest -T P -m p RR 8, latency phase (mean)", s, med(s, "dt_p_lat"), "us", "", "", "", 2)
+				row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", "", "", "", 2)
+				row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", pb, "pvm_readv", "", 0)
+				continue
+			}
+			rtt = med(s, "rtt_med"); bw = med(s, "tcpbw")
+			printf "---- %s ----\n", (s == "veth" ? "veth: two netns + PID namespaces, rs-tcp over veth" : "lo: loopback, one namespace, same-host path off (TCP)")
 			row("  ref: TCP round trip 8 B busy-polled, median", s, rtt, "us", "", "", "", 2)
 			row("  ref: TCP round trip 8 B busy-polled, p99", s, med(s, "rtt_p99"), "us", "", "", "", 2)
 			row("  ref: qperf tcp_bw 1 MiB", s, bw, "MB/s", "", "", "", 0)
@@ -238,11 +262,6 @@ print_table() {
 			row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", rtt, "TCP RTT", "<= 2.5x", 2)
 			row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", bw, "tcp_bw", ">= 0.95x", 0)
 		}
-		print "---- same host (cross-memory attach) ----"
-		pm = med("host", "pvm_med"); pb = med("host", "pvm_bw")
-		row("  ref: process_vm_readv 8 B, median", "host", pm, "us", "", "", "", 2)
-		row("  ref: process_vm_readv 1 MiB", "host", pb, "MB/s", "", "", "", 0)
-		printf "%-50s %-5s %10s\n", "  same-host path (datperf read 8 B, 1 MiB)", "host", "not built yet"
 		printf "\nmedians of %d interleaved round(s); MB/s = 10^6 B/s; latency of a read = the whole read,\n", rounds
 		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
 		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median)."
@@ -259,13 +278,17 @@ case " $SETTINGS " in *" veth "*) setup_ns ;; esac
 for r in $(seq "$ROUNDS"); do
 	for s in $SETTINGS; do
 		echo "== round $r/$ROUNDS, $s [$((SECONDS - start)) s]"
-		m_tcprtt "$s" "$r"
-		m_qperf "$s" "$r"
+		if [ "$s" = host ]; then
+			m_pvm "$r"
+		else
+			m_tcprtt "$s" "$r"
+			m_qperf "$s" "$r"
+		fi
 		m_datperf "$s" "$r" poll
 		m_datperf "$s" "$r" block
 		m_dapltest "$s" "$r"
 	done
-	m_pvm "$r"
+	case " $SETTINGS " in *" host "*) ;; *) m_pvm "$r" ;; esac
 done
 host_line after | tee -a "$out/host.txt"
 print_table | tee "$out/table.txt"

@@ -29,6 +29,9 @@
 # no sch_netem, no modules) cannot load netem; the faults are injected either
 # way, and the banner says which link carried them.
 set -u
+# Two "hosts" in namespaces of one machine: the TCP path is what is under test, so the
+# same-host path (which would otherwise carry RDMA between them) is turned off.
+export DAPLRS_SAME_HOST=never
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=${NET_FAULTS_BIN:-$top/build/tests/test_faults}
 impair=${NET_FAULTS_IMPAIR:-$top/build/tests/impair}

@@ -83,6 +83,17 @@ fn every_frame() -> Vec<Vec<u8>> {
     let mut inv = req(Kind::Send, 6, 0, KEY_MARK, 0);
     inv.flags = wire::FLAG_INVALIDATE;
     one(inv, b"inv");
+    let offer = wire::SameHostOffer {
+        pid: 1,
+        fd: 3,
+        nonce: 0x5eed,
+        nonce_addr: 0x1000,
+        pd: 1,
+    };
+    one(Header::new(Kind::SameHost), &offer.encode());
+    let mut same_host = wire::handshake(Kind::Hello);
+    same_host.flags = wire::FLAG_SAME_HOST;
+    one(same_host, b"same host");
     out
 }
 

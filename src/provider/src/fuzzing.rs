@@ -44,11 +44,12 @@ pub fn payload_bound(kind: Kind, limits: &Limits) -> u32 {
         Kind::Hello | Kind::Accept | Kind::Reject => wire::MAX_PRIVATE_DATA,
         Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
         Kind::Atomic => wire::ATOMIC_PAYLOAD,
+        Kind::SameHost => wire::SAME_HOST_OFFER_LEN,
         Kind::ReadReq | Kind::Ack | Kind::Disconnect => 0,
     }
 }
 
-const KINDS: [Kind; 11] = [
+const KINDS: [Kind; 12] = [
     Kind::Hello,
     Kind::Accept,
     Kind::Reject,
@@ -60,6 +61,7 @@ const KINDS: [Kind; 11] = [
     Kind::Disconnect,
     Kind::WriteImm,
     Kind::Atomic,
+    Kind::SameHost,
 ];
 const STATUSES: [Status; 5] = [
     Status::Ok,

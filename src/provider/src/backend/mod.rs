@@ -266,6 +266,14 @@ pub trait CompletionQueue: Send + Sync {
     }
     /// Makes a `drive` in progress on another thread return soon.
     fn interrupt(&self) {}
+    /// Moves the transport forward on the calling thread without blocking: a polling consumer
+    /// found its EVD empty and is about to look again. A backend whose completions need a
+    /// thread to read them (TCP) reads this CQ's connections here, so that the completion a
+    /// poller spins for does not wait for a progress thread to get a CPU and hand it over.
+    /// Returns whether it looked at anything (completions may have been added).
+    fn progress(&self) -> bool {
+        false
+    }
 }
 
 pub trait ProtectionDomain: Send + Sync {

@@ -477,6 +477,15 @@ impl Evd {
         self.counters.inc(counters::evd::DEQUEUE);
         self.drain_cq();
         let mut s = self.state.lock();
+        if s.queue.is_empty() {
+            if let Some(cq) = &self.cq {
+                // A poller: let the transport read what arrived on this thread (see
+                // `CompletionQueue::progress`), then look once more.
+                if MutexGuard::unlocked(&mut s, || cq.progress()) {
+                    MutexGuard::unlocked(&mut s, || self.drain_cq());
+                }
+            }
+        }
         let Some(ev) = s.dequeue() else {
             self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
             return Err(DatError::queue_empty());

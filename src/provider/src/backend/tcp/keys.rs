@@ -10,10 +10,14 @@
 //! Every copy into or out of registered memory happens here, under the registry lock, after the
 //! key, range, protection domain and access have been checked. Deregistration takes the same
 //! lock, so once it returns no copy can touch the range.
+//! The registry may also be published to same-host peers (samehost/): every change is then
+//! made in the shared table too, under both locks, and a peer copies only under the table's
+//! mutex, so the same holds for copies made by other processes.
 
 use std::collections::{HashMap, HashSet};
 
 use super::super::{access, Sge, WcStatus};
+use super::samehost::Publisher;
 use super::sys;
 use super::wire::Status;
 
@@ -30,7 +34,7 @@ pub(super) struct KeyEntry {
 }
 
 impl KeyEntry {
-    fn covers(&self, addr: u64, len: u64) -> bool {
+    pub(super) fn covers(&self, addr: u64, len: u64) -> bool {
         let Some(end) = self.addr.checked_add(self.len) else {
             return false;
         };
@@ -51,6 +55,8 @@ pub(super) struct Keys {
     next_index: u32,
     /// State of the fallback generator (0: not seeded yet); see [`Keys::random`].
     rng: u64,
+    /// The same-host table this registry is mirrored in, if any.
+    published: Option<Publisher>,
 }
 
 const MAX_INDEX: u32 = 0x00ff_ffff;
@@ -122,6 +128,14 @@ impl Keys {
         self.used_index.remove(&index);
     }
 
+    /// A registry mirrored in the same-host table `published` writes.
+    pub fn published_in(published: Option<Publisher>) -> Keys {
+        Keys {
+            published,
+            ..Keys::default()
+        }
+    }
+
     pub fn insert(&mut self, key: u32, e: KeyEntry) {
         if let Some(old) = self.map.insert(key, e) {
             self.unindex(key, &old);
@@ -129,11 +143,17 @@ impl Keys {
         if e.window {
             self.windows.entry(e.region).or_default().insert(key);
         }
+        if let Some(p) = self.published.as_mut() {
+            p.set(key, &e);
+        }
     }
 
     pub fn remove(&mut self, key: u32) -> Option<KeyEntry> {
         let old = self.map.remove(&key)?;
         self.unindex(key, &old);
+        if let Some(p) = self.published.as_mut() {
+            p.unset(key);
+        }
         Some(old)
     }
 
@@ -159,6 +179,9 @@ impl Keys {
                 .is_some_and(|e| e.window && e.region == region)
             {
                 self.map.remove(&key);
+                if let Some(p) = self.published.as_mut() {
+                    p.unset(key);
+                }
             }
         }
     }
@@ -190,6 +213,22 @@ impl Keys {
             total += u64::from(s.length);
         }
         Ok(total)
+    }
+
+    /// The ranges of a local SGL (checked as `check_local_sgl`; empty segments left out), for
+    /// a same-host copy the caller makes while it holds this registry locked.
+    pub fn local_ranges(
+        &self,
+        sgl: &[Sge],
+        pd: u32,
+        write: bool,
+    ) -> Result<Vec<(u64, usize)>, WcStatus> {
+        self.check_local_sgl(sgl, pd, write)?;
+        Ok(sgl
+            .iter()
+            .filter(|s| s.length > 0)
+            .map(|s| (s.addr, s.length as usize))
+            .collect())
     }
 
     /// Reads the bytes a local SGL describes.

@@ -17,6 +17,7 @@
 
 mod engine;
 mod keys;
+mod samehost;
 mod sys;
 pub mod wire;
 
@@ -83,6 +84,8 @@ pub(crate) struct Shared {
     stopped: AtomicBool,
     /// Datagrams dropped on arrival for lack of a posted receive (`Device::ud_dropped`).
     ud_dropped: AtomicU64,
+    /// The same-host path: our published key table, mode and counters (samehost/).
+    samehost: samehost::Local,
 }
 
 impl Shared {
@@ -192,12 +195,14 @@ impl TcpDevice {
             // Datagram QPs are UDP sockets (engine/datagram.rs).
             ud: true,
         };
+        let max_keys = (attr.max_mr + attr.max_mw) as usize;
+        let samehost = samehost::Local::new(samehost::Mode::for_new_device(), max_keys, target);
         let shared = Arc::new(Shared {
             name: format!("tcp:{target}"),
             addr,
             attr,
-            engine: Mutex::new(Engine::default()),
-            keys: Mutex::new(Keys::default()),
+            engine: Mutex::new(Engine::new(samehost.supported())),
+            keys: Mutex::new(Keys::published_in(samehost.publisher())),
             wake_tx,
             wake_rx,
             cm_handler: Mutex::new(None),
@@ -210,6 +215,7 @@ impl TcpDevice {
             },
             stopped: AtomicBool::new(false),
             ud_dropped: AtomicU64::new(0),
+            samehost,
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -262,6 +268,7 @@ impl Device for TcpDevice {
             waker: OnceLock::new(),
             driver: Mutex::new(None),
             buf: Mutex::new(Vec::new()),
+            spin_misses: AtomicU32::new(0),
         });
         self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
         Ok(cq)
@@ -751,8 +758,10 @@ pub(crate) struct TcpCq {
     waker: OnceLock<Option<(UnixStream, UnixStream)>>,
     /// The thread in `drive`, if any.
     driver: Mutex<Option<ThreadId>>,
-    /// The driver's read buffer.
+    /// The driver's (or poller's) read buffer.
     buf: Mutex<Vec<u8>>,
+    /// Drives in a row whose spin window ended with nothing to read (see `drive`).
+    spin_misses: AtomicU32,
 }
 
 /// Read buffer of a driving application thread (large payloads are read past it, straight
@@ -761,6 +770,16 @@ const DRIVE_BUF: usize = 64 * 1024;
 /// Longest single wait of a driver, so that the connections it claimed return to the
 /// progress thread regularly.
 const DRIVE_MAX_MS: u64 = 50;
+/// How long a polling consumer's reads of its connections keep the progress thread off them
+/// (`Conn::lease_until`): past it, with no further poll, the progress thread serves them again.
+/// A few round trips: a poller spinning on its EVD renews it long before; one that stopped
+/// leaves its connections unserved for at most this long.
+const POLL_LEASE: Duration = Duration::from_micros(200);
+/// A driver stops spinning after this many spins in a row that found nothing (the traffic is
+/// slower than the spin window: spinning only burns a CPU), and tries again every
+/// `SPIN_RETRY`-th drive (a power of two).
+const SPIN_GIVE_UP: u32 = 8;
+const SPIN_RETRY: u32 = 64;
 
 impl TcpCq {
     /// Queues a completion (never dropped: a CQ past its depth keeps growing; the EVD above
@@ -847,7 +866,29 @@ impl CompletionQueue for TcpCq {
             let output = if c.output { sys::POLLOUT } else { 0 };
             fds.push(sys::PollFd::new(c.fd, input | output));
         }
-        if let Err(e) = sys::poll(&mut fds, ms as i32) {
+        // Spin first when spinning has paid lately: an answer a round trip away is then read
+        // without this thread going to sleep and being woken for it.
+        let spin = engine::spin_window();
+        let misses = self.spin_misses.load(Ordering::Relaxed);
+        let polled = if !spin.is_zero() && (misses < SPIN_GIVE_UP || misses & (SPIN_RETRY - 1) == 0)
+        {
+            let until = Instant::now() + spin;
+            let until = deadline.map_or(until, |d| d.min(until));
+            let r = engine::spin_poll(&mut fds, until, Duration::ZERO, false);
+            if matches!(r, Ok(n) if n > 0) {
+                self.spin_misses.store(0, Ordering::Relaxed);
+                r
+            } else {
+                self.spin_misses
+                    .store(misses.saturating_add(1), Ordering::Relaxed);
+                sys::poll(&mut fds, ms as i32)
+            }
+        } else {
+            self.spin_misses
+                .store(misses.saturating_add(1), Ordering::Relaxed);
+            sys::poll(&mut fds, ms as i32)
+        };
+        if let Err(e) = polled {
             log::error!("poll failed: {e}");
         }
         if fds[0].revents() != 0 {
@@ -877,6 +918,46 @@ impl CompletionQueue for TcpCq {
             eng.release_claims(&claimed);
         });
         *self.driver.lock() = None;
+        true
+    }
+
+    /// A polling consumer's look at its connections: reads what they hold without waiting,
+    /// on this thread, and leases them from the progress thread for a while (see
+    /// `Conn::lease_until`). Skipped, not waited for, when another thread holds the engine.
+    fn progress(&self) -> bool {
+        let Some(sh) = self.shared.upgrade() else {
+            return false;
+        };
+        if sh.stopped.load(Ordering::SeqCst) {
+            return false;
+        }
+        let Some(mut buf) = self.buf.try_lock() else {
+            return false; // another thread of this CQ is at it
+        };
+        if buf.len() < DRIVE_BUF {
+            buf.resize(DRIVE_BUF, 0);
+        }
+        let (deferred, wake) = {
+            let Some(mut eng) = sh.engine.try_lock() else {
+                return false;
+            };
+            let leased = eng.lease_for_cq(self.id, Instant::now() + POLL_LEASE);
+            if leased.is_empty() {
+                return false;
+            }
+            for token in leased {
+                eng.read_conn(&sh, token, &mut buf);
+                eng.try_write(token);
+            }
+            eng.retry_drained(&sh);
+            eng.settle_failed_writes(&sh, &mut buf);
+            let wake = std::mem::take(&mut eng.wake_needed);
+            (std::mem::take(&mut eng.deferred), wake)
+        };
+        if wake {
+            sh.wake();
+        }
+        sh.deliver(deferred);
         true
     }
 

@@ -104,6 +104,32 @@ pub(super) fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
     Ok(rc as usize)
 }
 
+/// ppoll(2) over `fds` for at most `timeout` (microsecond precision, where poll(2) has
+/// milliseconds); EINTR counts as "nothing ready".
+pub(super) fn poll_for(fds: &mut [PollFd], timeout: std::time::Duration) -> io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: as for `poll`; `ts` is a valid timespec and no signal mask is passed.
+    let rc = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr() as *mut libc::pollfd,
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(rc as usize)
+}
+
 /// Writes `bufs` to the stream socket `fd` as one gather write, with MSG_NOSIGNAL: a write to a
 /// connection the peer has closed or reset fails with EPIPE instead of raising SIGPIPE. A library
 /// must never raise SIGPIPE in its host, whose default action kills the process; writev(2) (what

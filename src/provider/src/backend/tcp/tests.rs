@@ -2021,6 +2021,73 @@ fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
     dev.close();
 }
 
+/// A polling consumer (dat_evd_dequeue) reads its connections itself and keeps the progress
+/// thread off them meanwhile (`Conn::lease_until`); once it stops polling, the progress thread
+/// must serve them again: here the server application calls nothing after its polling, and
+/// the client's second send can complete only once the server's side has read it.
+#[test]
+fn a_polling_consumer_hands_its_connections_back_when_it_stops() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    server
+        .ep
+        .post_recv(&[server.seg(0, 8)], 1, 0)
+        .expect("recv");
+    server
+        .ep
+        .post_recv(&[server.seg(8, 8)], 2, 0)
+        .expect("recv");
+    let _psp = connect_pair(&server, &client);
+
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 11, 0)
+        .expect("send");
+    let guard = std::time::Instant::now() + std::time::Duration::from_micros(GUARD_US as u64);
+    let first = loop {
+        match server.dto.dequeue() {
+            Ok(ev) => break ev,
+            Err(e) => assert_eq!(e.kind, ErrorType::QueueEmpty),
+        }
+        assert!(
+            std::time::Instant::now() < guard,
+            "no receive before the hang guard"
+        );
+        std::thread::yield_now();
+    };
+    assert_eq!(dto(&first), (1, dto_status::SUCCESS, 8, dto_op::RECEIVE));
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (11, dto_status::SUCCESS, 8, dto_op::SEND)
+    );
+
+    // The server no longer polls: its progress thread takes the connection back.
+    client
+        .ep
+        .post_send(&[client.seg(8, 8)], 12, 0)
+        .expect("send");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (12, dto_status::SUCCESS, 8, dto_op::SEND)
+    );
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (2, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+    );
+    close(&[&client, &server]);
+}
+
+#[test]
+fn spin_window_setting() {
+    use super::engine::parse_spin;
+    use std::time::Duration;
+    assert_eq!(parse_spin(None), Duration::from_micros(50));
+    assert_eq!(parse_spin(Some("0")), Duration::ZERO);
+    assert_eq!(parse_spin(Some(" 120 ")), Duration::from_micros(120));
+    assert_eq!(parse_spin(Some("20000")), Duration::from_micros(50));
+    assert_eq!(parse_spin(Some("fast")), Duration::from_micros(50));
+}
+
 /// A connection we opened and closed first leaves its ephemeral port in TIME_WAIT; a PSP on
 /// that port (DAT programs use fixed qualifiers inside the ephemeral range) must still bind.
 /// std's listener sets SO_REUSEADDR; the kernel honours it only if the TIME_WAIT's socket
@@ -2029,22 +2096,38 @@ fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
 fn our_closed_connection_does_not_block_a_listener_on_its_port() {
     use std::net::{SocketAddrV4, TcpListener};
     use std::time::Duration;
-    let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
-    let remote = match server.local_addr().expect("addr") {
-        std::net::SocketAddr::V4(a) => a,
-        other => panic!("{other}"),
-    };
-    let client = super::sys::connect_reusable(remote, Duration::from_secs(5)).expect("connect");
-    let port = client.local_addr().expect("local").port();
-    let (accepted, _) = server.accept().expect("accept");
-    // We close first: our side of the connection goes to TIME_WAIT.
-    drop(client);
-    let mut byte = [0u8; 1];
-    let _ = std::io::Read::read(&mut &accepted, &mut byte);
-    drop(accepted);
-    let again = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-    assert!(again.is_ok(), "bind to {port}: {:?}", again.err());
+    // Whether some socket listens on `port` (another test running in parallel may have been
+    // given the same port for its own listener: then the experiment is repeated).
+    fn listened(port: u16) -> bool {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        table.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&format!(":{port:04X}")) && f[3] == "0A"
+        })
+    }
+    for _attempt in 0..5 {
+        let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
+        let remote = match server.local_addr().expect("addr") {
+            std::net::SocketAddr::V4(a) => a,
+            other => panic!("{other}"),
+        };
+        let client = super::sys::connect_reusable(remote, Duration::from_secs(5)).expect("connect");
+        let port = client.local_addr().expect("local").port();
+        let (accepted, _) = server.accept().expect("accept");
+        // We close first: our side of the connection goes to TIME_WAIT.
+        drop(client);
+        let mut byte = [0u8; 1];
+        let _ = std::io::Read::read(&mut &accepted, &mut byte);
+        drop(accepted);
+        match TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)) {
+            Ok(_) => return,
+            Err(_) if listened(port) => continue,
+            Err(e) => panic!("bind to {port}: {e}"),
+        }
+    }
+    panic!("five ports taken by other listeners in a row");
 }
 
 mod hostile;
+mod samehost;
 mod ud;

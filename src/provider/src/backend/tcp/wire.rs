@@ -28,6 +28,13 @@
 //! A non-OK status in ACK/READ_RESP fails that request; the target then closes the connection
 //! (remote access violations break the connection, as on an RDMA NIC). DISCONNECT is the
 //! orderly goodbye; a connection closed without it is broken.
+//!
+//! Same-host path (samehost/): a HELLO with FLAG_SAME_HOST says the active side can map a
+//! peer's registration table and offers its own; an ACCEPT with the flag says the same of the
+//! passive side, which sends a SAME_HOST frame (payload: a `SameHostOffer`) right after it;
+//! the active side answers with its own SAME_HOST frame once it has the ACCEPT. A SAME_HOST
+//! frame is allowed only once, only on an established connection, only after the receiver
+//! advertised the flag; its payload is exactly SAME_HOST_OFFER_LEN bytes.
 
 /// Header size in bytes.
 pub const HEADER_LEN: usize = 32;
@@ -49,6 +56,68 @@ pub const ATOMIC_PAYLOAD: u32 = 16;
 /// the sender's datagram QP number (the UDP port of its datagram socket). The connection
 /// closes after the ACCEPT (or REJECT).
 pub const FLAG_UD: u16 = 16;
+/// HELLO/ACCEPT: the sender can use a same-host peer's registration table and will send a
+/// SAME_HOST offer of its own (see the module docs).
+pub const FLAG_SAME_HOST: u16 = 32;
+/// Payload of a SAME_HOST frame: a `SameHostOffer`.
+pub const SAME_HOST_OFFER_LEN: u32 = 32;
+
+/// What a peer on the same host needs to use our registration table: our pid, the number
+/// of the table's memfd in our process (for /proc/<pid>/fd/<fd>), the table's random nonce,
+/// the address in our memory of a copy of that nonce (a process_vm_readv probe of it proves
+/// cross-memory attach reaches this very process), and the protection domain of the QP at
+/// our end of this connection (remote keys must belong to it).
+///
+/// ```text
+/// offset size field
+///  0     4    pid
+///  4     4    fd
+///  8     8    nonce
+/// 16     8    nonce_addr
+/// 24     4    pd
+/// 28     4    zero
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SameHostOffer {
+    pub pid: u32,
+    pub fd: u32,
+    pub nonce: u64,
+    pub nonce_addr: u64,
+    pub pd: u32,
+}
+
+impl SameHostOffer {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(SAME_HOST_OFFER_LEN as usize);
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.fd.to_le_bytes());
+        b.extend_from_slice(&self.nonce.to_le_bytes());
+        b.extend_from_slice(&self.nonce_addr.to_le_bytes());
+        b.extend_from_slice(&self.pd.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b
+    }
+
+    /// Parses a peer's offer: None unless exactly SAME_HOST_OFFER_LEN bytes.
+    pub fn decode(p: &[u8]) -> Option<SameHostOffer> {
+        if p.len() != SAME_HOST_OFFER_LEN as usize {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&p[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(SameHostOffer {
+            pid: u32_at(0),
+            fd: u32_at(4),
+            nonce: u64_at(8),
+            nonce_addr: u64_at(16),
+            pd: u32_at(24),
+        })
+    }
+}
 
 /// A datagram (the UDP payload of one DAT datagram): an 8-byte header, then the message.
 ///
@@ -107,6 +176,8 @@ pub enum Kind {
     Disconnect = 9,
     WriteImm = 10,
     Atomic = 11,
+    /// A same-host offer (payload: `SameHostOffer`).
+    SameHost = 12,
 }
 
 impl Kind {
@@ -123,6 +194,7 @@ impl Kind {
             9 => Kind::Disconnect,
             10 => Kind::WriteImm,
             11 => Kind::Atomic,
+            12 => Kind::SameHost,
             _ => return None,
         })
     }
@@ -242,6 +314,7 @@ impl Header {
             Kind::Hello | Kind::Accept | Kind::Reject => MAX_PRIVATE_DATA,
             Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
             Kind::Atomic => ATOMIC_PAYLOAD,
+            Kind::SameHost => SAME_HOST_OFFER_LEN,
             Kind::ReadReq | Kind::Ack | Kind::Disconnect => 0,
         };
         if h.payload_len > bound {
@@ -716,6 +789,29 @@ mod tests {
         // Loopback's 65536 is more than a UDP datagram holds.
         assert_eq!(ud_max_message(65536), 65535 - 20 - 8 - 8);
         assert_eq!(ud_max_message(10), 0);
+    }
+
+    #[test]
+    fn same_host_offers_round_trip_and_other_lengths_are_refused() {
+        let o = SameHostOffer {
+            pid: 4242,
+            fd: 7,
+            nonce: 0x0123_4567_89ab_cdef,
+            nonce_addr: 0x7fff_0000_1000,
+            pd: 3,
+        };
+        let b = o.encode();
+        assert_eq!(b.len(), SAME_HOST_OFFER_LEN as usize);
+        assert_eq!(SameHostOffer::decode(&b), Some(o));
+        assert_eq!(SameHostOffer::decode(&b[..31]), None);
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(SameHostOffer::decode(&long), None);
+        let mut h = Header::new(Kind::SameHost);
+        h.payload_len = SAME_HOST_OFFER_LEN + 1;
+        assert!(Header::decode(&h.encode(), &LIMITS).is_err());
+        h.payload_len = SAME_HOST_OFFER_LEN;
+        assert_eq!(Header::decode(&h.encode(), &LIMITS), Ok(h));
     }
 
     #[test]

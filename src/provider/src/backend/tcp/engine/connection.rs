@@ -57,7 +57,11 @@ impl Engine {
                     let hello = std::mem::take(&mut e.hello);
                     let deadline = e.deadline;
                     let mut conn = Conn::new(stream, Phase::ActiveAwaitReply { qp }, deadline);
-                    conn.out.push_frame(wire::handshake(Kind::Hello), hello);
+                    let mut h = wire::handshake(Kind::Hello);
+                    if self.same_host_hello {
+                        h.flags |= wire::FLAG_SAME_HOST;
+                    }
+                    conn.out.push_frame(h, hello);
                     self.conns.insert(token, conn);
                     self.try_write(token);
                 }
@@ -87,7 +91,7 @@ impl Engine {
 
     pub(crate) fn accept(
         &mut self,
-        _sh: &Shared,
+        sh: &Shared,
         req: u64,
         qp: u32,
         private_data: &[u8],
@@ -108,18 +112,38 @@ impl Engine {
             self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
             return Ok(());
         }
+        let flags = match self.same_host_accept_flags(sh, req) {
+            Ok(flags) => flags,
+            Err(why) => {
+                log::error!(target: super::super::samehost::LOG, "qp {qp}: DAPLRS_SAME_HOST=require, but {why}: refusing the connection");
+                if let Some(c) = self.conns.get_mut(&req) {
+                    c.out.push_frame(Header::new(Kind::Reject), Vec::new());
+                    c.begin_close();
+                }
+                self.try_write(req);
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.state = QpState::Connecting;
+                }
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+                return Ok(());
+            }
+        };
         let Some(c) = self.conns.get_mut(&req) else {
             return Err(bad_state());
         };
         let (local, remote) = (v4(c.stream.local_addr()), v4(c.stream.peer_addr()));
         c.phase = Phase::Established { qp };
-        c.out
-            .push_frame(wire::handshake(Kind::Accept), private_data.to_vec());
+        let mut h = wire::handshake(Kind::Accept);
+        h.flags = flags;
+        c.out.push_frame(h, private_data.to_vec());
         if let Some(e) = self.qps.get_mut(&qp) {
             e.state = QpState::Connected;
             e.conn = Some(req);
             e.local = local;
             e.remote = remote;
+        }
+        if flags & wire::FLAG_SAME_HOST != 0 {
+            self.same_host_send_offer(sh, req, qp);
         }
         self.emit(CmEvent::Established {
             qp_num: qp,

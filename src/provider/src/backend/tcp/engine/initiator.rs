@@ -132,6 +132,9 @@ impl Engine {
     /// Executes a request on a connected QP: gathers its data now and queues its frame, or
     /// applies a bind; it joins the outstanding requests, which complete in order.
     pub(super) fn start_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) {
+        if self.try_same_host(sh, qp, &wr) {
+            return;
+        }
         let Some(e) = self.qps.get_mut(&qp) else {
             return;
         };

@@ -6,7 +6,8 @@
 //! * `initiator`: posted requests become frames, in order; answers complete them;
 //! * `target`: a peer's requests executed against our registered memory;
 //! * `sockets`: reading and writing frames, and the progress thread's poll loop;
-//! * `datagram`: unreliable datagram QPs (UDP) and their address resolution.
+//! * `datagram`: unreliable datagram QPs (UDP) and their address resolution;
+//! * `samehost`: the same-host path's handshake, and RDMA reads and writes it does at once.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
@@ -27,11 +28,14 @@ use crate::core::error::{DatError, DatResult, SubType};
 mod connection;
 mod datagram;
 mod initiator;
+mod samehost;
 mod sockets;
 mod target;
 
 pub(crate) use datagram::TcpAh;
-pub(crate) use sockets::progress_loop;
+#[cfg(test)]
+pub(crate) use sockets::parse_spin;
+pub(crate) use sockets::{progress_loop, spin_poll, spin_window};
 
 /// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
 /// with its connect).
@@ -154,6 +158,12 @@ struct Conn {
     /// An application thread waiting for a completion polls this socket itself (`TcpCq::drive`);
     /// the progress thread leaves it alone meanwhile. The id of the driver's CQ.
     driven: Option<u64>,
+    /// A polling consumer reads this socket itself (`TcpCq::progress`) and has done so lately:
+    /// the progress thread leaves it out of its poll set until then, so that the answers the
+    /// poller spins for do not also wake the progress thread (which, on a machine with few
+    /// CPUs, takes the CPU the poller or the peer needs). A drive takes the connection over;
+    /// once the lease runs out the progress thread serves it again.
+    lease_until: Option<Instant>,
     /// A large READ_RESP payload being received straight into the read's local buffers.
     sink: Option<ReadSink>,
     /// An RDMA read is held until the output queue has drained (see `target_request`).
@@ -161,6 +171,8 @@ struct Conn {
     /// Stream positions (`OutQueue::pushed`) where answers we queued end, oldest first, not
     /// yet known to be written (see `answers_pending`).
     answer_ends: VecDeque<u64>,
+    /// The same-host path on this connection (engine/samehost.rs).
+    same_host: super::samehost::Link,
 }
 
 /// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
@@ -204,9 +216,11 @@ impl Conn {
             draining: false,
             write_failed: false,
             driven: None,
+            lease_until: None,
             sink: None,
             wait_drain: false,
             answer_ends: VecDeque::new(),
+            same_host: Default::default(),
         }
     }
 
@@ -301,6 +315,8 @@ pub(crate) struct Engine {
     ud_pending: HashMap<u64, datagram::UdResolve>,
     /// Their TCP connects, as the helper threads finish them.
     pub(crate) ud_connect_results: Vec<(u64, io::Result<TcpStream>)>,
+    /// Our HELLOs advertise the same-host path (the device can offer its key table).
+    same_host_hello: bool,
 }
 
 fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
@@ -340,6 +356,14 @@ fn reads_allowed(cap: &QpCap) -> usize {
 }
 
 impl Engine {
+    /// An engine whose connects advertise the same-host path if `same_host_hello`.
+    pub(crate) fn new(same_host_hello: bool) -> Engine {
+        Engine {
+            same_host_hello,
+            ..Engine::default()
+        }
+    }
+
     pub(super) fn token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token
@@ -420,12 +444,35 @@ impl Engine {
                 continue; // back-pressured: nothing to watch (see `progress_loop`)
             }
             c.driven = Some(cq);
+            c.lease_until = None;
             out.push(Claim {
                 token,
                 fd: c.stream.as_raw_fd(),
                 input,
                 output,
             });
+        }
+        out
+    }
+
+    /// The connections of CQ `cq`'s QPs a polling consumer may read now (see `Conn::lease_until`):
+    /// established, not driven, not failed; their lease is extended to `until`.
+    pub(crate) fn lease_for_cq(&mut self, cq: u64, until: Instant) -> Vec<u64> {
+        let mut out = Vec::new();
+        for e in self.qps.values() {
+            if e.send_cq.id != cq && e.recv_cq.id != cq {
+                continue;
+            }
+            let Some(token) = e.conn else { continue };
+            let Some(c) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            if c.driven.is_some() || c.write_failed || !matches!(c.phase, Phase::Established { .. })
+            {
+                continue;
+            }
+            c.lease_until = Some(until);
+            out.push(token);
         }
         out
     }

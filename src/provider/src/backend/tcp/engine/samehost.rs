@@ -1,0 +1,185 @@
+//! The engine's side of the same-host path (../samehost/): the handshake that sets it up on a
+//! connection, and RDMA reads and writes done on the posting thread when it is set up. Sends,
+//! atomics, write-with-immediate and connection management stay on the TCP connection.
+
+use super::super::samehost::{self as shm, Mode, LOG};
+use super::*;
+
+impl Engine {
+    /// Whether a connection uses the path, given whether its peer advertised it: Err (with
+    /// why) when it does not and DAPLRS_SAME_HOST=require says it must.
+    fn same_host_decide(sh: &Shared, token: u64, peer_advertised: bool) -> Result<bool, String> {
+        let local = &sh.samehost;
+        if local.mode == Mode::Never {
+            return Ok(false);
+        }
+        let why = if !local.supported() {
+            "this device has no same-host key table"
+        } else if !peer_advertised {
+            "the peer did not advertise the same-host path"
+        } else {
+            return Ok(true);
+        };
+        if local.mode == Mode::Require {
+            return Err(why.to_string());
+        }
+        log::info!(target: LOG, "connection {token}: stays on TCP: {why}");
+        Ok(false)
+    }
+
+    /// Passive side, accepting connection `token` for `qp`: the flags of the ACCEPT, after
+    /// which `same_host_send_offer` sends our offer; Err when require mode refuses it.
+    pub(super) fn same_host_accept_flags(&self, sh: &Shared, token: u64) -> Result<u16, String> {
+        let advertised = self
+            .conns
+            .get(&token)
+            .is_some_and(|c| c.same_host.peer_advertised);
+        Ok(match Self::same_host_decide(sh, token, advertised)? {
+            true => wire::FLAG_SAME_HOST,
+            false => 0,
+        })
+    }
+
+    /// Active side: the peer's ACCEPT carried `flags`. Sends our offer if both sides use the
+    /// path. Returns false when require mode failed the connection instead.
+    pub(super) fn same_host_accepted(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        flags: u16,
+    ) -> bool {
+        let peer = self.same_host_hello && flags & wire::FLAG_SAME_HOST != 0;
+        match Self::same_host_decide(sh, token, peer) {
+            Ok(true) => {
+                self.same_host_send_offer(sh, token, qp);
+                true
+            }
+            Ok(false) => true,
+            Err(why) => {
+                log::error!(target: LOG, "qp {qp}: DAPLRS_SAME_HOST=require, but {why}: failing the connection");
+                self.fail_qp(
+                    qp,
+                    Some(CmEvent::Rejected {
+                        qp_num: qp,
+                        private_data: Vec::new(),
+                        by_peer: false,
+                    }),
+                );
+                false
+            }
+        }
+    }
+
+    /// Queues our offer on `token` (right after the handshake frame) and expects the peer's.
+    pub(super) fn same_host_send_offer(&mut self, sh: &Shared, token: u64, qp: u32) {
+        let Some(pd) = self.qps.get(&qp).map(|e| e.pd) else {
+            return;
+        };
+        let Some(offer) = sh.samehost.offer(pd) else {
+            return;
+        };
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.same_host.expect_offer = true;
+            c.out
+                .push_frame(Header::new(Kind::SameHost), offer.encode());
+        }
+        self.try_write(token);
+    }
+
+    /// The peer's offer arrived on `token` (established, `qp`): map its table if the offer
+    /// checks out; else the connection stays on TCP (or fails, in require mode).
+    pub(super) fn same_host_offer(&mut self, sh: &Shared, token: u64, qp: u32, p: &[u8]) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if !std::mem::take(&mut c.same_host.expect_offer) {
+            self.protocol_error(token, "SAME_HOST offer not asked for");
+            return;
+        }
+        let Some(offer) = wire::SameHostOffer::decode(p) else {
+            self.protocol_error(token, "malformed SAME_HOST offer");
+            return;
+        };
+        match sh.samehost.attach(&offer) {
+            Ok(table) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): RDMA read/write with pid {} on the same-host path", table.pid());
+                sh.samehost
+                    .stats
+                    .attached
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                c.same_host.peer = Some(Arc::new(table));
+            }
+            Err(why) if sh.samehost.mode == Mode::Require => {
+                log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            }
+            Err(why) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): stays on TCP: {why}");
+            }
+        }
+    }
+
+    /// An RDMA read or write done here, now, if the connection has the peer's table and the
+    /// QP has nothing outstanding or fenced (so completion order and fences hold trivially).
+    /// Returns whether it was done and completed; if not, the caller sends it over TCP, which
+    /// also produces every error (local ones and the target's) as it always has.
+    pub(super) fn try_same_host(&mut self, sh: &Shared, qp: u32, wr: &SendWr) -> bool {
+        let (remote_addr, rkey, need, write) = match wr.op {
+            SendOp::RdmaRead { remote_addr, rkey } => (
+                remote_addr,
+                rkey,
+                crate::backend::access::REMOTE_READ,
+                false,
+            ),
+            SendOp::RdmaWrite { remote_addr, rkey } => (
+                remote_addr,
+                rkey,
+                crate::backend::access::REMOTE_WRITE,
+                true,
+            ),
+            _ => return false,
+        };
+        let Some(e) = self.qps.get(&qp) else {
+            return false;
+        };
+        if e.state != QpState::Connected || !e.outstanding.is_empty() || !e.fenced.is_empty() {
+            return false;
+        }
+        let Some(peer) = e
+            .conn
+            .and_then(|t| self.conns.get(&t))
+            .and_then(|c| c.same_host.peer.clone())
+        else {
+            return false;
+        };
+        let (pd, cq) = (e.pd, e.send_cq.clone());
+        let total = {
+            let keys = sh.keys.lock();
+            // A read writes our segments; a write reads them.
+            let Ok(ranges) = keys.local_ranges(&wr.sgl, pd, !write) else {
+                return false;
+            };
+            let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
+            if total > u64::from(sh.limits.max_message) {
+                return false;
+            }
+            if !peer.transfer(&keys, rkey, remote_addr, need, &ranges, write) {
+                return false;
+            }
+            total
+        };
+        shm::count_inline(&sh.samehost.stats);
+        self.push_wc(
+            &cq,
+            WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::Success,
+                wr.op.opcode(),
+                total as u32,
+                qp,
+            ),
+        );
+        true
+    }
+}

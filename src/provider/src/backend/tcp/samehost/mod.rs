@@ -1,0 +1,787 @@
+//! The same-host fast path for RDMA READ and RDMA WRITE.
+//!
+//! When both ends of a connection are processes of this host and the kernel lets each attach
+//! to the other's memory (process_vm_readv/writev: the ptrace access check, the same PID
+//! namespace), an initiator moves an RDMA read's or write's bytes itself, on the posting
+//! thread, between its registered memory and the target's, and completes the request before
+//! the post returns: no frame crosses the socket. Everything else (sends, atomics,
+//! write-with-immediate, connection management, and every read or write the fast path
+//! declines) stays on the TCP connection; a later step moves sends too.
+//!
+//! For that, each device publishes its key registry (keys.rs) in a table in a memfd mapped
+//! MAP_SHARED: a header (magic, version, a random nonce, capacity, entry count), a
+//! process-shared robust pthread mutex, and open-addressed slots by key index. Per device,
+//! not per process: a device's keys, protection domains and lifetime are its own (two IAs of
+//! one process are two registries), and a table dies with its device.
+//!
+//! The registry's invariant (once deregistration returns, no copy touches the range) holds
+//! across processes because the owner changes a slot only under the table's mutex, and a peer
+//! holds that mutex across its check of the slot AND its process_vm call. The mutex is robust:
+//! a peer killed while holding it hands it to the next locker (EOWNERDEAD), and the table is
+//! still consistent, since only its owner ever writes it. A peer that maps our table already
+//! has ptrace rights over us (opening /proc/<pid>/fd/<n> needs them), so it is trusted no
+//! less than that; we still treat what we read from a peer's table as untrusted (bounded,
+//! read once), and bound our wait for its mutex.
+//!
+//! Control: DAPLRS_SAME_HOST=auto (default: when possible) | never (always TCP) | require (a
+//! connection that cannot use the path fails, so tests can prove it is used), read when the
+//! device opens. Log target `daplrs::samehost`: whether each connection took the path, and why
+//! not.
+
+mod sys;
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::keys::{KeyEntry, Keys};
+use super::wire::SameHostOffer;
+
+pub(crate) const LOG: &str = "daplrs::samehost";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Auto,
+    Never,
+    Require,
+}
+
+impl Mode {
+    /// DAPLRS_SAME_HOST's value; anything unknown is `auto` (with a warning).
+    pub fn parse(value: Option<&str>) -> Mode {
+        match value.map(str::trim) {
+            None | Some("") | Some("auto") => Mode::Auto,
+            Some("never") => Mode::Never,
+            Some("require") => Mode::Require,
+            Some(other) => {
+                log::warn!(target: LOG, "DAPLRS_SAME_HOST={other:?}: not auto|never|require; using auto");
+                Mode::Auto
+            }
+        }
+    }
+
+    /// The mode of a device opening now: DAPLRS_SAME_HOST (tests: their thread's override).
+    pub fn for_new_device() -> Mode {
+        #[cfg(test)]
+        if let Some(m) = test_hooks::MODE.with(|m| m.get()) {
+            return m;
+        }
+        Mode::parse(std::env::var("DAPLRS_SAME_HOST").ok().as_deref())
+    }
+}
+
+// ---- the table's layout ----------------------------------------------------------------------
+
+const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSKT");
+const VERSION: u32 = 1;
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_CAPACITY: usize = 12;
+const OFF_NONCE: usize = 16;
+const OFF_COUNT: usize = 24;
+/// The mutex guarding the slots.
+const OFF_MUTEX: usize = 64;
+/// The owner's liveness: a robust mutex its keeper thread holds while the table lives.
+const OFF_ALIVE: usize = 128;
+const OFF_SLOTS: usize = 192;
+const _: () = assert!(OFF_MUTEX + sys::MUTEX_SIZE <= OFF_ALIVE);
+const _: () = assert!(OFF_ALIVE + sys::MUTEX_SIZE <= OFF_SLOTS);
+
+/// One slot: state (0 empty, 1 live), key, addr, len, access, pd, window (0/1), region.
+const SLOT_LEN: usize = 40;
+const S_STATE: usize = 0;
+const S_KEY: usize = 4;
+const S_ADDR: usize = 8;
+const S_LEN: usize = 16;
+const S_ACCESS: usize = 24;
+const S_PD: usize = 28;
+const S_WINDOW: usize = 32;
+const S_REGION: usize = 36;
+const LIVE: u32 = 1;
+/// Slots a key may take, from its home slot on; a key that finds none free is not published
+/// (peers then use TCP for it), and a lookup reads at most this many.
+const PROBES: usize = 16;
+/// The largest table a peer's offer may make us map.
+const MAX_TABLE_BYTES: u64 = 1 << 30;
+/// How long a peer waits for a table's mutex before it uses TCP for that request instead (a
+/// live holder never keeps it longer than one copy; this bounds a misbehaving one).
+const PEER_LOCK_LIMIT: Duration = Duration::from_millis(20);
+
+fn table_bytes(capacity: usize) -> usize {
+    OFF_SLOTS + capacity * SLOT_LEN
+}
+
+fn home(key: u32, capacity: usize) -> usize {
+    // Indexes are random (keys.rs), so the index itself spreads keys over the slots.
+    (key >> 8) as usize % capacity
+}
+
+/// Our own table: the memfd and our mapping of it.
+struct Table {
+    map: sys::SharedMap,
+    fd: OwnedFd,
+    capacity: usize,
+}
+
+/// The thread that holds a table's liveness mutex (OFF_ALIVE) for as long as its device
+/// lives: peers check it before each copy, without a system call, so that a peer whose process
+/// died (and whose pid may come back as another process) is never copied to. Dropping this
+/// ends the thread, which releases the mutex (peers then see the table as gone).
+struct Keeper {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // Released before the device's close returns, so that peers stop copying.
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Keeper {
+    fn start(table: &Arc<Table>) -> std::io::Result<Keeper> {
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let t = table.clone();
+        let thread = std::thread::Builder::new()
+            .name("daplrs-samehost".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let held = t.map.lock(OFF_ALIVE, None);
+                let ok = held.is_ok();
+                let _ = ready_tx.send(held);
+                // Until the device's side drops its sender.
+                let _ = stop_rx.recv();
+                if ok {
+                    t.map.unlock(OFF_ALIVE);
+                }
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("keeper thread ended"))??;
+        Ok(Keeper {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Counters tests and diagnostics read.
+#[derive(Default)]
+pub(crate) struct Stats {
+    /// RDMA reads and writes completed on the same-host path.
+    pub inline_ops: AtomicU64,
+    /// Connections whose peer table we mapped.
+    pub attached: AtomicU64,
+}
+
+/// A device's side of the same-host path.
+pub(crate) struct Local {
+    pub mode: Mode,
+    table: Option<Arc<Table>>,
+    /// A copy of the table's nonce in our private memory: the address peers probe.
+    nonce_copy: Box<u64>,
+    pub stats: Arc<Stats>,
+    _keeper: Option<Keeper>,
+    /// Peers' tables mapped here, by (pid, nonce), shared by the connections to them.
+    peers: parking_lot::Mutex<HashMap<(u32, u64), std::sync::Weak<PeerMapping>>>,
+}
+
+impl Local {
+    /// Creates the device's table (unless `mode` is never), room for `max_keys` keys.
+    pub fn new(mode: Mode, max_keys: usize, device: &str) -> Local {
+        let stats = Arc::new(Stats::default());
+        #[cfg(test)]
+        test_hooks::OPENED.with(|o| o.borrow_mut().push(stats.clone()));
+        let mut local = Local {
+            mode,
+            table: None,
+            nonce_copy: Box::new(0),
+            stats,
+            _keeper: None,
+            peers: Default::default(),
+        };
+        if mode == Mode::Never {
+            return local;
+        }
+        let made = Table::create(max_keys.max(1)).and_then(|t| {
+            let t = Arc::new(t);
+            Ok((Keeper::start(&t)?, t))
+        });
+        match made {
+            Ok((keeper, t)) => {
+                *local.nonce_copy = t.map.read_u64(OFF_NONCE);
+                local.table = Some(t);
+                local._keeper = Some(keeper);
+            }
+            Err(e) => log::info!(target: LOG, "{device}: no same-host table ({e}); TCP only"),
+        }
+        local
+    }
+
+    /// Whether we advertise the path (and can honour what advertising promises: an offer).
+    pub fn supported(&self) -> bool {
+        self.mode != Mode::Never && self.table.is_some()
+    }
+
+    /// The publisher the key registry updates the table through.
+    pub fn publisher(&self) -> Option<Publisher> {
+        self.table.as_ref().map(|t| Publisher {
+            table: t.clone(),
+            slot_of: HashMap::new(),
+            used: HashSet::new(),
+        })
+    }
+
+    /// Checks a peer's offer (see `PeerTable::attach`), reusing our mapping of its table if
+    /// another connection already has one.
+    pub fn attach(&self, offer: &SameHostOffer) -> Result<PeerTable, Refusal> {
+        let mut peers = self.peers.lock();
+        let key = (offer.pid, offer.nonce);
+        if let Some(mapping) = peers.get(&key).and_then(|w| w.upgrade()) {
+            if mapping.serves(offer) {
+                return Ok(PeerTable {
+                    mapping,
+                    qp_pd: offer.pd,
+                });
+            }
+        }
+        let table = PeerTable::attach(offer)?;
+        peers.retain(|_, w| w.strong_count() > 0);
+        peers.insert(key, Arc::downgrade(&table.mapping));
+        Ok(table)
+    }
+
+    /// Our offer for a connection whose local QP is in protection domain `pd`.
+    pub fn offer(&self, pd: u32) -> Option<SameHostOffer> {
+        let t = self.table.as_ref()?;
+        Some(SameHostOffer {
+            pid: std::process::id(),
+            fd: t.fd.as_raw_fd() as u32,
+            nonce: *self.nonce_copy,
+            nonce_addr: &*self.nonce_copy as *const u64 as u64,
+            pd,
+        })
+    }
+}
+
+impl Table {
+    fn create(capacity: usize) -> std::io::Result<Table> {
+        let len = table_bytes(capacity);
+        let fd = sys::memfd("daplrs-keys", len)?;
+        sys::seal_size(&fd)?;
+        let map = sys::SharedMap::map(fd.as_raw_fd(), len)?;
+        let mut nonce = [0u8; 8];
+        getrandom(&mut nonce);
+        map.init_robust_mutex(OFF_MUTEX)?;
+        map.init_robust_mutex(OFF_ALIVE)?;
+        map.write_u32(OFF_VERSION, VERSION);
+        map.write_u32(OFF_CAPACITY, capacity as u32);
+        map.write_u64(OFF_NONCE, u64::from_ne_bytes(nonce));
+        map.write_u32(OFF_COUNT, 0);
+        // The magic last: a table is offered only after this anyway, but a reader that sees
+        // the magic sees a whole header.
+        map.write_u64(OFF_MAGIC, MAGIC);
+        Ok(Table { map, fd, capacity })
+    }
+}
+
+fn getrandom(out: &mut [u8]) {
+    // Keys::random draws from getrandom (and its fallback); 4 bytes at a time.
+    let mut k = Keys::default();
+    for chunk in out.chunks_mut(4) {
+        let r = k.random().to_ne_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+}
+
+/// The owner's writer of its table; lives in the key registry, so every change to the
+/// registry changes the table under both locks.
+pub(crate) struct Publisher {
+    table: Arc<Table>,
+    /// Our own record of which slot holds which key (we never read back the shared slots,
+    /// which a peer could scribble on).
+    slot_of: HashMap<u32, usize>,
+    used: HashSet<usize>,
+}
+
+impl Publisher {
+    fn locked(&self, f: impl FnOnce(&sys::SharedMap)) {
+        let map = &self.table.map;
+        // No time limit: deregistration must not return while a peer may still copy. A dead
+        // holder is taken over (robust mutex).
+        match map.lock(OFF_MUTEX, None) {
+            Ok(()) => {
+                f(map);
+                map.unlock(OFF_MUTEX);
+            }
+            Err(e) => {
+                // Unrecoverable: no peer can lock it either, so none can copy; carry on.
+                log::error!(target: LOG, "key table mutex: {e}");
+                f(map);
+            }
+        }
+    }
+
+    /// Publishes (or replaces) `key`. A key that finds no free slot stays unpublished.
+    pub fn set(&mut self, key: u32, e: &KeyEntry) {
+        let cap = self.table.capacity;
+        let slot = match self.slot_of.get(&key) {
+            Some(&s) => s,
+            None => {
+                let h = home(key, cap);
+                let Some(s) = (0..PROBES.min(cap))
+                    .map(|i| (h + i) % cap)
+                    .find(|s| !self.used.contains(s))
+                else {
+                    log::debug!(target: LOG, "key {key:#x}: table full around its slot; TCP only");
+                    return;
+                };
+                self.used.insert(s);
+                self.slot_of.insert(key, s);
+                s
+            }
+        };
+        let count = self.slot_of.len() as u32;
+        let base = OFF_SLOTS + slot * SLOT_LEN;
+        self.locked(|m| {
+            m.write_u32(base + S_KEY, key);
+            m.write_u64(base + S_ADDR, e.addr);
+            m.write_u64(base + S_LEN, e.len);
+            m.write_u32(base + S_ACCESS, e.access);
+            m.write_u32(base + S_PD, e.pd);
+            m.write_u32(base + S_WINDOW, u32::from(e.window));
+            m.write_u32(base + S_REGION, e.region);
+            m.write_u32(base + S_STATE, LIVE);
+            m.write_u32(OFF_COUNT, count);
+        });
+    }
+
+    /// Withdraws `key`: once this returns, no peer copies through it (see the module docs).
+    pub fn unset(&mut self, key: u32) {
+        let Some(slot) = self.slot_of.remove(&key) else {
+            return;
+        };
+        self.used.remove(&slot);
+        let count = self.slot_of.len() as u32;
+        let base = OFF_SLOTS + slot * SLOT_LEN;
+        self.locked(|m| {
+            m.write_u32(base + S_STATE, 0);
+            m.write_u32(base + S_KEY, 0);
+            m.write_u32(OFF_COUNT, count);
+        });
+    }
+}
+
+/// A peer's table, mapped, and the process it belongs to.
+pub(crate) struct PeerTable {
+    mapping: Arc<PeerMapping>,
+    /// The protection domain of the peer's QP on this connection.
+    qp_pd: u32,
+}
+
+/// A peer's table as mapped here: once per device and peer table, however many connections
+/// lead to it (a mapping per connection would spend the process's map count, 65530 by
+/// default, on tables).
+struct PeerMapping {
+    map: sys::SharedMap,
+    capacity: usize,
+    pid: u32,
+    nonce: u64,
+}
+
+/// Why a peer's offer cannot be used.
+pub(crate) type Refusal = String;
+
+impl PeerTable {
+    /// Checks an offer: opens and maps the peer's memfd (the kernel's ptrace check), checks
+    /// the magic, version and nonce, and probes the nonce's copy in the peer's memory with
+    /// process_vm_readv (a pid in another PID namespace may name some other process: the
+    /// probe proves cross-memory attach reaches the process that made the table).
+    pub fn attach(offer: &SameHostOffer) -> Result<PeerTable, Refusal> {
+        let mapping = PeerMapping::map(offer)?;
+        Ok(PeerTable {
+            mapping: Arc::new(mapping),
+            qp_pd: offer.pd,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.mapping.pid
+    }
+}
+
+impl PeerMapping {
+    fn map(offer: &SameHostOffer) -> Result<PeerMapping, Refusal> {
+        if offer.pid == 0 || offer.pid > i32::MAX as u32 || offer.fd > i32::MAX as u32 {
+            return Err(format!("offer names pid {} fd {}", offer.pid, offer.fd));
+        }
+        let path = format!("/proc/{}/fd/{}", offer.pid, offer.fd);
+        // The offer may name any descriptor of the peer (a device, a FIFO): look at what it
+        // is through an O_PATH descriptor (opening that has no effect on what it names), and
+        // open it for real only if it is a regular file (a memfd is one).
+        let path_only = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&path)
+            .map_err(|e| format!("open {path}: {e}"))?;
+        let meta = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!("{path}: not a memory file"));
+        }
+        let reopen = format!("/proc/self/fd/{}", path_only.as_raw_fd());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&reopen)
+            .map_err(|e| format!("open {path}: {e}"))?;
+        let len = meta.len();
+        if !(OFF_SLOTS as u64 + SLOT_LEN as u64..=MAX_TABLE_BYTES).contains(&len) {
+            return Err(format!("{path}: {len} bytes is no key table"));
+        }
+        if !sys::size_sealed(file.as_raw_fd()) {
+            return Err(format!("{path}: size not sealed"));
+        }
+        let map = sys::SharedMap::map(file.as_raw_fd(), len as usize)
+            .map_err(|e| format!("mmap {path}: {e}"))?;
+        if map.read_u64(OFF_MAGIC) != MAGIC || map.read_u32(OFF_VERSION) != VERSION {
+            return Err(format!("{path}: not a key table of version {VERSION}"));
+        }
+        let capacity = map.read_u32(OFF_CAPACITY) as usize;
+        if capacity == 0 || table_bytes(capacity) > map.len() {
+            return Err(format!("{path}: capacity {capacity} does not fit"));
+        }
+        if map.read_u64(OFF_NONCE) != offer.nonce {
+            return Err(format!("{path}: nonce differs from the offer's"));
+        }
+        match sys::peek_u64(offer.pid, offer.nonce_addr) {
+            Ok(v) if v == offer.nonce => {}
+            Ok(_) => return Err(format!("pid {}: nonce probe read another value", offer.pid)),
+            Err(e) => return Err(format!("pid {}: nonce probe: {e}", offer.pid)),
+        }
+        if !map.held_by_live_owner(OFF_ALIVE) {
+            return Err(format!("pid {} exited or closed its device", offer.pid));
+        }
+        Ok(PeerMapping {
+            map,
+            capacity,
+            pid: offer.pid,
+            nonce: offer.nonce,
+        })
+    }
+
+    /// Whether `offer` names this mapping's table, which is still usable: same pid and nonce,
+    /// owner alive, and the nonce probe at the offer's address still reaches it.
+    fn serves(&self, offer: &SameHostOffer) -> bool {
+        self.pid == offer.pid
+            && self.nonce == offer.nonce
+            && self.map.held_by_live_owner(OFF_ALIVE)
+            && sys::peek_u64(offer.pid, offer.nonce_addr).is_ok_and(|v| v == offer.nonce)
+    }
+
+    /// The live slot of `key` (read under the mutex).
+    fn lookup(&self, key: u32) -> Option<KeyEntry> {
+        let cap = self.capacity;
+        let h = home(key, cap);
+        (0..PROBES.min(cap)).find_map(|i| {
+            let base = OFF_SLOTS + ((h + i) % cap) * SLOT_LEN;
+            let m = &self.map;
+            if m.read_u32(base + S_STATE) != LIVE || m.read_u32(base + S_KEY) != key {
+                return None;
+            }
+            Some(KeyEntry {
+                addr: m.read_u64(base + S_ADDR),
+                len: m.read_u64(base + S_LEN),
+                access: m.read_u32(base + S_ACCESS),
+                pd: m.read_u32(base + S_PD),
+                window: m.read_u32(base + S_WINDOW) != 0,
+                region: m.read_u32(base + S_REGION),
+            })
+        })
+    }
+}
+
+impl PeerTable {
+    fn lookup(&self, key: u32) -> Option<KeyEntry> {
+        self.mapping.lookup(key)
+    }
+
+    /// An RDMA read (`write` false: the peer's `[addr, addr + len)` into our `local` ranges)
+    /// or write (ours into theirs), done here if the peer's registry allows it exactly as the
+    /// target would (keys.rs `check_remote`: live key, the peer QP's PD, range inside, the
+    /// privilege `need`). Returns whether it was done: false on any refusal or failure, and
+    /// the caller then sends the request over TCP, where the target decides (and reports)
+    /// itself. A read's local ranges may have been partly written by then: the TCP answer
+    /// overwrites them.
+    ///
+    /// `registry` is our own key registry, locked by the caller, which checked `local`
+    /// against it (keys.rs `local_ranges`) and holds it across this call.
+    pub fn transfer(
+        &self,
+        registry: &Keys,
+        rkey: u32,
+        addr: u64,
+        need: u32,
+        local: &[(u64, usize)],
+        write: bool,
+    ) -> bool {
+        let _ = registry;
+        let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        if len == 0 {
+            // A zero-length access needs no key (as at the target): nothing to move.
+            return true;
+        }
+        if self
+            .mapping
+            .map
+            .lock(OFF_MUTEX, Some(PEER_LOCK_LIMIT))
+            .is_err()
+        {
+            return false;
+        }
+        let done = (|| {
+            // The owner's process still lives (and so its pid is still its own): its keeper
+            // thread holds OFF_ALIVE. A process dying between this look and the copy is met by
+            // the copy as ESRCH; its pid would have to be reaped and handed to a new process in
+            // between to mislead us.
+            if !self.mapping.map.held_by_live_owner(OFF_ALIVE) {
+                return false;
+            }
+            let Some(e) = self.lookup(rkey) else {
+                return false;
+            };
+            if e.pd != self.qp_pd || !e.covers(addr, len) || e.access & need == 0 {
+                return false;
+            }
+            // SAFETY: the caller checked every local range against our registry, which it
+            // holds locked for this call (so no local registration ends meanwhile); the
+            // peer's range was just checked against its registry under its table's mutex,
+            // which we hold until the copy is over (so its deregistration waits for us).
+            let moved =
+                unsafe { sys::process_vm(self.mapping.pid, local, (addr, len as usize), write) };
+            matches!(moved, Ok(n) if n as u64 == len)
+        })();
+        self.mapping.map.unlock(OFF_MUTEX);
+        done
+    }
+}
+
+/// A connection's same-host state (engine/samehost.rs).
+#[derive(Default)]
+pub(crate) struct Link {
+    /// The peer advertised the path in its HELLO (passive side, until accept).
+    pub peer_advertised: bool,
+    /// We advertised and expect the peer's one offer.
+    pub expect_offer: bool,
+    /// The peer's table, once its offer checked out.
+    pub peer: Option<Arc<PeerTable>>,
+}
+
+/// Counters of the device `stats` belongs to, for the log.
+pub(crate) fn count_inline(stats: &Stats) {
+    stats.inline_ops.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    use super::{Mode, Stats};
+    use std::cell::{Cell, RefCell};
+    use std::sync::Arc;
+
+    thread_local! {
+        /// The mode of devices this thread opens (None: DAPLRS_SAME_HOST). Tests run in
+        /// parallel threads of one process: an env var would leak across them.
+        pub(super) static MODE: Cell<Option<Mode>> = const { Cell::new(None) };
+        /// The stats of the devices this thread opened, in order.
+        pub(super) static OPENED: RefCell<Vec<Arc<Stats>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Runs `f` (which opens devices) with `mode` for them; returns what it returned and the
+    /// stats of each device it opened.
+    pub(crate) fn open_with<T>(mode: Mode, f: impl FnOnce() -> T) -> (T, Vec<Arc<Stats>>) {
+        MODE.with(|m| m.set(Some(mode)));
+        OPENED.with(|o| o.borrow_mut().clear());
+        let r = f();
+        MODE.with(|m| m.set(None));
+        (r, OPENED.with(|o| std::mem::take(&mut *o.borrow_mut())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::access;
+
+    fn entry(addr: u64, len: u64) -> KeyEntry {
+        KeyEntry {
+            addr,
+            len,
+            access: access::REMOTE_READ,
+            pd: 7,
+            window: false,
+            region: 0,
+        }
+    }
+
+    fn offer_of(local: &Local) -> SameHostOffer {
+        local.offer(7).expect("a table")
+    }
+
+    /// Our own pid reads our own table: the probe, the lookup and the checks of `transfer`.
+    #[test]
+    fn a_published_key_is_found_checked_and_withdrawn() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [0x5au8; 64];
+        let key = 0x1234_5601;
+        keys.insert(key, entry(src.as_ptr() as u64, 64));
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach to ourselves");
+        let mut dst = vec![0u8; 16];
+        let ranges = [(dst.as_mut_ptr() as u64, 16usize)];
+        let base = src.as_ptr() as u64;
+        assert!(peer.transfer(&keys, key, base + 8, access::REMOTE_READ, &ranges, false));
+        assert_eq!(dst, vec![0x5au8; 16]);
+        // The target's rules: privilege, range, live key.
+        assert!(!peer.transfer(&keys, key, base, access::REMOTE_WRITE, &ranges, true));
+        assert!(!peer.transfer(&keys, key, base + 56, access::REMOTE_READ, &ranges, false));
+        assert!(!peer.transfer(&keys, key ^ 1, base, access::REMOTE_READ, &ranges, false));
+        keys.remove(key);
+        assert!(!peer.transfer(&keys, key, base, access::REMOTE_READ, &ranges, false));
+    }
+
+    /// The PD of the peer's QP, as its target checks it.
+    #[test]
+    fn a_key_of_another_protection_domain_is_refused() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [1u8; 8];
+        keys.insert(0x100, entry(src.as_ptr() as u64, 8));
+        let mut offer = offer_of(&local);
+        offer.pd = 8;
+        let peer = PeerTable::attach(&offer).expect("attach");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        assert!(!peer.transfer(
+            &keys,
+            0x100,
+            src.as_ptr() as u64,
+            access::REMOTE_READ,
+            &ranges,
+            false
+        ));
+    }
+
+    #[test]
+    fn offers_that_do_not_check_out_are_refused() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let good = offer_of(&local);
+        let mut o = good;
+        o.nonce ^= 1;
+        assert!(PeerTable::attach(&o).is_err(), "nonce");
+        let elsewhere = !good.nonce;
+        let mut o = good;
+        o.nonce_addr = &elsewhere as *const u64 as u64;
+        assert!(PeerTable::attach(&o).is_err(), "probe address");
+        let mut o = good;
+        o.fd = 0; // stdin or whatever it is: not our table
+        assert!(PeerTable::attach(&o).is_err(), "descriptor");
+        let mut o = good;
+        o.pid = 0;
+        assert!(PeerTable::attach(&o).is_err(), "pid");
+        assert!(PeerTable::attach(&good).is_ok());
+        assert!(Local::new(Mode::Never, 64, "test").offer(1).is_none());
+    }
+
+    /// Keys that find no free slot within PROBES of their home stay unpublished (TCP).
+    #[test]
+    fn a_full_table_leaves_keys_unpublished() {
+        let local = Local::new(Mode::Auto, 4, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [0u8; 8];
+        for i in 1..=6u32 {
+            keys.insert(i << 8, entry(src.as_ptr() as u64, 8));
+        }
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach");
+        let found = (1..=6u32).filter(|i| peer.lookup(i << 8).is_some()).count();
+        assert_eq!(found, 4);
+        assert_eq!(local.table.as_ref().unwrap().map.read_u32(OFF_COUNT), 4);
+    }
+
+    /// A holder that dies with the mutex held (a killed peer) does not block us: the robust
+    /// mutex hands it over. A thread that exits holding it stands in for the process.
+    #[test]
+    fn a_dead_holder_does_not_block_the_table() {
+        let local = Local::new(Mode::Auto, 4, "test");
+        let table = local.table.clone().expect("table");
+        let t2 = table.clone();
+        std::thread::spawn(move || t2.map.lock(OFF_MUTEX, None).expect("lock"))
+            .join()
+            .expect("thread");
+        table
+            .map
+            .lock(OFF_MUTEX, Some(Duration::from_secs(5)))
+            .expect("taken over from the dead holder");
+        table.map.unlock(OFF_MUTEX);
+        // And the owner's own updates go on.
+        let mut keys = Keys::published_in(local.publisher());
+        keys.insert(0x100, entry(0x1000, 8));
+    }
+
+    /// A table whose owner is gone (its keeper released the liveness mutex, as a dead
+    /// process's would be) is copied through no more.
+    #[test]
+    fn a_table_whose_owner_is_gone_is_not_used() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [3u8; 8];
+        keys.insert(0x100, entry(src.as_ptr() as u64, 8));
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let base = src.as_ptr() as u64;
+        assert!(peer.transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false));
+        drop(keys);
+        drop(local);
+        let keys = Keys::default();
+        assert!(!peer.transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false));
+    }
+
+    /// Connections to one peer share one mapping of its table (the map count is finite),
+    /// each with its own QP's protection domain.
+    #[test]
+    fn connections_to_one_peer_share_its_mapping() {
+        let owner = Local::new(Mode::Auto, 64, "owner");
+        let user = Local::new(Mode::Auto, 64, "user");
+        let a = user.attach(&owner.offer(1).unwrap()).expect("first");
+        let b = user.attach(&owner.offer(2).unwrap()).expect("second");
+        assert!(Arc::ptr_eq(&a.mapping, &b.mapping));
+        assert_eq!((a.qp_pd, b.qp_pd), (1, 2));
+        drop((a, b));
+        let c = user
+            .attach(&owner.offer(3).unwrap())
+            .expect("after the others closed");
+        assert_eq!(c.qp_pd, 3);
+        let mut wrong = owner.offer(1).unwrap();
+        wrong.nonce_addr = 8;
+        assert!(
+            user.attach(&wrong).is_err(),
+            "a cached mapping still needs the probe"
+        );
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(Mode::parse(None), Mode::Auto);
+        assert_eq!(Mode::parse(Some("never")), Mode::Never);
+        assert_eq!(Mode::parse(Some(" require ")), Mode::Require);
+        assert_eq!(Mode::parse(Some("sometimes")), Mode::Auto);
+    }
+}

@@ -1,0 +1,310 @@
+//! The same-host path's unsafe code: a memfd mapped MAP_SHARED and volatile access to it,
+//! process-shared robust pthread mutexes living in that mapping, and process_vm_readv /
+//! process_vm_writev between our registered memory and a peer's.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// A MAP_SHARED mapping of a file (a memfd: ours or a peer's), unmapped on drop.
+pub(crate) struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access goes through the volatile
+// accessors or the pthread calls below, which any thread may make (the data is guarded by the
+// mutex it contains, and readers treat what they read as untrusted).
+unsafe impl Send for SharedMap {}
+// SAFETY: as for Send: no method hands out references into the mapping.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// Maps `len` bytes of `fd` read-write and shared.
+    pub fn map(fd: RawFd, len: usize) -> io::Result<SharedMap> {
+        if len == 0 {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMap {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn at<T>(&self, off: usize) -> *mut T {
+        assert!(
+            off.is_multiple_of(std::mem::align_of::<T>())
+                && off + std::mem::size_of::<T>() <= self.len,
+            "offset {off} outside the shared table"
+        );
+        // SAFETY: in bounds of the mapping (asserted above).
+        unsafe { self.ptr.add(off).cast() }
+    }
+
+    /// Reads a word another process may write at any time (volatile: read once, as is).
+    pub fn read_u32(&self, off: usize) -> u32 {
+        // SAFETY: in bounds and aligned (see `at`); any bit pattern is a valid u32.
+        unsafe { std::ptr::read_volatile(self.at::<u32>(off)) }
+    }
+
+    pub fn read_u64(&self, off: usize) -> u64 {
+        // SAFETY: as in read_u32.
+        unsafe { std::ptr::read_volatile(self.at::<u64>(off)) }
+    }
+
+    pub fn write_u32(&self, off: usize, v: u32) {
+        // SAFETY: in bounds and aligned; the mapping is writable.
+        unsafe { std::ptr::write_volatile(self.at::<u32>(off), v) }
+    }
+
+    pub fn write_u64(&self, off: usize, v: u64) {
+        // SAFETY: as in write_u32.
+        unsafe { std::ptr::write_volatile(self.at::<u64>(off), v) }
+    }
+
+    /// Makes the bytes at `off` a process-shared, robust pthread mutex (owner only, before
+    /// the table is offered to anyone).
+    pub fn init_robust_mutex(&self, off: usize) -> io::Result<()> {
+        let m = self.at::<libc::pthread_mutex_t>(off);
+        // SAFETY: `attr` is initialised by pthread_mutexattr_init before use and destroyed
+        // after; `m` is in bounds, aligned, and nobody else uses it yet.
+        unsafe {
+            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+            check(libc::pthread_mutexattr_init(&mut attr))?;
+            let r = (|| {
+                check(libc::pthread_mutexattr_setpshared(
+                    &mut attr,
+                    libc::PTHREAD_PROCESS_SHARED,
+                ))?;
+                check(libc::pthread_mutexattr_setrobust(
+                    &mut attr,
+                    libc::PTHREAD_MUTEX_ROBUST,
+                ))?;
+                check(libc::pthread_mutex_init(m, &attr))
+            })();
+            libc::pthread_mutexattr_destroy(&mut attr);
+            r
+        }
+    }
+
+    /// Locks the mutex at `off`, waiting at most `limit` (None: as long as it takes). A
+    /// holder that died makes the lock ours with EOWNERDEAD: the table it guards is written
+    /// only by its owner, so it is consistent and we mark the mutex so.
+    pub fn lock(&self, off: usize, limit: Option<Duration>) -> io::Result<()> {
+        let m = self.at::<libc::pthread_mutex_t>(off);
+        // SAFETY: `m` was initialised by `init_robust_mutex` (the owner's) before the table was
+        // offered; a peer checked the table's magic before using it. `ts` is a valid timespec.
+        let r = unsafe {
+            match limit {
+                None => libc::pthread_mutex_lock(m),
+                Some(limit) => match libc::pthread_mutex_trylock(m) {
+                    // Free (the usual case): no clock reading, no system call. EOWNERDEAD
+                    // (taken over from a dead holder) is handled below, as for a lock.
+                    r @ (0 | libc::EOWNERDEAD | libc::ENOTRECOVERABLE) => r,
+                    _ => {
+                        let mut ts: libc::timespec = std::mem::zeroed();
+                        libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
+                        let ns = ts.tv_nsec as u64 + limit.subsec_nanos() as u64;
+                        ts.tv_sec +=
+                            limit.as_secs() as libc::time_t + (ns / 1_000_000_000) as libc::time_t;
+                        ts.tv_nsec = (ns % 1_000_000_000) as _;
+                        libc::pthread_mutex_timedlock(m, &ts)
+                    }
+                },
+            }
+        };
+        match r {
+            0 => Ok(()),
+            libc::EOWNERDEAD => {
+                // SAFETY: we hold the mutex (EOWNERDEAD hands it to us).
+                check(unsafe { libc::pthread_mutex_consistent(m) })?;
+                Ok(())
+            }
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
+    /// Whether the mutex at `off` is held by a live thread (not ours): the owner's keeper
+    /// thread holds it for the table's life, and when that thread ends, by the process's death
+    /// too, the kernel marks the mutex owner-dead (robust futex list). A trylock is a
+    /// compare-and-swap in user space: no system call while the owner lives. A dead owner's
+    /// mutex is unlocked without being made consistent, so it stays unrecoverable and every
+    /// later look also says dead.
+    pub fn held_by_live_owner(&self, off: usize) -> bool {
+        let m = self.at::<libc::pthread_mutex_t>(off);
+        // SAFETY: `m` is an initialised robust mutex (see `lock`); we unlock only what the
+        // trylock gave us.
+        unsafe {
+            match libc::pthread_mutex_trylock(m) {
+                libc::EBUSY => true,
+                0 | libc::EOWNERDEAD => {
+                    libc::pthread_mutex_unlock(m);
+                    false
+                }
+                _ => false,
+            }
+        }
+    }
+
+    /// Unlocks the mutex at `off`, which this thread holds.
+    pub fn unlock(&self, off: usize) {
+        let m = self.at::<libc::pthread_mutex_t>(off);
+        // SAFETY: the caller locked it with `lock` on this thread.
+        unsafe { libc::pthread_mutex_unlock(m) };
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once; nothing refers into it any more.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    match r {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Bytes of a pthread_mutex_t (the table reserves room for it).
+pub(crate) const MUTEX_SIZE: usize = std::mem::size_of::<libc::pthread_mutex_t>();
+
+/// A new anonymous memory file of `len` bytes (zero-filled, allocated as touched).
+pub(crate) fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
+    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: plain memfd_create(2) with a NUL-terminated name; the descriptor is owned at once.
+    let raw =
+        unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just created and nobody else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ftruncate(2) on our own descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Copies between ranges of our memory (`local`, in order) and one range of process `pid`'s
+/// (`remote`): from theirs into ours (`write` false) or from ours into theirs. Returns the
+/// bytes moved (fewer than asked: a fault part-way).
+///
+/// # Safety
+/// Every local range lies inside a live registration of ours (writable for a read into it),
+/// and the caller holds our key registry lock for the call, so that the registration cannot
+/// end during it (keys.rs). The remote side is the kernel's to check: a bad remote range is
+/// EFAULT, not undefined behaviour here.
+pub(crate) unsafe fn process_vm(
+    pid: u32,
+    local: &[(u64, usize)],
+    remote: (u64, usize),
+    write: bool,
+) -> io::Result<usize> {
+    let iovec = |&(a, n): &(u64, usize)| libc::iovec {
+        iov_base: a as usize as *mut libc::c_void,
+        iov_len: n,
+    };
+    // Most requests have a segment or two: no allocation for them.
+    let mut inline = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 8];
+    let heap: Vec<libc::iovec>;
+    let liov: &[libc::iovec] = if local.len() <= inline.len() {
+        for (slot, r) in inline.iter_mut().zip(local) {
+            *slot = iovec(r);
+        }
+        &inline[..local.len()]
+    } else {
+        heap = local.iter().map(iovec).collect();
+        &heap
+    };
+    let riov = libc::iovec {
+        iov_base: remote.0 as usize as *mut libc::c_void,
+        iov_len: remote.1,
+    };
+    let n = if write {
+        libc::process_vm_writev(
+            pid as libc::pid_t,
+            liov.as_ptr(),
+            liov.len() as libc::c_ulong,
+            &riov,
+            1,
+            0,
+        )
+    } else {
+        libc::process_vm_readv(
+            pid as libc::pid_t,
+            liov.as_ptr(),
+            liov.len() as libc::c_ulong,
+            &riov,
+            1,
+            0,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Reads 8 bytes at `addr` of process `pid` (the probe of a peer's nonce).
+pub(crate) fn peek_u64(pid: u32, addr: u64) -> io::Result<u64> {
+    let mut word = 0u64;
+    let local = libc::iovec {
+        iov_base: (&mut word as *mut u64).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: the only local memory written is `word`, 8 bytes we own.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    match n {
+        8 => Ok(word),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        _ => Err(io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
+/// Seals the size of our memfd (it was created with MFD_ALLOW_SEALING): nobody, not a peer
+/// holding it either, can shrink it under a mapping (which would SIGBUS whoever reads).
+pub(crate) fn seal_size(fd: &OwnedFd) -> io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl(2) F_ADD_SEALS on our own descriptor.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether a peer's memfd cannot shrink (so our mapping of it stays backed).
+pub(crate) fn size_sealed(fd: RawFd) -> bool {
+    // SAFETY: fcntl(2) F_GET_SEALS on a descriptor we hold.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
+}

@@ -1,0 +1,488 @@
+//! The same-host path (samehost/): RDMA reads and writes between two IAs of this process
+//! (cross-memory attach to our own pid) complete on the posting thread, and every refusal
+//! (bad key, range, privilege, a deregistered region) gives exactly what TCP gives, because
+//! the request then goes over TCP and the target decides. Devices take their mode from the
+//! test (`test_hooks::open_with`), not from DAPLRS_SAME_HOST: tests run in parallel threads.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::super::samehost::{test_hooks, Mode, Stats};
+use super::{close, connect_pair, dto, next, Side, GUARD_US};
+use crate::core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
+use crate::core::evd::EventData;
+
+fn side(name: &str, privileges: u32, mode: Mode) -> (Side, Arc<Stats>) {
+    let (s, mut stats) = test_hooks::open_with(mode, || Side::new(name, privileges));
+    assert_eq!(stats.len(), 1, "one device per IA");
+    (s, stats.remove(0))
+}
+
+fn inline(stats: &Stats) -> u64 {
+    stats.inline_ops.load(Ordering::Relaxed)
+}
+
+fn attached(stats: &Stats) -> u64 {
+    stats.attached.load(Ordering::Relaxed)
+}
+
+/// The client's offer was queued before anything it sends: once a send from the client has
+/// arrived, the server has checked the offer.
+fn sync_server(server: &Side, client: &Side) {
+    server
+        .ep
+        .post_recv(&[server.seg(3000, 8)], 900, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(3000, 8)], 901, 0)
+        .expect("send");
+    assert_eq!(dto(&next(&server.dto)).0, 900);
+    assert_eq!(dto(&next(&client.dto)).0, 901);
+}
+
+#[test]
+fn reads_and_writes_complete_before_the_post_returns() {
+    let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    assert_eq!(
+        attached(&c_stats),
+        1,
+        "the client mapped the server's table"
+    );
+    sync_server(&server, &client);
+    assert_eq!(
+        attached(&s_stats),
+        1,
+        "the server mapped the client's table"
+    );
+
+    server.buf.write(1000, b"server-owned bytes");
+    client.buf.write(0, b"written by the client");
+    client
+        .ep
+        .post_rdma_write(
+            &[client.seg(0, 10), client.seg(10, 11)],
+            1,
+            server.remote(2000, 21),
+            0,
+        )
+        .expect("write");
+    // Already there: no wait, no progress thread involved.
+    let ev = client
+        .dto
+        .dequeue()
+        .expect("completed before the post returned");
+    assert_eq!(dto(&ev), (1, dto_status::SUCCESS, 21, dto_op::RDMA_WRITE));
+    assert_eq!(server.buf.read(2000, 21), b"written by the client");
+
+    client
+        .ep
+        .post_rdma_read(
+            &[client.seg(500, 6), client.seg(600, 100)],
+            2,
+            server.remote(1000, 18),
+            0,
+        )
+        .expect("read");
+    let ev = client
+        .dto
+        .dequeue()
+        .expect("completed before the post returned");
+    assert_eq!(dto(&ev), (2, dto_status::SUCCESS, 18, dto_op::RDMA_READ));
+    assert_eq!(client.buf.read(500, 6), b"server");
+    assert_eq!(client.buf.read(600, 12), b"-owned bytes");
+    assert_eq!(client.buf.read(612, 4), vec![0u8; 4]);
+    assert_eq!(inline(&c_stats), 2);
+
+    // The passive side uses it too.
+    client.buf.write(800, b"from the client");
+    server
+        .ep
+        .post_rdma_read(&[server.seg(1500, 15)], 3, client.remote(800, 15), 0)
+        .expect("server read");
+    let ev = server
+        .dto
+        .dequeue()
+        .expect("completed before the post returned");
+    assert_eq!(dto(&ev), (3, dto_status::SUCCESS, 15, dto_op::RDMA_READ));
+    assert_eq!(server.buf.read(1500, 15), b"from the client");
+    assert_eq!(inline(&s_stats), 1);
+
+    // A read behind an outstanding send goes over TCP (completion order), and still works.
+    server
+        .ep
+        .post_recv(&[server.seg(3100, 8)], 910, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(3100, 8)], 4, 0)
+        .expect("send");
+    client
+        .ep
+        .post_rdma_read(&[client.seg(700, 4)], 5, server.remote(1000, 4), 0)
+        .expect("read behind a send");
+    assert_eq!(dto(&next(&client.dto)).0, 4);
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (5, dto_status::SUCCESS, 4, dto_op::RDMA_READ)
+    );
+    assert_eq!(client.buf.read(700, 4), b"serv");
+    assert_eq!(dto(&next(&server.dto)).0, 910);
+    close(&[&client, &server]);
+}
+
+#[test]
+fn never_takes_no_inline_op() {
+    let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Never);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Never);
+    let _psp = connect_pair(&server, &client);
+    server.buf.write(0, b"over tcp");
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 8)], 1, server.remote(0, 8), 0)
+        .expect("read");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::SUCCESS, 8, dto_op::RDMA_READ)
+    );
+    assert_eq!(client.buf.read(0, 8), b"over tcp");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 8)], 2, server.remote(100, 8), 0)
+        .expect("write");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(server.buf.read(100, 8), b"over tcp");
+    assert_eq!((inline(&c_stats), attached(&c_stats)), (0, 0));
+    assert_eq!((inline(&s_stats), attached(&s_stats)), (0, 0));
+    close(&[&client, &server]);
+
+    // One side never: auto on the other just stays on TCP.
+    let (server, _) = side("srv2", mem_priv::ALL, Mode::Never);
+    let (client, c_stats) = side("cli2", mem_priv::ALL, Mode::Auto);
+    let _psp = connect_pair(&server, &client);
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 8)], 1, server.remote(0, 8), 0)
+        .expect("read");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!((inline(&c_stats), attached(&c_stats)), (0, 0));
+    close(&[&client, &server]);
+}
+
+#[test]
+fn require_fails_a_connection_that_cannot_use_it() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Never);
+    let (client, _) = side("cli", mem_priv::ALL, Mode::Require);
+    let (_psp, port) = crate::core::sp::Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0)
+        .expect("connect");
+    let ev = next(&server.cr);
+    let EventData::CrArrival { cr, .. } = ev.data else {
+        panic!("not a CR arrival")
+    };
+    let cr = crate::core::handle::cr(cr).expect("live CR");
+    cr.accept(Some(&server.ep), b"").expect("accept");
+    let ev = next(&client.conn);
+    assert_eq!(ev.number, event_number::CONNECTION_NON_PEER_REJECTED);
+    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    close(&[&client, &server]);
+}
+
+/// Bad key, out of range, missing privilege: refused here, so sent over TCP, where the target
+/// refuses them as it always has (REMOTE_ACCESS, connection broken, memory untouched).
+#[test]
+fn refusals_give_what_tcp_gives() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    assert_eq!(attached(&c_stats), 1);
+    server.buf.write(0, &[7u8; 64]);
+    let mut bad = server.remote(0, 16);
+    bad.rmr_context ^= 0x0100;
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 16)], 1, bad, 0)
+        .expect("post with a bad rkey");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 16)], 2, server.remote(0, 16), 0)
+        .expect("post behind it");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::REMOTE_ACCESS, 0, dto_op::RDMA_WRITE)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::FLUSHED, 0, dto_op::RDMA_WRITE)
+    );
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(next(&server.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(server.buf.read(0, 64), vec![7u8; 64]);
+    assert_eq!(inline(&c_stats), 0);
+    close(&[&client, &server]);
+
+    // Out of range.
+    let (server, _) = side("srv2", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli2", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0)
+        .expect("post out of range");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(inline(&c_stats), 0);
+    close(&[&client, &server]);
+
+    // No remote write privilege (the target's LMR grants remote read only); reads still go.
+    let (server, _) = side(
+        "srv3",
+        mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE | mem_priv::REMOTE_READ,
+        Mode::Require,
+    );
+    let (client, c_stats) = side("cli3", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 8)], 1, server.remote(0, 8), 0)
+        .expect("read");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(inline(&c_stats), 1);
+    client.buf.write(0, b"forbidde");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(0, 8)], 2, server.remote(0, 8), 0)
+        .expect("post write");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
+    assert_eq!(server.buf.read(0, 8), vec![0u8; 8]);
+    assert_eq!(inline(&c_stats), 1);
+    close(&[&client, &server]);
+}
+
+#[test]
+fn a_deregistered_region_is_refused_as_over_tcp() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    let remote = server.remote(0, 8);
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 8)], 1, remote, 0)
+        .expect("read");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(inline(&c_stats), 1);
+    server.lmr.free().expect("free the target's LMR");
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 8)], 2, remote, 0)
+        .expect("read after free");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::REMOTE_ACCESS, 0, dto_op::RDMA_READ)
+    );
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    assert_eq!(inline(&c_stats), 1);
+    close(&[&client, &server]);
+}
+
+/// A closed device's keeper thread ends (and with it its table): IAs opened and closed
+/// over and over leave nothing behind.
+#[test]
+fn closed_devices_leave_no_keeper_behind() {
+    fn keepers() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .expect("tasks")
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.trim() == "daplrs-samehost")
+            .count()
+    }
+    let before = keepers();
+    for _ in 0..20 {
+        let (s, _) = side("cyc", mem_priv::ALL, Mode::Auto);
+        close(&[&s]);
+    }
+    // Other tests open devices meanwhile: at most their few keepers are alive, not ours.
+    let after = keepers();
+    assert!(
+        after <= before + 8,
+        "{before} keepers before, {after} after 20 IAs came and went"
+    );
+}
+
+mod hostile {
+    //! A peer that breaks the same-host handshake breaks only its connection.
+
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpStream};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    use super::super::super::super::{CmEvent, Device, QpCap, QpInit, QueuePair};
+    use super::super::super::samehost::{test_hooks, Mode};
+    use super::super::super::wire::{self, Header, Kind, SameHostOffer};
+    use super::super::super::TcpDevice;
+    use super::super::GUARD_US;
+
+    fn guard() -> Duration {
+        Duration::from_micros(u64::from(GUARD_US))
+    }
+
+    struct Target {
+        dev: Arc<TcpDevice>,
+        cm: mpsc::Receiver<CmEvent>,
+        port: u16,
+        _listener: Arc<dyn super::super::super::super::Listener>,
+    }
+
+    fn target(mode: Mode) -> Target {
+        let (dev, _) =
+            test_hooks::open_with(mode, || TcpDevice::open("127.0.0.1").expect("device"));
+        let (tx, cm) = mpsc::channel();
+        let tx = parking_lot::Mutex::new(tx);
+        dev.set_cm_handler(Some(Arc::new(move |ev| {
+            let _ = tx.lock().send(ev);
+        })));
+        let listener = dev.listen(0).expect("listen");
+        let port = listener.port();
+        Target {
+            dev,
+            cm,
+            port,
+            _listener: listener,
+        }
+    }
+
+    /// Connects a raw peer (HELLO with `flags`) and has the target accept it; returns the
+    /// socket, after the ACCEPT, the ACCEPT's flags and the target's QP.
+    fn connect(t: &Target, flags: u16) -> (TcpStream, u16, Arc<dyn QueuePair>) {
+        let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, t.port)).expect("connect");
+        s.set_read_timeout(Some(guard())).expect("hang guard");
+        let mut h = wire::handshake(Kind::Hello);
+        h.flags = flags;
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, h, b"");
+        s.write_all(&out).expect("hello");
+        let req = match t.cm.recv_timeout(guard()).expect("request") {
+            CmEvent::ConnectRequest { req, .. } => req,
+            other => panic!("{other:?}"),
+        };
+        let pd = t.dev.alloc_pd().expect("pd");
+        let cq = t.dev.create_cq(16).expect("cq");
+        let qp = t
+            .dev
+            .create_qp(QpInit {
+                pd,
+                send_cq: cq.clone(),
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_rd_atomic: 1,
+                    max_inline: 0,
+                },
+            })
+            .expect("qp");
+        t.dev.accept(req, &qp, b"").expect("accept");
+        let accept = read_frame(&mut s).expect("ACCEPT");
+        assert_eq!(accept.0.kind, Kind::Accept);
+        assert!(matches!(
+            t.cm.recv_timeout(guard()),
+            Ok(CmEvent::Established { .. })
+        ));
+        (s, accept.0.flags, qp)
+    }
+
+    fn read_frame(s: &mut TcpStream) -> Option<(Header, Vec<u8>)> {
+        let mut hb = [0u8; wire::HEADER_LEN];
+        s.read_exact(&mut hb).ok()?;
+        let h = Header::decode(
+            &hb,
+            &wire::Limits {
+                max_message: 1 << 20,
+            },
+        )
+        .ok()?;
+        let mut p = vec![0u8; h.payload_len as usize];
+        s.read_exact(&mut p).ok()?;
+        Some((h, p))
+    }
+
+    fn send_offer(s: &mut TcpStream, payload: &[u8]) {
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, Header::new(Kind::SameHost), payload);
+        s.write_all(&out).expect("offer");
+    }
+
+    fn broken(t: &Target) -> bool {
+        matches!(t.cm.recv_timeout(guard()), Ok(CmEvent::Broken { .. }))
+    }
+
+    #[test]
+    fn an_offer_nobody_asked_for_breaks_the_connection() {
+        let t = target(Mode::Auto);
+        let (mut s, flags, _qp) = connect(&t, 0);
+        assert_eq!(
+            flags & wire::FLAG_SAME_HOST,
+            0,
+            "not advertised: not offered"
+        );
+        let bogus = SameHostOffer {
+            pid: std::process::id(),
+            fd: 0,
+            nonce: 1,
+            nonce_addr: 8,
+            pd: 1,
+        };
+        send_offer(&mut s, &bogus.encode());
+        assert!(broken(&t));
+    }
+
+    #[test]
+    fn a_bad_offer_keeps_tcp_and_a_second_one_breaks() {
+        let t = target(Mode::Auto);
+        let (mut s, flags, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        assert_ne!(flags & wire::FLAG_SAME_HOST, 0);
+        let (h, p) = read_frame(&mut s).expect("the target's offer");
+        assert_eq!(h.kind, Kind::SameHost);
+        let theirs = SameHostOffer::decode(&p).expect("well formed");
+        assert_eq!(theirs.pid, std::process::id());
+        // A forged offer (their own table, a wrong nonce): refused, the connection stays.
+        let forged = SameHostOffer {
+            nonce: theirs.nonce ^ 1,
+            ..theirs
+        };
+        send_offer(&mut s, &forged.encode());
+        assert!(t.cm.recv_timeout(Duration::from_millis(200)).is_err());
+        // A second offer is a protocol error.
+        send_offer(&mut s, &forged.encode());
+        assert!(broken(&t));
+
+        // Malformed (short) offers break at once.
+        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let _ = read_frame(&mut s).expect("the target's offer");
+        send_offer(&mut s, &[0u8; 8]);
+        assert!(broken(&t));
+    }
+
+    #[test]
+    fn require_fails_a_connection_whose_offer_does_not_check_out() {
+        let t = target(Mode::Require);
+        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let (_, p) = read_frame(&mut s).expect("the target's offer");
+        let theirs = SameHostOffer::decode(&p).expect("well formed");
+        let forged = SameHostOffer {
+            nonce_addr: 8,
+            ..theirs
+        };
+        send_offer(&mut s, &forged.encode());
+        assert!(broken(&t));
+    }
+}
