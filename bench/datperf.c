@@ -521,7 +521,7 @@ static void wait_for_byte(volatile uint8_t *p, uint8_t want, const char *what)
 
 struct result {
 	int iters;              /* measured (warm-up excluded) */
-	double median_us, p99_us, mean_us;
+	double median_us, p99_us, mean_us, max_us;
 	double mb_per_s;        /* bandwidth tests */
 };
 
@@ -544,6 +544,7 @@ static void latency_stats(double *samples, int n, struct result *r)
 	r->median_us = n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
 	r->p99_us = samples[(int)((n - 1) * 0.99 + 0.5)];
 	r->mean_us = 0;
+	r->max_us = samples[n - 1];
 	for (int i = 0; i < n; i++)
 		r->mean_us += samples[i] / n;
 }
@@ -836,8 +837,8 @@ static int iterations(int test, uint32_t size)
 static void print_row(int test, uint32_t size, const struct result *r)
 {
 	if (is_latency_test(test))
-		printf("%-10s %9u %7d %11.2f %11.2f %11s %11.2f\n", test_names[test], size,
-		       r->iters, r->median_us, r->p99_us, "-", r->mean_us);
+		printf("%-10s %9u %7d %11.2f %11.2f %11s %11.2f %11.1f\n", test_names[test], size,
+		       r->iters, r->median_us, r->p99_us, "-", r->mean_us, r->max_us);
 	else
 		printf("%-10s %9u %7d %11s %11s %11.1f %11s\n", test_names[test], size, r->iters,
 		       "-", "-", r->mb_per_s, "-");
@@ -860,8 +861,8 @@ static int run_client(void)
 	       s.read_window, opt.poll ? "polling" : "blocking waits");
 	printf("# latency in us: send_lat/write_lat one-way (RTT/2), read_lat a whole read;"
 	       " MB/s = 10^6 B/s\n");
-	printf("%-10s %9s %7s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
-	       "p99_us", "MB/s", "mean_us");
+	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
+	       "p99_us", "MB/s", "mean_us", "max_us");
 	for (int t = 0; t < NTESTS; t++) {
 		if (!opt.run[t])
 			continue;

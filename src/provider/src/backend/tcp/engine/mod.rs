@@ -308,6 +308,9 @@ pub(crate) struct Engine {
     pub(crate) accept_paused: HashMap<u64, Instant>,
     /// Panics caught while serving a connection (each dropped that connection only).
     pub(crate) panics: u64,
+    /// Frames received and handled, by any thread (the progress thread spins only after it
+    /// handled some itself: see `progress_loop`).
+    pub(crate) frames_served: u64,
     /// Tests: a request naming this rkey panics the target (to check the containment).
     #[cfg(test)]
     pub(crate) panic_on_rkey: Option<u32>,

@@ -22,6 +22,7 @@ impl Engine {
                     return;
                 }
             };
+            self.frames_served += 1;
             let (h, p) = frame;
             match phase {
                 Phase::Closing => {}
@@ -489,9 +490,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             log::error!("poll failed: {e}");
             std::thread::sleep(Duration::from_millis(TICK_MS as u64));
         }
-        if fds.iter().skip(1).any(|f| f.revents() != 0) {
-            last_traffic = Some(Instant::now());
-        }
+
         if fds[0].revents() != 0 {
             while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
                 if n == 0 {
@@ -506,6 +505,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         // the thread: every other connection of the IA is still served.
         let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             shared.run(|eng, sh| {
+                let frames_before = eng.frames_served;
+                let mut traffic = false;
                 eng.process_connect_results();
                 eng.process_ud_connect_results();
                 for (fd, target) in fds.iter().zip(targets.iter()) {
@@ -515,7 +516,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     }
                     match target {
                         Target::Wake => {}
-                        Target::Listener(id) => eng.accept_incoming(*id),
+                        Target::Listener(id) => {
+                            traffic = true;
+                            eng.accept_incoming(*id)
+                        }
                         Target::Conn(t) => {
                             if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
                                 eng.read_conn(sh, *t, &mut buf);
@@ -525,6 +529,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                             }
                         }
                         Target::Datagram(qp) => {
+                            traffic = true;
                             if rev & (POLLIN | POLLERR) != 0 {
                                 eng.read_ud(sh, *qp, &mut buf);
                             }
@@ -539,11 +544,19 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 eng.check_deadlines();
                 // Wake-ups requested by our own work are already served by the next iteration.
                 eng.wake_needed = false;
-            });
+                // Spin after serving something only: a socket that woke us but whose frames
+                // an application thread read first (it drives or polls it) is no reason to
+                // keep a CPU busy; spinning then only takes that CPU from the applications.
+                traffic || eng.frames_served != frames_before
+            })
         }));
-        if iteration.is_err() {
-            log::error!("progress thread: panic caught; serving on");
-            shared.engine.lock().panics += 1;
+        match iteration {
+            Ok(true) => last_traffic = Some(Instant::now()),
+            Ok(false) => {}
+            Err(_) => {
+                log::error!("progress thread: panic caught; serving on");
+                shared.engine.lock().panics += 1;
+            }
         }
     }
 }
