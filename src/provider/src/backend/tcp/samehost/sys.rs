@@ -271,6 +271,49 @@ pub(crate) unsafe fn process_vm(
     Ok(n as usize)
 }
 
+/// As `process_vm`, through the peer's `/proc/<pid>/mem` opened as `mem`: preadv/pwritev
+/// with the remote address as the file offset. For small transfers this is cheaper than
+/// process_vm_readv, which repeats its ptrace access check on every call (measured here: 8 B
+/// in 1.11 us against 1.48 us; from 8 KiB on process_vm_readv wins, it copies pages in bulk);
+/// the mem file was checked once, when it was opened, and pins the peer's address space, not
+/// its pid (a peer that exited reads as end of file).
+///
+/// # Safety
+/// As for `process_vm`.
+pub(crate) unsafe fn proc_mem(
+    mem: RawFd,
+    local: &[(u64, usize)],
+    remote: (u64, usize),
+    write: bool,
+) -> io::Result<usize> {
+    let Ok(offset) = libc::off_t::try_from(remote.0) else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    let mut inline = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 8];
+    if local.len() > inline.len() {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    for (slot, &(a, n)) in inline.iter_mut().zip(local) {
+        *slot = libc::iovec {
+            iov_base: a as usize as *mut libc::c_void,
+            iov_len: n,
+        };
+    }
+    let iov = &inline[..local.len()];
+    let n = if write {
+        libc::pwritev(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
+    } else {
+        libc::preadv(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Reads 8 bytes at `addr` of process `pid` (the probe of a peer's nonce).
 pub(crate) fn peek_u64(pid: u32, addr: u64) -> io::Result<u64> {
     let mut word = 0u64;
