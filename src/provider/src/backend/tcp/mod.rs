@@ -770,11 +770,6 @@ const DRIVE_BUF: usize = 64 * 1024;
 /// Longest single wait of a driver, so that the connections it claimed return to the
 /// progress thread regularly.
 const DRIVE_MAX_MS: u64 = 50;
-/// How long a polling consumer's reads of its connections keep the progress thread off them
-/// (`Conn::lease_until`): past it, with no further poll, the progress thread serves them again.
-/// A few round trips: a poller spinning on its EVD renews it long before; one that stopped
-/// leaves its connections unserved for at most this long.
-const POLL_LEASE: Duration = Duration::from_micros(200);
 /// A driver stops spinning after this many spins in a row that found nothing (the traffic is
 /// slower than the spin window: spinning only burns a CPU), and tries again every
 /// `SPIN_RETRY`-th drive (a power of two).
@@ -922,8 +917,8 @@ impl CompletionQueue for TcpCq {
     }
 
     /// A polling consumer's look at its connections: reads what they hold without waiting,
-    /// on this thread, and leases them from the progress thread for a while (see
-    /// `Conn::lease_until`). Skipped, not waited for, when another thread holds the engine.
+    /// on this thread (the progress thread still watches them: see `progress_loop`). Skipped,
+    /// not waited for, when another thread holds the engine.
     fn progress(&self) -> bool {
         let Some(sh) = self.shared.upgrade() else {
             return false;
@@ -941,11 +936,11 @@ impl CompletionQueue for TcpCq {
             let Some(mut eng) = sh.engine.try_lock() else {
                 return false;
             };
-            let leased = eng.lease_for_cq(self.id, Instant::now() + POLL_LEASE);
-            if leased.is_empty() {
+            let conns = eng.pollable_for_cq(self.id);
+            if conns.is_empty() {
                 return false;
             }
-            for token in leased {
+            for token in conns {
                 eng.read_conn(&sh, token, &mut buf);
                 eng.try_write(token);
             }

@@ -2021,10 +2021,11 @@ fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
     dev.close();
 }
 
-/// A polling consumer (dat_evd_dequeue) reads its connections itself and keeps the progress
-/// thread off them meanwhile (`Conn::lease_until`); once it stops polling, the progress thread
-/// must serve them again: here the server application calls nothing after its polling, and
-/// the client's second send can complete only once the server's side has read it.
+/// A polling consumer (dat_evd_dequeue) reads its connections itself (`TcpCq::progress`);
+/// once it stops polling, the progress thread must still serve them: here the server
+/// application calls nothing after its polling, and the client's second send can complete
+/// only once the server's side has read it. (A lease that kept the progress thread off polled
+/// connections for a while was tried and dropped: see `progress_loop`.)
 #[test]
 fn a_polling_consumer_hands_its_connections_back_when_it_stops() {
     let server = Side::new("srv", mem_priv::ALL);
@@ -2096,16 +2097,22 @@ fn spin_window_setting() {
 fn our_closed_connection_does_not_block_a_listener_on_its_port() {
     use std::net::{SocketAddrV4, TcpListener};
     use std::time::Duration;
-    // Whether some socket listens on `port` (another test running in parallel may have been
-    // given the same port for its own listener: then the experiment is repeated).
-    fn listened(port: u16) -> bool {
+    // Whether a socket other than our own closed connection (to `server_port`) uses `port`:
+    // tests running in parallel may be given the same port for a listener or a connection of
+    // theirs (the kernel reuses a TIME_WAIT port for connections elsewhere), and then the
+    // experiment is repeated.
+    fn in_use(port: u16, server_port: u16) -> bool {
         let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
         table.lines().skip(1).any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1].ends_with(&format!(":{port:04X}")) && f[3] == "0A"
+            f.len() > 3
+                && f[1].ends_with(&format!(":{port:04X}"))
+                && !f[2].ends_with(&format!(":{server_port:04X}"))
         })
     }
-    for _attempt in 0..5 {
+    // On a machine that made many connections lately most ephemeral ports hold some other
+    // program's TIME_WAIT: try until the kernel gives us a port only we hold.
+    for _attempt in 0..500 {
         let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
         let remote = match server.local_addr().expect("addr") {
             std::net::SocketAddr::V4(a) => a,
@@ -2121,11 +2128,11 @@ fn our_closed_connection_does_not_block_a_listener_on_its_port() {
         drop(accepted);
         match TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)) {
             Ok(_) => return,
-            Err(_) if listened(port) => continue,
+            Err(_) if in_use(port, remote.port()) => continue,
             Err(e) => panic!("bind to {port}: {e}"),
         }
     }
-    panic!("five ports taken by other listeners in a row");
+    panic!("500 ports in a row held by other sockets too");
 }
 
 mod hostile;

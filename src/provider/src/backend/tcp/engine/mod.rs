@@ -158,12 +158,6 @@ struct Conn {
     /// An application thread waiting for a completion polls this socket itself (`TcpCq::drive`);
     /// the progress thread leaves it alone meanwhile. The id of the driver's CQ.
     driven: Option<u64>,
-    /// A polling consumer reads this socket itself (`TcpCq::progress`) and has done so lately:
-    /// the progress thread leaves it out of its poll set until then, so that the answers the
-    /// poller spins for do not also wake the progress thread (which, on a machine with few
-    /// CPUs, takes the CPU the poller or the peer needs). A drive takes the connection over;
-    /// once the lease runs out the progress thread serves it again.
-    lease_until: Option<Instant>,
     /// A large READ_RESP payload being received straight into the read's local buffers.
     sink: Option<ReadSink>,
     /// An RDMA read is held until the output queue has drained (see `target_request`).
@@ -216,7 +210,6 @@ impl Conn {
             draining: false,
             write_failed: false,
             driven: None,
-            lease_until: None,
             sink: None,
             wait_drain: false,
             answer_ends: VecDeque::new(),
@@ -447,7 +440,6 @@ impl Engine {
                 continue; // back-pressured: nothing to watch (see `progress_loop`)
             }
             c.driven = Some(cq);
-            c.lease_until = None;
             out.push(Claim {
                 token,
                 fd: c.stream.as_raw_fd(),
@@ -458,23 +450,22 @@ impl Engine {
         out
     }
 
-    /// The connections of CQ `cq`'s QPs a polling consumer may read now (see `Conn::lease_until`):
-    /// established, not driven, not failed; their lease is extended to `until`.
-    pub(crate) fn lease_for_cq(&mut self, cq: u64, until: Instant) -> Vec<u64> {
+    /// The connections of CQ `cq`'s QPs a polling consumer may read now (`TcpCq::progress`):
+    /// established, not driven by a waiting thread, not failed.
+    pub(crate) fn pollable_for_cq(&self, cq: u64) -> Vec<u64> {
         let mut out = Vec::new();
         for e in self.qps.values() {
             if e.send_cq.id != cq && e.recv_cq.id != cq {
                 continue;
             }
             let Some(token) = e.conn else { continue };
-            let Some(c) = self.conns.get_mut(&token) else {
+            let Some(c) = self.conns.get(&token) else {
                 continue;
             };
             if c.driven.is_some() || c.write_failed || !matches!(c.phase, Phase::Established { .. })
             {
                 continue;
             }
-            c.lease_until = Some(until);
             out.push(token);
         }
         out
