@@ -94,6 +94,11 @@ pub(super) fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
             timeout_ms,
         )
     };
+    poll_result(rc)
+}
+
+/// A poll(2)/ppoll(2) return value: ready descriptors, EINTR as none.
+fn poll_result(rc: libc::c_int) -> io::Result<usize> {
     if rc < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
@@ -120,14 +125,7 @@ pub(super) fn poll_for(fds: &mut [PollFd], timeout: std::time::Duration) -> io::
             std::ptr::null(),
         )
     };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(rc as usize)
+    poll_result(rc)
 }
 
 /// Writes `bufs` to the stream socket `fd` as one gather write, with MSG_NOSIGNAL: a write to a

@@ -419,22 +419,31 @@ impl Engine {
         self.conns.get(&token).map(|c| c.stream.as_raw_fd())
     }
 
+    /// The established connections of the QPs that complete into CQ `cq` that no driver holds
+    /// and whose writes have not failed: what a driver may claim, or a poller read.
+    fn free_conns_of_cq(&self, cq: u64) -> Vec<u64> {
+        self.qps
+            .values()
+            .filter(|e| e.send_cq.id == cq || e.recv_cq.id == cq)
+            .filter_map(|e| e.conn)
+            .filter(|t| {
+                self.conns.get(t).is_some_and(|c| {
+                    c.driven.is_none()
+                        && !c.write_failed
+                        && matches!(c.phase, Phase::Established { .. })
+                })
+            })
+            .collect()
+    }
+
     /// Claims for a driver the established connections of the QPs that complete into CQ `cq`
     /// and nobody drives yet.
     pub(crate) fn claim_for_cq(&mut self, cq: u64) -> Vec<Claim> {
         let mut out = Vec::new();
-        for e in self.qps.values() {
-            if e.send_cq.id != cq && e.recv_cq.id != cq {
-                continue;
-            }
-            let Some(token) = e.conn else { continue };
+        for token in self.free_conns_of_cq(cq) {
             let Some(c) = self.conns.get_mut(&token) else {
                 continue;
             };
-            if c.driven.is_some() || c.write_failed || !matches!(c.phase, Phase::Established { .. })
-            {
-                continue;
-            }
             let (input, output) = (c.wants_input(), !c.out.is_empty());
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `progress_loop`)
@@ -453,22 +462,7 @@ impl Engine {
     /// The connections of CQ `cq`'s QPs a polling consumer may read now (`TcpCq::progress`):
     /// established, not driven by a waiting thread, not failed.
     pub(crate) fn pollable_for_cq(&self, cq: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        for e in self.qps.values() {
-            if e.send_cq.id != cq && e.recv_cq.id != cq {
-                continue;
-            }
-            let Some(token) = e.conn else { continue };
-            let Some(c) = self.conns.get(&token) else {
-                continue;
-            };
-            if c.driven.is_some() || c.write_failed || !matches!(c.phase, Phase::Established { .. })
-            {
-                continue;
-            }
-            out.push(token);
-        }
-        out
+        self.free_conns_of_cq(cq)
     }
 
     /// Returns claimed connections to the progress thread, woken if it polls without them

@@ -604,7 +604,7 @@ impl PeerTable {
             // peer's range was just checked against its registry under its table's mutex,
             // which we hold until the copy is over (so its deregistration waits for us).
             let moved = match &self.mapping.mem {
-                Some(mem) if len <= SMALL_VIA_MEM && local.len() <= 8 => unsafe {
+                Some(mem) if len <= SMALL_VIA_MEM => unsafe {
                     sys::proc_mem(mem.as_raw_fd(), local, (addr, len as usize), write)
                 },
                 _ => unsafe {

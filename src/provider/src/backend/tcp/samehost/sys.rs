@@ -208,6 +208,47 @@ pub(crate) fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Our side of a transfer as iovecs: most requests have a segment or two, so no allocation
+/// for up to 8.
+struct Iovecs {
+    inline: [libc::iovec; 8],
+    heap: Vec<libc::iovec>,
+    len: usize,
+}
+
+impl Iovecs {
+    fn new(local: &[(u64, usize)]) -> Iovecs {
+        let iovec = |&(a, n): &(u64, usize)| libc::iovec {
+            iov_base: a as usize as *mut libc::c_void,
+            iov_len: n,
+        };
+        let mut v = Iovecs {
+            inline: [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; 8],
+            heap: Vec::new(),
+            len: local.len(),
+        };
+        if local.len() <= v.inline.len() {
+            for (slot, r) in v.inline.iter_mut().zip(local) {
+                *slot = iovec(r);
+            }
+        } else {
+            v.heap = local.iter().map(iovec).collect();
+        }
+        v
+    }
+
+    fn as_slice(&self) -> &[libc::iovec] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
 /// Copies between ranges of our memory (`local`, in order) and one range of process `pid`'s
 /// (`remote`): from theirs into ours (`write` false) or from ours into theirs. Returns the
 /// bytes moved (fewer than asked: a fault part-way).
@@ -223,25 +264,8 @@ pub(crate) unsafe fn process_vm(
     remote: (u64, usize),
     write: bool,
 ) -> io::Result<usize> {
-    let iovec = |&(a, n): &(u64, usize)| libc::iovec {
-        iov_base: a as usize as *mut libc::c_void,
-        iov_len: n,
-    };
-    // Most requests have a segment or two: no allocation for them.
-    let mut inline = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; 8];
-    let heap: Vec<libc::iovec>;
-    let liov: &[libc::iovec] = if local.len() <= inline.len() {
-        for (slot, r) in inline.iter_mut().zip(local) {
-            *slot = iovec(r);
-        }
-        &inline[..local.len()]
-    } else {
-        heap = local.iter().map(iovec).collect();
-        &heap
-    };
+    let iovs = Iovecs::new(local);
+    let liov = iovs.as_slice();
     let riov = libc::iovec {
         iov_base: remote.0 as usize as *mut libc::c_void,
         iov_len: remote.1,
@@ -289,20 +313,11 @@ pub(crate) unsafe fn proc_mem(
     let Ok(offset) = libc::off_t::try_from(remote.0) else {
         return Err(io::ErrorKind::InvalidInput.into());
     };
-    let mut inline = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; 8];
-    if local.len() > inline.len() {
+    if local.len() > libc::UIO_MAXIOV as usize {
         return Err(io::ErrorKind::InvalidInput.into());
     }
-    for (slot, &(a, n)) in inline.iter_mut().zip(local) {
-        *slot = libc::iovec {
-            iov_base: a as usize as *mut libc::c_void,
-            iov_len: n,
-        };
-    }
-    let iov = &inline[..local.len()];
+    let iovs = Iovecs::new(local);
+    let iov = iovs.as_slice();
     let n = if write {
         libc::pwritev(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
     } else {
