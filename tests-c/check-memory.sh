@@ -141,8 +141,11 @@ unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 echo "== valgrind memcheck (whole processes, Rust libraries included)"
 vg="$out/valgrind"
 mkdir -p "$vg"
+# --max-threads: test_resources opens 250 IAs, each with its progress thread and the thread
+# that holds its same-host table's liveness lock (valgrind's default is 500 threads).
 vgflags="--tool=memcheck --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
-	--track-origins=yes --fair-sched=yes --num-callers=40 --suppressions=$top/tests-c/valgrind.supp"
+	--track-origins=yes --fair-sched=yes --num-callers=40 --max-threads=2000
+	--suppressions=$top/tests-c/valgrind.supp"
 bin="$top/build/tests"
 for t in "test_dto_rules" "test_remote_violation" "test_evd_rules" "test_srq" "test_dat12_rules" \
 	"test_provider_handles" "test_cycles 20 50" "test_resources valgrind"; do
