@@ -34,7 +34,14 @@ pub(super) struct KeyEntry {
 }
 
 impl KeyEntry {
-    pub(super) fn covers(&self, addr: u64, len: u64) -> bool {
+    /// Whether this key lets a peer whose QP is in protection domain `pd` access
+    /// `[addr, addr + len)` with privilege `need`: the target's rule, applied here to requests
+    /// that arrive and by a same-host peer to the table we publish (samehost).
+    pub(super) fn allows_remote(&self, addr: u64, len: u64, pd: u32, need: u32) -> bool {
+        self.pd == pd && self.covers(addr, len) && self.access & need != 0
+    }
+
+    fn covers(&self, addr: u64, len: u64) -> bool {
         let Some(end) = self.addr.checked_add(self.len) else {
             return false;
         };
@@ -318,7 +325,7 @@ impl Keys {
             return Ok(());
         }
         let e = self.map.get(&rkey).ok_or(Status::RemoteAccess)?;
-        if e.pd != pd || !e.covers(addr, len) || e.access & need == 0 {
+        if !e.allows_remote(addr, len, pd, need) {
             return Err(Status::RemoteAccess);
         }
         Ok(())

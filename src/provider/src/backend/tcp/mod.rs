@@ -865,24 +865,19 @@ impl CompletionQueue for TcpCq {
         // without this thread going to sleep and being woken for it.
         let spin = engine::spin_window();
         let misses = self.spin_misses.load(Ordering::Relaxed);
-        let polled = if !spin.is_zero() && (misses < SPIN_GIVE_UP || misses & (SPIN_RETRY - 1) == 0)
-        {
+        let spin_now = !spin.is_zero() && (misses < SPIN_GIVE_UP || misses & (SPIN_RETRY - 1) == 0);
+        let mut polled = Ok(0);
+        if spin_now {
             let until = Instant::now() + spin;
             let until = deadline.map_or(until, |d| d.min(until));
-            let r = engine::spin_poll(&mut fds, until, Duration::ZERO, false);
-            if matches!(r, Ok(n) if n > 0) {
-                self.spin_misses.store(0, Ordering::Relaxed);
-                r
-            } else {
-                self.spin_misses
-                    .store(misses.saturating_add(1), Ordering::Relaxed);
-                sys::poll(&mut fds, ms as i32)
-            }
-        } else {
-            self.spin_misses
-                .store(misses.saturating_add(1), Ordering::Relaxed);
-            sys::poll(&mut fds, ms as i32)
-        };
+            polled = engine::spin_poll(&mut fds, until, Duration::ZERO, false);
+        }
+        let caught = matches!(polled, Ok(n) if n > 0);
+        let misses = if caught { 0 } else { misses.saturating_add(1) };
+        self.spin_misses.store(misses, Ordering::Relaxed);
+        if !caught {
+            polled = sys::poll(&mut fds, ms as i32);
+        }
         if let Err(e) = polled {
             log::error!("poll failed: {e}");
         }

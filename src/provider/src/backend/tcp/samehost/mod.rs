@@ -560,18 +560,18 @@ impl PeerTable {
     /// itself. A read's local ranges may have been partly written by then: the TCP answer
     /// overwrites them.
     ///
-    /// `registry` is our own key registry, locked by the caller, which checked `local`
-    /// against it (keys.rs `local_ranges`) and holds it across this call.
+    /// `_registry` is our own key registry, locked by the caller, which checked `local`
+    /// against it (keys.rs `local_ranges`) and holds it across this call: asking for it makes
+    /// the caller show that it holds the lock.
     pub fn transfer(
         &self,
-        registry: &Keys,
+        _registry: &Keys,
         rkey: u32,
         addr: u64,
         need: u32,
         local: &[(u64, usize)],
         write: bool,
     ) -> bool {
-        let _ = registry;
         let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
         if len == 0 {
             // A zero-length access needs no key (as at the target): nothing to move.
@@ -596,7 +596,7 @@ impl PeerTable {
             let Some(e) = self.lookup(rkey) else {
                 return false;
             };
-            if e.pd != self.qp_pd || !e.covers(addr, len) || e.access & need == 0 {
+            if !e.allows_remote(addr, len, self.qp_pd, need) {
                 return false;
             }
             // SAFETY: the caller checked every local range against our registry, which it
