@@ -131,7 +131,13 @@ deps:
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 
-test: deps all test-rust test-c test-verbs
+test: deps reserve-ports all test-rust test-c test-verbs
+
+# Before the Rust tests, whose plain TCP peers could otherwise leave a fixed
+# port of Debian's test programs in TIME_WAIT (see tests-c/reserve-ports.sh).
+reserve-ports:
+	./tests-c/reserve-ports.sh
+.PHONY: reserve-ports
 
 test-rust:
 	$(CARGO) fmt --all -- --check

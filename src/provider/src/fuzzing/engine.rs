@@ -328,7 +328,13 @@ impl EngineTarget {
         let ep = rig.ep();
         let frames = rig.frames(data);
         let mut s = stream_with_guard(
-            TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).expect("connect to the PSP"),
+            // Reusable, like our own connections: thousands of peers must not leave ports that
+            // other programs listen on (dtest's 45248) in a TIME_WAIT that blocks them.
+            crate::backend::tcp::connect_reusable(
+                std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port),
+                Duration::from_secs(10),
+            )
+            .expect("connect to the PSP"),
         );
         let first = frames.first().cloned().unwrap_or_default();
         let _ = s.write_all(&first);

@@ -373,7 +373,7 @@ fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
 /// own closed ones would make the next `dat_psp_create` on that port fail with
 /// DAT_CONN_QUAL_IN_USE. With SO_REUSEADDR on both sockets the TIME_WAIT no longer conflicts
 /// (a live listener still does).
-pub(super) fn connect_reusable(
+pub(crate) fn connect_reusable(
     remote: std::net::SocketAddrV4,
     limit: std::time::Duration,
 ) -> io::Result<std::net::TcpStream> {
