@@ -2,3 +2,4 @@ pub mod backend;
 pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod intmap;

@@ -7,7 +7,7 @@
 //! A freed header goes to a quarantine and is reused only after `QUARANTINE` later frees, with a
 //! new generation, so a recently freed handle cannot alias a new object.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -26,6 +26,7 @@ use super::pz::Pz;
 use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq::Srq;
+use crate::intmap::IntMap;
 
 /// Tag of a live header: `TAG_LIVE | kind`. Read by ffi only as a fast pre-check; the table is
 /// the authority.
@@ -172,14 +173,14 @@ struct Entry {
 }
 
 struct Table {
-    live: HashMap<usize, Entry>,
+    live: IntMap<usize, Entry>,
     /// Headers reserved for an object under construction.
-    reserved: HashMap<usize, HandleKind>,
+    reserved: IntMap<usize, HandleKind>,
     quarantine: VecDeque<&'static HandleHeader>,
     next_slot: u32,
     /// Live objects per owning IA and kind: what the IA's limits (max_eps, max_lmrs, ...) are
     /// checked against (`owned_count`).
-    owned: HashMap<(usize, HandleKind), usize>,
+    owned: IntMap<(usize, HandleKind), usize>,
 }
 
 static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
@@ -187,11 +188,11 @@ static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
 fn table() -> &'static Mutex<Table> {
     TABLE.get_or_init(|| {
         Mutex::new(Table {
-            live: HashMap::new(),
-            reserved: HashMap::new(),
+            live: IntMap::default(),
+            reserved: IntMap::default(),
             quarantine: VecDeque::new(),
             next_slot: 1,
-            owned: HashMap::new(),
+            owned: IntMap::default(),
         })
     })
 }

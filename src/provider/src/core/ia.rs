@@ -2,7 +2,6 @@
 //! EPs and service points, turns work completions into DTO events, and tears children down on
 //! abrupt close.
 
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -20,6 +19,7 @@ use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq;
 use crate::backend::{self, CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
+use crate::intmap::{IntMap, IntSet};
 
 /// What dat_ia_query reports (DAT_IA_ATTR, minus the fixed strings the ffi layer fills).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,22 +77,22 @@ pub struct Ia {
     closed: AtomicBool,
     /// The IA's async EVD (implicit ones are freed by graceful close).
     async_evd: Mutex<Option<(Weak<Evd>, bool)>>,
-    pub(crate) eps_by_qp: Mutex<HashMap<u32, Weak<Ep>>>,
-    pub(crate) sps_by_listener: Mutex<HashMap<u64, Weak<Sp>>>,
+    pub(crate) eps_by_qp: Mutex<IntMap<u32, Weak<Ep>>>,
+    pub(crate) sps_by_listener: Mutex<IntMap<u64, Weak<Sp>>>,
     /// Requests that reached a listener before its service point was registered above (the
     /// backend listens, and may deliver a request, before `Sp::create` knows the listener's
     /// id): they wait here for `register_sp`, which hands them on. Guarded by the lock of
     /// `sps_by_listener`'s users in the order: `sps_by_listener`, then this.
-    early_requests: Mutex<HashMap<u64, Vec<CmEvent>>>,
+    early_requests: Mutex<IntMap<u64, Vec<CmEvent>>>,
     /// Listeners whose service point is gone: a late request for one is rejected, not parked.
-    closed_listeners: Mutex<std::collections::HashSet<u64>>,
-    pub(crate) lmrs_by_context: Mutex<HashMap<u32, Weak<Lmr>>>,
+    closed_listeners: Mutex<IntSet<u64>>,
+    pub(crate) lmrs_by_context: Mutex<IntMap<u32, Weak<Lmr>>>,
     /// RMRs by the rmr_context of their latest bind (stale entries are told apart by the
     /// RMR's own state): a peer's send-with-invalidate and dat_ep_post_rdma_read_to_rmr name
     /// an RMR by its context.
-    pub(crate) rmrs_by_context: Mutex<HashMap<u32, Weak<Rmr>>>,
+    pub(crate) rmrs_by_context: Mutex<IntMap<u32, Weak<Rmr>>>,
     next_wr_id: AtomicU64,
-    pending: Mutex<HashMap<u64, PendingDto>>,
+    pending: Mutex<IntMap<u64, PendingDto>>,
     /// DCNT_IA_* (see `counters`).
     pub(crate) counters: Counters,
     /// The device's count of dropped datagrams as last added to `counters`.
@@ -118,14 +118,14 @@ impl Ia {
             device: device.clone(),
             closed: AtomicBool::new(false),
             async_evd: Mutex::new(None),
-            eps_by_qp: Mutex::new(HashMap::new()),
-            sps_by_listener: Mutex::new(HashMap::new()),
-            early_requests: Mutex::new(HashMap::new()),
-            closed_listeners: Mutex::new(std::collections::HashSet::new()),
-            lmrs_by_context: Mutex::new(HashMap::new()),
-            rmrs_by_context: Mutex::new(HashMap::new()),
+            eps_by_qp: Mutex::new(IntMap::default()),
+            sps_by_listener: Mutex::new(IntMap::default()),
+            early_requests: Mutex::new(IntMap::default()),
+            closed_listeners: Mutex::new(IntSet::default()),
+            lmrs_by_context: Mutex::new(IntMap::default()),
+            rmrs_by_context: Mutex::new(IntMap::default()),
             next_wr_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(IntMap::default()),
             counters: Counters::new(counters::ia::ALL),
             ud_dropped_seen: AtomicU64::new(0),
         });

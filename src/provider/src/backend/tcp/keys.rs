@@ -14,12 +14,11 @@
 //! made in the shared table too, under both locks, and a peer copies only under the table's
 //! mutex, so the same holds for copies made by other processes.
 
-use std::collections::{HashMap, HashSet};
-
 use super::super::{access, Sge, WcStatus};
 use super::samehost::Publisher;
 use super::sys;
 use super::wire::Status;
+use crate::intmap::{IntMap, IntSet};
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct KeyEntry {
@@ -54,11 +53,11 @@ impl KeyEntry {
 
 #[derive(Default)]
 pub(super) struct Keys {
-    map: HashMap<u32, KeyEntry>,
+    map: IntMap<u32, KeyEntry>,
     /// The window keys bound into each region key, so that deregistering a region finds its
     /// windows without a scan of every key (a scan made freeing n regions cost n^2).
-    windows: HashMap<u32, HashSet<u32>>,
-    used_index: HashSet<u32>,
+    windows: IntMap<u32, IntSet<u32>>,
+    used_index: IntSet<u32>,
     next_index: u32,
     /// State of the fallback generator (0: not seeded yet); see [`Keys::random`].
     rng: u64,

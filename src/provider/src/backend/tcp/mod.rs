@@ -23,7 +23,7 @@ mod sys;
 pub(crate) use sys::connect_reusable;
 pub mod wire;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -41,6 +41,7 @@ use super::{
     SendWr, SharedReceiveQueue, UdPeer, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use crate::intmap::IntMap;
 use engine::{Deferred, Engine, TcpAh};
 use keys::{KeyEntry, Keys};
 
@@ -77,10 +78,10 @@ pub(crate) struct Shared {
     wake_tx: UnixStream,
     wake_rx: UnixStream,
     cm_handler: Mutex<Option<CmHandler>>,
-    cqs: Mutex<HashMap<u64, Weak<TcpCq>>>,
-    srqs: Mutex<HashMap<u64, Weak<TcpSrq>>>,
+    cqs: Mutex<IntMap<u64, Weak<TcpCq>>>,
+    srqs: Mutex<IntMap<u64, Weak<TcpSrq>>>,
     /// Memory windows by key index, so a bind work request can reach its window.
-    mws: Mutex<HashMap<u32, Weak<TcpMw>>>,
+    mws: Mutex<IntMap<u32, Weak<TcpMw>>>,
     next_id: AtomicU64,
     limits: wire::Limits,
     stopped: AtomicBool,
@@ -208,9 +209,9 @@ impl TcpDevice {
             wake_tx,
             wake_rx,
             cm_handler: Mutex::new(None),
-            cqs: Mutex::new(HashMap::new()),
-            srqs: Mutex::new(HashMap::new()),
-            mws: Mutex::new(HashMap::new()),
+            cqs: Mutex::new(IntMap::default()),
+            srqs: Mutex::new(IntMap::default()),
+            mws: Mutex::new(IntMap::default()),
             next_id: AtomicU64::new(1),
             limits: wire::Limits {
                 max_message: MAX_MESSAGE,

@@ -9,7 +9,7 @@
 //! * `datagram`: unreliable datagram QPs (UDP) and their address resolution;
 //! * `samehost`: the same-host path's handshake, and RDMA reads and writes it does at once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -24,6 +24,7 @@ use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use super::{Shared, TcpCq, TcpSrq};
 use crate::core::error::{DatError, DatResult, SubType};
+use crate::intmap::IntMap;
 
 mod connection;
 mod datagram;
@@ -279,9 +280,9 @@ enum Outcome {
 
 #[derive(Default)]
 pub(crate) struct Engine {
-    qps: HashMap<u32, QpEntry>,
-    conns: HashMap<u64, Conn>,
-    pub(crate) listeners: HashMap<u64, ListenerEntry>,
+    qps: IntMap<u32, QpEntry>,
+    conns: IntMap<u64, Conn>,
+    pub(crate) listeners: IntMap<u64, ListenerEntry>,
     pub(crate) connect_results: Vec<(u32, u64, io::Result<TcpStream>)>,
     next_token: u64,
     next_qp: u32,
@@ -295,10 +296,10 @@ pub(crate) struct Engine {
     drained: Vec<u64>,
     /// Per listener, its connections in the order accepted that may still await their HELLO
     /// (see MAX_AWAITING_HELLO).
-    awaiting_hello: HashMap<u64, VecDeque<u64>>,
+    awaiting_hello: IntMap<u64, VecDeque<u64>>,
     /// Listeners not polled until then: accepting failed for lack of descriptors (EMFILE,
     /// ENFILE), and the connection waiting in the kernel's queue would wake us at once again.
-    pub(crate) accept_paused: HashMap<u64, Instant>,
+    pub(crate) accept_paused: IntMap<u64, Instant>,
     /// Panics caught while serving a connection (each dropped that connection only).
     pub(crate) panics: u64,
     /// Frames received and handled, by any thread (the progress thread spins only after it
@@ -308,7 +309,7 @@ pub(crate) struct Engine {
     #[cfg(test)]
     pub(crate) panic_on_rkey: Option<u32>,
     /// Datagram address resolutions under way, by id.
-    ud_pending: HashMap<u64, datagram::UdResolve>,
+    ud_pending: IntMap<u64, datagram::UdResolve>,
     /// Their TCP connects, as the helper threads finish them.
     pub(crate) ud_connect_results: Vec<(u64, io::Result<TcpStream>)>,
     /// Our HELLOs advertise the same-host path (the device can offer its key table).

@@ -30,7 +30,6 @@
 
 mod sys;
 
-use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +38,7 @@ use std::time::Duration;
 
 use super::keys::{KeyEntry, Keys};
 use super::wire::SameHostOffer;
+use crate::intmap::{IntMap, IntSet};
 
 pub(crate) const LOG: &str = "daplrs::samehost";
 
@@ -191,7 +191,7 @@ pub(crate) struct Local {
     pub stats: Arc<Stats>,
     _keeper: Option<Keeper>,
     /// Peers' tables mapped here, by (pid, nonce), shared by the connections to them.
-    peers: parking_lot::Mutex<HashMap<(u32, u64), std::sync::Weak<PeerMapping>>>,
+    peers: parking_lot::Mutex<IntMap<(u32, u64), std::sync::Weak<PeerMapping>>>,
 }
 
 impl Local {
@@ -235,8 +235,8 @@ impl Local {
     pub fn publisher(&self) -> Option<Publisher> {
         self.table.as_ref().map(|t| Publisher {
             table: t.clone(),
-            slot_of: HashMap::new(),
-            used: HashSet::new(),
+            slot_of: IntMap::default(),
+            used: IntSet::default(),
         })
     }
 
@@ -308,8 +308,8 @@ pub(crate) struct Publisher {
     table: Arc<Table>,
     /// Our own record of which slot holds which key (we never read back the shared slots,
     /// which a peer could scribble on).
-    slot_of: HashMap<u32, usize>,
-    used: HashSet<usize>,
+    slot_of: IntMap<u32, usize>,
+    used: IntSet<usize>,
 }
 
 impl Publisher {
