@@ -89,8 +89,11 @@ fn every_frame() -> Vec<Vec<u8>> {
         nonce: 0x5eed,
         nonce_addr: 0x1000,
         pd: 1,
+        ring_fd: Some(4),
     };
     one(Header::new(Kind::SameHost), &offer.encode());
+    one(Header::new(Kind::Switch), &[]);
+    one(Header::new(Kind::Doorbell), &[]);
     let mut same_host = wire::handshake(Kind::Hello);
     same_host.flags = wire::FLAG_SAME_HOST;
     one(same_host, b"same host");

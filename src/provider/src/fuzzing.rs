@@ -45,11 +45,11 @@ pub fn payload_bound(kind: Kind, limits: &Limits) -> u32 {
         Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
         Kind::Atomic => wire::ATOMIC_PAYLOAD,
         Kind::SameHost => wire::SAME_HOST_OFFER_LEN,
-        Kind::ReadReq | Kind::Ack | Kind::Disconnect => 0,
+        Kind::ReadReq | Kind::Ack | Kind::Disconnect | Kind::Switch | Kind::Doorbell => 0,
     }
 }
 
-const KINDS: [Kind; 12] = [
+const KINDS: [Kind; 14] = [
     Kind::Hello,
     Kind::Accept,
     Kind::Reject,
@@ -62,6 +62,8 @@ const KINDS: [Kind; 12] = [
     Kind::WriteImm,
     Kind::Atomic,
     Kind::SameHost,
+    Kind::Switch,
+    Kind::Doorbell,
 ];
 const STATUSES: [Status; 5] = [
     Status::Ok,

@@ -858,10 +858,21 @@ impl CompletionQueue for TcpCq {
             }
         };
         let mut fds = Vec::with_capacity(claimed.len() + 1);
+        let mut rings = engine::RingWatch::default();
         fds.push(sys::PollFd::new(wake_rx.as_raw_fd(), sys::POLLIN));
         for c in &claimed {
             let input = if c.input { sys::POLLIN } else { 0 };
-            let output = if c.output { sys::POLLOUT } else { 0 };
+            let output = if c.output && c.ring_out.is_none() {
+                sys::POLLOUT
+            } else {
+                0
+            };
+            if let Some(ring) = c.ring.as_ref().filter(|_| c.input) {
+                rings.watch_input(fds.len(), ring);
+            }
+            if let Some(ring) = c.ring_out.as_ref().filter(|_| c.output) {
+                rings.watch_output(fds.len(), ring);
+            }
             fds.push(sys::PollFd::new(c.fd, input | output));
         }
         // Spin first when spinning has paid lately: an answer a round trip away is then read
@@ -870,17 +881,21 @@ impl CompletionQueue for TcpCq {
         let misses = self.spin_misses.load(Ordering::Relaxed);
         let spin_now = !spin.is_zero() && (misses < SPIN_GIVE_UP || misses & (SPIN_RETRY - 1) == 0);
         let mut polled = Ok(0);
-        if spin_now {
+        let ready = rings.begin();
+        if ready {
+            polled = sys::poll(&mut fds, 0);
+        } else if spin_now {
             let until = Instant::now() + spin;
             let until = deadline.map_or(until, |d| d.min(until));
             polled = engine::spin_poll(&mut fds, until, Duration::ZERO, false);
         }
-        let caught = matches!(polled, Ok(n) if n > 0);
+        let caught = ready || matches!(polled, Ok(n) if n > 0);
         let misses = if caught { 0 } else { misses.saturating_add(1) };
         self.spin_misses.store(misses, Ordering::Relaxed);
         if !caught {
             polled = sys::poll(&mut fds, ms as i32);
         }
+        rings.end(&mut fds);
         if let Err(e) = polled {
             log::error!("poll failed: {e}");
         }
@@ -939,6 +954,7 @@ impl CompletionQueue for TcpCq {
                 return false;
             }
             for token in conns {
+                eng.note_poller(token);
                 eng.read_conn(&sh, token, &mut buf);
                 eng.try_write(token);
             }

@@ -81,6 +81,10 @@ impl PollFd {
     pub fn revents(&self) -> i16 {
         self.0.revents
     }
+    /// Adds `events` to what poll reported (a same-host ring holds data or has room).
+    pub fn mark(&mut self, events: i16) {
+        self.0.revents |= events;
+    }
 }
 
 /// poll(2) over `fds`; EINTR counts as "nothing ready".

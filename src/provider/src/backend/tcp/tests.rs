@@ -24,7 +24,7 @@ use crate::core::sp::Sp;
 const GUARD_US: u32 = 20_000_000;
 
 /// Memory the transport writes behind Rust's back: accessed only through its raw pointer.
-struct Buffer {
+pub(super) struct Buffer {
     mem: Box<[u8]>,
     ptr: *mut u8,
 }

@@ -84,6 +84,8 @@ pub struct SameHostOffer {
     pub nonce: u64,
     pub nonce_addr: u64,
     pub pd: u32,
+    /// Our ring for what the peer sends (its descriptor in process `pid`), if we made one.
+    pub ring_fd: Option<u32>,
 }
 
 impl SameHostOffer {
@@ -94,7 +96,9 @@ impl SameHostOffer {
         b.extend_from_slice(&self.nonce.to_le_bytes());
         b.extend_from_slice(&self.nonce_addr.to_le_bytes());
         b.extend_from_slice(&self.pd.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        // 0: no ring; else the descriptor plus one.
+        let ring = self.ring_fd.map_or(0, |fd| fd.saturating_add(1));
+        b.extend_from_slice(&ring.to_le_bytes());
         b
     }
 
@@ -115,6 +119,7 @@ impl SameHostOffer {
             nonce: u64_at(8),
             nonce_addr: u64_at(16),
             pd: u32_at(24),
+            ring_fd: u32_at(28).checked_sub(1),
         })
     }
 }
@@ -178,6 +183,11 @@ pub enum Kind {
     Atomic = 11,
     /// A same-host offer (payload: `SameHostOffer`).
     SameHost = 12,
+    /// The last frame of this direction on the socket: the rest come through the receiver's
+    /// same-host ring (samehost/ring.rs); no payload.
+    Switch = 13,
+    /// Wakes the receiver (whose ring has room again for our writes); no payload.
+    Doorbell = 14,
 }
 
 impl Kind {
@@ -195,6 +205,8 @@ impl Kind {
             10 => Kind::WriteImm,
             11 => Kind::Atomic,
             12 => Kind::SameHost,
+            13 => Kind::Switch,
+            14 => Kind::Doorbell,
             _ => return None,
         })
     }
@@ -315,7 +327,7 @@ impl Header {
             Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
             Kind::Atomic => ATOMIC_PAYLOAD,
             Kind::SameHost => SAME_HOST_OFFER_LEN,
-            Kind::ReadReq | Kind::Ack | Kind::Disconnect => 0,
+            Kind::ReadReq | Kind::Ack | Kind::Disconnect | Kind::Switch | Kind::Doorbell => 0,
         };
         if h.payload_len > bound {
             return Err(WireError::TooLong {
@@ -382,6 +394,13 @@ impl Decoder {
             self.start = 0;
         }
         self.buf.extend_from_slice(data);
+    }
+
+    /// Forgets the bytes buffered past the last frame returned: after a SWITCH frame, what
+    /// followed it on the socket are doorbells (the frames come through the ring).
+    pub fn discard_buffered(&mut self) {
+        self.buf.clear();
+        self.start = 0;
     }
 
     /// Bytes buffered and not yet returned as frames.
@@ -538,13 +557,28 @@ impl OutQueue {
     /// everything is written (Ok) or `send` refuses (its error, e.g. WouldBlock).
     pub fn write_with(
         &mut self,
+        send: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<()> {
+        self.write_upto(u64::MAX, send)
+    }
+
+    /// As `write_with`, but stops (Ok) once the stream position `end` is written.
+    pub fn write_upto(
+        &mut self,
+        end: u64,
         mut send: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<()> {
-        while !self.chunks.is_empty() {
+        while !self.chunks.is_empty() && self.written < end {
+            let mut limit = end - self.written;
             let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(16);
             for (i, c) in self.chunks.iter().take(16).enumerate() {
+                if limit == 0 {
+                    break;
+                }
                 let from = if i == 0 { self.front_pos } else { 0 };
-                slices.push(std::io::IoSlice::new(&c[from..]));
+                let take = ((c.len() - from) as u64).min(limit) as usize;
+                slices.push(std::io::IoSlice::new(&c[from..from + take]));
+                limit -= take as u64;
             }
             let mut n = send(&slices)?;
             if n == 0 {
@@ -794,6 +828,7 @@ mod tests {
     #[test]
     fn same_host_offers_round_trip_and_other_lengths_are_refused() {
         let o = SameHostOffer {
+            ring_fd: Some(9),
             pid: 4242,
             fd: 7,
             nonce: 0x0123_4567_89ab_cdef,

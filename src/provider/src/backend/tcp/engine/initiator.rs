@@ -345,6 +345,11 @@ impl Engine {
     /// Tries again the requests queued behind a send that had no receive, or behind an RDMA
     /// read that waited for our output to drain.
     pub(super) fn retry_held(&mut self, sh: &Shared, token: u64) {
+        if self.conns.get(&token).is_none_or(|c| c.held.is_empty()) {
+            // Nothing waits (the common case, on every receive posted): nothing to retry and
+            // no reading to resume, so no need to wake the progress thread either.
+            return;
+        }
         loop {
             let Some(c) = self.conns.get_mut(&token) else {
                 return;

@@ -36,7 +36,7 @@ mod target;
 pub(crate) use datagram::TcpAh;
 #[cfg(test)]
 pub(crate) use sockets::parse_spin;
-pub(crate) use sockets::{progress_loop, spin_poll, spin_window};
+pub(crate) use sockets::{progress_loop, spin_poll, spin_window, RingWatch};
 
 /// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
 /// with its connect).
@@ -195,6 +195,12 @@ pub(crate) struct Claim {
     /// Watch for input (not while back-pressured) and for room to write.
     pub input: bool,
     pub output: bool,
+    /// Our same-host ring, when the peer's frames come through it (the socket then only
+    /// wakes us: see `samehost::ring`).
+    pub ring: Option<Arc<super::samehost::ring::Ring>>,
+    /// The peer's same-host ring, when our frames go there (then output waits for room in
+    /// it, not in the socket).
+    pub ring_out: Option<Arc<super::samehost::ring::Ring>>,
 }
 
 impl Conn {
@@ -244,9 +250,24 @@ impl Conn {
         self.phase == Phase::Closing
     }
 
-    /// Sends what the kernel takes now (never raising SIGPIPE).
+    /// Sends what the kernel takes now (never raising SIGPIPE); on a same-host connection,
+    /// everything after our SWITCH frame goes into the peer's ring instead (with a doorbell
+    /// on the socket when a thread of the peer may be asleep on it).
     fn flush_out(&mut self) -> io::Result<()> {
-        send_out(&mut self.out, &self.stream)
+        let fd = self.stream.as_raw_fd();
+        if let Some(at) = self.same_host.switch_at {
+            self.out.write_upto(at, |s| sys::send_nosignal(fd, s))?;
+            self.same_host.switch_at = None;
+        }
+        let Some(ring) = self.same_host.writing_ring() else {
+            return send_out(&mut self.out, &self.stream);
+        };
+        let before = self.out.written();
+        let result = self.out.write_with(|s| ring.write(s));
+        if self.out.written() != before && ring.reader_may_sleep() {
+            doorbell(fd);
+        }
+        result
     }
 
     /// Ends the connection after what is queued has been sent: the peer reads everything up
@@ -265,6 +286,13 @@ impl Conn {
 pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()> {
     let fd = stream.as_raw_fd();
     out.write_with(|slices| sys::send_nosignal(fd, slices))
+}
+
+/// Wakes the peer's thread asleep in poll on a same-host connection's socket: one byte that
+/// means nothing (after our SWITCH, the socket carries nothing else). A full socket or a gone
+/// peer needs no doorbell: the first is being read, the second is seen by reading.
+fn doorbell(fd: std::os::fd::RawFd) {
+    let _ = sys::send_nosignal(fd, &[std::io::IoSlice::new(&[0u8])]);
 }
 
 /// What a held request counts against HOLD_LIMIT.
@@ -455,6 +483,8 @@ impl Engine {
                 fd: c.stream.as_raw_fd(),
                 input,
                 output,
+                ring: c.same_host.reading_ring().cloned(),
+                ring_out: c.same_host.writing_ring().cloned(),
             });
         }
         out

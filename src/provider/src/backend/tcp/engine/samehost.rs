@@ -1,8 +1,9 @@
 //! The engine's side of the same-host path (../samehost/): the handshake that sets it up on a
-//! connection, and RDMA reads and writes done on the posting thread when it is set up. Sends,
-//! atomics, write-with-immediate and connection management stay on the TCP connection.
+//! connection, RDMA reads and writes done on the posting thread when it is set up, and the
+//! switch of each direction's frames (sends, atomics, write-with-immediate, answers, connection
+//! management) from the socket to the receiver's ring (../samehost/ring.rs).
 
-use super::super::samehost::{self as shm, Mode, LOG};
+use super::super::samehost::{self as shm, ring::Ring, Mode, LOG};
 use super::*;
 
 impl Engine {
@@ -76,11 +77,21 @@ impl Engine {
         let Some(pd) = self.qps.get(&qp).map(|e| e.pd) else {
             return;
         };
-        let Some(offer) = sh.samehost.offer(pd) else {
+        // Our ring for what the peer sends; without one, the peer keeps writing to the socket.
+        let ring = match Ring::create() {
+            Ok(r) => Some(Arc::new(r)),
+            Err(e) => {
+                log::info!(target: LOG, "connection {token}: no same-host ring ({e}): the peer's frames stay on TCP");
+                None
+            }
+        };
+        let ring_fd = ring.as_ref().and_then(|r| r.fd()).map(|fd| fd as u32);
+        let Some(offer) = sh.samehost.offer(pd, ring_fd) else {
             return;
         };
         if let Some(c) = self.conns.get_mut(&token) {
             c.same_host.expect_offer = true;
+            c.same_host.incoming = ring;
             c.out
                 .push_frame(Header::new(Kind::SameHost), offer.encode());
         }
@@ -109,6 +120,7 @@ impl Engine {
                     .attached
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 c.same_host.peer = Some(Arc::new(table));
+                self.same_host_open_ring(sh, token, qp, &offer);
             }
             Err(why) if sh.samehost.mode == Mode::Require => {
                 log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");
@@ -118,6 +130,93 @@ impl Engine {
                 log::info!(target: LOG, "connection {token} (qp {qp}): stays on TCP: {why}");
             }
         }
+    }
+
+    /// After the peer's offer checked out: maps the ring it names and sends SWITCH, after
+    /// which our frames go into that ring (`Conn::flush_out`). Without a ring the connection
+    /// keeps writing to the socket (or fails, in require mode).
+    fn same_host_open_ring(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        offer: &wire::SameHostOffer,
+    ) {
+        let opened = match offer.ring_fd {
+            Some(fd) => Ring::open(offer.pid, fd),
+            None => Err("the peer offered no ring".to_string()),
+        };
+        match opened {
+            Ok(ring) => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.same_host.outgoing = Some(Arc::new(ring));
+                    c.out.push_frame(Header::new(Kind::Switch), Vec::new());
+                    c.same_host.switch_at = Some(c.out.pushed());
+                }
+                self.try_write(token);
+            }
+            Err(why) if sh.samehost.mode == Mode::Require => {
+                log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            }
+            Err(why) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): our frames stay on TCP: {why}");
+            }
+        }
+    }
+
+    /// The peer's SWITCH arrived on `token`: its next frames are in our ring, and what
+    /// followed the SWITCH on the socket are doorbells. Returns false if the connection was
+    /// dropped for it (a SWITCH we did not offer a ring for, or a second one).
+    pub(super) fn same_host_switch(&mut self, sh: &Shared, token: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let Some(ring) = c
+            .same_host
+            .incoming
+            .as_ref()
+            .filter(|_| !c.same_host.peer_switched)
+        else {
+            self.protocol_error(token, "SWITCH without our ring");
+            return false;
+        };
+        // The peer has mapped the ring: the descriptor has done its work.
+        ring.close_fd();
+        c.same_host.peer_switched = true;
+        c.dec.discard_buffered();
+        sh.samehost
+            .stats
+            .rings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        log::info!(target: LOG, "connection {token}: the peer's frames come through our ring");
+        true
+    }
+
+    /// A polling consumer reads connection `token` (`TcpCq::progress`): its ring, if the
+    /// peer's frames come through one, is left to it for a while (see `RingWatch`).
+    pub(crate) fn note_poller(&self, token: u64) {
+        if let Some(ring) = self
+            .conns
+            .get(&token)
+            .and_then(|c| c.same_host.reading_ring())
+        {
+            ring.note_poller();
+        }
+    }
+
+    /// Wakes the peer's writer that waits for room in our ring: a doorbell byte if our own
+    /// frames already go through its ring, else a DOORBELL frame on the socket.
+    pub(super) fn ring_peer(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if c.same_host.writing_ring().is_some() {
+            doorbell(c.stream.as_raw_fd());
+            return;
+        }
+        c.out.push_frame(Header::new(Kind::Doorbell), Vec::new());
+        self.try_write(token);
     }
 
     /// An RDMA read or write done here, now, if the connection has the peer's table and the

@@ -2,6 +2,7 @@
 //! answers straight into registered memory), writing queued output, and the progress
 //! thread's poll loop.
 
+use super::super::samehost::ring::Ring;
 use super::*;
 
 impl Engine {
@@ -144,6 +145,13 @@ impl Engine {
                     }
                     Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p, None),
                     Kind::SameHost => self.same_host_offer(sh, token, qp, &p),
+                    Kind::Switch => {
+                        if !self.same_host_switch(sh, token) {
+                            return;
+                        }
+                    }
+                    // Our ring has room again for what we queued.
+                    Kind::Doorbell => self.try_write(token),
                     Kind::Disconnect => {
                         self.conns.remove(&token);
                         if let Some(e) = self.qps.get_mut(&qp) {
@@ -239,6 +247,12 @@ impl Engine {
             let Some(c) = self.conns.get_mut(&token) else {
                 return;
             };
+            if c.same_host.reading_ring().is_some() {
+                // The peer's SWITCH came (maybe in the read just handled): the rest of its
+                // frames are in our ring.
+                self.read_ring_conn(sh, token, buf);
+                return;
+            }
             if c.is_closing() {
                 // Nothing the peer sends now is processed: read and discard until its end of
                 // stream, which ends the connection.
@@ -344,6 +358,79 @@ impl Engine {
         });
     }
 
+    /// Reads connection `token`, whose peer writes its frames into our ring: first the
+    /// socket (doorbells are dropped, the end of stream noted), then the ring, and only when
+    /// the ring is empty the end of stream, so that everything the peer wrote before it
+    /// closed or died is served first.
+    fn read_ring_conn(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let Some(ring) = c.same_host.reading_ring().cloned() else {
+            return;
+        };
+        let mut ended = false;
+        let mut doorbells = [0u8; 256];
+        loop {
+            match c.stream.read(&mut doorbells) {
+                Ok(0) => ended = true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => ended = true,
+            }
+            break;
+        }
+        // As many reads as a socket gets (see read_conn_unguarded), unless the peer is gone.
+        for round in 0.. {
+            let Some(c) = self.conns.get_mut(&token) else {
+                return;
+            };
+            let closing = c.is_closing();
+            if (!closing && !c.wants_input()) || (!ended && round == 64) {
+                break;
+            }
+            match ring.read(buf) {
+                Ok(n) => {
+                    if !closing {
+                        c.dec.feed(&buf[..n]);
+                    }
+                    if ring.take_writer_waiting() {
+                        self.ring_peer(token);
+                    }
+                    if !closing {
+                        self.process_frames(sh, token);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.protocol_error(token, &e.to_string());
+                    return;
+                }
+            }
+        }
+        // What we queued may have waited for room in the peer's ring (its doorbell).
+        if self
+            .conns
+            .get(&token)
+            .is_some_and(|c| !c.out.is_empty() && c.same_host.writing_ring().is_some())
+        {
+            self.try_write(token);
+        }
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
+        if !ended || (ring.has_data() && !c.is_closing()) {
+            // Not ended, or frames still held back: the end of stream is read again later.
+            return;
+        }
+        if c.is_closing() {
+            self.conns.remove(&token);
+        } else {
+            self.conn_lost(token);
+        }
+    }
+
     /// Receives more of the payload a `ReadSink` places; completes the read when all is in.
     pub(super) fn read_sink(&mut self, sh: &Shared, token: u64, buf: &mut [u8]) -> SinkStep {
         let Some(c) = self.conns.get_mut(&token) else {
@@ -422,8 +509,9 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         if shared.stopped.load(Ordering::SeqCst) {
             break;
         }
-        let (mut fds, targets) = {
+        let (mut fds, targets, rings) = {
             let mut eng = shared.engine.lock();
+            let mut rings = RingWatch::default();
             // Connections a waiting application thread drives are left out; the first one it
             // gives back wakes us (`release_claims`). Those a polling consumer reads
             // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
@@ -450,13 +538,23 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 if c.wants_input() {
                     ev |= POLLIN;
                 }
-                if !c.out.is_empty() && !c.write_failed && !c.draining {
+                // Output for the peer's same-host ring waits for room there, not in the socket
+                // (the reader's doorbell says when there is room again).
+                let output = !c.out.is_empty() && !c.write_failed && !c.draining;
+                let ring_out = c.same_host.writing_ring().filter(|_| output);
+                if output && ring_out.is_none() {
                     ev |= POLLOUT;
                 }
-                if ev == 0 {
+                if ev == 0 && ring_out.is_none() {
                     // Back-pressured and nothing to send: leave it out entirely, since poll
                     // reports hang-ups even for no events and we would spin on them.
                     continue;
+                }
+                if let Some(ring) = c.same_host.reading_ring().filter(|_| ev & POLLIN != 0) {
+                    rings.watch_input_unless_polled(fds.len(), ring);
+                }
+                if let Some(ring) = ring_out {
+                    rings.watch_output(fds.len(), ring);
                 }
                 fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
                 targets.push(Target::Conn(*t));
@@ -469,14 +567,16 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 targets.push(Target::Datagram(qp));
             }
             eng.poll_excludes = excluding;
-            (fds, targets)
+            (fds, targets, rings)
         };
-        let timeout = Duration::from_millis(TICK_MS as u64);
+        let timeout = rings.cap(Duration::from_millis(TICK_MS as u64));
         let spin_until = last_traffic.map(|t| t + spin);
         let polled = match spin_until {
+            _ if rings.begin() => sys::poll(&mut fds, 0),
             Some(until) if !spin.is_zero() => spin_poll(&mut fds, until, timeout, true),
             _ => sys::poll_for(&mut fds, timeout),
         };
+        rings.end(&mut fds);
         if let Err(e) = polled {
             log::error!("poll failed: {e}");
             std::thread::sleep(Duration::from_millis(TICK_MS as u64));
@@ -589,6 +689,75 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 /// would keep off the CPU may be the very one that produces the next frame (measured: RDMA
 /// write ping-pong over veth on 2 CPUs, 66 us one-way with the progress threads spinning
 /// hard, 18 us yielding). An application thread waiting for its own completion spins hard.
+/// The same-host rings (samehost/ring.rs) of connections in a poll set, by their index in the
+/// set: rings we read (the peer's frames) and rings we write (the peer's ring, while output
+/// waits). A thread that may sleep in poll counts itself on each ring it reads first, so that
+/// the peer's writes ring the doorbell on the socket, and does not sleep if a ring it reads
+/// holds data or a ring it writes has room: the socket's POLLIN and POLLOUT stand for those.
+///
+/// The progress thread leaves a ring a polling consumer reads (`Ring::note_poller`) to that
+/// consumer while its lease lasts, and sleeps no longer than the lease: the writer then rings
+/// no doorbell, and the consumer's answers wake nobody.
+#[derive(Default)]
+pub(crate) struct RingWatch {
+    input: Vec<(usize, Arc<Ring>)>,
+    output: Vec<(usize, Arc<Ring>)>,
+    /// The earliest end of a poll lease among the rings left to their consumers.
+    lease_left: Option<Duration>,
+}
+
+impl RingWatch {
+    /// For a thread that waits for this ring's data (a driver): counts itself as a sleeper.
+    pub fn watch_input(&mut self, index: usize, ring: &Arc<Ring>) {
+        self.input.push((index, ring.clone()));
+    }
+
+    /// For the progress thread: as `watch_input`, unless a polling consumer holds the ring.
+    pub fn watch_input_unless_polled(&mut self, index: usize, ring: &Arc<Ring>) {
+        match ring.poll_lease_left() {
+            Some(left) => {
+                self.lease_left = Some(self.lease_left.map_or(left, |l| l.min(left)));
+            }
+            None => self.watch_input(index, ring),
+        }
+    }
+
+    /// `timeout`, shortened to end with the first poll lease.
+    pub fn cap(&self, timeout: Duration) -> Duration {
+        self.lease_left.map_or(timeout, |l| l.min(timeout))
+    }
+
+    pub fn watch_output(&mut self, index: usize, ring: &Arc<Ring>) {
+        self.output.push((index, ring.clone()));
+    }
+
+    /// Counts us as a possible sleeper on every ring we read: true if one holds data already
+    /// or one we write has room (then the caller polls without waiting).
+    pub fn begin(&self) -> bool {
+        let readable = self
+            .input
+            .iter()
+            .fold(false, |ready, (_, r)| r.begin_sleep() | ready);
+        readable || self.output.iter().any(|(_, r)| r.has_room())
+    }
+
+    /// Ends what `begin` started, and marks the entries whose ring holds data readable and
+    /// those whose peer ring has room writable.
+    pub fn end(&self, fds: &mut [PollFd]) {
+        for (i, r) in &self.input {
+            r.end_sleep();
+            if r.has_data() {
+                fds[*i].mark(POLLIN);
+            }
+        }
+        for (i, r) in &self.output {
+            if r.has_room() {
+                fds[*i].mark(POLLOUT);
+            }
+        }
+    }
+}
+
 pub(crate) fn spin_poll(
     fds: &mut [PollFd],
     until: Instant,

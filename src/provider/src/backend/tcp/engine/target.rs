@@ -189,7 +189,12 @@ impl Engine {
                 let direct = self
                     .conns
                     .get(&token)
-                    .filter(|c| c.out.is_empty() && !c.write_failed && !c.is_closing())
+                    .filter(|c| {
+                        c.out.is_empty()
+                            && !c.write_failed
+                            && !c.is_closing()
+                            && c.same_host.outgoing.is_none()
+                    })
                     .map(|c| c.stream.as_raw_fd());
                 let r = match direct {
                     Some(fd) => {

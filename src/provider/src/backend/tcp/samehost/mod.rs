@@ -6,7 +6,9 @@
 //! thread, between its registered memory and the target's, and completes the request before
 //! the post returns: no frame crosses the socket. Everything else (sends, atomics,
 //! write-with-immediate, connection management, and every read or write the fast path
-//! declines) stays on the TCP connection; a later step moves sends too.
+//! declines) is framed as over TCP, but the frames travel through a shared-memory ring per
+//! direction instead of the socket (ring.rs), which then only wakes sleepers and says when
+//! the peer is gone.
 //!
 //! For that, each device publishes its key registry (keys.rs) in a table in a memfd mapped
 //! MAP_SHARED: a header (magic, version, a random nonce, capacity, entry count), a
@@ -28,6 +30,7 @@
 //! device opens. Log target `daplrs::samehost`: whether each connection took the path, and why
 //! not.
 
+pub(crate) mod ring;
 mod sys;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -180,6 +183,8 @@ pub(crate) struct Stats {
     pub inline_ops: AtomicU64,
     /// Connections whose peer table we mapped.
     pub attached: AtomicU64,
+    /// Connections whose incoming frames switched to our ring (ring.rs).
+    pub rings: AtomicU64,
 }
 
 /// A device's side of the same-host path.
@@ -259,8 +264,9 @@ impl Local {
         Ok(table)
     }
 
-    /// Our offer for a connection whose local QP is in protection domain `pd`.
-    pub fn offer(&self, pd: u32) -> Option<SameHostOffer> {
+    /// Our offer for a connection whose local QP is in protection domain `pd`, naming our
+    /// ring for it (`ring_fd`) if we made one.
+    pub fn offer(&self, pd: u32, ring_fd: Option<u32>) -> Option<SameHostOffer> {
         let t = self.table.as_ref()?;
         Some(SameHostOffer {
             pid: std::process::id(),
@@ -268,6 +274,7 @@ impl Local {
             nonce: *self.nonce_copy,
             nonce_addr: &*self.nonce_copy as *const u64 as u64,
             pd,
+            ring_fd,
         })
     }
 }
@@ -427,35 +434,10 @@ impl PeerTable {
 
 impl PeerMapping {
     fn map(offer: &SameHostOffer) -> Result<PeerMapping, Refusal> {
-        if offer.pid == 0 || offer.pid > i32::MAX as u32 || offer.fd > i32::MAX as u32 {
-            return Err(format!("offer names pid {} fd {}", offer.pid, offer.fd));
-        }
+        let (file, len) = open_peer_memfd(offer.pid, offer.fd)?;
         let path = format!("/proc/{}/fd/{}", offer.pid, offer.fd);
-        // The offer may name any descriptor of the peer (a device, a FIFO): look at what it
-        // is through an O_PATH descriptor (opening that has no effect on what it names), and
-        // open it for real only if it is a regular file (a memfd is one).
-        let path_only = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH)
-            .open(&path)
-            .map_err(|e| format!("open {path}: {e}"))?;
-        let meta = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
-        if !meta.is_file() {
-            return Err(format!("{path}: not a memory file"));
-        }
-        let reopen = format!("/proc/self/fd/{}", path_only.as_raw_fd());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&reopen)
-            .map_err(|e| format!("open {path}: {e}"))?;
-        let len = meta.len();
         if !(OFF_SLOTS as u64 + SLOT_LEN as u64..=MAX_TABLE_BYTES).contains(&len) {
             return Err(format!("{path}: {len} bytes is no key table"));
-        }
-        if !sys::size_sealed(file.as_raw_fd()) {
-            return Err(format!("{path}: size not sealed"));
         }
         let map = sys::SharedMap::map(file.as_raw_fd(), len as usize)
             .map_err(|e| format!("mmap {path}: {e}"))?;
@@ -618,6 +600,39 @@ impl PeerTable {
     }
 }
 
+/// Opens descriptor `fd` of process `pid` (through /proc: the kernel's ptrace check decides)
+/// read-write if it is a memory file whose size is sealed: a peer's key table or ring.
+/// Returns it and its size.
+pub(crate) fn open_peer_memfd(pid: u32, fd: u32) -> Result<(std::fs::File, u64), Refusal> {
+    if pid == 0 || pid > i32::MAX as u32 || fd > i32::MAX as u32 {
+        return Err(format!("offer names pid {pid} fd {fd}"));
+    }
+    let path = format!("/proc/{pid}/fd/{fd}");
+    // The offer may name any descriptor of the peer (a device, a FIFO): look at what it
+    // is through an O_PATH descriptor (opening that has no effect on what it names), and
+    // open it for real only if it is a regular file (a memfd is one).
+    let path_only = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&path)
+        .map_err(|e| format!("open {path}: {e}"))?;
+    let meta = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{path}: not a memory file"));
+    }
+    let reopen = format!("/proc/self/fd/{}", path_only.as_raw_fd());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&reopen)
+        .map_err(|e| format!("open {path}: {e}"))?;
+    if !sys::size_sealed(file.as_raw_fd()) {
+        return Err(format!("{path}: size not sealed"));
+    }
+    Ok((file, meta.len()))
+}
+
 /// A connection's same-host state (engine/samehost.rs).
 #[derive(Default)]
 pub(crate) struct Link {
@@ -627,6 +642,33 @@ pub(crate) struct Link {
     pub expect_offer: bool,
     /// The peer's table, once its offer checked out.
     pub peer: Option<Arc<PeerTable>>,
+    /// Our ring for what the peer sends (ring.rs), named in our offer.
+    pub incoming: Option<Arc<ring::Ring>>,
+    /// The peer's SWITCH came: its frames arrive through `incoming`; the socket carries only
+    /// doorbells and its end of stream.
+    pub peer_switched: bool,
+    /// The peer's ring, mapped: what we send goes there once our SWITCH frame is out.
+    pub outgoing: Option<Arc<ring::Ring>>,
+    /// Where in our output stream our SWITCH frame ends, while it is not all written yet.
+    pub switch_at: Option<u64>,
+}
+
+impl Link {
+    /// The peer's ring, if what we write goes there now.
+    pub fn writing_ring(&self) -> Option<&Arc<ring::Ring>> {
+        match self.switch_at {
+            None => self.outgoing.as_ref(),
+            Some(_) => None,
+        }
+    }
+
+    /// Our ring, if what we read comes from there now.
+    pub fn reading_ring(&self) -> Option<&Arc<ring::Ring>> {
+        match self.peer_switched {
+            true => self.incoming.as_ref(),
+            false => None,
+        }
+    }
 }
 
 /// Counters of the device `stats` belongs to, for the log.
@@ -676,7 +718,7 @@ mod tests {
     }
 
     fn offer_of(local: &Local) -> SameHostOffer {
-        local.offer(7).expect("a table")
+        local.offer(7, None).expect("a table")
     }
 
     /// Our own pid reads our own table: the probe, the lookup and the checks of `transfer`.
@@ -741,7 +783,7 @@ mod tests {
         o.pid = 0;
         assert!(PeerTable::attach(&o).is_err(), "pid");
         assert!(PeerTable::attach(&good).is_ok());
-        assert!(Local::new(Mode::Never, 64, "test").offer(1).is_none());
+        assert!(Local::new(Mode::Never, 64, "test").offer(1, None).is_none());
     }
 
     /// Keys that find no free slot within PROBES of their home stay unpublished (TCP).
@@ -804,16 +846,16 @@ mod tests {
     fn connections_to_one_peer_share_its_mapping() {
         let owner = Local::new(Mode::Auto, 64, "owner");
         let user = Local::new(Mode::Auto, 64, "user");
-        let a = user.attach(&owner.offer(1).unwrap()).expect("first");
-        let b = user.attach(&owner.offer(2).unwrap()).expect("second");
+        let a = user.attach(&owner.offer(1, None).unwrap()).expect("first");
+        let b = user.attach(&owner.offer(2, None).unwrap()).expect("second");
         assert!(Arc::ptr_eq(&a.mapping, &b.mapping));
         assert_eq!((a.qp_pd, b.qp_pd), (1, 2));
         drop((a, b));
         let c = user
-            .attach(&owner.offer(3).unwrap())
+            .attach(&owner.offer(3, None).unwrap())
             .expect("after the others closed");
         assert_eq!(c.qp_pd, 3);
-        let mut wrong = owner.offer(1).unwrap();
+        let mut wrong = owner.offer(1, None).unwrap();
         wrong.nonce_addr = 8;
         assert!(
             user.attach(&wrong).is_err(),

@@ -81,6 +81,39 @@ impl SharedMap {
         unsafe { std::ptr::write_volatile(self.at::<u64>(off), v) }
     }
 
+    /// A word of the mapping both processes update atomically (ring positions and flags).
+    pub fn atomic_u64(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: in bounds and aligned (see `at`); the mapping lives as long as `self`, and
+        // an AtomicU64 has the size and alignment of a u64. Another process may change it at
+        // any time, which atomics allow.
+        unsafe { &*self.at::<std::sync::atomic::AtomicU64>(off) }
+    }
+
+    pub fn atomic_u32(&self, off: usize) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: as in atomic_u64.
+        unsafe { &*self.at::<std::sync::atomic::AtomicU32>(off) }
+    }
+
+    /// Copies `data` into the mapping at `off` (bounds checked).
+    pub fn copy_in(&self, off: usize, data: &[u8]) {
+        assert!(off
+            .checked_add(data.len())
+            .is_some_and(|end| end <= self.len));
+        // SAFETY: the range is inside the mapping (asserted); `data` is ours. The peer never
+        // touches the part of a ring the writer fills (a hostile one garbles only its own
+        // stream, which we treat as untrusted).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) }
+    }
+
+    /// Copies bytes at `off` out of the mapping into `out` (bounds checked).
+    pub fn copy_out(&self, off: usize, out: &mut [u8]) {
+        assert!(off
+            .checked_add(out.len())
+            .is_some_and(|end| end <= self.len));
+        // SAFETY: as in copy_in, the other way; whatever the bytes are, they are plain bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), out.len()) }
+    }
+
     /// Makes the bytes at `off` a process-shared, robust pthread mutex (owner only, before
     /// the table is offered to anyone).
     pub fn init_robust_mutex(&self, off: usize) -> io::Result<()> {

@@ -27,6 +27,10 @@ fn attached(stats: &Stats) -> u64 {
     stats.attached.load(Ordering::Relaxed)
 }
 
+fn rings(stats: &Stats) -> u64 {
+    stats.rings.load(Ordering::Relaxed)
+}
+
 /// The client's offer was queued before anything it sends: once a send from the client has
 /// arrived, the server has checked the offer.
 fn sync_server(server: &Side, client: &Side) {
@@ -131,6 +135,151 @@ fn reads_and_writes_complete_before_the_post_returns() {
     );
     assert_eq!(client.buf.read(700, 4), b"serv");
     assert_eq!(dto(&next(&server.dto)).0, 910);
+    close(&[&client, &server]);
+}
+
+/// Sends (and everything else that is not an inline read or write) travel through the
+/// receivers' rings in both directions, in order, also messages several times a ring's size
+/// and more than a ring of small ones in flight; the server's frames arrive the same way.
+#[test]
+fn sends_go_through_the_rings_in_order() {
+    use super::Buffer;
+    use crate::backend::Sge;
+    const BIG: usize = 3 * super::super::samehost::ring::CAPACITY + 12_345;
+    const SMALL: usize = 24 * 1024;
+    let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    assert_eq!(
+        rings(&s_stats),
+        1,
+        "the client's frames come through the server's ring"
+    );
+    // The server's answer to the client's send came after its SWITCH: wait for one more.
+    server.buf.write(3000, b"reply");
+    client
+        .ep
+        .post_recv(&[client.seg(3000, 8)], 950, 0)
+        .expect("recv");
+    server
+        .ep
+        .post_send(&[server.seg(3000, 5)], 951, 0)
+        .expect("send");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (950, dto_status::SUCCESS, 5, dto_op::RECEIVE)
+    );
+    assert_eq!(dto(&next(&server.dto)).0, 951);
+    assert_eq!(
+        rings(&c_stats),
+        1,
+        "the server's frames come through the client's ring"
+    );
+
+    let sbuf = Buffer::new(BIG);
+    let cbuf = Buffer::new(BIG);
+    let slmr = server.register(&sbuf);
+    let clmr = client.register(&cbuf);
+    let pattern: Vec<u8> = (0..BIG).map(|i| (i * 13 + i / 4099) as u8).collect();
+    cbuf.write(0, &pattern);
+    server
+        .ep
+        .post_recv(
+            &[Sge {
+                addr: sbuf.addr(),
+                length: BIG as u32,
+                lkey: slmr.lmr_context(),
+            }],
+            1,
+            0,
+        )
+        .expect("recv big");
+    client
+        .ep
+        .post_send(
+            &[Sge {
+                addr: cbuf.addr(),
+                length: BIG as u32,
+                lkey: clmr.lmr_context(),
+            }],
+            2,
+            0,
+        )
+        .expect("send big");
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (1, dto_status::SUCCESS, BIG as u32, dto_op::RECEIVE)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::SUCCESS, BIG as u32, dto_op::SEND)
+    );
+    assert!(
+        sbuf.read(0, BIG) == pattern,
+        "the big message arrived whole"
+    );
+
+    // Smaller messages, more in flight than one ring holds (the receives are posted late, so
+    // the sends wait at the server meanwhile), each with its own content.
+    let count = 48;
+    assert!(count * SMALL > 2 * super::super::samehost::ring::CAPACITY);
+    for i in 0..count {
+        cbuf.write(i * SMALL, &[(i % 251) as u8; SMALL]);
+        client
+            .ep
+            .post_send(
+                &[Sge {
+                    addr: cbuf.addr() + (i * SMALL) as u64,
+                    length: SMALL as u32,
+                    lkey: clmr.lmr_context(),
+                }],
+                10_000 + i as u64,
+                0,
+            )
+            .expect("send small");
+    }
+    let mut sent = 0;
+    for i in 0..count {
+        server
+            .ep
+            .post_recv(
+                &[Sge {
+                    addr: sbuf.addr() + (i * SMALL) as u64,
+                    length: SMALL as u32,
+                    lkey: slmr.lmr_context(),
+                }],
+                20_000 + i as u64,
+                0,
+            )
+            .expect("recv small");
+        assert_eq!(
+            dto(&next(&server.dto)),
+            (
+                20_000 + i as u64,
+                dto_status::SUCCESS,
+                SMALL as u32,
+                dto_op::RECEIVE
+            )
+        );
+        assert_eq!(sbuf.read(i * SMALL, SMALL), vec![(i % 251) as u8; SMALL]);
+        while let Ok(ev) = client.dto.dequeue() {
+            assert_eq!(
+                dto(&ev),
+                (
+                    10_000 + sent,
+                    dto_status::SUCCESS,
+                    SMALL as u32,
+                    dto_op::SEND
+                )
+            );
+            sent += 1;
+        }
+    }
+    while sent < count as u64 {
+        assert_eq!(dto(&next(&client.dto)).0, 10_000 + sent);
+        sent += 1;
+    }
     close(&[&client, &server]);
 }
 
@@ -435,6 +584,7 @@ mod hostile {
             "not advertised: not offered"
         );
         let bogus = SameHostOffer {
+            ring_fd: None,
             pid: std::process::id(),
             fd: 0,
             nonce: 1,
@@ -456,6 +606,7 @@ mod hostile {
         assert_eq!(theirs.pid, std::process::id());
         // A forged offer (their own table, a wrong nonce): refused, the connection stays.
         let forged = SameHostOffer {
+            ring_fd: None,
             nonce: theirs.nonce ^ 1,
             ..theirs
         };
@@ -479,6 +630,7 @@ mod hostile {
         let (_, p) = read_frame(&mut s).expect("the target's offer");
         let theirs = SameHostOffer::decode(&p).expect("well formed");
         let forged = SameHostOffer {
+            ring_fd: None,
             nonce_addr: 8,
             ..theirs
         };

@@ -1,0 +1,385 @@
+//! The same-host byte channel: one direction of a connection's frame stream through shared
+//! memory instead of the TCP socket.
+//!
+//! Each side makes a ring for what it receives (a memfd, size sealed) and names it in its
+//! SAME_HOST offer; the peer maps it and, from its SWITCH frame on, writes every frame it
+//! would have written to the socket into the ring instead. Frames, their order and every
+//! rule of the engine are unchanged: only the bytes travel another way, with one copy in and
+//! one out, in user space. The socket stays open: it carries doorbells (bytes without meaning
+//! that wake a reader asleep in poll) and the end of stream that says the peer closed or died,
+//! read only after the ring is empty, so nothing written before is lost.
+//!
+//! A single producer and a single consumer (each side's engine lock serialises its own
+//! threads). Positions count bytes ever written/read (wrapping u64); each side keeps its own
+//! position privately and only publishes it, and every value read from the peer is checked
+//! (a peer may write anything into the shared pages: it can break its own connection, not
+//! make us read or write outside the mapping).
+//!
+//! Wake-ups without lost ones: a reader about to sleep counts itself in `sleepers`, then looks
+//! at the tail once more; a writer publishes its tail, then looks at `sleepers` and rings the
+//! doorbell if anyone may sleep. With sequentially consistent operations on both sides either
+//! the writer sees the sleeper or the sleeper sees the data. A writer that finds the ring full
+//! sets `writer_waiting` and looks at the head again; the reader that frees room clears it and
+//! rings the writer's doorbell (on the other direction).
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{sys, Refusal};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSRG");
+const VERSION: u32 = 1;
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_CAPACITY: usize = 12;
+/// The reader's position (written by the reader only).
+const OFF_HEAD: usize = 64;
+/// The writer's position (written by the writer only).
+const OFF_TAIL: usize = 128;
+/// Threads of the reader that may be asleep in poll on the socket.
+const OFF_SLEEPERS: usize = 192;
+/// The writer found the ring full and waits for a doorbell.
+const OFF_WRITER_WAITING: usize = 256;
+const OFF_DATA: usize = 4096;
+/// Bytes of data per direction: room for many small frames and a good share of a large one
+/// (a frame larger than the ring passes in pieces).
+pub(crate) const CAPACITY: usize = 512 * 1024;
+
+/// One direction's ring, as its reader (who made it) or its writer (who mapped the peer's).
+pub(crate) struct Ring {
+    map: sys::SharedMap,
+    capacity: u64,
+    /// Our own position: the head for the reader, the tail for the writer.
+    pos: AtomicU64,
+    /// The reader's memfd, until the writer said it has mapped it (its SWITCH).
+    fd: parking_lot::Mutex<Option<OwnedFd>>,
+    /// Reader's side, private: until when (ns on `clock_ns`) a polling consumer of ours is
+    /// taken to read this ring itself (see `note_poller`).
+    poll_lease: AtomicU64,
+}
+
+/// How long after a polling consumer's last look at a ring the progress thread leaves that
+/// ring to it (does not count itself a sleeper, so the writer rings no doorbell and wakes
+/// nobody): a consumer polling in a loop looks again within microseconds. When the consumer
+/// stops, data written meanwhile waits at most this long for the progress thread.
+const POLL_LEASE: Duration = Duration::from_micros(100);
+
+/// Nanoseconds on a process-wide monotonic clock.
+fn clock_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+impl Ring {
+    /// A new ring for what we receive, to be named in our offer.
+    pub fn create() -> io::Result<Ring> {
+        let len = OFF_DATA + CAPACITY;
+        let fd = sys::memfd("daplrs-ring", len)?;
+        sys::seal_size(&fd)?;
+        let map = sys::SharedMap::map(fd.as_raw_fd(), len)?;
+        map.write_u32(OFF_VERSION, VERSION);
+        map.write_u32(OFF_CAPACITY, CAPACITY as u32);
+        map.write_u64(OFF_MAGIC, MAGIC);
+        Ok(Ring {
+            map,
+            capacity: CAPACITY as u64,
+            pos: AtomicU64::new(0),
+            fd: parking_lot::Mutex::new(Some(fd)),
+            poll_lease: AtomicU64::new(0),
+        })
+    }
+
+    /// The descriptor our offer names (None once the writer has mapped it).
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.lock().as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// The writer has mapped the ring: the descriptor is no longer needed (the mapping keeps
+    /// the memory).
+    pub fn close_fd(&self) {
+        self.fd.lock().take();
+    }
+
+    /// Maps the ring a peer's offer names (descriptor `fd` of process `pid`), as its writer.
+    pub fn open(pid: u32, fd: u32) -> Result<Ring, Refusal> {
+        let (file, len) = super::open_peer_memfd(pid, fd)?;
+        let want = (OFF_DATA + CAPACITY) as u64;
+        if len != want {
+            return Err(format!("pid {pid} fd {fd}: {len} bytes is no ring"));
+        }
+        let map = sys::SharedMap::map(file.as_raw_fd(), len as usize)
+            .map_err(|e| format!("mmap pid {pid} fd {fd}: {e}"))?;
+        if map.read_u64(OFF_MAGIC) != MAGIC
+            || map.read_u32(OFF_VERSION) != VERSION
+            || map.read_u32(OFF_CAPACITY) as usize != CAPACITY
+        {
+            return Err(format!(
+                "pid {pid} fd {fd}: not a ring of version {VERSION}"
+            ));
+        }
+        let ring = Ring {
+            capacity: CAPACITY as u64,
+            pos: AtomicU64::new(0),
+            fd: parking_lot::Mutex::new(None),
+            poll_lease: AtomicU64::new(0),
+            map,
+        };
+        // The reader's ring is new: it has read nothing, and we start writing at its head.
+        let head = ring.head().load(Ordering::SeqCst);
+        if head != 0 || ring.tail().load(Ordering::SeqCst) != 0 {
+            return Err(format!("pid {pid} fd {fd}: ring already in use"));
+        }
+        Ok(ring)
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        self.map.atomic_u64(OFF_HEAD)
+    }
+    fn tail(&self) -> &AtomicU64 {
+        self.map.atomic_u64(OFF_TAIL)
+    }
+    fn sleepers(&self) -> &AtomicU32 {
+        self.map.atomic_u32(OFF_SLEEPERS)
+    }
+    fn writer_waiting(&self) -> &AtomicU32 {
+        self.map.atomic_u32(OFF_WRITER_WAITING)
+    }
+
+    // ---- the reader's side ----
+
+    /// Bytes written and not read yet; an error if the writer's tail makes no sense.
+    fn available(&self) -> io::Result<u64> {
+        let head = self.pos.load(Ordering::Relaxed);
+        let n = self.tail().load(Ordering::SeqCst).wrapping_sub(head);
+        if n > self.capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "same-host ring: the peer's position is out of range",
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Whether there is something to read (a broken ring counts: reading reports it).
+    pub fn has_data(&self) -> bool {
+        !matches!(self.available(), Ok(0))
+    }
+
+    /// Reads what the ring holds, up to `buf.len()`: WouldBlock when it is empty.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let avail = self.available()?;
+        if avail == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = (avail as usize).min(buf.len());
+        let head = self.pos.load(Ordering::Relaxed);
+        let at = (head % self.capacity) as usize;
+        let first = n.min(CAPACITY - at);
+        self.map.copy_out(OFF_DATA + at, &mut buf[..first]);
+        self.map.copy_out(OFF_DATA, &mut buf[first..n]);
+        let head = head.wrapping_add(n as u64);
+        self.pos.store(head, Ordering::Relaxed);
+        self.head().store(head, Ordering::SeqCst);
+        Ok(n)
+    }
+
+    /// After reading: whether the writer waits for room (and must be woken); clears the flag.
+    pub fn take_writer_waiting(&self) -> bool {
+        self.writer_waiting().load(Ordering::SeqCst) != 0
+            && self.writer_waiting().swap(0, Ordering::SeqCst) != 0
+    }
+
+    /// A polling consumer of ours just read (or looked at) the ring, and will again soon.
+    pub fn note_poller(&self) {
+        let until = clock_ns() + POLL_LEASE.as_nanos() as u64;
+        self.poll_lease.store(until, Ordering::Relaxed);
+    }
+
+    /// How much longer the polling consumer's lease lasts (None: over, or never taken).
+    pub fn poll_lease_left(&self) -> Option<Duration> {
+        let until = self.poll_lease.load(Ordering::Relaxed);
+        let now = clock_ns();
+        (until > now).then(|| Duration::from_nanos(until - now))
+    }
+
+    /// A thread of ours is about to sleep in poll on the connection's socket: counts it, and
+    /// returns whether data came meanwhile (then it must not sleep). Pair with `end_sleep`.
+    pub fn begin_sleep(&self) -> bool {
+        self.sleepers().fetch_add(1, Ordering::SeqCst);
+        self.has_data()
+    }
+
+    pub fn end_sleep(&self) {
+        self.sleepers().fetch_sub(1, Ordering::SeqCst);
+    }
+
+    // ---- the writer's side ----
+
+    /// Writes as much of `slices` as there is room for: WouldBlock when the ring is full (the
+    /// reader then rings our doorbell when it frees room).
+    pub fn write(&self, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+        let tail = self.pos.load(Ordering::Relaxed);
+        let mut room = self.room(tail)?;
+        if room == 0 {
+            self.writer_waiting().store(1, Ordering::SeqCst);
+            room = self.room(tail)?;
+            if room == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+        let mut written = 0usize;
+        for s in slices {
+            if written == room {
+                break;
+            }
+            let take = s.len().min(room - written);
+            let mut from = &s[..take];
+            while !from.is_empty() {
+                let at = (tail.wrapping_add(written as u64) % self.capacity) as usize;
+                let n = from.len().min(CAPACITY - at);
+                self.map.copy_in(OFF_DATA + at, &from[..n]);
+                from = &from[n..];
+                written += n;
+            }
+        }
+        let tail = tail.wrapping_add(written as u64);
+        self.pos.store(tail, Ordering::Relaxed);
+        self.tail().store(tail, Ordering::SeqCst);
+        Ok(written)
+    }
+
+    fn room(&self, tail: u64) -> io::Result<usize> {
+        let used = tail.wrapping_sub(self.head().load(Ordering::SeqCst));
+        if used > self.capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "same-host ring: the peer's position is out of range",
+            ));
+        }
+        Ok((self.capacity - used) as usize)
+    }
+
+    /// Whether a write would take something now.
+    pub fn has_room(&self) -> bool {
+        !matches!(self.room(self.pos.load(Ordering::Relaxed)), Ok(0))
+    }
+
+    /// After writing: whether a reader thread may be asleep (and needs the doorbell).
+    pub fn reader_may_sleep(&self) -> bool {
+        self.sleepers().load(Ordering::SeqCst) != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (Ring, Ring) {
+        let reader = Ring::create().unwrap();
+        let writer = Ring::open(std::process::id(), reader.fd().unwrap() as u32).unwrap();
+        (reader, writer)
+    }
+
+    #[test]
+    fn bytes_pass_in_order_across_the_wrap() {
+        let (r, w) = pair();
+        let mut next_in = 0u8;
+        let mut next_out = 0u8;
+        let mut buf = vec![0u8; 100_000];
+        // Writes of odd sizes, several times around the ring.
+        for round in 0..40 {
+            let chunk: Vec<u8> = (0..(70_001 + round))
+                .map(|_| {
+                    next_in = next_in.wrapping_add(1);
+                    next_in
+                })
+                .collect();
+            let mut left = &chunk[..];
+            while !left.is_empty() {
+                match w.write(&[IoSlice::new(left)]) {
+                    Ok(n) => left = &left[n..],
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        assert!(r.take_writer_waiting() || r.has_data());
+                        while let Ok(n) = r.read(&mut buf) {
+                            for &b in &buf[..n] {
+                                next_out = next_out.wrapping_add(1);
+                                assert_eq!(b, next_out);
+                            }
+                        }
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        while let Ok(n) = r.read(&mut buf) {
+            for &b in &buf[..n] {
+                next_out = next_out.wrapping_add(1);
+                assert_eq!(b, next_out);
+            }
+        }
+        assert_eq!(next_in, next_out);
+        assert_eq!(
+            r.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+    }
+
+    #[test]
+    fn a_full_ring_refuses_and_flags_the_writer() {
+        let (r, w) = pair();
+        let big = vec![7u8; CAPACITY + 10];
+        assert_eq!(w.write(&[IoSlice::new(&big)]).unwrap(), CAPACITY);
+        let e = w.write(&[IoSlice::new(&big)]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        let mut buf = vec![0u8; 10];
+        assert_eq!(r.read(&mut buf).unwrap(), 10);
+        assert!(r.take_writer_waiting());
+        assert!(!r.take_writer_waiting());
+        assert_eq!(w.write(&[IoSlice::new(&big)]).unwrap(), 10);
+    }
+
+    #[test]
+    fn a_sleeper_either_sees_data_or_is_seen() {
+        let (r, w) = pair();
+        assert!(!r.begin_sleep());
+        w.write(&[IoSlice::new(b"x")]).unwrap();
+        assert!(w.reader_may_sleep());
+        r.end_sleep();
+        assert!(!w.reader_may_sleep());
+        assert!(r.begin_sleep());
+        r.end_sleep();
+    }
+
+    #[test]
+    fn a_peer_position_out_of_range_is_an_error_not_a_wild_copy() {
+        let (r, w) = pair();
+        // The writer's tail jumps past the ring's capacity: the reader refuses to read.
+        w.tail().store(CAPACITY as u64 * 3, Ordering::SeqCst);
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            r.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        // A head past everything written: the writer refuses to write.
+        let (r2, w2) = pair();
+        r2.head().store(1000, Ordering::SeqCst);
+        assert_eq!(
+            w2.write(&[IoSlice::new(b"x")]).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+
+    #[test]
+    fn only_a_fresh_ring_of_the_right_size_is_opened() {
+        let (r, _w) = pair();
+        // Already written to: refused.
+        r.map.atomic_u64(OFF_TAIL).store(1, Ordering::SeqCst);
+        assert!(Ring::open(std::process::id(), r.fd().unwrap() as u32).is_err());
+        // Not a ring (a key table's memfd, or any other file): refused.
+        let other = sys::memfd("not-a-ring", 8192).unwrap();
+        sys::seal_size(&other).unwrap();
+        assert!(Ring::open(std::process::id(), other.as_raw_fd() as u32).is_err());
+    }
+}
