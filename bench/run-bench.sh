@@ -157,7 +157,7 @@ m_datperf() {
 		-S 8,1M -A 60 "${p[@]}" || { stop_server; return; }
 	timeout -k 5 300 bash -c 'run "$@"' _ "$s" b \
 		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8,1M -w 8 \
-		-t read_lat,send_lat,write_lat,read_bw -n "$LAT_ITERS" "${p[@]}" >"$log.txt" 2>&1 ||
+		-t read_lat,send_lat,write_lat,read_bw,send_bw -n "$LAT_ITERS" "${p[@]}" >"$log.txt" 2>&1 ||
 		echo "  datperf $s $mode failed: see ${log#"$top"/}.txt" >&2
 	wait "$server_pid" 2>/dev/null
 	server_pid=""
@@ -167,6 +167,7 @@ m_datperf() {
 		record "$s" "${t}_${mode}_p99" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $5 }' "$log.txt")"
 	done
 	record "$s" "readbw_$mode" "$(awk '$1 == "read_bw" && $2 == 1048576 { print $6 }' "$log.txt")"
+	record "$s" "sendbw_$mode" "$(awk '$1 == "send_bw" && $2 == 1048576 { print $6 }' "$log.txt")"
 }
 
 # Debian's dapltest -T P (the issue's command lines), one server per setting and round.
@@ -238,6 +239,7 @@ print_table() {
 					row("  datperf " mo " send 8 B one-way (RTT/2) median", s, med(s, "send_" mo "_med"), "us", "", "", "", 2)
 					row("  datperf " mo " write 8 B one-way (RTT/2) median", s, med(s, "write_" mo "_med"), "us", "", "", "", 2)
 					row("  datperf " mo " read 1 MiB, 8 in flight", s, med(s, "readbw_" mo), "MB/s", pb, "pvm_readv", ">= 0.8x", 0)
+					row("  datperf " mo " send 1 MiB, 8 in flight", s, med(s, "sendbw_" mo), "MB/s", pb, "pvm_readv", "", 0)
 				}
 				row("  dapltest -T P -m p RR 8, latency phase (mean)", s, med(s, "dt_p_lat"), "us", "", "", "", 2)
 				row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", "", "", "", 2)
@@ -257,6 +259,7 @@ print_table() {
 				row("  datperf " mo " send 8 B one-way (RTT/2) median", s, med(s, "send_" mo "_med"), "us", rtt, "TCP RTT", "", 2)
 				row("  datperf " mo " write 8 B one-way (RTT/2) median", s, med(s, "write_" mo "_med"), "us", rtt, "TCP RTT", "", 2)
 				row("  datperf " mo " read 1 MiB, 8 in flight", s, med(s, "readbw_" mo), "MB/s", bw, "tcp_bw", ">= 0.95x", 0)
+				row("  datperf " mo " send 1 MiB, 8 in flight", s, med(s, "sendbw_" mo), "MB/s", bw, "tcp_bw", "", 0)
 			}
 			row("  dapltest -T P -m p RR 8, latency phase (mean)", s, med(s, "dt_p_lat"), "us", rtt, "TCP RTT", "<= 1.5x", 2)
 			row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", rtt, "TCP RTT", "<= 2.5x", 2)

@@ -775,9 +775,18 @@ fn srq_feeds_receives_of_several_connections() {
 fn rsp_dup_connect_and_handoff() {
     let server = Side::new("srv", mem_priv::ALL);
     let client = Side::new("cli", mem_priv::ALL);
-    let (probe, port) = Sp::create_psp_any(&server.ia, &server.cr, 0).expect("find a free port");
-    probe.free().expect("free probe");
-    let rsp = Sp::create_rsp(&server.ia, port, &server.ep, &server.cr).expect("rsp");
+    // A free port, found with a probe PSP; another test's connection may take it between the
+    // probe's release and the RSP's bind (its ephemeral port): then try another.
+    let (rsp, port) = (0..50)
+        .find_map(|_| {
+            let (probe, port) =
+                Sp::create_psp_any(&server.ia, &server.cr, 0).expect("find a free port");
+            probe.free().expect("free probe");
+            Sp::create_rsp(&server.ia, port, &server.ep, &server.cr)
+                .ok()
+                .map(|rsp| (rsp, port))
+        })
+        .expect("rsp on a free port");
     assert_eq!(server.ep.state(), ep_state::RESERVED);
     client
         .ep

@@ -168,6 +168,9 @@ struct Conn {
     answer_ends: VecDeque<u64>,
     /// The same-host path on this connection (engine/samehost.rs).
     same_host: super::samehost::Link,
+    /// Until then a polling consumer reads this connection itself (`TcpCq::progress`): on a
+    /// same-host ring, the progress thread leaves it alone meanwhile (see `POLL_LEASE`).
+    poll_lease: Option<Instant>,
 }
 
 /// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
@@ -221,6 +224,7 @@ impl Conn {
             wait_drain: false,
             answer_ends: VecDeque::new(),
             same_host: Default::default(),
+            poll_lease: None,
         }
     }
 

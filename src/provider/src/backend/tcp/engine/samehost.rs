@@ -193,18 +193,6 @@ impl Engine {
         true
     }
 
-    /// A polling consumer reads connection `token` (`TcpCq::progress`): its ring, if the
-    /// peer's frames come through one, is left to it for a while (see `RingWatch`).
-    pub(crate) fn note_poller(&self, token: u64) {
-        if let Some(ring) = self
-            .conns
-            .get(&token)
-            .and_then(|c| c.same_host.reading_ring())
-        {
-            ring.note_poller();
-        }
-    }
-
     /// Wakes the peer's writer that waits for room in our ring: a doorbell byte if our own
     /// frames already go through its ring, else a DOORBELL frame on the socket.
     pub(super) fn ring_peer(&mut self, token: u64) {

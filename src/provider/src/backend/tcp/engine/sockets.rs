@@ -509,9 +509,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         if shared.stopped.load(Ordering::SeqCst) {
             break;
         }
-        let (mut fds, targets, rings) = {
+        let (mut fds, targets, rings, lease_end) = {
             let mut eng = shared.engine.lock();
             let mut rings = RingWatch::default();
+            let mut lease_end: Option<Duration> = None;
             // Connections a waiting application thread drives are left out; the first one it
             // gives back wakes us (`release_claims`). Those a polling consumer reads
             // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
@@ -534,6 +535,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     excluding = true;
                     continue;
                 }
+
                 let mut ev = 0;
                 if c.wants_input() {
                     ev |= POLLIN;
@@ -551,7 +553,14 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     continue;
                 }
                 if let Some(ring) = c.same_host.reading_ring().filter(|_| ev & POLLIN != 0) {
-                    rings.watch_input_unless_polled(fds.len(), ring);
+                    match c
+                        .poll_lease
+                        .and_then(|until| until.checked_duration_since(now))
+                    {
+                        // Left to its poller: no doorbell for us; back when the lease ends.
+                        Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
+                        None => rings.watch_input(fds.len(), ring),
+                    }
                 }
                 if let Some(ring) = ring_out {
                     rings.watch_output(fds.len(), ring);
@@ -567,9 +576,11 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 targets.push(Target::Datagram(qp));
             }
             eng.poll_excludes = excluding;
-            (fds, targets, rings)
+            (fds, targets, rings, lease_end)
         };
-        let timeout = rings.cap(Duration::from_millis(TICK_MS as u64));
+        // Back when the first poll lease ends, to watch what it left to its poller again.
+        let tick = Duration::from_millis(TICK_MS as u64);
+        let timeout = lease_end.map_or(tick, |l| l.min(tick));
         let spin_until = last_traffic.map(|t| t + spin);
         let polled = match spin_until {
             _ if rings.begin() => sys::poll(&mut fds, 0),
@@ -689,42 +700,43 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 /// would keep off the CPU may be the very one that produces the next frame (measured: RDMA
 /// write ping-pong over veth on 2 CPUs, 66 us one-way with the progress threads spinning
 /// hard, 18 us yielding). An application thread waiting for its own completion spins hard.
+/// How long after a polling consumer's last look at a same-host connection (`TcpCq::progress`)
+/// the progress thread leaves its ring to that consumer: it does not count itself a sleeper
+/// there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody; a
+/// consumer polling in a loop looks again within microseconds. When the consumer stops
+/// polling, what arrives waits at most this long. (Over TCP the kernel wakes whoever polls a
+/// socket: keeping the progress thread off polled sockets this way, tried with 100 and 200
+/// us, made an application that polls its memory for a peer's RDMA write wait for the lease,
+/// and polled reads were no faster on 2 CPUs; so over TCP it keeps watching.)
+pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
+
+impl Engine {
+    /// A polling consumer reads connection `token` now and will again soon.
+    pub(crate) fn note_poller(&mut self, token: u64) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.poll_lease = Some(Instant::now() + POLL_LEASE);
+        }
+    }
+}
+
 /// The same-host rings (samehost/ring.rs) of connections in a poll set, by their index in the
 /// set: rings we read (the peer's frames) and rings we write (the peer's ring, while output
 /// waits). A thread that may sleep in poll counts itself on each ring it reads first, so that
 /// the peer's writes ring the doorbell on the socket, and does not sleep if a ring it reads
 /// holds data or a ring it writes has room: the socket's POLLIN and POLLOUT stand for those.
 ///
-/// The progress thread leaves a ring a polling consumer reads (`Ring::note_poller`) to that
-/// consumer while its lease lasts, and sleeps no longer than the lease: the writer then rings
-/// no doorbell, and the consumer's answers wake nobody.
+/// The progress thread does not count itself on a ring a polling consumer holds a lease on
+/// (`POLL_LEASE`): the writer then rings no doorbell, and the consumer's messages wake nobody.
 #[derive(Default)]
 pub(crate) struct RingWatch {
     input: Vec<(usize, Arc<Ring>)>,
     output: Vec<(usize, Arc<Ring>)>,
-    /// The earliest end of a poll lease among the rings left to their consumers.
-    lease_left: Option<Duration>,
 }
 
 impl RingWatch {
     /// For a thread that waits for this ring's data (a driver): counts itself as a sleeper.
     pub fn watch_input(&mut self, index: usize, ring: &Arc<Ring>) {
         self.input.push((index, ring.clone()));
-    }
-
-    /// For the progress thread: as `watch_input`, unless a polling consumer holds the ring.
-    pub fn watch_input_unless_polled(&mut self, index: usize, ring: &Arc<Ring>) {
-        match ring.poll_lease_left() {
-            Some(left) => {
-                self.lease_left = Some(self.lease_left.map_or(left, |l| l.min(left)));
-            }
-            None => self.watch_input(index, ring),
-        }
-    }
-
-    /// `timeout`, shortened to end with the first poll lease.
-    pub fn cap(&self, timeout: Duration) -> Duration {
-        self.lease_left.map_or(timeout, |l| l.min(timeout))
     }
 
     pub fn watch_output(&mut self, index: usize, ring: &Arc<Ring>) {

@@ -146,7 +146,7 @@ fn sends_go_through_the_rings_in_order() {
     use super::Buffer;
     use crate::backend::Sge;
     const BIG: usize = 3 * super::super::samehost::ring::CAPACITY + 12_345;
-    const SMALL: usize = 24 * 1024;
+    const SMALL: usize = 100 * 1024;
     let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Require);
     let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
     let _psp = connect_pair(&server, &client);
@@ -472,7 +472,7 @@ mod hostile {
     use std::time::Duration;
 
     use super::super::super::super::{CmEvent, Device, QpCap, QpInit, QueuePair};
-    use super::super::super::samehost::{test_hooks, Mode};
+    use super::super::super::samehost::{ring::Ring, test_hooks, Mode};
     use super::super::super::wire::{self, Header, Kind, SameHostOffer};
     use super::super::super::TcpDevice;
     use super::super::GUARD_US;
@@ -620,6 +620,34 @@ mod hostile {
         let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
         let _ = read_frame(&mut s).expect("the target's offer");
         send_offer(&mut s, &[0u8; 8]);
+        assert!(broken(&t));
+    }
+
+    #[test]
+    fn a_switch_without_our_ring_breaks_the_connection() {
+        let t = target(Mode::Auto);
+        let (mut s, _, _qp) = connect(&t, 0);
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, Header::new(Kind::Switch), b"");
+        s.write_all(&out).expect("switch");
+        assert!(broken(&t));
+    }
+
+    /// A peer that maps the target's ring and then publishes a position past what the ring
+    /// holds breaks its connection; the target reads nothing outside the ring.
+    #[test]
+    fn a_garbled_ring_position_breaks_the_connection() {
+        let t = target(Mode::Auto);
+        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let (_, p) = read_frame(&mut s).expect("the target's offer");
+        let theirs = SameHostOffer::decode(&p).expect("well formed");
+        let ring_fd = theirs.ring_fd.expect("the target offers a ring");
+        let ring = Ring::open(theirs.pid, ring_fd).expect("map the target's ring");
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, Header::new(Kind::Switch), b"");
+        s.write_all(&out).expect("switch");
+        ring.publish_tail_for_test(u64::MAX / 2);
+        s.write_all(&[0]).expect("doorbell");
         assert!(broken(&t));
     }
 
