@@ -518,7 +518,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
             // (a lease, tried) made an application that polls memory for a peer's RDMA write,
             // not its EVD, wait for the lease to run out (8 B write ping-pong over veth: 170
-            // us one-way with a 200 us lease, 16-22 us without).
+            // us one-way with a 200 us lease, 16-22 us without). On a same-host ring we only
+            // stop counting ourselves as a sleeper for a while (`POLL_LEASE`).
             let mut excluding = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
@@ -535,7 +536,6 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     excluding = true;
                     continue;
                 }
-
                 let mut ev = 0;
                 if c.wants_input() {
                     ev |= POLLIN;
@@ -693,13 +693,6 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
     }
 }
 
-/// poll(2) that first looks without sleeping until `until` (spinning), and only then sleeps
-/// for up to `timeout`. Returns how many descriptors are ready. With `yield_cpu`, each look
-/// that finds nothing gives the CPU to any other runnable thread: the progress thread spins
-/// that way, since on a machine with as many busy threads as CPUs the application thread it
-/// would keep off the CPU may be the very one that produces the next frame (measured: RDMA
-/// write ping-pong over veth on 2 CPUs, 66 us one-way with the progress threads spinning
-/// hard, 18 us yielding). An application thread waiting for its own completion spins hard.
 /// How long after a polling consumer's last look at a same-host connection (`TcpCq::progress`)
 /// the progress thread leaves its ring to that consumer: it does not count itself a sleeper
 /// there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody; a
@@ -770,6 +763,13 @@ impl RingWatch {
     }
 }
 
+/// poll(2) that first looks without sleeping until `until` (spinning), and only then sleeps
+/// for up to `timeout`. Returns how many descriptors are ready. With `yield_cpu`, each look
+/// that finds nothing gives the CPU to any other runnable thread: the progress thread spins
+/// that way, since on a machine with as many busy threads as CPUs the application thread it
+/// would keep off the CPU may be the very one that produces the next frame (measured: RDMA
+/// write ping-pong over veth on 2 CPUs, 66 us one-way with the progress threads spinning
+/// hard, 18 us yielding). An application thread waiting for its own completion spins hard.
 pub(crate) fn spin_poll(
     fds: &mut [PollFd],
     until: Instant,
