@@ -198,8 +198,9 @@ pub(crate) struct Claim {
     /// Watch for input (not while back-pressured) and for room to write.
     pub input: bool,
     pub output: bool,
-    /// Our same-host ring, when the peer's frames come through it (the socket then only
-    /// wakes us: see `samehost::ring`).
+    /// Our same-host ring for the peer's frames, from when we offered it (not only once the
+    /// peer's SWITCH has been read: another thread may read that SWITCH from under a driver
+    /// whose poll then sees nothing, and only a driver counted on the ring gets a doorbell).
     pub ring: Option<Arc<super::samehost::ring::Ring>>,
     /// The peer's same-host ring, when our frames go there (then output waits for room in
     /// it, not in the socket).
@@ -487,7 +488,7 @@ impl Engine {
                 fd: c.stream.as_raw_fd(),
                 input,
                 output,
-                ring: c.same_host.reading_ring().cloned(),
+                ring: c.same_host.incoming.clone(),
                 ring_out: c.same_host.writing_ring().cloned(),
             });
         }

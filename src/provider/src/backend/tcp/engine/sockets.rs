@@ -298,6 +298,17 @@ impl Engine {
                     }
                     self.process_frames(sh, token);
                     self.take_over_read(sh, token);
+                    if self
+                        .conns
+                        .get(&token)
+                        .is_some_and(|c| c.same_host.reading_ring().is_some())
+                    {
+                        // A SWITCH: what followed it here were doorbells for frames already
+                        // in our ring (dropped with the decoder's rest): read the ring now,
+                        // or nobody is woken for them (a waiter counted on the ring sleeps on).
+                        self.read_ring_conn(sh, token, buf);
+                        return;
+                    }
                     if !direct && n < buf.len() {
                         // The socket had no more: spare the read that would say so (poll
                         // reports whatever comes next).
@@ -552,7 +563,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     // reports hang-ups even for no events and we would spin on them.
                     continue;
                 }
-                if let Some(ring) = c.same_host.reading_ring().filter(|_| ev & POLLIN != 0) {
+                // Our ring from when we offered it, switched to or not (see `Claim::ring`).
+                if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
                     match c
                         .poll_lease
                         .and_then(|until| until.checked_duration_since(now))
