@@ -493,6 +493,18 @@ pub enum CmEvent {
     },
 }
 
+impl CmEvent {
+    /// The active side's connection refused by no consumer of the peer (nobody listening, a
+    /// handshake that failed here): NON_PEER_REJECTED, without private data.
+    pub fn rejected_not_by_peer(qp_num: u32) -> CmEvent {
+        CmEvent::Rejected {
+            qp_num,
+            private_data: Vec::new(),
+            by_peer: false,
+        }
+    }
+}
+
 pub type CmHandler = Arc<dyn Fn(CmEvent) + Send + Sync>;
 
 pub trait Device: Send + Sync {

@@ -354,13 +354,10 @@ fn rdma_write_and_read_are_served_by_the_target() {
     close(&[&client, &server]);
 }
 
-#[test]
-fn remote_access_violation_breaks_the_connection() {
-    let server = Side::new("srv", mem_priv::ALL);
-    let client = Side::new("cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+/// An RDMA write under a wrong rkey, and one behind it: REMOTE_ACCESS, then FLUSHED, BROKEN on
+/// both sides, the target's memory untouched.
+fn bad_rkey_write_breaks_the_connection(server: &Side, client: &Side) {
     server.buf.write(0, &[7u8; 64]);
-
     let mut bad = server.remote(0, 16);
     bad.rmr_context ^= 0x0100;
     client
@@ -386,6 +383,14 @@ fn remote_access_violation_breaks_the_connection() {
         vec![7u8; 64],
         "target memory untouched"
     );
+}
+
+#[test]
+fn remote_access_violation_breaks_the_connection() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    bad_rkey_write_breaks_the_connection(&server, &client);
     assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
 
     // Posts on a DISCONNECTED EP succeed and are flushed at once.

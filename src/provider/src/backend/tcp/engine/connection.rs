@@ -77,11 +77,7 @@ impl Engine {
                         | io::ErrorKind::NetworkUnreachable
                         | io::ErrorKind::AddrNotAvailable
                         | io::ErrorKind::NetworkDown => CmEvent::Unreachable { qp_num: qp },
-                        _ => CmEvent::Rejected {
-                            qp_num: qp,
-                            private_data: Vec::new(),
-                            by_peer: false,
-                        },
+                        _ => CmEvent::rejected_not_by_peer(qp),
                     };
                     self.fail_qp(qp, Some(ev));
                 }
@@ -231,14 +227,9 @@ impl Engine {
         };
         match c.phase {
             Phase::Established { qp } => self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp })),
-            Phase::ActiveAwaitReply { qp } => self.fail_qp(
-                qp,
-                Some(CmEvent::Rejected {
-                    qp_num: qp,
-                    private_data: Vec::new(),
-                    by_peer: false,
-                }),
-            ),
+            Phase::ActiveAwaitReply { qp } => {
+                self.fail_qp(qp, Some(CmEvent::rejected_not_by_peer(qp)))
+            }
             Phase::PassiveRequested { listener } | Phase::PassiveUdRequested { listener, .. } => {
                 self.conns.remove(&token);
                 self.emit(CmEvent::RequestCancelled {
@@ -282,14 +273,7 @@ impl Engine {
                 if let Some(e) = self.qps.get_mut(&qp) {
                     e.conn = None;
                 }
-                self.fail_qp(
-                    qp,
-                    Some(CmEvent::Rejected {
-                        qp_num: qp,
-                        private_data: Vec::new(),
-                        by_peer: false,
-                    }),
-                );
+                self.fail_qp(qp, Some(CmEvent::rejected_not_by_peer(qp)));
             }
             Phase::PassiveRequested { listener } | Phase::PassiveUdRequested { listener, .. } => {
                 self.emit(CmEvent::RequestCancelled {

@@ -168,8 +168,8 @@ struct Conn {
     answer_ends: VecDeque<u64>,
     /// The same-host path on this connection (engine/samehost.rs).
     same_host: super::samehost::Link,
-    /// Until then a polling consumer reads this connection itself (`TcpCq::progress`): on a
-    /// same-host ring, the progress thread leaves it alone meanwhile (see `POLL_LEASE`).
+    /// Until then a polling consumer reads this same-host connection itself
+    /// (`TcpCq::progress`), and the progress thread leaves its ring alone (see `POLL_LEASE`).
     poll_lease: Option<Instant>,
 }
 

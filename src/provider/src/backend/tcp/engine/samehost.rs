@@ -59,14 +59,7 @@ impl Engine {
             Ok(false) => true,
             Err(why) => {
                 log::error!(target: LOG, "qp {qp}: DAPLRS_SAME_HOST=require, but {why}: failing the connection");
-                self.fail_qp(
-                    qp,
-                    Some(CmEvent::Rejected {
-                        qp_num: qp,
-                        private_data: Vec::new(),
-                        by_peer: false,
-                    }),
-                );
+                self.fail_qp(qp, Some(CmEvent::rejected_not_by_peer(qp)));
                 false
             }
         }

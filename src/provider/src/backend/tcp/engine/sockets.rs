@@ -716,9 +716,14 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
 
 impl Engine {
-    /// A polling consumer reads connection `token` now and will again soon.
+    /// A polling consumer reads connection `token` now and will again soon. Only a same-host
+    /// connection's lease is ever looked at: a TCP one costs no clock reading.
     pub(crate) fn note_poller(&mut self, token: u64) {
-        if let Some(c) = self.conns.get_mut(&token) {
+        if let Some(c) = self
+            .conns
+            .get_mut(&token)
+            .filter(|c| c.same_host.incoming.is_some())
+        {
             c.poll_lease = Some(Instant::now() + POLL_LEASE);
         }
     }

@@ -350,28 +350,7 @@ fn refusals_give_what_tcp_gives() {
     let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
     let _psp = connect_pair(&server, &client);
     assert_eq!(attached(&c_stats), 1);
-    server.buf.write(0, &[7u8; 64]);
-    let mut bad = server.remote(0, 16);
-    bad.rmr_context ^= 0x0100;
-    client
-        .ep
-        .post_rdma_write(&[client.seg(0, 16)], 1, bad, 0)
-        .expect("post with a bad rkey");
-    client
-        .ep
-        .post_rdma_write(&[client.seg(0, 16)], 2, server.remote(0, 16), 0)
-        .expect("post behind it");
-    assert_eq!(
-        dto(&next(&client.dto)),
-        (1, dto_status::REMOTE_ACCESS, 0, dto_op::RDMA_WRITE)
-    );
-    assert_eq!(
-        dto(&next(&client.dto)),
-        (2, dto_status::FLUSHED, 0, dto_op::RDMA_WRITE)
-    );
-    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
-    assert_eq!(next(&server.conn).number, event_number::CONNECTION_BROKEN);
-    assert_eq!(server.buf.read(0, 64), vec![7u8; 64]);
+    super::bad_rkey_write_breaks_the_connection(&server, &client);
     assert_eq!(inline(&c_stats), 0);
     close(&[&client, &server]);
 
