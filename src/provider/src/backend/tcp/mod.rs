@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{
-    AddressHandle, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
-    MemoryRegion, MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair, RecvWr,
-    SendWr, SharedReceiveQueue, UdPeer, WorkCompletion,
+    AddressHandle, CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr,
+    Listener, MemoryRegion, MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair,
+    RecvWr, SendWr, SharedReceiveQueue, UdPeer, WorkCompletion,
 };
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
 use crate::intmap::IntMap;
@@ -78,6 +78,10 @@ pub(crate) struct Shared {
     wake_tx: UnixStream,
     wake_rx: UnixStream,
     cm_handler: Mutex<Option<CmHandler>>,
+    /// Connection events in the order the engine made them, for `deliver_cm`.
+    cm_events: Mutex<VecDeque<CmEvent>>,
+    /// Held by the one thread handing connection events to the handler.
+    cm_turn: Mutex<()>,
     cqs: Mutex<IntMap<u64, Weak<TcpCq>>>,
     srqs: Mutex<IntMap<u64, Weak<TcpSrq>>>,
     /// Memory windows by key index, so a bind work request can reach its window.
@@ -107,7 +111,7 @@ impl Shared {
             let mut eng = self.engine.lock();
             let r = f(&mut eng, self);
             let wake = std::mem::take(&mut eng.wake_needed);
-            (r, std::mem::take(&mut eng.deferred), wake)
+            (r, self.take_deferred(&mut eng), wake)
         };
         if wake {
             self.wake();
@@ -116,6 +120,25 @@ impl Shared {
         result
     }
 
+    /// What the engine left to do once its lock is released, taken while it is held: the
+    /// connection events go to the shared queue there, so that they reach the consumer in the
+    /// engine's order whichever thread hands them over (see `deliver_cm`).
+    pub(crate) fn take_deferred(&self, eng: &mut Engine) -> Vec<Deferred> {
+        let all = std::mem::take(&mut eng.deferred);
+        let mut rest = Vec::with_capacity(all.len());
+        let mut events = None;
+        for d in all {
+            match d {
+                Deferred::Cm(ev) => events
+                    .get_or_insert_with(|| self.cm_events.lock())
+                    .push_back(ev),
+                other => rest.push(other),
+            }
+        }
+        rest
+    }
+
+    /// Does what `take_deferred` left, outside the engine lock.
     pub(crate) fn deliver(&self, deferred: Vec<Deferred>) {
         let mut last_cq: Option<u64> = None;
         for d in deferred {
@@ -133,14 +156,38 @@ impl Shared {
                         cq.interrupt();
                     }
                 }
-                Deferred::Cm(ev) => {
-                    last_cq = None;
-                    let handler = self.cm_handler.lock().clone();
-                    if let Some(h) = handler {
-                        h(ev);
-                    }
+                Deferred::Cm(ev) => self.cm_events.lock().push_back(ev),
+            }
+        }
+        self.deliver_cm();
+    }
+
+    /// Hands the queued connection events to the handler, one thread at a time and in order.
+    /// Each thread used to deliver the events it had made itself, after releasing the engine:
+    /// an accepting thread's ESTABLISHED could then reach the consumer after the progress
+    /// thread's DISCONNECTED for the same connection, and the EP, already disconnected, drop
+    /// it (Debian's dtestcm server then waited forever for its 2,000th event, about one run in
+    /// 100). A thread that finds another delivering leaves its events to it: that one looks
+    /// at the queue again after giving up its turn.
+    fn deliver_cm(&self) {
+        loop {
+            if self.cm_events.lock().is_empty() {
+                return;
+            }
+            let Some(turn) = self.cm_turn.try_lock() else {
+                return;
+            };
+            loop {
+                let next = self.cm_events.lock().pop_front();
+                let Some(ev) = next else {
+                    break;
+                };
+                let handler = self.cm_handler.lock().clone();
+                if let Some(h) = handler {
+                    h(ev);
                 }
             }
+            drop(turn);
         }
     }
 
@@ -209,6 +256,8 @@ impl TcpDevice {
             wake_tx,
             wake_rx,
             cm_handler: Mutex::new(None),
+            cm_events: Mutex::new(VecDeque::new()),
+            cm_turn: Mutex::new(()),
             cqs: Mutex::new(IntMap::default()),
             srqs: Mutex::new(IntMap::default()),
             mws: Mutex::new(IntMap::default()),
@@ -961,7 +1010,7 @@ impl CompletionQueue for TcpCq {
             eng.retry_drained(&sh);
             eng.settle_failed_writes(&sh, &mut buf);
             let wake = std::mem::take(&mut eng.wake_needed);
-            (std::mem::take(&mut eng.deferred), wake)
+            (sh.take_deferred(&mut eng), wake)
         };
         if wake {
             sh.wake();

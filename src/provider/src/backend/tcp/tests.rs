@@ -1557,7 +1557,7 @@ fn answer_read_before_a_failed_write_is_reported() {
     wait_for_reset(fd);
     eng.post_send(&shared, qpn, write(3))
         .expect("post 3 (its write fails)");
-    let deferred = std::mem::take(&mut eng.deferred);
+    let deferred = shared.take_deferred(&mut eng);
     let wake = std::mem::take(&mut eng.wake_needed);
     drop(eng);
     if wake {
@@ -2147,6 +2147,52 @@ fn our_closed_connection_does_not_block_a_listener_on_its_port() {
         }
     }
     panic!("500 ports in a row held by other sockets too");
+}
+
+/// Connection events reach the consumer in the order the engine made them, whichever thread
+/// made them: an accepting thread that has not handed over its ESTABLISHED yet when the
+/// progress thread hands over the DISCONNECTED of the same connection must not see the two
+/// swapped (the EP, disconnected first, dropped the late ESTABLISHED: Debian's dtestcm server
+/// waited forever for its last event).
+#[test]
+fn connection_events_keep_the_engines_order_across_threads() {
+    use super::super::{CmEvent, Device};
+    let dev = super::TcpDevice::open("127.0.0.1").expect("device");
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    dev.set_cm_handler(Some(Arc::new(move |ev| {
+        log.lock().push(match ev {
+            CmEvent::Established { qp_num, .. } => ("established", qp_num),
+            CmEvent::Disconnected { qp_num } => ("disconnected", qp_num),
+            _ => ("other", 0),
+        });
+    })));
+    let shared = dev.shared.clone();
+    // The accepting thread: its event is made, not yet handed over.
+    let accepted = {
+        let mut eng = shared.engine.lock();
+        eng.emit(CmEvent::Established {
+            qp_num: 7,
+            private_data: Vec::new(),
+        });
+        shared.take_deferred(&mut eng)
+    };
+    // The progress thread, meanwhile: the peer's DISCONNECT, handed over at once.
+    let other = std::thread::scope(|s| {
+        s.spawn(|| {
+            let disconnected = {
+                let mut eng = shared.engine.lock();
+                eng.emit(CmEvent::Disconnected { qp_num: 7 });
+                shared.take_deferred(&mut eng)
+            };
+            shared.deliver(disconnected);
+        })
+        .join()
+    });
+    assert!(other.is_ok());
+    shared.deliver(accepted);
+    assert_eq!(*seen.lock(), vec![("established", 7), ("disconnected", 7)]);
+    dev.close();
 }
 
 mod hostile;
