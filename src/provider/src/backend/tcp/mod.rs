@@ -924,6 +924,7 @@ impl CompletionQueue for TcpCq {
             }
             fds.push(sys::PollFd::new(c.fd, input | output));
         }
+        rings.add_bells(&mut fds);
         // Spin first when spinning has paid lately: an answer a round trip away is then read
         // without this thread going to sleep and being woken for it.
         let spin = engine::spin_window();

@@ -256,8 +256,8 @@ impl Conn {
     }
 
     /// Sends what the kernel takes now (never raising SIGPIPE); on a same-host connection,
-    /// everything after our SWITCH frame goes into the peer's ring instead (with a doorbell
-    /// on the socket when a thread of the peer may be asleep on it).
+    /// everything after our SWITCH frame goes into the peer's ring instead (with its bell, or
+    /// a doorbell on the socket, when a thread of the peer may be asleep on it).
     fn flush_out(&mut self) -> io::Result<()> {
         let fd = self.stream.as_raw_fd();
         if let Some(at) = self.same_host.switch_at {
@@ -269,7 +269,7 @@ impl Conn {
         };
         let before = self.out.written();
         let result = self.out.write_with(|s| ring.write(s));
-        if self.out.written() != before && ring.reader_may_sleep() {
+        if self.out.written() != before && ring.reader_may_sleep() && !ring.ring_bell() {
             doorbell(fd);
         }
         result
@@ -293,8 +293,9 @@ pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()>
     out.write_with(|slices| sys::send_nosignal(fd, slices))
 }
 
-/// Wakes the peer's thread asleep in poll on a same-host connection's socket: one byte that
-/// means nothing (after our SWITCH, the socket carries nothing else). A full socket or a gone
+/// Wakes the peer's thread asleep in poll on a same-host connection's socket, when its ring
+/// has no bell we can ring: one byte that means nothing (after our SWITCH, the socket carries
+/// nothing else). A full socket or a gone
 /// peer needs no doorbell: the first is being read, the second is seen by reading.
 fn doorbell(fd: std::os::fd::RawFd) {
     let _ = sys::send_nosignal(fd, &[std::io::IoSlice::new(&[0u8])]);

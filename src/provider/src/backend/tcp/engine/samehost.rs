@@ -186,14 +186,17 @@ impl Engine {
         true
     }
 
-    /// Wakes the peer's writer that waits for room in our ring: a doorbell byte if our own
-    /// frames already go through its ring, else a DOORBELL frame on the socket.
+    /// Wakes the peer's writer that waits for room in our ring: the bell of its ring (which it
+    /// watches while it waits) or a doorbell byte if our own frames already go through that
+    /// ring, else a DOORBELL frame on the socket.
     pub(super) fn ring_peer(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(&token) else {
             return;
         };
-        if c.same_host.writing_ring().is_some() {
-            doorbell(c.stream.as_raw_fd());
+        if let Some(ring) = c.same_host.writing_ring() {
+            if !ring.ring_bell() {
+                doorbell(c.stream.as_raw_fd());
+            }
             return;
         }
         c.out.push_frame(Header::new(Kind::Doorbell), Vec::new());

@@ -588,6 +588,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 targets.push(Target::Datagram(qp));
             }
             eng.poll_excludes = excluding;
+            rings.add_bells(&mut fds);
             (fds, targets, rings, lease_end)
         };
         // Back when the first poll lease ends, to watch what it left to its poller again.
@@ -737,16 +738,31 @@ impl Engine {
 ///
 /// The progress thread does not count itself on a ring a polling consumer holds a lease on
 /// (`POLL_LEASE`): the writer then rings no doorbell, and the consumer's messages wake nobody.
+///
+/// The bells of the rings read (ring.rs) are polled too, after every other entry (`add_bells`):
+/// they only wake the poll; `end` rearms the ones that rang and marks their connection's entry.
 #[derive(Default)]
 pub(crate) struct RingWatch {
-    input: Vec<(usize, Arc<Ring>)>,
+    /// Each ring read: the index of its connection's entry, the index of its bell's entry.
+    input: Vec<(usize, Arc<Ring>, Option<usize>)>,
     output: Vec<(usize, Arc<Ring>)>,
 }
 
 impl RingWatch {
     /// For a thread that waits for this ring's data (a driver): counts itself as a sleeper.
     pub fn watch_input(&mut self, index: usize, ring: &Arc<Ring>) {
-        self.input.push((index, ring.clone()));
+        self.input.push((index, ring.clone(), None));
+    }
+
+    /// Appends the bells of the rings watched for input to `fds` (after the entries the
+    /// caller matches with its own list, which these do not disturb).
+    pub fn add_bells(&mut self, fds: &mut Vec<PollFd>) {
+        for (_, ring, bell) in &mut self.input {
+            if let Some(fd) = ring.bell_fd() {
+                *bell = Some(fds.len());
+                fds.push(PollFd::new(fd, POLLIN));
+            }
+        }
     }
 
     pub fn watch_output(&mut self, index: usize, ring: &Arc<Ring>) {
@@ -759,15 +775,18 @@ impl RingWatch {
         let readable = self
             .input
             .iter()
-            .fold(false, |ready, (_, r)| r.begin_sleep() | ready);
+            .fold(false, |ready, (_, r, _)| r.begin_sleep() | ready);
         readable || self.output.iter().any(|(_, r)| r.has_room())
     }
 
     /// Ends what `begin` started, and marks the entries whose ring holds data readable and
     /// those whose peer ring has room writable.
     pub fn end(&self, fds: &mut [PollFd]) {
-        for (i, r) in &self.input {
+        for (i, r, bell) in &self.input {
             r.end_sleep();
+            if bell.is_some_and(|b| fds[b].revents() != 0) {
+                r.drain_bell();
+            }
             if r.has_data() {
                 fds[*i].mark(POLLIN);
             }

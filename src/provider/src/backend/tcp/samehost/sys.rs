@@ -399,3 +399,70 @@ pub(crate) fn size_sealed(fd: RawFd) -> bool {
     let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
+
+/// A new eventfd for a ring's reader to sleep on (non-blocking: a reader drains it, a
+/// writer never waits on it).
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain eventfd(2); the descriptor is owned at once.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just created and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// A duplicate of descriptor `fd` of process `pid`, if it is an eventfd (pidfd_getfd(2):
+/// needs the right to ptrace-attach to `pid`, which Yama's ptrace_scope or a container's
+/// seccomp profile may deny where reading its memory file is allowed). The duplicate shares
+/// the peer's open file: it is made non-blocking, so that ringing never waits however the
+/// peer made it.
+pub(crate) fn peer_eventfd(pid: u32, fd: u32) -> io::Result<OwnedFd> {
+    if pid == 0 || pid > i32::MAX as u32 || fd > i32::MAX as u32 {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // SAFETY: pidfd_open(2) with no flags; the descriptor is owned at once.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if pidfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `pidfd` was just created and nobody else owns it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: pidfd_getfd(2) with no flags; the new descriptor (close-on-exec) is owned at once.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as i32, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just created and nobody else owns it.
+    let dup = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    let what = std::fs::read_link(format!("/proc/self/fd/{}", dup.as_raw_fd()))?;
+    if what.as_os_str() != "anon_inode:[eventfd]" {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is no eventfd", what.display()),
+        ));
+    }
+    // SAFETY: fcntl(2) on the descriptor we own.
+    let flags = unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0
+        || unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(dup)
+}
+
+/// Signals an eventfd (a full counter is signalled already: nothing lost).
+pub(crate) fn eventfd_signal(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: writes the 8 bytes of `one` to a descriptor we hold.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Resets an eventfd's counter (non-blocking: nothing to read is fine).
+pub(crate) fn eventfd_drain(fd: RawFd) {
+    let mut count = 0u64;
+    // SAFETY: reads 8 bytes into `count`, which we own.
+    let _ = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+}
