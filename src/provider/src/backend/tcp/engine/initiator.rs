@@ -348,12 +348,10 @@ impl Engine {
         let Some(c) = self.conns.get(&token) else {
             return;
         };
-        if c.held.is_empty() && c.same_host.reading_ring().is_some() {
-            // Nothing waits (the common case, on every receive posted): nothing to retry and
-            // no reading to resume, so no need to wake the progress thread either (a wake-up
-            // per message between two polling processes of one host). Over TCP the wake stays
-            // as it was: without it, Debian's dtestcm server missed its connections once in
-            // about 20 runs (TCP only, cause not found in the time there was).
+        if c.held.is_empty() {
+            // Nothing waits (the common case, on every receive posted): nothing to retry, no
+            // frame left undecoded behind a held one and no reading to resume, so no need to
+            // wake the progress thread either (that was a wake-up per message).
             return;
         }
         loop {
