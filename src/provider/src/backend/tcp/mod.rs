@@ -1005,7 +1005,7 @@ impl CompletionQueue for TcpCq {
             }
             for token in conns {
                 eng.note_poller(token);
-                eng.read_conn(&sh, token, &mut buf);
+                eng.look_at_conn(&sh, token, &mut buf);
                 eng.try_write(token);
             }
             eng.retry_drained(&sh);

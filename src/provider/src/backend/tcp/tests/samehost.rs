@@ -450,7 +450,7 @@ mod hostile {
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
-    use super::super::super::super::{CmEvent, Device, QpCap, QpInit, QueuePair};
+    use super::super::super::super::{CmEvent, CompletionQueue, Device, QpCap, QpInit, QueuePair};
     use super::super::super::samehost::{ring::Ring, test_hooks, Mode};
     use super::super::super::wire::{self, Header, Kind, SameHostOffer};
     use super::super::super::TcpDevice;
@@ -465,10 +465,11 @@ mod hostile {
         cm: mpsc::Receiver<CmEvent>,
         port: u16,
         _listener: Arc<dyn super::super::super::super::Listener>,
+        stats: Vec<Arc<super::Stats>>,
     }
 
     fn target(mode: Mode) -> Target {
-        let (dev, _) =
+        let (dev, stats) =
             test_hooks::open_with(mode, || TcpDevice::open("127.0.0.1").expect("device"));
         let (tx, cm) = mpsc::channel();
         let tx = parking_lot::Mutex::new(tx);
@@ -482,12 +483,22 @@ mod hostile {
             cm,
             port,
             _listener: listener,
+            stats,
         }
     }
 
     /// Connects a raw peer (HELLO with `flags`) and has the target accept it; returns the
     /// socket, after the ACCEPT, the ACCEPT's flags and the target's QP.
     fn connect(t: &Target, flags: u16) -> (TcpStream, u16, Arc<dyn QueuePair>) {
+        let (s, flags, qp, _) = connect_with_cq(t, flags);
+        (s, flags, qp)
+    }
+
+    /// `connect`, and the CQ of the target's QP.
+    fn connect_with_cq(
+        t: &Target,
+        flags: u16,
+    ) -> (TcpStream, u16, Arc<dyn QueuePair>, Arc<dyn CompletionQueue>) {
         let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, t.port)).expect("connect");
         s.set_read_timeout(Some(guard())).expect("hang guard");
         let mut h = wire::handshake(Kind::Hello);
@@ -506,7 +517,7 @@ mod hostile {
             .create_qp(QpInit {
                 pd,
                 send_cq: cq.clone(),
-                recv_cq: cq,
+                recv_cq: cq.clone(),
                 srq: None,
                 cap: QpCap {
                     max_send_wr: 4,
@@ -525,7 +536,7 @@ mod hostile {
             t.cm.recv_timeout(guard()),
             Ok(CmEvent::Established { .. })
         ));
-        (s, accept.0.flags, qp)
+        (s, accept.0.flags, qp, cq)
     }
 
     fn read_frame(s: &mut TcpStream) -> Option<(Header, Vec<u8>)> {
@@ -628,6 +639,41 @@ mod hostile {
         ring.publish_tail_for_test(u64::MAX / 2);
         s.write_all(&[0]).expect("doorbell");
         assert!(broken(&t));
+    }
+
+    /// A polling consumer reads only the ring of a same-host connection (the socket is left to
+    /// the progress thread): a peer that switched to the ring and then went away still breaks
+    /// the connection while the consumer polls.
+    #[test]
+    fn a_peer_gone_after_its_switch_breaks_the_connection_while_polled() {
+        let t = target(Mode::Auto);
+        let (mut s, _, _qp, cq) = connect_with_cq(&t, wire::FLAG_SAME_HOST);
+        let (_, p) = read_frame(&mut s).expect("the target's offer");
+        let theirs = SameHostOffer::decode(&p).expect("well formed");
+        let ring_fd = theirs.ring_fd.expect("the target offers a ring");
+        let _ring = Ring::open(theirs.pid, ring_fd).expect("map the target's ring");
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, Header::new(Kind::Switch), b"");
+        s.write_all(&out).expect("switch");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    cq.progress();
+                }
+            });
+            // The target has read the switch (its frames come through its ring now); then
+            // the peer goes away.
+            let until = std::time::Instant::now() + guard();
+            while t.stats.iter().map(|st| super::rings(st)).sum::<u64>() == 0 {
+                assert!(std::time::Instant::now() < until, "the switch was not read");
+                std::thread::yield_now();
+            }
+            drop(s);
+            let gone = broken(&t);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(gone, "no BROKEN while the consumer polled");
+        });
     }
 
     #[test]
