@@ -13,9 +13,9 @@
 //! The bell: the reader makes an eventfd with its ring and names it in the ring's header; the
 //! writer takes a duplicate (pidfd_getfd) and signals it instead of sending a doorbell byte
 //! through loopback TCP (a blocking ping-pong here: 3.4 us one-way through eventfds, 10 us
-//! through TCP sockets). Where the kernel refuses the duplicate (pidfd_getfd needs the right to
-//! ptrace-attach, which Yama or a container may deny), the writer keeps the socket's
-//! doorbells; the reader watches both, so either side may do without.
+//! through TCP sockets). Where the kernel has no pidfd_getfd (before 5.6) or refuses it (a
+//! seccomp filter), the writer keeps the socket's doorbells; the reader watches both, so
+//! either side may do without.
 //!
 //! A single producer and a single consumer (each side's engine lock serialises its own
 //! threads). Positions count bytes ever written/read (wrapping u64); each side keeps its own

@@ -412,9 +412,9 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// A duplicate of descriptor `fd` of process `pid`, if it is an eventfd (pidfd_getfd(2):
-/// needs the right to ptrace-attach to `pid`, which Yama's ptrace_scope or a container's
-/// seccomp profile may deny where reading its memory file is allowed). The duplicate shares
+/// A duplicate of descriptor `fd` of process `pid`, if it is an eventfd (pidfd_getfd(2),
+/// Linux 5.6: needs the right to ptrace-attach to `pid`, as cross-memory attach does; a
+/// seccomp filter may refuse the call itself). The duplicate shares
 /// the peer's open file: it is made non-blocking, so that ringing never waits however the
 /// peer made it.
 pub(crate) fn peer_eventfd(pid: u32, fd: u32) -> io::Result<OwnedFd> {
