@@ -149,14 +149,16 @@ m_qperf() {
 		if (m) printf "%.1f\n", v * m }' "$log.txt")"
 }
 
-# datperf MODE (poll|block): 8 B and 1 MiB, latency tests and read_bw, 8 reads in flight.
+# datperf MODE (poll|block): 8 B and 1 MiB, latency tests and read_bw, 8 reads in flight;
+# 2,000 x 1 MiB per bandwidth point (-B 2048: about as long as qperf's 2 s on veth, where
+# datperf's default 256 MiB lasted a tenth of it and caught a different moment of veth's rate).
 m_datperf() {
 	local s=$1 r=$2 mode=$3 log=$raw/$1-r$2-datperf-$3 p=()
 	[ "$mode" = poll ] && p=(-p)
 	start_server "$s" "$log-server.txt" "server listening" "$bin/datperf" -P rs-tcp -s -q $DATPERF_QUAL \
 		-S 8,1M -A 60 "${p[@]}" || { stop_server; return; }
 	timeout -k 5 300 bash -c 'run "$@"' _ "$s" b \
-		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8,1M -w 8 \
+		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8,1M -w 8 -B 2048 \
 		-t read_lat,send_lat,write_lat,read_bw,send_bw -n "$LAT_ITERS" "${p[@]}" >"$log.txt" 2>&1 ||
 		echo "  datperf $s $mode failed: see ${log#"$top"/}.txt" >&2
 	wait "$server_pid" 2>/dev/null
