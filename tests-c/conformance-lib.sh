@@ -167,18 +167,23 @@ fft() {
 # NON_PEER_REJECTED ("!conn established: 0x4003") for a connection, and for
 # -u a failed datagram resolution, DAT_IB_UD_CONNECTION_ERROR_EVENT
 # ("!conn established: 0x40004"; nobody listens at that service point, as
-# IB's SIDR answers). That outcome, and only that, is retried, at most
-# twice, saying so (the window is the server's time from sending its
-# address to dat_psp_create returning: it widens on a loaded machine).
+# IB's SIDR answers). With -u the client may instead wait for the server's
+# own resolution while the server waits for the client's, until both time
+# out, printing nothing (dtestx does not flush): our provider's log
+# (DAT_LOG for its datagram engine, unbuffered) then names the refused resolution.
+# That outcome, and only that, is retried, at most twice, saying so (the
+# window is the server's time from sending its address to dat_psp_create
+# returning: it widens on a loaded machine).
 dtestx_pair() {
 	local envf=$1 name=$2 p=$passed f=$failed try msgs; shift 2
 	for try in 1 2 3; do
 		deferred=$'\n'
-		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" "$@"
+		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" env DAT_LOG=daplrs::backend::tcp::engine::datagram=info "$@"
 		msgs=$deferred
 		deferred=""
 		if [ $try -lt 3 ] && [ $failed -gt $f ] &&
-			grep -Eq '!conn established: 0x(4003|40004)$' "$out/$envf-$name-client.log"; then
+			grep -Eq '!conn established: 0x(4003|40004)$|datagram address resolution [0-9]+: Connection refused' \
+				"$out/$envf-$name-client.log"; then
 			echo "${conf_name:-conformance}: $envf $name: the client connected before the server's PSP existed (dtestx's race); once more"
 			passed=$p failed=$f
 			continue

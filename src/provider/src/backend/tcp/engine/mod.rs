@@ -295,8 +295,8 @@ pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()>
 
 /// Wakes the peer's thread asleep in poll on a same-host connection's socket, when its ring
 /// has no bell we can ring: one byte that means nothing (after our SWITCH, the socket carries
-/// nothing else). A full socket or a gone
-/// peer needs no doorbell: the first is being read, the second is seen by reading.
+/// nothing else). A full socket or a gone peer needs no doorbell: the first is being read, the
+/// second is seen by reading.
 fn doorbell(fd: std::os::fd::RawFd) {
     let _ = sys::send_nosignal(fd, &[std::io::IoSlice::new(&[0u8])]);
 }
