@@ -623,19 +623,26 @@ mod hostile {
         assert!(broken(&t));
     }
 
-    /// A peer that maps the target's ring and then publishes a position past what the ring
-    /// holds breaks its connection; the target reads nothing outside the ring.
-    #[test]
-    fn a_garbled_ring_position_breaks_the_connection() {
-        let t = target(Mode::Auto);
-        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
-        let (_, p) = read_frame(&mut s).expect("the target's offer");
+    /// The raw peer's side of the switch: reads the target's offer, maps the ring it names
+    /// and sends SWITCH (its next frames would go into that ring).
+    fn map_and_switch(s: &mut TcpStream) -> Ring {
+        let (_, p) = read_frame(s).expect("the target's offer");
         let theirs = SameHostOffer::decode(&p).expect("well formed");
         let ring_fd = theirs.ring_fd.expect("the target offers a ring");
         let ring = Ring::open(theirs.pid, ring_fd).expect("map the target's ring");
         let mut out = Vec::new();
         wire::put_frame(&mut out, Header::new(Kind::Switch), b"");
         s.write_all(&out).expect("switch");
+        ring
+    }
+
+    /// A peer that maps the target's ring and then publishes a position past what the ring
+    /// holds breaks its connection; the target reads nothing outside the ring.
+    #[test]
+    fn a_garbled_ring_position_breaks_the_connection() {
+        let t = target(Mode::Auto);
+        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let ring = map_and_switch(&mut s);
         ring.publish_tail_for_test(u64::MAX / 2);
         s.write_all(&[0]).expect("doorbell");
         assert!(broken(&t));
@@ -648,13 +655,7 @@ mod hostile {
     fn a_peer_gone_after_its_switch_breaks_the_connection_while_polled() {
         let t = target(Mode::Auto);
         let (mut s, _, _qp, cq) = connect_with_cq(&t, wire::FLAG_SAME_HOST);
-        let (_, p) = read_frame(&mut s).expect("the target's offer");
-        let theirs = SameHostOffer::decode(&p).expect("well formed");
-        let ring_fd = theirs.ring_fd.expect("the target offers a ring");
-        let _ring = Ring::open(theirs.pid, ring_fd).expect("map the target's ring");
-        let mut out = Vec::new();
-        wire::put_frame(&mut out, Header::new(Kind::Switch), b"");
-        s.write_all(&out).expect("switch");
+        let _ring = map_and_switch(&mut s);
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             scope.spawn(|| {
