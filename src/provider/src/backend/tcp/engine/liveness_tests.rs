@@ -1,4 +1,4 @@
-//! Tests of the dead-peer detection options (`sockets::watch_peer`).
+//! Tests of the dead-peer detection options (`liveness::watch_peer`).
 
 use super::*;
 

@@ -29,14 +29,16 @@ use crate::intmap::IntMap;
 mod connection;
 mod datagram;
 mod initiator;
+mod liveness;
+mod progress;
 mod samehost;
 mod sockets;
 mod target;
 
 pub(crate) use datagram::TcpAh;
 #[cfg(test)]
-pub(crate) use sockets::parse_spin;
-pub(crate) use sockets::{progress_loop, spin_poll, spin_window, RingWatch};
+pub(crate) use progress::parse_spin;
+pub(crate) use progress::{progress_loop, spin_poll, spin_window, RingWatch};
 
 /// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
 /// with its connect).
@@ -360,11 +362,11 @@ fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
 /// Socket options of every connection: no Nagle delay (requests and answers are small and
 /// latency-bound), and a send buffer that takes a large answer in one write, so it goes out
 /// straight from registered memory rather than through a copy queued for later; and dead-peer
-/// detection (`sockets::watch_peer`).
+/// detection (`liveness::watch_peer`).
 fn tune(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = sys::set_send_buffer(stream.as_raw_fd(), SEND_BUFFER);
-    sockets::watch_peer(stream);
+    liveness::watch_peer(stream);
 }
 
 fn bad_state() -> DatError {

@@ -1,0 +1,337 @@
+//! The progress thread (`progress_loop`): one per IA, polling the wake-up socket, listeners,
+//! connections and datagram sockets until the device closes; the spin window before it (or a
+//! waiting application thread) sleeps; and `RingWatch`, how a thread about to sleep in poll
+//! watches same-host rings (their data, their room, their bells).
+
+use super::super::samehost::ring::Ring;
+use super::*;
+
+enum Target {
+    Wake,
+    Listener(u64),
+    Conn(u64),
+    /// A datagram QP's socket.
+    Datagram(u32),
+}
+
+/// The progress thread: polls the wake-up pipe, listeners and connections until the device
+/// closes.
+pub(crate) fn progress_loop(shared: Arc<Shared>) {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut drain = [0u8; 256];
+    let spin = spin_window();
+    // When this thread last served traffic: for a spin window after it, it polls without
+    // sleeping (see `spin_window`).
+    let mut last_traffic: Option<Instant> = None;
+    loop {
+        if shared.stopped.load(Ordering::SeqCst) {
+            break;
+        }
+        let (mut fds, targets, rings, lease_end) = {
+            let mut eng = shared.engine.lock();
+            let mut rings = RingWatch::default();
+            let mut lease_end: Option<Duration> = None;
+            // Connections a waiting application thread drives are left out; the first one it
+            // gives back wakes us (`release_claims`). Those a polling consumer reads
+            // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
+            // (a lease, tried) made an application that polls memory for a peer's RDMA write,
+            // not its EVD, wait for the lease to run out (8 B write ping-pong over veth: 170
+            // us one-way with a 200 us lease, 16-22 us without). On a same-host ring we only
+            // stop counting ourselves as a sleeper for a while (`POLL_LEASE`).
+            let mut excluding = false;
+            let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
+            let mut targets = vec![Target::Wake];
+            let now = Instant::now();
+            for (id, l) in &eng.listeners {
+                if eng.accept_paused.get(id).is_some_and(|until| *until > now) {
+                    continue; // out of descriptors: see `accept_incoming`
+                }
+                fds.push(PollFd::new(l.sock.as_raw_fd(), POLLIN));
+                targets.push(Target::Listener(*id));
+            }
+            for (t, c) in &eng.conns {
+                if c.driven.is_some() {
+                    excluding = true;
+                    continue;
+                }
+                let mut ev = 0;
+                if c.wants_input() {
+                    ev |= POLLIN;
+                }
+                // Output for the peer's same-host ring waits for room there, not in the socket
+                // (the reader's doorbell says when there is room again).
+                let output = !c.out.is_empty() && !c.write_failed && !c.draining;
+                let ring_out = c.same_host.writing_ring().filter(|_| output);
+                if output && ring_out.is_none() {
+                    ev |= POLLOUT;
+                }
+                if ev == 0 && ring_out.is_none() {
+                    // Back-pressured and nothing to send: leave it out entirely, since poll
+                    // reports hang-ups even for no events and we would spin on them.
+                    continue;
+                }
+                // Our ring from when we offered it, switched to or not (see `Claim::ring`).
+                if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
+                    match c
+                        .poll_lease
+                        .and_then(|until| until.checked_duration_since(now))
+                    {
+                        // Left to its poller: no doorbell for us; back when the lease ends.
+                        Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
+                        None => rings.watch_input(fds.len(), ring),
+                    }
+                }
+                if let Some(ring) = ring_out {
+                    rings.watch_output(fds.len(), ring);
+                }
+                fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
+                targets.push(Target::Conn(*t));
+            }
+            for (qp, fd, output) in eng.ud_sockets() {
+                fds.push(PollFd::new(
+                    fd,
+                    if output { POLLIN | POLLOUT } else { POLLIN },
+                ));
+                targets.push(Target::Datagram(qp));
+            }
+            eng.poll_excludes = excluding;
+            rings.add_bells(&mut fds);
+            (fds, targets, rings, lease_end)
+        };
+        // Back when the first poll lease ends, to watch what it left to its poller again.
+        let tick = Duration::from_millis(TICK_MS as u64);
+        let timeout = lease_end.map_or(tick, |l| l.min(tick));
+        let spin_until = last_traffic.map(|t| t + spin);
+        let polled = match spin_until {
+            _ if rings.begin() => sys::poll(&mut fds, 0),
+            Some(until) if !spin.is_zero() => spin_poll(&mut fds, until, timeout, true),
+            _ => sys::poll_for(&mut fds, timeout),
+        };
+        rings.end(&mut fds);
+        if let Err(e) = polled {
+            log::error!("poll failed: {e}");
+            std::thread::sleep(Duration::from_millis(TICK_MS as u64));
+        }
+
+        if fds[0].revents() != 0 {
+            while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        if shared.stopped.load(Ordering::SeqCst) {
+            break;
+        }
+        // A panic not caught around one connection (a bug) costs this iteration's work, not
+        // the thread: every other connection of the IA is still served.
+        let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            shared.run(|eng, sh| {
+                let frames_before = eng.frames_served;
+                let mut traffic = false;
+                eng.process_connect_results();
+                eng.process_ud_connect_results();
+                for (fd, target) in fds.iter().zip(targets.iter()) {
+                    let rev = fd.revents();
+                    if rev == 0 {
+                        continue;
+                    }
+                    match target {
+                        Target::Wake => {}
+                        Target::Listener(id) => {
+                            traffic = true;
+                            eng.accept_incoming(*id)
+                        }
+                        Target::Conn(t) => {
+                            if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+                                eng.read_conn(sh, *t, &mut buf);
+                            }
+                            if rev & POLLOUT != 0 {
+                                eng.try_write(*t);
+                            }
+                        }
+                        Target::Datagram(qp) => {
+                            traffic = true;
+                            if rev & (POLLIN | POLLERR) != 0 {
+                                eng.read_ud(sh, *qp, &mut buf);
+                            }
+                            if rev & POLLOUT != 0 {
+                                eng.flush_ud(*qp);
+                            }
+                        }
+                    }
+                }
+                eng.retry_drained(sh);
+                eng.settle_failed_writes(sh, &mut buf);
+                eng.check_deadlines();
+                // Wake-ups requested by our own work are already served by the next iteration.
+                eng.wake_needed = false;
+                // Spin after serving something only: a socket that woke us but whose frames
+                // an application thread read first (it drives or polls it) is no reason to
+                // keep a CPU busy; spinning then only takes that CPU from the applications.
+                traffic || eng.frames_served != frames_before
+            })
+        }));
+        match iteration {
+            Ok(true) => last_traffic = Some(Instant::now()),
+            Ok(false) => {}
+            Err(_) => {
+                log::error!("progress thread: panic caught; serving on");
+                shared.engine.lock().panics += 1;
+            }
+        }
+    }
+}
+
+// ---- spinning before sleeping -----------------------------------------------------------------
+
+/// Environment variable: how long, in microseconds, a thread that just saw traffic (the
+/// progress thread after serving a request, an application thread waiting in `dat_evd_wait`)
+/// polls its sockets without sleeping before it blocks; 0 turns spinning off.
+pub(crate) const SPIN_ENV: &str = "DAPLRS_SPIN_US";
+/// The spin window when the variable is unset: a few loopback or LAN round trips. Sleeping
+/// costs a wake-up when the next frame comes (tens of microseconds for an idle CPU of a
+/// virtual machine), which is what a request-answer exchange would otherwise pay on each side.
+pub(crate) const SPIN_DEFAULT_US: u64 = 50;
+
+/// The spin window in effect (`DAPLRS_SPIN_US`, read once per process; at most 10 ms).
+pub(crate) fn spin_window() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| parse_spin(std::env::var(SPIN_ENV).ok().as_deref()))
+}
+
+pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
+    let Some(v) = value else {
+        return Duration::from_micros(SPIN_DEFAULT_US);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(us) if us <= 10_000 => Duration::from_micros(us),
+        _ => {
+            log::warn!("{SPIN_ENV}={v:?} is not a number of microseconds (0..=10000); using {SPIN_DEFAULT_US}");
+            Duration::from_micros(SPIN_DEFAULT_US)
+        }
+    }
+}
+
+/// How long after a polling consumer's last look at a same-host connection (`TcpCq::progress`)
+/// the progress thread leaves its ring to that consumer: it does not count itself a sleeper
+/// there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody; a
+/// consumer polling in a loop looks again within microseconds. When the consumer stops
+/// polling, what arrives waits at most this long. (Over TCP the kernel wakes whoever polls a
+/// socket: keeping the progress thread off polled sockets this way, tried with 100 and 200
+/// us, made an application that polls its memory for a peer's RDMA write wait for the lease,
+/// and polled reads were no faster on 2 CPUs; so over TCP it keeps watching.)
+pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
+
+impl Engine {
+    /// A polling consumer reads connection `token` now and will again soon. Only a same-host
+    /// connection's lease is ever looked at: a TCP one costs no clock reading.
+    pub(crate) fn note_poller(&mut self, token: u64) {
+        if let Some(c) = self
+            .conns
+            .get_mut(&token)
+            .filter(|c| c.same_host.incoming.is_some())
+        {
+            c.poll_lease = Some(Instant::now() + POLL_LEASE);
+        }
+    }
+}
+
+/// The same-host rings (samehost/ring.rs) of connections in a poll set, by their index in the
+/// set: rings we read (the peer's frames) and rings we write (the peer's ring, while output
+/// waits). A thread that may sleep in poll counts itself on each ring it reads first, so that
+/// the peer's writes ring the doorbell on the socket, and does not sleep if a ring it reads
+/// holds data or a ring it writes has room: the socket's POLLIN and POLLOUT stand for those.
+///
+/// The progress thread does not count itself on a ring a polling consumer holds a lease on
+/// (`POLL_LEASE`): the writer then rings no doorbell, and the consumer's messages wake nobody.
+///
+/// The bells of the rings read (ring.rs) are polled too, after every other entry (`add_bells`):
+/// they only wake the poll; `end` rearms the ones that rang and marks their connection's entry.
+#[derive(Default)]
+pub(crate) struct RingWatch {
+    /// Each ring read: the index of its connection's entry, the index of its bell's entry.
+    input: Vec<(usize, Arc<Ring>, Option<usize>)>,
+    output: Vec<(usize, Arc<Ring>)>,
+}
+
+impl RingWatch {
+    /// For a thread that waits for this ring's data (a driver): counts itself as a sleeper.
+    pub fn watch_input(&mut self, index: usize, ring: &Arc<Ring>) {
+        self.input.push((index, ring.clone(), None));
+    }
+
+    /// Appends the bells of the rings watched for input to `fds` (after the entries the
+    /// caller matches with its own list, which these do not disturb).
+    pub fn add_bells(&mut self, fds: &mut Vec<PollFd>) {
+        for (_, ring, bell) in &mut self.input {
+            if let Some(fd) = ring.bell_fd() {
+                *bell = Some(fds.len());
+                fds.push(PollFd::new(fd, POLLIN));
+            }
+        }
+    }
+
+    pub fn watch_output(&mut self, index: usize, ring: &Arc<Ring>) {
+        self.output.push((index, ring.clone()));
+    }
+
+    /// Counts us as a possible sleeper on every ring we read: true if one holds data already
+    /// or one we write has room (then the caller polls without waiting).
+    pub fn begin(&self) -> bool {
+        let readable = self
+            .input
+            .iter()
+            .fold(false, |ready, (_, r, _)| r.begin_sleep() | ready);
+        readable || self.output.iter().any(|(_, r)| r.has_room())
+    }
+
+    /// Ends what `begin` started, and marks the entries whose ring holds data readable and
+    /// those whose peer ring has room writable.
+    pub fn end(&self, fds: &mut [PollFd]) {
+        for (i, r, bell) in &self.input {
+            r.end_sleep();
+            if bell.is_some_and(|b| fds[b].revents() != 0) {
+                r.drain_bell();
+            }
+            if r.has_data() {
+                fds[*i].mark(POLLIN);
+            }
+        }
+        for (i, r) in &self.output {
+            if r.has_room() {
+                fds[*i].mark(POLLOUT);
+            }
+        }
+    }
+}
+
+/// poll(2) that first looks without sleeping until `until` (spinning), and only then sleeps
+/// for up to `timeout`. Returns how many descriptors are ready. With `yield_cpu`, each look
+/// that finds nothing gives the CPU to any other runnable thread: the progress thread spins
+/// that way, since on a machine with as many busy threads as CPUs the application thread it
+/// would keep off the CPU may be the very one that produces the next frame (measured: RDMA
+/// write ping-pong over veth on 2 CPUs, 66 us one-way with the progress threads spinning
+/// hard, 18 us yielding). An application thread waiting for its own completion spins hard.
+pub(crate) fn spin_poll(
+    fds: &mut [PollFd],
+    until: Instant,
+    timeout: Duration,
+    yield_cpu: bool,
+) -> io::Result<usize> {
+    loop {
+        let n = sys::poll(fds, 0)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        if yield_cpu {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    sys::poll_for(fds, timeout)
+}
