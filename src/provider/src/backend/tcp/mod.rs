@@ -107,12 +107,23 @@ impl Shared {
 
     /// Runs `f` on the engine, then delivers what it produced with no lock held.
     pub(crate) fn run<T>(&self, f: impl FnOnce(&mut Engine, &Shared) -> T) -> T {
-        let (result, deferred, wake) = {
-            let mut eng = self.engine.lock();
-            let r = f(&mut eng, self);
-            let wake = std::mem::take(&mut eng.wake_needed);
-            (r, self.take_deferred(&mut eng), wake)
-        };
+        self.run_locked(self.engine.lock(), f)
+    }
+
+    /// `run`, unless another thread holds the engine now (None: `f` did not run).
+    pub(crate) fn try_run<T>(&self, f: impl FnOnce(&mut Engine, &Shared) -> T) -> Option<T> {
+        Some(self.run_locked(self.engine.try_lock()?, f))
+    }
+
+    fn run_locked<T>(
+        &self,
+        mut eng: parking_lot::MutexGuard<'_, Engine>,
+        f: impl FnOnce(&mut Engine, &Shared) -> T,
+    ) -> T {
+        let result = f(&mut eng, self);
+        let wake = std::mem::take(&mut eng.wake_needed);
+        let deferred = self.take_deferred(&mut eng);
+        drop(eng);
         if wake {
             self.wake();
         }
@@ -1000,29 +1011,21 @@ impl CompletionQueue for TcpCq {
         if buf.len() < DRIVE_BUF {
             buf.resize(DRIVE_BUF, 0);
         }
-        let (deferred, wake) = {
-            let Some(mut eng) = sh.engine.try_lock() else {
-                return false;
-            };
+        sh.try_run(|eng, sh| {
             let conns = eng.pollable_for_cq(self.id);
             if conns.is_empty() {
                 return false;
             }
             for token in conns {
                 eng.note_poller(token);
-                eng.look_at_conn(&sh, token, &mut buf);
+                eng.look_at_conn(sh, token, &mut buf);
                 eng.try_write(token);
             }
-            eng.retry_drained(&sh);
-            eng.settle_failed_writes(&sh, &mut buf);
-            let wake = std::mem::take(&mut eng.wake_needed);
-            (sh.take_deferred(&mut eng), wake)
-        };
-        if wake {
-            sh.wake();
-        }
-        sh.deliver(deferred);
-        true
+            eng.retry_drained(sh);
+            eng.settle_failed_writes(sh, &mut buf);
+            true
+        })
+        .unwrap_or(false)
     }
 
     fn interrupt(&self) {

@@ -271,8 +271,8 @@ impl Conn {
         };
         let before = self.out.written();
         let result = self.out.write_with(|s| ring.write(s));
-        if self.out.written() != before && ring.reader_may_sleep() && !ring.ring_bell() {
-            doorbell(fd);
+        if self.out.written() != before && ring.reader_may_sleep() {
+            wake_ring_reader(ring, fd);
         }
         result
     }
@@ -295,12 +295,15 @@ pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()>
     out.write_with(|slices| sys::send_nosignal(fd, slices))
 }
 
-/// Wakes the peer's thread asleep in poll on a same-host connection's socket, when its ring
-/// has no bell we can ring: one byte that means nothing (after our SWITCH, the socket carries
-/// nothing else). A full socket or a gone peer needs no doorbell: the first is being read, the
-/// second is seen by reading.
-fn doorbell(fd: std::os::fd::RawFd) {
-    let _ = sys::send_nosignal(fd, &[std::io::IoSlice::new(&[0u8])]);
+/// Wakes the peer's threads asleep in poll on `ring` (the peer's, which we write) through its
+/// bell, or, if we could not take the bell, with a doorbell on the connection's socket `fd`:
+/// one byte that means nothing (after our SWITCH, the socket carries nothing else). A full
+/// socket or a gone peer needs no doorbell: the first is being read, the second is seen by
+/// reading.
+fn wake_ring_reader(ring: &super::samehost::ring::Ring, fd: std::os::fd::RawFd) {
+    if !ring.ring_bell() {
+        let _ = sys::send_nosignal(fd, &[std::io::IoSlice::new(&[0u8])]);
+    }
 }
 
 /// What a held request counts against HOLD_LIMIT.

@@ -194,9 +194,7 @@ impl Engine {
             return;
         };
         if let Some(ring) = c.same_host.writing_ring() {
-            if !ring.ring_bell() {
-                doorbell(c.stream.as_raw_fd());
-            }
+            wake_ring_reader(ring, c.stream.as_raw_fd());
             return;
         }
         c.out.push_frame(Header::new(Kind::Doorbell), Vec::new());

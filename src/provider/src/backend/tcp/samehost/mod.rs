@@ -604,7 +604,7 @@ impl PeerTable {
 /// read-write if it is a memory file whose size is sealed: a peer's key table or ring.
 /// Returns it and its size.
 pub(crate) fn open_peer_memfd(pid: u32, fd: u32) -> Result<(std::fs::File, u64), Refusal> {
-    if pid == 0 || pid > i32::MAX as u32 || fd > i32::MAX as u32 {
+    if !sys::is_process_and_descriptor(pid, fd) {
         return Err(format!("offer names pid {pid} fd {fd}"));
     }
     let path = format!("/proc/{pid}/fd/{fd}");

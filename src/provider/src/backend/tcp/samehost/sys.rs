@@ -400,6 +400,12 @@ pub(crate) fn size_sealed(fd: RawFd) -> bool {
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
+/// Whether a peer's `pid` and `fd` (read from its offer or its ring, so untrusted) can name a
+/// process and one of its descriptors at all (pid_t and int are signed; pid 0 is no process).
+pub(crate) fn is_process_and_descriptor(pid: u32, fd: u32) -> bool {
+    pid != 0 && pid <= i32::MAX as u32 && fd <= i32::MAX as u32
+}
+
 /// A new eventfd for a ring's reader to sleep on (non-blocking: a reader drains it, a
 /// writer never waits on it).
 pub(crate) fn eventfd() -> io::Result<OwnedFd> {
@@ -418,7 +424,7 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
 /// the peer's open file: it is made non-blocking, so that ringing never waits however the
 /// peer made it.
 pub(crate) fn peer_eventfd(pid: u32, fd: u32) -> io::Result<OwnedFd> {
-    if pid == 0 || pid > i32::MAX as u32 || fd > i32::MAX as u32 {
+    if !is_process_and_descriptor(pid, fd) {
         return Err(io::ErrorKind::InvalidInput.into());
     }
     // SAFETY: pidfd_open(2) with no flags; the descriptor is owned at once.
