@@ -1547,23 +1547,17 @@ fn answer_read_before_a_failed_write_is_reported() {
         fence: false,
     };
     let qpn = qp.qp_num();
-    let shared = dev.shared.clone();
-    let mut eng = shared.engine.lock();
-    eng.post_send(&shared, qpn, write(1)).expect("post 1");
-    eng.post_send(&shared, qpn, write(2)).expect("post 2");
-    let fd = eng.conn_fd(qpn).expect("connected");
-    go_tx.send(()).expect("target waits");
-    t.join().expect("fake target");
-    wait_for_reset(fd);
-    eng.post_send(&shared, qpn, write(3))
-        .expect("post 3 (its write fails)");
-    let deferred = shared.take_deferred(&mut eng);
-    let wake = std::mem::take(&mut eng.wake_needed);
-    drop(eng);
-    if wake {
-        shared.wake();
-    }
-    shared.deliver(deferred);
+    // All three posts under one hold of the engine, with the peer's reset in between.
+    dev.shared.run(|eng, shared| {
+        eng.post_send(shared, qpn, write(1)).expect("post 1");
+        eng.post_send(shared, qpn, write(2)).expect("post 2");
+        let fd = eng.conn_fd(qpn).expect("connected");
+        go_tx.send(()).expect("target waits");
+        t.join().expect("fake target");
+        wait_for_reset(fd);
+        eng.post_send(shared, qpn, write(3))
+            .expect("post 3 (its write fails)");
+    });
     let mut got: Vec<WorkCompletion> = Vec::new();
     while got.len() < 3 {
         if cq.poll(16, &mut got) == 0 {
