@@ -264,6 +264,9 @@ pub trait CompletionQueue: Send + Sync {
         let _ = deadline;
         false
     }
+    /// The thread that called `drive` (once or many times) stops waiting: what it kept from
+    /// the backend's own threads between its drives goes back to them.
+    fn end_drive(&self) {}
     /// Makes a `drive` in progress on another thread return soon.
     fn interrupt(&self) {}
     /// Moves the transport forward on the calling thread without blocking: a polling consumer

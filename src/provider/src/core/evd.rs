@@ -527,6 +527,8 @@ impl Evd {
         s.threshold = threshold as usize;
         // Whether to try `drive` before the next condition-variable wait.
         let mut drive = true;
+        // Whether `drive` ran: `end_drive` is then owed before this thread leaves or blocks.
+        let mut drove = false;
         let result = loop {
             if s.freed {
                 break Err(DatError::invalid_handle(SubType::InvalidHandle1));
@@ -551,6 +553,12 @@ impl Evd {
                 s.driving = true;
                 drive = MutexGuard::unlocked(&mut s, || cq.drive(deadline));
                 s.driving = false;
+                drove = true;
+                continue;
+            }
+            if let (Some(cq), true) = (&self.cq, drove) {
+                drove = false;
+                MutexGuard::unlocked(&mut s, || cq.end_drive());
                 continue;
             }
             self.counters.inc(counters::evd::WAIT_BLOCKED);
@@ -564,6 +572,9 @@ impl Evd {
             }
             drive = true;
         };
+        if let (Some(cq), true) = (&self.cq, drove) {
+            MutexGuard::unlocked(&mut s, || cq.end_drive());
+        }
         s.waiter = false;
         s.threshold = 1;
         if s.queue.len() < s.qlen {

@@ -337,6 +337,7 @@ impl Device for TcpDevice {
             driver: Mutex::new(None),
             buf: Mutex::new(Vec::new()),
             spin_misses: AtomicU32::new(0),
+            keeps_claims: AtomicBool::new(false),
         });
         self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
         Ok(cq)
@@ -830,13 +831,15 @@ pub(crate) struct TcpCq {
     buf: Mutex<Vec<u8>>,
     /// Drives in a row whose spin window ended with nothing to read (see `drive`).
     spin_misses: AtomicU32,
+    /// Connections stay claimed between the drives of one wait (see `end_drive`).
+    keeps_claims: AtomicBool,
 }
 
 /// Read buffer of a driving application thread (large payloads are read past it, straight
 /// into their frames).
 const DRIVE_BUF: usize = 64 * 1024;
-/// Longest single wait of a driver, so that the connections it claimed return to the
-/// progress thread regularly.
+/// Longest single wait of a driver, so that it looks at its EVD, and claims connections
+/// established since, regularly.
 const DRIVE_MAX_MS: u64 = 50;
 /// A driver stops spinning after this many spins in a row that found nothing (the traffic is
 /// slower than the spin window: spinning only burns a CPU), and tries again every
@@ -899,7 +902,11 @@ impl CompletionQueue for TcpCq {
     /// The waiting application thread claims the connections of this CQ's QPs from the
     /// progress thread (which leaves them out of its poll set meanwhile), polls them itself
     /// and runs the engine on what arrives; the completions it produces are delivered on this
-    /// thread, so the waiter needs no wake-up. The claim ends when the poll returns.
+    /// thread, so the waiter needs no wake-up. The claim lasts the whole wait: the next drive
+    /// of the same wait keeps it, and `end_drive` ends it. (Ending it at each drive's return,
+    /// as before, woke the progress thread each time, to poll a set the waiter's next drive
+    /// made stale again at once: on a target whose application waits, one wake-up per request
+    /// served, and the progress thread then took the CPU of the peer polling for the answer.)
     fn drive(&self, deadline: Option<Instant>) -> bool {
         let Some(sh) = self.shared.upgrade() else {
             return false;
@@ -989,10 +996,22 @@ impl CompletionQueue for TcpCq {
             }
             eng.retry_drained(sh);
             eng.settle_failed_writes(sh, &mut buf);
-            eng.release_claims(&claimed);
+            // The claims stay until the wait ends (`end_drive`).
+            self.keeps_claims.store(true, Ordering::Relaxed);
         });
         *self.driver.lock() = None;
         true
+    }
+
+    /// The wait that drove ends: the connections its drives claimed go back to the progress
+    /// thread.
+    fn end_drive(&self) {
+        if !self.keeps_claims.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(sh) = self.shared.upgrade() {
+            sh.run(|eng, _| eng.release_cq_claims(self.id));
+        }
     }
 
     /// A polling consumer's look at its connections: reads what they hold without waiting,
@@ -1020,6 +1039,7 @@ impl CompletionQueue for TcpCq {
                 eng.note_poller(token);
                 eng.look_at_conn(sh, token, &mut buf);
                 eng.try_write(token);
+                eng.settle_quiet(token);
             }
             eng.retry_drained(sh);
             eng.settle_failed_writes(sh, &mut buf);

@@ -253,7 +253,6 @@ pub(super) fn set_int_option(fd: RawFd, level: i32, name: i32, value: i32) -> io
 }
 
 /// Reads the integer socket option `level`/`name` of socket `fd`.
-#[cfg(test)]
 pub(super) fn int_option(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     let mut value: i32 = 0;
     let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
@@ -271,6 +270,24 @@ pub(super) fn int_option(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(value)
+}
+
+/// Test support: the descriptor of this process's TCP socket connected to local port `port`.
+#[cfg(test)]
+pub(super) fn socket_connected_to(port: u16) -> Option<RawFd> {
+    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<RawFd>().ok())
+        .find(|&fd| {
+            // SAFETY: sockaddr_in is plain data; getpeername writes at most `len` bytes into it.
+            let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = unsafe {
+                libc::getpeername(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len)
+            };
+            rc == 0
+                && addr.sin_family == libc::AF_INET as libc::sa_family_t
+                && u16::from_be(addr.sin_port) == port
+        })
 }
 
 /// Test support: counts SIGPIPEs raised on the calling thread (a signal caused by a write is

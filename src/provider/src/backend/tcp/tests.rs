@@ -2012,6 +2012,102 @@ fn reads_in_flight_stay_within_max_rdma_read_out() {
     t.join().expect("fake target");
 }
 
+/// A polling consumer with a read outstanding keeps its socket quiet (a raised receive
+/// low-water mark: the answer wakes no other thread polling the socket); the mark comes down
+/// once the answer is read, and, when the consumer stops looking with a read still
+/// outstanding, once its lease ends, so that the progress thread sees the peer's frames again.
+#[test]
+fn a_polling_consumer_keeps_its_socket_quiet_only_while_it_waits() {
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    let client = Side::new("cli", mem_priv::ALL);
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (port, t) = fake_target(move |mut s| {
+        let limits = super::wire::Limits {
+            max_message: 1 << 20,
+        };
+        for _ in 0..2 {
+            let mut hdr = [0u8; super::wire::HEADER_LEN];
+            s.read_exact(&mut hdr).expect("read request");
+            let h = super::wire::Header::decode(&hdr, &limits).expect("valid header");
+            assert_eq!(h.kind, super::wire::Kind::ReadReq);
+            go_rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("go ahead");
+            let mut out = Vec::new();
+            let mut resp = super::wire::Header::new(super::wire::Kind::ReadResp);
+            resp.seq = h.seq;
+            super::wire::put_frame(&mut out, resp, &vec![7u8; h.length as usize]);
+            s.write_all(&out).expect("answer");
+        }
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+    let fd = super::sys::socket_connected_to(port).expect("the client's socket");
+    let low_water =
+        || super::sys::int_option(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).expect("SO_RCVLOWAT");
+    let read = |id: u64| {
+        client
+            .ep
+            .post_rdma_read(
+                &[client.seg(0, 8)],
+                id,
+                RemoteBuffer {
+                    address: 0x1000,
+                    length: 8,
+                    rmr_context: 5,
+                },
+                0,
+            )
+            .expect("read");
+    };
+    let guard = Instant::now() + Duration::from_micros(u64::from(GUARD_US));
+    assert_eq!(low_water(), 1);
+
+    // Polled until its answer comes.
+    read(1);
+    let empty = client.dto.dequeue().expect_err("no answer yet");
+    assert_eq!(empty.kind, ErrorType::QueueEmpty);
+    assert!(low_water() > 1, "not quiet while the read is outstanding");
+    go_tx.send(()).expect("go");
+    let ev = loop {
+        match client.dto.dequeue() {
+            Ok(ev) => break ev,
+            Err(e) => assert_eq!(e.kind, ErrorType::QueueEmpty),
+        }
+        assert!(Instant::now() < guard, "no answer before the hang guard");
+    };
+    assert_eq!(dto(&ev), (1, dto_status::SUCCESS, 8, dto_op::RDMA_READ));
+    assert_eq!(low_water(), 1, "still quiet with nothing outstanding");
+
+    // Looked at once, then left alone: the lease ends, and the answer is the progress
+    // thread's again.
+    read(2);
+    let empty = client.dto.dequeue().expect_err("no answer yet");
+    assert_eq!(empty.kind, ErrorType::QueueEmpty);
+    assert!(low_water() > 1, "not quiet while the read is outstanding");
+    while low_water() > 1 {
+        assert!(Instant::now() < guard, "still quiet at the hang guard");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    go_tx.send(()).expect("go");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::SUCCESS, 8, dto_op::RDMA_READ)
+    );
+    close(&[&client]);
+    t.join().expect("fake target");
+}
+
 #[test]
 fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
     use crate::backend::Device;

@@ -170,9 +170,15 @@ struct Conn {
     answer_ends: VecDeque<u64>,
     /// The same-host path on this connection (engine/samehost.rs).
     same_host: super::samehost::Link,
-    /// Until then a polling consumer reads this same-host connection itself
-    /// (`TcpCq::progress`), and the progress thread leaves its ring alone (see `POLL_LEASE`).
-    poll_lease: Option<Instant>,
+    /// When a polling consumer last read this connection itself (`TcpCq::progress`): for
+    /// `POLL_LEASE` after it, the progress thread leaves a same-host ring alone and does not
+    /// spin for what it read here; for `QUIET_LEASE`, the socket may stay quiet.
+    last_look: Option<Instant>,
+    /// The socket's receive low-water mark is raised: its small frames wake no poller (see
+    /// `Engine::settle_quiet`).
+    quiet: bool,
+    /// The socket's receive buffer size, read at the first raise (0: not yet).
+    rcvbuf: i32,
 }
 
 /// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
@@ -227,7 +233,9 @@ impl Conn {
             wait_drain: false,
             answer_ends: VecDeque::new(),
             same_host: Default::default(),
-            poll_lease: None,
+            last_look: None,
+            quiet: false,
+            rcvbuf: 0,
         }
     }
 
@@ -462,13 +470,19 @@ impl Engine {
     /// The established connections of the QPs that complete into CQ `cq` that no driver holds
     /// and whose writes have not failed: what a driver may claim, or a poller read.
     fn free_conns_of_cq(&self, cq: u64) -> Vec<u64> {
+        self.conns_of_cq(cq, None)
+    }
+
+    /// The established, unfailed connections of the QPs that complete into CQ `cq`, driven by
+    /// nobody or by `driven`.
+    fn conns_of_cq(&self, cq: u64, driven: Option<u64>) -> Vec<u64> {
         self.qps
             .values()
             .filter(|e| e.send_cq.id == cq || e.recv_cq.id == cq)
             .filter_map(|e| e.conn)
             .filter(|t| {
                 self.conns.get(t).is_some_and(|c| {
-                    c.driven.is_none()
+                    (c.driven.is_none() || c.driven == driven)
                         && !c.write_failed
                         && matches!(c.phase, Phase::Established { .. })
                 })
@@ -477,10 +491,11 @@ impl Engine {
     }
 
     /// Claims for a driver the established connections of the QPs that complete into CQ `cq`
-    /// and nobody drives yet.
+    /// and nobody else drives (those its earlier drives of the same wait claimed stay its own
+    /// until `release_cq_claims`).
     pub(crate) fn claim_for_cq(&mut self, cq: u64) -> Vec<Claim> {
         let mut out = Vec::new();
-        for token in self.free_conns_of_cq(cq) {
+        for token in self.conns_of_cq(cq, Some(cq)) {
             let Some(c) = self.conns.get_mut(&token) else {
                 continue;
             };
@@ -489,6 +504,8 @@ impl Engine {
                 continue; // back-pressured: nothing to watch (see `progress_loop`)
             }
             c.driven = Some(cq);
+            // The driver sleeps in poll on this socket: every frame must wake it.
+            c.set_quiet(false);
             out.push(Claim {
                 token,
                 fd: c.stream.as_raw_fd(),
@@ -507,17 +524,20 @@ impl Engine {
         self.free_conns_of_cq(cq)
     }
 
-    /// Returns claimed connections to the progress thread, woken if it polls without them
-    /// (or if one has output waiting), so that nothing arriving now waits for its next tick.
-    pub(crate) fn release_claims(&mut self, claims: &[Claim]) {
-        for cl in claims {
-            if let Some(c) = self.conns.get_mut(&cl.token) {
+    /// Returns the connections CQ `cq`'s driver kept (its wait ended) to the progress thread,
+    /// woken if it polls without them (or if one has output waiting), so that nothing
+    /// arriving now waits for its next tick.
+    pub(crate) fn release_cq_claims(&mut self, cq: u64) {
+        let mut wake = false;
+        for c in self.conns.values_mut() {
+            if c.driven == Some(cq) {
                 c.driven = None;
-                if !c.out.is_empty() || self.poll_excludes {
-                    self.wake_needed = true;
-                    self.poll_excludes = false;
-                }
+                wake |= !c.out.is_empty() || self.poll_excludes;
             }
+        }
+        if wake {
+            self.wake_needed = true;
+            self.poll_excludes = false;
         }
     }
 

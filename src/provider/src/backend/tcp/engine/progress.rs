@@ -32,12 +32,14 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             let mut rings = RingWatch::default();
             let mut lease_end: Option<Duration> = None;
             // Connections a waiting application thread drives are left out; the first one it
-            // gives back wakes us (`release_claims`). Those a polling consumer reads
+            // gives back wakes us (`release_cq_claims`). Those a polling consumer reads
             // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
             // (a lease, tried) made an application that polls memory for a peer's RDMA write,
             // not its EVD, wait for the lease to run out (8 B write ping-pong over veth: 170
-            // us one-way with a 200 us lease, 16-22 us without). On a same-host ring we only
-            // stop counting ourselves as a sleeper for a while (`POLL_LEASE`).
+            // us one-way with a 200 us lease, 16-22 us without). Instead their sockets stay
+            // quiet while the consumer has requests outstanding (`settle_quiet`), and on a
+            // same-host ring we only stop counting ourselves as a sleeper for a while
+            // (`POLL_LEASE`).
             let mut excluding = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
@@ -49,7 +51,18 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 fds.push(PollFd::new(l.sock.as_raw_fd(), POLLIN));
                 targets.push(Target::Listener(*id));
             }
-            for (t, c) in &eng.conns {
+            for (t, c) in eng.conns.iter_mut() {
+                // A poller that stopped looking leaves its socket quiet no longer; until then
+                // we look again when its lease ends.
+                if c.quiet {
+                    match c
+                        .last_look
+                        .and_then(|at| (at + QUIET_LEASE).checked_duration_since(now))
+                    {
+                        Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
+                        None => c.set_quiet(false),
+                    }
+                }
                 if c.driven.is_some() {
                     excluding = true;
                     continue;
@@ -73,8 +86,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 // Our ring from when we offered it, switched to or not (see `Claim::ring`).
                 if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
                     match c
-                        .poll_lease
-                        .and_then(|until| until.checked_duration_since(now))
+                        .last_look
+                        .and_then(|at| (at + POLL_LEASE).checked_duration_since(now))
                     {
                         // Left to its poller: no doorbell for us; back when the lease ends.
                         Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
@@ -128,6 +141,9 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             shared.run(|eng, sh| {
                 let frames_before = eng.frames_served;
+                // Frames read on connections a polling consumer reads too (see below).
+                let mut polled_frames = 0;
+                let now = Instant::now();
                 let mut traffic = false;
                 eng.process_connect_results();
                 eng.process_ud_connect_results();
@@ -144,7 +160,12 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                         }
                         Target::Conn(t) => {
                             if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+                                let polled = eng.conns.get(t).is_some_and(|c| c.polled_at(now));
+                                let before = eng.frames_served;
                                 eng.read_conn(sh, *t, &mut buf);
+                                if polled {
+                                    polled_frames += eng.frames_served - before;
+                                }
                             }
                             if rev & POLLOUT != 0 {
                                 eng.try_write(*t);
@@ -169,7 +190,11 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 // Spin after serving something only: a socket that woke us but whose frames
                 // an application thread read first (it drives or polls it) is no reason to
                 // keep a CPU busy; spinning then only takes that CPU from the applications.
-                traffic || eng.frames_served != frames_before
+                // Nor are frames we happened to read first on a connection a consumer polls:
+                // it reads the next ones itself, and a spinning progress thread on the
+                // consumer's CPU preempted it about once per read (8 B polled reads over
+                // veth, 2 CPUs: ~36,000 preemptions in 40,000 reads).
+                traffic || eng.frames_served - polled_frames != frames_before
             })
         }));
         match iteration {
@@ -213,26 +238,87 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
     }
 }
 
-/// How long after a polling consumer's last look at a same-host connection (`TcpCq::progress`)
-/// the progress thread leaves its ring to that consumer: it does not count itself a sleeper
-/// there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody; a
-/// consumer polling in a loop looks again within microseconds. When the consumer stops
-/// polling, what arrives waits at most this long. (Over TCP the kernel wakes whoever polls a
-/// socket: keeping the progress thread off polled sockets this way, tried with 100 and 200
-/// us, made an application that polls its memory for a peer's RDMA write wait for the lease,
-/// and polled reads were no faster on 2 CPUs; so over TCP it keeps watching.)
+/// How long after a polling consumer's last look at a connection (`TcpCq::progress`) the
+/// progress thread leaves a same-host ring to that consumer: it does not count itself a
+/// sleeper there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody;
+/// a consumer polling in a loop looks again within microseconds. When the consumer stops
+/// polling, what arrives waits at most this long. For as long, frames the progress thread
+/// reads on the connection start no spin window (see `progress_loop`).
 pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
 
+/// How long after a polling consumer's last look a TCP socket may stay quiet (see
+/// `Engine::settle_quiet`): the progress thread, which then sees no small frame on it, lowers
+/// the mark again when this ends. Long next to a look (a consumer polling in a loop renews it
+/// thousands of times) and short next to anything a peer waits for: it bounds the delay of a
+/// peer's request when a consumer stops polling with requests of its own still outstanding.
+const QUIET_LEASE: Duration = Duration::from_millis(2);
+
+/// The receive low-water mark of a quiet socket: frames shorter than this (an 8 B read's
+/// answer, an ACK) wake no poller; longer ones do. At most a quarter of the socket's receive
+/// buffer: Linux grows the buffer, and clamps the window, for a mark above half of it.
+const QUIET_LOW_WATER: i32 = 16 << 10;
+
 impl Engine {
-    /// A polling consumer reads connection `token` now and will again soon. Only a same-host
-    /// connection's lease is ever looked at: a TCP one costs no clock reading.
+    /// A polling consumer reads connection `token` now and will again soon.
     pub(crate) fn note_poller(&mut self, token: u64) {
-        if let Some(c) = self
-            .conns
-            .get_mut(&token)
-            .filter(|c| c.same_host.incoming.is_some())
-        {
-            c.poll_lease = Some(Instant::now() + POLL_LEASE);
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.last_look = Some(Instant::now());
+        }
+    }
+
+    /// After a polling consumer's look at TCP connection `token`: while its QP has requests
+    /// outstanding, the consumer reads their answers itself, and the progress thread, which
+    /// polls the same socket, would be woken by each for nothing; on a machine with as many
+    /// busy threads as CPUs that wake-up takes the CPU from the consumer or from the peer.
+    /// The socket's receive low-water mark is raised meanwhile (SO_RCVLOWAT): the kernel then
+    /// wakes no poller for a small frame. It is lowered when nothing is outstanding (an
+    /// application that polls its memory for the peer's RDMA write, not its EVD, needs the
+    /// progress thread to see that write at once), when a driver claims the connection (it
+    /// sleeps in poll), and by the progress thread when the consumer's `QUIET_LEASE` ends.
+    /// Lowering it wakes a poller at once if frames came meanwhile.
+    pub(crate) fn settle_quiet(&mut self, token: u64) {
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
+        let busy = match c.phase {
+            Phase::Established { qp } if c.same_host.reading_ring().is_none() => {
+                self.qps.get(&qp).is_some_and(|e| !e.outstanding.is_empty())
+            }
+            _ => false,
+        };
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.set_quiet(busy);
+        }
+    }
+}
+
+impl Conn {
+    /// Whether a polling consumer looked at this connection within `POLL_LEASE` of `now`.
+    fn polled_at(&self, now: Instant) -> bool {
+        self.last_look.is_some_and(|at| now < at + POLL_LEASE)
+    }
+
+    /// Raises (`quiet`) or lowers the socket's receive low-water mark (see `settle_quiet`).
+    /// A failure leaves the mark as it was: the socket then only wakes its pollers as usual.
+    pub(super) fn set_quiet(&mut self, quiet: bool) {
+        if quiet == self.quiet {
+            return;
+        }
+        let fd = self.stream.as_raw_fd();
+        let mark = if quiet {
+            if self.rcvbuf == 0 {
+                self.rcvbuf = sys::int_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(-1);
+            }
+            let mark = QUIET_LOW_WATER.min(self.rcvbuf / 4);
+            if mark < 2 {
+                return; // a buffer too small (or unknown) to raise the mark safely
+            }
+            mark
+        } else {
+            1
+        };
+        if sys::set_int_option(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, mark).is_ok() {
+            self.quiet = quiet;
         }
     }
 }
