@@ -160,7 +160,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                         }
                         Target::Conn(t) => {
                             if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
-                                let polled = eng.conns.get(t).is_some_and(|c| c.polled_at(now));
+                                let polled = eng
+                                    .conns
+                                    .get(t)
+                                    .is_some_and(|c| c.quiet && c.polled_at(now));
                                 let before = eng.frames_served;
                                 eng.read_conn(sh, *t, &mut buf);
                                 if polled {
@@ -190,10 +193,12 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 // Spin after serving something only: a socket that woke us but whose frames
                 // an application thread read first (it drives or polls it) is no reason to
                 // keep a CPU busy; spinning then only takes that CPU from the applications.
-                // Nor are frames we happened to read first on a connection a consumer polls:
-                // it reads the next ones itself, and a spinning progress thread on the
-                // consumer's CPU preempted it about once per read (8 B polled reads over
-                // veth, 2 CPUs: ~36,000 preemptions in 40,000 reads).
+                // Nor are frames we happened to read first on a connection a consumer polls
+                // for answers (a quiet one): it reads the next ones itself, and a spinning
+                // progress thread on the consumer's CPU preempted it about once per read (8 B
+                // polled reads over veth, 2 CPUs: ~36,000 preemptions in 40,000 reads). A
+                // peer's requests on a connection whose consumer polls with nothing
+                // outstanding (a target) are ours to serve: the spin stays for them.
                 traffic || eng.frames_served - polled_frames != frames_before
             })
         }));
