@@ -976,6 +976,28 @@ fn fake_target(
     (port, t)
 }
 
+/// A fake target's next request, which must be an RDMA read.
+fn fake_read_request(s: &mut TcpStream) -> std::io::Result<super::wire::Header> {
+    use std::io::Read;
+    let limits = super::wire::Limits {
+        max_message: 1 << 20,
+    };
+    let mut hdr = [0u8; super::wire::HEADER_LEN];
+    s.read_exact(&mut hdr)?;
+    let h = super::wire::Header::decode(&hdr, &limits).expect("valid header");
+    assert_eq!(h.kind, super::wire::Kind::ReadReq);
+    Ok(h)
+}
+
+/// A fake target's answer to RDMA read `h`: its length in bytes of 7.
+fn fake_read_answer(s: &mut TcpStream, h: &super::wire::Header) {
+    let mut out = Vec::new();
+    let mut resp = super::wire::Header::new(super::wire::Kind::ReadResp);
+    resp.seq = h.seq;
+    super::wire::put_frame(&mut out, resp, &vec![7u8; h.length as usize]);
+    s.write_all(&out).expect("answer");
+}
+
 #[test]
 fn killed_peer_gives_broken_and_flushed_completions() {
     use std::io::Read;
@@ -1934,24 +1956,8 @@ fn reads_in_flight_stay_within_max_rdma_read_out() {
     assert!(limit >= 1);
     let total = limit + 2;
     let (port, t) = fake_target(move |mut s| {
-        let limits = super::wire::Limits {
-            max_message: 1 << 20,
-        };
-        let read_req = |s: &mut TcpStream| {
-            let mut hdr = [0u8; super::wire::HEADER_LEN];
-            s.read_exact(&mut hdr).map(|_| {
-                let h = super::wire::Header::decode(&hdr, &limits).expect("valid header");
-                assert_eq!(h.kind, super::wire::Kind::ReadReq);
-                h
-            })
-        };
-        let answer = |s: &mut TcpStream, h: &super::wire::Header| {
-            let mut out = Vec::new();
-            let mut resp = super::wire::Header::new(super::wire::Kind::ReadResp);
-            resp.seq = h.seq;
-            super::wire::put_frame(&mut out, resp, &vec![7u8; h.length as usize]);
-            s.write_all(&out).expect("answer");
-        };
+        let read_req = fake_read_request;
+        let answer = fake_read_answer;
         let mut held: Vec<super::wire::Header> = (0..limit)
             .map(|_| read_req(&mut s).expect("read"))
             .collect();
@@ -2024,22 +2030,12 @@ fn a_polling_consumer_keeps_its_socket_quiet_only_while_it_waits() {
     let client = Side::new("cli", mem_priv::ALL);
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (port, t) = fake_target(move |mut s| {
-        let limits = super::wire::Limits {
-            max_message: 1 << 20,
-        };
         for _ in 0..2 {
-            let mut hdr = [0u8; super::wire::HEADER_LEN];
-            s.read_exact(&mut hdr).expect("read request");
-            let h = super::wire::Header::decode(&hdr, &limits).expect("valid header");
-            assert_eq!(h.kind, super::wire::Kind::ReadReq);
+            let h = fake_read_request(&mut s).expect("read request");
             go_rx
                 .recv_timeout(Duration::from_secs(20))
                 .expect("go ahead");
-            let mut out = Vec::new();
-            let mut resp = super::wire::Header::new(super::wire::Kind::ReadResp);
-            resp.seq = h.seq;
-            super::wire::put_frame(&mut out, resp, &vec![7u8; h.length as usize]);
-            s.write_all(&out).expect("answer");
+            fake_read_answer(&mut s, &h);
         }
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
