@@ -254,8 +254,10 @@ pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
 /// How long after a polling consumer's last look a TCP socket may stay quiet (see
 /// `Engine::settle_quiet`): the progress thread, which then sees no small frame on it, lowers
 /// the mark again when this ends. Long next to a look (a consumer polling in a loop renews it
-/// thousands of times) and short next to anything a peer waits for: it bounds the delay of a
-/// peer's request when a consumer stops polling with requests of its own still outstanding.
+/// thousands of times). It bounds the delay of a peer's request when a consumer stops polling
+/// with requests of its own still outstanding, together with the progress thread's sleep: one
+/// that fell asleep before the socket turned quiet looks at it again at its next wake-up, at
+/// the latest its tick (`TICK_MS`); waking it at each raise would cost a wake-up per request.
 const QUIET_LEASE: Duration = Duration::from_millis(2);
 
 /// The receive low-water mark of a quiet socket: frames shorter than this (an 8 B read's
