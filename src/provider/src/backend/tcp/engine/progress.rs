@@ -248,7 +248,8 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 /// sleeper there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody;
 /// a consumer polling in a loop looks again within microseconds. When the consumer stops
 /// polling, what arrives waits at most this long. For as long, frames the progress thread
-/// reads on the connection start no spin window (see `progress_loop`).
+/// reads on the connection, if it is quiet (`settle_quiet`), start no spin window (see
+/// `progress_loop`).
 pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
 
 /// How long after a polling consumer's last look a TCP socket may stay quiet (see
