@@ -55,10 +55,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 // A poller that stopped looking leaves its socket quiet no longer; until then
                 // we look again when its lease ends.
                 if c.quiet {
-                    match c
-                        .last_look
-                        .and_then(|at| (at + QUIET_LEASE).checked_duration_since(now))
-                    {
+                    match c.lease_left(QUIET_LEASE, now) {
                         Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
                         None => c.set_quiet(false),
                     }
@@ -85,10 +82,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 }
                 // Our ring from when we offered it, switched to or not (see `Claim::ring`).
                 if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
-                    match c
-                        .last_look
-                        .and_then(|at| (at + POLL_LEASE).checked_duration_since(now))
-                    {
+                    match c.lease_left(POLL_LEASE, now) {
                         // Left to its poller: no doorbell for us; back when the lease ends.
                         Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
                         None => rings.watch_input(fds.len(), ring),
@@ -301,6 +295,12 @@ impl Engine {
 }
 
 impl Conn {
+    /// What is left at `now` of a `lease` from a polling consumer's last look, if any.
+    fn lease_left(&self, lease: Duration, now: Instant) -> Option<Duration> {
+        self.last_look
+            .and_then(|at| (at + lease).checked_duration_since(now))
+    }
+
     /// Whether a polling consumer looked at this connection within `POLL_LEASE` of `now`.
     fn polled_at(&self, now: Instant) -> bool {
         self.last_look.is_some_and(|at| now < at + POLL_LEASE)
