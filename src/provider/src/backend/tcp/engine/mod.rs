@@ -38,7 +38,7 @@ mod target;
 pub(crate) use datagram::TcpAh;
 #[cfg(test)]
 pub(crate) use progress::parse_spin;
-pub(crate) use progress::{progress_loop, spin_poll, spin_window, RingWatch};
+pub(crate) use progress::{progress_loop, spin_poll, spin_window, RingWatch, POLL_LEASE};
 
 /// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
 /// with its connect).
@@ -279,7 +279,7 @@ impl Conn {
         };
         let before = self.out.written();
         let result = self.out.write_with(|s| ring.write(s));
-        if self.out.written() != before && ring.reader_may_sleep() {
+        if self.out.written() != before && ring.reader_needs_bell(POLL_LEASE) {
             wake_ring_reader(ring, fd);
         }
         result

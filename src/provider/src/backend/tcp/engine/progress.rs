@@ -38,8 +38,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             // not its EVD, wait for the lease to run out (8 B write ping-pong over veth: 170
             // us one-way with a 200 us lease, 16-22 us without). Instead their sockets stay
             // quiet while the consumer has requests outstanding (`settle_quiet`), and on a
-            // same-host ring we only stop counting ourselves as a sleeper for a while
-            // (`POLL_LEASE`).
+            // same-host ring we sleep deferring to the poller (`RingWatch::watch_deferring`).
             let mut excluding = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
@@ -82,10 +81,14 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 }
                 // Our ring from when we offered it, switched to or not (see `Claim::ring`).
                 if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
-                    match c.lease_left(POLL_LEASE, now) {
-                        // Left to its poller: no doorbell for us; back when the lease ends.
-                        Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
-                        None => rings.watch_input(fds.len(), ring),
+                    if c.polled_at(now) {
+                        // Left to its poller: the writer wakes us once the poller stopped,
+                        // except for a frame that came just before (see `DEFER_BACKSTOP`).
+                        rings.watch_deferring(fds.len(), ring);
+                        lease_end =
+                            Some(lease_end.map_or(DEFER_BACKSTOP, |l| l.min(DEFER_BACKSTOP)));
+                    } else {
+                        rings.watch_input(fds.len(), ring);
                     }
                 }
                 if let Some(ring) = ring_out {
@@ -238,13 +241,23 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 }
 
 /// How long after a polling consumer's last look at a connection (`TcpCq::progress`) the
-/// progress thread leaves a same-host ring to that consumer: it does not count itself a
-/// sleeper there (see `RingWatch`), so the peer rings no doorbell and its messages wake nobody;
-/// a consumer polling in a loop looks again within microseconds. When the consumer stops
-/// polling, what arrives waits at most this long. For as long, frames the progress thread
+/// progress thread leaves a same-host ring to that consumer: it sleeps deferring to it (see
+/// `RingWatch`), and the peer's writer rings for it only once the consumer has not looked for
+/// this long, so the consumer's messages wake nobody; a consumer polling in a loop looks again
+/// within microseconds (the peer's writer applies the same lease: ring.rs). For as long, frames the progress thread
 /// reads on the connection, if it is quiet (`settle_quiet`), start no spin window (see
 /// `progress_loop`).
 pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
+
+/// How long the progress thread sleeps at most while it defers a same-host ring to a polling
+/// consumer (`RingWatch::watch_deferring`): the peer's writer wakes it once the consumer has
+/// not looked for `POLL_LEASE`, but a frame written within a lease of the consumer's last
+/// look, after which the consumer stopped for good, waits for this. Long next to a lease, so
+/// that a consumer polling in a loop costs this thread 1,000 wake-ups a second, not 10,000
+/// (each of which takes a CPU from a spinner); only such a frame ever waits this long, and
+/// only for work no application call asked for (a read or atomic the peer's target must
+/// serve): a consumer that waits, or polls again, reads it at once.
+const DEFER_BACKSTOP: Duration = Duration::from_millis(1);
 
 /// How long after a polling consumer's last look a TCP socket may stay quiet (see
 /// `Engine::settle_quiet`): the progress thread, which then sees no small frame on it, lowers
@@ -265,6 +278,9 @@ impl Engine {
     pub(crate) fn note_poller(&mut self, token: u64) {
         if let Some(c) = self.conns.get_mut(&token) {
             c.last_look = Some(Instant::now());
+            if let Some(ring) = c.same_host.incoming.as_ref() {
+                ring.note_poller();
+            }
         }
     }
 
@@ -337,8 +353,9 @@ impl Conn {
 /// the peer's writes ring the doorbell on the socket, and does not sleep if a ring it reads
 /// holds data or a ring it writes has room: the socket's POLLIN and POLLOUT stand for those.
 ///
-/// The progress thread does not count itself on a ring a polling consumer holds a lease on
-/// (`POLL_LEASE`): the writer then rings no doorbell, and the consumer's messages wake nobody.
+/// The progress thread defers a ring a polling consumer holds a lease on (`POLL_LEASE`) to
+/// that consumer: the writer rings for it only once the consumer stopped looking, so the
+/// consumer's messages wake nobody (ring.rs).
 ///
 /// The bells of the rings read (ring.rs) are polled too, after every other entry (`add_bells`):
 /// they only wake the poll; `end` rearms the ones that rang and marks their connection's entry.
@@ -346,6 +363,8 @@ impl Conn {
 pub(crate) struct RingWatch {
     /// Each ring read: the index of its connection's entry, the index of its bell's entry.
     input: Vec<(usize, Arc<Ring>, Option<usize>)>,
+    /// Rings read that a polling consumer reads meanwhile, likewise.
+    deferring: Vec<(usize, Arc<Ring>, Option<usize>)>,
     output: Vec<(usize, Arc<Ring>)>,
 }
 
@@ -355,10 +374,16 @@ impl RingWatch {
         self.input.push((index, ring.clone(), None));
     }
 
+    /// For the progress thread, on a ring a polling consumer reads: counts itself as deferring
+    /// to that consumer, and reads the ring only once the consumer's lease ended.
+    pub fn watch_deferring(&mut self, index: usize, ring: &Arc<Ring>) {
+        self.deferring.push((index, ring.clone(), None));
+    }
+
     /// Appends the bells of the rings watched for input to `fds` (after the entries the
     /// caller matches with its own list, which these do not disturb).
     pub fn add_bells(&mut self, fds: &mut Vec<PollFd>) {
-        for (_, ring, bell) in &mut self.input {
+        for (_, ring, bell) in self.input.iter_mut().chain(self.deferring.iter_mut()) {
             if let Some(fd) = ring.bell_fd() {
                 *bell = Some(fds.len());
                 fds.push(PollFd::new(fd, POLLIN));
@@ -377,7 +402,11 @@ impl RingWatch {
             .input
             .iter()
             .fold(false, |ready, (_, r, _)| r.begin_sleep() | ready);
-        readable || self.output.iter().any(|(_, r)| r.has_room())
+        // Data on a deferred ring is its consumer's, unless that one has stopped looking.
+        let deferred = self.deferring.iter().fold(false, |ready, (_, r, _)| {
+            (r.begin_defer() && !r.polled_within(POLL_LEASE)) | ready
+        });
+        readable || deferred || self.output.iter().any(|(_, r)| r.has_room())
     }
 
     /// Ends what `begin` started, and marks the entries whose ring holds data readable and
@@ -389,6 +418,15 @@ impl RingWatch {
                 r.drain_bell();
             }
             if r.has_data() {
+                fds[*i].mark(POLLIN);
+            }
+        }
+        for (i, r, bell) in &self.deferring {
+            r.end_defer();
+            if bell.is_some_and(|b| fds[b].revents() != 0) {
+                r.drain_bell();
+            }
+            if r.has_data() && !r.polled_within(POLL_LEASE) {
                 fds[*i].mark(POLLIN);
             }
         }

@@ -7,6 +7,7 @@
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::super::samehost::{test_hooks, Mode, Stats};
 use super::{close, connect_pair, dto, next, Side, GUARD_US};
@@ -390,6 +391,49 @@ fn refusals_give_what_tcp_gives() {
     assert_eq!(server.buf.read(0, 8), vec![0u8; 8]);
     assert_eq!(inline(&c_stats), 1);
     close(&[&client, &server]);
+}
+
+/// A target whose application polled its EVD and then stopped still serves what needs no
+/// call of its own: its progress thread, which deferred the ring to the poller, reads a
+/// request that came just after the poller's last look (at its next wake-up) and one that
+/// came long after (the writer rings its bell). Here the requests are reads out of range,
+/// which the copy path declines and the target answers through the ring.
+#[test]
+fn a_target_that_stopped_polling_still_serves_its_ring() {
+    for pause in [Duration::ZERO, Duration::from_millis(5)] {
+        let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+        let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+        let _psp = connect_pair(&server, &client);
+        sync_server(&server, &client);
+        // The server polls; a message meanwhile wakes its progress thread (asleep on the ring
+        // since before), which then sees the poller and defers to it.
+        server
+            .ep
+            .post_recv(&[server.seg(3000, 8)], 2, 0)
+            .expect("recv");
+        client
+            .ep
+            .post_send(&[client.seg(3000, 8)], 3, 0)
+            .expect("send");
+        let until = Instant::now() + Duration::from_millis(3);
+        let mut received = false;
+        while !received || Instant::now() < until {
+            if let Ok(ev) = server.dto.dequeue() {
+                assert_eq!(dto(&ev).0, 2);
+                received = true;
+            }
+        }
+        assert_eq!(dto(&next(&client.dto)).0, 3);
+        std::thread::sleep(pause);
+        client
+            .ep
+            .post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0)
+            .expect("post out of range");
+        assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
+        assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+        assert_eq!(rings(&c_stats), 1, "the answer came through the ring");
+        close(&[&client, &server]);
+    }
 }
 
 #[test]
