@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use daplrs::backend::tcp::wire::{self, Header, Kind, Status, HEADER_LEN};
 use daplrs::backend::Sge;
-use daplrs::core::consts::{close_flags, dto_status, evd_flags, event_number, mem_priv};
+use daplrs::core::consts::{close_flags, dto_status, ep_state, evd_flags, event_number, mem_priv};
 use daplrs::core::ep::{Ep, RemoteBuffer};
 use daplrs::core::evd::{Evd, Event, EventData};
 use daplrs::core::handle::{self, Handle};
@@ -580,6 +580,14 @@ fn a_hostile_peer_cannot_hurt_the_target_or_its_legitimate_peers() {
         next(&legit.conn).number,
         event_number::CONNECTION_ESTABLISHED
     );
+    // The target's EP is connected once its ESTABLISHED is delivered, which may come after
+    // the peer's (another thread of the target may be the one delivering it, after accept
+    // returned): binds on it need that (failed once in about 15 runs without this wait).
+    let t0 = Instant::now();
+    while server_ep.state() != ep_state::CONNECTED {
+        assert!(t0.elapsed() < HANG, "the target's EP never connected");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let bind = |rmr: &Arc<Rmr>, off: u64, len: u32, privileges: u32| -> u32 {
         rmr.bind(
             Some(&target.lmr),
