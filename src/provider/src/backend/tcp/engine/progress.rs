@@ -81,7 +81,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 }
                 // Our ring from when we offered it, switched to or not (see `Claim::ring`).
                 if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
-                    if c.polled_at(now) {
+                    // Only a ring the peer switched to is its poller's (before, the poller
+                    // reads the socket; a peer that cannot attach, from another PID
+                    // namespace, never switches).
+                    if c.polled_at(now) && c.same_host.reading_ring().is_some() {
                         // Left to its poller: the writer wakes us once the poller stopped,
                         // except for a frame that came just before (see `DEFER_BACKSTOP`).
                         rings.watch_deferring(fds.len(), ring);
