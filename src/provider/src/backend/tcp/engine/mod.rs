@@ -352,6 +352,9 @@ pub(crate) struct Engine {
     /// Frames received and handled, by any thread (the progress thread spins only after it
     /// handled some itself: see `progress_loop`).
     pub(crate) frames_served: u64,
+    /// The peer's reads, writes and atomics taken on, by any thread (the progress thread
+    /// spins while a polling application serves them: see `progress_loop`).
+    pub(crate) requests_served: u64,
     /// Tests: a request naming this rkey panics the target (to check the containment).
     #[cfg(test)]
     pub(crate) panic_on_rkey: Option<u32>,

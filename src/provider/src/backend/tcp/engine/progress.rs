@@ -23,11 +23,13 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
     // When this thread last served traffic: for a spin window after it, it polls without
     // sleeping (see `spin_window`).
     let mut last_traffic: Option<Instant> = None;
+    // The engine's `requests_served` at our last look (see `target_polled` below).
+    let mut requests_seen = 0u64;
     loop {
         if shared.stopped.load(Ordering::SeqCst) {
             break;
         }
-        let (mut fds, targets, rings, lease_end) = {
+        let (mut fds, targets, rings, lease_end, target_polled) = {
             let mut eng = shared.engine.lock();
             let mut rings = RingWatch::default();
             let mut lease_end: Option<Duration> = None;
@@ -40,6 +42,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             // quiet while the consumer has requests outstanding (`settle_quiet`), and on a
             // same-host ring we sleep deferring to the poller (`RingWatch::watch_deferring`).
             let mut excluding = false;
+            let mut app_polled = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
             let now = Instant::now();
@@ -97,6 +100,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 if let Some(ring) = ring_out {
                     rings.watch_output(fds.len(), ring);
                 }
+                app_polled |= ev & POLLIN != 0
+                    && !c.quiet
+                    && c.polled_at(now)
+                    && c.same_host.reading_ring().is_none();
                 fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
                 targets.push(Target::Conn(*t));
             }
@@ -109,15 +116,36 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             }
             eng.poll_excludes = excluding;
             rings.add_bells(&mut fds);
-            (fds, targets, rings, lease_end)
+            // A polled target: an application polls a connection with nothing of its own
+            // outstanding there (so its socket is not quiet) while the peer's reads, writes
+            // or atomics keep coming, and its looks serve them. Asleep, we would be woken by
+            // each of them for nothing, and on a VM a wake-up across CPUs is dear: over veth,
+            // the target's process on one CPU, polled 8 B reads took 20-23 us with this
+            // thread asleep, 10-11 us with it spinning (docs/perf-analysis.md section 10).
+            // So we spin (yielding) meanwhile, and look again each spin window.
+            let target_polled = app_polled && eng.requests_served != requests_seen;
+            requests_seen = eng.requests_served;
+            (fds, targets, rings, lease_end, target_polled)
         };
+        if target_polled && !spin.is_zero() {
+            last_traffic = Some(Instant::now());
+        }
         // Back when the first poll lease ends, to watch what it left to its poller again.
         let tick = Duration::from_millis(TICK_MS as u64);
         let timeout = lease_end.map_or(tick, |l| l.min(tick));
         let spin_until = last_traffic.map(|t| t + spin);
         let polled = match spin_until {
             _ if rings.begin() => sys::poll(&mut fds, 0),
-            Some(until) if !spin.is_zero() => spin_poll(&mut fds, until, timeout, true),
+            // Spinning for a polled target: at the window's end look again whether it still
+            // is one, instead of falling asleep.
+            Some(until) if !spin.is_zero() => {
+                let timeout = if target_polled {
+                    Duration::ZERO
+                } else {
+                    timeout
+                };
+                spin_poll(&mut fds, until, timeout, true)
+            }
             _ => sys::poll_for(&mut fds, timeout),
         };
         rings.end(&mut fds);

@@ -26,6 +26,9 @@ impl Engine {
         if h.key != 0 && self.panic_on_rkey == Some(h.key) {
             panic!("injected panic (test): request naming rkey {:#x}", h.key);
         }
+        if matches!(h.kind, Kind::ReadReq | Kind::Write | Kind::Atomic) {
+            self.requests_served += 1;
+        }
         // A peer that does not read our answers gets no more of them: its requests wait (and
         // past HOLD_LIMIT are no longer read) until it has taken them.
         if let Some(c) = self.conns.get_mut(&token) {
