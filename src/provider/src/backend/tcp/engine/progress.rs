@@ -275,9 +275,9 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 /// progress thread leaves a same-host ring to that consumer: it sleeps deferring to it (see
 /// `RingWatch`), and the peer's writer rings for it only once the consumer has not looked for
 /// this long, so the consumer's messages wake nobody; a consumer polling in a loop looks again
-/// within microseconds (the peer's writer applies the same lease: ring.rs). For as long, frames the progress thread
-/// reads on the connection, if it is quiet (`settle_quiet`), start no spin window (see
-/// `progress_loop`).
+/// within microseconds (the peer's writer applies the same lease: ring.rs). For as long,
+/// frames the progress thread reads on the connection, if it is quiet (`settle_quiet`), start
+/// no spin window (see `progress_loop`).
 pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
 
 /// How long the progress thread sleeps at most while it defers a same-host ring to a polling

@@ -37,9 +37,10 @@
 //! lease, 10,000 wake-ups a second per polling process, each taking a CPU from a spinner
 //! (same host, both sides polling: 8 B send p99 29-37 us against 4.5-5.5 without them). A
 //! poller that stops within a lease of a frame leaves that frame to the progress thread's
-//! next wake-up, which it bounds (`progress.rs`, `DEFER_BACKSTOP`). A writer that finds the ring full
-//! sets `writer_waiting` and looks at the head again; the reader that frees room clears it and
-//! rings the writer's doorbell (on the other direction).
+//! next wake-up, which it bounds (`progress.rs`, `DEFER_BACKSTOP`).
+//!
+//! A writer that finds the ring full sets `writer_waiting` and looks at the head again; the
+//! reader that frees room clears it and rings the writer's doorbell (on the other direction).
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
