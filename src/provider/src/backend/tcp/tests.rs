@@ -354,6 +354,16 @@ fn rdma_write_and_read_are_served_by_the_target() {
     close(&[&client, &server]);
 }
 
+/// An RDMA read past the end of the server's region: REMOTE_ACCESS, and the connection breaks.
+fn out_of_range_read_breaks_the_connection(server: &Side, client: &Side) {
+    client
+        .ep
+        .post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0)
+        .expect("post out of range");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+}
+
 /// An RDMA write under a wrong rkey, and one behind it: REMOTE_ACCESS, then FLUSHED, BROKEN on
 /// both sides, the target's memory untouched.
 fn bad_rkey_write_breaks_the_connection(server: &Side, client: &Side) {
@@ -416,12 +426,7 @@ fn out_of_range_and_missing_privilege_are_refused_by_the_target() {
     );
     let client = Side::new("cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
-    client
-        .ep
-        .post_rdma_read(&[client.seg(0, 32)], 1, server.remote(4090, 32), 0)
-        .expect("post out of range");
-    assert_eq!(dto(&next(&client.dto)).1, dto_status::REMOTE_ACCESS);
-    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    out_of_range_read_breaks_the_connection(&server, &client);
 
     let server2 = Side::new(
         "srv2",
