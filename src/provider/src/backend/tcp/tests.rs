@@ -948,6 +948,18 @@ fn completions_trigger_the_cno() {
     close(&[&client, &server]);
 }
 
+/// Connects `client` to the fake target listening on `port` (`fake_target`), established.
+fn connect_to_fake_target(client: &Side, port: u16) {
+    client
+        .ep
+        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
+        .expect("connect");
+    assert_eq!(
+        next(&client.conn).number,
+        event_number::CONNECTION_ESTABLISHED
+    );
+}
+
 /// A fake target speaking the wire protocol by hand: accepts one connection, answers the
 /// HELLO with ACCEPT, then runs `then` on the raw socket.
 fn fake_target(
@@ -1017,14 +1029,7 @@ fn killed_peer_gives_broken_and_flushed_completions() {
         .ep
         .post_recv(&[client.seg(0, 64)], 1, 0)
         .expect("recv");
-    client
-        .ep
-        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
-        .expect("connect");
-    assert_eq!(
-        next(&client.conn).number,
-        event_number::CONNECTION_ESTABLISHED
-    );
+    connect_to_fake_target(&client, port);
     client
         .ep
         .post_rdma_read(
@@ -1061,14 +1066,7 @@ fn garbage_after_the_handshake_breaks_that_connection() {
         let mut sink = [0u8; 64];
         let _ = std::io::Read::read(&mut s, &mut sink);
     });
-    client
-        .ep
-        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
-        .expect("connect");
-    assert_eq!(
-        next(&client.conn).number,
-        event_number::CONNECTION_ESTABLISHED
-    );
+    connect_to_fake_target(&client, port);
     assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
     assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
     close(&[&client]);
@@ -1989,14 +1987,7 @@ fn reads_in_flight_stay_within_max_rdma_read_out() {
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
     });
-    client
-        .ep
-        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
-        .expect("connect");
-    assert_eq!(
-        next(&client.conn).number,
-        event_number::CONNECTION_ESTABLISHED
-    );
+    connect_to_fake_target(&client, port);
     for i in 0..total {
         client
             .ep
@@ -2045,14 +2036,7 @@ fn a_polling_consumer_keeps_its_socket_quiet_only_while_it_waits() {
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
     });
-    client
-        .ep
-        .connect(Ipv4Addr::LOCALHOST, u64::from(port), GUARD_US, b"", 0, 0)
-        .expect("connect");
-    assert_eq!(
-        next(&client.conn).number,
-        event_number::CONNECTION_ESTABLISHED
-    );
+    connect_to_fake_target(&client, port);
     let fd = super::sys::socket_connected_to(port).expect("the client's socket");
     let low_water =
         || super::sys::int_option(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).expect("SO_RCVLOWAT");
