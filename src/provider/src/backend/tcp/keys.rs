@@ -15,6 +15,7 @@
 //! mutex, so the same holds for copies made by other processes.
 
 use super::super::{access, Sge, WcStatus};
+use super::samehost::arena::ArenaSpan;
 use super::samehost::Publisher;
 use super::sys;
 use super::wire::Status;
@@ -30,6 +31,8 @@ pub(super) struct KeyEntry {
     pub window: bool,
     /// The memory region's key: its own for a region, the one it is bound into for a window.
     pub region: u32,
+    /// Where the key's memory lies in a memfd same-host peers may map (samehost/arena.rs).
+    pub arena: Option<ArenaSpan>,
 }
 
 impl KeyEntry {
@@ -405,6 +408,7 @@ mod tests {
             pd: 1,
             window,
             region,
+            arena: None,
         }
     }
 

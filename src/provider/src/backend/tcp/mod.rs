@@ -584,6 +584,11 @@ impl ProtectionDomain for TcpPd {
         if length == 0 || addr.checked_add(length).is_none() {
             return Err(DatError::invalid_arg(3));
         }
+        // Before the registry lock: moving pages into an arena takes tens of microseconds.
+        let shared_pages = match self.shared.samehost.shares_pages() {
+            true => samehost::arena::share(addr, length),
+            false => None,
+        };
         let mut keys = self.shared.keys.lock();
         let index = keys
             .alloc_index()
@@ -598,10 +603,12 @@ impl ProtectionDomain for TcpPd {
                 pd: self.id,
                 window: false,
                 region: key,
+                arena: shared_pages.as_ref().map(|(_, span)| *span),
             },
         );
         Ok(Arc::new(TcpMr {
             key,
+            _arena: shared_pages.map(|(arena, _)| arena),
             addr,
             length,
             access,
@@ -635,6 +642,9 @@ impl ProtectionDomain for TcpPd {
 
 struct TcpMr {
     key: u32,
+    /// The arena a same-host peer maps this region's memory through, held while the region
+    /// lives (its memfd's descriptor closes with the last registration in it).
+    _arena: Option<Arc<samehost::arena::Arena>>,
     addr: u64,
     length: u64,
     access: u32,
@@ -740,6 +750,7 @@ impl TcpMw {
                 pd: self.pd,
                 window: true,
                 region: mr_key,
+                arena: mr.arena.map(|span| span.advanced(addr - mr.addr)),
             },
         );
         self.bound.store(true, Ordering::SeqCst);

@@ -235,7 +235,7 @@ impl Engine {
             return false;
         };
         let (pd, cq) = (e.pd, e.send_cq.clone());
-        let total = {
+        let (total, how) = {
             let keys = sh.keys.lock();
             // A read writes our segments; a write reads them.
             let Ok(ranges) = keys.local_ranges(&wr.sgl, pd, !write) else {
@@ -245,12 +245,13 @@ impl Engine {
             if total > u64::from(sh.limits.max_message) {
                 return false;
             }
-            if !peer.transfer(&keys, rkey, remote_addr, need, &ranges, write) {
+            let how = peer.transfer(&keys, rkey, remote_addr, need, &ranges, write);
+            if !how.done() {
                 return false;
             }
-            total
+            (total, how)
         };
-        shm::count_inline(&sh.samehost.stats);
+        shm::count_inline(&sh.samehost.stats, how);
         self.push_wc(
             &cq,
             WorkCompletion::new(

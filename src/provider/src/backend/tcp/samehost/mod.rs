@@ -30,6 +30,7 @@
 //! device opens. Log target `daplrs::samehost`: whether each connection took the path, and why
 //! not.
 
+pub(crate) mod arena;
 pub(crate) mod ring;
 mod sys;
 
@@ -42,6 +43,7 @@ use std::time::Duration;
 use super::keys::{KeyEntry, Keys};
 use super::wire::SameHostOffer;
 use crate::intmap::{IntMap, IntSet};
+use arena::ArenaSpan;
 
 pub(crate) const LOG: &str = "daplrs::samehost";
 
@@ -79,7 +81,7 @@ impl Mode {
 // ---- the table's layout ----------------------------------------------------------------------
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSKT");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_CAPACITY: usize = 12;
@@ -93,8 +95,10 @@ const OFF_SLOTS: usize = 192;
 const _: () = assert!(OFF_MUTEX + sys::MUTEX_SIZE <= OFF_ALIVE);
 const _: () = assert!(OFF_ALIVE + sys::MUTEX_SIZE <= OFF_SLOTS);
 
-/// One slot: state (0 empty, 1 live), key, addr, len, access, pd, window (0/1), region.
-const SLOT_LEN: usize = 40;
+/// One slot: state (0 empty, 1 live), key, addr, len, access, pd, window (0/1), region, and
+/// the key's arena (arena.rs): our descriptor of its memfd (NO_ARENA: none), its inode, and
+/// the offset of the key's first byte in it.
+const SLOT_LEN: usize = 64;
 const S_STATE: usize = 0;
 const S_KEY: usize = 4;
 const S_ADDR: usize = 8;
@@ -103,6 +107,10 @@ const S_ACCESS: usize = 24;
 const S_PD: usize = 28;
 const S_WINDOW: usize = 32;
 const S_REGION: usize = 36;
+const S_ARENA_FD: usize = 40;
+const S_ARENA_INO: usize = 48;
+const S_ARENA_OFF: usize = 56;
+const NO_ARENA: u32 = u32::MAX;
 const LIVE: u32 = 1;
 /// Slots a key may take, from its home slot on; a key that finds none free is not published
 /// (peers then use TCP for it), and a lookup reads at most this many.
@@ -181,6 +189,8 @@ impl Keeper {
 pub(crate) struct Stats {
     /// RDMA reads and writes completed on the same-host path.
     pub inline_ops: AtomicU64,
+    /// Of those, the ones copied through a mapping of the peer's arena (arena.rs).
+    pub mapped_ops: AtomicU64,
     /// Connections whose peer table we mapped.
     pub attached: AtomicU64,
     /// Connections whose incoming frames switched to our ring (ring.rs).
@@ -197,6 +207,9 @@ pub(crate) struct Local {
     _keeper: Option<Keeper>,
     /// Peers' tables mapped here, by (pid, nonce), shared by the connections to them.
     peers: parking_lot::Mutex<IntMap<(u32, u64), std::sync::Weak<PeerMapping>>>,
+    /// Registrations make arenas (arena.rs): the path is supported and DAPLRS_SAME_HOST_MAP
+    /// allows it.
+    shares_pages: bool,
 }
 
 impl Local {
@@ -212,6 +225,7 @@ impl Local {
             stats,
             _keeper: None,
             peers: Default::default(),
+            shares_pages: false,
         };
         if mode == Mode::Never {
             return local;
@@ -225,6 +239,7 @@ impl Local {
                 *local.nonce_copy = t.map.read_u64(OFF_NONCE);
                 local.table = Some(t);
                 local._keeper = Some(keeper);
+                local.shares_pages = arena::enabled();
             }
             Err(e) => log::info!(target: LOG, "{device}: no same-host table ({e}); TCP only"),
         }
@@ -234,6 +249,11 @@ impl Local {
     /// Whether we advertise the path (and can honour what advertising promises: an offer).
     pub fn supported(&self) -> bool {
         self.mode != Mode::Never && self.table.is_some()
+    }
+
+    /// Whether memory registered on this device moves into arenas peers map (arena.rs).
+    pub fn shares_pages(&self) -> bool {
+        self.shares_pages
     }
 
     /// The publisher the key registry updates the table through.
@@ -366,6 +386,14 @@ impl Publisher {
             m.write_u32(base + S_PD, e.pd);
             m.write_u32(base + S_WINDOW, u32::from(e.window));
             m.write_u32(base + S_REGION, e.region);
+            let arena = e.arena.unwrap_or(ArenaSpan {
+                fd: NO_ARENA,
+                ino: 0,
+                off: 0,
+            });
+            m.write_u32(base + S_ARENA_FD, arena.fd);
+            m.write_u64(base + S_ARENA_INO, arena.ino);
+            m.write_u64(base + S_ARENA_OFF, arena.off);
             m.write_u32(base + S_STATE, LIVE);
             m.write_u32(OFF_COUNT, count);
         });
@@ -405,6 +433,49 @@ struct PeerMapping {
     /// The peer's `/proc/<pid>/mem`, for small transfers (`sys::proc_mem`); None if it could
     /// not be opened (then process_vm_readv/writev carry everything).
     mem: Option<std::fs::File>,
+    /// The peer's arenas (arena.rs) mapped here.
+    arenas: parking_lot::Mutex<PeerArenas>,
+}
+
+/// A peer's arenas we mapped (or failed to: not tried again), by its descriptor and inode,
+/// oldest first. A few at most: a mapping keeps the memfd's pages alive, also once the peer
+/// deregistered and freed them, until it leaves this list or the peer's table is dropped.
+#[derive(Default)]
+struct PeerArenas {
+    maps: Vec<(ArenaSpan, Option<Arc<sys::SharedMap>>)>,
+}
+
+const PEER_ARENAS: usize = 8;
+
+impl PeerArenas {
+    /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be.
+    fn get(&mut self, pid: u32, span: ArenaSpan) -> Option<Arc<sys::SharedMap>> {
+        let same = |s: &ArenaSpan| s.fd == span.fd && s.ino == span.ino;
+        if let Some((_, m)) = self.maps.iter().find(|(s, _)| same(s)) {
+            return m.clone();
+        }
+        let map = match Self::open(pid, span) {
+            Ok(m) => Some(Arc::new(m)),
+            Err(e) => {
+                log::info!(target: LOG, "pid {pid}: arena fd {}: {e}; cross-memory attach", span.fd);
+                None
+            }
+        };
+        if self.maps.len() >= PEER_ARENAS {
+            self.maps.remove(0);
+        }
+        self.maps.push((span, map.clone()));
+        map
+    }
+
+    fn open(pid: u32, span: ArenaSpan) -> Result<sys::SharedMap, Refusal> {
+        let (file, len) = open_peer_memfd(pid, span.fd)?;
+        if sys::inode_of(file.as_raw_fd()).ok() != Some(span.ino) {
+            return Err("another file now".into());
+        }
+        let len = usize::try_from(len).map_err(|_| "too large".to_string())?;
+        sys::SharedMap::map(file.as_raw_fd(), len).map_err(|e| format!("mmap: {e}"))
+    }
 }
 
 /// Transfers up to this many bytes go through the peer's /proc/<pid>/mem, larger ones through
@@ -466,6 +537,7 @@ impl PeerMapping {
             pid: offer.pid,
             nonce: offer.nonce,
             mem,
+            arenas: Default::default(),
         })
     }
 
@@ -524,6 +596,14 @@ impl PeerMapping {
                 pd: m.read_u32(base + S_PD),
                 window: m.read_u32(base + S_WINDOW) != 0,
                 region: m.read_u32(base + S_REGION),
+                arena: match m.read_u32(base + S_ARENA_FD) {
+                    NO_ARENA => None,
+                    fd => Some(ArenaSpan {
+                        fd,
+                        ino: m.read_u64(base + S_ARENA_INO),
+                        off: m.read_u64(base + S_ARENA_OFF),
+                    }),
+                },
             })
         })
     }
@@ -537,7 +617,7 @@ impl PeerTable {
     /// An RDMA read (`write` false: the peer's `[addr, addr + len)` into our `local` ranges)
     /// or write (ours into theirs), done here if the peer's registry allows it exactly as the
     /// target would (keys.rs `check_remote`: live key, the peer QP's PD, range inside, the
-    /// privilege `need`). Returns whether it was done: false on any refusal or failure, and
+    /// privilege `need`). Returns how it was done: `Not` on any refusal or failure, and
     /// the caller then sends the request over TCP, where the target decides (and reports)
     /// itself. A read's local ranges may have been partly written by then: the TCP answer
     /// overwrites them.
@@ -553,11 +633,11 @@ impl PeerTable {
         need: u32,
         local: &[(u64, usize)],
         write: bool,
-    ) -> bool {
+    ) -> Moved {
         let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
         if len == 0 {
             // A zero-length access needs no key (as at the target): nothing to move.
-            return true;
+            return Moved::Attached;
         }
         if self
             .mapping
@@ -565,7 +645,7 @@ impl PeerTable {
             .lock(OFF_MUTEX, Some(PEER_LOCK_LIMIT))
             .is_err()
         {
-            return false;
+            return Moved::Not;
         }
         let done = (|| {
             // The owner's process still lives (and so its pid is still its own): its keeper
@@ -573,13 +653,25 @@ impl PeerTable {
             // the copy as ESRCH; its pid would have to be reaped and handed to a new process in
             // between to mislead us.
             if !self.mapping.map.held_by_live_owner(OFF_ALIVE) {
-                return false;
+                return Moved::Not;
             }
             let Some(e) = self.lookup(rkey) else {
-                return false;
+                return Moved::Not;
             };
             if !e.allows_remote(addr, len, self.qp_pd, need) {
-                return false;
+                return Moved::Not;
+            }
+            if let Some(span) = e.arena {
+                let pid = self.mapping.pid;
+                let map = self.mapping.arenas.lock().get(pid, span);
+                // The offset comes from the peer's table (untrusted): copy_ranges copies
+                // nothing outside the mapping.
+                if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {
+                    // SAFETY: as for the copies below.
+                    if unsafe { map.copy_ranges(off, local, write) } {
+                        return Moved::Mapped;
+                    }
+                }
             }
             // SAFETY: the caller checked every local range against our registry, which it
             // holds locked for this call (so no local registration ends meanwhile); the
@@ -593,7 +685,10 @@ impl PeerTable {
                     sys::process_vm(self.mapping.pid, local, (addr, len as usize), write)
                 },
             };
-            matches!(moved, Ok(n) if n as u64 == len)
+            match moved {
+                Ok(n) if n as u64 == len => Moved::Attached,
+                _ => Moved::Not,
+            }
         })();
         self.mapping.map.unlock(OFF_MUTEX);
         done
@@ -671,9 +766,30 @@ impl Link {
     }
 }
 
-/// Counters of the device `stats` belongs to, for the log.
-pub(crate) fn count_inline(stats: &Stats) {
+/// How a same-host transfer went (`PeerTable::transfer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// Not done: the request goes over TCP, where the target decides.
+    Not,
+    /// Copied through our mapping of the peer's arena.
+    Mapped,
+    /// Copied by cross-memory attach.
+    Attached,
+}
+
+impl Moved {
+    pub fn done(self) -> bool {
+        self != Moved::Not
+    }
+}
+
+/// Counts a transfer done on the same-host path in the device's counters (for tests and the
+/// log).
+pub(crate) fn count_inline(stats: &Stats, how: Moved) {
     stats.inline_ops.fetch_add(1, Ordering::Relaxed);
+    if how == Moved::Mapped {
+        stats.mapped_ops.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -714,6 +830,7 @@ mod tests {
             pd: 7,
             window: false,
             region: 0,
+            arena: None,
         }
     }
 
@@ -733,14 +850,69 @@ mod tests {
         let mut dst = vec![0u8; 16];
         let ranges = [(dst.as_mut_ptr() as u64, 16usize)];
         let base = src.as_ptr() as u64;
-        assert!(peer.transfer(&keys, key, base + 8, access::REMOTE_READ, &ranges, false));
+        assert!(peer
+            .transfer(&keys, key, base + 8, access::REMOTE_READ, &ranges, false)
+            .done());
         assert_eq!(dst, vec![0x5au8; 16]);
         // The target's rules: privilege, range, live key.
-        assert!(!peer.transfer(&keys, key, base, access::REMOTE_WRITE, &ranges, true));
-        assert!(!peer.transfer(&keys, key, base + 56, access::REMOTE_READ, &ranges, false));
-        assert!(!peer.transfer(&keys, key ^ 1, base, access::REMOTE_READ, &ranges, false));
+        assert!(!peer
+            .transfer(&keys, key, base, access::REMOTE_WRITE, &ranges, true)
+            .done());
+        assert!(!peer
+            .transfer(&keys, key, base + 56, access::REMOTE_READ, &ranges, false)
+            .done());
+        assert!(!peer
+            .transfer(&keys, key ^ 1, base, access::REMOTE_READ, &ranges, false)
+            .done());
         keys.remove(key);
-        assert!(!peer.transfer(&keys, key, base, access::REMOTE_READ, &ranges, false));
+        assert!(!peer
+            .transfer(&keys, key, base, access::REMOTE_READ, &ranges, false)
+            .done());
+    }
+
+    /// A key whose memory lies in an arena (arena.rs) is copied through our mapping of the
+    /// arena, under the same checks; an arena the table names wrongly (a hostile owner's, or
+    /// a descriptor reused) is not used, and cross-memory attach moves the bytes instead.
+    #[test]
+    fn a_key_in_an_arena_is_copied_through_the_mapping() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let mut target = vec![0u8; 3 * 4096].into_boxed_slice();
+        target[100..108].copy_from_slice(b"arena!!!");
+        let base = target.as_ptr() as u64;
+        let (_arena, span) = arena::share(base, target.len() as u64).expect("an arena");
+        let key = 0x2345_6701;
+        let e = KeyEntry {
+            access: access::REMOTE_READ | access::REMOTE_WRITE,
+            arena: Some(span),
+            ..entry(base, target.len() as u64)
+        };
+        keys.insert(key, e);
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach to ourselves");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let read = |addr| peer.transfer(&keys, key, addr, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read(base + 100), Moved::Mapped);
+        assert_eq!(&dst, b"arena!!!");
+        assert_eq!(read(base + 3 * 4096 - 4), Moved::Not, "past the region");
+        let src = *b"written.";
+        let from = [(src.as_ptr() as u64, 8usize)];
+        let write = peer.transfer(&keys, key, base + 8200, access::REMOTE_WRITE, &from, true);
+        assert_eq!(write, Moved::Mapped);
+        assert_eq!(&target[8200..8208], b"written.");
+        // The table names another file under the arena's descriptor: not mapped.
+        let mut wrong = e;
+        wrong.arena = Some(ArenaSpan {
+            ino: span.ino + 1,
+            ..span
+        });
+        keys.insert(key, wrong);
+        dst = [0; 8];
+        let read = peer.transfer(&keys, key, base + 100, access::REMOTE_READ, &ranges, false);
+        assert_eq!((read, &dst), (Moved::Attached, b"arena!!!"));
+        keys.remove(key);
+        let read = peer.transfer(&keys, key, base + 100, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read, Moved::Not, "deregistered");
     }
 
     /// The PD of the peer's QP, as its target checks it.
@@ -755,14 +927,16 @@ mod tests {
         let peer = PeerTable::attach(&offer).expect("attach");
         let mut dst = [0u8; 8];
         let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
-        assert!(!peer.transfer(
-            &keys,
-            0x100,
-            src.as_ptr() as u64,
-            access::REMOTE_READ,
-            &ranges,
-            false
-        ));
+        assert!(!peer
+            .transfer(
+                &keys,
+                0x100,
+                src.as_ptr() as u64,
+                access::REMOTE_READ,
+                &ranges,
+                false
+            )
+            .done());
     }
 
     #[test]
@@ -833,11 +1007,15 @@ mod tests {
         let mut dst = [0u8; 8];
         let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
         let base = src.as_ptr() as u64;
-        assert!(peer.transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false));
+        assert!(peer
+            .transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false)
+            .done());
         drop(keys);
         drop(local);
         let keys = Keys::default();
-        assert!(!peer.transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false));
+        assert!(!peer
+            .transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false)
+            .done());
     }
 
     /// Connections to one peer share one mapping of its table (the map count is finite),

@@ -486,3 +486,237 @@ pub(crate) fn monotonic_ns() -> u64 {
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec as u64)
 }
+
+// ---- sharing our own pages with peers (arena.rs) ---------------------------------------------
+
+/// The kernel's userfaultfd ABI (linux/userfaultfd.h), for write-protecting a range while its
+/// pages move into a memfd.
+mod uffd {
+    pub const API: u64 = 0xaa;
+    pub const REGISTER_MODE_WP: u64 = 2;
+    pub const WRITEPROTECT_MODE_WP: u64 = 1;
+
+    #[repr(C)]
+    pub struct Api {
+        pub api: u64,
+        pub features: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct Range {
+        pub start: u64,
+        pub len: u64,
+    }
+    #[repr(C)]
+    pub struct Register {
+        pub range: Range,
+        pub mode: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct WriteProtect {
+        pub range: Range,
+        pub mode: u64,
+    }
+
+    /// _IOWR(0xaa, nr, size).
+    const fn iowr(nr: u64, size: usize) -> libc::c_ulong {
+        ((3u64 << 30) | ((size as u64) << 16) | (0xaa << 8) | nr) as libc::c_ulong
+    }
+    pub const IOC_API: libc::c_ulong = iowr(0x3f, std::mem::size_of::<Api>());
+    pub const IOC_REGISTER: libc::c_ulong = iowr(0x00, std::mem::size_of::<Register>());
+    pub const IOC_WRITEPROTECT: libc::c_ulong = iowr(0x06, std::mem::size_of::<WriteProtect>());
+    const _: () = assert!(IOC_API == 0xc018_aa3f && IOC_REGISTER == 0xc020_aa00);
+    const _: () = assert!(IOC_WRITEPROTECT == 0xc018_aa06);
+}
+
+/// The page size (a power of two).
+pub(crate) fn page_size() -> u64 {
+    // SAFETY: sysconf(3) reads a constant of the system.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+/// A userfaultfd, after the API handshake, that handles kernel faults too: a write the kernel
+/// makes into the range for another thread (a read(2) into a buffer there) must wait like
+/// a user write. Only a privileged process may have one (root, CAP_SYS_PTRACE) unless
+/// vm.unprivileged_userfaultfd is 1; one for user faults only (UFFD_USER_MODE_ONLY) would fail
+/// such a system call with EFAULT instead, so it is not used.
+fn userfaultfd() -> io::Result<OwnedFd> {
+    // SAFETY: userfaultfd(2); the descriptor is owned at once.
+    let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just created and nobody else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    let mut api = uffd::Api {
+        api: uffd::API,
+        features: 0,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes the one struct we pass.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), uffd::IOC_API, &mut api) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Moves the pages `[start, start + len)` of this process into a new memfd (returned, its
+/// size sealed) mapped MAP_SHARED at the same addresses, so that a peer can map them too.
+/// Their contents are kept, and so is every write another thread makes meanwhile: the range
+/// is write-protected through a userfaultfd while its pages are copied into the memfd and the
+/// memfd is mapped over it, so that a writer waits (in the kernel) and then writes into the
+/// memfd. Without such a userfaultfd (see `userfaultfd`: no privilege, a seccomp filter, a
+/// kernel without write protection) the pages are not moved (an error).
+///
+/// The window runs on a thread of its own that writes only its own stack, so that any other
+/// thread writing into the range meanwhile (the caller too: the range may hold its stack or
+/// heap memory) waits instead of deadlocking us.
+///
+/// # Safety
+/// `start` and `len` are page-aligned and, as just read in /proc/self/maps, name private
+/// anonymous read-write memory of this process (registered memory: the application's).
+pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result<OwnedFd> {
+    let fd = memfd(name, len as usize)?;
+    let uffd = userfaultfd()?;
+    // Populate each page with an atomic no-op write (it keeps any concurrent store): the
+    // write protection below covers present pages only.
+    let page = page_size();
+    let mut at = start;
+    while at < start + len {
+        // SAFETY: inside the caller's read-write range; an atomic access changes nothing.
+        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(at as usize as *mut u64) };
+        word.fetch_or(0, std::sync::atomic::Ordering::SeqCst);
+        at += page;
+    }
+    let raw = fd.as_raw_fd();
+    let window = std::thread::Builder::new()
+        .name("daplrs-share".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let r = move_into(uffd.as_raw_fd(), raw, start, len);
+            // Closing the userfaultfd wakes every writer that waits: it writes again, into
+            // the memfd now mapped there (or into its own page again, if the move failed).
+            drop(uffd);
+            r
+        })?;
+    window
+        .join()
+        .map_err(|_| io::Error::other("page-sharing thread panicked"))??;
+    seal_size(&fd)?;
+    Ok(fd)
+}
+
+/// The window of `share_pages`, on its own thread: write-protect, copy, map over.
+fn move_into(uffd: RawFd, memfd: RawFd, start: u64, len: u64) -> io::Result<()> {
+    let here = 0u8;
+    let sp = &here as *const u8 as u64;
+    if (start..start + len).contains(&sp) {
+        // Our own stack inside the range: a write of ours would wait for ourselves.
+        return Err(io::ErrorKind::WouldBlock.into());
+    }
+    let range = uffd::Range { start, len };
+    let mut reg = uffd::Register {
+        range,
+        mode: uffd::REGISTER_MODE_WP,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_REGISTER reads and writes the struct we pass.
+    if unsafe { libc::ioctl(uffd, uffd::IOC_REGISTER, &mut reg) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut wp = uffd::WriteProtect {
+        range,
+        mode: uffd::WRITEPROTECT_MODE_WP,
+    };
+    // SAFETY: UFFDIO_WRITEPROTECT reads the struct we pass.
+    if unsafe { libc::ioctl(uffd, uffd::IOC_WRITEPROTECT, &mut wp) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut done = 0u64;
+    while done < len {
+        // SAFETY: pwrite(2) reads `len - done` bytes of the caller's range (readable: reads
+        // are not write-protected) into the memfd.
+        let n = unsafe {
+            libc::pwrite(
+                memfd,
+                (start + done) as usize as *const libc::c_void,
+                (len - done) as usize,
+                done as libc::off_t,
+            )
+        };
+        if n <= 0 {
+            return Err(io::Error::last_os_error());
+        }
+        done += n as u64;
+    }
+    // SAFETY: replaces exactly the caller's range (page-aligned, ours) with the memfd, which
+    // now holds the same bytes.
+    let p = unsafe {
+        libc::mmap(
+            start as usize as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            memfd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl SharedMap {
+    /// Copies between our ranges `local` (in order) and the mapping's `[off, off + total)`:
+    /// into ours (`write` false) or from ours. Returns false, copying nothing, if that is not
+    /// inside the mapping.
+    ///
+    /// # Safety
+    /// Every local range lies inside a live registration of ours (writable for a read into
+    /// it), held for the call (as for `process_vm`).
+    pub unsafe fn copy_ranges(&self, off: u64, local: &[(u64, usize)], write: bool) -> bool {
+        let total: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        if off
+            .checked_add(total)
+            .is_none_or(|end| end > self.len as u64)
+        {
+            return false;
+        }
+        let mut at = off as usize;
+        for &(addr, n) in local {
+            // SAFETY: `at..at + n` is inside the mapping (checked above); the local range is
+            // the caller's (see Safety). The peer may write its side meanwhile, as a NIC's
+            // peer may: plain bytes either way.
+            unsafe {
+                let theirs = self.ptr.add(at);
+                let ours = addr as usize as *mut u8;
+                if write {
+                    std::ptr::copy_nonoverlapping(ours, theirs, n);
+                } else {
+                    std::ptr::copy_nonoverlapping(theirs, ours, n);
+                }
+            }
+            at += n;
+        }
+        true
+    }
+}
+
+/// The inode number of a file we hold (what /proc/<pid>/maps shows for its mappings).
+pub(crate) fn inode_of(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: fstat(2) fills the one struct we pass.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_ino)
+}

@@ -1,0 +1,376 @@
+//! Registered memory a same-host peer maps, so that its RDMA reads and writes are plain
+//! memory copies instead of system calls.
+//!
+//! Cross-memory attach (process_vm_readv, /proc/<pid>/mem) costs a system call and a page
+//! walk per transfer: 1.1-1.9 us for 8 bytes on the machines we measure, whatever the copy.
+//! A peer that maps the target's memory copies 8 bytes in nanoseconds. The application's
+//! memory is its own private memory, which no other process can map; so, when a region is
+//! registered on a device that offers the same-host path, its pages move into a memfd (an
+//! *arena*) mapped MAP_SHARED at the same addresses (`sys::share_pages`: contents kept, and
+//! every write another thread makes meanwhile too). The application sees the same memory at
+//! the same addresses; a peer opens the memfd through /proc/<pid>/fd (the same ptrace check as
+//! for the key table) and maps it.
+//!
+//! The key table still decides every access: a peer copies only under the table's mutex,
+//! after the same check as before (live key, PD, range, privilege); an arena only changes how
+//! the bytes move. Each published key names its arena (descriptor, inode, and where its
+//! first byte lies in the memfd); a peer checks the inode of what it opens.
+//!
+//! Which memory moves: whole pages of private anonymous read-write mappings (heap, mmap,
+//! thread stacks; not the main stack, files, or memory shared already), or memory inside an
+//! arena made before (a second registration of the same buffer). Anything else, and every
+//! failure, leaves the region as it was, served by cross-memory attach as before.
+//! What changes for the application: the pages of a registered region (and the rest of the
+//! pages it touches) stay MAP_SHARED memory of the memfd after deregistration: a child
+//! process forked later shares them with its parent instead of copying them. Moving pages
+//! needs a userfaultfd that also holds back the kernel's writes (`sys::userfaultfd`: root,
+//! CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1); without one every region stays as it
+//! was. DAPLRS_SAME_HOST_MAP=never turns arenas off.
+//!
+//! Lifetime: a registration holds its arena; the descriptor closes with the last one, after
+//! which the pages are freed when the application unmaps them (a peer's mapping keeps them
+//! until the peer drops it; peers keep at most a few: mod.rs `PeerArenas`). A later
+//! registration inside an arena whose descriptor closed is served by cross-memory attach.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Weak};
+
+use super::{sys, LOG};
+
+/// What a key names of its arena: published in the key table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ArenaSpan {
+    /// Our descriptor of the memfd (the peer opens /proc/<pid>/fd/<fd>).
+    pub fd: u32,
+    /// Its inode: the peer checks that the descriptor still names this memfd.
+    pub ino: u64,
+    /// Where the key's first byte lies in the memfd.
+    pub off: u64,
+}
+
+impl ArenaSpan {
+    /// The span of a window (or sub-range) starting `delta` bytes into this one.
+    pub fn advanced(self, delta: u64) -> ArenaSpan {
+        ArenaSpan {
+            off: self.off + delta,
+            ..self
+        }
+    }
+}
+
+/// A memfd holding registered pages of ours, mapped at their addresses.
+pub(crate) struct Arena {
+    fd: OwnedFd,
+    ino: u64,
+}
+
+/// The memfd's name: how /proc/self/maps shows an arena's mapping ("/memfd:<name> (deleted)").
+const NAME: &str = "daplrs-arena";
+/// Arenas live at once at most: each splits the application's mappings (up to two more
+/// entries against the process's map count, 65530 by default).
+const MAX_ARENAS: usize = 4096;
+
+/// Every live arena of the process (arenas are per process: two devices registering one
+/// buffer share its arena).
+static ARENAS: parking_lot::Mutex<Vec<Weak<Arena>>> = parking_lot::Mutex::new(Vec::new());
+
+/// Whether DAPLRS_SAME_HOST_MAP lets registrations make arenas (auto, the default, or never).
+pub(crate) fn enabled() -> bool {
+    match std::env::var("DAPLRS_SAME_HOST_MAP")
+        .as_deref()
+        .map(str::trim)
+    {
+        Ok("never") => false,
+        Ok("auto") | Ok("") | Err(_) => true,
+        Ok(other) => {
+            log::warn!(target: LOG, "DAPLRS_SAME_HOST_MAP={other:?}: not auto|never; using auto");
+            true
+        }
+    }
+}
+
+/// One line of /proc/self/maps.
+#[derive(Debug, PartialEq, Eq)]
+struct Vma<'a> {
+    start: u64,
+    end: u64,
+    perms: &'a str,
+    offset: u64,
+    ino: u64,
+    path: &'a str,
+}
+
+fn parse_line(line: &str) -> Option<Vma<'_>> {
+    let mut f = line.splitn(6, ' ');
+    let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
+    let _dev = f.next()?;
+    let ino = f.next()?.parse().ok()?;
+    let path = f.next().unwrap_or("").trim_start();
+    let (s, e) = range.split_once('-')?;
+    Some(Vma {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        perms,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        ino,
+        path,
+    })
+}
+
+/// What `[start, end)` is, by the mappings that cover it.
+#[derive(Debug, PartialEq, Eq)]
+enum Cover {
+    /// Private anonymous read-write memory throughout: can become an arena.
+    Private,
+    /// Inside one mapping of an arena: its inode, and the memfd offset of `start`.
+    InArena { ino: u64, off: u64 },
+    /// Anything else (a hole, a file, shared memory, the main stack, mixed kinds).
+    Other,
+}
+
+fn cover(maps: &str, start: u64, end: u64) -> Cover {
+    let mut at = start;
+    let mut private = true;
+    let mut arena = None;
+    for v in maps.lines().filter_map(parse_line) {
+        if v.end <= at || v.start >= end {
+            continue;
+        }
+        if v.start > at {
+            return Cover::Other;
+        }
+        let anonymous = v.ino == 0 && (v.path.is_empty() || v.path == "[heap]");
+        private &= anonymous && v.perms == "rw-p";
+        let ours = v.perms == "rw-s" && v.path.starts_with(&format!("/memfd:{NAME} "));
+        if ours && v.start <= start && v.end >= end {
+            arena = Some(Cover::InArena {
+                ino: v.ino,
+                off: v.offset + (start - v.start),
+            });
+        }
+        at = v.end;
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        return Cover::Other;
+    }
+    match (arena, private) {
+        (Some(a), _) => a,
+        (None, true) => Cover::Private,
+        (None, false) => Cover::Other,
+    }
+}
+
+/// The arena holding a region `[addr, addr + len)` being registered, made now if it can be:
+/// the arena (held by the registration) and the span its key publishes. None: the region is
+/// served by cross-memory attach.
+pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
+    let page = sys::page_size();
+    let start = addr & !(page - 1);
+    let end = addr.checked_add(len)?.checked_add(page - 1)? & !(page - 1);
+    if len == 0 {
+        return None;
+    }
+    let mut arenas = ARENAS.lock();
+    arenas.retain(|w| w.strong_count() > 0);
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let found = cover(&maps, start, end);
+    log::debug!(target: LOG, "{addr:#x}+{len}: pages {start:#x}-{end:#x}: {found:?}");
+    match found {
+        Cover::InArena { ino, off } => {
+            let arena = arenas
+                .iter()
+                .filter_map(Weak::upgrade)
+                .find(|a| a.ino == ino)?;
+            let span = arena.span(off + (addr - start));
+            Some((arena, span))
+        }
+        Cover::Private if arenas.len() < MAX_ARENAS => {
+            // SAFETY: page-aligned, and private anonymous read-write memory as just read in
+            // /proc/self/maps (see share_pages for what happens to writes meanwhile).
+            let fd = match unsafe { sys::share_pages(start, end - start, NAME) } {
+                Ok(fd) => fd,
+                Err(e) => {
+                    log::debug!(target: LOG, "{addr:#x}+{len}: not shared ({e})");
+                    return None;
+                }
+            };
+            let ino = sys::inode_of(fd.as_raw_fd()).ok()?;
+            let arena = Arc::new(Arena { fd, ino });
+            arenas.push(Arc::downgrade(&arena));
+            let span = arena.span(addr - start);
+            Some((arena, span))
+        }
+        _ => None,
+    }
+}
+
+impl Arena {
+    fn span(&self, off: u64) -> ArenaSpan {
+        ArenaSpan {
+            fd: self.fd.as_raw_fd() as u32,
+            ino: self.ino,
+            off,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    /// Page-aligned private memory of our own, unmapped on drop.
+    struct Pages {
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    impl Pages {
+        fn new(len: usize) -> Pages {
+            // SAFETY: a fresh anonymous mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Pages { ptr: p.cast(), len }
+        }
+        fn addr(&self) -> u64 {
+            self.ptr as u64
+        }
+    }
+
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+
+    #[test]
+    fn maps_lines_parse() {
+        let l =
+            "7f0000001000-7f0000003000 rw-s 00002000 00:01 1234   /memfd:daplrs-arena (deleted)";
+        let v = parse_line(l).unwrap();
+        assert_eq!(
+            (v.start, v.end, v.offset, v.ino),
+            (0x7f00_0000_1000, 0x7f00_0000_3000, 0x2000, 1234)
+        );
+        assert_eq!((v.perms, v.path), ("rw-s", "/memfd:daplrs-arena (deleted)"));
+        let anon = parse_line("55d0-56d0 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!(anon.path, "");
+        let maps = "1000-3000 rw-p 00000000 00:00 0 [heap]\n3000-4000 rw-p 00000000 00:00 0\n\
+                    4000-6000 rw-s 00001000 00:01 77 /memfd:daplrs-arena (deleted)\n\
+                    6000-7000 r--p 00000000 08:01 99 /usr/lib/x\n";
+        assert_eq!(cover(maps, 0x1000, 0x4000), Cover::Private);
+        assert_eq!(
+            cover(maps, 0x5000, 0x6000),
+            Cover::InArena {
+                ino: 77,
+                off: 0x2000
+            }
+        );
+        assert_eq!(cover(maps, 0x3000, 0x5000), Cover::Other, "mixed kinds");
+        assert_eq!(cover(maps, 0x6000, 0x7000), Cover::Other, "a file");
+        assert_eq!(cover(maps, 0x0000, 0x2000), Cover::Other, "a hole");
+        assert_eq!(cover(maps, 0x6000, 0x8000), Cover::Other, "a hole after");
+    }
+
+    #[test]
+    fn shared_pages_keep_their_bytes_and_a_peer_sees_them() {
+        let page = sys::page_size() as usize;
+        let mem = Pages::new(3 * page);
+        for i in 0..mem.len {
+            // SAFETY: inside our mapping.
+            unsafe { *mem.ptr.add(i) = (i % 251) as u8 };
+        }
+        let addr = mem.addr() + page as u64 + 100;
+        let (arena, span) = share(addr, 8).expect("arena made");
+        assert_eq!(span.off, 100, "one page, the region's offset in it");
+        for i in 0..mem.len {
+            // SAFETY: inside our mapping.
+            assert_eq!(unsafe { *mem.ptr.add(i) }, (i % 251) as u8, "byte {i} kept");
+        }
+        // The memfd holds the live bytes: a write by us shows in another mapping of it.
+        let other = sys::SharedMap::map(arena.fd.as_raw_fd(), page).unwrap();
+        // SAFETY: inside our mapping.
+        unsafe { *mem.ptr.add(page + 100) = 0xab };
+        let mut b = [0u8; 1];
+        other.copy_out(100, &mut b);
+        assert_eq!(b[0], 0xab);
+        // A second registration inside it shares the arena.
+        let (again, span2) = share(addr + 4, 4).expect("same arena");
+        assert!(Arc::ptr_eq(&arena, &again));
+        assert_eq!(span2, span.advanced(4));
+        // A range that is only partly an arena is left alone.
+        assert!(share(mem.addr(), 2 * page as u64).is_none());
+    }
+
+    #[test]
+    fn writes_made_while_pages_move_are_kept() {
+        let page = sys::page_size() as usize;
+        for _ in 0..20 {
+            let mem = Pages::new(4 * page);
+            let stop = Arc::new(AtomicBool::new(false));
+            let base = mem.addr();
+            let writer = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    // SAFETY: the first word of each of the 4 pages, inside the mapping, which
+                    // outlives this thread (joined below).
+                    let word =
+                        |p: usize| unsafe { &*((base as usize + p * page) as *const AtomicU64) };
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        // Plain stores of the count: a store lost in the move shows as a
+                        // word behind the count.
+                        for p in 0..4 {
+                            word(p).store(n, Ordering::Relaxed);
+                        }
+                    }
+                    n
+                })
+            };
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            let shared = share(mem.addr(), mem.len as u64);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            stop.store(true, Ordering::Relaxed);
+            let n = writer.join().unwrap();
+            assert!(shared.is_some());
+            for p in 0..4 {
+                // SAFETY: inside our mapping.
+                let v = unsafe { &*((base as usize + p * page) as *const AtomicU64) };
+                assert_eq!(v.load(Ordering::Relaxed), n, "page {p}: last store kept");
+            }
+        }
+    }
+
+    #[test]
+    fn memory_of_other_kinds_is_not_moved() {
+        // Read-only memory.
+        let page = sys::page_size() as usize;
+        let mem = Pages::new(page);
+        // SAFETY: our own mapping.
+        assert_eq!(
+            unsafe { libc::mprotect(mem.ptr.cast(), page, libc::PROT_READ) },
+            0
+        );
+        assert!(share(mem.addr(), 8).is_none());
+        // The main thread's stack is not, but a test thread's stack is plain anonymous memory:
+        // a buffer on it is shared (its thread keeps running on it).
+        let on_stack = [7u8; 64];
+        let r = share(on_stack.as_ptr() as u64, 64);
+        assert_eq!(on_stack, [7u8; 64]);
+        drop(r);
+    }
+}
