@@ -608,7 +608,7 @@ impl ProtectionDomain for TcpPd {
         );
         Ok(Arc::new(TcpMr {
             key,
-            _arena: shared_pages.map(|(arena, _)| arena),
+            arena: Mutex::new(shared_pages.map(|(arena, _)| arena)),
             addr,
             length,
             access,
@@ -643,8 +643,8 @@ impl ProtectionDomain for TcpPd {
 struct TcpMr {
     key: u32,
     /// The arena a same-host peer maps this region's memory through, held while the region
-    /// lives (its memfd's descriptor closes with the last registration in it).
-    _arena: Option<Arc<samehost::arena::Arena>>,
+    /// is registered (its pages move back to private memory with the last registration).
+    arena: Mutex<Option<Arc<samehost::arena::Arena>>>,
     addr: u64,
     length: u64,
     access: u32,
@@ -687,6 +687,9 @@ impl MemoryRegion for TcpMr {
             keys.remove_windows_of(self.key);
             keys.free_index(self.key >> 8);
         }
+        // After the registry lock: no peer copies through the key any more, and moving the
+        // pages back takes tens of microseconds.
+        drop(self.arena.lock().take());
     }
 }
 

@@ -20,17 +20,18 @@
 //! thread stacks; not the main stack, files, or memory shared already), or memory inside an
 //! arena made before (a second registration of the same buffer). Anything else, and every
 //! failure, leaves the region as it was, served by cross-memory attach as before.
-//! What changes for the application: the pages of a registered region (and the rest of the
-//! pages it touches) stay MAP_SHARED memory of the memfd after deregistration: a child
-//! process forked later shares them with its parent instead of copying them. Moving pages
+//! What changes for the application, while the region is registered: the pages it touches
+//! are MAP_SHARED memory of the memfd (a child forked meanwhile shares them with its parent
+//! instead of copying them). When the last registration in an arena ends, its pages move back
+//! to private memory. Nothing moves while the process has memory pinned (an RDMA NIC's
+//! registrations: the NIC would keep the pages left behind). Moving pages
 //! needs a userfaultfd that also holds back the kernel's writes (`sys::userfaultfd`: root,
 //! CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1); without one every region stays as it
 //! was. DAPLRS_SAME_HOST_MAP=never turns arenas off.
 //!
-//! Lifetime: a registration holds its arena; the descriptor closes with the last one, after
-//! which the pages are freed when the application unmaps them (a peer's mapping keeps them
-//! until the peer drops it; peers keep at most a few: mod.rs `PeerArenas`). A later
-//! registration inside an arena whose descriptor closed is served by cross-memory attach.
+//! Lifetime: a registration holds its arena; with the last one the pages move back and the
+//! descriptor closes (a peer's mapping keeps the memfd's copy until the peer drops it; peers
+//! keep at most a few: mod.rs `PeerArenas`).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Weak};
@@ -58,10 +59,14 @@ impl ArenaSpan {
     }
 }
 
-/// A memfd holding registered pages of ours, mapped at their addresses.
+/// A memfd holding registered pages of ours, mapped at their addresses `[start, start +
+/// len)`. Dropped with the last registration in it, it moves the pages back to private
+/// memory.
 pub(crate) struct Arena {
     fd: OwnedFd,
     ino: u64,
+    start: u64,
+    len: u64,
 }
 
 /// The memfd's name: how /proc/self/maps shows an arena's mapping ("/memfd:<name> (deleted)").
@@ -70,9 +75,10 @@ const NAME: &str = "daplrs-arena";
 /// entries against the process's map count, 65530 by default).
 const MAX_ARENAS: usize = 4096;
 
-/// Every live arena of the process (arenas are per process: two devices registering one
-/// buffer share its arena).
-static ARENAS: parking_lot::Mutex<Vec<Weak<Arena>>> = parking_lot::Mutex::new(Vec::new());
+/// Every live arena of the process, by inode (arenas are per process: two devices
+/// registering one buffer share its arena). Its lock also serializes the moves of pages in
+/// and out. Nothing drops an `Arc<Arena>` while holding it (the drop takes it).
+static ARENAS: parking_lot::Mutex<Vec<(u64, Weak<Arena>)>> = parking_lot::Mutex::new(Vec::new());
 
 /// Whether DAPLRS_SAME_HOST_MAP lets registrations make arenas (auto, the default, or never).
 pub(crate) fn enabled() -> bool {
@@ -174,20 +180,17 @@ pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
         return None;
     }
     let mut arenas = ARENAS.lock();
-    arenas.retain(|w| w.strong_count() > 0);
+    arenas.retain(|(_, w)| w.strong_count() > 0);
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let found = cover(&maps, start, end);
     log::debug!(target: LOG, "{addr:#x}+{len}: pages {start:#x}-{end:#x}: {found:?}");
     match found {
         Cover::InArena { ino, off } => {
-            let arena = arenas
-                .iter()
-                .filter_map(Weak::upgrade)
-                .find(|a| a.ino == ino)?;
+            let arena = arenas.iter().find(|(i, _)| *i == ino)?.1.upgrade()?;
             let span = arena.span(off + (addr - start));
             Some((arena, span))
         }
-        Cover::Private if arenas.len() < MAX_ARENAS => {
+        Cover::Private if arenas.len() < MAX_ARENAS && !pinned_memory() => {
             // SAFETY: page-aligned, and private anonymous read-write memory as just read in
             // /proc/self/maps (see share_pages for what happens to writes meanwhile).
             let fd = match unsafe { sys::share_pages(start, end - start, NAME) } {
@@ -198,12 +201,56 @@ pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
                 }
             };
             let ino = sys::inode_of(fd.as_raw_fd()).ok()?;
-            let arena = Arc::new(Arena { fd, ino });
-            arenas.push(Arc::downgrade(&arena));
+            let arena = Arc::new(Arena {
+                fd,
+                ino,
+                start,
+                len: end - start,
+            });
+            arenas.push((ino, Arc::downgrade(&arena)));
             let span = arena.span(addr - start);
             Some((arena, span))
         }
         _ => None,
+    }
+}
+
+/// Whether the kernel counts memory of this process as pinned (/proc/self/status VmPin: an
+/// RDMA NIC's memory registrations, io_uring's fixed buffers). Pinned pages must stay where
+/// they are: a NIC would go on reading the pages a move left behind. Pages are moved only
+/// while nothing is pinned.
+fn pinned_memory() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmPin:"))
+        .is_none_or(|kb| kb.trim().trim_end_matches("kB").trim() != "0")
+}
+
+impl Drop for Arena {
+    /// The last registration in the arena ended: its pages become private memory again, so
+    /// that the application's memory is as before once it deregistered (a later fork copies
+    /// it; MADV_DONTNEED zeroes it, as allocators expect). Not when the application no longer
+    /// has exactly this arena mapped there (it unmapped the memory, or changed part of it),
+    /// nor while memory is pinned.
+    fn drop(&mut self) {
+        let _moves = ARENAS.lock();
+        let end = self.start + self.len;
+        let still = std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| {
+            cover(&maps, self.start, end)
+                == Cover::InArena {
+                    ino: self.ino,
+                    off: 0,
+                }
+        });
+        if !still || pinned_memory() {
+            log::debug!(target: LOG, "arena {:#x}-{end:#x}: left as it is", self.start);
+            return;
+        }
+        // SAFETY: page-aligned, and exactly the mapping share_pages made, as just read.
+        if let Err(e) = unsafe { sys::unshare_pages(self.start, self.len) } {
+            log::debug!(target: LOG, "arena {:#x}-{end:#x}: stays shared ({e})", self.start);
+        }
     }
 }
 
@@ -313,8 +360,24 @@ mod tests {
         assert_eq!(span2, span.advanced(4));
         // A range that is only partly an arena is left alone.
         assert!(share(mem.addr(), 2 * page as u64).is_none());
+        // With the last registration the pages are private again, bytes kept.
+        drop((arena, again, other));
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let end = mem.addr() + mem.len as u64;
+        assert_eq!(cover(&maps, mem.addr(), end), Cover::Private);
+        for i in 0..mem.len {
+            let want = if i == page + 100 {
+                0xab
+            } else {
+                (i % 251) as u8
+            };
+            // SAFETY: inside our mapping.
+            assert_eq!(unsafe { *mem.ptr.add(i) }, want, "byte {i} kept");
+        }
     }
 
+    /// A thread storing into the pages while they move in (registration) and out (the last
+    /// deregistration) loses no store.
     #[test]
     fn writes_made_while_pages_move_are_kept() {
         let page = sys::page_size() as usize;
@@ -332,8 +395,8 @@ mod tests {
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
-                        // Plain stores of the count: a store lost in the move shows as a
-                        // word behind the count.
+                        // Plain stores of the count: a store lost in a move shows as a word
+                        // behind the count.
                         for p in 0..4 {
                             word(p).store(n, Ordering::Relaxed);
                         }
@@ -343,10 +406,14 @@ mod tests {
             };
             std::thread::sleep(std::time::Duration::from_millis(1));
             let shared = share(mem.addr(), mem.len as u64);
+            assert!(shared.is_some());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            drop(shared);
             std::thread::sleep(std::time::Duration::from_millis(1));
             stop.store(true, Ordering::Relaxed);
             let n = writer.join().unwrap();
-            assert!(shared.is_some());
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            assert_eq!(cover(&maps, base, base + mem.len as u64), Cover::Private);
             for p in 0..4 {
                 // SAFETY: inside our mapping.
                 let v = unsafe { &*((base as usize + p * page) as *const AtomicU64) };

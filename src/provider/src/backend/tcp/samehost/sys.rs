@@ -493,6 +493,9 @@ pub(crate) fn monotonic_ns() -> u64 {
 /// pages move into a memfd.
 mod uffd {
     pub const API: u64 = 0xaa;
+    /// UFFD_FEATURE_WP_HUGETLBFS_SHMEM: write protection of shared memory (Linux 5.19), which
+    /// moving an arena's pages back needs.
+    pub const FEATURE_WP_SHMEM: u64 = 1 << 12;
     pub const REGISTER_MODE_WP: u64 = 2;
     pub const WRITEPROTECT_MODE_WP: u64 = 1;
 
@@ -555,9 +558,11 @@ fn userfaultfd() -> io::Result<OwnedFd> {
     }
     // SAFETY: `raw` was just created and nobody else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    // Asked for even when anonymous memory is protected: pages that cannot move back are not
+    // moved in the first place.
     let mut api = uffd::Api {
         api: uffd::API,
-        features: 0,
+        features: uffd::FEATURE_WP_SHMEM,
         ioctls: 0,
     };
     // SAFETY: UFFDIO_API reads and writes the one struct we pass.
@@ -569,21 +574,70 @@ fn userfaultfd() -> io::Result<OwnedFd> {
 
 /// Moves the pages `[start, start + len)` of this process into a new memfd (returned, its
 /// size sealed) mapped MAP_SHARED at the same addresses, so that a peer can map them too.
-/// Their contents are kept, and so is every write another thread makes meanwhile: the range
-/// is write-protected through a userfaultfd while its pages are copied into the memfd and the
-/// memfd is mapped over it, so that a writer waits (in the kernel) and then writes into the
-/// memfd. Without such a userfaultfd (see `userfaultfd`: no privilege, a seccomp filter, a
-/// kernel without write protection) the pages are not moved (an error).
-///
-/// The window runs on a thread of its own that writes only its own stack, so that any other
-/// thread writing into the range meanwhile (the caller too: the range may hold its stack or
-/// heap memory) waits instead of deadlocking us.
+/// Their contents are kept, and so is every write another thread makes meanwhile (see
+/// `while_write_protected`).
 ///
 /// # Safety
 /// `start` and `len` are page-aligned and, as just read in /proc/self/maps, name private
 /// anonymous read-write memory of this process (registered memory: the application's).
 pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result<OwnedFd> {
     let fd = memfd(name, len as usize)?;
+    let memfd = fd.as_raw_fd();
+    // SAFETY: the caller's range (see above).
+    unsafe { while_write_protected(start, len, move || copy_and_map(memfd, start, len))? };
+    seal_size(&fd)?;
+    Ok(fd)
+}
+
+/// The reverse of `share_pages`: the pages `[start, start + len)`, a memfd's mapping, become
+/// private anonymous memory again with the same contents (and every write made meanwhile).
+///
+/// # Safety
+/// `start` and `len` are page-aligned and, as just read in /proc/self/maps, exactly the
+/// mapping `share_pages` made (read-write, shared).
+pub(crate) unsafe fn unshare_pages(start: u64, len: u64) -> io::Result<()> {
+    // SAFETY: a fresh private mapping chosen by the kernel.
+    let private = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if private == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let private = private as u64;
+    // SAFETY: the caller's range (see above).
+    let moved =
+        unsafe { while_write_protected(start, len, move || copy_and_move(private, start, len)) };
+    if moved.is_err() {
+        // SAFETY: our own fresh mapping (still there: copy_and_move moves it only on success).
+        unsafe { libc::munmap(private as usize as *mut libc::c_void, len as usize) };
+    }
+    moved
+}
+
+/// Runs `change` (which replaces the mapping of `[start, start + len)` by one with the same
+/// bytes) while the range is write-protected through a userfaultfd: a thread writing there
+/// meanwhile waits (in the kernel) and then writes into what `change` left mapped, so no write
+/// is lost. Without such a userfaultfd (see `userfaultfd`: no privilege, a seccomp filter, a
+/// kernel without write protection of shared memory) nothing is done (an error).
+///
+/// The window runs on a thread of its own that writes only its own stack, so that any other
+/// thread writing into the range meanwhile (the caller too: the range may hold its stack or
+/// heap memory) waits instead of deadlocking us.
+///
+/// # Safety
+/// `start` and `len` are page-aligned and name read-write memory of this process.
+unsafe fn while_write_protected(
+    start: u64,
+    len: u64,
+    change: impl FnOnce() -> io::Result<()> + Send + 'static,
+) -> io::Result<()> {
     let uffd = userfaultfd()?;
     // Populate each page with an atomic no-op write (it keeps any concurrent store): the
     // write protection below covers present pages only.
@@ -595,26 +649,23 @@ pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result
         word.fetch_or(0, std::sync::atomic::Ordering::SeqCst);
         at += page;
     }
-    let raw = fd.as_raw_fd();
     let window = std::thread::Builder::new()
         .name("daplrs-share".into())
         .stack_size(64 * 1024)
         .spawn(move || {
-            let r = move_into(uffd.as_raw_fd(), raw, start, len);
+            let r = write_protect(uffd.as_raw_fd(), start, len).and_then(|()| change());
             // Closing the userfaultfd wakes every writer that waits: it writes again, into
-            // the memfd now mapped there (or into its own page again, if the move failed).
+            // what is mapped there now.
             drop(uffd);
             r
         })?;
     window
         .join()
-        .map_err(|_| io::Error::other("page-sharing thread panicked"))??;
-    seal_size(&fd)?;
-    Ok(fd)
+        .map_err(|_| io::Error::other("page-moving thread panicked"))?
 }
 
-/// The window of `share_pages`, on its own thread: write-protect, copy, map over.
-fn move_into(uffd: RawFd, memfd: RawFd, start: u64, len: u64) -> io::Result<()> {
+/// Write-protects `[start, start + len)` through `uffd` (on the thread that then changes it).
+fn write_protect(uffd: RawFd, start: u64, len: u64) -> io::Result<()> {
     let here = 0u8;
     let sp = &here as *const u8 as u64;
     if (start..start + len).contains(&sp) {
@@ -639,10 +690,15 @@ fn move_into(uffd: RawFd, memfd: RawFd, start: u64, len: u64) -> io::Result<()> 
     if unsafe { libc::ioctl(uffd, uffd::IOC_WRITEPROTECT, &mut wp) } < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// `share_pages`' change, write-protected: copy the range into the memfd, map it over.
+fn copy_and_map(memfd: RawFd, start: u64, len: u64) -> io::Result<()> {
     let mut done = 0u64;
     while done < len {
-        // SAFETY: pwrite(2) reads `len - done` bytes of the caller's range (readable: reads
-        // are not write-protected) into the memfd.
+        // SAFETY: pwrite(2) reads `len - done` bytes of the range (readable: reads are not
+        // write-protected) into the memfd.
         let n = unsafe {
             libc::pwrite(
                 memfd,
@@ -656,8 +712,8 @@ fn move_into(uffd: RawFd, memfd: RawFd, start: u64, len: u64) -> io::Result<()> 
         }
         done += n as u64;
     }
-    // SAFETY: replaces exactly the caller's range (page-aligned, ours) with the memfd, which
-    // now holds the same bytes.
+    // SAFETY: replaces exactly the range (page-aligned, ours: see share_pages) with the
+    // memfd, which now holds the same bytes.
     let p = unsafe {
         libc::mmap(
             start as usize as *mut libc::c_void,
@@ -666,6 +722,35 @@ fn move_into(uffd: RawFd, memfd: RawFd, start: u64, len: u64) -> io::Result<()> 
             libc::MAP_SHARED | libc::MAP_FIXED,
             memfd,
             0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `unshare_pages`' change, write-protected: copy the range into the private mapping
+/// `private`, then move that mapping over the range.
+fn copy_and_move(private: u64, start: u64, len: u64) -> io::Result<()> {
+    // SAFETY: reads the range (readable) into our fresh private mapping of `len` bytes,
+    // which no other thread knows of.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            start as usize as *const u8,
+            private as usize as *mut u8,
+            len as usize,
+        )
+    };
+    // SAFETY: moves our private mapping over exactly the range (see unshare_pages), which
+    // it replaces.
+    let p = unsafe {
+        libc::mremap(
+            private as usize as *mut libc::c_void,
+            len as usize,
+            len as usize,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            start as usize as *mut libc::c_void,
         )
     };
     if p == libc::MAP_FAILED {
