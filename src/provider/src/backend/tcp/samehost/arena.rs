@@ -95,31 +95,55 @@ pub(crate) fn enabled() -> bool {
     }
 }
 
-/// One line of /proc/self/maps.
+/// One of our mappings: a line of /proc/self/maps, or the kernel's answer to a query.
 #[derive(Debug, PartialEq, Eq)]
-struct Vma<'a> {
+struct Vma {
     start: u64,
     end: u64,
-    perms: &'a str,
+    /// sys::VMA_* bits.
+    flags: u64,
     offset: u64,
     ino: u64,
-    path: &'a str,
+    /// "" for anonymous memory, "[heap]", a file's path.
+    path: String,
 }
 
-fn parse_line(line: &str) -> Option<Vma<'_>> {
+const RW: u64 = sys::VMA_READ | sys::VMA_WRITE;
+const KIND: u64 = RW | sys::VMA_EXEC | sys::VMA_SHARED;
+
+impl Vma {
+    /// Private anonymous read-write memory: what can become an arena.
+    fn is_private_anonymous(&self) -> bool {
+        self.flags & KIND == RW && self.ino == 0 && (self.path.is_empty() || self.path == "[heap]")
+    }
+
+    /// A mapping of one of our arenas.
+    fn is_arena(&self) -> bool {
+        self.flags & KIND == RW | sys::VMA_SHARED
+            && self.path.starts_with("/memfd:")
+            && self.path["/memfd:".len()..].split(' ').next() == Some(NAME)
+    }
+}
+
+fn parse_line(line: &str) -> Option<Vma> {
     let mut f = line.splitn(6, ' ');
     let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
     let _dev = f.next()?;
     let ino = f.next()?.parse().ok()?;
     let path = f.next().unwrap_or("").trim_start();
     let (s, e) = range.split_once('-')?;
+    let p = perms.as_bytes();
+    let bit = |i: usize, c: u8, b: u64| if p.get(i) == Some(&c) { b } else { 0 };
     Some(Vma {
         start: u64::from_str_radix(s, 16).ok()?,
         end: u64::from_str_radix(e, 16).ok()?,
-        perms,
+        flags: bit(0, b'r', sys::VMA_READ)
+            | bit(1, b'w', sys::VMA_WRITE)
+            | bit(2, b'x', sys::VMA_EXEC)
+            | bit(3, b's', sys::VMA_SHARED),
         offset: u64::from_str_radix(offset, 16).ok()?,
         ino,
-        path,
+        path: path.to_string(),
     })
 }
 
@@ -134,39 +158,70 @@ enum Cover {
     Other,
 }
 
-fn cover(maps: &str, start: u64, end: u64) -> Cover {
+/// Classifies `[start, end)` by `vmas`, our mappings in address order from the one that
+/// contains `start` on (the walk stops at the first that is not what it needs).
+fn classify(vmas: impl IntoIterator<Item = Vma>, start: u64, end: u64) -> Cover {
     let mut at = start;
     let mut private = true;
-    let mut arena = None;
-    for v in maps.lines().filter_map(parse_line) {
-        if v.end <= at || v.start >= end {
+    for v in vmas {
+        if v.end <= at {
             continue;
         }
         if v.start > at {
             return Cover::Other;
         }
-        let anonymous = v.ino == 0 && (v.path.is_empty() || v.path == "[heap]");
-        private &= anonymous && v.perms == "rw-p";
-        let ours = v.perms == "rw-s" && v.path.starts_with(&format!("/memfd:{NAME} "));
-        if ours && v.start <= start && v.end >= end {
-            arena = Some(Cover::InArena {
+        if v.is_arena() && v.start <= start && v.end >= end {
+            return Cover::InArena {
                 ino: v.ino,
                 off: v.offset + (start - v.start),
-            });
+            };
+        }
+        private &= v.is_private_anonymous();
+        if !private {
+            return Cover::Other;
         }
         at = v.end;
         if at >= end {
-            break;
+            return Cover::Private;
         }
     }
-    if at < end {
+    Cover::Other
+}
+
+/// `classify` over the text of /proc/self/maps.
+fn cover(maps: &str, start: u64, end: u64) -> Cover {
+    classify(maps.lines().filter_map(parse_line), start, end)
+}
+
+/// What `[start, end)` is now: asked of the kernel mapping by mapping (PROCMAP_QUERY), or
+/// read in /proc/self/maps where the kernel cannot be asked.
+fn cover_now(start: u64, end: u64) -> Cover {
+    let Ok(maps) = std::fs::File::open("/proc/self/maps") else {
         return Cover::Other;
+    };
+    let mut vmas = Vec::new();
+    let mut at = start;
+    while at < end {
+        match sys::vma_at(maps.as_raw_fd(), at) {
+            Ok(Some(v)) => {
+                at = v.end.max(at + 1);
+                vmas.push(Vma {
+                    start: v.start,
+                    end: v.end,
+                    flags: v.flags,
+                    offset: v.offset,
+                    ino: v.ino,
+                    path: v.name,
+                });
+            }
+            Ok(None) => return Cover::Other,
+            Err(_) => {
+                let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+                return cover(&text, start, end);
+            }
+        }
     }
-    match (arena, private) {
-        (Some(a), _) => a,
-        (None, true) => Cover::Private,
-        (None, false) => Cover::Other,
-    }
+    classify(vmas, start, end)
 }
 
 /// The arena holding a region `[addr, addr + len)` being registered, made now if it can be:
@@ -181,8 +236,7 @@ pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
     }
     let mut arenas = ARENAS.lock();
     arenas.retain(|(_, w)| w.strong_count() > 0);
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let found = cover(&maps, start, end);
+    let found = cover_now(start, end);
     log::debug!(target: LOG, "{addr:#x}+{len}: pages {start:#x}-{end:#x}: {found:?}");
     match found {
         Cover::InArena { ino, off } => {
@@ -236,13 +290,11 @@ impl Drop for Arena {
     fn drop(&mut self) {
         let _moves = ARENAS.lock();
         let end = self.start + self.len;
-        let still = std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| {
-            cover(&maps, self.start, end)
-                == Cover::InArena {
-                    ino: self.ino,
-                    off: 0,
-                }
-        });
+        let here = Cover::InArena {
+            ino: self.ino,
+            off: 0,
+        };
+        let still = cover_now(self.start, end) == here;
         if !still || pinned_memory() {
             log::debug!(target: LOG, "arena {:#x}-{end:#x}: left as it is", self.start);
             return;
@@ -312,9 +364,12 @@ mod tests {
             (v.start, v.end, v.offset, v.ino),
             (0x7f00_0000_1000, 0x7f00_0000_3000, 0x2000, 1234)
         );
-        assert_eq!((v.perms, v.path), ("rw-s", "/memfd:daplrs-arena (deleted)"));
+        assert_eq!(v.flags, RW | sys::VMA_SHARED);
+        assert_eq!(v.path, "/memfd:daplrs-arena (deleted)");
+        assert!(v.is_arena() && !v.is_private_anonymous());
         let anon = parse_line("55d0-56d0 rw-p 00000000 00:00 0 ").unwrap();
         assert_eq!(anon.path, "");
+        assert!(anon.is_private_anonymous());
         let maps = "1000-3000 rw-p 00000000 00:00 0 [heap]\n3000-4000 rw-p 00000000 00:00 0\n\
                     4000-6000 rw-s 00001000 00:01 77 /memfd:daplrs-arena (deleted)\n\
                     6000-7000 r--p 00000000 08:01 99 /usr/lib/x\n";
@@ -330,6 +385,42 @@ mod tests {
         assert_eq!(cover(maps, 0x6000, 0x7000), Cover::Other, "a file");
         assert_eq!(cover(maps, 0x0000, 0x2000), Cover::Other, "a hole");
         assert_eq!(cover(maps, 0x6000, 0x8000), Cover::Other, "a hole after");
+    }
+
+    /// The kernel's answers (PROCMAP_QUERY) classify ranges as the maps file does.
+    #[test]
+    fn the_kernels_answer_and_the_maps_file_agree() {
+        let page = sys::page_size();
+        let mem = Pages::new(4 * page as usize);
+        let (a, e) = (mem.addr(), mem.addr() + 4 * page);
+        // SAFETY: our own mapping: its last page read-only, so it is two mappings.
+        let ro = unsafe {
+            libc::mprotect(
+                mem.ptr.add(3 * page as usize).cast(),
+                page as usize,
+                libc::PROT_READ,
+            )
+        };
+        assert_eq!(ro, 0);
+        let (_arena, _) = share(a + page, 8).expect("an arena");
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for (s, t, want) in [
+            (a, a + page, Cover::Private),
+            (
+                a + page,
+                a + 2 * page,
+                Cover::InArena {
+                    ino: _arena.ino,
+                    off: 0,
+                },
+            ),
+            (a, a + 2 * page, Cover::Other),
+            (a + 2 * page, e, Cover::Other),
+            (e + (1 << 40), e + (1 << 40) + page, Cover::Other),
+        ] {
+            assert_eq!(cover_now(s, t), want, "{s:#x}-{t:#x}");
+            assert_eq!(cover(&maps, s, t), want, "{s:#x}-{t:#x} in the file");
+        }
     }
 
     #[test]

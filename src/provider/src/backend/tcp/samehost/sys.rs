@@ -649,19 +649,139 @@ unsafe fn while_write_protected(
         word.fetch_or(0, std::sync::atomic::Ordering::SeqCst);
         at += page;
     }
-    let window = std::thread::Builder::new()
-        .name("daplrs-share".into())
-        .stack_size(64 * 1024)
-        .spawn(move || {
-            let r = write_protect(uffd.as_raw_fd(), start, len).and_then(|()| change());
-            // Closing the userfaultfd wakes every writer that waits: it writes again, into
-            // what is mapped there now.
-            drop(uffd);
-            r
-        })?;
-    window
-        .join()
-        .map_err(|_| io::Error::other("page-moving thread panicked"))?
+    on_mover_thread(Box::new(move || {
+        let r = write_protect(uffd.as_raw_fd(), start, len).and_then(|()| change());
+        // Closing the userfaultfd wakes every writer that waits: it writes again, into what
+        // is mapped there now.
+        drop(uffd);
+        r
+    }))
+}
+
+/// A move of pages, run by the mover thread.
+type MoveJob = Box<dyn FnOnce() -> io::Result<()> + Send>;
+type MoveRequest = (MoveJob, std::sync::mpsc::SyncSender<io::Result<()>>);
+
+/// The process's mover thread (started with the first move; a new one in a forked child,
+/// which has no threads but its forking one), by the pid it serves.
+static MOVER: parking_lot::Mutex<Option<(u32, std::sync::mpsc::Sender<MoveRequest>)>> =
+    parking_lot::Mutex::new(None);
+
+/// Runs `job` on the mover thread and waits for it: a thread of ours that writes nothing but
+/// its own stack while a range is write-protected (one started per move cost more than the
+/// rest of the move).
+fn on_mover_thread(job: MoveJob) -> io::Result<()> {
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    let mut mover = MOVER.lock();
+    let pid = std::process::id();
+    if mover.as_ref().is_none_or(|(p, _)| *p != pid) {
+        let (tx, rx) = std::sync::mpsc::channel::<MoveRequest>();
+        std::thread::Builder::new()
+            .name("daplrs-mover".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                for (job, done) in rx {
+                    let _ = done.send(job());
+                }
+            })?;
+        *mover = Some((pid, tx));
+    }
+    let sent = mover
+        .as_ref()
+        .is_some_and(|(_, tx)| tx.send((job, done_tx)).is_ok());
+    if !sent {
+        // It ended (a panic in a move: a bug); the next move starts another.
+        *mover = None;
+        return Err(io::Error::other("page mover thread gone"));
+    }
+    drop(mover);
+    done_rx
+        .recv()
+        .map_err(|_| io::Error::other("page mover thread gone"))?
+}
+
+/// What the kernel says of one of our mappings (PROCMAP_QUERY).
+pub(crate) struct VmaInfo {
+    pub start: u64,
+    pub end: u64,
+    /// VMA_* bits.
+    pub flags: u64,
+    pub offset: u64,
+    pub ino: u64,
+    /// "[heap]", a file's path, "" for anonymous memory.
+    pub name: String,
+}
+
+pub(crate) const VMA_READ: u64 = 1;
+pub(crate) const VMA_WRITE: u64 = 2;
+pub(crate) const VMA_EXEC: u64 = 4;
+pub(crate) const VMA_SHARED: u64 = 8;
+
+/// struct procmap_query (linux/fs.h, Linux 6.11).
+#[repr(C)]
+#[derive(Default)]
+struct ProcmapQuery {
+    size: u64,
+    query_flags: u64,
+    query_addr: u64,
+    vma_start: u64,
+    vma_end: u64,
+    vma_flags: u64,
+    vma_page_size: u64,
+    vma_offset: u64,
+    inode: u64,
+    dev_major: u32,
+    dev_minor: u32,
+    vma_name_size: u32,
+    build_id_size: u32,
+    vma_name_addr: u64,
+    build_id_addr: u64,
+}
+/// _IOWR('f', 17, struct procmap_query).
+const PROCMAP_QUERY: libc::c_ulong = 0xc068_6611;
+const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 0x68);
+
+/// The mapping of ours that contains `addr`, None if none does, asked of the kernel through
+/// `maps` (our /proc/self/maps, open): one ioctl instead of reading the whole file, which
+/// cost more than a move itself. Err on kernels before 6.11 (ENOTTY: read the file instead).
+pub(crate) fn vma_at(maps: RawFd, addr: u64) -> io::Result<Option<VmaInfo>> {
+    let mut name = [0u8; 256];
+    let mut q = ProcmapQuery {
+        size: std::mem::size_of::<ProcmapQuery>() as u64,
+        query_addr: addr,
+        vma_name_size: name.len() as u32,
+        vma_name_addr: name.as_mut_ptr() as u64,
+        ..ProcmapQuery::default()
+    };
+    // SAFETY: PROCMAP_QUERY reads and writes `q` and writes at most `name.len()` bytes into
+    // `name`, both ours.
+    if unsafe { libc::ioctl(maps, PROCMAP_QUERY, &mut q) } < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            // A name longer than ours: some file, not anything we move.
+            Some(libc::ENAMETOOLONG) => Ok(Some(VmaInfo {
+                start: addr,
+                end: addr + 1,
+                flags: 0,
+                offset: 0,
+                ino: u64::MAX,
+                name: "?".into(),
+            })),
+            _ => Err(e),
+        };
+    }
+    let n = (q.vma_name_size as usize).min(name.len());
+    let text = &name[..n];
+    let text = text.split(|&b| b == 0).next().unwrap_or_default();
+    Ok(Some(VmaInfo {
+        start: q.vma_start,
+        end: q.vma_end,
+        flags: q.vma_flags,
+        offset: q.vma_offset,
+        ino: q.inode,
+        name: String::from_utf8_lossy(text).into_owned(),
+    }))
 }
 
 /// Write-protects `[start, start + len)` through `uffd` (on the thread that then changes it).
