@@ -24,22 +24,27 @@ use crate::core::sp::Sp;
 const GUARD_US: u32 = 20_000_000;
 
 /// Memory the transport writes behind Rust's back: accessed only through its raw pointer.
+/// A mapping of its own, zero-filled: two heap buffers may share a page, and a region with a
+/// page in another region's arena gets none (samehost/arena.rs), which tests of the same-host
+/// path must not depend on.
 pub(super) struct Buffer {
-    mem: Box<[u8]>,
+    pages: super::samehost::arena::tests::Pages,
+    len: usize,
     ptr: *mut u8,
 }
 
 impl Buffer {
     fn new(len: usize) -> Buffer {
-        let mut mem = vec![0u8; len].into_boxed_slice();
-        let ptr = mem.as_mut_ptr();
-        Buffer { mem, ptr }
+        let pages = super::samehost::arena::tests::Pages::new(len.max(1));
+        let ptr = pages.ptr;
+        Buffer { pages, len, ptr }
     }
     fn addr(&self) -> u64 {
         self.ptr as u64
     }
     fn len(&self) -> usize {
-        self.mem.len()
+        debug_assert!(self.len <= self.pages.len);
+        self.len
     }
     fn read(&self, off: usize, len: usize) -> Vec<u8> {
         assert!(off + len <= self.len());

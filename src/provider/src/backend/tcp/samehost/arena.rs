@@ -18,8 +18,9 @@
 //!
 //! Which memory moves: whole pages of private anonymous read-write mappings (heap, mmap,
 //! thread stacks; not the main stack, files, or memory shared already), or memory inside an
-//! arena made before (a second registration of the same buffer). Anything else, and every
-//! failure, leaves the region as it was, served by cross-memory attach as before.
+//! arena made before (a second registration of the same buffer). Anything else (a region
+//! with a page in another's arena: two heap buffers side by side), and every failure, leaves
+//! the region as it was, served by cross-memory attach as before.
 //! What changes for the application, while the region is registered: the pages it touches
 //! are MAP_SHARED memory of the memfd (a child forked meanwhile shares them with its parent
 //! instead of copying them). When the last registration in an arena ends, its pages move back
@@ -247,14 +248,13 @@ pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
         Cover::Private if arenas.len() < MAX_ARENAS && !pinned_memory() => {
             // SAFETY: page-aligned, and private anonymous read-write memory as just read in
             // /proc/self/maps (see share_pages for what happens to writes meanwhile).
-            let fd = match unsafe { sys::share_pages(start, end - start, NAME) } {
-                Ok(fd) => fd,
+            let (fd, ino) = match unsafe { sys::share_pages(start, end - start, NAME) } {
+                Ok(moved) => moved,
                 Err(e) => {
                     log::debug!(target: LOG, "{addr:#x}+{len}: not shared ({e})");
                     return None;
                 }
             };
-            let ino = sys::inode_of(fd.as_raw_fd()).ok()?;
             let arena = Arc::new(Arena {
                 fd,
                 ino,
@@ -317,18 +317,19 @@ impl Arena {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    /// Page-aligned private memory of our own, unmapped on drop.
-    struct Pages {
-        ptr: *mut u8,
-        len: usize,
+    /// Page-aligned private memory of our own (a mapping of its own: no page shared with
+    /// other memory), unmapped on drop.
+    pub(crate) struct Pages {
+        pub ptr: *mut u8,
+        pub len: usize,
     }
 
     impl Pages {
-        fn new(len: usize) -> Pages {
+        pub fn new(len: usize) -> Pages {
             // SAFETY: a fresh anonymous mapping.
             let p = unsafe {
                 libc::mmap(
@@ -343,7 +344,7 @@ mod tests {
             assert_ne!(p, libc::MAP_FAILED);
             Pages { ptr: p.cast(), len }
         }
-        fn addr(&self) -> u64 {
+        pub fn addr(&self) -> u64 {
             self.ptr as u64
         }
     }

@@ -438,21 +438,36 @@ struct PeerMapping {
 }
 
 /// A peer's arenas we mapped (or failed to: not tried again), by its descriptor and inode,
-/// oldest first. A few at most: a mapping keeps the memfd's pages alive, also once the peer
-/// deregistered and freed them, until it leaves this list or the peer's table is dropped.
+/// oldest first. A mapping keeps the memfd's pages alive, also once the peer deregistered
+/// them: each time another arena is mapped, those no live slot of the peer's table names any
+/// more are dropped, and there are never more than `PEER_ARENAS`.
 #[derive(Default)]
 struct PeerArenas {
     maps: Vec<(ArenaSpan, Option<Arc<sys::SharedMap>>)>,
 }
 
-const PEER_ARENAS: usize = 8;
+const PEER_ARENAS: usize = 64;
+
+fn same_arena(a: &ArenaSpan, b: &ArenaSpan) -> bool {
+    a.fd == b.fd && a.ino == b.ino
+}
 
 impl PeerArenas {
-    /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be.
-    fn get(&mut self, pid: u32, span: ArenaSpan) -> Option<Arc<sys::SharedMap>> {
-        let same = |s: &ArenaSpan| s.fd == span.fd && s.ino == span.ino;
-        if let Some((_, m)) = self.maps.iter().find(|(s, _)| same(s)) {
+    /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be;
+    /// `in_use` lists the arenas the peer's live slots name (called only then).
+    fn get(
+        &mut self,
+        pid: u32,
+        span: ArenaSpan,
+        in_use: impl FnOnce() -> Vec<ArenaSpan>,
+    ) -> Option<Arc<sys::SharedMap>> {
+        if let Some((_, m)) = self.maps.iter().find(|(s, _)| same_arena(s, &span)) {
             return m.clone();
+        }
+        if !self.maps.is_empty() {
+            let named = in_use();
+            self.maps
+                .retain(|(s, _)| named.iter().any(|n| same_arena(s, n)));
         }
         let map = match Self::open(pid, span) {
             Ok(m) => Some(Arc::new(m)),
@@ -579,6 +594,23 @@ impl PeerMapping {
             && sys::peek_u64(offer.pid, offer.nonce_addr).is_ok_and(|v| v == offer.nonce)
     }
 
+    /// The arenas the live slots name (read under the mutex).
+    fn arenas_in_use(&self) -> Vec<ArenaSpan> {
+        let m = &self.map;
+        (0..self.capacity)
+            .map(|slot| OFF_SLOTS + slot * SLOT_LEN)
+            .filter(|&base| m.read_u32(base + S_STATE) == LIVE)
+            .filter_map(|base| match m.read_u32(base + S_ARENA_FD) {
+                NO_ARENA => None,
+                fd => Some(ArenaSpan {
+                    fd,
+                    ino: m.read_u64(base + S_ARENA_INO),
+                    off: 0,
+                }),
+            })
+            .collect()
+    }
+
     /// The live slot of `key` (read under the mutex).
     fn lookup(&self, key: u32) -> Option<KeyEntry> {
         let cap = self.capacity;
@@ -663,7 +695,8 @@ impl PeerTable {
             }
             if let Some(span) = e.arena {
                 let pid = self.mapping.pid;
-                let map = self.mapping.arenas.lock().get(pid, span);
+                let in_use = || self.mapping.arenas_in_use();
+                let map = self.mapping.arenas.lock().get(pid, span, in_use);
                 // The offset comes from the peer's table (untrusted): copy_ranges copies
                 // nothing outside the mapping.
                 if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {
@@ -877,7 +910,9 @@ mod tests {
     fn a_key_in_an_arena_is_copied_through_the_mapping() {
         let local = Local::new(Mode::Auto, 64, "test");
         let mut keys = Keys::published_in(local.publisher());
-        let mut target = vec![0u8; 3 * 4096].into_boxed_slice();
+        let pages = arena::tests::Pages::new(3 * 4096);
+        // SAFETY: our own mapping, used only through this slice in this test.
+        let target = unsafe { std::slice::from_raw_parts_mut(pages.ptr, pages.len) };
         target[100..108].copy_from_slice(b"arena!!!");
         let base = target.as_ptr() as u64;
         let (_arena, span) = arena::share(base, target.len() as u64).expect("an arena");
@@ -913,6 +948,67 @@ mod tests {
         keys.remove(key);
         let read = peer.transfer(&keys, key, base + 100, access::REMOTE_READ, &ranges, false);
         assert_eq!(read, Moved::Not, "deregistered");
+    }
+
+    /// A peer's mapping of an arena whose keys all ended is dropped when it maps another (it
+    /// would keep the memory alive).
+    #[test]
+    fn a_peer_drops_its_mapping_of_an_arena_no_key_names() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        // Mappings of their own: two heap buffers may share a page, and a region with a page
+        // in another's arena gets none.
+        let (a, b) = (
+            arena::tests::Pages::new(1 << 20),
+            arena::tests::Pages::new(1 << 20),
+        );
+        // SAFETY: inside our own mappings.
+        unsafe {
+            a.ptr.write_bytes(1, a.len);
+            b.ptr.write_bytes(2, b.len);
+        }
+        let (a_addr, b_addr) = (a.addr(), b.addr());
+        let (arena_a, span_a) = arena::share(a_addr, 1 << 20).expect("an arena");
+        let (_arena_b, span_b) = arena::share(b_addr, 1 << 20).expect("another");
+        keys.insert(
+            0x100,
+            KeyEntry {
+                arena: Some(span_a),
+                ..entry(a_addr, 1 << 20)
+            },
+        );
+        keys.insert(
+            0x200,
+            KeyEntry {
+                arena: Some(span_b),
+                ..entry(b_addr, 1 << 20)
+            },
+        );
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach to ourselves");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let read = |key, addr| peer.transfer(&keys, key, addr, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read(0x100, a_addr), Moved::Mapped);
+        let cached = || {
+            peer.mapping
+                .arenas
+                .lock()
+                .maps
+                .iter()
+                .map(|(s, _)| s.ino)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(cached(), vec![span_a.ino]);
+        keys.remove(0x100);
+        drop(arena_a);
+        let read = |key, addr| peer.transfer(&keys, key, addr, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read(0x200, b_addr), Moved::Mapped);
+        assert_eq!(dst, [2u8; 8]);
+        assert_eq!(
+            cached(),
+            vec![span_b.ino],
+            "the first arena's mapping dropped"
+        );
     }
 
     /// The PD of the peer's QP, as its target checks it.

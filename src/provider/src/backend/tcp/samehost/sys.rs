@@ -572,21 +572,25 @@ fn userfaultfd() -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Moves the pages `[start, start + len)` of this process into a new memfd (returned, its
-/// size sealed) mapped MAP_SHARED at the same addresses, so that a peer can map them too.
+/// Moves the pages `[start, start + len)` of this process into a new memfd (returned with its
+/// inode, its size sealed) mapped MAP_SHARED at the same addresses, so that a peer can map
+/// them too.
 /// Their contents are kept, and so is every write another thread makes meanwhile (see
 /// `while_write_protected`).
 ///
 /// # Safety
 /// `start` and `len` are page-aligned and, as just read in /proc/self/maps, name private
 /// anonymous read-write memory of this process (registered memory: the application's).
-pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result<OwnedFd> {
+pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result<(OwnedFd, u64)> {
+    // Everything that can fail before the move: once the pages moved, the caller must get the
+    // descriptor (to move them back).
     let fd = memfd(name, len as usize)?;
+    seal_size(&fd)?;
+    let ino = inode_of(fd.as_raw_fd())?;
     let memfd = fd.as_raw_fd();
     // SAFETY: the caller's range (see above).
     unsafe { while_write_protected(start, len, move || copy_and_map(memfd, start, len))? };
-    seal_size(&fd)?;
-    Ok(fd)
+    Ok((fd, ino))
 }
 
 /// The reverse of `share_pages`: the pages `[start, start + len)`, a memfd's mapping, become
