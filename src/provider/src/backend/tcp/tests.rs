@@ -30,17 +30,15 @@ const GUARD_US: u32 = 20_000_000;
 pub(super) struct Buffer {
     pages: super::samehost::arena::tests::Pages,
     len: usize,
-    ptr: *mut u8,
 }
 
 impl Buffer {
     fn new(len: usize) -> Buffer {
         let pages = super::samehost::arena::tests::Pages::new(len.max(1));
-        let ptr = pages.ptr;
-        Buffer { pages, len, ptr }
+        Buffer { pages, len }
     }
     fn addr(&self) -> u64 {
-        self.ptr as u64
+        self.pages.addr()
     }
     fn len(&self) -> usize {
         debug_assert!(self.len <= self.pages.len);
@@ -51,13 +49,15 @@ impl Buffer {
         let mut out = vec![0u8; len];
         // SAFETY: in bounds of our allocation; the transport is quiescent for this range once
         // the completion we waited for was delivered.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), len) };
+        unsafe { std::ptr::copy_nonoverlapping(self.pages.ptr.add(off), out.as_mut_ptr(), len) };
         out
     }
     fn write(&self, off: usize, data: &[u8]) {
         assert!(off + data.len() <= self.len());
         // SAFETY: in bounds; no transfer targets this range while the test writes it.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.pages.ptr.add(off), data.len())
+        };
     }
 }
 

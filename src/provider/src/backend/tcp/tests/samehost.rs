@@ -105,8 +105,8 @@ fn reads_and_writes_complete_before_the_post_returns() {
     assert_eq!(client.buf.read(600, 12), b"-owned bytes");
     assert_eq!(client.buf.read(612, 4), vec![0u8; 4]);
     assert_eq!(inline(&c_stats), 2);
-    // The server's buffer is heap memory: its registration moved it into an arena, and the
-    // client copied through its mapping of that.
+    // The server's buffer is private anonymous memory: its registration moved it into an
+    // arena, and the client copied through its mapping of that.
     assert_eq!(mapped(&c_stats), 2);
 
     // The passive side uses it too.
