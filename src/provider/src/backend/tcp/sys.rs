@@ -1,6 +1,6 @@
 //! The TCP backend's only unsafe code: copying into and out of registered memory, poll(2),
 //! socket writes with sendmsg(2), and reading interface addresses with getifaddrs(3) and
-//! their MTU with ioctl(SIOCGIFMTU).
+//! their MTU with ioctl(SIOCGIFMTU), and the progress thread's timer (timerfd(2)).
 
 use std::ffi::{CStr, CString};
 use std::io::{self, IoSlice};
@@ -130,6 +130,60 @@ pub(super) fn poll_for(fds: &mut [PollFd], timeout: std::time::Duration) -> io::
         )
     };
     poll_result(rc)
+}
+
+/// A one-shot timer the progress thread polls (timerfd(2), CLOCK_MONOTONIC, non-blocking):
+/// how another thread makes it look again at a given time without waking it now.
+pub(super) struct Timer(std::os::fd::OwnedFd);
+
+impl Timer {
+    pub(super) fn new() -> io::Result<Timer> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain system call with constant arguments.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Timer(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Makes the timer expire `after` from now (replacing any earlier setting).
+    pub(super) fn arm(&self, after: std::time::Duration) {
+        let after = after.max(std::time::Duration::from_nanos(1)); // zero would disarm it
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: `spec` is a valid itimerspec; the old value is not asked for.
+        let rc =
+            unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if rc != 0 {
+            log::error!("timerfd_settime failed: {}", io::Error::last_os_error());
+        }
+    }
+
+    /// Consumes an expiry, so that the timer reads as not ready until it is armed again.
+    pub(super) fn clear(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into `count`; non-blocking, so EAGAIN when not expired.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+    }
+
+    pub(super) fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
 }
 
 /// Writes `bufs` to the stream socket `fd` as one gather write, with MSG_NOSIGNAL: a write to a

@@ -1885,6 +1885,86 @@ fn a_waiting_thread_drives_its_connections() {
     close(&[&client, &server]);
 }
 
+/// The connections a wait claimed stay its CQ's for a while after it ends (`DRIVE_LEASE`), so
+/// that the next wait finds them its own; when no wait comes, the progress thread takes them
+/// back and serves the peer's requests: an RDMA read the peer posts right after the target's
+/// last wait, with nobody on the target waiting again, completes; and so does one posted while
+/// the target waits on an EVD its connection does not complete into (its wait claims nothing).
+#[test]
+fn a_connection_a_wait_claimed_is_served_after_the_wait() {
+    let server = Side::new("srv", mem_priv::ALL);
+    let client = Side::new("cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let read = |id: u64| {
+        client
+            .ep
+            .post_rdma_read(
+                &[client.seg(0, 8)],
+                id,
+                RemoteBuffer {
+                    address: server.buf.addr() + 64,
+                    length: 8,
+                    rmr_context: server.lmr.rmr_context(),
+                },
+                0,
+            )
+            .expect("read");
+    };
+    for round in 0..3u8 {
+        // A wait on the server that its connection completes into, ended by a receive.
+        server
+            .ep
+            .post_recv(&[server.seg(0, 8)], 10 + u64::from(round), 0)
+            .expect("recv");
+        let evd = server.dto.clone();
+        let waiter = std::thread::spawn(move || evd.wait(GUARD_US, 1).map(|(ev, _)| ev));
+        until_waiting(&server.dto);
+        client.buf.write(0, &[round; 8]);
+        client
+            .ep
+            .post_send(&[client.seg(0, 8)], 20 + u64::from(round), 0)
+            .expect("send");
+        let ev = waiter.join().expect("waiter").expect("receive");
+        assert_eq!(dto(&ev).0, 10 + u64::from(round));
+        assert_eq!(dto(&next(&client.dto)).0, 20 + u64::from(round));
+
+        // Nobody on the server waits now: its progress thread must serve the read.
+        server.buf.write(64, &[0xa0 + round; 8]);
+        if round == 2 {
+            // Or the server waits, on an EVD of no connection.
+            let other = Evd::create(&server.ia, 4, None, evd_flags::DTO).expect("evd");
+            let w = other.clone();
+            let t = std::thread::spawn(move || w.wait(GUARD_US, 1).map(|_| ()));
+            until_waiting(&other);
+            read(30 + u64::from(round));
+            assert_eq!(
+                dto(&next(&client.dto)),
+                (
+                    30 + u64::from(round),
+                    dto_status::SUCCESS,
+                    8,
+                    dto_op::RDMA_READ
+                )
+            );
+            other.post_se(0).expect("end the other wait");
+            t.join().expect("other waiter").expect("software event");
+        } else {
+            read(30 + u64::from(round));
+            assert_eq!(
+                dto(&next(&client.dto)),
+                (
+                    30 + u64::from(round),
+                    dto_status::SUCCESS,
+                    8,
+                    dto_op::RDMA_READ
+                )
+            );
+        }
+        assert_eq!(client.buf.read(0, 8), vec![0xa0 + round; 8]);
+    }
+    close(&[&client, &server]);
+}
+
 /// Many large RDMA reads in flight, behind a send that waits for its receive: the target
 /// answers each straight from registered memory once the answers before it have drained, in
 /// order; the initiator places each answer straight into its buffer.

@@ -8,6 +8,8 @@ use super::*;
 
 enum Target {
     Wake,
+    /// The lease timer (`Engine::release_cq_claims`).
+    LeaseTimer,
     Listener(u64),
     Conn(u64),
     /// A datagram QP's socket.
@@ -45,6 +47,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             let mut app_polled = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
+            if let Some(timer) = shared.lease_timer.as_ref() {
+                fds.push(PollFd::new(timer.fd(), POLLIN));
+                targets.push(Target::LeaseTimer);
+            }
             let now = Instant::now();
             for (id, l) in &eng.listeners {
                 if eng.accept_paused.get(id).is_some_and(|until| *until > now) {
@@ -62,9 +68,25 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                         None => c.set_quiet(false),
                     }
                 }
-                if c.driven.is_some() {
-                    excluding = true;
-                    continue;
+                // Claimed by a wait, or by one that ended, until its lease runs out (see
+                // `DRIVE_LEASE`); output to write is ours at once (the waiter that would have
+                // written it is gone).
+                match c.drive_lease {
+                    Some(until) if until <= now || !c.out.is_empty() => {
+                        c.driven = None;
+                        c.drive_lease = None;
+                    }
+                    Some(until) => {
+                        let left = until - now;
+                        lease_end = Some(lease_end.map_or(left, |l| l.min(left)));
+                        excluding = true;
+                        continue;
+                    }
+                    None if c.driven.is_some() => {
+                        excluding = true;
+                        continue;
+                    }
+                    None => {}
                 }
                 let mut ev = 0;
                 if c.wants_input() {
@@ -182,6 +204,11 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     }
                     match target {
                         Target::Wake => {}
+                        Target::LeaseTimer => {
+                            if let Some(timer) = sh.lease_timer.as_ref() {
+                                timer.clear();
+                            }
+                        }
                         Target::Listener(id) => {
                             traffic = true;
                             eng.accept_incoming(*id)
