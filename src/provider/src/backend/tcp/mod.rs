@@ -93,9 +93,6 @@ pub(crate) struct Shared {
     ud_dropped: AtomicU64,
     /// The same-host path: our published key table, mode and counters (samehost/).
     samehost: samehost::Local,
-    /// Wakes the progress thread when the claims of a wait that ended run out
-    /// (`Engine::release_cq_claims`); without one (timerfd refused) claims go back at once.
-    lease_timer: Option<sys::Timer>,
 }
 
 impl Shared {
@@ -287,9 +284,6 @@ impl TcpDevice {
             stopped: AtomicBool::new(false),
             ud_dropped: AtomicU64::new(0),
             samehost,
-            lease_timer: sys::Timer::new()
-                .map_err(|e| log::warn!("timerfd: {e}; a wait's claims go back at once"))
-                .ok(),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -1024,13 +1018,13 @@ impl CompletionQueue for TcpCq {
     }
 
     /// The wait that drove ends: the connections its drives claimed go back to the progress
-    /// thread, once the application has not waited again for `DRIVE_LEASE`.
+    /// thread (see `Engine::release_cq_claims`).
     fn end_drive(&self) {
         if !self.keeps_claims.swap(false, Ordering::Relaxed) {
             return;
         }
         if let Some(sh) = self.shared.upgrade() {
-            sh.run(|eng, sh| eng.release_cq_claims(self.id, sh.lease_timer.as_ref()));
+            sh.run(|eng, _| eng.release_cq_claims(self.id));
         }
     }
 

@@ -1,6 +1,6 @@
 //! The TCP backend's only unsafe code: copying into and out of registered memory, poll(2),
 //! socket writes with sendmsg(2), and reading interface addresses with getifaddrs(3) and
-//! their MTU with ioctl(SIOCGIFMTU), and the progress thread's timer (timerfd(2)).
+//! their MTU with ioctl(SIOCGIFMTU), and the progress thread's epoll(7) set.
 
 use std::ffi::{CStr, CString};
 use std::io::{self, IoSlice};
@@ -132,53 +132,65 @@ pub(super) fn poll_for(fds: &mut [PollFd], timeout: std::time::Duration) -> io::
     poll_result(rc)
 }
 
-/// A one-shot timer the progress thread polls (timerfd(2), CLOCK_MONOTONIC, non-blocking):
-/// how another thread makes it look again at a given time without waking it now.
-pub(super) struct Timer(std::os::fd::OwnedFd);
+/// An epoll(7) instance the progress thread polls (its descriptor is readable while any
+/// socket in it is): the one set of descriptors another thread can change while the progress
+/// thread sleeps, without waking it.
+pub(super) struct Epoll(std::os::fd::OwnedFd);
 
-impl Timer {
-    pub(super) fn new() -> io::Result<Timer> {
+impl Epoll {
+    pub(super) fn new() -> io::Result<Epoll> {
         use std::os::fd::FromRawFd;
-        // SAFETY: plain system call with constant arguments.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
+        // SAFETY: plain system call with a constant argument.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` was just created and is owned by nobody else.
-        Ok(Timer(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+        Ok(Epoll(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
     }
 
-    /// Makes the timer expire `after` from now (replacing any earlier setting).
-    pub(super) fn arm(&self, after: std::time::Duration) {
-        let after = after.max(std::time::Duration::from_nanos(1)); // zero would disarm it
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: after.as_secs().min(i32::MAX as u64) as libc::time_t,
-                tv_nsec: after.subsec_nanos() as libc::c_long,
-            },
+    /// Watches `fd` for input (hang-ups and errors always count), level-triggered, reported
+    /// with `token`.
+    pub(super) fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
         };
-        // SAFETY: `spec` is a valid itimerspec; the old value is not asked for.
-        let rc =
-            unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        let rc = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
         if rc != 0 {
-            log::error!("timerfd_settime failed: {}", io::Error::last_os_error());
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Stops watching `fd`.
+    pub(super) fn remove(&self, fd: RawFd) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: as for `add` (kernels before 2.6.9 wanted a non-null event even here).
+        let rc = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
+        if rc != 0 {
+            log::error!("epoll_ctl(DEL, {fd}): {}", io::Error::last_os_error());
         }
     }
 
-    /// Consumes an expiry, so that the timer reads as not ready until it is armed again.
-    pub(super) fn clear(&self) {
-        let mut count = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into `count`; non-blocking, so EAGAIN when not expired.
-        let _ = unsafe { libc::read(self.0.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+    /// The tokens of the descriptors ready now (at most 64), without waiting.
+    pub(super) fn ready(&self, out: &mut Vec<u64>) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        // SAFETY: `evs` holds `evs.len()` writable events; a zero timeout never blocks.
+        let n =
+            unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, 0) };
+        for ev in evs.iter().take(n.max(0) as usize) {
+            out.push(ev.u64);
+        }
+    }
+
+    /// Whether a descriptor in the set is ready now (level-triggered: looking consumes
+    /// nothing).
+    pub(super) fn any_ready(&self) -> bool {
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }];
+        // SAFETY: `ev` holds one writable event; a zero timeout never blocks.
+        unsafe { libc::epoll_wait(self.0.as_raw_fd(), ev.as_mut_ptr(), 1, 0) > 0 }
     }
 
     pub(super) fn fd(&self) -> RawFd {

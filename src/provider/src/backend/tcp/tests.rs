@@ -1885,15 +1885,21 @@ fn a_waiting_thread_drives_its_connections() {
     close(&[&client, &server]);
 }
 
-/// The connections a wait claimed stay its CQ's for a while after it ends (`DRIVE_LEASE`), so
-/// that the next wait finds them its own; when no wait comes, the progress thread takes them
-/// back and serves the peer's requests: an RDMA read the peer posts right after the target's
-/// last wait, with nobody on the target waiting again, completes; and so does one posted while
-/// the target waits on an EVD its connection does not complete into (its wait claims nothing).
+/// The connections a wait claimed go back to the progress thread when it ends, into its set
+/// of returned connections (`Engine::release_cq_claims`): an RDMA read the peer posts right
+/// after the target's last wait, with nobody on the target waiting again, is served there;
+/// and so is one posted while the target waits on an EVD its connection does not complete
+/// into (its wait claims nothing). Over TCP (the same-host path would copy on the posting
+/// thread, and its rings keep a connection out of that set).
 #[test]
 fn a_connection_a_wait_claimed_is_served_after_the_wait() {
-    let server = Side::new("srv", mem_priv::ALL);
-    let client = Side::new("cli", mem_priv::ALL);
+    use super::samehost::{test_hooks, Mode};
+    let ((server, client), _) = test_hooks::open_with(Mode::Never, || {
+        (
+            Side::new("srv", mem_priv::ALL),
+            Side::new("cli", mem_priv::ALL),
+        )
+    });
     let _psp = connect_pair(&server, &client);
     let read = |id: u64| {
         client

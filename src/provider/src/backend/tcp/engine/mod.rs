@@ -62,17 +62,6 @@ const HELD_OVERHEAD: usize = std::mem::size_of::<(Header, Vec<u8>)>() + 16;
 const MAX_ANSWERS_PENDING: usize = 65536;
 /// Poll timeout: the granularity of connection deadlines.
 const TICK_MS: i32 = 50;
-
-/// How long the connections a wait claimed (`TcpCq::drive`) stay with its CQ after the wait
-/// ends, unwatched by the progress thread: an application that waits in a loop (post, wait,
-/// post, wait) claims them again within microseconds, and meanwhile the progress thread, asleep
-/// without them, is not woken by the frames it would only hand back to the waiter. Given back
-/// at each wait's end, they were in its poll set again by the next wait, and each answer woke
-/// it: over veth, on 2 CPUs, 6 in 10 of the blocking 8 B reads that took over twice the median
-/// had the initiator's progress thread woken by the answer and preempting the waiter. What
-/// comes while nobody waits is read at the next wait, or by the progress thread when the lease
-/// runs out: the bound on that delay (output to write is never held: see `progress_loop`).
-pub(crate) const DRIVE_LEASE: Duration = Duration::from_millis(1);
 /// Socket send buffer asked for (see `tune`).
 const SEND_BUFFER: i32 = 4 << 20;
 /// How long a closing connection may take to send what is left and then to see the peer's end
@@ -155,6 +144,9 @@ enum Phase {
 }
 
 struct Conn {
+    /// In the progress thread's set of returned connections (see `release_cq_claims`).
+    /// Declared first, so that a dropped connection leaves the set before its socket closes.
+    returned: Option<Returned>,
     stream: TcpStream,
     phase: Phase,
     dec: Decoder,
@@ -172,9 +164,6 @@ struct Conn {
     /// An application thread waiting for a completion polls this socket itself (`TcpCq::drive`);
     /// the progress thread leaves it alone meanwhile. The id of the driver's CQ.
     driven: Option<u64>,
-    /// The wait that claimed it ended: it stays its CQ's until then (`DRIVE_LEASE`), and
-    /// anyone may claim or poll it meanwhile.
-    drive_lease: Option<Instant>,
     /// A large READ_RESP payload being received straight into the read's local buffers.
     sink: Option<ReadSink>,
     /// An RDMA read is held until the output queue has drained (see `target_request`).
@@ -213,6 +202,19 @@ enum SinkStep {
     Gone,
 }
 
+/// A connection's place in the progress thread's set of returned connections; dropped, it
+/// takes the socket out of the set.
+struct Returned {
+    set: Arc<sys::Epoll>,
+    fd: std::os::fd::RawFd,
+}
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        self.set.remove(self.fd);
+    }
+}
+
 /// A connection an application thread drives for a while.
 pub(crate) struct Claim {
     pub token: u64,
@@ -232,6 +234,7 @@ pub(crate) struct Claim {
 impl Conn {
     fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>) -> Conn {
         Conn {
+            returned: None,
             stream,
             phase,
             dec: Decoder::new(),
@@ -243,7 +246,6 @@ impl Conn {
             draining: false,
             write_failed: false,
             driven: None,
-            drive_lease: None,
             sink: None,
             wait_drain: false,
             answer_ends: VecDeque::new(),
@@ -274,6 +276,14 @@ impl Conn {
     /// Whether to read more from the peer: not while its held requests are over the limit.
     fn wants_input(&self) -> bool {
         self.held_bytes <= HOLD_LIMIT
+    }
+
+    /// Whether the progress thread may watch it in its set of returned connections, which
+    /// watches the socket for input only: nothing to write, input wanted, the peer's frames
+    /// not coming through our same-host ring (watched through its bells; a peer that has not
+    /// switched to it sends SWITCH on the socket first: `same_host_switch`).
+    fn returnable(&self) -> bool {
+        self.out.is_empty() && self.wants_input() && self.same_host.reading_ring().is_none()
     }
 
     fn is_closing(&self) -> bool {
@@ -352,8 +362,9 @@ pub(crate) struct Engine {
     pub(crate) wake_needed: bool,
     /// Connections whose last write failed, to be read out and then reported lost.
     failed_writes: Vec<u64>,
-    /// Until when the lease timer is set (`release_cq_claims`).
-    lease_timer_until: Option<Instant>,
+    /// The progress thread's set of returned connections (`release_cq_claims`); None if
+    /// epoll(7) was refused (then they go back into its poll set).
+    returned_set: Option<Arc<sys::Epoll>>,
     /// The progress thread polls without the connections drivers had claimed.
     poll_excludes: bool,
     /// Connections whose output drained while requests were held behind it.
@@ -424,6 +435,12 @@ impl Engine {
     pub(crate) fn new(same_host_hello: bool) -> Engine {
         Engine {
             same_host_hello,
+            returned_set: sys::Epoll::new()
+                .map_err(|e| {
+                    log::warn!("epoll: {e}; a wait's connections wake the progress thread")
+                })
+                .ok()
+                .map(Arc::new),
             ..Engine::default()
         }
     }
@@ -494,7 +511,7 @@ impl Engine {
     }
 
     /// The established, unfailed connections of the QPs that complete into CQ `cq`, driven by
-    /// nobody, by `driven`, or by a wait that ended (`drive_lease`).
+    /// nobody or by `driven`.
     fn conns_of_cq(&self, cq: u64, driven: Option<u64>) -> Vec<u64> {
         self.qps
             .values()
@@ -502,7 +519,7 @@ impl Engine {
             .filter_map(|e| e.conn)
             .filter(|t| {
                 self.conns.get(t).is_some_and(|c| {
-                    (c.driven.is_none() || c.driven == driven || c.drive_lease.is_some())
+                    (c.driven.is_none() || c.driven == driven)
                         && !c.write_failed
                         && matches!(c.phase, Phase::Established { .. })
                 })
@@ -524,8 +541,9 @@ impl Engine {
                 continue; // back-pressured: nothing to watch (see `progress_loop`)
             }
             c.driven = Some(cq);
-            c.drive_lease = None;
-            // The driver sleeps in poll on this socket: every frame must wake it.
+            // Out of the progress thread's set of returned connections (without waking it):
+            // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
+            c.returned = None;
             c.set_quiet(false);
             out.push(Claim {
                 token,
@@ -545,42 +563,48 @@ impl Engine {
         self.free_conns_of_cq(cq)
     }
 
-    /// The wait of CQ `cq`'s driver ended: the connections it claimed stay its CQ's for
-    /// `DRIVE_LEASE` (see there), and `timer` wakes the progress thread when that ends; it
-    /// is set again only once half a lease has gone, so that an application waiting in a loop
-    /// costs one timerfd_settime(2) per half lease, not one per wait. Without a timer, or with
-    /// output waiting on a connection, they go back at once, waking the progress thread if it
-    /// polls without them (or to write the output), so that nothing arriving now waits for its
+    /// The wait of CQ `cq`'s driver ended: the connections it claimed go back to the progress
+    /// thread. Those it only needs to watch for input go into its set of returned connections,
+    /// an epoll set whose descriptor is in its poll set: it is woken if something is there to
+    /// read, and not otherwise; the next wait takes them out of the set again
+    /// (`claim_for_cq`), also without waking it. (Put back into its poll set instead, they
+    /// were there again by the next wait, which claimed them without waking it; asleep in poll
+    /// on the socket, it was woken by the answer along with the waiter, and on 2 CPUs took the
+    /// waiter's: over veth, 6 in 10 of the blocking 8 B reads that took over 2.5x the median.)
+    /// The others (output to write, input held back, a same-host ring) go back into its poll
+    /// set, waking it if it polls without them, so that nothing arriving now waits for its
     /// next tick.
-    pub(super) fn release_cq_claims(&mut self, cq: u64, timer: Option<&sys::Timer>) {
-        let now = Instant::now();
+    pub(crate) fn release_cq_claims(&mut self, cq: u64) {
         let mut wake = false;
-        let mut leased = false;
-        for c in self.conns.values_mut() {
-            if c.driven != Some(cq) || c.drive_lease.is_some() {
+        for (token, c) in self.conns.iter_mut() {
+            if c.driven != Some(cq) {
                 continue;
             }
-            if timer.is_some() && c.out.is_empty() {
-                c.drive_lease = Some(now + DRIVE_LEASE);
-                leased = true;
-            } else {
-                c.driven = None;
-                wake |= !c.out.is_empty() || self.poll_excludes;
+            c.driven = None;
+            if let Some(set) = self.returned_set.as_ref().filter(|_| c.returnable()) {
+                let fd = c.stream.as_raw_fd();
+                match set.add(fd, *token) {
+                    Ok(()) => {
+                        c.returned = Some(Returned {
+                            set: set.clone(),
+                            fd,
+                        });
+                        continue;
+                    }
+                    Err(e) => log::warn!("epoll_ctl(ADD): {e}"),
+                }
             }
-        }
-        if let Some(timer) = timer.filter(|_| leased) {
-            if self
-                .lease_timer_until
-                .is_none_or(|until| until < now + DRIVE_LEASE / 2)
-            {
-                timer.arm(DRIVE_LEASE);
-                self.lease_timer_until = Some(now + DRIVE_LEASE);
-            }
+            wake |= !c.out.is_empty() || self.poll_excludes;
         }
         if wake {
             self.wake_needed = true;
             self.poll_excludes = false;
         }
+    }
+
+    /// The progress thread's set of returned connections.
+    pub(super) fn returned_set(&self) -> Option<&Arc<sys::Epoll>> {
+        self.returned_set.as_ref()
     }
 
     pub(crate) fn qp_state(&self, qp: u32) -> QpState {

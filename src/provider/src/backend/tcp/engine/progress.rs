@@ -8,8 +8,8 @@ use super::*;
 
 enum Target {
     Wake,
-    /// The lease timer (`Engine::release_cq_claims`).
-    LeaseTimer,
+    /// The set of returned connections (`Engine::release_cq_claims`).
+    Returned,
     Listener(u64),
     Conn(u64),
     /// A datagram QP's socket.
@@ -31,7 +31,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         if shared.stopped.load(Ordering::SeqCst) {
             break;
         }
-        let (mut fds, targets, rings, lease_end, target_polled) = {
+        let (mut fds, targets, rings, lease_end, target_polled, returned) = {
             let mut eng = shared.engine.lock();
             let mut rings = RingWatch::default();
             let mut lease_end: Option<Duration> = None;
@@ -47,9 +47,11 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             let mut app_polled = false;
             let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
             let mut targets = vec![Target::Wake];
-            if let Some(timer) = shared.lease_timer.as_ref() {
-                fds.push(PollFd::new(timer.fd(), POLLIN));
-                targets.push(Target::LeaseTimer);
+            // At index 1 (see the sleep below).
+            let returned = eng.returned_set().cloned();
+            if let Some(set) = returned.as_ref() {
+                fds.push(PollFd::new(set.fd(), POLLIN));
+                targets.push(Target::Returned);
             }
             let now = Instant::now();
             for (id, l) in &eng.listeners {
@@ -68,25 +70,17 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                         None => c.set_quiet(false),
                     }
                 }
-                // Claimed by a wait, or by one that ended, until its lease runs out (see
-                // `DRIVE_LEASE`); output to write is ours at once (the waiter that would have
-                // written it is gone).
-                match c.drive_lease {
-                    Some(until) if until <= now || !c.out.is_empty() => {
-                        c.driven = None;
-                        c.drive_lease = None;
-                    }
-                    Some(until) => {
-                        let left = until - now;
-                        lease_end = Some(lease_end.map_or(left, |l| l.min(left)));
-                        excluding = true;
+                if c.driven.is_some() {
+                    excluding = true;
+                    continue;
+                }
+                // Watched in the set of returned connections, while that is enough (it
+                // watches for input only).
+                if c.returned.is_some() {
+                    if c.returnable() {
                         continue;
                     }
-                    None if c.driven.is_some() => {
-                        excluding = true;
-                        continue;
-                    }
-                    None => {}
+                    c.returned = None;
                 }
                 let mut ev = 0;
                 if c.wants_input() {
@@ -147,7 +141,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             // So we spin (yielding) meanwhile, and look again each spin window.
             let target_polled = app_polled && eng.requests_served != requests_seen;
             requests_seen = eng.requests_served;
-            (fds, targets, rings, lease_end, target_polled)
+            (fds, targets, rings, lease_end, target_polled, returned)
         };
         if target_polled && !spin.is_zero() {
             last_traffic = Some(Instant::now());
@@ -156,8 +150,9 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         let tick = Duration::from_millis(TICK_MS as u64);
         let timeout = lease_end.map_or(tick, |l| l.min(tick));
         let spin_until = last_traffic.map(|t| t + spin);
-        let polled = match spin_until {
-            _ if rings.begin() => sys::poll(&mut fds, 0),
+        let rings_ready = rings.begin();
+        let mut polled = match spin_until {
+            _ if rings_ready => sys::poll(&mut fds, 0),
             // Spinning for a polled target: at the window's end look again whether it still
             // is one, instead of falling asleep.
             Some(until) if !spin.is_zero() => {
@@ -170,6 +165,29 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             }
             _ => sys::poll_for(&mut fds, timeout),
         };
+        // Woken by the set of returned connections alone, which holds nothing to read by the
+        // time we look: an answer came between a wait's end and the next wait, which took the
+        // connection back and read it. Asleep again at once, without the engine (whose holder
+        // is that waiter: we would spin for it on its CPU) and without rebuilding the set.
+        if let Some(set) = returned.as_ref().filter(|_| !rings_ready) {
+            let slept = Instant::now();
+            while matches!(polled, Ok(n) if n > 0)
+                && fds[1].revents() != 0
+                && fds
+                    .iter()
+                    .enumerate()
+                    .all(|(i, f)| i == 1 || f.revents() == 0)
+                && !set.any_ready()
+                && !shared.stopped.load(Ordering::SeqCst)
+            {
+                let left = timeout.saturating_sub(slept.elapsed());
+                if left.is_zero() {
+                    polled = Ok(0);
+                    break;
+                }
+                polled = sys::poll_for(&mut fds, left);
+            }
+        }
         rings.end(&mut fds);
         if let Err(e) = polled {
             log::error!("poll failed: {e}");
@@ -204,9 +222,15 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     }
                     match target {
                         Target::Wake => {}
-                        Target::LeaseTimer => {
-                            if let Some(timer) = sh.lease_timer.as_ref() {
-                                timer.clear();
+                        Target::Returned => {
+                            let mut ready = Vec::new();
+                            if let Some(set) = eng.returned_set() {
+                                set.ready(&mut ready);
+                            }
+                            for t in ready {
+                                if eng.conns.get(&t).is_some_and(|c| c.returned.is_some()) {
+                                    eng.read_conn(sh, t, &mut buf);
+                                }
                             }
                         }
                         Target::Listener(id) => {

@@ -177,6 +177,11 @@ impl Engine {
         // The peer has mapped the ring: the descriptor has done its work.
         ring.close_fd();
         c.same_host.peer_switched = true;
+        // The progress thread watches the ring in its poll set, not in its set of returned
+        // connections (which sees the socket only).
+        if c.returned.take().is_some() {
+            self.wake_needed = true;
+        }
         c.dec.discard_buffered();
         sh.samehost
             .stats
