@@ -146,6 +146,22 @@ impl Side {
     }
 }
 
+/// Posts an 8-byte RDMA read on `side`'s EP into the start of its buffer, cookie `id`.
+fn read_8_bytes(side: &Side, id: u64, address: u64, rmr_context: u32) {
+    side.ep
+        .post_rdma_read(
+            &[side.seg(0, 8)],
+            id,
+            RemoteBuffer {
+                address,
+                length: 8,
+                rmr_context,
+            },
+            0,
+        )
+        .expect("read");
+}
+
 fn next(evd: &Evd) -> Event {
     evd.wait(GUARD_US, 1)
         .expect("event before the hang guard")
@@ -1902,19 +1918,12 @@ fn a_connection_a_wait_claimed_is_served_after_the_wait() {
     });
     let _psp = connect_pair(&server, &client);
     let read = |id: u64| {
-        client
-            .ep
-            .post_rdma_read(
-                &[client.seg(0, 8)],
-                id,
-                RemoteBuffer {
-                    address: server.buf.addr() + 64,
-                    length: 8,
-                    rmr_context: server.lmr.rmr_context(),
-                },
-                0,
-            )
-            .expect("read");
+        read_8_bytes(
+            &client,
+            id,
+            server.buf.addr() + 64,
+            server.lmr.rmr_context(),
+        )
     };
     for round in 0..3u8 {
         // A wait on the server that its connection completes into, ended by a receive.
@@ -1936,35 +1945,27 @@ fn a_connection_a_wait_claimed_is_served_after_the_wait() {
 
         // Nobody on the server waits now: its progress thread must serve the read.
         server.buf.write(64, &[0xa0 + round; 8]);
-        if round == 2 {
-            // Or the server waits, on an EVD of no connection.
+        // In the last round the server waits, on an EVD of no connection.
+        let other = (round == 2).then(|| {
             let other = Evd::create(&server.ia, 4, None, evd_flags::DTO).expect("evd");
             let w = other.clone();
             let t = std::thread::spawn(move || w.wait(GUARD_US, 1).map(|_| ()));
             until_waiting(&other);
-            read(30 + u64::from(round));
-            assert_eq!(
-                dto(&next(&client.dto)),
-                (
-                    30 + u64::from(round),
-                    dto_status::SUCCESS,
-                    8,
-                    dto_op::RDMA_READ
-                )
-            );
+            (other, t)
+        });
+        read(30 + u64::from(round));
+        assert_eq!(
+            dto(&next(&client.dto)),
+            (
+                30 + u64::from(round),
+                dto_status::SUCCESS,
+                8,
+                dto_op::RDMA_READ
+            )
+        );
+        if let Some((other, t)) = other {
             other.post_se(0).expect("end the other wait");
             t.join().expect("other waiter").expect("software event");
-        } else {
-            read(30 + u64::from(round));
-            assert_eq!(
-                dto(&next(&client.dto)),
-                (
-                    30 + u64::from(round),
-                    dto_status::SUCCESS,
-                    8,
-                    dto_op::RDMA_READ
-                )
-            );
         }
         assert_eq!(client.buf.read(0, 8), vec![0xa0 + round; 8]);
     }
@@ -2131,21 +2132,7 @@ fn a_polling_consumer_keeps_its_socket_quiet_only_while_it_waits() {
     let fd = super::sys::socket_connected_to(port).expect("the client's socket");
     let low_water =
         || super::sys::int_option(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).expect("SO_RCVLOWAT");
-    let read = |id: u64| {
-        client
-            .ep
-            .post_rdma_read(
-                &[client.seg(0, 8)],
-                id,
-                RemoteBuffer {
-                    address: 0x1000,
-                    length: 8,
-                    rmr_context: 5,
-                },
-                0,
-            )
-            .expect("read");
-    };
+    let read = |id: u64| read_8_bytes(&client, id, 0x1000, 5);
     let guard = Instant::now() + Duration::from_micros(u64::from(GUARD_US));
     assert_eq!(low_water(), 1);
 
