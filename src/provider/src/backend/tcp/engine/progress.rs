@@ -171,7 +171,11 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         // is that waiter: we would spin for it on its CPU) and without rebuilding the set.
         if let Some(set) = returned.as_ref().filter(|_| !rings_ready) {
             let slept = Instant::now();
-            while matches!(polled, Ok(n) if n > 0)
+            // Bounded, should the set's descriptor and its contents ever disagree for good
+            // (they should not: both ask each socket): then the full iteration below runs.
+            let mut looks = 0;
+            while looks < 64
+                && matches!(polled, Ok(n) if n > 0)
                 && fds[1].revents() != 0
                 && fds
                     .iter()
@@ -180,6 +184,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 && !set.any_ready()
                 && !shared.stopped.load(Ordering::SeqCst)
             {
+                looks += 1;
                 let left = timeout.saturating_sub(slept.elapsed());
                 if left.is_zero() {
                     polled = Ok(0);
