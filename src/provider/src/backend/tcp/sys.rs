@@ -174,7 +174,8 @@ impl Epoll {
         }
     }
 
-    /// The tokens of the descriptors ready now (at most 64), without waiting.
+    /// The tokens of the descriptors ready now (at most 64), without waiting (level-triggered:
+    /// looking consumes nothing).
     pub(super) fn ready(&self, out: &mut Vec<u64>) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
         // SAFETY: `evs` holds `evs.len()` writable events; a zero timeout never blocks.
@@ -183,14 +184,6 @@ impl Epoll {
         for ev in evs.iter().take(n.max(0) as usize) {
             out.push(ev.u64);
         }
-    }
-
-    /// Whether a descriptor in the set is ready now (level-triggered: looking consumes
-    /// nothing).
-    pub(super) fn any_ready(&self) -> bool {
-        let mut ev = [libc::epoll_event { events: 0, u64: 0 }];
-        // SAFETY: `ev` holds one writable event; a zero timeout never blocks.
-        unsafe { libc::epoll_wait(self.0.as_raw_fd(), ev.as_mut_ptr(), 1, 0) > 0 }
     }
 
     pub(super) fn fd(&self) -> RawFd {

@@ -169,6 +169,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
         // time we look: an answer came between a wait's end and the next wait, which took the
         // connection back and read it. Asleep again at once, without the engine (whose holder
         // is that waiter: we would spin for it on its CPU) and without rebuilding the set.
+        // What the look finds is read below, not asked of the set again.
+        let mut returned_ready = Vec::new();
         if let Some(set) = returned.as_ref().filter(|_| !rings_ready) {
             let slept = Instant::now();
             // Bounded, should the set's descriptor and its contents ever disagree for good
@@ -181,7 +183,10 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     .iter()
                     .enumerate()
                     .all(|(i, f)| i == 1 || f.revents() == 0)
-                && !set.any_ready()
+                && {
+                    set.ready(&mut returned_ready);
+                    returned_ready.is_empty()
+                }
                 && !shared.stopped.load(Ordering::SeqCst)
             {
                 looks += 1;
@@ -228,8 +233,8 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                     match target {
                         Target::Wake => {}
                         Target::Returned => {
-                            let mut ready = Vec::new();
-                            if let Some(set) = eng.returned_set() {
+                            let mut ready = std::mem::take(&mut returned_ready);
+                            if let Some(set) = returned.as_ref().filter(|_| ready.is_empty()) {
                                 set.ready(&mut ready);
                             }
                             for t in ready {
