@@ -195,6 +195,28 @@ impl Keys {
         }
     }
 
+    /// Gives the region `region`, registered at `[addr, addr + len)`, the arena `span` (its
+    /// memory just moved there), and each window bound into it the part it names. False if
+    /// no such region is registered (any more).
+    pub fn set_region_arena(&mut self, region: u32, addr: u64, len: u64, span: ArenaSpan) -> bool {
+        match self.map.get(&region) {
+            Some(e) if !e.window && e.addr == addr && e.len == len => {}
+            _ => return false,
+        }
+        let windows: Vec<u32> = self
+            .windows
+            .get(&region)
+            .map(|w| w.iter().copied().collect())
+            .unwrap_or_default();
+        for key in std::iter::once(region).chain(windows) {
+            if let Some(mut e) = self.get(key) {
+                e.arena = Some(span.advanced(e.addr - addr));
+                self.insert(key, e);
+            }
+        }
+        true
+    }
+
     pub fn get(&self, key: u32) -> Option<KeyEntry> {
         self.map.get(&key).copied()
     }

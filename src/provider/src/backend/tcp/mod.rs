@@ -93,9 +93,49 @@ pub(crate) struct Shared {
     ud_dropped: AtomicU64,
     /// The same-host path: our published key table, mode and counters (samehost/).
     samehost: samehost::Local,
+    /// The arena each memory region's memory lies in (samehost/arena.rs), by region key:
+    /// held while the region is registered; its pages move back to private memory with the
+    /// last registration in it. Held while a region's pages move in (`promote`), so that a
+    /// deregistration meanwhile waits and still returns with the memory as it was.
+    arenas: Mutex<IntMap<u32, Arc<samehost::arena::Arena>>>,
 }
 
 impl Shared {
+    /// Maps the memory of regions same-host peers asked for into arenas (samehost/arena.rs),
+    /// so that their copies become plain memory copies: `keys` are the peers' requests (a
+    /// region's key, or a window's, whose region is meant), checked here. Runs on the
+    /// same-host keeper thread. The pages move under the table's mutex (no peer copies
+    /// meanwhile) and under `arenas` (a deregistration waits for the move, then finds the
+    /// arena and moves the pages back before it returns).
+    fn promote(&self, keys: &[u32]) {
+        for &key in keys {
+            let region = {
+                let keys = self.keys.lock();
+                let Some(e) = keys.get(key) else { continue };
+                let region = if e.window { e.region } else { key };
+                match keys.get(region) {
+                    Some(r) if r.arena.is_none() => (region, r.addr, r.len),
+                    _ => continue,
+                }
+            };
+            let mut arenas = self.arenas.lock();
+            let Some((arena, span)) = self
+                .samehost
+                .with_table_locked(|| samehost::arena::share(region.1, region.2))
+            else {
+                continue;
+            };
+            let mut keys = self.keys.lock();
+            // Still the region that was asked for (not deregistered meanwhile): publish.
+            if keys.set_region_arena(region.0, region.1, region.2, span) {
+                arenas.insert(region.0, arena);
+            } else {
+                drop(keys);
+                drop(arena);
+            }
+        }
+    }
+
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -284,7 +324,14 @@ impl TcpDevice {
             stopped: AtomicBool::new(false),
             ud_dropped: AtomicU64::new(0),
             samehost,
+            arenas: Mutex::new(IntMap::default()),
         });
+        let weak = Arc::downgrade(&shared);
+        shared.samehost.set_promoter(Box::new(move |keys| {
+            if let Some(shared) = weak.upgrade() {
+                shared.promote(keys);
+            }
+        }));
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("daplrs-tcp-{target}"))
@@ -584,9 +631,10 @@ impl ProtectionDomain for TcpPd {
         if length == 0 || addr.checked_add(length).is_none() {
             return Err(DatError::invalid_arg(3));
         }
-        // Before the registry lock: moving pages into an arena takes tens of microseconds.
+        // Memory already in an arena is published with it; other memory moves into one only
+        // once peers use it enough (`Shared::promote`), never here.
         let shared_pages = match self.shared.samehost.shares_pages() {
-            true => samehost::arena::share(addr, length),
+            true => samehost::arena::existing(addr, length),
             false => None,
         };
         let mut keys = self.shared.keys.lock();
@@ -606,9 +654,12 @@ impl ProtectionDomain for TcpPd {
                 arena: shared_pages.as_ref().map(|(_, span)| *span),
             },
         );
+        drop(keys);
+        if let Some((arena, _)) = shared_pages {
+            self.shared.arenas.lock().insert(key, arena);
+        }
         Ok(Arc::new(TcpMr {
             key,
-            arena: Mutex::new(shared_pages.map(|(arena, _)| arena)),
             addr,
             length,
             access,
@@ -642,9 +693,6 @@ impl ProtectionDomain for TcpPd {
 
 struct TcpMr {
     key: u32,
-    /// The arena a same-host peer maps this region's memory through, held while the region
-    /// is registered (its pages move back to private memory with the last registration).
-    arena: Mutex<Option<Arc<samehost::arena::Arena>>>,
     addr: u64,
     length: u64,
     access: u32,
@@ -679,7 +727,10 @@ impl MemoryRegion for TcpMr {
         if !self.live.swap(false, Ordering::SeqCst) {
             return;
         }
-        if let Some(shared) = self.shared.upgrade() {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        {
             let mut keys = shared.keys.lock();
             keys.remove(self.key);
             // A window bound into this region must not outlive it: its range would then name
@@ -688,8 +739,9 @@ impl MemoryRegion for TcpMr {
             keys.free_index(self.key >> 8);
         }
         // After the registry lock: no peer copies through the key any more, and moving the
-        // pages back takes tens of microseconds.
-        drop(self.arena.lock().take());
+        // pages back takes hundreds of microseconds. Waits for a move of them in progress.
+        let arena = shared.arenas.lock().remove(&self.key);
+        drop(arena);
     }
 }
 

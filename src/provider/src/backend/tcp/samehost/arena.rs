@@ -4,12 +4,24 @@
 //! Cross-memory attach (process_vm_readv, /proc/<pid>/mem) costs a system call and a page
 //! walk per transfer: 1.1-1.9 us for 8 bytes on the machines we measure, whatever the copy.
 //! A peer that maps the target's memory copies 8 bytes in nanoseconds. The application's
-//! memory is its own private memory, which no other process can map; so, when a region is
-//! registered on a device that offers the same-host path, its pages move into a memfd (an
-//! *arena*) mapped MAP_SHARED at the same addresses (`sys::share_pages`: contents kept, and
-//! every write another thread makes meanwhile too). The application sees the same memory at
-//! the same addresses; a peer opens the memfd through /proc/<pid>/fd (the same ptrace check as
-//! for the key table) and maps it.
+//! memory is its own private memory, which no other process can map; so a registered region
+//! that peers copy through often has its pages moved into a memfd (an *arena*) mapped
+//! MAP_SHARED at the same addresses (`sys::share_pages`: contents kept, and every write
+//! another thread makes meanwhile too). The application sees the same memory at the same
+//! addresses; a peer opens the memfd through /proc/<pid>/fd (the same ptrace check as for
+//! the key table) and maps it.
+//!
+//! When: not at registration. Moving pages in and back costs hundreds of microseconds (4
+//! KiB: about 150 in, 170 back; 1 MiB: 0.8 and 1.3 ms, measured here), where one transfer by
+//! cross-memory attach costs a few: a message layer that registers a buffer for each message
+//! (register, one RDMA write, free) paid the moves every message and ran at a tenth of TCP's
+//! speed. A region starts served by cross-memory attach; a peer counts what that costs it per
+//! key and, once it has cost about what the move would, asks the owner to move the region
+//! (mod.rs `Heat`); the owner's keeper thread moves it (`share`, called by the device's
+//! promoter) and publishes the arena in the region's key and its windows' keys. Memory
+//! registered inside an arena that exists already (a sub-page buffer beside a long-lived
+//! registration) is published with it at once (`existing`: no system call when there is
+//! none, the usual case).
 //!
 //! The key table still decides every access: a peer copies only under the table's mutex,
 //! after the same check as before (live key, PD, range, privilege); an arena only changes how
@@ -31,8 +43,10 @@
 //! was. DAPLRS_SAME_HOST_MAP=never turns arenas off.
 //!
 //! Lifetime: a registration holds its arena; with the last one the pages move back and the
-//! descriptor closes (a peer's mapping keeps the memfd's copy until the peer drops it; peers
-//! keep at most a few: mod.rs `PeerArenas`).
+//! descriptor closes (a peer's mapping keeps the memfd's copy until the peer drops it: it
+//! drops those whose descriptor closed each time it maps another, and keeps at most a few:
+//! mod.rs `PeerArenas`). A deregistration that meets a move in progress waits for it, and
+//! returns with the pages private again.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Weak};
@@ -76,10 +90,19 @@ const NAME: &str = "daplrs-arena";
 /// entries against the process's map count, 65530 by default).
 const MAX_ARENAS: usize = 4096;
 
-/// Every live arena of the process, by inode (arenas are per process: two devices
-/// registering one buffer share its arena). Its lock also serializes the moves of pages in
-/// and out. Nothing drops an `Arc<Arena>` while holding it (the drop takes it).
-static ARENAS: parking_lot::Mutex<Vec<(u64, Weak<Arena>)>> = parking_lot::Mutex::new(Vec::new());
+/// Every live arena of the process (arenas are per process: two devices registering one
+/// buffer share its arena). Its lock also serializes the moves of pages in and out. Nothing
+/// drops an `Arc<Arena>` while holding it (the drop takes it).
+static ARENAS: parking_lot::Mutex<Vec<Live>> = parking_lot::Mutex::new(Vec::new());
+
+/// An entry of ARENAS: the arena's inode and pages, readable without upgrading `arena` (an
+/// upgrade may make the last reference, whose drop must not happen under the lock).
+struct Live {
+    ino: u64,
+    start: u64,
+    end: u64,
+    arena: Weak<Arena>,
+}
 
 /// Whether DAPLRS_SAME_HOST_MAP lets registrations make arenas (auto, the default, or never).
 pub(crate) fn enabled() -> bool {
@@ -225,23 +248,52 @@ fn cover_now(start: u64, end: u64) -> Cover {
     classify(vmas, start, end)
 }
 
-/// The arena holding a region `[addr, addr + len)` being registered, made now if it can be:
-/// the arena (held by the registration) and the span its key publishes. None: the region is
-/// served by cross-memory attach.
-pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
+/// The whole pages `[start, end)` of `[addr, addr + len)`; None if empty or past the end of
+/// the address space.
+fn pages_of(addr: u64, len: u64) -> Option<(u64, u64)> {
     let page = sys::page_size();
-    let start = addr & !(page - 1);
     let end = addr.checked_add(len)?.checked_add(page - 1)? & !(page - 1);
-    if len == 0 {
-        return None;
+    (len > 0).then_some((addr & !(page - 1), end))
+}
+
+/// The live arena that already holds every page of `[addr, addr + len)` (memory inside a
+/// region mapped before: a sub-page buffer beside a long-lived registration, a second
+/// registration of the same buffer), with the span of `addr` in it: nothing moves. Without
+/// a system call when no arena covers the range, the usual case: registration stays as cheap
+/// as without arenas.
+pub(crate) fn existing(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
+    let (start, end) = pages_of(addr, len)?;
+    let found = ARENAS
+        .lock()
+        .iter()
+        .find(|l| l.start <= start && end <= l.end)
+        .and_then(|l| l.arena.upgrade());
+    // The lock is released: dropping `arena` below (the mapping there is not this arena any
+    // more) may move its pages back, which takes it.
+    let arena = found?;
+    match cover_now(start, end) {
+        Cover::InArena { ino, off } if ino == arena.ino => {
+            let span = arena.span(off + (addr - start));
+            Some((arena, span))
+        }
+        _ => None,
     }
+}
+
+/// The arena holding a region `[addr, addr + len)`, made now if it can be (its pages move
+/// into a new memfd): the arena (held by the registration) and the span its key publishes.
+/// None: the region stays served by cross-memory attach. Moving costs hundreds of
+/// microseconds, more for large regions: it is done for memory that peers use often (a
+/// peer's request, mod.rs `Heat`), not at registration.
+pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
+    let (start, end) = pages_of(addr, len)?;
     let mut arenas = ARENAS.lock();
-    arenas.retain(|(_, w)| w.strong_count() > 0);
+    arenas.retain(|l| l.arena.strong_count() > 0);
     let found = cover_now(start, end);
     log::debug!(target: LOG, "{addr:#x}+{len}: pages {start:#x}-{end:#x}: {found:?}");
     match found {
         Cover::InArena { ino, off } => {
-            let arena = arenas.iter().find(|(i, _)| *i == ino)?.1.upgrade()?;
+            let arena = arenas.iter().find(|l| l.ino == ino)?.arena.upgrade()?;
             let span = arena.span(off + (addr - start));
             Some((arena, span))
         }
@@ -261,7 +313,12 @@ pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
                 start,
                 len: end - start,
             });
-            arenas.push((ino, Arc::downgrade(&arena)));
+            arenas.push(Live {
+                ino,
+                start,
+                end,
+                arena: Arc::downgrade(&arena),
+            });
             let span = arena.span(addr - start);
             Some((arena, span))
         }
@@ -354,6 +411,12 @@ pub(crate) mod tests {
             // SAFETY: our own mapping.
             unsafe { libc::munmap(self.ptr.cast(), self.len) };
         }
+    }
+
+    /// Whether `[addr, addr + len)` is private anonymous memory (no arena's).
+    pub(crate) fn is_private(addr: u64, len: u64) -> bool {
+        let (start, end) = pages_of(addr, len).expect("a range");
+        cover_now(start, end) == Cover::Private
     }
 
     #[test]

@@ -25,6 +25,12 @@
 //! less than that; we still treat what we read from a peer's table as untrusted (bounded,
 //! read once), and bound our wait for its mutex.
 //!
+//! Registered memory that peers copy through often moves into an *arena*, a memfd peers map,
+//! so that their copies need no system call (arena.rs). Peers ask for it: the table has a
+//! small ring of requests, written under its mutex, and a futex word (the bell) that the
+//! owner's keeper thread sleeps on; the owner checks each key asked for and moves what it
+//! may. What a peer writes there can make us move a region of ours, never touch another.
+//!
 //! Control: DAPLRS_SAME_HOST=auto (default: when possible) | never (always TCP) | require (a
 //! connection that cannot use the path fails, so tests can prove it is used), read when the
 //! device opens. Log target `daplrs::samehost`: whether each connection took the path, and why
@@ -37,7 +43,7 @@ mod sys;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::keys::{KeyEntry, Keys};
@@ -81,19 +87,27 @@ impl Mode {
 // ---- the table's layout ----------------------------------------------------------------------
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSKT");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_CAPACITY: usize = 12;
 const OFF_NONCE: usize = 16;
 const OFF_COUNT: usize = 24;
-/// The mutex guarding the slots.
+/// The mutex guarding the slots and the requests.
 const OFF_MUTEX: usize = 64;
 /// The owner's liveness: a robust mutex its keeper thread holds while the table lives.
 const OFF_ALIVE: usize = 128;
-const OFF_SLOTS: usize = 192;
+/// Peers' requests that the owner map a key's memory into an arena (`Heat`): a futex word
+/// peers add one to after each request (the owner's keeper thread sleeps on it), the count of
+/// requests ever made, and the last REQUESTS keys asked for. Peers write them under the mutex.
+const OFF_BELL: usize = 192;
+const OFF_REQ_COUNT: usize = 196;
+const OFF_REQS: usize = 200;
+const REQUESTS: usize = 32;
+const OFF_SLOTS: usize = 384;
 const _: () = assert!(OFF_MUTEX + sys::MUTEX_SIZE <= OFF_ALIVE);
-const _: () = assert!(OFF_ALIVE + sys::MUTEX_SIZE <= OFF_SLOTS);
+const _: () = assert!(OFF_ALIVE + sys::MUTEX_SIZE <= OFF_BELL);
+const _: () = assert!(OFF_REQS + 4 * REQUESTS <= OFF_SLOTS);
 
 /// One slot: state (0 empty, 1 live), key, addr, len, access, pd, window (0/1), region, and
 /// the key's arena (arena.rs): our descriptor of its memfd (NO_ARENA: none), its inode, and
@@ -117,6 +131,10 @@ const LIVE: u32 = 1;
 const PROBES: usize = 16;
 /// The largest table a peer's offer may make us map.
 const MAX_TABLE_BYTES: u64 = 1 << 30;
+/// The most slots a table has, whatever the device allows: every key lands on a random slot,
+/// so in time every page of the table is touched (memory of the memfd's, in the owner and in
+/// each peer that maps it): 4 MiB at this size. A key beyond it goes over TCP.
+const MAX_SLOTS: usize = 1 << 16;
 /// How long a peer waits for a table's mutex before it uses TCP for that request instead (a
 /// live holder never keeps it longer than one copy; this bounds a misbehaving one).
 const PEER_LOCK_LIMIT: Duration = Duration::from_millis(20);
@@ -137,40 +155,54 @@ struct Table {
     capacity: usize,
 }
 
+/// What the owner does with the keys peers asked it to map into arenas (`Heat`): the device
+/// sets it once it can (`Local::set_promoter`); requests that come before are dropped, and
+/// the peers ask again later.
+pub(crate) type Promoter = Box<dyn Fn(&[u32]) + Send + Sync>;
+
 /// The thread that holds a table's liveness mutex (OFF_ALIVE) for as long as its device
 /// lives: peers check it before each copy, without a system call, so that a peer whose process
-/// died (and whose pid may come back as another process) is never copied to. Dropping this
-/// ends the thread, which releases the mutex (peers then see the table as gone).
+/// died (and whose pid may come back as another process) is never copied to. It also serves
+/// the peers' requests (OFF_BELL), asleep on the bell between them. Dropping this ends the
+/// thread, which releases the mutex (peers then see the table as gone).
 struct Keeper {
-    stop: Option<std::sync::mpsc::Sender<()>>,
+    table: Arc<Table>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
         // Released before the device's close returns, so that peers stop copying.
-        drop(self.stop.take());
+        self.stop.store(true, Ordering::SeqCst);
+        let bell = self.table.map.atomic_u32(OFF_BELL);
+        bell.fetch_add(1, Ordering::SeqCst);
+        sys::futex_wake(bell);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // The keeper itself drops the device when its promoter held the last reference:
+            // it ends right after.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }
 
 impl Keeper {
-    fn start(table: &Arc<Table>) -> std::io::Result<Keeper> {
-        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    fn start(table: &Arc<Table>, promoter: Arc<OnceLock<Promoter>>) -> std::io::Result<Keeper> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let t = table.clone();
+        let (t, until) = (table.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("daplrs-samehost".into())
-            .stack_size(64 * 1024)
+            // The promoter moves pages (arena.rs) on this thread.
+            .stack_size(256 * 1024)
             .spawn(move || {
                 let held = t.map.lock(OFF_ALIVE, None);
                 let ok = held.is_ok();
                 let _ = ready_tx.send(held);
-                // Until the device's side drops its sender.
-                let _ = stop_rx.recv();
                 if ok {
+                    t.serve_requests(&until, &promoter);
                     t.map.unlock(OFF_ALIVE);
                 }
             })?;
@@ -178,7 +210,8 @@ impl Keeper {
             .recv()
             .map_err(|_| std::io::Error::other("keeper thread ended"))??;
         Ok(Keeper {
-            stop: Some(stop_tx),
+            table: table.clone(),
+            stop,
             thread: Some(thread),
         })
     }
@@ -210,6 +243,8 @@ pub(crate) struct Local {
     /// Registrations make arenas (arena.rs): the path is supported and DAPLRS_SAME_HOST_MAP
     /// allows it.
     shares_pages: bool,
+    /// What the keeper hands peers' requests to.
+    promoter: Arc<OnceLock<Promoter>>,
 }
 
 impl Local {
@@ -226,13 +261,14 @@ impl Local {
             _keeper: None,
             peers: Default::default(),
             shares_pages: false,
+            promoter: Default::default(),
         };
         if mode == Mode::Never {
             return local;
         }
-        let made = Table::create(max_keys.max(1)).and_then(|t| {
+        let made = Table::create(max_keys.clamp(1, MAX_SLOTS)).and_then(|t| {
             let t = Arc::new(t);
-            Ok((Keeper::start(&t)?, t))
+            Ok((Keeper::start(&t, local.promoter.clone())?, t))
         });
         match made {
             Ok((keeper, t)) => {
@@ -251,9 +287,32 @@ impl Local {
         self.mode != Mode::Never && self.table.is_some()
     }
 
-    /// Whether memory registered on this device moves into arenas peers map (arena.rs).
+    /// Whether memory registered on this device may move into arenas peers map (arena.rs).
     pub fn shares_pages(&self) -> bool {
         self.shares_pages
+    }
+
+    /// Sets what is done with the keys peers ask us to map into arenas (once; it runs on the
+    /// keeper thread). Without it, or where pages are not shared, requests are dropped.
+    pub fn set_promoter(&self, promoter: Promoter) {
+        if self.shares_pages {
+            let _ = self.promoter.set(promoter);
+        }
+    }
+
+    /// Runs `f` holding our table's mutex, so that no peer copies meanwhile (the pages of a
+    /// key move into an arena under it: a peer's write into the old pages would be lost).
+    pub fn with_table_locked<T>(&self, f: impl FnOnce() -> T) -> T {
+        let Some(t) = &self.table else { return f() };
+        match t.map.lock(OFF_MUTEX, None) {
+            Ok(()) => {
+                let r = f();
+                t.map.unlock(OFF_MUTEX);
+                r
+            }
+            // Unrecoverable: no peer can lock it either (see Publisher::locked).
+            Err(_) => f(),
+        }
     }
 
     /// The publisher the key registry updates the table through.
@@ -317,6 +376,45 @@ impl Table {
         // the magic sees a whole header.
         map.write_u64(OFF_MAGIC, MAGIC);
         Ok(Table { map, fd, capacity })
+    }
+}
+
+impl Table {
+    /// The keeper's loop until `stop`: asleep on the bell, then the keys requested since the
+    /// last look go to the promoter.
+    fn serve_requests(&self, stop: &std::sync::atomic::AtomicBool, promoter: &OnceLock<Promoter>) {
+        let bell = self.map.atomic_u32(OFF_BELL);
+        let mut seen = 0u32;
+        loop {
+            let rung = bell.load(Ordering::SeqCst);
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let keys = self.take_requests(&mut seen);
+            if let (false, Some(promote)) = (keys.is_empty(), promoter.get()) {
+                promote(&keys);
+            }
+            sys::futex_wait(bell, rung);
+        }
+    }
+
+    /// The keys requested since `seen` (at most the last REQUESTS: peers ask again for one
+    /// lost), without repeats. Peers write what they like here: the promoter checks each key.
+    fn take_requests(&self, seen: &mut u32) -> Vec<u32> {
+        if self.map.lock(OFF_MUTEX, None).is_err() {
+            return Vec::new();
+        }
+        let count = self.map.read_u32(OFF_REQ_COUNT);
+        let n = count.wrapping_sub(*seen).min(REQUESTS as u32);
+        let mut keys: Vec<u32> = (0..n)
+            .map(|i| count.wrapping_sub(n).wrapping_add(i) as usize % REQUESTS)
+            .map(|i| self.map.read_u32(OFF_REQS + 4 * i))
+            .collect();
+        self.map.unlock(OFF_MUTEX);
+        *seen = count;
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 }
 
@@ -435,12 +533,15 @@ struct PeerMapping {
     mem: Option<std::fs::File>,
     /// The peer's arenas (arena.rs) mapped here.
     arenas: parking_lot::Mutex<PeerArenas>,
+    /// What copying through the peer's keys by cross-memory attach has cost us, to ask the
+    /// peer to map their memory into arenas where that pays.
+    heat: parking_lot::Mutex<Heat>,
 }
 
 /// A peer's arenas we mapped (or failed to: not tried again), by its descriptor and inode,
 /// oldest first. A mapping keeps the memfd's pages alive, also once the peer deregistered
-/// them: each time another arena is mapped, those no live slot of the peer's table names any
-/// more are dropped, and there are never more than `PEER_ARENAS`.
+/// them: each time another arena is mapped, those whose memfd the peer closed (its arena
+/// ended) are dropped, and there are never more than `PEER_ARENAS`.
 #[derive(Default)]
 struct PeerArenas {
     maps: Vec<(ArenaSpan, Option<Arc<sys::SharedMap>>)>,
@@ -453,22 +554,15 @@ fn same_arena(a: &ArenaSpan, b: &ArenaSpan) -> bool {
 }
 
 impl PeerArenas {
-    /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be;
-    /// `in_use` lists the arenas the peer's live slots name (called only then).
-    fn get(
-        &mut self,
-        pid: u32,
-        span: ArenaSpan,
-        in_use: impl FnOnce() -> Vec<ArenaSpan>,
-    ) -> Option<Arc<sys::SharedMap>> {
+    /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be.
+    fn get(&mut self, pid: u32, span: ArenaSpan) -> Option<Arc<sys::SharedMap>> {
         if let Some((_, m)) = self.maps.iter().find(|(s, _)| same_arena(s, &span)) {
             return m.clone();
         }
-        if !self.maps.is_empty() {
-            let named = in_use();
-            self.maps
-                .retain(|(s, _)| named.iter().any(|n| same_arena(s, n)));
-        }
+        // An arena lives as long as the peer's descriptor of its memfd: one look each (a
+        // system call) at the mappings we hold, only when another is made.
+        self.maps
+            .retain(|(s, _)| sys::inode_at(&format!("/proc/{pid}/fd/{}", s.fd)) == Some(s.ino));
         let map = match Self::open(pid, span) {
             Ok(m) => Some(Arc::new(m)),
             Err(e) => {
@@ -490,6 +584,45 @@ impl PeerArenas {
         }
         let len = usize::try_from(len).map_err(|_| "too large".to_string())?;
         sys::SharedMap::map(file.as_raw_fd(), len).map_err(|e| format!("mmap: {e}"))
+    }
+}
+
+/// What cross-memory attach through a peer's keys has cost us, by key, in units of about a
+/// microsecond (a system call, and each 8 KiB it copies more slowly than a copy through a
+/// mapping would). Once a key's memory has cost about what mapping it would (`worth_mapping`),
+/// the peer is asked to map it into an arena (arena.rs), and asked again at each doubling
+/// should a request be lost or not be met. Moving pages costs far more than a transfer: memory
+/// registered for one message (a message layer's rendezvous) is never moved, memory used
+/// again and again is.
+#[derive(Default)]
+struct Heat {
+    spent: IntMap<u32, (u64, u64)>,
+}
+
+/// Keys whose cost is kept, at most: the count starts again past it.
+const HEAT_KEYS: usize = 4096;
+
+/// What mapping `len` bytes into an arena costs the owner, moving them in and back, in the
+/// units of `Heat`: about 250 us, and 2 us a KiB (measured here: 4 KiB moved in and back in
+/// 310 us, 1 MiB in 2.1 ms).
+fn worth_mapping(len: u64) -> u64 {
+    256 + len / 512
+}
+
+impl Heat {
+    /// Counts a transfer of `bytes` through `key` (of `key_len` bytes) by cross-memory attach;
+    /// true when the owner should now be asked to map the key's memory.
+    fn add(&mut self, key: u32, key_len: u64, bytes: u64) -> bool {
+        if self.spent.len() >= HEAT_KEYS && !self.spent.contains_key(&key) {
+            self.spent.clear();
+        }
+        let (spent, ask_at) = self.spent.entry(key).or_insert((0, worth_mapping(key_len)));
+        *spent += 1 + bytes / 8192;
+        if *spent < *ask_at {
+            return false;
+        }
+        *ask_at = ask_at.saturating_mul(2);
+        true
     }
 }
 
@@ -553,6 +686,7 @@ impl PeerMapping {
             nonce: offer.nonce,
             mem,
             arenas: Default::default(),
+            heat: Default::default(),
         })
     }
 
@@ -594,21 +728,20 @@ impl PeerMapping {
             && sys::peek_u64(offer.pid, offer.nonce_addr).is_ok_and(|v| v == offer.nonce)
     }
 
-    /// The arenas the live slots name (read under the mutex).
-    fn arenas_in_use(&self) -> Vec<ArenaSpan> {
+    /// Asks the owner to map `key`'s memory into an arena (under the mutex; the caller rings
+    /// the bell once it is released).
+    fn request(&self, key: u32) {
         let m = &self.map;
-        (0..self.capacity)
-            .map(|slot| OFF_SLOTS + slot * SLOT_LEN)
-            .filter(|&base| m.read_u32(base + S_STATE) == LIVE)
-            .filter_map(|base| match m.read_u32(base + S_ARENA_FD) {
-                NO_ARENA => None,
-                fd => Some(ArenaSpan {
-                    fd,
-                    ino: m.read_u64(base + S_ARENA_INO),
-                    off: 0,
-                }),
-            })
-            .collect()
+        let count = m.read_u32(OFF_REQ_COUNT);
+        m.write_u32(OFF_REQS + 4 * (count as usize % REQUESTS), key);
+        m.write_u32(OFF_REQ_COUNT, count.wrapping_add(1));
+    }
+
+    /// Wakes the owner's keeper thread to read the requests.
+    fn ring(&self) {
+        let bell = self.map.atomic_u32(OFF_BELL);
+        bell.fetch_add(1, Ordering::SeqCst);
+        sys::futex_wake(bell);
     }
 
     /// The live slot of `key` (read under the mutex).
@@ -679,6 +812,7 @@ impl PeerTable {
         {
             return Moved::Not;
         }
+        let mut requested = false;
         let done = (|| {
             // The owner's process still lives (and so its pid is still its own): its keeper
             // thread holds OFF_ALIVE. A process dying between this look and the copy is met by
@@ -694,9 +828,7 @@ impl PeerTable {
                 return Moved::Not;
             }
             if let Some(span) = e.arena {
-                let pid = self.mapping.pid;
-                let in_use = || self.mapping.arenas_in_use();
-                let map = self.mapping.arenas.lock().get(pid, span, in_use);
+                let map = self.mapping.arenas.lock().get(self.mapping.pid, span);
                 // The offset comes from the peer's table (untrusted): copy_ranges copies
                 // nothing outside the mapping.
                 if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {
@@ -719,11 +851,20 @@ impl PeerTable {
                 },
             };
             match moved {
-                Ok(n) if n as u64 == len => Moved::Attached,
+                Ok(n) if n as u64 == len => {
+                    if e.arena.is_none() && self.mapping.heat.lock().add(rkey, e.len, len) {
+                        self.mapping.request(rkey);
+                        requested = true;
+                    }
+                    Moved::Attached
+                }
                 _ => Moved::Not,
             }
         })();
         self.mapping.map.unlock(OFF_MUTEX);
+        if requested {
+            self.mapping.ring();
+        }
         done
     }
 }
@@ -1009,6 +1150,62 @@ mod tests {
             vec![span_b.ino],
             "the first arena's mapping dropped"
         );
+    }
+
+    /// A peer asks the owner to map a key once its copies by cross-memory attach have cost
+    /// about what the move would (`worth_mapping`), not before; the owner's keeper hands the
+    /// key to its promoter.
+    #[test]
+    fn a_peer_asks_for_a_key_its_copies_made_worth_mapping() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = parking_lot::Mutex::new(tx);
+        local.set_promoter(Box::new(move |keys| {
+            let _ = tx.lock().send(keys.to_vec());
+        }));
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [9u8; 64];
+        keys.insert(0x4400, entry(src.as_ptr() as u64, 64));
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let base = src.as_ptr() as u64;
+        let worth = worth_mapping(64);
+        for _ in 1..worth {
+            assert_eq!(
+                peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false),
+                Moved::Attached
+            );
+        }
+        assert!(rx.try_recv().is_err(), "asked before {worth} copies");
+        peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false);
+        let asked = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the keeper hands the request on");
+        assert_eq!(asked, vec![0x4400]);
+        // Asked again only at twice the cost (should the first be lost or refused).
+        for _ in 0..worth - 1 {
+            peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false);
+        }
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false);
+        assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
+    }
+
+    /// What peers write into the request ring is bounded where the owner reads it: a count
+    /// garbled far ahead yields at most the ring's keys, once each.
+    #[test]
+    fn garbled_requests_are_bounded() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let t = local.table.as_ref().expect("table");
+        for i in 0..REQUESTS {
+            t.map.write_u32(OFF_REQS + 4 * i, (i % 3) as u32);
+        }
+        t.map.write_u32(OFF_REQ_COUNT, 0xdead_beef);
+        let mut seen = 0;
+        assert_eq!(t.take_requests(&mut seen), vec![0, 1, 2]);
+        assert_eq!(seen, 0xdead_beef);
+        assert!(t.take_requests(&mut seen).is_empty());
     }
 
     /// The PD of the peer's QP, as its target checks it.

@@ -473,6 +473,39 @@ pub(crate) fn eventfd_drain(fd: RawFd) {
     let _ = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
 }
 
+/// Sleeps while the shared word `word` (in a MAP_SHARED mapping: a shared futex, which a
+/// thread of another process wakes through its own mapping of the same memory) holds
+/// `expected`; returns at once if it no longer does. Any wake-up may be spurious: the caller
+/// looks again.
+pub(crate) fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32) {
+    // SAFETY: FUTEX_WAIT reads the aligned u32 `word` points to, which lives for the call;
+    // no timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+/// Wakes every thread, of any process, asleep in `futex_wait` on the shared word `word`.
+pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as the futex's key.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// The inode of the file `path` names (following symbolic links: /proc/<pid>/fd/<n> gives
+/// the open file's), None if there is none.
+pub(crate) fn inode_at(path: &str) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.ino()
+    })
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the host, so a time one
 /// process stamps in shared memory means the same to its peer.
 pub(crate) fn monotonic_ns() -> u64 {
