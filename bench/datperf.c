@@ -13,6 +13,13 @@
  *              and polls the last byte of its own buffer; one-way = RTT/2
  *   read_lat   one RDMA read at a time; the full read time
  *   send_bw, write_bw, read_bw: a window of outstanding operations
+ *   reg_write, reg_read  a rendezvous message as an MPI library without a
+ *              registration cache moves it: the target registers its buffer
+ *              and sends its rmr_context, the initiator registers its own,
+ *              RDMA-writes into it (reads from it), sends a finish message,
+ *              and both free their registrations; the same unregistered
+ *              buffers every round. Time per round, and the initiator's
+ *              dat_lmr_create and dat_lmr_free (rows lmr_create, lmr_free)
  *
  * The client drives; the server follows commands sent over the same
  * connection. Every wait is bounded (-T), and any DAT error prints its
@@ -37,13 +44,17 @@
 
 /* ------------------------------------------------------------------ options */
 
-enum test_id { SEND_LAT, WRITE_LAT, READ_LAT, SEND_BW, WRITE_BW, READ_BW, NTESTS };
+enum test_id {
+	SEND_LAT, WRITE_LAT, READ_LAT, SEND_BW, WRITE_BW, READ_BW, REG_WRITE, REG_READ, NTESTS
+};
 
 static const char *const test_names[NTESTS] = {
 	"send_lat", "write_lat", "read_lat", "send_bw", "write_bw", "read_bw",
+	"reg_write", "reg_read",
 };
 
-static int is_latency_test(int t) { return t <= READ_LAT; }
+static int is_reg_test(int t) { return t == REG_WRITE || t == REG_READ; }
+static int is_latency_test(int t) { return t <= READ_LAT || is_reg_test(t); }
 
 #define MAX_SIZES 64
 #define MIN_ITERS 20            /* never fewer samples than this */
@@ -125,7 +136,7 @@ struct buffer {
  * Control messages. Both peers are assumed to share byte order (the
  * benchmark runs between like hosts); the magic catches a mismatch.
  */
-enum msg_kind { MSG_HELLO = 1, MSG_CMD, MSG_READY, MSG_DONE, MSG_QUIT };
+enum msg_kind { MSG_HELLO = 1, MSG_CMD, MSG_READY, MSG_DONE, MSG_QUIT, MSG_CTS, MSG_FINISH };
 
 #define MSG_MAGIC 0x46525044u   /* "DPRF" */
 
@@ -135,9 +146,9 @@ struct ctrl_msg {
 	uint32_t test;          /* CMD */
 	uint32_t size;          /* CMD */
 	uint32_t iters;         /* CMD: total, warm-up included */
-	uint32_t rmr_context;   /* HELLO: the sender's data buffer */
-	uint64_t addr;          /* HELLO */
-	uint64_t len;           /* HELLO */
+	uint32_t rmr_context;   /* HELLO: the sender's data buffer; CTS: its message buffer */
+	uint64_t addr;          /* HELLO, CTS */
+	uint64_t len;           /* HELLO, CTS */
 	uint32_t rdma_read_in;  /* HELLO: reads the sender accepts at once */
 	uint32_t pad;
 };
@@ -153,6 +164,7 @@ struct session {
 	struct buffer data;     /* the peer writes into and reads from it */
 	struct buffer local;    /* source of our sends and writes, target of our reads */
 	struct buffer ctrl;     /* control messages: [0] to send, then a ring to receive */
+	uint8_t *msg;           /* reg_write/reg_read: registered anew every round */
 	int ctrl_next;          /* the ring slot the next control recv uses */
 	DAT_RMR_TRIPLET peer;   /* the peer's data buffer */
 	int read_window;        /* outstanding reads: ours out, bounded by the peer's in */
@@ -315,6 +327,10 @@ static void open_session(struct session *s)
 	register_buffer(s, &s->data, max_size());
 	register_buffer(s, &s->local, max_size());
 	register_buffer(s, &s->ctrl, (1 + CTRL_SLOTS) * sizeof(struct ctrl_msg));
+	/* Heap memory nobody registered for long: what a message layer registers per message. */
+	if (posix_memalign((void **)&s->msg, 4096, max_size()) != 0)
+		die("out of memory (%u bytes)", max_size());
+	memset(s->msg, 0, max_size());
 }
 
 static void create_ep(struct session *s)
@@ -346,6 +362,7 @@ static void close_session(struct session *s)
 	free_buffer(&s->ctrl);
 	free_buffer(&s->local);
 	free_buffer(&s->data);
+	free(s->msg);
 	check(dat_evd_free(s->conn_evd), "dat_evd_free");
 	check(dat_evd_free(s->rcv_evd), "dat_evd_free");
 	check(dat_evd_free(s->req_evd), "dat_evd_free");
@@ -612,6 +629,119 @@ static void client_read_lat(struct session *s, uint32_t size, int total, double 
 	}
 }
 
+/*
+ * reg_write, reg_read: the message buffer is registered anew every round, by
+ * both sides, as a message layer without a registration cache does for each
+ * rendezvous message. The writer fills the whole buffer with the round's
+ * marker; the reader checks its first, middle and last byte.
+ */
+static void fill_msg(struct session *s, uint32_t size, uint8_t v) { memset(s->msg, v, size); }
+
+static void check_msg(struct session *s, uint32_t size, int i, const char *what)
+{
+	uint8_t want = marker(i);
+
+	if (s->msg[0] != want || s->msg[size / 2] != want || s->msg[size - 1] != want)
+		die("%s: round %d: the transfer completed but the buffer does not hold its data "
+		    "(bytes %u %u %u, want %u)", what, i, s->msg[0], s->msg[size / 2],
+		    s->msg[size - 1], want);
+}
+
+static DAT_LMR_HANDLE register_msg(struct session *s, uint32_t size, DAT_LMR_CONTEXT *lmr_context,
+				   DAT_RMR_CONTEXT *rmr_context)
+{
+	DAT_REGION_DESCRIPTION region;
+	DAT_LMR_HANDLE lmr;
+	DAT_VLEN reg_len;
+	DAT_VADDR reg_addr;
+
+	region.for_va = s->msg;
+	check(dat_lmr_create(s->ia, DAT_MEM_TYPE_VIRTUAL, region, size, s->pz,
+			     DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &lmr, lmr_context, rmr_context,
+			     &reg_len, &reg_addr), "dat_lmr_create (message buffer)");
+	return lmr;
+}
+
+/*
+ * The initiator's rounds. A round's time runs from the finish message of the
+ * round before (the command, for the first) to this round's: it holds both
+ * sides' registrations and frees, the clear-to-send, the transfer and the
+ * finish. `create` and `freed` are our own dat_lmr_create and dat_lmr_free.
+ */
+static void client_reg(struct session *s, int test, uint32_t size, int total, double *round,
+		       double *create, double *freed)
+{
+	const char *what = test_names[test];
+	double last = now_us();
+
+	for (int i = 0; i < total; i++) {
+		struct ctrl_msg cts = expect_ctrl(s, MSG_CTS, "clear to send");
+		DAT_LMR_CONTEXT lmr_context;
+		DAT_RMR_CONTEXT rmr_context;
+		DAT_LMR_HANDLE lmr;
+		DAT_LMR_TRIPLET t;
+		DAT_RMR_TRIPLET r;
+		double t0, t1;
+
+		if (cts.len < size)
+			die("%s: the peer's buffer (%llu bytes) is smaller than %u", what,
+			    (unsigned long long)cts.len, size);
+		if (i + 1 < total)
+			post_ctrl_recv(s);      /* the next clear-to-send */
+		fill_msg(s, size, test == REG_WRITE ? marker(i) : 0);
+		t0 = now_us();
+		lmr = register_msg(s, size, &lmr_context, &rmr_context);
+		create[i] = now_us() - t0;
+		t.virtual_address = (DAT_VADDR)(uintptr_t)s->msg;
+		t.segment_length = size;
+		t.lmr_context = lmr_context;
+		r.rmr_context = cts.rmr_context;
+		r.virtual_address = cts.addr;
+		r.segment_length = size;
+		if (test == REG_WRITE)
+			check(dat_ep_post_rdma_write(s->ep, 1, &t, cookie(0), &r,
+						     DAT_COMPLETION_DEFAULT_FLAG), "dat_ep_post_rdma_write");
+		else
+			check(dat_ep_post_rdma_read(s->ep, 1, &t, cookie(0), &r,
+						    DAT_COMPLETION_DEFAULT_FLAG), "dat_ep_post_rdma_read");
+		wait_dto(s->req_evd, what);
+		if (test == REG_READ)
+			check_msg(s, size, i, what);
+		send_kind(s, MSG_FINISH);
+		t1 = now_us();
+		round[i] = t1 - last;
+		last = t1;
+		check(dat_lmr_free(lmr), "dat_lmr_free (message buffer)");
+		freed[i] = now_us() - t1;
+	}
+}
+
+/* The target's rounds; leaves the control recv for the next command posted. */
+static void server_reg(struct session *s, int test, uint32_t size, int total)
+{
+	const char *what = test_names[test];
+
+	for (int i = 0; i < total; i++) {
+		struct ctrl_msg cts = { .kind = MSG_CTS, .len = size };
+		DAT_LMR_CONTEXT lmr_context;
+		DAT_RMR_CONTEXT rmr_context;
+		DAT_LMR_HANDLE lmr;
+
+		post_ctrl_recv(s);              /* the finish */
+		if (i + 1 == total)
+			post_ctrl_recv(s);      /* the next command */
+		fill_msg(s, size, test == REG_READ ? marker(i) : 0);
+		lmr = register_msg(s, size, &lmr_context, &rmr_context);
+		cts.rmr_context = rmr_context;
+		cts.addr = (uint64_t)(uintptr_t)s->msg;
+		send_ctrl(s, &cts);
+		expect_ctrl(s, MSG_FINISH, "finish");
+		if (test == REG_WRITE)
+			check_msg(s, size, i, what);
+		check(dat_lmr_free(lmr), "dat_lmr_free (message buffer)");
+	}
+}
+
 /* Keeps `window` operations outstanding until `total` have completed. */
 static void run_windowed(struct session *s, int test, uint32_t size, int total, int window)
 {
@@ -653,13 +783,17 @@ static double client_bw(struct session *s, int test, uint32_t size, int total)
 	return (double)size * total / elapsed_us;      /* bytes per us = MB/s */
 }
 
-/* Runs one test point: `n` measured iterations after a warm-up. */
-static struct result client_test(struct session *s, int test, uint32_t size, int n)
+/*
+ * Runs one test point: `n` measured iterations after a warm-up. The reg
+ * tests also fill `create` and `freed` (our dat_lmr_create and dat_lmr_free).
+ */
+static struct result client_test(struct session *s, int test, uint32_t size, int n,
+				 struct result *create, struct result *freed)
 {
 	int warm = warmup_of(test, n), total = warm + n;
 	struct ctrl_msg cmd = { .kind = MSG_CMD, .test = test, .size = size, .iters = total };
 	struct result r = { .iters = n };
-	double *samples = calloc(total, sizeof(double));
+	double *samples = calloc(3 * (size_t)total, sizeof(double));
 
 	if (!samples)
 		die("out of memory");
@@ -667,12 +801,22 @@ static struct result client_test(struct session *s, int test, uint32_t size, int
 	memset(s->data.base, 0, size);
 	post_ctrl_recv(s);
 	send_ctrl(s, &cmd);
-	expect_ctrl(s, MSG_READY, "ready from server");
+	/* The reg tests' first clear-to-send is their ready. */
+	if (!is_reg_test(test))
+		expect_ctrl(s, MSG_READY, "ready from server");
 
 	switch (test) {
 	case SEND_LAT: client_send_lat(s, size, total, samples); break;
 	case WRITE_LAT: client_write_lat(s, size, total, samples); break;
 	case READ_LAT: client_read_lat(s, size, total, samples); break;
+	case REG_WRITE:
+	case REG_READ:
+		client_reg(s, test, size, total, samples, samples + total, samples + 2 * total);
+		*create = (struct result){ .iters = n };
+		*freed = (struct result){ .iters = n };
+		latency_stats(samples + total + warm, n, create);
+		latency_stats(samples + 2 * total + warm, n, freed);
+		break;
 	default: r.mb_per_s = client_bw(s, test, size, total); break;
 	}
 	if (is_latency_test(test))
@@ -759,6 +903,8 @@ static void serve(struct session *s)
 		switch (m.test) {
 		case SEND_LAT: server_send_lat(s, m.size, m.iters); break;
 		case WRITE_LAT: server_write_lat(s, m.size, m.iters); break;
+		case REG_WRITE:
+		case REG_READ: server_reg(s, m.test, m.size, m.iters); break;
 		case SEND_BW: server_send_bw(s, m.size, m.iters); break;
 		default: server_rdma(s, m.test, m.size); break;
 		}
@@ -834,11 +980,16 @@ static int iterations(int test, uint32_t size)
 	return n < MIN_ITERS ? MIN_ITERS : n;
 }
 
+static void print_latency_row(const char *name, uint32_t size, const struct result *r)
+{
+	printf("%-10s %9u %7d %11.2f %11.2f %11s %11.2f %11.1f\n", name, size, r->iters,
+	       r->median_us, r->p99_us, "-", r->mean_us, r->max_us);
+}
+
 static void print_row(int test, uint32_t size, const struct result *r)
 {
 	if (is_latency_test(test))
-		printf("%-10s %9u %7d %11.2f %11.2f %11s %11.2f %11.1f\n", test_names[test], size,
-		       r->iters, r->median_us, r->p99_us, "-", r->mean_us, r->max_us);
+		print_latency_row(test_names[test], size, r);
 	else
 		printf("%-10s %9u %7d %11s %11s %11.1f %11s\n", test_names[test], size, r->iters,
 		       "-", "-", r->mb_per_s, "-");
@@ -859,16 +1010,26 @@ static int run_client(void)
 	printf("# datperf: IA %s, server %s conn_qual %llu, window %d (RDMA reads %d), %s\n",
 	       opt.ia_name, opt.host, (unsigned long long)opt.conn_qual, opt.window,
 	       s.read_window, opt.poll ? "polling" : "blocking waits");
-	printf("# latency in us: send_lat/write_lat one-way (RTT/2), read_lat a whole read;"
-	       " MB/s = 10^6 B/s\n");
+	printf("# latency in us: send_lat/write_lat one-way (RTT/2), read_lat a whole read,"
+	       " reg_* a whole round; MB/s = 10^6 B/s\n");
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
 	       "p99_us", "MB/s", "mean_us", "max_us");
 	for (int t = 0; t < NTESTS; t++) {
 		if (!opt.run[t])
 			continue;
 		for (int i = 0; i < opt.nsizes; i++) {
-			struct result r = client_test(&s, t, opt.sizes[i], iterations(t, opt.sizes[i]));
+			struct result create, freed;
+			struct result r = client_test(&s, t, opt.sizes[i], iterations(t, opt.sizes[i]),
+						      &create, &freed);
+			char name[32];
+
 			print_row(t, opt.sizes[i], &r);
+			if (!is_reg_test(t))
+				continue;
+			snprintf(name, sizeof(name), "%s:create", test_names[t]);
+			print_latency_row(name, opt.sizes[i], &create);
+			snprintf(name, sizeof(name), "%s:free", test_names[t]);
+			print_latency_row(name, opt.sizes[i], &freed);
 		}
 	}
 
@@ -904,7 +1065,7 @@ static void usage(void)
 		"  -P IA        dat.conf entry (default rs-tcp)\n"
 		"  -q QUAL      conn_qual (default 18515)\n"
 		"  -t TESTS     comma list of send_lat,write_lat,read_lat,send_bw,write_bw,read_bw,\n"
-		"               lat, bw or all (default all)\n"
+		"               reg_write,reg_read, lat, bw, reg or all (default all)\n"
 		"  -S SIZES     comma list of sizes or power-of-2 ranges, K/M suffixes\n"
 		"               (default 8-4M; the server needs a maximum at least the client's)\n"
 		"  -n N         latency iterations (default 1000)\n"
@@ -975,8 +1136,9 @@ static void parse_tests(const char *arg)
 
 		for (int t = 0; t < NTESTS; t++) {
 			int all = !strcmp(w, "all");
-			int group = (!strcmp(w, "lat") && is_latency_test(t)) ||
-				    (!strcmp(w, "bw") && !is_latency_test(t));
+			int group = (!strcmp(w, "lat") && t <= READ_LAT) ||
+				    (!strcmp(w, "bw") && !is_latency_test(t)) ||
+				    (!strcmp(w, "reg") && is_reg_test(t));
 
 			if (all || group || !strcmp(w, test_names[t]))
 				opt.run[t] = found = 1;

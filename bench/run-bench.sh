@@ -6,6 +6,8 @@
 #     (dat_evd_wait) consumers: 8 B RDMA read/send/write latency, 1 MiB RDMA
 #     read bandwidth with 8 reads in flight;
 #   - Debian's dapltest -T P -m p / -m b RR 8 (and -m b -p 8 RR 1 MiB) over rs-tcp;
+#   - per-message registration rounds (datperf reg_write / reg_read, 4 KiB and 1 MiB) and
+#     the cost of dat_lmr_create / dat_lmr_free, on the same host also with arenas off;
 # each in three settings: "veth", two network namespaces joined by a veth
 # pair, each side also in its own PID namespace (so no cross-memory attach can
 # reach the peer: TCP carries everything); "lo", plain loopback with the
@@ -32,6 +34,7 @@ top=$(dirname "$here")
 ROUNDS=${ROUNDS:-3}
 SETTINGS=${SETTINGS:-veth lo host}
 LAT_ITERS=${LAT_ITERS:-20000}
+REG_ITERS=${REG_ITERS:-1000}
 DT_ITERS=${DT_ITERS:-20000}
 QPERF_TIME=${QPERF_TIME:-2}
 DATPERF_QUAL=18615 TCPRTT_PORT=19866 QPERF_PORT=19865
@@ -172,6 +175,33 @@ m_datperf() {
 	record "$s" "sendbw_$mode" "$(awk '$1 == "send_bw" && $2 == 1048576 { print $6 }' "$log.txt")"
 }
 
+# Per-message registration (issue 26): datperf reg_write / reg_read at 4 KiB and 1 MiB,
+# polling: a rendezvous message as a message layer without a registration cache moves it
+# (both sides register the same buffer anew, one RDMA write or read, a finish message, both
+# free). Figures: the median round, and the initiator's dat_lmr_create / dat_lmr_free in the
+# write test. VARIANT nomap: the same with arenas off (DAPLRS_SAME_HOST_MAP=never).
+m_reg() {
+	local s=$1 r=$2 variant=${3:-} log=$raw/$1-r$2-reg${3:+-$3} env=() p=${3:+${3}_}
+	[ "$variant" = nomap ] && env=(env DAPLRS_SAME_HOST_MAP=never)
+	start_server "$s" "$log-server.txt" "server listening" "${env[@]}" "$bin/datperf" -P rs-tcp -s \
+		-q $DATPERF_QUAL -S 4K,1M -A 60 -p || { stop_server; return; }
+	timeout -k 5 300 bash -c 'run "$@"' _ "$s" b "${env[@]}" \
+		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 4K,1M -t reg \
+		-n "$REG_ITERS" -p >"$log.txt" 2>&1 ||
+		echo "  datperf reg $s ${variant:-} failed: see ${log#"$top"/}.txt" >&2
+	wait "$server_pid" 2>/dev/null
+	server_pid=""
+	local t z k
+	for z in 4096 1048576; do
+		k=$([ $z = 4096 ] && echo 4k || echo 1m)
+		for t in write read; do
+			record "$s" "${p}reg_${t}_$k" "$(awk -v t=reg_$t -v z=$z '$1 == t && $2 == z { print $4 }' "$log.txt")"
+		done
+		record "$s" "${p}create_$k" "$(awk -v z=$z '$1 == "reg_write:create" && $2 == z { print $4 }' "$log.txt")"
+		record "$s" "${p}free_$k" "$(awk -v z=$z '$1 == "reg_write:free" && $2 == z { print $4 }' "$log.txt")"
+	done
+}
+
 # Debian's dapltest -T P (the issue's command lines), one server per setting and round.
 # Its latency figure comes from its second phase, one read at a time, the
 # completion always reaped by a dat_evd_dequeue loop with a sched_yield between
@@ -224,8 +254,23 @@ print_table() {
 	function row(what, s, val, unit, refv, refname, target, d) {
 		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", what, s, f(val, d), unit, ratio(val, refv), refname, target
 	}
+	# The per-message registration rows of setting s (prefix p: "" or "nomap_"), as ratios of
+	# the same figure over TCP on loopback (issue 26: the same-host path never slower).
+	function reg_rows(s, p, label,   z, k, t, tgt, op) {
+		tgt = s == "host" ? "<= 1x" : ""
+		for (z = 1; z <= 2; z++) {
+			k = z == 1 ? "4k" : "1m"
+			for (t = 1; t <= 2; t++) {
+				op = t == 1 ? "write" : "read"
+				row("  reg " label op " " (z == 1 ? "4 KiB" : "1 MiB") " round, median", s, med(s, p "reg_" op "_" k), "us",
+				    s == "lo" ? "" : med("lo", "reg_" op "_" k), s == "lo" ? "" : "lo (TCP)", tgt, 1)
+			}
+			row("  reg " label "dat_lmr_create " (z == 1 ? "4 KiB" : "1 MiB") ", median", s, med(s, p "create_" k), "us", "", "", "", 2)
+			row("  reg " label "dat_lmr_free " (z == 1 ? "4 KiB" : "1 MiB") ", median", s, med(s, p "free_" k), "us", "", "", "", 2)
+		}
+	}
 	END {
-		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issue 10)"
+		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issues 10, 26)"
 		split(SETTINGS, S, " ")
 		pm = med("host", "pvm_med"); pb = med("host", "pvm_bw")
 		for (i = 1; i in S; i++) {
@@ -246,6 +291,8 @@ print_table() {
 				row("  dapltest -T P -m p RR 8, latency phase (mean)", s, med(s, "dt_p_lat"), "us", "", "", "", 2)
 				row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", "", "", "", 2)
 				row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", pb, "pvm_readv", "", 0)
+				reg_rows(s, "", "")
+				reg_rows(s, "nomap_", "(arenas off) ")
 				continue
 			}
 			rtt = med(s, "rtt_med"); bw = med(s, "tcpbw")
@@ -266,10 +313,12 @@ print_table() {
 			row("  dapltest -T P -m p RR 8, latency phase (mean)", s, med(s, "dt_p_lat"), "us", rtt, "TCP RTT", "<= 1.5x", 2)
 			row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", rtt, "TCP RTT", "<= 2.5x", 2)
 			row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", bw, "tcp_bw", ">= 0.95x", 0)
+			reg_rows(s, "", "")
 		}
 		printf "\nmedians of %d interleaved round(s); MB/s = 10^6 B/s; latency of a read = the whole read,\n", rounds
 		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
-		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median)."
+		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median). reg: a round"
+		print "registers on both sides, moves the data once, sends a finish and frees (datperf reg_*, polled)."
 		print "Timings on a shared 2-CPU host move by tens of percent: read the ratios, taken side by side."
 	}' SETTINGS="$SETTINGS" "$results"
 }
@@ -291,6 +340,8 @@ for r in $(seq "$ROUNDS"); do
 		fi
 		m_datperf "$s" "$r" poll
 		m_datperf "$s" "$r" block
+		m_reg "$s" "$r"
+		[ "$s" = host ] && m_reg "$s" "$r" nomap
 		m_dapltest "$s" "$r"
 	done
 	case " $SETTINGS " in *" host "*) ;; *) m_pvm "$r" ;; esac
