@@ -14,6 +14,11 @@
 #                                       OFED's libdaplofa.so.2)
 #   raw      perftest ib_read_lat / ib_read_bw on rxe0 (verbs, no DAT)
 #
+# and registration per message (issue 26): datperf reg_write / reg_read
+# rounds at 4 KiB and 1 MiB (ours and OFED's), and regcost's
+# dat_lmr_create / dat_lmr_free (ours, OFED's) against raw ibv_reg_mr /
+# ibv_dereg_mr of the same buffer.
+#
 # The guest runs under TCG emulation here, so its absolute figures mean
 # nothing; the ratios ours:OFED and ours:raw are the result.
 #
@@ -42,11 +47,12 @@ GID_INDEX=1
 ROUNDS=${ROUNDS:-5}
 LAT_ITERS=${LAT_ITERS:-1000}
 BW_ITERS=${BW_ITERS:-200}
+REG_ITERS=${REG_ITERS:-200}
 STEP_TIMEOUT=${STEP_TIMEOUT:-120}
 DATPERF_ARGS=${DATPERF_ARGS:-}
 DATPERF_QUAL=18515      # rdma_cm port space
 PERFTEST_PORT=18516     # TCP, perftest's out-of-band exchange
-export ROUNDS LAT_ITERS BW_ITERS STEP_TIMEOUT DATPERF_ARGS
+export ROUNDS LAT_ITERS BW_ITERS REG_ITERS STEP_TIMEOUT DATPERF_ARGS
 
 # Debian packages the guest section runs (the guest sees this machine's
 # root): perftest, OFED's provider, the rxe user-space driver, librdmacm.
@@ -63,7 +69,7 @@ if [ "${1:-}" != --inside ]; then
 		export DEBIAN_FRONTEND=noninteractive
 		{ apt-get update -qq && apt-get install -y -qq $missing >/dev/null; } || exit 1
 	fi
-	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf; do
+	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf build/bin/regcost; do
 		if [ ! -e "$top/$f" ]; then
 			echo "run-bench-guest: $f is missing (run make, then make -C bench)" >&2
 			exit 1
@@ -199,6 +205,38 @@ datperf_bw() {  # ROUND WHO IA
 	record "$1" bw "$2" "$(awk '$1 == "read_bw" && $2 == 1048576 { print $6 }' "logs/$tag-client.log")"
 }
 
+# datperf reg_write / reg_read: "reg_write 4096 ITERS MEDIAN ..." and the initiator's
+# "reg_write:create" / "reg_write:free" rows.
+datperf_reg() {  # ROUND WHO IA
+	local tag=r$1-reg-$2 z k t
+	# shellcheck disable=SC2086
+	run_pair "$tag" "line:server listening" \
+		-- "$datperf" -P "$3" -s -q $DATPERF_QUAL -S 4K,1M -A 60 $DATPERF_ARGS \
+		-- "$datperf" -P "$3" -h $ADDR -q $DATPERF_QUAL -t reg -S 4K,1M -n "$REG_ITERS" $DATPERF_ARGS ||
+		return 0
+	for z in 4096 1048576; do
+		k=$([ $z = 4096 ] && echo 4k || echo 1m)
+		for t in write read; do
+			record "$1" "reg_${t}_$k" "$2" "$(awk -v t=reg_$t -v z=$z '$1 == t && $2 == z { print $4 }' "logs/$tag-client.log")"
+		done
+	done
+}
+
+# regcost: "dat_lmr_create 4096 ITERS MEDIAN ..." (ibv_reg_mr for raw).
+regcost() {  # ROUND WHO (-P IA | -d DEV)
+	local tag=r$1-regcost-$2 log z k
+	log=logs/$tag.log
+	if ! timeout -k 5 "$STEP_TIMEOUT" "$top/build/bin/regcost" "${@:3}" -n "$REG_ITERS" -S 4K,1M >"$log" 2>&1; then
+		fail_run "$tag" "regcost failed"
+		return 0
+	fi
+	for z in 4096 1048576; do
+		k=$([ $z = 4096 ] && echo 4k || echo 1m)
+		record "$1" "create_$k" "$2" "$(awk -v z=$z '($1 == "dat_lmr_create" || $1 == "ibv_reg_mr") && $2 == z { print $4 }' "$log")"
+		record "$1" "free_$k" "$2" "$(awk -v z=$z '($1 == "dat_lmr_free" || $1 == "ibv_dereg_mr") && $2 == z { print $4 }' "$log")"
+	done
+}
+
 # perftest: the client prints the figures. ib_read_lat: "8 ITERS t_min t_max
 # t_typical(median) ..." (a whole read, as datperf's read_lat);
 # ib_read_bw: "1048576 ITERS peak avg Mpps" in MB/sec = 2^20 B/s, turned
@@ -225,11 +263,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	datperf_bw "$r" ours "$OURS"
 	datperf_bw "$r" ofed "$OFED"
 	perftest_bw "$r"
+	datperf_reg "$r" ours "$OURS"
+	datperf_reg "$r" ofed "$OFED"
+	regcost "$r" ours -P "$OURS"
+	regcost "$r" ofed -P "$OFED"
+	regcost "$r" raw -d "$DEV"
 done
 took=$((SECONDS - t0))
 
 # ------------------------------------------------------------------ table
-awk -v rounds="$ROUNDS" -v took="$took" -v lat_n="$LAT_ITERS" -v bw_n="$BW_ITERS" -v dpargs="$DATPERF_ARGS" '
+awk -v rounds="$ROUNDS" -v took="$took" -v lat_n="$LAT_ITERS" -v bw_n="$BW_ITERS" -v reg_n="$REG_ITERS" -v dpargs="$DATPERF_ARGS" '
 function median(key,   n, i, j, t, a) {
 	n = cnt[key]; if (n == 0) return ""
 	for (i = 1; i <= n; i++) a[i] = v[key, i]
@@ -244,19 +287,25 @@ function rounds_of(key,   i, s) {
 }
 { key = $2 SUBSEP $3; v[key, ++cnt[key]] = $4 }
 END {
-	split("lat bw", figs, " "); split("ours ofed raw", who, " ")
-	name["lat"] = "8 B RDMA read latency (median us)"; d["lat"] = 1
-	name["bw"] = "1 MiB RDMA read bandwidth (MB/s)"; d["bw"] = 1
+	nfigs = split("lat bw reg_write_4k reg_read_4k reg_write_1m reg_read_1m create_4k free_4k create_1m free_1m", figs, " ")
+	split("ours ofed raw", who, " ")
+	name["lat"] = "8 B RDMA read latency (median us)"; d["lat"] = 1; raw["lat"] = 1
+	name["bw"] = "1 MiB RDMA read bandwidth (MB/s)"; d["bw"] = 1; raw["bw"] = 1
+	name["reg_write_4k"] = "reg round, 4 KiB write (us)"; name["reg_read_4k"] = "reg round, 4 KiB read (us)"
+	name["reg_write_1m"] = "reg round, 1 MiB write (us)"; name["reg_read_1m"] = "reg round, 1 MiB read (us)"
+	name["create_4k"] = "register 4 KiB (us; raw: ibv_reg_mr)"; name["free_4k"] = "free 4 KiB (us; raw: ibv_dereg_mr)"
+	name["create_1m"] = "register 1 MiB (us; raw: ibv_reg_mr)"; name["free_1m"] = "free 1 MiB (us; raw: ibv_dereg_mr)"
+	for (i = 3; i <= nfigs; i++) { d[figs[i]] = 1; raw[figs[i]] = figs[i] ~ /^(create|free)/ }
 	printf "\nsoft-RoCE guest (rxe0, TCG emulation): medians of %d rounds, interleaved\n", rounds
-	printf "%-35s %10s %10s %10s | %9s %9s\n", "figure", "ours", "OFED", "raw verbs", "ours:OFED", "ours:raw"
-	for (i = 1; i <= 2; i++) {
+	printf "%-38s %10s %10s %10s | %9s %9s\n", "figure", "ours", "OFED", "raw verbs", "ours:OFED", "ours:raw"
+	for (i = 1; i <= nfigs; i++) {
 		fg = figs[i]
 		for (k = 1; k <= 3; k++) m[who[k]] = median(fg SUBSEP who[k])
-		printf "%-35s %10s %10s %10s | %9s %9s\n", name[fg], f(m["ours"], d[fg]), f(m["ofed"], d[fg]),
-		       f(m["raw"], d[fg]), ratio(m["ours"], m["ofed"]), ratio(m["ours"], m["raw"])
+		printf "%-38s %10s %10s %10s | %9s %9s\n", name[fg], f(m["ours"], d[fg]), f(m["ofed"], d[fg]),
+		       raw[fg] ? f(m["raw"], d[fg]) : "-", ratio(m["ours"], m["ofed"]), ratio(m["ours"], m["raw"])
 	}
 	print "\nper round (ours / OFED / raw):"
-	for (i = 1; i <= 2; i++) {
+	for (i = 1; i <= nfigs; i++) {
 		fg = figs[i]
 		printf "  %-4s %s / %s / %s\n", fg, rounds_of(fg SUBSEP "ours"), rounds_of(fg SUBSEP "ofed"), rounds_of(fg SUBSEP "raw")
 	}
@@ -267,6 +316,8 @@ END {
 	printf "datperf: %s, 32 reads outstanding%s; perftest busy-polls, up to 128 outstanding.\n",
 	       dpargs ~ /(^| )-p( |$)/ ? "busy-polling (-p)" : "blocking waits (dat_evd_wait)",
 	       dpargs == "" ? "" : " (extra options: " dpargs ")"
+	print "reg round: datperf reg_* (both sides register the same buffer per message, one transfer, a finish,"
+	printf "both free), %d rounds; register/free: regcost, the same buffer %d times, median of each call.\n", reg_n, reg_n
 	printf "Emulated timings mean nothing alone; the ratios are the result. Measurements took %d s in the guest.\n", took
 }' results.txt >table.txt
 sync
