@@ -45,11 +45,16 @@ pub fn payload_bound(kind: Kind, limits: &Limits) -> u32 {
         Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
         Kind::Atomic => wire::ATOMIC_PAYLOAD,
         Kind::SameHost => wire::SAME_HOST_OFFER_LEN,
-        Kind::ReadReq | Kind::Ack | Kind::Disconnect | Kind::Switch | Kind::Doorbell => 0,
+        Kind::ReadReq
+        | Kind::Ack
+        | Kind::Disconnect
+        | Kind::Switch
+        | Kind::Doorbell
+        | Kind::Placed => 0,
     }
 }
 
-const KINDS: [Kind; 14] = [
+const KINDS: [Kind; 15] = [
     Kind::Hello,
     Kind::Accept,
     Kind::Reject,
@@ -64,6 +69,7 @@ const KINDS: [Kind; 14] = [
     Kind::SameHost,
     Kind::Switch,
     Kind::Doorbell,
+    Kind::Placed,
 ];
 const STATUSES: [Status; 5] = [
     Status::Ok,

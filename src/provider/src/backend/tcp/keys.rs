@@ -43,6 +43,16 @@ impl KeyEntry {
         self.pd == pd && self.covers(addr, len) && self.access & need != 0
     }
 
+    /// Whether a same-host peer may place a message into `[addr, addr + len)` of a receive
+    /// posted with this key on a QP of protection domain `pd`: what our own scatter of it
+    /// would check (`check_local` with write).
+    pub(super) fn allows_local_write(&self, addr: u64, len: u64, pd: u32) -> bool {
+        !self.window
+            && self.pd == pd
+            && self.access & access::LOCAL_WRITE != 0
+            && self.covers(addr, len)
+    }
+
     fn covers(&self, addr: u64, len: u64) -> bool {
         let Some(end) = self.addr.checked_add(self.len) else {
             return false;

@@ -59,6 +59,8 @@ pub const FLAG_UD: u16 = 16;
 /// HELLO/ACCEPT: the sender can use a same-host peer's registration table and will send a
 /// SAME_HOST offer of its own (see the module docs).
 pub const FLAG_SAME_HOST: u16 = 32;
+/// PLACED: it completes a write-with-immediate; `key` is the immediate data.
+pub const FLAG_IMMEDIATE: u16 = 64;
 /// Payload of a SAME_HOST frame: a `SameHostOffer`.
 pub const SAME_HOST_OFFER_LEN: u32 = 32;
 
@@ -188,6 +190,11 @@ pub enum Kind {
     Switch = 13,
     /// Wakes the receiver (whose ring has room again for our writes); no payload.
     Doorbell = 14,
+    /// A send (or write-with-immediate) whose data the sender already placed in the
+    /// receiver's posted receive `addr` (the receive window of samehost/ring.rs; for a
+    /// write-with-immediate, in the memory its rkey named): `length` bytes, the immediate data
+    /// in `key` with FLAG_IMMEDIATE, FLAG_SOLICITED as for SEND. No payload, no answer.
+    Placed = 15,
 }
 
 impl Kind {
@@ -207,6 +214,7 @@ impl Kind {
             12 => Kind::SameHost,
             13 => Kind::Switch,
             14 => Kind::Doorbell,
+            15 => Kind::Placed,
             _ => return None,
         })
     }
@@ -327,7 +335,12 @@ impl Header {
             Kind::Send | Kind::Write | Kind::WriteImm | Kind::ReadResp => limits.max_message,
             Kind::Atomic => ATOMIC_PAYLOAD,
             Kind::SameHost => SAME_HOST_OFFER_LEN,
-            Kind::ReadReq | Kind::Ack | Kind::Disconnect | Kind::Switch | Kind::Doorbell => 0,
+            Kind::ReadReq
+            | Kind::Ack
+            | Kind::Disconnect
+            | Kind::Switch
+            | Kind::Doorbell
+            | Kind::Placed => 0,
         };
         if h.payload_len > bound {
             return Err(WireError::TooLong {

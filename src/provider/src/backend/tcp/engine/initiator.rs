@@ -132,9 +132,13 @@ impl Engine {
     /// Executes a request on a connected QP: gathers its data now and queues its frame, or
     /// applies a bind; it joins the outstanding requests, which complete in order.
     pub(super) fn start_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) {
-        if self.try_same_host(sh, qp, &wr) {
+        if self.try_same_host(sh, qp, &wr) || self.try_same_host_send(sh, qp, &wr) {
             return;
         }
+        let consumes_recv = matches!(
+            wr.op,
+            SendOp::Send | SendOp::SendInv { .. } | SendOp::RdmaWriteImm { .. }
+        );
         let Some(e) = self.qps.get_mut(&qp) else {
             return;
         };
@@ -285,6 +289,9 @@ impl Engine {
         }
         if let Some(e) = self.qps.get_mut(&qp) {
             e.outstanding.push_back(o);
+            if consumes_recv {
+                e.sent_to_recvs += 1;
+            }
         }
         match frame {
             Some((h, payload)) => {
@@ -314,7 +321,9 @@ impl Engine {
             return Err(DatError::resources(SubType::None));
         }
         e.rq.push_back(wr);
-        if let Some(t) = e.conn {
+        let conn = e.conn;
+        self.publish_recvs(qp);
+        if let Some(t) = conn {
             self.retry_held(sh, t);
         }
         Ok(())

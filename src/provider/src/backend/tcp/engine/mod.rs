@@ -114,6 +114,15 @@ struct QpEntry {
     next_seq: u64,
     /// A datagram QP's socket (None: a connected QP).
     ud: Option<datagram::UdQp>,
+    /// Our requests on the connection that consume a receive of the peer's (sends, writes
+    /// with immediate data): the number of the peer's receive the next one consumes, which
+    /// the peer may have published for us to place a send in (samehost/ring.rs).
+    sent_to_recvs: u64,
+    /// Our receives the peer's requests consumed on the connection: the number of the next.
+    recvs_done: u64,
+    /// Our posted receives, published in our same-host ring for the peer to place its sends
+    /// in (engine/samehost.rs).
+    recv_window: Option<samehost::RecvWindow>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -492,6 +501,9 @@ impl Engine {
                 remote: None,
                 next_seq: 1,
                 ud: None,
+                sent_to_recvs: 0,
+                recvs_done: 0,
+                recv_window: None,
             },
         );
         n
@@ -637,13 +649,38 @@ impl Engine {
         if let Some(ud) = e.ud.as_mut() {
             sends.extend(ud.out.drain(..).map(|o| (o.wr_id, WcOpcode::Send)));
         }
+        // Before the receives flush: no peer places a message in their buffers after, and
+        // those it placed messages in (and completed its sends) complete first.
+        let placed = e
+            .recv_window
+            .take()
+            .map(|w| w.withdraw(e.recvs_done))
+            .unwrap_or_default();
         let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
         let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
         for (wr_id, opcode) in sends {
             self.push_wc(&scq, WorkCompletion::flushed(wr_id, opcode, qp));
         }
-        for r in recvs {
-            self.push_wc(&rcq, WorkCompletion::flushed(r.wr_id, WcOpcode::Recv, qp));
+        for (i, r) in recvs.into_iter().enumerate() {
+            let wc = match placed.get(i) {
+                Some(p) => WorkCompletion {
+                    imm: p.imm,
+                    solicited: p.solicited,
+                    ..WorkCompletion::new(
+                        r.wr_id,
+                        WcStatus::Success,
+                        if p.imm.is_some() {
+                            WcOpcode::RecvRdmaImm
+                        } else {
+                            WcOpcode::Recv
+                        },
+                        p.len,
+                        qp,
+                    )
+                },
+                None => WorkCompletion::flushed(r.wr_id, WcOpcode::Recv, qp),
+            };
+            self.push_wc(&rcq, wc);
         }
     }
 
@@ -694,6 +731,13 @@ impl Engine {
         e.graceful_pending = false;
         e.remote = None;
         e.deadline = None;
+        // A new connection numbers the receives anew (an Error QP's window went with its
+        // flush).
+        if let Some(w) = e.recv_window.take() {
+            w.withdraw(e.recvs_done);
+        }
+        e.sent_to_recvs = 0;
+        e.recvs_done = 0;
         if e.ud.is_some() {
             // A datagram QP needs no connection: reset, it is ready to send again.
             e.state = QpState::Connected;

@@ -120,7 +120,12 @@ impl Engine {
                     }
                 },
                 Phase::Established { qp } => match h.kind {
-                    Kind::Send | Kind::Write | Kind::ReadReq | Kind::WriteImm | Kind::Atomic => {
+                    Kind::Send
+                    | Kind::Write
+                    | Kind::ReadReq
+                    | Kind::WriteImm
+                    | Kind::Atomic
+                    | Kind::Placed => {
                         let holding = self
                             .conns
                             .get(&token)

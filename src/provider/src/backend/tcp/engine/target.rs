@@ -1,5 +1,6 @@
 //! The target side of the TCP transport: a peer's SEND, WRITE, WRITE_IMM, READ_REQ and ATOMIC
-//! executed against our registered memory, in order, each answered on the connection.
+//! executed against our registered memory, in order, each answered on the connection (and
+//! the PLACED frames of a same-host peer, which placed the data itself: engine/samehost.rs).
 
 use super::*;
 
@@ -48,6 +49,7 @@ impl Engine {
                     None => (e.rq.pop_front(), pd),
                 };
                 let Some(wr) = wr else { return Outcome::Hold };
+                let own_rq = e.srq.is_none();
                 let rcq = e.recv_cq.clone();
                 let qp_pd = e.pd;
                 let mut invalidated = None;
@@ -79,6 +81,9 @@ impl Engine {
                         ..WorkCompletion::new(wr.wr_id, status, WcOpcode::Recv, p.len() as u32, qp)
                     },
                 );
+                if own_rq {
+                    self.recv_consumed(qp);
+                }
                 let mut ack = Header::new(Kind::Ack);
                 ack.seq = h.seq;
                 ack.status = match status {
@@ -114,12 +119,16 @@ impl Engine {
                 let Some(e) = self.qps.get_mut(&qp) else {
                     return Outcome::Broken;
                 };
+                let own_rq = e.srq.is_none();
                 let wr = match &e.srq {
                     Some(s) => s.queue.lock().pop_front(),
                     None => e.rq.pop_front(),
                 };
                 let rcq = e.recv_cq.clone();
                 if let Some(wr) = wr {
+                    if own_rq {
+                        self.recv_consumed(qp);
+                    }
                     self.push_wc(
                         &rcq,
                         WorkCompletion {
@@ -174,6 +183,7 @@ impl Engine {
                 }
             }
             Kind::Write => self.write_and_ack(sh, token, qp, pd, h, p),
+            Kind::Placed => self.placed(token, qp, h),
             Kind::ReadReq => {
                 // An answer is sent straight from the registered memory when nothing is queued
                 // before it; so while answers are queued, later reads wait (their requests are

@@ -303,16 +303,15 @@ impl Local {
     /// Runs `f` holding our table's mutex, so that no peer copies meanwhile (the pages of a
     /// key move into an arena under it: a peer's write into the old pages would be lost).
     pub fn with_table_locked<T>(&self, f: impl FnOnce() -> T) -> T {
-        let Some(t) = &self.table else { return f() };
-        match t.map.lock(OFF_MUTEX, None) {
-            Ok(()) => {
-                let r = f();
-                t.map.unlock(OFF_MUTEX);
-                r
-            }
-            // Unrecoverable: no peer can lock it either (see Publisher::locked).
-            Err(_) => f(),
+        match self.table_lock() {
+            Some(lock) => lock.locked(f),
+            None => f(),
         }
+    }
+
+    /// Our table's mutex, for whoever must exclude peers' copies later (see `TableLock`).
+    pub fn table_lock(&self) -> Option<TableLock> {
+        self.table.clone().map(TableLock)
     }
 
     /// The publisher the key registry updates the table through.
@@ -355,6 +354,27 @@ impl Local {
             pd,
             ring_fd,
         })
+    }
+}
+
+/// Our table's mutex as a handle: held, no peer copies into our memory (a peer holds it
+/// across its check and its copy). A connection keeps one to withdraw the receives it
+/// published (ring.rs) before it flushes them.
+#[derive(Clone)]
+pub(crate) struct TableLock(Arc<Table>);
+
+impl TableLock {
+    pub fn locked<T>(&self, f: impl FnOnce() -> T) -> T {
+        let map = &self.0.map;
+        match map.lock(OFF_MUTEX, None) {
+            Ok(()) => {
+                let r = f();
+                map.unlock(OFF_MUTEX);
+                r
+            }
+            // Unrecoverable: no peer can lock it either (see Publisher::locked).
+            Err(_) => f(),
+        }
     }
 }
 
@@ -804,69 +824,179 @@ impl PeerTable {
             // A zero-length access needs no key (as at the target): nothing to move.
             return Moved::Attached;
         }
-        if self
-            .mapping
-            .map
-            .lock(OFF_MUTEX, Some(PEER_LOCK_LIMIT))
-            .is_err()
-        {
-            return Moved::Not;
-        }
-        let mut requested = false;
-        let done = (|| {
-            // The owner's process still lives (and so its pid is still its own): its keeper
-            // thread holds OFF_ALIVE. A process dying between this look and the copy is met by
-            // the copy as ESRCH; its pid would have to be reaped and handed to a new process in
-            // between to mislead us.
-            if !self.mapping.map.held_by_live_owner(OFF_ALIVE) {
-                return Moved::Not;
-            }
+        self.under_peer_mutex(|requests| {
             let Some(e) = self.lookup(rkey) else {
                 return Moved::Not;
             };
             if !e.allows_remote(addr, len, self.qp_pd, need) {
                 return Moved::Not;
             }
-            if let Some(span) = e.arena {
-                let map = self.mapping.arenas.lock().get(self.mapping.pid, span);
-                // The offset comes from the peer's table (untrusted): copy_ranges copies
-                // nothing outside the mapping.
-                if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {
-                    // SAFETY: as for the copies below.
-                    if unsafe { map.copy_ranges(off, local, write) } {
-                        return Moved::Mapped;
-                    }
-                }
+            self.copy(&e, rkey, addr, local, write, requests)
+        })
+    }
+
+    /// A send placed here, now, into receive `k` that the peer published in its ring `ring`
+    /// (which we write) as `recv`: our `local` ranges copied into the receive's segments, each
+    /// checked against the peer's table as the peer's own scatter would check it (a live
+    /// region key of the peer QP's PD with local write, the range inside), then the receive
+    /// taken. `Not` on any refusal or failure, nothing taken: the caller then sends the message
+    /// through the ring, and the receiver decides (and reports) as before. `_registry` as for
+    /// `transfer`.
+    pub fn place(
+        &self,
+        _registry: &Keys,
+        ring: &ring::Ring,
+        k: u64,
+        recv: &ring::PublishedRecv,
+        local: &[(u64, usize)],
+        solicited: bool,
+    ) -> Moved {
+        let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        let Some(segments) = recv.segments.as_ref().filter(|_| len <= recv.capacity()) else {
+            return Moved::Not;
+        };
+        self.under_peer_mutex(|requests| {
+            // The peer withdraws a receive under this mutex before it flushes it.
+            if !ring.recv_published(k) {
+                return Moved::Not;
             }
-            // SAFETY: the caller checked every local range against our registry, which it
-            // holds locked for this call (so no local registration ends meanwhile); the
-            // peer's range was just checked against its registry under its table's mutex,
-            // which we hold until the copy is over (so its deregistration waits for us).
-            let moved = match &self.mapping.mem {
-                Some(mem) if len <= SMALL_VIA_MEM => unsafe {
-                    sys::proc_mem(mem.as_raw_fd(), local, (addr, len as usize), write)
-                },
-                _ => unsafe {
-                    sys::process_vm(self.mapping.pid, local, (addr, len as usize), write)
-                },
+            let mut how = Moved::Mapped;
+            let mut at = 0u64;
+            for &(addr, seg_len, key) in segments {
+                if at == len {
+                    break;
+                }
+                let n = u64::from(seg_len).min(len - at);
+                let Some(e) = self.lookup(key) else {
+                    return Moved::Not;
+                };
+                if !e.allows_local_write(addr, n, self.qp_pd) {
+                    return Moved::Not;
+                }
+                let part = sub_ranges(local, at, n);
+                match self.copy(&e, key, addr, &part, true, requests) {
+                    Moved::Not => return Moved::Not,
+                    Moved::Attached => how = Moved::Attached,
+                    Moved::Mapped => {}
+                }
+                at += n;
+            }
+            let placed = ring::Placement {
+                len: len as u32,
+                imm: None,
+                solicited,
             };
-            match moved {
-                Ok(n) if n as u64 == len => {
-                    if e.arena.is_none() && self.mapping.heat.lock().add(rkey, e.len, len) {
-                        self.mapping.request(rkey);
-                        requested = true;
-                    }
-                    Moved::Attached
-                }
-                _ => Moved::Not,
+            if at < len || !ring.take_recv(k, placed) {
+                return Moved::Not;
             }
-        })();
-        self.mapping.map.unlock(OFF_MUTEX);
-        if requested {
+            how
+        })
+    }
+
+    /// Takes the peer's published receive `k` for a write-with-immediate (whose data went
+    /// where its rkey said), under the peer's mutex as `place` takes one.
+    pub fn take(&self, ring: &ring::Ring, k: u64, placed: ring::Placement) -> bool {
+        let mut taken = false;
+        self.under_peer_mutex(|_| {
+            taken = ring.take_recv(k, placed);
+            Moved::Attached
+        });
+        taken
+    }
+
+    /// Runs `f` under the peer table's mutex (bounded wait), while the peer's process lives;
+    /// `f` collects the keys to ask the owner to map, which are asked for after. `Not` if the
+    /// mutex or the owner is not there.
+    fn under_peer_mutex(&self, f: impl FnOnce(&mut Vec<u32>) -> Moved) -> Moved {
+        let map = &self.mapping.map;
+        if map.lock(OFF_MUTEX, Some(PEER_LOCK_LIMIT)).is_err() {
+            return Moved::Not;
+        }
+        let mut requests = Vec::new();
+        // The owner's process still lives (and so its pid is still its own): its keeper
+        // thread holds OFF_ALIVE. A process dying between this look and the copy is met by
+        // the copy as ESRCH; its pid would have to be reaped and handed to a new process in
+        // between to mislead us.
+        let done = match map.held_by_live_owner(OFF_ALIVE) {
+            true => f(&mut requests),
+            false => Moved::Not,
+        };
+        for &key in &requests {
+            self.mapping.request(key);
+        }
+        map.unlock(OFF_MUTEX);
+        if !requests.is_empty() {
             self.mapping.ring();
         }
         done
     }
+
+    /// Copies between our `local` ranges and the peer's `[addr, addr + len)` under key `key`
+    /// (entry `e`, checked by the caller under the mutex, which it holds): through our mapping
+    /// of the key's arena, else by cross-memory attach; the latter counts against the key's
+    /// `Heat`, and a key it made worth mapping joins `requests`.
+    fn copy(
+        &self,
+        e: &KeyEntry,
+        key: u32,
+        addr: u64,
+        local: &[(u64, usize)],
+        write: bool,
+        requests: &mut Vec<u32>,
+    ) -> Moved {
+        let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        if let Some(span) = e.arena {
+            let map = self.mapping.arenas.lock().get(self.mapping.pid, span);
+            // The offset comes from the peer's table (untrusted): copy_ranges copies nothing
+            // outside the mapping.
+            if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {
+                // SAFETY: as for the copies below.
+                if unsafe { map.copy_ranges(off, local, write) } {
+                    return Moved::Mapped;
+                }
+            }
+        }
+        // SAFETY: the caller checked every local range against our registry, which it holds
+        // locked for this call (so no local registration ends meanwhile); the peer's range
+        // was just checked against its registry under its table's mutex, which we hold until
+        // the copy is over (so its deregistration waits for us).
+        let moved = match &self.mapping.mem {
+            Some(mem) if len <= SMALL_VIA_MEM => unsafe {
+                sys::proc_mem(mem.as_raw_fd(), local, (addr, len as usize), write)
+            },
+            _ => unsafe { sys::process_vm(self.mapping.pid, local, (addr, len as usize), write) },
+        };
+        match moved {
+            Ok(n) if n as u64 == len => {
+                if e.arena.is_none() && self.mapping.heat.lock().add(key, e.len, len) {
+                    requests.push(key);
+                }
+                Moved::Attached
+            }
+            _ => Moved::Not,
+        }
+    }
+}
+
+/// The part `[from, from + n)` of the byte stream that `ranges` make, in order.
+fn sub_ranges(ranges: &[(u64, usize)], from: u64, n: u64) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    let (mut skip, mut left) = (from, n);
+    for &(addr, len) in ranges {
+        if left == 0 {
+            break;
+        }
+        let len = len as u64;
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let take = (len - skip).min(left);
+        out.push((addr + skip, take as usize));
+        left -= take;
+        skip = 0;
+    }
+    out
 }
 
 /// Opens descriptor `fd` of process `pid` (through /proc: the kernel's ptrace check decides)

@@ -41,6 +41,17 @@
 //!
 //! A writer that finds the ring full sets `writer_waiting` and looks at the head again; the
 //! reader that frees room clears it and rings the writer's doorbell (on the other direction).
+//!
+//! The receive window: the reader also publishes here its posted receives (the next
+//! RECV_SLOTS of its QP, each with its scatter list), so that the writer places a send's data
+//! into the receive buffer itself, at once, and then writes a PLACED frame into the ring
+//! instead of the data: the data needs no CPU of the receiver's, and the completion is the
+//! receiver's to find when it next looks, in order with everything else (engine/samehost.rs).
+//! Receive j of the connection (the j-th posted, which the j-th send or write-with-immediate
+//! consumes) sits in slot j % RECV_SLOTS with a state word naming j: published by the reader,
+//! taken by the writer (under the reader's key table mutex, across its check and its copy),
+//! or withdrawn by the reader before it flushes its receives (under the same mutex, so that no
+//! copy into a flushed receive's buffer can follow).
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -50,7 +61,7 @@ use std::time::Duration;
 use super::{sys, Refusal};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSRG");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_CAPACITY: usize = 12;
@@ -69,7 +80,27 @@ const OFF_DEFERRING: usize = 196;
 const OFF_POLLED_AT: usize = 200;
 /// The writer found the ring full and waits for a doorbell.
 const OFF_WRITER_WAITING: usize = 256;
-const OFF_DATA: usize = 4096;
+/// The receive window: how many receives the reader has published (receives 0 to n - 1 of
+/// the connection), then RECV_SLOTS slots of RECV_SLOT_LEN bytes: the state word (`state`),
+/// the number of segments (u32; NOT_PLACEABLE: more than RECV_SGES), the segments (address
+/// u64, length u32, key u32), and what the writer placed (`Placement`, written before it
+/// takes the slot).
+const OFF_RECV_PUBLISHED: usize = 4096;
+const OFF_RECV_SLOTS: usize = 4096 + 64;
+pub(crate) const RECV_SLOTS: usize = 64;
+const RECV_SLOT_LEN: usize = 128;
+/// Segments a published receive may have; one with more is published as NOT_PLACEABLE (the
+/// writer then sends the data through the ring, as before).
+pub(crate) const RECV_SGES: usize = 6;
+const NOT_PLACEABLE: u32 = u32::MAX;
+const RS_SGES: usize = 16;
+const RECV_PUBLISHED: u64 = 1;
+const RECV_TAKEN: u64 = 2;
+const RECV_WITHDRAWN: u64 = 3;
+const RS_PLACED: usize = RS_SGES + RECV_SGES * 16;
+const _: () = assert!(RS_PLACED + 12 <= RECV_SLOT_LEN);
+const OFF_DATA: usize = 16384;
+const _: () = assert!(OFF_RECV_SLOTS + RECV_SLOTS * RECV_SLOT_LEN <= OFF_DATA);
 /// Bytes of data per direction (resident once used: 4 MiB per busy connection). A 1 MiB
 /// message and its header fit whole, so the writer fills while the reader drains instead
 /// of both taking turns each message (1 MiB sends, 8 in flight, blocking, here: 4.2-4.6 GB/s
@@ -346,6 +377,165 @@ impl Ring {
             }
             None => false,
         }
+    }
+}
+
+/// A state word of the receive window: receive `j` and what became of it.
+fn state(j: u64, what: u64) -> u64 {
+    (j << 2) | what
+}
+
+/// A receive the reader published, as the writer read it (untrusted: the writer checks every
+/// segment against the reader's key table before it copies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PublishedRecv {
+    /// (address, length, key) of each segment; None: more segments than a slot holds.
+    pub segments: Option<Vec<(u64, u32, u32)>>,
+}
+
+/// What a writer placed in a receive it took: what the PLACED frame says too, kept in the
+/// slot so that a reader that flushes its receives before it has read that frame still
+/// completes the receive (the writer has completed its send).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub len: u32,
+    /// The immediate data of a write-with-immediate.
+    pub imm: Option<u32>,
+    pub solicited: bool,
+}
+
+impl PublishedRecv {
+    /// Bytes the receive takes.
+    pub fn capacity(&self) -> u64 {
+        self.segments
+            .iter()
+            .flatten()
+            .map(|&(_, len, _)| u64::from(len))
+            .sum()
+    }
+}
+
+impl Ring {
+    fn recv_slot(&self, j: u64) -> usize {
+        OFF_RECV_SLOTS + (j % RECV_SLOTS as u64) as usize * RECV_SLOT_LEN
+    }
+
+    fn recv_state(&self, j: u64) -> &AtomicU64 {
+        self.map.atomic_u64(self.recv_slot(j))
+    }
+
+    // ---- the receive window, the reader's side ----
+
+    /// Publishes receive `j` of the connection, with the scatter list `sgl` as (address,
+    /// length, key); the caller publishes them in order, and only once receive j - RECV_SLOTS
+    /// is done (its slot is then free). Visible to the writer once `set_published` counts it.
+    pub fn publish_recv(&self, j: u64, sgl: &[(u64, u32, u32)]) {
+        let slot = self.recv_slot(j);
+        if sgl.len() > RECV_SGES {
+            self.map.write_u32(slot + 8, NOT_PLACEABLE);
+        } else {
+            self.map.write_u32(slot + 8, sgl.len() as u32);
+            for (i, &(addr, len, key)) in sgl.iter().enumerate() {
+                let at = slot + RS_SGES + 16 * i;
+                self.map.write_u64(at, addr);
+                self.map.write_u32(at + 8, len);
+                self.map.write_u32(at + 12, key);
+            }
+        }
+        self.recv_state(j)
+            .store(state(j, RECV_PUBLISHED), Ordering::SeqCst);
+    }
+
+    /// Receives 0 to `n` - 1 are published.
+    pub fn set_published(&self, n: u64) {
+        self.map
+            .atomic_u64(OFF_RECV_PUBLISHED)
+            .store(n, Ordering::SeqCst);
+    }
+
+    /// Withdraws receive `j` if the writer has not taken it (the caller holds our key table's
+    /// mutex: a writer copying into it has finished). Returns whether it was still published.
+    pub fn withdraw_recv(&self, j: u64) -> bool {
+        self.recv_state(j)
+            .compare_exchange(
+                state(j, RECV_PUBLISHED),
+                state(j, RECV_WITHDRAWN),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+    }
+
+    /// Whether the writer took receive `j` (and placed a message in it).
+    pub fn recv_taken(&self, j: u64) -> bool {
+        self.recv_state(j).load(Ordering::SeqCst) == state(j, RECV_TAKEN)
+    }
+
+    /// What the writer placed in receive `j`, if it took it.
+    pub fn placement(&self, j: u64) -> Option<Placement> {
+        if !self.recv_taken(j) {
+            return None;
+        }
+        let at = self.recv_slot(j) + RS_PLACED;
+        let flags = self.map.read_u32(at + 8);
+        Some(Placement {
+            len: self.map.read_u32(at),
+            imm: (flags & 2 != 0).then(|| self.map.read_u32(at + 4)),
+            solicited: flags & 1 != 0,
+        })
+    }
+
+    // ---- the receive window, the writer's side ----
+
+    /// Receive `k` of the connection, if the reader has published it and it is still there.
+    pub fn published_recv(&self, k: u64) -> Option<PublishedRecv> {
+        let published = self
+            .map
+            .atomic_u64(OFF_RECV_PUBLISHED)
+            .load(Ordering::SeqCst);
+        if k >= published || self.recv_state(k).load(Ordering::SeqCst) != state(k, RECV_PUBLISHED) {
+            return None;
+        }
+        let slot = self.recv_slot(k);
+        let n = self.map.read_u32(slot + 8);
+        let segments = (n as usize <= RECV_SGES).then(|| {
+            (0..n as usize)
+                .map(|i| {
+                    let at = slot + RS_SGES + 16 * i;
+                    (
+                        self.map.read_u64(at),
+                        self.map.read_u32(at + 8),
+                        self.map.read_u32(at + 12),
+                    )
+                })
+                .collect()
+        });
+        Some(PublishedRecv { segments })
+    }
+
+    /// Takes receive `k` with what was placed in it (the caller holds the reader's key table
+    /// mutex and has just placed the message). False if it is no longer published (withdrawn:
+    /// the reader flushed it).
+    pub fn take_recv(&self, k: u64, placed: Placement) -> bool {
+        let at = self.recv_slot(k) + RS_PLACED;
+        self.map.write_u32(at, placed.len);
+        self.map.write_u32(at + 4, placed.imm.unwrap_or(0));
+        let flags = u32::from(placed.solicited) | if placed.imm.is_some() { 2 } else { 0 };
+        self.map.write_u32(at + 8, flags);
+        self.recv_state(k)
+            .compare_exchange(
+                state(k, RECV_PUBLISHED),
+                state(k, RECV_TAKEN),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+    }
+
+    /// Whether receive `k` is still published (read under the reader's key table mutex,
+    /// before copying into it).
+    pub fn recv_published(&self, k: u64) -> bool {
+        self.recv_state(k).load(Ordering::SeqCst) == state(k, RECV_PUBLISHED)
     }
 }
 

@@ -104,7 +104,8 @@ fn reads_and_writes_complete_before_the_post_returns() {
     assert_eq!(client.buf.read(500, 6), b"server");
     assert_eq!(client.buf.read(600, 12), b"-owned bytes");
     assert_eq!(client.buf.read(612, 4), vec![0u8; 4]);
-    assert_eq!(inline(&c_stats), 2);
+    // The write and the read, and sync_server's send, placed in the server's receive.
+    assert_eq!(inline(&c_stats), 3);
     // By cross-memory attach: registration moves no pages (see the next test).
     assert_eq!(mapped(&c_stats), 0);
 
@@ -122,11 +123,8 @@ fn reads_and_writes_complete_before_the_post_returns() {
     assert_eq!(server.buf.read(1500, 15), b"from the client");
     assert_eq!(inline(&s_stats), 1);
 
-    // A read behind an outstanding send goes over TCP (completion order), and still works.
-    server
-        .ep
-        .post_recv(&[server.seg(3100, 8)], 910, 0)
-        .expect("recv");
+    // A read behind an outstanding send goes over TCP (completion order), and still works:
+    // the send has no receive yet, so it travels through the ring and waits there.
     client
         .ep
         .post_send(&[client.seg(3100, 8)], 4, 0)
@@ -135,6 +133,14 @@ fn reads_and_writes_complete_before_the_post_returns() {
         .ep
         .post_rdma_read(&[client.seg(700, 4)], 5, server.remote(1000, 4), 0)
         .expect("read behind a send");
+    assert!(
+        client.dto.dequeue().is_err(),
+        "the send waits for a receive"
+    );
+    server
+        .ep
+        .post_recv(&[server.seg(3100, 8)], 910, 0)
+        .expect("recv");
     assert_eq!(dto(&next(&client.dto)).0, 4);
     assert_eq!(
         dto(&next(&client.dto)),
@@ -143,6 +149,241 @@ fn reads_and_writes_complete_before_the_post_returns() {
     assert_eq!(client.buf.read(700, 4), b"serv");
     assert_eq!(dto(&next(&server.dto)).0, 910);
     close(&[&client, &server]);
+}
+
+/// A send to a receive the receiver has posted is placed in it by the sender, before the
+/// post returns: the receiver's memory holds the message while the receiver has called
+/// nothing (a program spinning on its buffer sees it at once), and the receive completes,
+/// once, when the receiver next looks.
+#[test]
+fn a_send_lands_in_the_receive_before_the_receiver_looks() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    let before = inline(&c_stats);
+    server
+        .ep
+        .post_recv(&[server.seg(2000, 10), server.seg(2100, 30)], 77, 0)
+        .expect("recv");
+    client
+        .buf
+        .write(0, b"placed by the sender, no CPU of yours");
+    client
+        .ep
+        .post_send(&[client.seg(0, 16), client.seg(16, 21)], 5, 0)
+        .expect("send");
+    let ev = client
+        .dto
+        .dequeue()
+        .expect("completed before the post returned");
+    assert_eq!(dto(&ev), (5, dto_status::SUCCESS, 37, dto_op::SEND));
+    assert_eq!(inline(&c_stats), before + 1);
+    // The receiver has not looked since it posted: the data is there all the same.
+    assert_eq!(server.buf.read(2000, 10), b"placed by ");
+    assert_eq!(server.buf.read(2100, 27), b"the sender, no CPU of yours");
+    assert_eq!(
+        server.buf.read(2127, 3),
+        vec![0u8; 3],
+        "nothing past the message"
+    );
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (77, dto_status::SUCCESS, 37, dto_op::RECEIVE)
+    );
+    assert!(server.dto.dequeue().is_err(), "completed once");
+    close(&[&client, &server]);
+}
+
+/// Sends placed by the sender and a send that travels through the ring (no receive posted
+/// yet) take the receives in post order, each once.
+#[test]
+fn placed_and_ringed_sends_keep_their_order() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    let before = inline(&c_stats);
+    for i in 0..4u8 {
+        client.buf.write(100 * i as usize, &[b'a' + i; 8]);
+    }
+    // Through the ring: nothing posted yet.
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 10, 0)
+        .expect("send 0");
+    assert_eq!(inline(&c_stats), before);
+    for r in 0..4u64 {
+        server
+            .ep
+            .post_recv(&[server.seg(1000 + 8 * r as usize, 8)], 20 + r, 0)
+            .expect("recv");
+    }
+    assert_eq!(dto(&next(&client.dto)).0, 10);
+    // Nothing outstanding now: placed, in receives 1 to 3.
+    for i in 1..4u64 {
+        client
+            .ep
+            .post_send(&[client.seg(100 * i as usize, 8)], 10 + i, 0)
+            .expect("send");
+    }
+    assert_eq!(inline(&c_stats), before + 3);
+    for i in 1..4u64 {
+        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
+    }
+    for r in 0..4u64 {
+        assert_eq!(
+            dto(&next(&server.dto)),
+            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+        );
+        assert_eq!(
+            server.buf.read(1000 + 8 * r as usize, 8),
+            [b'a' + r as u8; 8]
+        );
+    }
+    assert!(server.dto.dequeue().is_err(), "each receive completed once");
+    assert!(client.dto.dequeue().is_err(), "each send completed once");
+    close(&[&client, &server]);
+}
+
+/// A receive too small for the message is not placed in: the send travels through the ring
+/// and the receiver reports what DAT specifies (a local length error on the receive, the
+/// send refused, the connection broken), as over TCP.
+#[test]
+fn a_receive_too_small_is_refused_as_over_tcp() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    let before = inline(&c_stats);
+    server
+        .ep
+        .post_recv(&[server.seg(0, 8)], 30, 0)
+        .expect("recv");
+    client
+        .ep
+        .post_send(&[client.seg(0, 16)], 31, 0)
+        .expect("send");
+    assert_eq!(inline(&c_stats), before, "not placed");
+    assert_eq!(
+        dto(&next(&server.dto)),
+        (30, dto_status::LOCAL_LENGTH, 0, dto_op::RECEIVE)
+    );
+    let (cookie, status, ..) = dto(&next(&client.dto));
+    assert_eq!(cookie, 31);
+    assert_ne!(status, dto_status::SUCCESS);
+    assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
+    close(&[&client, &server]);
+}
+
+/// A receiver whose receives are flushed (its EP disconnected) completes the ones the sender
+/// had placed messages in (the sender completed those sends) and flushes the rest; and once
+/// the flush is done, no send lands in those buffers any more.
+#[test]
+fn a_flush_completes_placed_receives_and_withdraws_the_rest() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, _) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    server
+        .ep
+        .post_recv(&[server.seg(0, 8)], 40, 0)
+        .expect("recv 0");
+    server
+        .ep
+        .post_recv(&[server.seg(8, 8)], 41, 0)
+        .expect("recv 1");
+    client.buf.write(0, b"message!");
+    client
+        .ep
+        .post_send(&[client.seg(0, 8)], 50, 0)
+        .expect("send");
+    assert_eq!(
+        dto(&client.dto.dequeue().expect("placed")),
+        (50, dto_status::SUCCESS, 8, dto_op::SEND)
+    );
+    // The receiver frees its EP without having looked: receive 0 holds a message.
+    server.ep.free().expect("free the receiver's EP");
+    let mut got = vec![dto(&next(&server.dto)), dto(&next(&server.dto))];
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (40, dto_status::SUCCESS, 8, dto_op::RECEIVE),
+            (41, dto_status::FLUSHED, 0, dto_op::RECEIVE)
+        ]
+    );
+    assert_eq!(server.buf.read(0, 8), b"message!");
+    server.buf.write(8, b"canary!!");
+    let _ = client.ep.post_send(&[client.seg(0, 8)], 51, 0);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        server.buf.read(8, 8),
+        b"canary!!",
+        "nothing placed after the flush"
+    );
+    close(&[&client, &server]);
+}
+
+/// A sender placing messages as fast as it can while the receiver frees its EP: every
+/// receive completes once, the placed ones first and with their data, the rest flushed; and
+/// no message lands in a flushed receive's buffer after the free returned.
+#[test]
+fn placements_racing_a_flush_never_write_a_flushed_receive() {
+    for round in 0..10u64 {
+        let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+        let (client, _) = side("cli", mem_priv::ALL, Mode::Require);
+        let _psp = connect_pair(&server, &client);
+        sync_server(&server, &client);
+        for r in 0..32u64 {
+            server
+                .ep
+                .post_recv(&[server.seg(16 * r as usize, 16)], r, 0)
+                .expect("recv");
+        }
+        client.buf.write(0, &[0xab; 16]);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (ep, evd, sge) = (client.ep.clone(), client.dto.clone(), client.seg(0, 16));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut id = 1000;
+                while !stop.load(Ordering::Relaxed) {
+                    if ep.post_send(std::slice::from_ref(&sge), id, 0).is_ok() {
+                        id += 1;
+                    }
+                    while evd.dequeue().is_ok() {}
+                }
+            });
+            std::thread::sleep(Duration::from_micros(100 * round));
+            server.ep.free().expect("free the receiver's EP");
+            let mut events: Vec<_> = (0..32).map(|_| dto(&next(&server.dto))).collect();
+            events.sort();
+            let placed = events
+                .iter()
+                .take_while(|e| e.1 == dto_status::SUCCESS)
+                .count();
+            for (r, e) in events.iter().enumerate() {
+                assert_eq!(e.0, r as u64, "round {round}: each receive once");
+                if r < placed {
+                    assert_eq!(*e, (r as u64, dto_status::SUCCESS, 16, dto_op::RECEIVE));
+                    assert_eq!(server.buf.read(16 * r, 16), [0xab; 16]);
+                } else {
+                    assert_eq!(e.1, dto_status::FLUSHED, "round {round}: receive {r}");
+                    server.buf.write(16 * r, &[0x5a; 16]);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            for r in placed..32 {
+                assert_eq!(
+                    server.buf.read(16 * r, 16),
+                    [0x5a; 16],
+                    "round {round}: receive {r} written after its flush"
+                );
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        close(&[&client, &server]);
+    }
 }
 
 /// Sends (and everything else that is not an inline read or write) travel through the
