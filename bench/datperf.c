@@ -21,6 +21,12 @@
  *              buffers every round. Time per round, and the initiator's
  *              dat_lmr_create and dat_lmr_free (rows lmr_create, lmr_free)
  *
+ * Waits: dat_evd_wait by default; -p polls with dat_evd_dequeue. A busy wait
+ * (a poll, write_lat's wait on its buffer) yields the CPU between looks by
+ * default (-y yield, which lets a software provider's threads run on it); -y
+ * spin does not, as real programs that spin do, and send_lat then also waits
+ * on its receive buffer's last byte, before it reaps the receive.
+ *
  * The client drives; the server follows commands sent over the same
  * connection. Every wait is bounded (-T), and any DAT error prints its
  * dat_strerror() name and exits non-zero.
@@ -77,6 +83,7 @@ static struct options {
 	int timeout_s;                 /* every wait for the peer */
 	int accept_timeout_s;          /* the server's wait for a client */
 	int poll;                      /* busy-poll EVDs instead of dat_evd_wait */
+	int spin;                      /* busy waits spin without sched_yield (-y spin) */
 } opt = {
 	.ia_name = "rs-tcp",
 	.conn_qual = 18515,
@@ -213,6 +220,8 @@ static const char *dto_status_name(DAT_DTO_COMPLETION_STATUS st)
 /*
  * Waits for one event. Blocking (dat_evd_wait) is the default: on a small
  * host, busy-polling threads starve a software provider's progress thread.
+ * With -p it polls, yielding the CPU between looks (-y yield, the default)
+ * or not (-y spin: as programs that poll do).
  */
 static void wait_event(DAT_EVD_HANDLE evd, int seconds, DAT_EVENT *ev, const char *what)
 {
@@ -230,7 +239,8 @@ static void wait_event(DAT_EVD_HANDLE evd, int seconds, DAT_EVENT *ev, const cha
 			check(rc, what);
 		if (now_us() > deadline)
 			check(DAT_TIMEOUT_EXPIRED, what);
-		sched_yield();
+		if (!opt.spin)
+			sched_yield();
 	}
 }
 
@@ -518,9 +528,11 @@ static void exchange_hello(struct session *s, int server)
 static uint8_t marker(int i) { return (uint8_t)(i % 251 + 1); }
 
 /*
- * Spins until the peer's RDMA write lands (the last byte of our buffer
- * turns to `want`). Yields while spinning: a software provider's progress
- * thread needs the CPU to deliver that very write.
+ * Spins until the peer's RDMA write (or send, with -y spin) lands: the last
+ * byte of our buffer turns to `want`. With -y yield (the default) it yields
+ * the CPU between looks, which lets a software provider's progress thread
+ * run on it; with -y spin it does not, as programs that spin on their memory
+ * do (a NIC needs no CPU of the target's to place the data).
  */
 static void wait_for_byte(volatile uint8_t *p, uint8_t want, const char *what)
 {
@@ -529,8 +541,9 @@ static void wait_for_byte(volatile uint8_t *p, uint8_t want, const char *what)
 
 	while (*p != want) {
 		if (++spins % 1024 == 0 && now_us() > deadline)
-			die("%s: no RDMA write from the peer within %d s", what, opt.timeout_s);
-		sched_yield();
+			die("%s: no data from the peer within %d s", what, opt.timeout_s);
+		if (!opt.spin)
+			sched_yield();
 	}
 }
 
@@ -579,14 +592,27 @@ static void wait_data_recv(struct session *s, uint32_t size, const char *what)
 
 /* Client sides. Each returns after the test's last exchange. */
 
+/*
+ * send_lat: each message carries the iteration's marker in its last byte.
+ * With -y spin a side waits for a message by spinning on that byte of its
+ * receive buffer (the time is taken there), then reaps the receive.
+ */
 static void client_send_lat(struct session *s, uint32_t size, int total, double *oneway)
 {
+	volatile uint8_t *mine = s->data.base + size - 1;
+
 	for (int i = 0; i < total; i++) {
 		post_recv(s, &s->data, 0, size, DATA_COOKIE);
+		s->local.base[size - 1] = marker(i);
 		double t0 = now_us();
 		post_send(s, &s->local, 0, size);
-		wait_data_recv(s, size, "send_lat: pong");
+		if (opt.spin)
+			wait_for_byte(mine, marker(i), "send_lat: pong");
+		else
+			wait_data_recv(s, size, "send_lat: pong");
 		oneway[i] = (now_us() - t0) / 2;
+		if (opt.spin)
+			wait_data_recv(s, size, "send_lat: pong");
 		wait_dto(s->req_evd, "send_lat: ping completion");
 	}
 }
@@ -829,14 +855,20 @@ static struct result client_test(struct session *s, int test, uint32_t size, int
 
 static void server_send_lat(struct session *s, uint32_t size, int total)
 {
+	volatile uint8_t *mine = s->data.base + size - 1;
+
+	*mine = 0;
 	post_recv(s, &s->data, 0, size, DATA_COOKIE);
 	send_kind(s, MSG_READY);
 	for (int i = 0; i < total; i++) {
+		if (opt.spin)
+			wait_for_byte(mine, marker(i), "send_lat: ping");
 		wait_data_recv(s, size, "send_lat: ping");
 		if (i + 1 < total)
 			post_recv(s, &s->data, 0, size, DATA_COOKIE);
 		else
 			post_ctrl_recv(s);
+		s->local.base[size - 1] = marker(i);
 		post_send(s, &s->local, 0, size);
 		wait_dto(s->req_evd, "send_lat: pong completion");
 	}
@@ -1007,9 +1039,10 @@ static int run_client(void)
 		die("the server's buffer (%u bytes) is smaller than -S asks (%u): "
 		    "give the server the same -S", (unsigned)s.peer.segment_length, max_size());
 
-	printf("# datperf: IA %s, server %s conn_qual %llu, window %d (RDMA reads %d), %s\n",
+	printf("# datperf: IA %s, server %s conn_qual %llu, window %d (RDMA reads %d), %s, %s\n",
 	       opt.ia_name, opt.host, (unsigned long long)opt.conn_qual, opt.window,
-	       s.read_window, opt.poll ? "polling" : "blocking waits");
+	       s.read_window, opt.poll ? "polling" : "blocking waits",
+	       opt.spin ? "busy waits spin (no sched_yield)" : "busy waits yield (sched_yield)");
 	printf("# latency in us: send_lat/write_lat one-way (RTT/2), read_lat a whole read,"
 	       " reg_* a whole round; MB/s = 10^6 B/s\n");
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
@@ -1075,7 +1108,10 @@ static void usage(void)
 		"  -w N         outstanding operations in bandwidth tests (default 32)\n"
 		"  -T SEC       timeout of every wait for the peer (default 20)\n"
 		"  -A SEC       server: how long to wait for a client (default 120)\n"
-		"  -p           busy-poll the EVDs (dat_evd_dequeue) instead of dat_evd_wait\n",
+		"  -p           busy-poll the EVDs (dat_evd_dequeue) instead of dat_evd_wait\n"
+		"  -y MODE      busy waits (-p, and write_lat's wait on memory): yield (default:\n"
+		"               sched_yield between looks) or spin (no yield, as programs that\n"
+		"               spin do; send_lat then also waits on the receive buffer's memory)\n",
 		MIN_ITERS);
 	exit(2);
 }
@@ -1165,7 +1201,7 @@ int main(int argc, char **argv)
 
 	parse_tests("all");
 	parse_sizes("8-4M");
-	while ((c = getopt(argc, argv, "P:sh:q:t:S:n:N:B:w:T:A:p")) != -1) {
+	while ((c = getopt(argc, argv, "P:sh:q:t:S:n:N:B:w:T:A:py:")) != -1) {
 		switch (c) {
 		case 'P': opt.ia_name = optarg; break;
 		case 's': server = 1; break;
@@ -1180,6 +1216,11 @@ int main(int argc, char **argv)
 		case 'T': opt.timeout_s = positive(optarg); break;
 		case 'A': opt.accept_timeout_s = positive(optarg); break;
 		case 'p': opt.poll = 1; break;
+		case 'y':
+			if (strcmp(optarg, "spin") && strcmp(optarg, "yield"))
+				usage();
+			opt.spin = !strcmp(optarg, "spin");
+			break;
 		default: usage();
 		}
 	}

@@ -8,6 +8,8 @@
 #   - Debian's dapltest -T P -m p / -m b RR 8 (and -m b -p 8 RR 1 MiB) over rs-tcp;
 #   - per-message registration rounds (datperf reg_write / reg_read, 4 KiB and 1 MiB) and
 #     the cost of dat_lmr_create / dat_lmr_free, on the same host also with arenas off;
+#   - 8 B RDMA write and send ping-pongs whose two sides spin on their memory (datperf -y
+#     spin), over TCP also with real-time progress threads;
 # each in three settings: "veth", two network namespaces joined by a veth
 # pair, each side also in its own PID namespace (so no cross-memory attach can
 # reach the peer: TCP carries everything); "lo", plain loopback with the
@@ -35,6 +37,7 @@ ROUNDS=${ROUNDS:-3}
 SETTINGS=${SETTINGS:-veth lo host}
 LAT_ITERS=${LAT_ITERS:-20000}
 REG_ITERS=${REG_ITERS:-1000}
+SPIN_ITERS=${SPIN_ITERS:-1000}
 DT_ITERS=${DT_ITERS:-20000}
 QPERF_TIME=${QPERF_TIME:-2}
 DATPERF_QUAL=18615 TCPRTT_PORT=19866 QPERF_PORT=19865
@@ -202,6 +205,31 @@ m_reg() {
 	done
 }
 
+# Spinning waiters (issue 22): datperf -p -y spin, 8 B RDMA write and send ping-pong, both
+# sides spinning on their buffers' last byte with no DAT call and no sched_yield (and
+# reaping with a dequeue loop without yield), both processes' threads competing for the
+# machine's CPUs. One-way (RTT/2) median and p99. VARIANT realtime: progress threads
+# SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime).
+m_spin() {
+	local s=$1 r=$2 variant=${3:-} log=$raw/$1-r$2-spin${3:+-$3} env=() p=${3:+${3}_} n=$SPIN_ITERS
+	[ "$variant" = realtime ] && env=(env DAPLRS_PROGRESS_PRIORITY=realtime)
+	# Over TCP an ordinary progress thread takes milliseconds a message here: fewer of them.
+	[ "$s" = host ] && n=$LAT_ITERS
+	start_server "$s" "$log-server.txt" "server listening" "${env[@]}" "$bin/datperf" -P rs-tcp -s \
+		-q $DATPERF_QUAL -S 8 -A 60 -p -y spin || { stop_server; return; }
+	timeout -k 5 300 bash -c 'run "$@"' _ "$s" b "${env[@]}" \
+		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8 -t write_lat,send_lat \
+		-n "$n" -p -y spin >"$log.txt" 2>&1 ||
+		echo "  datperf spin $s ${variant:-} failed: see ${log#"$top"/}.txt" >&2
+	wait "$server_pid" 2>/dev/null
+	server_pid=""
+	local t
+	for t in write send; do
+		record "$s" "${p}spin_${t}_med" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $4 }' "$log.txt")"
+		record "$s" "${p}spin_${t}_p99" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $5 }' "$log.txt")"
+	done
+}
+
 # Debian's dapltest -T P (the issue's command lines), one server per setting and round.
 # Its latency figure comes from its second phase, one read at a time, the
 # completion always reaped by a dat_evd_dequeue loop with a sched_yield between
@@ -269,8 +297,20 @@ print_table() {
 			row("  reg " label "dat_lmr_free " (z == 1 ? "4 KiB" : "1 MiB") ", median", s, med(s, p "free_" k), "us", "", "", "", 2)
 		}
 	}
+	# The spinning waiters rows of setting s (prefix p: "" or "realtime_"), as ratios of the
+	# setting'"'"'s busy-polled round trip (issue 22: a one-way within it over TCP; 2 us on the
+	# same host).
+	function spin_rows(s, p, label, rtt,   t, op, tgt) {
+		for (t = 1; t <= 2; t++) {
+			op = t == 1 ? "write" : "send"
+			tgt = s == "host" ? "<= 2 us" : "<= 1x"
+			row("  spin " label op " 8 B one-way (RTT/2) median", s, med(s, p "spin_" op "_med"), "us",
+			    rtt, rtt == "" ? "" : "TCP RTT", tgt, 2)
+			row("  spin " label op " 8 B one-way p99", s, med(s, p "spin_" op "_p99"), "us", "", "", "", 2)
+		}
+	}
 	END {
-		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issues 10, 26)"
+		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issues 10, 22, 26)"
 		split(SETTINGS, S, " ")
 		pm = med("host", "pvm_med"); pb = med("host", "pvm_bw")
 		for (i = 1; i in S; i++) {
@@ -293,6 +333,7 @@ print_table() {
 				row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", pb, "pvm_readv", "", 0)
 				reg_rows(s, "", "")
 				reg_rows(s, "nomap_", "(arenas off) ")
+				spin_rows(s, "", "", "")
 				continue
 			}
 			rtt = med(s, "rtt_med"); bw = med(s, "tcpbw")
@@ -314,11 +355,15 @@ print_table() {
 			row("  dapltest -T P -m b RR 8, latency phase (mean)", s, med(s, "dt_b_lat"), "us", rtt, "TCP RTT", "<= 2.5x", 2)
 			row("  dapltest -T P -m b -p 8 RR 1 MiB", s, med(s, "dt_bw"), "MB/s", bw, "tcp_bw", ">= 0.95x", 0)
 			reg_rows(s, "", "")
+			spin_rows(s, "", "", rtt)
+			spin_rows(s, "realtime_", "(realtime) ", rtt)
 		}
 		printf "\nmedians of %d interleaved round(s); MB/s = 10^6 B/s; latency of a read = the whole read,\n", rounds
 		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
 		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median). reg: a round"
 		print "registers on both sides, moves the data once, sends a finish and frees (datperf reg_*, polled)."
+		print "spin: both sides spin on their buffers, no DAT call, no sched_yield (datperf -p -y spin); realtime:"
+		print "progress threads SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime)."
 		print "Timings on a shared 2-CPU host move by tens of percent: read the ratios, taken side by side."
 	}' SETTINGS="$SETTINGS" "$results"
 }
@@ -342,6 +387,8 @@ for r in $(seq "$ROUNDS"); do
 		m_datperf "$s" "$r" block
 		m_reg "$s" "$r"
 		[ "$s" = host ] && m_reg "$s" "$r" nomap
+		m_spin "$s" "$r"
+		[ "$s" = host ] || m_spin "$s" "$r" realtime
 		m_dapltest "$s" "$r"
 	done
 	case " $SETTINGS " in *" host "*) ;; *) m_pvm "$r" ;; esac

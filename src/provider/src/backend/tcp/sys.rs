@@ -511,3 +511,32 @@ pub(crate) fn connect_reusable(
     stream.set_nonblocking(false)?;
     Ok(stream)
 }
+
+/// Makes the calling thread SCHED_FIFO at the lowest real-time priority (`on`), or
+/// SCHED_OTHER again. Needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 for the first.
+pub(super) fn set_realtime(on: bool) -> io::Result<()> {
+    let (policy, priority) = match on {
+        true => (libc::SCHED_FIFO, 1),
+        false => (libc::SCHED_OTHER, 0),
+    };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pthread_setschedparam(3) on our own thread, reading the one struct we pass.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) };
+    match rc {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// How many times the calling thread has blocked (voluntary context switches).
+pub(super) fn times_blocked() -> u64 {
+    // SAFETY: getrusage(2) fills the one struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_nvcsw as u64
+}

@@ -21,7 +21,12 @@ enum Target {
 pub(crate) fn progress_loop(shared: Arc<Shared>) {
     let mut buf = vec![0u8; 256 * 1024];
     let mut drain = [0u8; 256];
-    let spin = spin_window();
+    let mut realtime = Realtime::start();
+    // A real-time thread must not spin: its sched_yield lets no ordinary thread run.
+    let spin = match realtime {
+        Some(_) => Duration::ZERO,
+        None => spin_window(),
+    };
     // When this thread last served traffic: for a spin window after it, it polls without
     // sleeping (see `spin_window`).
     let mut last_traffic: Option<Instant> = None;
@@ -199,6 +204,9 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             }
         }
         rings.end(&mut fds);
+        if realtime.as_mut().is_some_and(|r| r.hogging()) {
+            realtime = None;
+        }
         if let Err(e) = polled {
             log::error!("poll failed: {e}");
             std::thread::sleep(Duration::from_millis(TICK_MS as u64));
@@ -299,6 +307,81 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 shared.engine.lock().panics += 1;
             }
         }
+    }
+}
+
+// ---- scheduling ------------------------------------------------------------------------------
+
+/// Environment variable: how progress threads are scheduled: `normal` (the default) or
+/// `realtime` (SCHED_FIFO at the lowest real-time priority, where the process may: root,
+/// CAP_SYS_NICE, or an RLIMIT_RTPRIO of 1 or more).
+///
+/// Why: an application that spins on its memory for a peer's RDMA write or send, with no DAT
+/// call and no sched_yield, holds its CPU; on a machine whose CPUs all run such spinners, the
+/// progress thread that must place the peer's data is woken but not run until a spinner's
+/// time slice ends: 2-4 ms a message here (docs/perf-analysis.md section 14). A real-time
+/// progress thread preempts the spinner at once (30-45 us one-way over loopback here). It is
+/// not the default because it also preempts applications that poll or wait for what they
+/// would read themselves: the ordinary latencies over TCP about doubled. No spin window for
+/// it (a real-time thread's sched_yield lets no ordinary thread run), and a watchdog (see
+/// `Realtime::hogging`). On the same host, sends and RDMA writes need no progress thread.
+pub(crate) const PRIORITY_ENV: &str = "DAPLRS_PROGRESS_PRIORITY";
+
+/// A progress thread running SCHED_FIFO, and what its watchdog keeps of it.
+struct Realtime {
+    blocked: u64,
+    since: Instant,
+}
+
+/// A real-time progress thread that has not blocked for this long is made ordinary again:
+/// a bug that kept it busy would otherwise starve every ordinary thread of its CPU.
+const REALTIME_HOG: Duration = Duration::from_millis(200);
+
+impl Realtime {
+    /// Makes the calling thread real-time if DAPLRS_PROGRESS_PRIORITY asks for it and the
+    /// kernel lets it; None otherwise (said in the log).
+    fn start() -> Option<Realtime> {
+        match std::env::var(PRIORITY_ENV).as_deref().map(str::trim) {
+            Err(_) | Ok("") | Ok("normal") => return None,
+            Ok("realtime") => {}
+            Ok(other) => {
+                log::warn!("{PRIORITY_ENV}={other:?}: not normal|realtime; using normal");
+                return None;
+            }
+        }
+        match sys::set_realtime(true) {
+            Ok(()) => {
+                log::info!("progress thread: SCHED_FIFO ({PRIORITY_ENV}=realtime)");
+                Some(Realtime {
+                    blocked: sys::times_blocked(),
+                    since: Instant::now(),
+                })
+            }
+            Err(e) => {
+                log::warn!("{PRIORITY_ENV}=realtime: {e}; the progress thread stays ordinary");
+                None
+            }
+        }
+    }
+
+    /// Whether the thread has run REALTIME_HOG without blocking once; if so it is ordinary
+    /// again (said in the log).
+    fn hogging(&mut self) -> bool {
+        let blocked = sys::times_blocked();
+        if blocked != self.blocked {
+            self.blocked = blocked;
+            self.since = Instant::now();
+            return false;
+        }
+        if self.since.elapsed() < REALTIME_HOG {
+            return false;
+        }
+        let _ = sys::set_realtime(false);
+        log::error!(
+            "progress thread: busy {REALTIME_HOG:?} without blocking as a real-time thread; \
+             ordinary from now on"
+        );
+        true
     }
 }
 
