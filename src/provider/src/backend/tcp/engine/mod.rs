@@ -662,7 +662,12 @@ impl Engine {
             self.push_wc(&scq, WorkCompletion::flushed(wr_id, opcode, qp));
         }
         for (i, r) in recvs.into_iter().enumerate() {
-            let wc = match placed.get(i) {
+            // What the slot says was placed is the peer's word: never more than the receive.
+            let capacity: u64 = r.sgl.iter().map(|s| u64::from(s.length)).sum();
+            let placed = placed
+                .get(i)
+                .filter(|p| p.imm.is_some() || u64::from(p.len) <= capacity);
+            let wc = match placed {
                 Some(p) => WorkCompletion {
                     imm: p.imm,
                     solicited: p.solicited,

@@ -557,6 +557,48 @@ mod tests {
         (reader, writer)
     }
 
+    /// The receive window: what the reader publishes the writer reads back; a receive is
+    /// taken once, only while published and only under its own number; withdrawn ones are
+    /// gone for the writer, taken ones tell the reader what was placed.
+    #[test]
+    fn the_receive_window_hands_each_receive_over_once() {
+        let (r, w) = pair();
+        assert_eq!(w.published_recv(0), None, "nothing published yet");
+        r.publish_recv(0, &[(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)]);
+        let too_many: Vec<(u64, u32, u32)> = (0..RECV_SGES as u64 + 1).map(|i| (i, 1, 1)).collect();
+        r.publish_recv(1, &too_many);
+        r.publish_recv(2, &[(0x3000, 8, 0x4403)]);
+        assert_eq!(w.published_recv(0), None, "not counted yet");
+        r.set_published(3);
+        let first = w.published_recv(0).expect("receive 0");
+        assert_eq!(
+            first.segments,
+            Some(vec![(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)])
+        );
+        assert_eq!(first.capacity(), 80);
+        assert_eq!(w.published_recv(1).expect("receive 1").segments, None, "not placeable");
+        let placed = Placement {
+            len: 70,
+            imm: None,
+            solicited: true,
+        };
+        assert!(!w.take_recv(64, placed), "slot 0 holds receive 0, not 64");
+        assert!(w.take_recv(0, placed));
+        assert!(!w.take_recv(0, placed), "taken once");
+        assert!(r.recv_taken(0));
+        assert_eq!(r.placement(0), Some(placed));
+        assert_eq!(w.published_recv(0), None, "taken: gone for the writer");
+        assert!(r.withdraw_recv(2));
+        assert!(!w.take_recv(2, placed), "withdrawn");
+        assert_eq!(r.placement(2), None);
+        assert!(!r.withdraw_recv(0), "a taken receive is not withdrawn");
+        // Slot reuse: receive 64 in slot 0, once receive 0 is done.
+        r.publish_recv(64, &[(0x5000, 8, 0x4404)]);
+        r.set_published(65);
+        assert!(w.published_recv(64).is_some());
+        assert!(!r.recv_taken(0), "the slot names receive 64 now");
+    }
+
     #[test]
     fn bytes_pass_in_order_across_the_wrap() {
         let (r, w) = pair();
