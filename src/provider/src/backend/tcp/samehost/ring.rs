@@ -576,7 +576,11 @@ mod tests {
             Some(vec![(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)])
         );
         assert_eq!(first.capacity(), 80);
-        assert_eq!(w.published_recv(1).expect("receive 1").segments, None, "not placeable");
+        assert_eq!(
+            w.published_recv(1).expect("receive 1").segments,
+            None,
+            "not placeable"
+        );
         let placed = Placement {
             len: 70,
             imm: None,
