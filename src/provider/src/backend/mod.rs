@@ -251,6 +251,12 @@ pub trait CompletionQueue: Send + Sync {
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize;
     /// Installs (or removes) the notification hook.
     fn set_notify(&self, notify: Option<NotifyFn>);
+    /// Whether completions must reach the notification hook by themselves, with nobody
+    /// polling or driving the CQ (its EVD feeds a CNO). Where they need not, a backend may
+    /// call the hook only from `drive` and `poll` (verbs: no completion event is asked for).
+    fn set_events_wanted(&self, wanted: bool) {
+        let _ = wanted;
+    }
     fn resize(&self, depth: u32) -> DatResult<()>;
     fn depth(&self) -> u32;
     /// Waits, until `deadline` at the latest, for traffic on the connections whose completions

@@ -271,6 +271,8 @@ impl Evd {
                     evd.drain_cq();
                 }
             })));
+            // A CNO's waiter learns of completions only if they reach the EVD by themselves.
+            cq.set_events_wanted(evd.state.lock().cno.is_some());
         }
         reservation.commit(Object::Evd(evd.clone()), ia.handle());
         if flags & evd_flags::ASYNC != 0 {
@@ -627,9 +629,13 @@ impl Evd {
                 return Err(HandleKind::Cno.invalid());
             }
         }
+        let wanted = cno.is_some();
         let old = std::mem::replace(&mut self.state.lock().cno, cno);
         if let Some(old) = old {
             old.users.release();
+        }
+        if let Some(cq) = &self.cq {
+            cq.set_events_wanted(wanted);
         }
         Ok(())
     }

@@ -32,6 +32,11 @@ pub(crate) struct VerbsCq {
     /// the CQ cannot overrun (an overrun is fatal to every QP on it).
     cqe: AtomicU32,
     attached: AtomicU32,
+    /// Whether completions must raise events even when nobody drives this CQ: its EVD feeds
+    /// a CNO, whose waiter learns of them only through the event thread. Otherwise the CQ is
+    /// armed only by a thread about to sleep in `drive`: a consumer that polls costs no
+    /// event, no event-thread wake-up and no system call per completion.
+    events_wanted: std::sync::atomic::AtomicBool,
     /// Ends a `drive` (an eventfd).
     interrupt: OwnedFd,
     /// The thread in `drive` (0: none): it needs no interrupt for events it queues itself.
@@ -67,7 +72,6 @@ impl VerbsCq {
             return Err(DatError::resources(SubType::ResourceMemory));
         }
         // SAFETY: a CQ we just created.
-        unsafe { ibv_req_notify_cq(cq, 0) };
         let actual = unsafe { (*cq).cqe } as u32;
         let Some(interrupt) = super::sys::eventfd() else {
             // SAFETY: the CQ we just created, used by nobody.
@@ -84,6 +88,7 @@ impl VerbsCq {
             depth: AtomicU32::new(depth),
             cqe: AtomicU32::new(actual),
             attached: AtomicU32::new(0),
+            events_wanted: std::sync::atomic::AtomicBool::new(false),
             interrupt,
             driver: AtomicU64::new(0),
         });
@@ -121,16 +126,22 @@ impl VerbsCq {
     /// Moves everything the hardware CQ holds into the software queue (holding its lock, so
     /// completions keep their order).
     fn reap(&self, queue: &mut VecDeque<WorkCompletion>) {
-        let shared = self.shared.upgrade();
-        // SAFETY: ibv_wc is plain data.
-        let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        const BATCH: usize = 32;
+        // Not zeroed (1.5 KiB a call, each poll of an empty queue too): ibv_poll_cq writes
+        // the entries it returns, and only those are read.
+        let mut wcs = std::mem::MaybeUninit::<[ibv_wc; BATCH]>::uninit();
+        let mut shared = None;
         loop {
-            // SAFETY: our CQ and a buffer of 32 entries.
-            let n = unsafe { ibv_poll_cq(self.cq.0, wcs.len() as i32, wcs.as_mut_ptr()) };
+            let first = wcs.as_mut_ptr().cast::<ibv_wc>();
+            // SAFETY: our CQ and room for BATCH entries.
+            let n = unsafe { ibv_poll_cq(self.cq.0, BATCH as i32, first) };
             if n <= 0 {
                 break;
             }
-            for wc in &wcs[..n as usize] {
+            // SAFETY: ibv_poll_cq wrote the first n entries (n <= BATCH).
+            let got = unsafe { std::slice::from_raw_parts(first, n as usize) };
+            let shared = shared.get_or_insert_with(|| self.shared.upgrade());
+            for wc in got {
                 self.convert(shared.as_ref(), wc, queue);
             }
         }
@@ -247,7 +258,16 @@ impl VerbsCq {
         }
     }
 
+    /// After an event: arms the CQ for the next one if its completions must raise events
+    /// (`events_wanted`); a thread that drives it arms it itself before it sleeps.
     pub(super) fn rearm(&self) {
+        if self.events_wanted.load(Ordering::SeqCst) {
+            self.arm();
+        }
+    }
+
+    /// Asks for an event at the next completion.
+    fn arm(&self) {
         // SAFETY: our CQ.
         unsafe { ibv_req_notify_cq(self.cq.0, 0) };
     }
@@ -271,6 +291,15 @@ impl CompletionQueue for VerbsCq {
     }
     fn set_notify(&self, notify: Option<NotifyFn>) {
         *self.notify.lock() = notify;
+    }
+    fn set_events_wanted(&self, wanted: bool) {
+        if !self.events_wanted.swap(wanted, Ordering::SeqCst) && wanted {
+            self.arm();
+            // Completions that came before the arm raised nothing: hand them over now.
+            if self.reap_some() {
+                self.fire();
+            }
+        }
     }
     fn resize(&self, depth: u32) -> DatResult<()> {
         self.depth.store(depth, Ordering::SeqCst);
@@ -301,6 +330,13 @@ impl CompletionQueue for VerbsCq {
                 break;
             }
             std::hint::spin_loop();
+        }
+        // Armed before the last look: a completion after it raises an event that wakes us,
+        // one before it is found by the look.
+        self.arm();
+        if self.reap_some() {
+            self.fire();
+            return true;
         }
         // Bounded, so a lost wake-up costs a round of the caller's loop, never a hang.
         let mut timeout_ms: i32 = 1000;

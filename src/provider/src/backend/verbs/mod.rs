@@ -18,7 +18,6 @@ mod mem;
 mod qp;
 mod sys;
 
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -32,6 +31,7 @@ use super::{
     CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
     ProtectionDomain, QpInit, QueuePair, SharedReceiveQueue,
 };
+use crate::intmap::IntMap;
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
 use cm::CmState;
 use cq::VerbsCq;
@@ -57,10 +57,11 @@ const MAX_INLINE: u32 = 128;
 
 /// Every QP of the process by (device context, qp_num): asynchronous events arrive on the
 /// device's descriptor, which IAs on the same device share.
-type QpMap = HashMap<(usize, u32), Weak<VerbsQp>>;
+/// Looked up for every completion (an IntMap: no SipHash on that path).
+type QpMap = IntMap<(usize, u32), Weak<VerbsQp>>;
 fn all_qps() -> &'static Mutex<QpMap> {
     static QPS: OnceLock<Mutex<QpMap>> = OnceLock::new();
-    QPS.get_or_init(|| Mutex::new(HashMap::new()))
+    QPS.get_or_init(|| Mutex::new(IntMap::default()))
 }
 
 /// What happens on the event thread for work found elsewhere.
@@ -84,7 +85,7 @@ pub(crate) struct Shared {
     wake: OwnedFd,
     cm_handler: Mutex<Option<CmHandler>>,
     deferred: Mutex<Vec<Deferred>>,
-    cqs: Mutex<HashMap<u64, Weak<VerbsCq>>>,
+    cqs: Mutex<IntMap<u64, Weak<VerbsCq>>>,
     cm: Mutex<CmState>,
     closing: AtomicBool,
     next_id: AtomicU64,
@@ -338,7 +339,7 @@ impl VerbsDevice {
             wake,
             cm_handler: Mutex::new(None),
             deferred: Mutex::new(Vec::new()),
-            cqs: Mutex::new(HashMap::new()),
+            cqs: Mutex::new(IntMap::default()),
             cm: Mutex::new(CmState::default()),
             closing: AtomicBool::new(false),
             next_id: AtomicU64::new(1),

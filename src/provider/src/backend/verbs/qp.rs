@@ -8,7 +8,7 @@
 //! Q_Key and stays there: it needs no connection. Its sends name an address handle
 //! (`VerbsAh`, made from the path rdma_cm resolved) and the remote QP number.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -25,6 +25,7 @@ use crate::backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
+use crate::intmap::{IntMap, IntSet};
 use crate::core::error::{DatError, DatResult, SubType};
 
 /// How long teardown waits for the hardware to flush a QP's outstanding requests.
@@ -69,7 +70,7 @@ pub(crate) struct VerbsQp {
     sends_out: AtomicU32,
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
-    binds: Mutex<HashMap<u64, (Arc<VerbsMw>, u32)>>,
+    binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
     /// A non-flush error completion was seen: the connection is broken (reported once).
     pub(super) broken: AtomicBool,
     /// Windows bound through this QP.
@@ -279,7 +280,7 @@ impl VerbsQp {
             }),
             sends_out: AtomicU32::new(0),
             recvs_out: AtomicU32::new(0),
-            binds: Mutex::new(HashMap::new()),
+            binds: Mutex::new(IntMap::default()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
@@ -476,7 +477,12 @@ impl VerbsQp {
         if is_recv {
             return None;
         }
-        let (mw, rkey) = self.binds.lock().remove(&wr_id)?;
+        let mut binds = self.binds.lock();
+        if binds.is_empty() {
+            return None;
+        }
+        let (mw, rkey) = binds.remove(&wr_id)?;
+        drop(binds);
         if status == WcStatus::Success {
             mw.set_bound(rkey);
         }
@@ -922,7 +928,7 @@ pub(crate) struct VerbsSrq {
     _pd: Arc<PdInner>,
     max_wr: AtomicU32,
     /// Receives posted and not completed (dat_srq_query counts them).
-    posted: Mutex<HashSet<u64>>,
+    posted: Mutex<IntSet<u64>>,
 }
 
 impl VerbsSrq {
@@ -948,7 +954,7 @@ impl VerbsSrq {
             me: me.clone(),
             _pd: pd,
             max_wr: AtomicU32::new(a.attr.max_wr),
-            posted: Mutex::new(HashSet::new()),
+            posted: Mutex::new(IntSet::default()),
         }))
     }
 
