@@ -18,6 +18,7 @@ pub use crate::table::ProviderPtr;
 use dat_abi::*;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::Ordering;
 
 // ------------------------------------------------------------- dynamic registry
 
@@ -84,6 +85,7 @@ pub fn remove_provider(key: &ProviderKey, provider: ProviderPtr) -> DAT_RETURN {
     match reg.iter().position(|(k, p)| k == key && *p == provider) {
         Some(i) => {
             reg.remove(i);
+            LAST_TABLE.store(0, Ordering::Relaxed);
             log::debug!("provider {:?} removed ({:?})", provider.addr(), key);
             DAT_SUCCESS
         }
@@ -102,8 +104,20 @@ fn find_registered(key: &ProviderKey) -> Option<ProviderPtr> {
 /// Whether `p` is a provider table someone registered: the check that
 /// keeps a garbage handle from making us jump through a garbage table.
 pub fn is_registered_table(p: *const c_void) -> bool {
-    DYNAMIC.read().iter().any(|(_, q)| q.addr() == p)
+    // Every call through a handle asks this: the table asked for last answers without the
+    // lock (a program uses one provider, nearly always).
+    if !p.is_null() && LAST_TABLE.load(Ordering::Relaxed) == p as usize {
+        return true;
+    }
+    let found = DYNAMIC.read().iter().any(|(_, q)| q.addr() == p);
+    if found {
+        LAST_TABLE.store(p as usize, Ordering::Relaxed);
+    }
+    found
 }
+
+/// The table `is_registered_table` found last; 0 once any table is removed.
+static LAST_TABLE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 // ------------------------------------------------------------- IA handle table
 

@@ -63,11 +63,90 @@ pub struct DeviceAttr {
 pub const GRH_LEN: u32 = 40;
 
 /// One element of a scatter-gather list: the 2.0 LMR triplet, same layout as ibv_sge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Sge {
     pub addr: u64,
     pub length: u32,
     pub lkey: u32,
+}
+
+/// A scatter-gather list: up to `INLINE` segments with no heap allocation (a DTO's post
+/// path allocates nothing for the lists programs use), more on the heap.
+#[derive(Clone, Debug, Default)]
+pub struct SgeList {
+    len: usize,
+    inline: [Sge; SgeList::INLINE],
+    heap: Vec<Sge>,
+}
+
+impl SgeList {
+    pub const INLINE: usize = 4;
+
+    pub fn new() -> SgeList {
+        SgeList::default()
+    }
+
+    pub fn push(&mut self, s: Sge) {
+        if self.heap.is_empty() && self.len < Self::INLINE {
+            self.inline[self.len] = s;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.heap.push(s);
+        }
+        self.len += 1;
+    }
+
+    /// Keeps the first `n` segments.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.len {
+            self.len = n;
+            self.heap.truncate(n);
+        }
+    }
+}
+
+impl std::ops::Deref for SgeList {
+    type Target = [Sge];
+    fn deref(&self) -> &[Sge] {
+        match self.heap.is_empty() {
+            true => &self.inline[..self.len],
+            false => &self.heap,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SgeList {
+    fn deref_mut(&mut self) -> &mut [Sge] {
+        match self.heap.is_empty() {
+            true => &mut self.inline[..self.len],
+            false => &mut self.heap,
+        }
+    }
+}
+
+impl FromIterator<Sge> for SgeList {
+    fn from_iter<I: IntoIterator<Item = Sge>>(iter: I) -> SgeList {
+        let mut l = SgeList::new();
+        for s in iter {
+            l.push(s);
+        }
+        l
+    }
+}
+
+impl From<Vec<Sge>> for SgeList {
+    fn from(v: Vec<Sge>) -> SgeList {
+        v.into_iter().collect()
+    }
+}
+
+impl PartialEq for SgeList {
+    fn eq(&self, other: &SgeList) -> bool {
+        **self == **other
+    }
 }
 
 pub enum SendOp {
@@ -139,7 +218,7 @@ impl SendOp {
 pub struct SendWr {
     pub wr_id: u64,
     pub op: SendOp,
-    pub sgl: Vec<Sge>,
+    pub sgl: SgeList,
     /// Whether the consumer waits for this request's success. Every request is reported
     /// (the core retires its tracking with the completion), but one that is not signaled may
     /// be reported late: the verbs backend posts it unsignaled and reports its success when
@@ -152,7 +231,7 @@ pub struct SendWr {
 
 pub struct RecvWr {
     pub wr_id: u64,
-    pub sgl: Vec<Sge>,
+    pub sgl: SgeList,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -649,5 +728,39 @@ pub fn diagnose(ia_params: &str) -> Option<String> {
             "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 \
              address>\" or \"verbs <device> [port] | <netdev> | <IPv4 address>\")"
         )),
+    }
+}
+
+#[cfg(test)]
+mod sge_list_tests {
+    use super::{Sge, SgeList};
+
+    fn sge(i: u64) -> Sge {
+        Sge {
+            addr: 0x1000 * i,
+            length: i as u32,
+            lkey: i as u32 + 7,
+        }
+    }
+
+    /// Inline up to four segments, on the heap past them, the same list either way.
+    #[test]
+    fn a_list_keeps_its_segments_in_order_inline_or_not() {
+        for n in 0..10u64 {
+            let l: SgeList = (0..n).map(sge).collect();
+            assert_eq!(l.len(), n as usize);
+            assert!(l.iter().zip(0..n).all(|(s, i)| *s == sge(i)));
+            let mut t = l.clone();
+            t.truncate(2);
+            assert_eq!(t.len(), (n as usize).min(2));
+            t.push(sge(99));
+            assert_eq!(t.last(), Some(&sge(99)));
+            t[0].length = 0;
+            assert_eq!(t[0].length, 0);
+        }
+        assert_eq!(
+            SgeList::from(vec![sge(1), sge(2)]),
+            [sge(1), sge(2)].into_iter().collect()
+        );
     }
 }

@@ -27,7 +27,7 @@ use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
 use super::srq::Srq;
 use crate::backend::{
-    CompletionQueue, DeviceAttr, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge,
+    CompletionQueue, DeviceAttr, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, SgeList,
 };
 
 /// DAT_EP_ATTR without the transport/provider-specific attribute lists.
@@ -945,9 +945,12 @@ impl Ep {
 
     /// UNSIGNALLED is allowed only if the EP was configured for it.
     pub(crate) fn check_request_flags(&self, flags: u32, arg: u32) -> DatResult<()> {
-        let attr = self.inner.lock().attr;
+        Self::request_flags_allowed(&self.inner.lock(), flags, arg)
+    }
+
+    fn request_flags_allowed(i: &EpInner, flags: u32, arg: u32) -> DatResult<()> {
         if flags & completion_flags::UNSIGNALLED != 0
-            && attr.request_completion_flags & completion_flags::UNSIGNALLED == 0
+            && i.attr.request_completion_flags & completion_flags::UNSIGNALLED == 0
         {
             return Err(DatError::invalid_arg(arg));
         }
@@ -958,14 +961,14 @@ impl Ep {
     /// EP takes none of them (sends name their destination, `post_send_ud`; RDMA, atomics and
     /// binds need a connection): DAT_INVALID_PARAMETER for the EP argument.
     pub(crate) fn check_request_state(&self) -> DatResult<()> {
-        let (s, service_type) = {
-            let i = self.inner.lock();
-            (i.state, i.attr.service_type)
-        };
-        if service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+        Self::request_state_allowed(&self.inner.lock())
+    }
+
+    fn request_state_allowed(i: &EpInner) -> DatResult<()> {
+        if i.attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
             return Err(DatError::invalid_arg(1));
         }
-        match s {
+        match i.state {
             ep_state::CONNECTED | ep_state::DISCONNECTED => Ok(()),
             s => Err(state_error(s)),
         }
@@ -981,26 +984,23 @@ impl Ep {
         iov: &[Sge],
         need: u32,
         iov_arg: u32,
-    ) -> DatResult<(Vec<Sge>, u64)> {
-        let mut out = Vec::with_capacity(iov.len());
+    ) -> DatResult<(SgeList, u64)> {
+        let mut out = SgeList::new();
         let mut total: u64 = 0;
         let lmrs = ia.lmrs_by_context.lock();
         for seg in iov {
             if seg.length == 0 {
                 continue;
             }
-            let lmr = lmrs
-                .get(&seg.lkey)
-                .and_then(|w| w.upgrade())
-                .ok_or(DatError::new(
-                    ErrorType::PrivilegesViolation,
-                    if need == mem_priv::LOCAL_READ {
-                        SubType::PrivilegesRead
-                    } else {
-                        SubType::PrivilegesWrite
-                    },
-                ))?;
-            if !Arc::ptr_eq(lmr.pz(), pz) {
+            let lmr = lmrs.get(&seg.lkey).ok_or(DatError::new(
+                ErrorType::PrivilegesViolation,
+                if need == mem_priv::LOCAL_READ {
+                    SubType::PrivilegesRead
+                } else {
+                    SubType::PrivilegesWrite
+                },
+            ))?;
+            if lmr.pz != Arc::as_ptr(pz) as usize {
                 return Err(DatError::new(
                     ErrorType::ProtectionViolation,
                     if need == mem_priv::LOCAL_READ {
@@ -1017,9 +1017,9 @@ impl Ep {
             // (verbs has no local-read flag): OFED's dtest sends from an LMR
             // registered with DAT_MEM_PRIV_LOCAL_WRITE_FLAG alone.
             let granted = if need == mem_priv::LOCAL_READ {
-                lmr.privileges() & (mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE)
+                lmr.privileges & (mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE)
             } else {
-                lmr.privileges() & need
+                lmr.privileges & need
             };
             if granted == 0 {
                 return Err(DatError::new(
@@ -1057,7 +1057,7 @@ impl Ep {
         flags_arg: u32,
         num_segments: usize,
         max_iov: impl Fn(&EpAttr) -> u32,
-    ) -> DatResult<(Arc<Pz>, EpAttr)> {
+    ) -> DatResult<Arc<Pz>> {
         let known = completion_flags::SUPPRESS
             | completion_flags::SOLICITED_WAIT
             | completion_flags::UNSIGNALLED
@@ -1066,17 +1066,17 @@ impl Ep {
         if flags & !known != 0 {
             return Err(DatError::invalid_arg(flags_arg));
         }
-        self.check_request_flags(flags, flags_arg)?;
-        self.check_request_state()?;
-        let (pz, attr) = {
-            let i = self.inner.lock();
-            (i.pz.clone(), i.attr)
-        };
-        let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        if num_segments > max_iov(&attr) as usize {
+        // One look at the EP (a lock taken once on the post path).
+        let i = self.inner.lock();
+        Self::request_flags_allowed(&i, flags, flags_arg)?;
+        Self::request_state_allowed(&i)?;
+        let pz =
+            i.pz.clone()
+                .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        if num_segments > max_iov(&i.attr) as usize {
             return Err(DatError::invalid_arg(2));
         }
-        Ok((pz, attr))
+        Ok(pz)
     }
 
     /// Counts a posted request: DCNT_EP_POST_x, and its bytes in DCNT_EP_POST_x_DATA (the
@@ -1110,7 +1110,7 @@ impl Ep {
     }
 
     fn post_send_op(&self, iov: &[Sge], cookie: u64, flags: u32, op: SendOp) -> DatResult<()> {
-        let (pz, _) = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
+        let pz = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
         // Transfers are bounded by the IA's limits; an EP's max_message_size
         // and max_rdma_size are kept and reported but, as in OFED's
@@ -1150,7 +1150,7 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let (pz, _) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
+        let pz = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
         if total > u64::from(self.ia.device().attr().max_rdma_size)
             || total > u64::from(remote.length)
@@ -1226,27 +1226,26 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let (pz, _) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
+        let pz = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
         let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
         let want = u64::from(remote.length);
         if want > u64::from(self.ia.device().attr().max_rdma_size) || total < want {
             return Err(DatError::length());
         }
         // Only as much of the IOV as the remote buffer fills: front segments completely.
+        let mut trimmed = sgl;
         let mut left = want;
-        let mut trimmed = Vec::with_capacity(sgl.len());
-        for seg in sgl {
+        let mut keep = 0;
+        for seg in trimmed.iter_mut() {
             if left == 0 {
                 break;
             }
             let take = u64::from(seg.length).min(left);
-            trimmed.push(Sge {
-                addr: seg.addr,
-                length: take as u32,
-                lkey: seg.lkey,
-            });
+            seg.length = take as u32;
             left -= take;
+            keep += 1;
         }
+        trimmed.truncate(keep);
         self.post_tracked(
             SendWr {
                 wr_id: 0,

@@ -331,17 +331,21 @@ impl Evd {
     /// Moves completions from the CQ into the event queue.
     pub(crate) fn drain_cq(&self) {
         let Some(cq) = &self.cq else { return };
+        const BATCH: usize = 64;
         let mut batch = self.drain_lock.lock();
         loop {
             batch.clear();
-            if cq.poll(64, &mut batch) == 0 {
-                break;
-            }
+            let n = cq.poll(BATCH, &mut batch);
             for wc in batch.drain(..) {
                 let notify = self.completion_notifies(&wc);
                 if let Some(ev) = self.ia.dto_event(&wc, self.handle) {
                     self.push(ev, notify);
                 }
+            }
+            // A short batch emptied the CQ as it was: no second look (a poll of an empty
+            // hardware queue each time).
+            if n < BATCH {
+                break;
             }
         }
     }

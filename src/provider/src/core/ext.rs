@@ -35,7 +35,7 @@ impl Ep {
         imm: u32,
         flags: u32,
     ) -> DatResult<()> {
-        let (pz, _) = self.request_common(flags, 8, iov.len(), |a| a.max_rdma_write_iov)?;
+        let pz = self.request_common(flags, 8, iov.len(), |a| a.max_rdma_write_iov)?;
         let (sgl, total) = Self::check_local_iov(self.ia(), &pz, iov, mem_priv::LOCAL_READ, 4)?;
         if total > u64::from(self.ia().device().attr().max_rdma_size)
             || total > u64::from(remote.length)
@@ -85,7 +85,7 @@ impl Ep {
             Atomic::FetchAdd { .. } => (4, 7),
             Atomic::CmpSwap { .. } => (5, 8),
         };
-        let (pz, _) = self.request_common(flags, flags_arg, 1, |a| a.max_rdma_read_iov)?;
+        let pz = self.request_common(flags, flags_arg, 1, |a| a.max_rdma_read_iov)?;
         let (sgl, total) = Self::check_local_iov(
             self.ia(),
             &pz,

@@ -66,6 +66,71 @@ pub(crate) struct PendingDto {
     pub ext: Option<u32>,
 }
 
+/// The requests posted and not completed yet, by wr_id: a slab whose wr_id is a slot's index
+/// (low 32 bits) and the slot's generation (the next 30: the top two bits are the backend's),
+/// so a post and its completion cost an index, not a hash, and a wr_id of a retired request
+/// (a completion reported twice, a backend's bug) finds nothing.
+#[derive(Default)]
+struct PendingTable {
+    slots: Vec<(u32, Option<PendingDto>)>,
+    free: Vec<u32>,
+}
+
+const GENERATION_MASK: u32 = (1 << 30) - 1;
+
+impl PendingTable {
+    fn insert(&mut self, p: PendingDto) -> u64 {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.0 = slot.0.wrapping_add(1) & GENERATION_MASK;
+        slot.1 = Some(p);
+        (u64::from(slot.0) << 32) | u64::from(index)
+    }
+
+    fn remove(&mut self, wr_id: u64) -> Option<PendingDto> {
+        let index = wr_id as u32;
+        let generation = (wr_id >> 32) as u32;
+        let slot = self.slots.get_mut(index as usize)?;
+        if slot.0 != generation || slot.1.is_none() {
+            return None;
+        }
+        self.free.push(index);
+        slot.1.take()
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+    }
+}
+
+/// What a post checks of an LMR, by its lmr_context, kept as plain values: each segment of
+/// an IOV is checked against it under the map's lock without reaching the LMR itself.
+pub(crate) struct LocalRegion {
+    pub lmr: Weak<Lmr>,
+    /// The LMR's PZ, by address (compared, never followed).
+    pub pz: usize,
+    pub addr: u64,
+    pub len: u64,
+    pub privileges: u32,
+}
+
+impl LocalRegion {
+    /// Whether `[addr, addr + len)` lies inside the region.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = self.addr.checked_add(self.len) else {
+            return false;
+        };
+        addr >= self.addr && addr.checked_add(len).is_some_and(|e| e <= end)
+    }
+}
+
 pub struct Ia {
     handle: Handle,
     name: String,
@@ -86,13 +151,12 @@ pub struct Ia {
     early_requests: Mutex<IntMap<u64, Vec<CmEvent>>>,
     /// Listeners whose service point is gone: a late request for one is rejected, not parked.
     closed_listeners: Mutex<IntSet<u64>>,
-    pub(crate) lmrs_by_context: Mutex<IntMap<u32, Weak<Lmr>>>,
+    pub(crate) lmrs_by_context: Mutex<IntMap<u32, LocalRegion>>,
     /// RMRs by the rmr_context of their latest bind (stale entries are told apart by the
     /// RMR's own state): a peer's send-with-invalidate and dat_ep_post_rdma_read_to_rmr name
     /// an RMR by its context.
     pub(crate) rmrs_by_context: Mutex<IntMap<u32, Weak<Rmr>>>,
-    next_wr_id: AtomicU64,
-    pending: Mutex<IntMap<u64, PendingDto>>,
+    pending: Mutex<PendingTable>,
     /// DCNT_IA_* (see `counters`).
     pub(crate) counters: Counters,
     /// The device's count of dropped datagrams as last added to `counters`.
@@ -124,8 +188,7 @@ impl Ia {
             closed_listeners: Mutex::new(IntSet::default()),
             lmrs_by_context: Mutex::new(IntMap::default()),
             rmrs_by_context: Mutex::new(IntMap::default()),
-            next_wr_id: AtomicU64::new(1),
-            pending: Mutex::new(IntMap::default()),
+            pending: Mutex::new(PendingTable::default()),
             counters: Counters::new(counters::ia::ALL),
             ud_dropped_seen: AtomicU64::new(0),
         });
@@ -317,9 +380,7 @@ impl Ia {
 
     /// Registers a request about to be posted; the returned id is its wr_id.
     pub(crate) fn track(&self, p: PendingDto) -> u64 {
-        let id = self.next_wr_id.fetch_add(1, Ordering::Relaxed);
-        self.pending.lock().insert(id, p);
-        id
+        self.pending.lock().insert(p)
     }
 
     /// Brings the counters the device keeps itself up to date (before they are read):
@@ -335,14 +396,14 @@ impl Ia {
 
     /// Forgets a request whose post failed.
     pub(crate) fn untrack(&self, wr_id: u64) {
-        self.pending.lock().remove(&wr_id);
+        self.pending.lock().remove(wr_id);
     }
 
     /// Ends the tracking of a completed request and returns it. Every completion passes here
     /// (those of a NULL EVD's sink CQ too), so this is where the core learns that an SRQ
     /// receive was consumed and the SRQ's low watermark may have been crossed.
     pub(crate) fn retire(&self, wr_id: u64) -> Option<PendingDto> {
-        let p = self.pending.lock().remove(&wr_id)?;
+        let p = self.pending.lock().remove(wr_id)?;
         if p.ep.is_null() && p.op == dto_op::RECEIVE {
             srq::receive_consumed();
         }
@@ -444,7 +505,7 @@ impl Ia {
     /// The live LMR of this IA whose lmr_context is `lmr_context` (DAT 1.2's dat_rmr_bind
     /// names the LMR by its triplet's context only).
     pub fn lmr_by_context(&self, lmr_context: u32) -> Option<Arc<Lmr>> {
-        self.lmrs_by_context.lock().get(&lmr_context)?.upgrade()
+        self.lmrs_by_context.lock().get(&lmr_context)?.lmr.upgrade()
     }
 
     /// The RMR whose latest bind gave `rmr_context`, if it is still bound with it.
@@ -656,5 +717,46 @@ pub(crate) fn dto_status_of(s: WcStatus) -> u32 {
         WcStatus::RemoteInvalidRequest | WcStatus::RemoteOp => dto_status::REMOTE_RESPONDER,
         WcStatus::Transport => dto_status::TRANSPORT,
         WcStatus::ReceiverNotReady => dto_status::RECEIVER_NOT_READY,
+    }
+}
+
+#[cfg(test)]
+mod pending_tests {
+    use super::{PendingDto, PendingTable};
+    use crate::core::handle::Handle;
+
+    fn dto(cookie: u64) -> PendingDto {
+        PendingDto {
+            ep: Handle::NULL,
+            cookie,
+            op: 0,
+            report_success: true,
+            rmr: None,
+            ext: None,
+        }
+    }
+
+    /// Each wr_id finds its request once; a slot reused gets a new wr_id, and the old one
+    /// (a completion reported twice) finds nothing; the backend's two top bits stay clear.
+    #[test]
+    fn a_wr_id_finds_its_request_once() {
+        let mut t = PendingTable::default();
+        let a = t.insert(dto(1));
+        let b = t.insert(dto(2));
+        assert_ne!(a, b);
+        assert_eq!(t.remove(a).map(|p| p.cookie), Some(1));
+        assert!(t.remove(a).is_none(), "retired");
+        let c = t.insert(dto(3));
+        assert_ne!(c, a, "the slot is reused under another wr_id");
+        assert_eq!(c as u32, a as u32, "same slot");
+        assert!(t.remove(a).is_none());
+        assert_eq!(t.remove(c).map(|p| p.cookie), Some(3));
+        assert_eq!(t.remove(b).map(|p| p.cookie), Some(2));
+        assert!(t.remove(u64::MAX).is_none() && t.remove(0).is_none());
+        for _ in 0..100_000 {
+            let id = t.insert(dto(0));
+            assert_eq!(id >> 62, 0);
+            assert!(t.remove(id).is_some());
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::consts::mem_priv;
 use super::error::{DatError, DatResult, ErrorType, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
-use super::ia::Ia;
+use super::ia::{Ia, LocalRegion};
 use super::pz::Pz;
 use crate::backend::{access, MemoryRegion};
 
@@ -153,9 +153,16 @@ impl Lmr {
             va_type,
             users: UseCount::default(),
         });
-        ia.lmrs_by_context
-            .lock()
-            .insert(lmr.mr.lkey(), Arc::downgrade(&lmr));
+        ia.lmrs_by_context.lock().insert(
+            lmr.mr.lkey(),
+            LocalRegion {
+                lmr: Arc::downgrade(&lmr),
+                pz: Arc::as_ptr(pz) as usize,
+                addr: lmr.mr.addr(),
+                len: lmr.mr.length(),
+                privileges,
+            },
+        );
         reservation.commit(Object::Lmr(lmr.clone()), ia.handle());
         Ok(lmr)
     }

@@ -17,7 +17,7 @@ use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
 use super::lmr::{access_of, Lmr, VA_TYPE_VA, VA_TYPE_ZB};
 use super::pz::Pz;
-use crate::backend::{MemoryWindow, SendOp, SendWr, Sge};
+use crate::backend::{MemoryWindow, SendOp, SendWr, Sge, SgeList};
 
 #[derive(Clone)]
 struct Binding {
@@ -219,7 +219,7 @@ impl Rmr {
         let wr = SendWr {
             wr_id: 0,
             op,
-            sgl: Vec::new(),
+            sgl: SgeList::new(),
             signaled: true,
             solicited: false,
             fence: true,

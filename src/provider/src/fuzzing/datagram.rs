@@ -104,7 +104,8 @@ impl EngineDatagram {
                     addr: self.ptr as u64 + (slot * SLOT) as u64,
                     length: SLOT as u32,
                     lkey: self.mr.lkey(),
-                }],
+                }]
+                .into(),
             })
             .expect("post recv");
     }

@@ -1587,7 +1587,8 @@ fn answer_read_before_a_failed_write_is_reported() {
             addr: buf.addr(),
             length: 16,
             lkey: mr.lkey(),
-        }],
+        }]
+        .into(),
         signaled: true,
         solicited: false,
         fence: false,

@@ -24,7 +24,7 @@ pub(crate) struct VerbsCq {
     pub(super) id: u64,
     pub(super) cq: Ptr<ibv_cq>,
     pub(super) shared: Weak<Shared>,
-    queue: Mutex<VecDeque<WorkCompletion>>,
+    queue: Mutex<Reaped>,
     notify: Mutex<Option<NotifyFn>>,
     /// What the consumer asked for (dat_evd_create's qlen).
     depth: AtomicU32,
@@ -41,6 +41,44 @@ pub(crate) struct VerbsCq {
     interrupt: OwnedFd,
     /// The thread in `drive` (0: none): it needs no interrupt for events it queues itself.
     driver: AtomicU64,
+}
+
+/// The software queue, and the QP the last completion came from (the next one usually comes
+/// from the same: no lookup in the process's QP map then).
+#[derive(Default)]
+struct Reaped {
+    wcs: VecDeque<WorkCompletion>,
+    last_qp: Option<(u32, Weak<super::qp::VerbsQp>)>,
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = VecDeque<WorkCompletion>;
+    fn deref(&self) -> &VecDeque<WorkCompletion> {
+        &self.wcs
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut VecDeque<WorkCompletion> {
+        &mut self.wcs
+    }
+}
+
+impl Reaped {
+    /// The QP numbered `qp_num`, from the last one's cache or the process's map.
+    fn qp(&mut self, shared: Option<&Arc<Shared>>, qp_num: u32) -> Option<Arc<super::qp::VerbsQp>> {
+        if let Some(qp) = self
+            .last_qp
+            .as_ref()
+            .filter(|(n, _)| *n == qp_num)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Some(qp);
+        }
+        let qp = shared?.qp(qp_num)?;
+        self.last_qp = Some((qp_num, Arc::downgrade(&qp)));
+        Some(qp)
+    }
 }
 
 /// How long a waiting consumer polls the hardware queue before it sleeps.
@@ -83,7 +121,7 @@ impl VerbsCq {
             id,
             cq: Ptr(cq),
             shared: Arc::downgrade(shared),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Reaped::default()),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
             cqe: AtomicU32::new(actual),
@@ -125,7 +163,7 @@ impl VerbsCq {
 
     /// Moves everything the hardware CQ holds into the software queue (holding its lock, so
     /// completions keep their order).
-    fn reap(&self, queue: &mut VecDeque<WorkCompletion>) {
+    fn reap(&self, queue: &mut Reaped) {
         const BATCH: usize = 32;
         // Not zeroed (1.5 KiB a call, each poll of an empty queue too): ibv_poll_cq writes
         // the entries it returns, and only those are read.
@@ -144,17 +182,16 @@ impl VerbsCq {
             for wc in got {
                 self.convert(shared.as_ref(), wc, queue);
             }
+            // A short batch emptied the queue: no second poll of it.
+            if (n as usize) < BATCH {
+                break;
+            }
         }
     }
 
     /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
     /// the backend's own requests are accounted for and not queued).
-    fn convert(
-        &self,
-        shared: Option<&Arc<Shared>>,
-        wc: &ibv_wc,
-        queue: &mut VecDeque<WorkCompletion>,
-    ) {
+    fn convert(&self, shared: Option<&Arc<Shared>>, wc: &ibv_wc, queue: &mut Reaped) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
         let status = status_of(wc.status);
         if status != WcStatus::Success && status != WcStatus::Flushed {
@@ -167,7 +204,7 @@ impl VerbsCq {
                 wc.wr_id
             );
         }
-        let qp = shared.and_then(|s| s.qp(wc.qp_num));
+        let qp = queue.qp(shared, wc.qp_num);
         let mut imm = None;
         let mut invalidated = None;
         // soft-RoCE (rxe) hands user space the kernel's flag value for "with invalidate" (bit 2,
@@ -206,7 +243,7 @@ impl VerbsCq {
         };
         let mut new_rkey = 0;
         if let Some(qp) = &qp {
-            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, queue) {
+            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, &mut queue.wcs) {
                 opcode = WcOpcode::BindMw;
                 new_rkey = rkey;
             }

@@ -31,8 +31,8 @@ use super::{
     CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
     ProtectionDomain, QpInit, QueuePair, SharedReceiveQueue,
 };
-use crate::intmap::IntMap;
 use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use crate::intmap::IntMap;
 use cm::CmState;
 use cq::VerbsCq;
 use qp::VerbsQp;

@@ -25,8 +25,8 @@ use crate::backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::intmap::{IntMap, IntSet};
 use crate::core::error::{DatError, DatResult, SubType};
+use crate::intmap::{IntMap, IntSet};
 
 /// How long teardown waits for the hardware to flush a QP's outstanding requests.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
@@ -141,14 +141,14 @@ struct SendQueue {
 impl VerbsQp {
     /// What every send-queue post checks first: the QP's phase (in Error the request is flushed
     /// at once, where the consumer can see it: after whatever the hardware still holds of this
-    /// QP; then None), the scatter list's length, and the request queue's depth (as deep as the
-    /// EP asked, whatever the device rounded it up to). Returns the device's scatter list.
+    /// QP; then false), the scatter list's length, and the request queue's depth (as deep as
+    /// the EP asked, whatever the device rounded it up to). True: post it.
     fn begin_send(
         &self,
         wr_id: u64,
         opcode: WcOpcode,
         sgl: &[crate::backend::Sge],
-    ) -> DatResult<Option<Vec<ibv_sge>>> {
+    ) -> DatResult<bool> {
         match self.phase() {
             Phase::Connected => {}
             Phase::Error => {
@@ -158,7 +158,7 @@ impl VerbsQp {
                     opcode,
                     self.qp_num,
                 )]);
-                return Ok(None);
+                return Ok(false);
             }
             _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
         }
@@ -168,7 +168,7 @@ impl VerbsQp {
         if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
             return Err(DatError::resources(SubType::ResourceTep));
         }
-        Ok(Some(super::sys::sge_list(sgl)))
+        Ok(true)
     }
 
     pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
@@ -560,14 +560,14 @@ impl QueuePair for VerbsQp {
         }
     }
     fn post_send(&self, wr: SendWr) -> DatResult<()> {
-        let Some(mut sges) = self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? else {
+        if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
             return Ok(());
-        };
+        }
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
-        w.sg_list = sges.as_mut_ptr();
-        w.num_sge = sges.len() as i32;
+        w.sg_list = super::sys::sge_ptr(&wr.sgl);
+        w.num_sge = wr.sgl.len() as i32;
         let mut flags = 0u32;
         if wr.solicited {
             flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
@@ -578,9 +578,8 @@ impl QueuePair for VerbsQp {
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
         let mut bind: Option<(Arc<VerbsMw>, u32)> = None;
         // A type 2 window is invalidated before it is bound again (posted first, same chain).
-        // SAFETY: plain data.
-        let mut inv: ibv_send_wr = unsafe { std::mem::zeroed() };
-        let mut with_inv = false;
+        // Made (zeroed) only for a bind that needs it: most posts are not binds.
+        let mut inv: Option<ibv_send_wr> = None;
         let mut bound_mw: *mut ibv_mw = std::ptr::null_mut();
         let mut bind_rkey = 0u32;
         match &wr.op {
@@ -658,11 +657,13 @@ impl QueuePair for VerbsQp {
                             if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
                                 return Err(DatError::resources(SubType::ResourceTep));
                             }
-                            inv.wr_id = INTERNAL_BIT;
-                            inv.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                            inv.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-                            inv.imm_data_invalidated_rkey_union.invalidated_rkey = live;
-                            with_inv = true;
+                            // SAFETY: plain data.
+                            let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
+                            i.wr_id = INTERNAL_BIT;
+                            i.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                            i.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                            i.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                            inv = Some(i);
                         }
                         w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
                         w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
@@ -729,17 +730,19 @@ impl QueuePair for VerbsQp {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
         w.send_flags = flags;
+        let with_inv = inv.is_some();
         let posted = if with_inv { 2 } else { 1 };
         self.sends_out.fetch_add(posted, Ordering::SeqCst);
         if with_inv {
             sq.posted.push_back(INTERNAL_BIT);
         }
         sq.posted.push_back(wr.wr_id);
-        let head: *mut ibv_send_wr = if with_inv {
-            inv.next = &mut w;
-            &mut inv
-        } else {
-            &mut w
+        let head: *mut ibv_send_wr = match inv.as_mut() {
+            Some(i) => {
+                i.next = &mut w;
+                i
+            }
+            None => &mut w,
         };
         let mut bad = std::ptr::null_mut();
         // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
@@ -785,11 +788,11 @@ impl QueuePair for VerbsQp {
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
             return Err(DatError::resources(SubType::ResourceTep));
         }
-        let mut sges = super::sys::sge_list(&wr.sgl);
+        let sges = &wr.sgl;
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
-        w.sg_list = sges.as_mut_ptr();
+        w.sg_list = super::sys::sge_ptr(sges);
         w.num_sge = sges.len() as i32;
         self.recvs_out.fetch_add(1, Ordering::SeqCst);
         let mut bad = std::ptr::null_mut();
@@ -862,13 +865,14 @@ impl QueuePair for VerbsQp {
         if !self.ud || !matches!(wr.op, SendOp::Send) {
             return Err(DatError::invalid_arg(2));
         }
-        let Some(mut sges) = self.begin_send(wr.wr_id, WcOpcode::Send, &wr.sgl)? else {
+        if !self.begin_send(wr.wr_id, WcOpcode::Send, &wr.sgl)? {
             return Ok(());
-        };
+        }
+        let sges = &wr.sgl;
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
-        w.sg_list = sges.as_mut_ptr();
+        w.sg_list = super::sys::sge_ptr(sges);
         w.num_sge = sges.len() as i32;
         w.opcode = ibv_wr_opcode::IBV_WR_SEND;
         w.wr.ud.ah = ah.ah.0;
@@ -979,11 +983,11 @@ impl SharedReceiveQueue for VerbsSrq {
         self.id
     }
     fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
-        let mut sges = super::sys::sge_list(&wr.sgl);
+        let sges = &wr.sgl;
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
-        w.sg_list = sges.as_mut_ptr();
+        w.sg_list = super::sys::sge_ptr(sges);
         w.num_sge = sges.len() as i32;
         self.posted.lock().insert(wr.wr_id);
         let mut bad = std::ptr::null_mut();

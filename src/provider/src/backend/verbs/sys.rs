@@ -62,15 +62,21 @@ pub(super) fn eventfd_clear(fd: &OwnedFd) {
 }
 
 /// The 2.0 triplets of a request as the device's scatter list (same layout, no copy of data).
-pub(super) fn sge_list(sgl: &[crate::backend::Sge]) -> Vec<rdma_sys::ibv_sge> {
-    sgl.iter()
-        .map(|s| rdma_sys::ibv_sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        })
-        .collect()
+/// A scatter-gather list as verbs takes it: our `Sge` has ibv_sge's layout (asserted
+/// below), so the list is handed over as it is, with no copy or allocation. The hardware
+/// driver only reads it (ibv_post_send/ibv_post_recv take a mutable pointer by C habit).
+pub(super) fn sge_ptr(sgl: &[crate::backend::Sge]) -> *mut rdma_sys::ibv_sge {
+    sgl.as_ptr() as *mut rdma_sys::ibv_sge
 }
+const _: () = {
+    use crate::backend::Sge;
+    use rdma_sys::ibv_sge;
+    assert!(std::mem::size_of::<Sge>() == std::mem::size_of::<ibv_sge>());
+    assert!(std::mem::align_of::<Sge>() == std::mem::align_of::<ibv_sge>());
+    assert!(std::mem::offset_of!(Sge, addr) == std::mem::offset_of!(ibv_sge, addr));
+    assert!(std::mem::offset_of!(Sge, length) == std::mem::offset_of!(ibv_sge, length));
+    assert!(std::mem::offset_of!(Sge, lkey) == std::mem::offset_of!(ibv_sge, lkey));
+};
 
 pub(super) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)

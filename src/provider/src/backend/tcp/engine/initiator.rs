@@ -227,7 +227,7 @@ impl Engine {
                         payload.extend_from_slice(&operand.to_le_bytes());
                         payload.extend_from_slice(&swap.to_le_bytes());
                         o.len = 8;
-                        o.read_sgl = wr.sgl.clone();
+                        o.read_sgl = wr.sgl.to_vec();
                         frame = Some((h, payload));
                         Ok(())
                     })
@@ -243,7 +243,7 @@ impl Engine {
                         h.key = rkey;
                         h.length = total as u32;
                         o.len = total as u32;
-                        o.read_sgl = wr.sgl.clone();
+                        o.read_sgl = wr.sgl.to_vec();
                         frame = Some((h, Vec::new()));
                         Ok(())
                     })

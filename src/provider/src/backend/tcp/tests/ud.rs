@@ -95,7 +95,7 @@ impl Node {
         self.qp
             .post_recv(RecvWr {
                 wr_id,
-                sgl: vec![self.sge(off, len)],
+                sgl: vec![self.sge(off, len)].into(),
             })
             .expect("post recv");
     }
@@ -104,7 +104,7 @@ impl Node {
         let wr = SendWr {
             wr_id,
             op: SendOp::Send,
-            sgl: vec![self.sge(off, len)],
+            sgl: vec![self.sge(off, len)].into(),
             signaled: true,
             solicited: false,
             fence: false,
