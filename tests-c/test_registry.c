@@ -193,7 +193,9 @@ static void registry_and_dispatch(void)
 
 	/* dat.conf as the registry sees it: every user-level default entry,
 	 * of any version (as OFED's registry lists them): 10 u2.0 entries and
-	 * rs-tcp's two u1.2 ones (nonthreadsafe, threadsafe) */
+	 * rs-tcp's two u1.2 ones (nonthreadsafe, threadsafe). The file also
+	 * holds a Latin-1 comment and a line with a 0xff byte: that line alone
+	 * is skipped, every other entry stays (issue 23) */
 	CHECK_RC(dat_registry_list_providers(0, &count, NULL), DAT_SUCCESS);
 	CHECK(count == 12, "dat_registry_list_providers counted %d entries, want 12", count);
 	for (int i = 0; i < 16; i++)
@@ -209,6 +211,8 @@ static void registry_and_dispatch(void)
 	const char *unknown[] = { "40", "x", "xsdf", "x34", "34df", "" };
 	for (unsigned i = 0; i < sizeof(unknown) / sizeof(*unknown); i++)
 		CHECK_RC(open_ia(unknown[i], &ia1), 0x800a0064);
+	/* the dat.conf line with a byte that is not UTF-8 names no entry */
+	CHECK_RC(open_ia("bad\377name", &ia1), 0x800a0064);
 
 	/* version and thread-safety must match exactly */
 	DAT_EVD_HANDLE evd = DAT_HANDLE_NULL;

@@ -80,9 +80,11 @@ pub fn conf_path() -> PathBuf {
 
 /// Reads and parses a dat.conf. A missing file is an empty registry; bad
 /// lines are reported and skipped, so one typo does not hide every entry.
+/// The file is bytes: a line that is not UTF-8 text is one bad line (a
+/// comment in Latin-1 is just a comment), never the whole file.
 pub fn load(path: &Path) -> (Vec<ConfEntry>, Vec<ConfError>) {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text, &path.display().to_string()),
+    match std::fs::read(path) {
+        Ok(bytes) => parse_bytes(&bytes, &path.display().to_string()),
         Err(e) => (
             Vec::new(),
             vec![ConfError {
@@ -95,17 +97,52 @@ pub fn load(path: &Path) -> (Vec<ConfEntry>, Vec<ConfError>) {
 
 /// Parses dat.conf text; `source` names it in messages.
 pub fn parse(text: &str, source: &str) -> (Vec<ConfEntry>, Vec<ConfError>) {
+    parse_bytes(text.as_bytes(), source)
+}
+
+/// Parses a dat.conf's bytes, a line at a time (`\n`, or `\r\n`). A line's
+/// comment is cut off as bytes first (`#` outside double quotes: a byte no
+/// multi-byte character of UTF-8 or of a legacy 8-bit encoding contains),
+/// so bytes that are not UTF-8 in a comment change nothing; a line whose
+/// fields are not UTF-8 is reported and skipped like any other bad line.
+pub fn parse_bytes(bytes: &[u8], source: &str) -> (Vec<ConfEntry>, Vec<ConfError>) {
     let mut entries = Vec::new();
     let mut errors = Vec::new();
-    for (idx, line) in text.lines().enumerate() {
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    for (idx, raw) in body.split(|&b| b == b'\n').enumerate() {
+        if bytes.is_empty() {
+            break;
+        }
         let origin = format!("{source}:{}", idx + 1);
-        match parse_line(line, &origin) {
+        let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let parsed = match std::str::from_utf8(uncommented(line)) {
+            Ok(text) => parse_line(text, &origin),
+            Err(e) => Err(format!(
+                "not UTF-8 text (byte {:#04x} at column {})",
+                line[e.valid_up_to()],
+                e.valid_up_to() + 1
+            )),
+        };
+        match parsed {
             Ok(Some(e)) => entries.push(e),
             Ok(None) => {}
             Err(reason) => errors.push(ConfError { origin, reason }),
         }
     }
     (entries, errors)
+}
+
+/// A line up to its comment: the first `#` outside double quotes.
+fn uncommented(line: &[u8]) -> &[u8] {
+    let mut quoted = false;
+    for (i, &b) in line.iter().enumerate() {
+        match b {
+            b'"' => quoted = !quoted,
+            b'#' if !quoted => return &line[..i],
+            _ => {}
+        }
+    }
+    line
 }
 
 /// Splits a line into fields: whitespace separates, `"..."` groups (the
@@ -261,6 +298,36 @@ mod tests {
         assert_eq!(e[0].ia_name, "ok");
         assert_eq!(err.len(), 4);
         assert!(err[0].reason.contains("8 fields"));
+    }
+
+    /// Bytes that are not UTF-8 cost their own line at most: in a comment
+    /// nothing, in a field that line (said with file and line); every other
+    /// entry of the file stays.
+    #[test]
+    fn bytes_that_are_not_utf8_cost_their_line_at_most() {
+        let mut file = Vec::new();
+        file.extend_from_slice(b"# r\xe9seau (a Latin-1 comment)\n");
+        file.extend_from_slice(b"rs-tcp u2.0 nonthreadsafe default libdaplrs.so.2 dapl.2.0 \"tcp lo\" \"\" # caf\xe9\n");
+        file.extend_from_slice(b"bad\xff u2.0 nonthreadsafe default libx.so dapl.2.0 \"\" \"\"\n");
+        file.extend_from_slice(b"\xff\xfe\n");
+        file.extend_from_slice(
+            b"ofa-v2-ib0 u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 \"ib0 0\" \"\"\r\n",
+        );
+        file.extend_from_slice(b"quoted u2.0 nonthreadsafe default libq.so dapl.2.0 \"a#b\" \"\"");
+        let (entries, errors) = parse_bytes(&file, "dat.conf");
+        let names: Vec<&str> = entries.iter().map(|e| e.ia_name.as_str()).collect();
+        assert_eq!(names, ["rs-tcp", "ofa-v2-ib0", "quoted"]);
+        assert_eq!(entries[2].ia_params, "a#b", "a quoted # is no comment");
+        assert_eq!(entries[1].ia_params, "ib0 0");
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0].origin, "dat.conf:3");
+        assert!(
+            errors[0].reason.contains("not UTF-8"),
+            "{}",
+            errors[0].reason
+        );
+        assert_eq!(errors[1].origin, "dat.conf:4");
+        assert_eq!(parse_bytes(b"", "x"), (Vec::new(), Vec::new()));
     }
 
     #[test]
