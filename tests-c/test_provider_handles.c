@@ -60,6 +60,21 @@ static void freed_and_wrong_type(void)
 	CHECK(qual > 0 && qual < 65536, "psp_create_any picked TCP port %llu", (unsigned long long)qual);
 	CHECK_RC(dat_srq_create(ia, pz2, &srq_attr, &srq), DAT_SUCCESS);
 
+	/* dat_ia_open's async EVD, when given, must be a live ASYNC EVD: an
+	 * RMR, a DTO EVD or a freed one is refused (issue 23); the IA's own
+	 * async EVD may serve a second IA too */
+	{
+		DAT_IA_HANDLE ia2;
+		DAT_EVD_HANDLE given = rmr;
+		CHECK_RC(dat_ia_open(dat_test_ia(), 8, &given, &ia2), BADH(DAT_INVALID_HANDLE_EVD_ASYNC));
+		given = dto;
+		CHECK_RC(dat_ia_open(dat_test_ia(), 8, &given, &ia2), BADH(DAT_INVALID_HANDLE_EVD_ASYNC));
+		given = async_evd;
+		CHECK_RC(dat_ia_open(dat_test_ia(), 8, &given, &ia2), DAT_SUCCESS);
+		CHECK(given == async_evd, "the given async EVD stays the IA's");
+		CHECK_RC(dat_ia_close(ia2, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
+	}
+
 	/* wrong type: each call given a live handle of another type */
 	CHECK_RC(dat_ep_post_send(pz, 0, NULL, cookie, 0), BADH(DAT_INVALID_HANDLE_EP));
 	CHECK_RC(dat_ep_free(lmr), BADH(DAT_INVALID_HANDLE_EP));

@@ -4,7 +4,7 @@ use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
 use crate::provider::{dispatch_is_thread_safe, entry, table, table_for_ia_name};
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle::{self, HandleHeader};
-use daplrs::core::ia::Ia;
+use daplrs::core::ia::{AsyncEvd, Ia};
 use dat_abi::*;
 use parking_lot::Mutex;
 use std::ffi::{c_char, CStr, CString};
@@ -86,16 +86,21 @@ pub(crate) unsafe fn open_ia_with(
         ))?
         .ia_params;
     let want_async = if async_evd.is_null() {
-        Some(qlen)
+        AsyncEvd::Create(qlen)
     } else {
-        None
+        AsyncEvd::Existing(h(*async_evd))
     };
-    let (ia, evd) = Ia::open(&name, &params, want_async, dispatch).inspect_err(|e| {
-        // Say why, once, even with logging off: "no such interface" is
-        // the first thing a new user of "tcp eth0" needs to know.
-        let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
-        eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
-    })?;
+    let (ia, evd) =
+        Ia::open_with_async_evd(&name, &params, want_async, dispatch).inspect_err(|e| {
+            // Say why, once, even with logging off: "no such interface" is
+            // the first thing a new user of "tcp eth0" needs to know. (A bad
+            // async EVD handle is the caller's, said by the return code.)
+            if e.kind == ErrorType::InvalidHandle {
+                return;
+            }
+            let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
+            eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
+        })?;
     if let Some(evd) = evd {
         *async_evd = c(evd.handle());
     }

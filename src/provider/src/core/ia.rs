@@ -163,9 +163,21 @@ pub struct Ia {
     ud_dropped_seen: AtomicU64,
 }
 
+/// The async EVD dat_ia_open is asked for.
+#[derive(Clone, Copy, Debug)]
+pub enum AsyncEvd {
+    /// DAT_HANDLE_NULL given: the provider creates one of this queue length.
+    Create(i32),
+    /// A handle given: the consumer's existing async EVD.
+    Existing(Handle),
+    /// None at all (a consumer-created async EVD is adopted later).
+    None,
+}
+
 impl Ia {
     /// dat_ia_open: opens the device named by `ia_params` ("tcp lo", "tcp 10.0.0.1", ...).
-    /// With `async_evd_qlen`, also creates the IA's async EVD (the DAT_HANDLE_NULL case).
+    /// With `async_evd_qlen`, also creates the IA's async EVD (the DAT_HANDLE_NULL case);
+    /// without, the caller names an existing one or none (see `Ia::open_with_async_evd`).
     /// `dispatch` is the C table this IA's handles start with (see `Ia::dispatch`).
     pub fn open(
         name: &str,
@@ -173,6 +185,36 @@ impl Ia {
         async_evd_qlen: Option<i32>,
         dispatch: usize,
     ) -> DatResult<(Arc<Ia>, Option<Arc<Evd>>)> {
+        let async_evd = match async_evd_qlen {
+            Some(qlen) => AsyncEvd::Create(qlen),
+            None => AsyncEvd::None,
+        };
+        Self::open_with_async_evd(name, ia_params, async_evd, dispatch)
+    }
+
+    /// dat_ia_open with the consumer's choice of async EVD. An existing one must be a live EVD
+    /// created with DAT_EVD_ASYNC_FLAG (of any IA: one EVD may collect the async errors of
+    /// several), checked before the device is opened.
+    pub fn open_with_async_evd(
+        name: &str,
+        ia_params: &str,
+        async_evd: AsyncEvd,
+        dispatch: usize,
+    ) -> DatResult<(Arc<Ia>, Option<Arc<Evd>>)> {
+        let existing = match async_evd {
+            AsyncEvd::Existing(h) => {
+                let evd = handle::evd(h, SubType::InvalidHandleEvdAsync)?;
+                if evd.flags() & evd_flags::ASYNC == 0 {
+                    return Err(DatError::invalid_handle(SubType::InvalidHandleEvdAsync));
+                }
+                Some(evd)
+            }
+            _ => None,
+        };
+        let async_evd_qlen = match async_evd {
+            AsyncEvd::Create(qlen) => Some(qlen),
+            _ => None,
+        };
         let device = backend::open_device(ia_params)?;
         let reservation = handle::reserve(HandleKind::Ia, dispatch);
         let ia = Arc::new(Ia {
@@ -212,6 +254,9 @@ impl Ia {
             },
             None => None,
         };
+        if let Some(evd) = existing {
+            ia.adopt_async_evd(&evd);
+        }
         Ok((ia, async_evd))
     }
 
