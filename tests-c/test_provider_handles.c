@@ -148,6 +148,70 @@ static void freed_and_wrong_type(void)
 	CHECK_RC(dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG), BADH(DAT_INVALID_HANDLE_IA));
 }
 
+/* A freed handle stays dead however many objects of its type come after
+ * it (issue 23: freed EP handles named new EPs after 4,096 cycles, IA
+ * handles after 256 opens of a slot). Each value is new, not just unused:
+ * the stale one is refused all along and at the end. */
+#define STALE_CYCLES 10000
+#define STALE_IA_CYCLES 300
+static void stale_handles_stay_dead(void)
+{
+	DAT_IA_HANDLE ia2, stale_ia;
+	DAT_PZ_HANDLE pz, stale_pz;
+	DAT_EVD_HANDLE dto, conn, evd_h = DAT_HANDLE_NULL;
+	DAT_EP_HANDLE ep, stale_ep;
+	DAT_CONTEXT cookie = { 0 };
+	DAT_HANDLE_TYPE type;
+	DAT_PZ_PARAM pz_param;
+	int aliased = 0, revived = 0;
+
+	CHECK_RC(dat_pz_create(ia, &pz), DAT_SUCCESS);
+	dto = evd(DAT_EVD_DTO_FLAG);
+	conn = evd(DAT_EVD_CONNECTION_FLAG);
+	CHECK_RC(dat_ep_create(ia, pz, dto, dto, conn, NULL, &stale_ep), DAT_SUCCESS);
+	CHECK_RC(dat_ep_free(stale_ep), DAT_SUCCESS);
+	CHECK_RC(dat_pz_create(ia, &stale_pz), DAT_SUCCESS);
+	CHECK_RC(dat_pz_free(stale_pz), DAT_SUCCESS);
+	for (int i = 0; i < STALE_CYCLES; i++) {
+		DAT_PZ_HANDLE p;
+		if (dat_ep_create(ia, pz, dto, dto, conn, NULL, &ep) || dat_pz_create(ia, &p)) {
+			CHECK(0, "EP/PZ creation %d failed", i);
+			break;
+		}
+		aliased += ep == stale_ep || p == stale_pz;
+		revived += dat_get_handle_type(stale_ep, &type) == DAT_SUCCESS ||
+			   dat_pz_query(stale_pz, DAT_PZ_FIELD_ALL, &pz_param) == DAT_SUCCESS;
+		if (dat_ep_free(ep) || dat_pz_free(p)) {
+			CHECK(0, "EP/PZ free %d failed", i);
+			break;
+		}
+	}
+	CHECK(aliased == 0, "%d of %d new EPs/PZs got a freed handle's value", aliased, STALE_CYCLES);
+	CHECK(revived == 0, "a freed EP/PZ handle worked again %d times", revived);
+	CHECK_RC(dat_ep_post_send(stale_ep, 0, NULL, cookie, 0), BADH(DAT_INVALID_HANDLE_EP));
+	CHECK_RC(dat_ep_free(stale_ep), BADH(DAT_INVALID_HANDLE_EP));
+	CHECK_RC(dat_pz_free(stale_pz), BADH(DAT_INVALID_HANDLE_PZ));
+
+	/* IA handles: the same slot reopened, one IA kept open throughout */
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &evd_h, &stale_ia), DAT_SUCCESS);
+	CHECK_RC(dat_ia_close(stale_ia, DAT_CLOSE_ABRUPT_FLAG), DAT_SUCCESS);
+	aliased = 0;
+	for (int i = 0; i < STALE_IA_CYCLES; i++) {
+		evd_h = DAT_HANDLE_NULL;
+		if (dat_ia_open(dat_test_ia(), 8, &evd_h, &ia2) || dat_ia_close(ia2, DAT_CLOSE_ABRUPT_FLAG)) {
+			CHECK(0, "IA open/close %d failed", i);
+			break;
+		}
+		aliased += ia2 == stale_ia;
+	}
+	CHECK(aliased == 0, "%d of %d IAs opened got a closed IA's handle", aliased, STALE_IA_CYCLES);
+	CHECK_RC(dat_ia_close(stale_ia, DAT_CLOSE_ABRUPT_FLAG), BADH(DAT_INVALID_HANDLE_IA));
+
+	CHECK_RC(dat_evd_free(dto), DAT_SUCCESS);
+	CHECK_RC(dat_evd_free(conn), DAT_SUCCESS);
+	CHECK_RC(dat_pz_free(pz), DAT_SUCCESS);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -156,6 +220,10 @@ int main(void)
 	if (check_failed)
 		return check_summary("test_provider_handles");
 	freed_and_wrong_type();
+	async_evd = DAT_HANDLE_NULL;
+	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_evd, &ia), DAT_SUCCESS);
+	stale_handles_stay_dead();
+	CHECK_RC(dat_ia_close(ia, DAT_CLOSE_ABRUPT_FLAG), DAT_SUCCESS);
 	/* a graceful close of an IA with nothing left succeeds */
 	async_evd = DAT_HANDLE_NULL;
 	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_evd, &ia), DAT_SUCCESS);

@@ -3,12 +3,11 @@
 use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
 use crate::provider::{dispatch_is_thread_safe, entry, table, table_for_ia_name};
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
-use daplrs::core::handle::{self, HandleHeader};
+use daplrs::core::handle;
 use daplrs::core::ia::{AsyncEvd, Ia};
 use dat_abi::*;
 use parking_lot::Mutex;
 use std::ffi::{c_char, CStr, CString};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// ia_open_func of the `nonthreadsafe` entries: `name` is the dat.conf
@@ -50,11 +49,9 @@ pub(crate) unsafe fn open_ia(
         thread_safe,
         table(thread_safe) as *const DAT_PROVIDER as usize,
     )?;
-    // SAFETY: a live handle is the address of its never-freed header.
-    let header = &*(ia.handle().as_ptr() as *const HandleHeader);
-    header.provider.store(
-        table_for_ia_name(ia.name(), thread_safe) as *const DAT_PROVIDER as *mut _,
-        Ordering::SeqCst,
+    handle::set_dispatch(
+        ia.handle(),
+        table_for_ia_name(ia.name(), thread_safe) as *const DAT_PROVIDER as usize,
     );
     Ok(())
 }

@@ -121,11 +121,14 @@ static LAST_TABLE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 
 // ------------------------------------------------------------- IA handle table
 
-/// IA handles given to consumers are small integers `(generation << 8) |
-/// slot`, slot 1..=255: never a dereferenceable address (the kernel maps
-/// nothing below 64 KiB), and a closed handle is caught by its generation
-/// instead of aliasing the next IA opened in the same slot.
+/// IA handles given to consumers are odd integers `(generation << 9) |
+/// (slot << 1) | 1`, slot 1..=255, generation 32 bits: never an address we
+/// read through (object handles are pointer-aligned, see `dispatch`), and a
+/// closed handle is caught by its generation instead of aliasing the next IA
+/// opened in the same slot, for 2^32 further opens of that slot. They stay
+/// small (below 2^17 for the first 256 opens of a slot), as OFED's are.
 const IA_SLOTS: usize = 256;
+/// Object handles below this are garbage, never a provider's object.
 pub(crate) const IA_HANDLE_LIMIT: usize = 0x1_0000;
 
 #[derive(Clone, Copy)]
@@ -141,7 +144,7 @@ unsafe impl Send for OpenIa {}
 unsafe impl Sync for OpenIa {}
 
 struct IaTable {
-    generation: [u8; IA_SLOTS],
+    generation: [u32; IA_SLOTS],
     open: [Option<OpenIa>; IA_SLOTS],
 }
 
@@ -150,16 +153,17 @@ static IA_TABLE: RwLock<IaTable> = RwLock::new(IaTable {
     open: [None; IA_SLOTS],
 });
 
-fn decode_ia(handle: DAT_IA_HANDLE) -> Option<(usize, u8)> {
+fn encode_ia(slot: usize, generation: u32) -> DAT_IA_HANDLE {
+    (((generation as usize) << 9) | (slot << 1) | 1) as DAT_IA_HANDLE
+}
+
+fn decode_ia(handle: DAT_IA_HANDLE) -> Option<(usize, u32)> {
     let v = handle as usize;
-    if v == 0 || v >= IA_HANDLE_LIMIT {
+    let slot = (v >> 1) & 0xff;
+    if v & 1 == 0 || slot == 0 {
         return None;
     }
-    let slot = v & 0xff;
-    if slot == 0 {
-        return None;
-    }
-    Some((slot, (v >> 8) as u8))
+    Some((slot, u32::try_from(v >> 9).ok()?))
 }
 
 /// The provider's IA behind a consumer IA handle, if that handle is open.
@@ -176,7 +180,7 @@ fn insert_ia(ia: OpenIa) -> Option<DAT_IA_HANDLE> {
     let mut t = IA_TABLE.write();
     let slot = (1..IA_SLOTS).find(|&s| t.open[s].is_none())?;
     t.open[slot] = Some(ia);
-    Some(((usize::from(t.generation[slot]) << 8) | slot) as DAT_IA_HANDLE)
+    Some(encode_ia(slot, t.generation[slot]))
 }
 
 fn remove_ia(handle: DAT_IA_HANDLE) -> Option<OpenIa> {
@@ -588,7 +592,7 @@ mod tests {
             lib: None,
         };
         let h = insert_ia(fake).unwrap();
-        assert!((h as usize) < IA_HANDLE_LIMIT && !h.is_null());
+        assert!((h as usize) < 1 << 17 && (h as usize) & 1 == 1);
         assert!(lookup_ia(h).is_some());
         assert!(remove_ia(h).is_some());
         assert!(lookup_ia(h).is_none(), "closed handle must not resolve");
@@ -598,6 +602,31 @@ mod tests {
         remove_ia(h2);
         assert!(lookup_ia(std::ptr::null_mut()).is_none());
         assert!(lookup_ia(0xdead_beef_usize as _).is_none());
+    }
+
+    /// A closed IA handle never names a later IA of its slot (u8 generations came round after
+    /// 256 opens); object handles are aligned, IA handles never are.
+    #[test]
+    fn closed_ia_handles_stay_closed_past_256_opens() {
+        let fake = OpenIa {
+            provider_ia: 0x1234 as _,
+            provider: ProviderPtr::new(std::ptr::null::<DAT_PROVIDER>()),
+            lib: None,
+        };
+        let first = insert_ia(fake).unwrap();
+        remove_ia(first);
+        for _ in 0..1000 {
+            let h = insert_ia(fake).unwrap();
+            assert_ne!(h, first);
+            assert!(lookup_ia(first).is_none());
+            remove_ia(h);
+        }
+        let (slot, _) = decode_ia(first).unwrap();
+        assert_eq!(decode_ia(encode_ia(slot, u32::MAX)), Some((slot, u32::MAX)));
+        assert!(
+            decode_ia(0x1000 as _).is_none(),
+            "aligned values are objects"
+        );
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! One handle mechanism for every DAT object.
 //!
-//! C receives the address of a `HandleHeader`. Headers are leaked on purpose: they are never given
-//! back to the allocator, so a stale pointer still points at readable memory that we own. The
-//! table of live handles is keyed by header address and is consulted *before* anything is read
-//! through a pointer, so a freed, stale or foreign handle is rejected without dereferencing it.
-//! A freed header goes to a quarantine and is reused only after `QUARANTINE` later frees, with a
-//! new generation, so a recently freed handle cannot alias a new object.
+//! C receives the address of a word holding the DAT_PROVIDER pointer its registry dispatches
+//! through (`space`: a new word for every creation, so a handle value names one object for at
+//! least 2^32 further creations: its place in the stretch is its generation). The table of live
+//! handles is keyed by that address and is consulted *before* anything is read through a
+//! pointer, so a freed, stale or foreign handle is rejected without dereferencing it.
 
-use std::collections::VecDeque;
+mod space;
+
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -27,28 +27,9 @@ use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq::Srq;
 use crate::intmap::IntMap;
+use space::Space;
 
-/// Tag of a live header: `TAG_LIVE | kind`. Read by ffi only as a fast pre-check; the table is
-/// the authority.
-pub const TAG_LIVE: u32 = 0x4450_0000;
-/// Tag written into a header when its object is freed.
-pub const TAG_DEAD: u32 = 0x4445_4144;
-/// Freed headers wait for this many later frees before reuse.
-const QUARANTINE: usize = 4096;
-
-/// What C holds: the first word is the DAT_PROVIDER pointer libdat2 dispatches through.
-#[repr(C)]
-pub struct HandleHeader {
-    pub provider: AtomicPtr<c_void>,
-    pub tag: AtomicU32,
-    /// Position in allocation order (for diagnostics).
-    pub slot: AtomicU32,
-    /// Incremented every time the header is reused.
-    pub generation: AtomicU32,
-    _reserved: AtomicU32,
-}
-
-/// A handle value: the address of its header (0 = DAT_HANDLE_NULL).
+/// A handle value: the address of its word (0 = DAT_HANDLE_NULL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Handle(usize);
 
@@ -174,10 +155,10 @@ struct Entry {
 
 struct Table {
     live: IntMap<usize, Entry>,
-    /// Headers reserved for an object under construction.
+    /// Handles reserved for an object under construction.
     reserved: IntMap<usize, HandleKind>,
-    quarantine: VecDeque<&'static HandleHeader>,
-    next_slot: u32,
+    /// Where handle values come from.
+    space: Space,
     /// Live objects per owning IA and kind: what the IA's limits (max_eps, max_lmrs, ...) are
     /// checked against (`owned_count`).
     owned: IntMap<(usize, HandleKind), usize>,
@@ -190,22 +171,14 @@ fn table() -> &'static Mutex<Table> {
         Mutex::new(Table {
             live: IntMap::default(),
             reserved: IntMap::default(),
-            quarantine: VecDeque::new(),
-            next_slot: 1,
+            space: Space::new(),
             owned: IntMap::default(),
         })
     })
 }
 
-/// Reads the header of a handle known to be live or reserved.
-fn header_of(handle: Handle) -> &'static HandleHeader {
-    // SAFETY: only called for addresses present in `live` or `reserved`, which are exclusively
-    // addresses of leaked (never freed) `HandleHeader`s created by `reserve`.
-    unsafe { &*(handle.0 as *const HandleHeader) }
-}
-
-/// A header set aside for an object under construction. Dropping it without `commit` returns
-/// the header to the quarantine.
+/// A handle set aside for an object under construction. Dropping it without `commit` gives
+/// the value up (it is not reissued for 2^32 creations, like any freed one).
 pub struct Reservation {
     handle: Handle,
     kind: HandleKind,
@@ -222,9 +195,6 @@ impl Reservation {
         debug_assert_eq!(object.kind(), self.kind);
         let mut t = table().lock();
         t.reserved.remove(&self.handle.0);
-        header_of(self.handle)
-            .tag
-            .store(TAG_LIVE | self.kind.dat_type(), Ordering::SeqCst);
         if let Some(index) = create_counter(self.kind) {
             count_for_owner(&t, owner, index);
         }
@@ -249,52 +219,39 @@ impl Drop for Reservation {
         if !self.committed {
             let mut t = table().lock();
             t.reserved.remove(&self.handle.0);
-            let header = header_of(self.handle);
-            header.tag.store(TAG_DEAD, Ordering::SeqCst);
-            t.quarantine.push_back(header);
+            t.space.give_back(self.handle.0);
         }
     }
 }
 
-/// Allocates (or reuses from quarantine) a header for a new object of `kind`, whose first word
-/// is `dispatch`: the address of the C dispatch table the registry calls this handle's
-/// functions through (the owning IA's, see `Ia::dispatch`; the core never reads it).
+/// Takes a new handle value for an object of `kind`, whose word is `dispatch`: the address of
+/// the C dispatch table the registry calls this handle's functions through (the owning IA's,
+/// see `Ia::dispatch`; the core never reads it).
 pub fn reserve(kind: HandleKind, dispatch: usize) -> Reservation {
     let mut t = table().lock();
-    let header: &'static HandleHeader = if t.quarantine.len() > QUARANTINE {
-        match t.quarantine.pop_front() {
-            Some(h) => {
-                h.generation.fetch_add(1, Ordering::SeqCst);
-                h
-            }
-            None => new_header(&mut t),
-        }
-    } else {
-        new_header(&mut t)
-    };
-    header
-        .provider
-        .store(dispatch as *mut c_void, Ordering::SeqCst);
-    header.tag.store(TAG_DEAD, Ordering::SeqCst);
-    let handle = Handle(header as *const HandleHeader as usize);
-    t.reserved.insert(handle.0, kind);
+    let Table {
+        live,
+        reserved,
+        space,
+        ..
+    } = &mut *t;
+    let addr = space.take(dispatch, |a| {
+        live.contains_key(&a) || reserved.contains_key(&a)
+    });
+    reserved.insert(addr, kind);
     Reservation {
-        handle,
+        handle: Handle(addr),
         kind,
         committed: false,
     }
 }
 
-fn new_header(t: &mut Table) -> &'static HandleHeader {
-    let slot = t.next_slot;
-    t.next_slot = t.next_slot.wrapping_add(1);
-    Box::leak(Box::new(HandleHeader {
-        provider: AtomicPtr::new(std::ptr::null_mut()),
-        tag: AtomicU32::new(TAG_DEAD),
-        slot: AtomicU32::new(slot),
-        generation: AtomicU32::new(0),
-        _reserved: AtomicU32::new(0),
-    }))
+/// Points a live handle at another dispatch table (an IA learns its entry's table after open).
+pub fn set_dispatch(handle: Handle, dispatch: usize) {
+    let t = table().lock();
+    if t.live.contains_key(&handle.0) || t.reserved.contains_key(&handle.0) {
+        space::word(handle.0).store(dispatch, Ordering::SeqCst);
+    }
 }
 
 /// The live object behind `handle`, whatever its kind.
@@ -356,7 +313,7 @@ pub fn evd_opt(handle: Handle, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
 }
 
 /// Removes a live handle of `kind`; later lookups fail. Returns the object so the caller can
-/// tear it down. The header goes to quarantine.
+/// tear it down. Its value is not reissued for 2^32 creations.
 pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
     let mut t = table().lock();
     match t.live.get(&handle.0) {
@@ -380,9 +337,7 @@ pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
         };
         count_for_owner(&t, entry.owner, free);
     }
-    let header = header_of(handle);
-    header.tag.store(TAG_DEAD, Ordering::SeqCst);
-    t.quarantine.push_back(header);
+    t.space.give_back(handle.0);
     Ok(entry.object)
 }
 
