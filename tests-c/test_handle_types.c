@@ -6,9 +6,10 @@
  * registry's handle), PZ, LMR, RMR, EVDs of six kinds (DTO + RMR_BIND,
  * RMR_BIND only, CONNECTION, CR, SOFTWARE, and the IA's own ASYNC EVD), CNO,
  * EP, PSP, RSP, CR (a pending request: an EP of the IA connecting to the
- * IA's own PSP), SRQ, CSP -- and the provider's own IA handle, the one
- * dat_ep_query reports in ia_handle, which is no registry IA handle and so
- * is the right handle for no call.
+ * IA's own PSP), SRQ, CSP -- and two IA handles that are no registry IA
+ * handle: the provider's own, the one dat_ep_query reports in ia_handle
+ * (the right handle for no call), and the IA dat_ib_open_query returns
+ * (right for dat_ib_close_query only).
  *
  * The sweep (ROWS below): one row per handle argument of an export: the
  * first argument, every further or optional one (the CNO of
@@ -63,6 +64,7 @@
 enum kind {
 	K_IA,
 	K_PIA,
+	K_QIA,
 	K_PZ,
 	K_LMR,
 	K_RMR,
@@ -92,6 +94,7 @@ static struct {
 } pool[NKINDS] = {
 	[K_IA] = { "IA", 0, DAT_HANDLE_TYPE_IA },
 	[K_PIA] = { "provider IA (dat_ep_query's ia_handle)", 0, -1 },
+	[K_QIA] = { "IA of dat_ib_open_query", 0, -1 },
 	[K_PZ] = { "PZ", 0, DAT_HANDLE_TYPE_PZ },
 	[K_LMR] = { "LMR", 0, DAT_HANDLE_TYPE_LMR },
 	[K_RMR] = { "RMR", 0, DAT_HANDLE_TYPE_RMR },
@@ -470,7 +473,8 @@ static DAT_RETURN ep_modify_field(DAT_EP_PARAM_MASK field, DAT_HANDLE h)
 	  BADH(DAT_INVALID_HANDLE1), dat_ib_query_counters(h, 0, counters, 0))                                     \
 	X(ib_print_counters, "dat_ib_print_counters", "dat_handle", B(K_IA) | B(K_EP) | M_EVD,                     \
 	  BADH(DAT_INVALID_HANDLE1), dat_ib_print_counters(h, 0, 0))                                               \
-	X(ib_close_query, "dat_ib_close_query", "ia_handle (of dat_ib_open_query)", 0, BADH(DAT_INVALID_HANDLE_IA), \
+	X(ib_close_query, "dat_ib_close_query", "ia_handle (of dat_ib_open_query)", B(K_QIA),                       \
+	  BADH(DAT_INVALID_HANDLE_IA),                                                                             \
 	  dat_ib_close_query(h))
 
 #define DEFINE_ROW(id, fn, arg, right, want, call)                                                                 \
@@ -499,10 +503,10 @@ static void sweep(void)
 				continue;
 			DAT_RETURN rc = rows[r].call(P(k));
 			/* dat_extension_op takes a handle of any type: one that
-			 * is no provider's object (the provider's IA, whose
+			 * is no provider's object (the provider's IAs, whose
 			 * first word is no registered table) the registry
 			 * refuses itself, as for dat_get_handle_type */
-			int any_type = strncmp(rows[r].fn, "dat_ib_", 7) == 0 && k == K_PIA;
+			int any_type = strncmp(rows[r].fn, "dat_ib_", 7) == 0 && (k == K_PIA || k == K_QIA);
 			CHECK(rc == rows[r].want || (any_type && rc == BADH(DAT_INVALID_HANDLE1)),
 			      "%s(%s = the %s) = %#x, want %#x", rows[r].fn, rows[r].arg,
 			      pool[k].name, (unsigned)rc, (unsigned)rows[r].want);
@@ -603,6 +607,12 @@ static int setup(void)
 	CHECK(P(K_PIA) != DAT_HANDLE_NULL && P(K_PIA) != P(K_IA), "dat_ep_query's ia_handle %p (the IA is %p)",
 	      (void *)P(K_PIA), (void *)P(K_IA));
 
+	/* the IA of dat_ib_open_query */
+	CHECK_RC(dat_ib_open_query(dat_test_ia(), &P(K_QIA), DAT_IA_FIELD_ALL, &ia_attr, DAT_PROVIDER_FIELD_ALL,
+				   &pr_attr),
+		 DAT_SUCCESS);
+	CHECK(P(K_QIA) != P(K_PIA) && P(K_QIA) != P(K_IA), "dat_ib_open_query's IA is another IA");
+
 	/* the rows' valid other arguments */
 	g.seg = seg(g.lctx, buf, 64);
 	g.seg8 = seg(g.lctx, buf + 64, 8);
@@ -646,6 +656,7 @@ int main(void)
 	sweep();
 	pool_intact("after the sweep");
 	CHECK_RC(dat_cr_reject(P(K_CR), 0, NULL), DAT_SUCCESS);
+	CHECK_RC(dat_ib_close_query(P(K_QIA)), DAT_SUCCESS);
 	CHECK_RC(dat_ia_close(P(K_IA), DAT_CLOSE_ABRUPT_FLAG), DAT_SUCCESS);
 	return check_summary("test_handle_types");
 }
