@@ -65,7 +65,7 @@ pub(super) unsafe fn atomic_registered(addr: u64, operand: u64, swap: Option<u64
     }
 }
 
-pub(super) use libc::{POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
+pub(super) use libc::{POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 
 #[derive(Clone, Copy)]
 pub(super) struct PollFd(libc::pollfd);
@@ -284,6 +284,29 @@ pub(super) fn set_send_buffer(fd: RawFd, bytes: i32) -> io::Result<()> {
             libc::SO_SNDBUF,
             &bytes as *const i32 as *const libc::c_void,
             std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// SO_LINGER on socket `fd`: with `abort`, closing it resets the connection at once (RST,
+/// unsent data dropped); without, closing it sends what is queued and then the end of stream.
+pub(super) fn set_abortive_close(fd: RawFd, abort: bool) -> io::Result<()> {
+    let linger = libc::linger {
+        l_onoff: abort as i32,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads exactly size_of::<linger>() bytes from the pointer to `linger`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
         )
     };
     if rc != 0 {

@@ -421,6 +421,12 @@ impl Decoder {
         self.buf.len() - self.start + self.payload.len()
     }
 
+    /// Bytes buffered and to come for frames begun: what is buffered, and the whole payload of
+    /// a frame whose header has come (it will all be kept).
+    pub fn committed(&self) -> usize {
+        self.buf.len() - self.start + self.pending.map_or(0, |h| h.payload_len as usize)
+    }
+
     /// The header of the frame whose payload is being collected, if any.
     pub fn pending(&self) -> Option<Header> {
         self.pending

@@ -56,7 +56,9 @@ impl Engine {
                     }
                     let hello = std::mem::take(&mut e.hello);
                     let deadline = e.deadline;
-                    let mut conn = Conn::new(stream, Phase::ActiveAwaitReply { qp }, deadline);
+                    let charge = Charge::new(self.peer_memory.clone());
+                    let mut conn =
+                        Conn::new(stream, Phase::ActiveAwaitReply { qp }, deadline, charge);
                     let mut h = wire::handshake(Kind::Hello);
                     if self.same_host_hello {
                         h.flags |= wire::FLAG_SAME_HOST;
@@ -215,6 +217,10 @@ impl Engine {
         for t in tokens {
             self.goodbye(t);
         }
+        for c in self.conns.values() {
+            // The DISCONNECTs just queued reach the peers (`liveness::reset_on_exit`).
+            let _ = sys::set_abortive_close(c.stream.as_raw_fd(), false);
+        }
         self.conns.clear();
         self.listeners.clear();
     }
@@ -286,6 +292,50 @@ impl Engine {
         }
     }
 
+    /// The peer's stream ended (`PeerEnd::Lost`) or it said DISCONNECT. With messages held,
+    /// the end is reported once the consumer has received them, or at END_GRACE; meanwhile
+    /// nothing more is read. Without, at once.
+    pub(super) fn peer_ended(&mut self, token: u64, how: PeerEnd) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if c.held.is_empty() || !matches!(c.phase, Phase::Established { .. }) {
+            self.report_peer_end(token, how);
+            return;
+        }
+        if c.peer_end.is_none() {
+            log::info!(
+                "connection {token}: the peer ended with {} messages held; they wait {END_GRACE:?} for receives",
+                c.held.len()
+            );
+            c.peer_end = Some(how);
+            c.deadline = Some(Instant::now() + END_GRACE);
+        }
+    }
+
+    /// Reports the end of a connection whose peer ended (`peer_ended`): what is still held is
+    /// dropped (the peer's sends never completed, as a flushed send does not).
+    pub(super) fn report_peer_end(&mut self, token: u64, how: PeerEnd) {
+        if let Some(c) = self.conns.get(&token) {
+            if !c.held.is_empty() {
+                log::info!(
+                    "connection {token}: {} messages held past the peer's end were not received",
+                    c.held.len()
+                );
+            }
+        }
+        match (how, self.conns.get(&token).map(|c| c.phase)) {
+            (PeerEnd::Disconnect, Some(Phase::Established { qp })) => {
+                self.conns.remove(&token);
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.conn = None;
+                }
+                self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
+            }
+            _ => self.conn_lost(token),
+        }
+    }
+
     /// Drops a connection at once, without a word to the peer: what a lost peer does to it.
     pub(super) fn drop_conn(&mut self, token: u64) {
         self.conn_lost(token);
@@ -348,12 +398,14 @@ impl Engine {
                     tune(&stream);
                     let token = self.token();
                     self.admit_awaiting_hello(listener, token);
+                    let charge = self.charge();
                     self.conns.insert(
                         token,
                         Conn::new(
                             stream,
                             Phase::PassiveAwaitHello { listener },
                             Some(Instant::now() + HELLO_TIMEOUT),
+                            charge,
                         ),
                     );
                 }
@@ -379,17 +431,18 @@ impl Engine {
 
     pub(super) fn check_deadlines(&mut self) {
         let now = Instant::now();
-        let expired_conns: Vec<(u64, Phase)> = self
+        let expired_conns: Vec<(u64, Phase, Option<PeerEnd>)> = self
             .conns
             .iter()
             .filter(|(_, c)| c.deadline.map(|d| d <= now).unwrap_or(false))
-            .map(|(t, c)| (*t, c.phase))
+            .map(|(t, c)| (*t, c.phase, c.peer_end))
             .collect();
-        for (t, phase) in expired_conns {
-            match phase {
-                Phase::ActiveAwaitReply { qp } => {
+        for (t, phase, peer_end) in expired_conns {
+            match (phase, peer_end) {
+                (Phase::ActiveAwaitReply { qp }, _) => {
                     self.fail_qp(qp, Some(CmEvent::TimedOut { qp_num: qp }));
                 }
+                (_, Some(how)) => self.report_peer_end(t, how),
                 _ => {
                     self.conns.remove(&t);
                 }

@@ -336,7 +336,8 @@ impl Engine {
                 continue;
             };
             r.conn = Some(token);
-            let mut conn = Conn::new(stream, Phase::UdAwaitReply { id }, r.deadline);
+            let charge = Charge::new(self.peer_memory.clone());
+            let mut conn = Conn::new(stream, Phase::UdAwaitReply { id }, r.deadline, charge);
             let mut h = wire::handshake(Kind::Hello);
             h.flags = wire::FLAG_UD;
             h.length = u32::from(port);

@@ -374,6 +374,7 @@ impl Engine {
                 break;
             };
             c.held_bytes = c.held_bytes.saturating_sub(held_cost(&p));
+            c.recharge();
             match self.target_request(sh, token, qp, &h, &p) {
                 Outcome::Done => {}
                 Outcome::Hold => {
@@ -388,6 +389,11 @@ impl Engine {
                 }
                 Outcome::Broken => return,
             }
+        }
+        // All received: a peer that ended meanwhile is reported now.
+        if let Some(how) = self.conns.get(&token).and_then(|c| c.peer_end) {
+            self.report_peer_end(token, how);
+            return;
         }
         // Frames decoded but not processed while holding, and reading resumes.
         self.process_frames(sh, token);

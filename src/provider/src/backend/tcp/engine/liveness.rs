@@ -95,6 +95,20 @@ pub(super) fn watch_peer(stream: &TcpStream) {
     }
 }
 
+/// A process of ours that ends (exit, crash, kill) resets its connections instead of closing
+/// them, as an RDMA device's connection manager tells the peer at once when the process
+/// owning a queue pair goes. A plain close puts the end of stream behind the data still
+/// queued, and a target holding the connection's input back (its receives not posted) would
+/// never see it: its kernel keeps the peer's data outside a shut window, the peer's kernel
+/// keeps the end behind that data. Our own closes are graceful as before: a closing
+/// connection flushes and ends its stream first (`Conn::begin_close`), and a device closing
+/// clears the option on each connection before it drops them (`Engine::shutdown`).
+pub(super) fn reset_on_exit(stream: &TcpStream) {
+    if let Err(e) = sys::set_abortive_close(stream.as_raw_fd(), true) {
+        log::warn!("SO_LINGER on a connection: {e}");
+    }
+}
+
 #[cfg(test)]
 #[path = "liveness_tests.rs"]
 mod liveness_tests;

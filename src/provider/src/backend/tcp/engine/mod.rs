@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 use super::super::{
     CmEvent, QpCap, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT};
+use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use super::{Shared, TcpCq, TcpSrq};
 use crate::core::error::{DatError, DatResult, SubType};
 use crate::intmap::IntMap;
 
+mod budget;
 mod connection;
 mod datagram;
 mod initiator;
@@ -35,6 +36,8 @@ mod samehost;
 mod sockets;
 mod target;
 
+use budget::Charge;
+pub(crate) use budget::PeerMemory;
 pub(crate) use datagram::TcpAh;
 #[cfg(test)]
 pub(crate) use progress::parse_spin;
@@ -60,6 +63,9 @@ const HELD_OVERHEAD: usize = std::mem::size_of::<(Header, Vec<u8>)>() + 16;
 /// held (and past HOLD_LIMIT, no longer read) until it reads them. A legitimate peer never has
 /// more requests outstanding than its send queue holds (max_qp_wr, 16384).
 const MAX_ANSWERS_PENDING: usize = 65536;
+/// How long messages a peer sent before it went away wait for the consumer's receives: then
+/// they are dropped and the end of the connection reported.
+const END_GRACE: Duration = Duration::from_secs(2);
 /// Poll timeout: the granularity of connection deadlines.
 const TICK_MS: i32 = 50;
 /// Socket send buffer asked for (see `tune`).
@@ -162,6 +168,14 @@ struct Conn {
     out: OutQueue,
     held: VecDeque<(Header, Vec<u8>)>,
     held_bytes: usize,
+    /// This connection's share of the device's budget (budget.rs).
+    charge: Charge,
+    /// The peer shut its side (seen while its input was held back): what it sent before is
+    /// read whatever is held, up to its end of stream.
+    peer_closing: bool,
+    /// The peer's end (of stream, or its DISCONNECT) came while messages were held: reported
+    /// once they are received or at the deadline (END_GRACE), whichever is first.
+    peer_end: Option<PeerEnd>,
     deadline: Option<Instant>,
     close_when_flushed: bool,
     /// Everything is written and our side is shut: reading and discarding until the peer's end
@@ -178,8 +192,10 @@ struct Conn {
     /// An RDMA read is held until the output queue has drained (see `target_request`).
     wait_drain: bool,
     /// Stream positions (`OutQueue::pushed`) where answers we queued end, oldest first, not
-    /// yet known to be written (see `answers_pending`).
-    answer_ends: VecDeque<u64>,
+    /// yet known to be written (see `answers_pending`), and how many bytes each queued.
+    answer_ends: VecDeque<(u64, usize)>,
+    /// Bytes of those answers.
+    answer_bytes: usize,
     /// The same-host path on this connection (engine/samehost.rs).
     same_host: super::samehost::Link,
     /// When a polling consumer last read this connection itself (`TcpCq::progress`): for
@@ -193,8 +209,18 @@ struct Conn {
     rcvbuf: i32,
 }
 
-/// The rest of a READ_RESP payload goes from the socket into the local SGL of the read it
-/// answers (one copy, the kernel's, instead of two).
+/// How a peer's stream ended while messages were held (`Conn::peer_end`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerEnd {
+    /// End of stream or reset: the connection is lost.
+    Lost,
+    /// A DISCONNECT frame: a graceful disconnect.
+    Disconnect,
+}
+
+/// The rest of a large payload goes from the socket straight into local buffers (one copy,
+/// the kernel's, instead of two): a READ_RESP into the SGL of the read it answers, a SEND
+/// into the receive it is for.
 struct ReadSink {
     qp: u32,
     header: Header,
@@ -203,6 +229,17 @@ struct ReadSink {
     got: usize,
     /// A local error met on the way (the rest of the payload is then read and dropped).
     failed: Option<WcStatus>,
+    /// What the payload completes.
+    purpose: SinkFor,
+}
+
+#[derive(Clone, Copy)]
+enum SinkFor {
+    /// The answer to our oldest RDMA read (`response`).
+    ReadAnswer,
+    /// A peer's SEND into the receive at the front of the QP's own queue, `wr_id`, which stays
+    /// there until the message is in (so a flush meanwhile completes it: nothing is lost).
+    Message { wr_id: u64 },
 }
 
 enum SinkStep {
@@ -241,7 +278,7 @@ pub(crate) struct Claim {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>) -> Conn {
+    fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>, charge: Charge) -> Conn {
         Conn {
             returned: None,
             stream,
@@ -250,6 +287,9 @@ impl Conn {
             out: OutQueue::default(),
             held: VecDeque::new(),
             held_bytes: 0,
+            charge,
+            peer_closing: false,
+            peer_end: None,
             deadline,
             close_when_flushed: false,
             draining: false,
@@ -258,6 +298,7 @@ impl Conn {
             sink: None,
             wait_drain: false,
             answer_ends: VecDeque::new(),
+            answer_bytes: 0,
             same_host: Default::default(),
             last_look: None,
             quiet: false,
@@ -265,26 +306,42 @@ impl Conn {
         }
     }
 
-    /// Notes that the answer just queued ends at the current end of the output.
-    fn note_answer(&mut self) {
+    /// Notes that the answer just queued, `bytes` of it still to write, ends at the current
+    /// end of the output.
+    fn note_answer(&mut self, bytes: usize) {
         let end = self.out.pushed();
         if end > self.out.written() {
-            self.answer_ends.push_back(end);
+            self.answer_ends.push_back((end, bytes));
+            self.answer_bytes += bytes;
         }
     }
 
     /// How many of our answers the peer has not taken yet.
     fn answers_pending(&mut self) -> usize {
         let written = self.out.written();
-        while self.answer_ends.front().is_some_and(|&e| e <= written) {
+        while let Some(&(end, bytes)) = self.answer_ends.front() {
+            if end > written {
+                break;
+            }
             self.answer_ends.pop_front();
+            self.answer_bytes -= bytes;
         }
         self.answer_ends.len()
     }
 
-    /// Whether to read more from the peer: not while its held requests are over the limit.
+    /// Whether to read more from the peer: not while its held requests are over the limit
+    /// (unless it has shut its side: the rest is bounded by the socket's buffer), nor after
+    /// its end.
     fn wants_input(&self) -> bool {
-        self.held_bytes <= HOLD_LIMIT
+        (self.held_bytes <= HOLD_LIMIT || self.peer_closing) && self.peer_end.is_none()
+    }
+
+    /// Whether to watch a connection whose input is held back for its peer's end, so that a
+    /// peer that leaves with messages held is noticed (POLLRDHUP).
+    fn watch_for_end(&self) -> bool {
+        !self.wants_input()
+            && self.peer_end.is_none()
+            && matches!(self.phase, Phase::Established { .. })
     }
 
     /// Whether the progress thread may watch it in its set of returned connections, which
@@ -326,6 +383,9 @@ impl Conn {
         self.close_when_flushed = true;
         self.held.clear();
         self.held_bytes = 0;
+        self.peer_end = None;
+        self.sink = None;
+        self.recharge();
         self.deadline = Some(Instant::now() + CLOSE_LINGER);
     }
 }
@@ -401,6 +461,8 @@ pub(crate) struct Engine {
     pub(crate) ud_connect_results: Vec<(u64, io::Result<TcpStream>)>,
     /// Our HELLOs advertise the same-host path (the device can offer its key table).
     same_host_hello: bool,
+    /// What peers may make this device hold (budget.rs).
+    peer_memory: Arc<PeerMemory>,
 }
 
 fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
@@ -418,6 +480,7 @@ fn tune(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = sys::set_send_buffer(stream.as_raw_fd(), SEND_BUFFER);
     liveness::watch_peer(stream);
+    liveness::reset_on_exit(stream);
 }
 
 fn bad_state() -> DatError {

@@ -90,6 +90,9 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                 let mut ev = 0;
                 if c.wants_input() {
                     ev |= POLLIN;
+                } else if c.watch_for_end() {
+                    // Held back: only its peer's end is looked for (see `peer_ended`).
+                    ev |= POLLRDHUP;
                 }
                 // Output for the peer's same-host ring waits for room there, not in the socket
                 // (the reader's doorbell says when there is room again).
@@ -256,7 +259,14 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
                             eng.accept_incoming(*id)
                         }
                         Target::Conn(t) => {
-                            if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL) != 0 {
+                            if rev & (POLLRDHUP | POLLHUP | POLLERR) != 0 {
+                                // The peer shut its side or is gone: what it sent before is
+                                // read whatever is held, then its end is seen.
+                                if let Some(c) = eng.conns.get_mut(t) {
+                                    c.peer_closing = true;
+                                }
+                            }
+                            if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL | POLLRDHUP) != 0 {
                                 let polled = eng
                                     .conns
                                     .get(t)

@@ -7,17 +7,46 @@ use super::*;
 
 impl Engine {
     pub(super) fn process_frames(&mut self, sh: &Shared, token: u64) {
+        self.process_frames_uncharged(sh, token);
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.recharge();
+        }
+    }
+
+    fn process_frames_uncharged(&mut self, sh: &Shared, token: u64) {
         loop {
             let Some(c) = self.conns.get_mut(&token) else {
                 return;
             };
             let phase = c.phase;
-            let frame = match c
-                .dec
-                .next_frame_if(&sh.limits, |h| allowed_in(phase, h.kind))
-            {
+            // A frame we would keep must fit in the device's budget (budget.rs), unless it is
+            // a SEND that goes straight into a posted receive as it arrives.
+            let room = c.room();
+            let streams =
+                c.may_stream_send() && self.qps.get(&qp_of(phase)).is_some_and(streams_into);
+            let mut over_budget = false;
+            let admit = |h: &Header| {
+                if !allowed_in(phase, h.kind) {
+                    return false;
+                }
+                let len = h.payload_len as usize;
+                let kept = len > room
+                    && !matches!(h.kind, Kind::Ack | Kind::ReadResp)
+                    && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN);
+                over_budget = kept;
+                !kept
+            };
+            let frame = match c.dec.next_frame_if(&sh.limits, admit) {
                 Ok(Some(f)) => f,
                 Ok(None) => return,
+                Err(_) if over_budget => {
+                    let limit = self.peer_memory.limit();
+                    self.protocol_error(
+                        token,
+                        &format!("a frame past the device's peer memory budget ({limit} bytes, DAPLRS_PEER_MEMORY)"),
+                    );
+                    return;
+                }
                 Err(err) => {
                     self.protocol_error(token, &format!("{err:?}"));
                     return;
@@ -158,11 +187,7 @@ impl Engine {
                     // Our ring has room again for what we queued.
                     Kind::Doorbell => self.try_write(token),
                     Kind::Disconnect => {
-                        self.conns.remove(&token);
-                        if let Some(e) = self.qps.get_mut(&qp) {
-                            e.conn = None;
-                        }
-                        self.fail_qp(qp, Some(CmEvent::Disconnected { qp_num: qp }));
+                        self.peer_ended(token, PeerEnd::Disconnect);
                         return;
                     }
                     _ => {
@@ -184,6 +209,9 @@ impl Engine {
         }
         match c.flush_out() {
             Ok(()) => {
+                if c.answer_bytes > 0 {
+                    c.recharge(); // answers the peer took no longer count (budget.rs)
+                }
                 if std::mem::take(&mut c.wait_drain) {
                     self.drained.push(token);
                     self.wake_needed = true;
@@ -312,7 +340,7 @@ impl Engine {
                 Ok((0, _)) => {
                     // Let frames already received be handled before the loss is reported.
                     self.process_frames(sh, token);
-                    self.conn_lost(token);
+                    self.peer_ended(token, PeerEnd::Lost);
                     return;
                 }
                 Ok((n, direct)) => {
@@ -321,6 +349,7 @@ impl Engine {
                     }
                     self.process_frames(sh, token);
                     self.take_over_read(sh, token);
+                    self.take_over_send(sh, token);
                     if self
                         .conns
                         .get(&token)
@@ -342,7 +371,7 @@ impl Engine {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.process_frames(sh, token);
-                    self.conn_lost(token);
+                    self.peer_ended(token, PeerEnd::Lost);
                     return;
                 }
             }
@@ -389,7 +418,54 @@ impl Engine {
             pd,
             got: partial.len(),
             failed,
+            purpose: SinkFor::ReadAnswer,
         });
+    }
+
+    /// When the frame being received is a large SEND and the QP's own receive queue has a
+    /// receive for it, its payload is read from here on straight into that receive: a peer's
+    /// message is never collected whole in a buffer of ours first (nor counted on the
+    /// budget). The receive stays first in the queue until the message is in.
+    pub(super) fn take_over_send(&mut self, sh: &Shared, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let Phase::Established { qp } = c.phase else {
+            return;
+        };
+        let Some(h) = c.dec.pending() else { return };
+        if h.kind != Kind::Send
+            || (h.payload_len as usize) < wire::DIRECT_READ_MIN
+            || !c.may_stream_send()
+            || c.answers_pending() >= MAX_ANSWERS_PENDING
+        {
+            return;
+        }
+        let Some(e) = self.qps.get(&qp).filter(|e| streams_into(e)) else {
+            return;
+        };
+        let Some(wr) = e.rq.front() else { return };
+        let (sgl, wr_id, pd) = (wr.sgl.to_vec(), wr.wr_id, e.pd);
+        let Some((header, partial)) = c.dec.take_pending() else {
+            return;
+        };
+        let keys = sh.keys.lock();
+        let failed = match keys.check_local_sgl(&sgl, pd, true) {
+            Err(s) => Some(s),
+            Ok(room) if room < u64::from(header.payload_len) => Some(WcStatus::LocalLength),
+            Ok(_) => keys.scatter(&sgl, pd, &partial).err(),
+        };
+        drop(keys);
+        c.sink = Some(ReadSink {
+            qp,
+            header,
+            sgl,
+            pd,
+            got: partial.len(),
+            failed,
+            purpose: SinkFor::Message { wr_id },
+        });
+        c.recharge();
     }
 
     /// Reads connection `token`, whose peer writes its frames into our ring: first the
@@ -417,6 +493,9 @@ impl Engine {
                 break;
             }
         }
+        // The peer is gone: the rest of its frames are in the ring (bounded by its size),
+        // read whatever is held, so that its end is reported after them.
+        c.peer_closing |= ended;
         // As many reads as a socket gets (see read_conn_unguarded), unless the peer is gone.
         for round in 0.. {
             let Some(c) = self.conns.get_mut(&token) else {
@@ -463,7 +542,7 @@ impl Engine {
         if c.is_closing() {
             self.conns.remove(&token);
         } else {
-            self.conn_lost(token);
+            self.peer_ended(token, PeerEnd::Lost);
         }
     }
 
@@ -501,15 +580,14 @@ impl Engine {
         };
         match result {
             Ok(0) if want > 0 => {
-                self.conn_lost(token);
+                self.peer_ended(token, PeerEnd::Lost);
                 SinkStep::Gone
             }
             Ok(n) => {
                 sink.got += n;
                 if sink.got >= total {
                     if let Some(s) = c.sink.take() {
-                        let placed = s.failed.unwrap_or(WcStatus::Success);
-                        self.response(sh, s.qp, &s.header, &[], Some(placed));
+                        self.sink_filled(sh, token, s);
                     }
                 }
                 SinkStep::More
@@ -517,8 +595,39 @@ impl Engine {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => SinkStep::Blocked,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => SinkStep::More,
             Err(_) => {
-                self.conn_lost(token);
+                self.peer_ended(token, PeerEnd::Lost);
                 SinkStep::Gone
+            }
+        }
+    }
+
+    /// All of a sink's payload is in: what it was for completes.
+    fn sink_filled(&mut self, sh: &Shared, token: u64, s: ReadSink) {
+        let placed = s.failed.unwrap_or(WcStatus::Success);
+        match s.purpose {
+            SinkFor::ReadAnswer => self.response(sh, s.qp, &s.header, &[], Some(placed)),
+            SinkFor::Message { wr_id } => {
+                // The receive is still first in the queue (a flush would have ended the
+                // connection, and this sink with it).
+                let Some(e) = self.qps.get_mut(&s.qp) else {
+                    return;
+                };
+                if e.rq.front().map(|w| w.wr_id) != Some(wr_id) {
+                    return;
+                }
+                e.rq.pop_front();
+                let len = s.header.payload_len as usize;
+                let placed = if placed == WcStatus::Success {
+                    Ok(())
+                } else {
+                    Err(placed)
+                };
+                if let Outcome::Broken =
+                    self.message_received(sh, token, s.qp, &s.header, wr_id, true, placed, len)
+                {
+                    return;
+                }
+                self.try_write(token);
             }
         }
     }
@@ -538,4 +647,19 @@ fn allowed_in(phase: Phase, kind: Kind) -> bool {
         Phase::Established { .. } => !matches!(kind, Kind::Hello | Kind::Accept | Kind::Reject),
         Phase::Closing => true,
     }
+}
+
+/// The QP of an established connection's phase (0, no QP, otherwise).
+fn qp_of(phase: Phase) -> u32 {
+    match phase {
+        Phase::Established { qp } => qp,
+        _ => 0,
+    }
+}
+
+/// Whether a large SEND on `e`'s connection may go straight into its next receive: the QP's
+/// own queue has one (a shared queue's receives are taken by any of its QPs meanwhile), and no
+/// receive window is published to a same-host peer (whose slots count the queue's receives).
+fn streams_into(e: &QpEntry) -> bool {
+    e.srq.is_none() && e.recv_window.is_none() && !e.rq.is_empty()
 }

@@ -9,8 +9,9 @@ impl Engine {
 
     pub(super) fn answer(&mut self, token: u64, h: Header, payload: Vec<u8>) {
         if let Some(c) = self.conns.get_mut(&token) {
+            let bytes = wire::HEADER_LEN + payload.len();
             c.out.push_frame(h, payload);
-            c.note_answer();
+            c.note_answer(bytes);
         }
     }
 
@@ -50,58 +51,8 @@ impl Engine {
                 };
                 let Some(wr) = wr else { return Outcome::Hold };
                 let own_rq = e.srq.is_none();
-                let rcq = e.recv_cq.clone();
-                let qp_pd = e.pd;
-                let mut invalidated = None;
-                let status = {
-                    let mut keys = sh.keys.lock();
-                    match keys.scatter(&wr.sgl, pd, p) {
-                        Err(s) => s,
-                        // A send-with-invalidate ends the binding of one of our windows (of
-                        // this QP's PD) once its message is placed; a key that names none
-                        // fails the receive, as an RDMA NIC fails it.
-                        Ok(()) if h.flags & wire::FLAG_INVALIDATE != 0 => {
-                            let window = sh.mws.lock().get(&(h.key >> 8)).and_then(|w| w.upgrade());
-                            match window {
-                                Some(w) if w.remote_invalidate(&mut keys, h.key, qp_pd) => {
-                                    invalidated = Some(h.key);
-                                    WcStatus::Success
-                                }
-                                _ => WcStatus::LocalProtection,
-                            }
-                        }
-                        Ok(()) => WcStatus::Success,
-                    }
-                };
-                self.push_wc(
-                    &rcq,
-                    WorkCompletion {
-                        invalidated,
-                        solicited: h.flags & wire::FLAG_SOLICITED != 0,
-                        ..WorkCompletion::new(wr.wr_id, status, WcOpcode::Recv, p.len() as u32, qp)
-                    },
-                );
-                if own_rq {
-                    self.recv_consumed(qp);
-                }
-                let mut ack = Header::new(Kind::Ack);
-                ack.seq = h.seq;
-                ack.status = match status {
-                    WcStatus::Success => Status::Ok,
-                    WcStatus::LocalLength => Status::RemoteLength,
-                    WcStatus::LocalProtection
-                        if invalidated.is_none() && h.flags & wire::FLAG_INVALIDATE != 0 =>
-                    {
-                        Status::RemoteInvalid
-                    }
-                    _ => Status::RemoteAccess,
-                };
-                self.answer(token, ack, Vec::new());
-                if status != WcStatus::Success {
-                    self.break_after_answer(token, qp);
-                    return Outcome::Broken;
-                }
-                Outcome::Done
+                let placed = sh.keys.lock().scatter(&wr.sgl, pd, p);
+                self.message_received(sh, token, qp, h, wr.wr_id, own_rq, placed, p.len())
             }
             Kind::WriteImm => {
                 // The data goes where the rkey says; a posted receive reports its arrival with
@@ -220,11 +171,12 @@ impl Engine {
                             .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
                         sent.map(|(sent, rest)| {
                             if let Some(c) = self.conns.get_mut(&token) {
+                                let bytes = head.len().saturating_sub(sent) + rest.len();
                                 if sent < head.len() {
                                     c.out.push_bytes(head[sent..].to_vec());
                                 }
                                 c.out.push_bytes(rest);
-                                c.note_answer();
+                                c.note_answer(bytes);
                             }
                         })
                     }
@@ -248,6 +200,74 @@ impl Engine {
             _ => Outcome::Broken,
         }
     }
+    /// A peer's SEND `h` is in receive `wr_id` (taken from the QP's own queue if `own_rq`), or
+    /// failed to go in (`placed`): the receive completes, and the peer learns the outcome
+    /// (ACK); a failure then breaks the connection. A send-with-invalidate ends the binding
+    /// of one of our windows (of this QP's PD) once its message is placed; a key that names
+    /// none fails the receive, as an RDMA NIC fails it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn message_received(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        h: &Header,
+        wr_id: u64,
+        own_rq: bool,
+        placed: Result<(), WcStatus>,
+        len: usize,
+    ) -> Outcome {
+        let Some(e) = self.qps.get(&qp) else {
+            return Outcome::Broken;
+        };
+        let (rcq, qp_pd) = (e.recv_cq.clone(), e.pd);
+        let mut invalidated = None;
+        let status = match placed {
+            Err(s) => s,
+            Ok(()) if h.flags & wire::FLAG_INVALIDATE != 0 => {
+                let mut keys = sh.keys.lock();
+                let window = sh.mws.lock().get(&(h.key >> 8)).and_then(|w| w.upgrade());
+                match window {
+                    Some(w) if w.remote_invalidate(&mut keys, h.key, qp_pd) => {
+                        invalidated = Some(h.key);
+                        WcStatus::Success
+                    }
+                    _ => WcStatus::LocalProtection,
+                }
+            }
+            Ok(()) => WcStatus::Success,
+        };
+        self.push_wc(
+            &rcq,
+            WorkCompletion {
+                invalidated,
+                solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                ..WorkCompletion::new(wr_id, status, WcOpcode::Recv, len as u32, qp)
+            },
+        );
+        if own_rq {
+            self.recv_consumed(qp);
+        }
+        let mut ack = Header::new(Kind::Ack);
+        ack.seq = h.seq;
+        ack.status = match status {
+            WcStatus::Success => Status::Ok,
+            WcStatus::LocalLength => Status::RemoteLength,
+            WcStatus::LocalProtection
+                if invalidated.is_none() && h.flags & wire::FLAG_INVALIDATE != 0 =>
+            {
+                Status::RemoteInvalid
+            }
+            _ => Status::RemoteAccess,
+        };
+        self.answer(token, ack, Vec::new());
+        if status != WcStatus::Success {
+            self.break_after_answer(token, qp);
+            return Outcome::Broken;
+        }
+        Outcome::Done
+    }
+
     /// A WRITE's (or WRITE_IMM's) data placed under the rkey the header names, and its ACK;
     /// a refused access is answered, then breaks the connection.
     fn write_and_ack(

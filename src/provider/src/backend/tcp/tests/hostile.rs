@@ -4,11 +4,13 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::super::{access, CmEvent, Device, QpCap, QpInit};
+use super::super::super::{access, CmEvent, Device, QpCap, QpInit, WcStatus};
+use super::super::sys;
 use super::super::wire::{self, Header, Kind, Status};
 use super::super::TcpDevice;
 use super::{Buffer, GUARD_US};
@@ -182,5 +184,233 @@ fn unanswered_connection_requests_are_capped() {
     let _next = hello(listener.port());
     request(&cm);
     drop(waiting);
+    dev.close();
+}
+
+/// A QP of `dev` with room for `recvs` receives, completing into `cq`.
+fn budget_qp(
+    dev: &Arc<TcpDevice>,
+    pd: &Arc<dyn super::super::super::ProtectionDomain>,
+    cq: &Arc<dyn super::super::super::CompletionQueue>,
+) -> Arc<dyn super::super::super::QueuePair> {
+    dev.create_qp(QpInit {
+        pd: pd.clone(),
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_rd_atomic: 1,
+            max_inline: 0,
+        },
+    })
+    .expect("qp")
+}
+
+/// A peer the target's consumer accepted on QP `q`.
+fn accepted(
+    dev: &Arc<TcpDevice>,
+    cm: &mpsc::Receiver<CmEvent>,
+    port: u16,
+    q: &Arc<dyn super::super::super::QueuePair>,
+) -> TcpStream {
+    let mut s = hello(port);
+    dev.accept(request(cm), q, b"").expect("accept");
+    assert_eq!(read_header(&mut s).expect("accept").kind, Kind::Accept);
+    s
+}
+
+fn sends(count: usize, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..count {
+        let mut h = Header::new(Kind::Send);
+        h.seq = i as u64 + 1;
+        wire::put_frame(&mut out, h, payload);
+    }
+    out
+}
+
+/// Waits (up to the hang guard) for `what` of the engine to hold.
+fn until(dev: &Arc<TcpDevice>, what: impl Fn(&super::super::engine::Engine) -> bool) {
+    let start = std::time::Instant::now();
+    while !what(&dev.shared.engine.lock()) {
+        assert!(start.elapsed() < guard(), "the engine never got there");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Regression (issue 23): a peer that filled its connection's hold bound (sends with no
+/// receive posted, past which the target stops reading) and then closed was never noticed:
+/// the EP stayed connected and the memory held. Now (the peer resetting, as ours do when their
+/// process ends) its end is seen while held, and once the messages have waited their grace
+/// for receives, the connection is reported broken and the memory given back.
+#[test]
+fn a_peer_that_leaves_with_messages_held_is_noticed() {
+    let (dev, cm) = device();
+    let listener = dev.listen(0).expect("listen");
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(64).expect("cq");
+    let q = budget_qp(&dev, &pd, &cq);
+    let mut s = accepted(&dev, &cm, listener.port(), &q);
+    s.set_write_timeout(Some(guard())).expect("hang guard");
+    // 10 MiB of sends: the target holds 8 MiB of them, then reads no more.
+    s.write_all(&sends(40, &vec![7u8; 256 << 10]))
+        .expect("sends");
+    until(&dev, |e| e.peer_memory().used() > 8 << 20);
+    // Closed as a process of ours ends (`liveness::reset_on_exit`): a plain close would put
+    // the end of stream behind the 2 MiB the target does not read.
+    sys::set_abortive_close(s.as_raw_fd(), true).expect("SO_LINGER");
+    let left = std::time::Instant::now();
+    drop(s);
+    match next_event(&cm) {
+        CmEvent::Broken { qp_num } => assert_eq!(qp_num, q.qp_num()),
+        other => panic!("expected BROKEN, got {other:?}"),
+    }
+    let took = left.elapsed();
+    assert!(took < Duration::from_secs(5), "noticed after {took:?}");
+    assert_eq!(
+        dev.shared.engine.lock().peer_memory().used(),
+        0,
+        "memory given back"
+    );
+    dev.close();
+}
+
+/// Messages held when the peer disconnected are still received, in order, if the consumer
+/// posts receives within the grace; then the disconnect is reported (it used to be reported
+/// at once, and the messages lost).
+#[test]
+fn messages_held_when_the_peer_left_are_received_then_its_end() {
+    let (dev, cm) = device();
+    let listener = dev.listen(0).expect("listen");
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(64).expect("cq");
+    let q = budget_qp(&dev, &pd, &cq);
+    let mut s = accepted(&dev, &cm, listener.port(), &q);
+    let mut out = Vec::new();
+    for (i, m) in [&b"one"[..], b"two", b"three"].iter().enumerate() {
+        let mut h = Header::new(Kind::Send);
+        h.seq = i as u64 + 1;
+        wire::put_frame(&mut out, h, m);
+    }
+    wire::put_frame(&mut out, Header::new(Kind::Disconnect), b"");
+    s.write_all(&out).expect("sends and disconnect");
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    until(&dev, |e| e.ended_with_messages_held() == 1);
+
+    let buf = Buffer::new(64);
+    let mr = pd.reg_mr(buf.addr(), 64, access::LOCAL_WRITE).expect("mr");
+    for i in 0..3u64 {
+        let sge = super::super::super::Sge {
+            addr: buf.addr() + 16 * i,
+            length: 16,
+            lkey: mr.lkey(),
+        };
+        q.post_recv(super::super::super::RecvWr {
+            wr_id: i,
+            sgl: vec![sge].into(),
+        })
+        .expect("receive");
+    }
+    match next_event(&cm) {
+        CmEvent::Disconnected { qp_num } => assert_eq!(qp_num, q.qp_num()),
+        other => panic!("expected DISCONNECTED, got {other:?}"),
+    }
+    let mut wcs = Vec::new();
+    cq.poll(16, &mut wcs);
+    let got: Vec<(u64, WcStatus, u32)> = wcs
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.byte_len))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, WcStatus::Success, 3),
+            (1, WcStatus::Success, 3),
+            (2, WcStatus::Success, 5)
+        ]
+    );
+    assert_eq!(buf.read(0, 3), b"one");
+    assert_eq!(buf.read(32, 5), b"three");
+    dev.close();
+}
+
+/// Partial frames count on the device's budget from their header on (issue 23: 20 peers each
+/// half-way through a 16 MiB send grew the target by 160 MB): a frame that would take the
+/// total past the budget breaks its connection before any of it is kept, and the other
+/// peers keep theirs. A large send into a posted receive goes straight in and costs nothing.
+#[test]
+fn partial_frames_count_on_the_budget_and_breaks_spare_others() {
+    let (dev, cm) = device();
+    dev.shared.engine.lock().set_peer_memory(40 << 20);
+    let listener = dev.listen(0).expect("listen");
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(64).expect("cq");
+    let mut hostile = Vec::new();
+    for _ in 0..5 {
+        let q = budget_qp(&dev, &pd, &cq);
+        hostile.push((accepted(&dev, &cm, listener.port(), &q), q));
+    }
+    for (s, _) in hostile.iter_mut() {
+        // The header of a 16 MiB send, and a quarter of its payload; no receive is posted.
+        let mut h = Header::new(Kind::Send);
+        h.seq = 1;
+        h.payload_len = 16 << 20;
+        s.write_all(&h.encode()).expect("header");
+        s.set_write_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let _ = s.write_all(&vec![1u8; 4 << 20]);
+    }
+    // Two fit (32 MiB); the other three are broken.
+    let mut broken = Vec::new();
+    for _ in 0..3 {
+        match next_event(&cm) {
+            CmEvent::Broken { qp_num } => broken.push(qp_num),
+            other => panic!("expected BROKEN, got {other:?}"),
+        }
+    }
+    let qps: Vec<u32> = hostile.iter().map(|(_, q)| q.qp_num()).collect();
+    assert_eq!(broken, qps[2..].to_vec());
+    assert!(dev.shared.engine.lock().peer_memory().used() <= 40 << 20);
+
+    // A legitimate peer: a 16 MiB send into its posted receive is placed as it arrives.
+    let q = budget_qp(&dev, &pd, &cq);
+    let buf = Buffer::new(16 << 20);
+    let mr = pd
+        .reg_mr(buf.addr(), 16 << 20, access::LOCAL_WRITE)
+        .expect("mr");
+    q.post_recv(super::super::super::RecvWr {
+        wr_id: 77,
+        sgl: vec![super::super::super::Sge {
+            addr: buf.addr(),
+            length: 16 << 20,
+            lkey: mr.lkey(),
+        }]
+        .into(),
+    })
+    .expect("receive");
+    let mut s = accepted(&dev, &cm, listener.port(), &q);
+    let payload: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+    s.write_all(&sends(1, &payload)).expect("send");
+    let ack = read_header(&mut s).expect("an answer");
+    assert_eq!((ack.kind, ack.status), (Kind::Ack, Status::Ok));
+    let mut wcs = Vec::new();
+    let start = std::time::Instant::now();
+    while wcs.is_empty() && start.elapsed() < guard() {
+        cq.poll(16, &mut wcs);
+    }
+    let w = wcs
+        .iter()
+        .find(|w| w.wr_id == 77)
+        .expect("the receive completes");
+    assert_eq!((w.status, w.byte_len), (WcStatus::Success, 16 << 20));
+    assert!(
+        buf.read(0, 16 << 20) == payload,
+        "the message arrived intact"
+    );
+    drop(hostile);
     dev.close();
 }
