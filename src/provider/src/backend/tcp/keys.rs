@@ -20,6 +20,11 @@ use super::samehost::Publisher;
 use super::sys;
 use super::wire::Status;
 use crate::intmap::{IntMap, IntSet};
+use std::io::IoSlice;
+
+/// Remote reads up to a page are copied before their answer is sent (a few ns); longer ones
+/// go out straight from the memory once each page was seen there (`remote_read_to_socket`).
+const CHECKED_SEND_MAX: usize = 4096;
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct KeyEntry {
@@ -281,7 +286,9 @@ impl Keys {
             let n = s.length as usize;
             // SAFETY: check_local_sgl verified the segment lies inside a live registration of
             // this PD, and we hold the registry lock (see module docs).
-            unsafe { sys::copy_from_registered(s.addr, &mut out[off..off + n]) };
+            if !unsafe { sys::copy_from_registered(s.addr, &mut out[off..off + n]) } {
+                return Err(WcStatus::LocalProtection); // unmapped since it was registered
+            }
             off += n;
         }
         Ok(out)
@@ -300,7 +307,9 @@ impl Keys {
             }
             let n = (s.length as usize).min(data.len() - off);
             // SAFETY: as in `gather`; the registration grants local write.
-            unsafe { sys::copy_to_registered(s.addr, &data[off..off + n]) };
+            if !unsafe { sys::copy_to_registered(s.addr, &data[off..off + n]) } {
+                return Err(WcStatus::LocalProtection);
+            }
             off += n;
         }
         Ok(())
@@ -342,7 +351,11 @@ impl Keys {
         // SAFETY: check_local_sgl verified every segment lies inside a live registration of
         // this PD with local write, the ranges are sub-ranges of the segments, and we hold the
         // registry lock for the whole receive.
-        Ok(unsafe { sys::recv_registered(fd, &ranges) })
+        match unsafe { sys::recv_registered(fd, &ranges) } {
+            // Unmapped since it was registered: the kernel took nothing from the socket.
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(WcStatus::LocalProtection),
+            r => Ok(r),
+        }
     }
 
     /// Target-side check of a remote access: live key, same PD as the target QP, range inside,
@@ -365,18 +378,67 @@ impl Keys {
         Ok(())
     }
 
+    /// Part of a WRITE of `len` bytes to `addr`: `data`, `offset` bytes into it, checked as
+    /// the whole write (each part: a region freed meanwhile refuses the rest).
+    pub fn remote_write_part(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: u32,
+        pd: u32,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), Status> {
+        self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_WRITE)?;
+        if offset + data.len() > len as usize {
+            return Err(Status::RemoteInvalid);
+        }
+        // SAFETY: check_remote verified the whole write lies in a live registration with remote
+        // write access, under the registry lock; this part is inside it.
+        match unsafe { sys::copy_to_registered(addr + offset as u64, data) } {
+            true => Ok(()),
+            false => Err(Status::RemoteAccess),
+        }
+    }
+
+    /// Receives the rest of a WRITE of `len` bytes to `addr` from the socket `fd`, from
+    /// `offset` on, straight into the memory (checked as `remote_write_part`). The inner
+    /// result is the socket's (Ok(0): end of stream).
+    pub fn recv_remote_write(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: u32,
+        pd: u32,
+        offset: usize,
+        fd: std::os::fd::RawFd,
+    ) -> Result<std::io::Result<usize>, WcStatus> {
+        self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_WRITE)
+            .map_err(|_| WcStatus::RemoteAccess)?;
+        let rest = (len as usize).saturating_sub(offset);
+        // SAFETY: as in `remote_write_part`, for the rest of the checked range, under the
+        // registry lock for the whole receive.
+        match unsafe { sys::recv_registered(fd, &[(addr + offset as u64, rest)]) } {
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Err(WcStatus::RemoteAccess),
+            r => Ok(r),
+        }
+    }
+
     pub fn remote_write(&self, rkey: u32, addr: u64, pd: u32, data: &[u8]) -> Result<(), Status> {
         self.check_remote(rkey, addr, data.len() as u64, pd, access::REMOTE_WRITE)?;
         // SAFETY: check_remote verified [addr, addr+len) lies in a live registration with remote
         // write access, under the registry lock.
-        unsafe { sys::copy_to_registered(addr, data) };
-        Ok(())
+        match unsafe { sys::copy_to_registered(addr, data) } {
+            true => Ok(()),
+            false => Err(Status::RemoteAccess), // unmapped or protected since registered
+        }
     }
 
     /// A remote read answered straight from the registered memory: checks the access, then
     /// offers `head` and the bytes to the socket `fd` in one send (no copy of ours). Returns
     /// how many bytes (of head and data) the socket took and a copy of the data it did not,
-    /// for the caller to queue.
+    /// for the caller to queue. Err(Some(status)): refused, nothing sent; Err(None): the
+    /// memory went away while part of the answer was out, and the connection must end.
     pub fn remote_read_to_socket(
         &self,
         rkey: u32,
@@ -385,17 +447,40 @@ impl Keys {
         pd: u32,
         fd: std::os::fd::RawFd,
         head: &[u8],
-    ) -> Result<(usize, Vec<u8>), Status> {
-        self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
+    ) -> Result<(usize, Vec<u8>), Option<Status>> {
+        self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)
+            .map_err(Some)?;
+        let len = len as usize;
+        if len <= CHECKED_SEND_MAX {
+            // Copied first: an answer's header must not go out for bytes that are not there
+            // (`guarded`).
+            // SAFETY: as in `remote_read`.
+            let data =
+                unsafe { sys::read_registered(addr, len) }.ok_or(Some(Status::RemoteAccess))?;
+            let sent =
+                sys::send_nosignal(fd, &[IoSlice::new(head), IoSlice::new(&data)]).unwrap_or(0);
+            let data_sent = sent.saturating_sub(head.len()).min(len);
+            return Ok((sent, data[data_sent..].to_vec()));
+        }
+        // Sent straight from the memory, which must be there: once the header is out, only
+        // the whole payload may follow it.
+        // SAFETY: as below.
+        if !unsafe { super::guarded::readable(addr, len) } {
+            return Err(Some(Status::RemoteAccess));
+        }
         // SAFETY: check_remote verified [addr, addr+len) lies in a live registration with
         // remote read access, and we hold the registry lock for the whole send.
-        let sent = unsafe { sys::send_registered(fd, head, addr, len as usize) }.unwrap_or(0);
+        let sent = unsafe { sys::send_registered(fd, head, addr, len) }.unwrap_or(0);
         // A failed send took nothing; the caller's next write meets the error again.
-        let data_sent = sent.saturating_sub(head.len()).min(len as usize);
+        let data_sent = sent.saturating_sub(head.len()).min(len);
         // SAFETY: as above, for the tail of the same checked range.
-        let rest =
-            unsafe { sys::read_registered(addr + data_sent as u64, len as usize - data_sent) };
-        Ok((sent, rest))
+        match unsafe { sys::read_registered(addr + data_sent as u64, len - data_sent) } {
+            Some(rest) => Ok((sent, rest)),
+            // Unmapped between the check and the copy, with the header out: the connection
+            // must end (Err(None)), no other bytes may stand for the rest.
+            None if sent > 0 => Err(None),
+            None => Err(Some(Status::RemoteAccess)),
+        }
     }
 
     /// A remote 64-bit atomic on the word at `addr`: fetch-and-add of `operand`, or, with
@@ -418,13 +503,13 @@ impl Keys {
         // registration with remote atomic access, under the registry lock. The operation is a
         // CPU atomic, so it is atomic with respect to every other atomic on the word, from any
         // connection or thread of this process.
-        Ok(unsafe { sys::atomic_registered(addr, operand, swap) })
+        unsafe { sys::atomic_registered(addr, operand, swap) }.ok_or(Status::RemoteAccess)
     }
 
     pub fn remote_read(&self, rkey: u32, addr: u64, len: u32, pd: u32) -> Result<Vec<u8>, Status> {
         self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
         // SAFETY: as in remote_write, with remote read access.
-        Ok(unsafe { sys::read_registered(addr, len as usize) })
+        unsafe { sys::read_registered(addr, len as usize) }.ok_or(Status::RemoteAccess)
     }
 }
 

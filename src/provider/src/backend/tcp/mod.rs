@@ -16,7 +16,9 @@
 //! socket, and from the socket straight into the initiator's buffers (see `ReadSink`).
 
 mod engine;
+mod guarded;
 mod keys;
+mod mapping;
 mod samehost;
 mod sys;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
@@ -629,6 +631,13 @@ impl ProtectionDomain for TcpPd {
 
     fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>> {
         if length == 0 || addr.checked_add(length).is_none() {
+            return Err(DatError::invalid_arg(3));
+        }
+        // Refused as an RDMA device refuses it (EFAULT): memory that is not there, or not
+        // writable when writes are asked for, would later be read or written for a peer.
+        use super::access::{LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_WRITE};
+        let write = access & (LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC);
+        if !mapping::mapped(addr, length, write != 0) {
             return Err(DatError::invalid_arg(3));
         }
         // Memory already in an arena is published with it; other memory moves into one only

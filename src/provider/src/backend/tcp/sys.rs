@@ -7,62 +7,55 @@ use std::io::{self, IoSlice};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, RawFd};
 
-/// Copies `out.len()` bytes starting at address `addr` of this process into `out`.
+/// Copies `out.len()` bytes starting at address `addr` of this process into `out`; false if
+/// they are not all there: the consumer may unmap registered memory, and a fault in the copy
+/// is then recovered (`guarded`), not the end of the process.
 ///
 /// # Safety
-/// `[addr, addr + out.len())` must lie inside a live registration: the consumer promised (by
-/// registering it) that the range is mapped, and the caller holds the key registry lock, which
-/// deregistration also takes, so the registration cannot end during the copy.
-pub(super) unsafe fn copy_from_registered(addr: u64, out: &mut [u8]) {
-    if out.is_empty() {
-        return;
-    }
-    std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), out.len());
+/// `[addr, addr + out.len())` lies inside a live registration and the caller holds the key
+/// registry lock, so the registration cannot end during the copy.
+pub(super) unsafe fn copy_from_registered(addr: u64, out: &mut [u8]) -> bool {
+    // SAFETY: `out` is ours; the range is the caller's promise.
+    unsafe { super::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, out.len()) }
 }
 
-/// Returns a copy of `len` bytes at `addr` (without zero-filling the new buffer first).
+/// Returns a copy of `len` bytes at `addr` (without zero-filling the new buffer first); None
+/// if they are not all there.
 ///
 /// # Safety
 /// As for `copy_from_registered`.
-pub(super) unsafe fn read_registered(addr: u64, len: usize) -> Vec<u8> {
+pub(super) unsafe fn read_registered(addr: u64, len: usize) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(len);
-    if len > 0 {
-        std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len);
-        // The first `len` bytes were just initialised by the copy.
-        out.set_len(len);
+    // SAFETY: the vector's capacity is `len` bytes; the range is the caller's promise.
+    if !unsafe { super::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, len) } {
+        return None;
     }
-    out
+    // SAFETY: the first `len` bytes were just initialised by the copy.
+    unsafe { out.set_len(len) };
+    Some(out)
 }
 
-/// Copies `data` into this process's memory at `addr`.
+/// Copies `data` into this process's memory at `addr`; false if it is not all there,
+/// writable.
 ///
 /// # Safety
 /// As for `copy_from_registered`, and the registration grants write access.
-pub(super) unsafe fn copy_to_registered(addr: u64, data: &[u8]) {
-    if data.is_empty() {
-        return;
-    }
-    std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len());
+pub(super) unsafe fn copy_to_registered(addr: u64, data: &[u8]) -> bool {
+    // SAFETY: `data` is only read; the range is the caller's promise.
+    unsafe { super::guarded::copy(addr as usize as *mut u8, data.as_ptr(), data.len()) }
 }
 
 /// A 64-bit atomic on this process's word at `addr`: fetch-and-add of `operand`, or with
-/// `swap` compare-and-swap against `operand`. Returns the previous value.
+/// `swap` compare-and-swap against `operand`. Returns the previous value; None if the word is
+/// not there (or not writable) any more (`guarded`).
 ///
 /// # Safety
 /// `addr` is 8-byte aligned and the 8 bytes lie in a live registration granting remote atomic
 /// access (the consumer's memory may be touched by its own threads at the same time, which is
 /// why the access is atomic).
-pub(super) unsafe fn atomic_registered(addr: u64, operand: u64, swap: Option<u64>) -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let word = AtomicU64::from_ptr(addr as usize as *mut u64);
-    match swap {
-        None => word.fetch_add(operand, Ordering::SeqCst),
-        Some(new) => {
-            match word.compare_exchange(operand, new, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(old) | Err(old) => old,
-            }
-        }
-    }
+pub(super) unsafe fn atomic_registered(addr: u64, operand: u64, swap: Option<u64>) -> Option<u64> {
+    // SAFETY: the caller's promise.
+    unsafe { super::guarded::atomic(addr as usize as *mut u64, operand, swap) }
 }
 
 pub(super) use libc::{POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};

@@ -69,7 +69,12 @@ impl ProtectionDomain for VerbsPd {
         if mr.is_null() {
             let e = super::sys::errno();
             log::debug!("ibv_reg_mr({addr:#x}, {length}): errno {e}");
-            return Err(DatError::resources(SubType::ResourceMemoryRegion));
+            return Err(match e {
+                // Memory that is not there, or not writable for write access (the TCP
+                // backend refuses the same memory the same way).
+                libc::EFAULT => DatError::invalid_arg(3),
+                _ => DatError::resources(SubType::ResourceMemoryRegion),
+            });
         }
         Ok(Arc::new(VerbsMr {
             mr: Mutex::new(Ptr(mr)),

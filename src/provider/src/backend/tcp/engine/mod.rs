@@ -220,7 +220,7 @@ enum PeerEnd {
 
 /// The rest of a large payload goes from the socket straight into local buffers (one copy,
 /// the kernel's, instead of two): a READ_RESP into the SGL of the read it answers, a SEND
-/// into the receive it is for.
+/// into the receive it is for, a WRITE into the memory it names.
 struct ReadSink {
     qp: u32,
     header: Header,
@@ -240,6 +240,8 @@ enum SinkFor {
     /// A peer's SEND into the receive at the front of the QP's own queue, `wr_id`, which stays
     /// there until the message is in (so a flush meanwhile completes it: nothing is lost).
     Message { wr_id: u64 },
+    /// A peer's WRITE into the memory its header's rkey and address name.
+    Write,
 }
 
 enum SinkStep {

@@ -20,10 +20,11 @@ impl Engine {
             };
             let phase = c.phase;
             // A frame we would keep must fit in the device's budget (budget.rs), unless it is
-            // a SEND that goes straight into a posted receive as it arrives.
+            // a SEND that goes straight into a posted receive as it arrives, or a WRITE that
+            // goes straight into the memory it names (`take_over_send`, `take_over_write`).
             let room = c.room();
-            let streams =
-                c.may_stream_send() && self.qps.get(&qp_of(phase)).is_some_and(streams_into);
+            let streams_writes = c.may_stream_send();
+            let streams = streams_writes && self.qps.get(&qp_of(phase)).is_some_and(streams_into);
             let mut over_budget = false;
             let admit = |h: &Header| {
                 if !allowed_in(phase, h.kind) {
@@ -32,7 +33,8 @@ impl Engine {
                 let len = h.payload_len as usize;
                 let kept = len > room
                     && !matches!(h.kind, Kind::Ack | Kind::ReadResp)
-                    && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN);
+                    && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN)
+                    && !(streams_writes && h.kind == Kind::Write && len >= wire::DIRECT_READ_MIN);
                 over_budget = kept;
                 !kept
             };
@@ -350,6 +352,7 @@ impl Engine {
                     self.process_frames(sh, token);
                     self.take_over_read(sh, token);
                     self.take_over_send(sh, token);
+                    self.take_over_write(sh, token);
                     if self
                         .conns
                         .get(&token)
@@ -468,6 +471,50 @@ impl Engine {
         c.recharge();
     }
 
+    /// When the frame being received is a large WRITE with nothing held before it, its
+    /// payload is read from here on straight into the memory its rkey names (checked as each
+    /// part arrives: a region freed meanwhile refuses the rest, which is read and dropped): a
+    /// peer's write is never collected whole in a buffer of ours first (nor counted on the
+    /// budget). Its ACK follows once it is all in (`sink_filled`).
+    pub(super) fn take_over_write(&mut self, sh: &Shared, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let Phase::Established { qp } = c.phase else {
+            return;
+        };
+        let Some(h) = c.dec.pending() else { return };
+        if h.kind != Kind::Write
+            || (h.payload_len as usize) < wire::DIRECT_READ_MIN
+            || !c.may_stream_send()
+        {
+            return;
+        }
+        let Some(pd) = self.qps.get(&qp).map(|e| e.pd) else {
+            return;
+        };
+        let Some((header, partial)) = c.dec.take_pending() else {
+            return;
+        };
+        self.requests_served += 1;
+        let failed = sh
+            .keys
+            .lock()
+            .remote_write_part(header.key, header.addr, header.payload_len, pd, 0, &partial)
+            .err()
+            .map(|_| WcStatus::RemoteAccess);
+        c.sink = Some(ReadSink {
+            qp,
+            header,
+            sgl: Vec::new(),
+            pd,
+            got: partial.len(),
+            failed,
+            purpose: SinkFor::Write,
+        });
+        c.recharge();
+    }
+
     /// Reads connection `token`, whose peer writes its frames into our ring: first the
     /// socket if `socket` (doorbells are dropped, the end of stream noted), then the ring, and
     /// only when the ring is empty the end of stream, so that everything the peer wrote before
@@ -558,13 +605,16 @@ impl Engine {
         let want = total.saturating_sub(sink.got);
         let result = match sink.failed {
             None if want > 0 => {
-                let r = sh.keys.lock().recv_into_sgl(
-                    &sink.sgl,
-                    sink.pd,
-                    sink.got,
-                    want,
-                    c.stream.as_raw_fd(),
-                );
+                let fd = c.stream.as_raw_fd();
+                let keys = sh.keys.lock();
+                let r = match sink.purpose {
+                    SinkFor::Write => {
+                        let h = &sink.header;
+                        keys.recv_remote_write(h.key, h.addr, h.payload_len, sink.pd, sink.got, fd)
+                    }
+                    _ => keys.recv_into_sgl(&sink.sgl, sink.pd, sink.got, want, fd),
+                };
+                drop(keys);
                 match r {
                     Ok(r) => r,
                     Err(status) => {
@@ -606,6 +656,16 @@ impl Engine {
         let placed = s.failed.unwrap_or(WcStatus::Success);
         match s.purpose {
             SinkFor::ReadAnswer => self.response(sh, s.qp, &s.header, &[], Some(placed)),
+            SinkFor::Write => {
+                let r = match placed {
+                    WcStatus::Success => Ok(()),
+                    _ => Err(Status::RemoteAccess),
+                };
+                if let Outcome::Broken = self.ack_write(token, s.qp, &s.header, r) {
+                    return;
+                }
+                self.try_write(token);
+            }
             SinkFor::Message { wr_id } => {
                 // The receive is still first in the queue (a flush would have ended the
                 // connection, and this sink with it).

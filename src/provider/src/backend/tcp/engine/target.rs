@@ -169,16 +169,28 @@ impl Engine {
                             .keys
                             .lock()
                             .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
-                        sent.map(|(sent, rest)| {
-                            if let Some(c) = self.conns.get_mut(&token) {
-                                let bytes = head.len().saturating_sub(sent) + rest.len();
-                                if sent < head.len() {
-                                    c.out.push_bytes(head[sent..].to_vec());
+                        match sent {
+                            Ok((sent, rest)) => {
+                                if let Some(c) = self.conns.get_mut(&token) {
+                                    let bytes = head.len().saturating_sub(sent) + rest.len();
+                                    if sent < head.len() {
+                                        c.out.push_bytes(head[sent..].to_vec());
+                                    }
+                                    c.out.push_bytes(rest);
+                                    c.note_answer(bytes);
                                 }
-                                c.out.push_bytes(rest);
-                                c.note_answer(bytes);
+                                Ok(())
                             }
-                        })
+                            Err(Some(status)) => Err(status),
+                            Err(None) => {
+                                // Part of an answer is out and the rest of the memory gone.
+                                log::warn!(
+                                    "qp {qp}: memory of a remote read unmapped while answered"
+                                );
+                                self.conn_lost(token);
+                                return Outcome::Broken;
+                            }
+                        }
                     }
                     None => sh
                         .keys
@@ -280,6 +292,18 @@ impl Engine {
         p: &[u8],
     ) -> Outcome {
         let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
+        self.ack_write(token, qp, h, r)
+    }
+
+    /// A WRITE's ACK, saying whether its data was placed; a refused access is answered, then
+    /// breaks the connection.
+    pub(super) fn ack_write(
+        &mut self,
+        token: u64,
+        qp: u32,
+        h: &Header,
+        r: Result<(), Status>,
+    ) -> Outcome {
         let mut ack = Header::new(Kind::Ack);
         ack.seq = h.seq;
         ack.status = match r {

@@ -38,7 +38,7 @@
 
 pub(crate) mod arena;
 pub(crate) mod ring;
-mod sys;
+pub(crate) mod sys;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;

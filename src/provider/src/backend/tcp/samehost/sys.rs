@@ -821,6 +821,25 @@ pub(crate) fn vma_at(maps: RawFd, addr: u64) -> io::Result<Option<VmaInfo>> {
     }))
 }
 
+/// The span and VMA_* access bits of the mapping of ours that contains `addr`, None if none
+/// does: `vma_at` without its name (so that no path is too long to answer).
+pub(crate) fn vma_span_at(maps: RawFd, addr: u64) -> io::Result<Option<(u64, u64, u64)>> {
+    let mut q = ProcmapQuery {
+        size: std::mem::size_of::<ProcmapQuery>() as u64,
+        query_addr: addr,
+        ..ProcmapQuery::default()
+    };
+    // SAFETY: PROCMAP_QUERY reads and writes `q` only (no name or build id asked for).
+    if unsafe { libc::ioctl(maps, PROCMAP_QUERY, &mut q) } < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some((q.vma_start, q.vma_end, q.vma_flags)))
+}
+
 /// Write-protects `[start, start + len)` through `uffd` (on the thread that then changes it).
 fn write_protect(uffd: RawFd, start: u64, len: u64) -> io::Result<()> {
     let here = 0u8;

@@ -411,6 +411,122 @@ fn partial_frames_count_on_the_budget_and_breaks_spare_others() {
         buf.read(0, 16 << 20) == payload,
         "the message arrived intact"
     );
+
+    // And a 16 MiB RDMA write goes straight into the memory it names (the two partial frames
+    // still hold 32 MiB of the 40: collected whole, it would not fit).
+    let target = Buffer::new(16 << 20);
+    let wmr = pd
+        .reg_mr(
+            target.addr(),
+            16 << 20,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )
+        .expect("mr");
+    let mut h = Header::new(Kind::Write);
+    h.seq = 2;
+    h.key = wmr.rkey();
+    h.addr = target.addr();
+    let mut out = Vec::new();
+    wire::put_frame(&mut out, h, &payload);
+    s.write_all(&out).expect("write");
+    let ack = read_header(&mut s).expect("an answer");
+    assert_eq!((ack.kind, ack.status, ack.seq), (Kind::Ack, Status::Ok, 2));
+    assert!(
+        target.read(0, 16 << 20) == payload,
+        "the write arrived intact"
+    );
+    // One with a key that names nothing is read and dropped, then refused.
+    h.seq = 3;
+    h.key ^= 0x5555;
+    out.clear();
+    wire::put_frame(&mut out, h, &payload[..1 << 20]);
+    s.write_all(&out).expect("write");
+    let ack = read_header(&mut s).expect("an answer");
+    assert_eq!(
+        (ack.kind, ack.status, ack.seq),
+        (Kind::Ack, Status::RemoteAccess, 3)
+    );
+    match next_event(&cm) {
+        CmEvent::Broken { qp_num } => assert_eq!(qp_num, q.qp_num()),
+        other => panic!("expected BROKEN, got {other:?}"),
+    }
+    assert!(dev.shared.engine.lock().peer_memory().used() <= 40 << 20);
     drop(hostile);
+    dev.close();
+}
+
+/// Regression (issue 23): memory the consumer unmapped while it was registered was copied by
+/// the CPU for a peer: the target died of SIGSEGV (or, with something else mapped there
+/// since, answered with those bytes). Now each access is refused with REMOTE_ACCESS (which
+/// breaks its connection) and the target keeps serving: a small read (copied before its
+/// answer goes out), a large one (sent straight from memory after a check), a small write, a
+/// large one (streamed into the memory) and an atomic.
+#[test]
+fn memory_unmapped_while_registered_is_refused_not_read() {
+    let (dev, cm) = device();
+    let listener = dev.listen(0).expect("listen");
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(64).expect("cq");
+    let len = 1usize << 20;
+    // SAFETY: a fresh anonymous mapping, unmapped below while only the registration names it.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(addr, libc::MAP_FAILED);
+    let rights = access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE;
+    let mr = pd
+        .reg_mr(addr as u64, len as u64, rights | access::REMOTE_ATOMIC)
+        .expect("mr");
+    // SAFETY: our mapping; nothing of ours refers to it any more.
+    assert_eq!(unsafe { libc::munmap(addr, len) }, 0);
+    let request = |kind: Kind, length: u32| {
+        let mut h = Header::new(kind);
+        h.seq = 1;
+        h.key = mr.rkey();
+        h.addr = addr as u64 + 4096;
+        h.length = length;
+        h
+    };
+    let mut fetch_add = request(Kind::Atomic, 8);
+    fetch_add.flags = wire::FLAG_FETCH_ADD;
+    let cases = [
+        ("8 B read", request(Kind::ReadReq, 8), Vec::new()),
+        (
+            "256 KiB read",
+            request(Kind::ReadReq, 256 << 10),
+            Vec::new(),
+        ),
+        ("8 B write", request(Kind::Write, 0), vec![1u8; 8]),
+        (
+            "256 KiB write",
+            request(Kind::Write, 0),
+            vec![2u8; 256 << 10],
+        ),
+        ("fetch-and-add", fetch_add, vec![0u8; 16]),
+    ];
+    for (what, h, payload) in cases {
+        let q = budget_qp(&dev, &pd, &cq);
+        let mut s = accepted(&dev, &cm, listener.port(), &q);
+        let mut out = Vec::new();
+        wire::put_frame(&mut out, h, &payload);
+        s.write_all(&out).expect(what);
+        let a = read_header(&mut s).expect(what);
+        assert_eq!(
+            (a.status, a.payload_len),
+            (Status::RemoteAccess, 0),
+            "{what}"
+        );
+        match next_event(&cm) {
+            CmEvent::Broken { qp_num } => assert_eq!(qp_num, q.qp_num(), "{what}"),
+            other => panic!("{what}: expected BROKEN, got {other:?}"),
+        }
+    }
     dev.close();
 }
