@@ -16,6 +16,11 @@
 
 use std::sync::Once;
 
+/// Installs the fault handler (once; `copy` and `atomic` do it too).
+pub(super) fn install() {
+    imp::install();
+}
+
 /// Copies `len` bytes from `src` to `dst`; false if a page of either was not there (or not
 /// writable at `dst`): then some prefix may have been copied.
 ///

@@ -267,6 +267,8 @@ pub struct TcpDevice {
 impl TcpDevice {
     /// Opens the device for `target` ("lo", "eth0", "127.0.0.1", ...).
     pub fn open(target: &str) -> DatResult<Arc<TcpDevice>> {
+        // Before the application's own handlers, if it installs any later (guarded.rs).
+        guarded::install();
         let addr = resolve_address(target).map_err(|why| {
             log::warn!("tcp device {target}: {why}");
             DatError::resources(SubType::ResourceDevice)
