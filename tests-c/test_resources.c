@@ -17,6 +17,8 @@
  *   ESTABLISHED (its socket is made on the provider's thread); the bystanders
  *   still talk, at the limit and after it is restored, and the refused EP
  *   connects once fds are available again.
+ * - Deep queues: 20,000 receives posted on one EP (published benchmarks ask
+ *   for that many), the next refused, all flushed in order on dat_ep_free.
  * - PZs, EVDs, SRQs: created until refused, exactly at max_pzs, max_evds,
  *   max_srqs.
  * - LMRs and RMRs (`test_resources full`, run by `make check-memory`: a
@@ -165,6 +167,53 @@ static void test_eps(void)
 	CHECK_RC(dat_ep_create(ia_a, pz_a, A.rcv, A.req, A.conn, &ea, &ep), DAT_SUCCESS);
 	if (ep)
 		CHECK_RC(dat_ep_free(ep), DAT_SUCCESS);
+}
+
+/* Deep queues (issue 21 item 6): published uDAPL benchmarks ask for 20,000
+ * receive DTOs per EP; the IA's max_dto_per_ep must allow it, the EP must
+ * take all 20,000 posted receives and refuse the next with
+ * DAT_INSUFFICIENT_RESOURCES, and freeing it flushes every one into its EVD. */
+static void test_deep_queues(void)
+{
+	enum { DEPTH = 20000 };
+	DAT_IA_ATTR attr = ia_attr_of(ia_a);
+	CHECK(attr.max_dto_per_ep >= DEPTH, "max_dto_per_ep %d < %d", (int)attr.max_dto_per_ep, DEPTH);
+	DAT_EVD_HANDLE rcv = DAT_HANDLE_NULL, req = DAT_HANDLE_NULL;
+	CHECK_RC(dat_evd_create(ia_a, DEPTH + 16, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &rcv), DAT_SUCCESS);
+	CHECK_RC(dat_evd_create(ia_a, DEPTH + 16, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &req), DAT_SUCCESS);
+	DAT_EP_ATTR ea = ep_attr(0, 0, DEPTH);
+	ea.max_recv_dtos = DEPTH;
+	DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
+	CHECK_RC(dat_ep_create(ia_a, pz_a, rcv, req, A.conn, &ea, &ep), DAT_SUCCESS);
+	if (check_failed || !ep)
+		return;
+	DAT_LMR_TRIPLET iov = seg(lc_a, abuf, 64);
+	long posted = 0;
+	DAT_RETURN rc = DAT_SUCCESS;
+	while (posted < DEPTH) {
+		DAT_DTO_COOKIE ck = { .as_64 = (DAT_UINT64)posted };
+		rc = dat_ep_post_recv(ep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG);
+		if (rc != DAT_SUCCESS)
+			break;
+		posted++;
+	}
+	CHECK(posted == DEPTH, "only %ld of %d receives posted: %#x", posted, DEPTH, (unsigned)rc);
+	DAT_DTO_COOKIE ck = { .as_64 = DEPTH };
+	rc = dat_ep_post_recv(ep, 1, &iov, ck, DAT_COMPLETION_DEFAULT_FLAG);
+	printf("deep queues: %ld receives posted on one EP (max_dto_per_ep %d), the next %#x\n", posted,
+	       (int)attr.max_dto_per_ep, (unsigned)rc);
+	CHECK_RESOURCES(rc, "a receive past max_recv_dtos");
+	CHECK_RC(dat_ep_free(ep), DAT_SUCCESS);
+	long flushed = 0;
+	DAT_EVENT ev;
+	while (dat_evd_dequeue(rcv, &ev) == DAT_SUCCESS) {
+		if (ev.event_number == DAT_DTO_COMPLETION_EVENT &&
+		    ev.event_data.dto_completion_event_data.user_cookie.as_64 == (DAT_UINT64)flushed)
+			flushed++;
+	}
+	CHECK(flushed == posted, "%ld of %ld receives flushed in order", flushed, posted);
+	CHECK_RC(dat_evd_free(rcv), DAT_SUCCESS);
+	CHECK_RC(dat_evd_free(req), DAT_SUCCESS);
 }
 
 /* PZs, EVDs, SRQs (and, `full` only, RMRs) on ia_a until refused: exactly at
@@ -422,6 +471,8 @@ int main(int argc, char **argv)
 	test_evd_overflow();
 	bystanders_talk("after the EVD overflow");
 	test_eps();
+	test_deep_queues();
+	bystanders_talk("after the deep queues");
 	test_ias();
 	if (!valgrind)
 		test_fds();

@@ -60,8 +60,9 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 const HOLD_LIMIT: usize = 8 << 20;
 const HELD_OVERHEAD: usize = std::mem::size_of::<(Header, Vec<u8>)>() + 16;
 /// Answers (ACK, READ_RESP) a peer may leave unread: past this many, its further requests are
-/// held (and past HOLD_LIMIT, no longer read) until it reads them. A legitimate peer never has
-/// more requests outstanding than its send queue holds (max_qp_wr, 16384).
+/// held (and past HOLD_LIMIT, no longer read) until it reads them. A legitimate peer has no
+/// more requests outstanding than its send queue holds (at most max_qp_wr, 2^18; past this
+/// many unread, its further requests only wait).
 const MAX_ANSWERS_PENDING: usize = 65536;
 /// How long messages a peer sent before it went away wait for the consumer's receives: then
 /// they are dropped and the end of the connection reported.
