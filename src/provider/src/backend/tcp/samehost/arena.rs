@@ -34,8 +34,8 @@
 //! with a page in another's arena: two heap buffers side by side), and every failure, leaves
 //! the region as it was, served by cross-memory attach as before.
 //! What changes for the application, while the region is registered: the pages it touches
-//! are MAP_SHARED memory of the memfd (a child forked meanwhile shares them with its parent
-//! instead of copying them). When the last registration in an arena ends, its pages move back
+//! are MAP_SHARED memory of the memfd (a child forked meanwhile gets a private copy of them
+//! at the fork, as of any private memory: `private_in_child`). When the last registration in an arena ends, its pages move back
 //! to private memory. Nothing moves while the process has memory pinned (an RDMA NIC's
 //! registrations: the NIC would keep the pages left behind). Moving pages
 //! needs a userfaultfd that also holds back the kernel's writes (`sys::userfaultfd`: root,
@@ -49,7 +49,8 @@
 //! returns with the pages private again.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once, Weak};
 
 use super::{sys, LOG};
 
@@ -94,6 +95,86 @@ const MAX_ARENAS: usize = 4096;
 /// buffer share its arena). Its lock also serializes the moves of pages in and out. Nothing
 /// drops an `Arc<Arena>` while holding it (the drop takes it).
 static ARENAS: parking_lot::Mutex<Vec<Live>> = parking_lot::Mutex::new(Vec::new());
+
+/// Every live arena's pages again, readable without a lock (start, length; 0: a free slot):
+/// a forked child makes them private (`private_in_child`), where ARENAS may have been held by
+/// another thread at the fork.
+static FORK_COPIES: [[AtomicU64; 2]; MAX_ARENAS] =
+    [const { [AtomicU64::new(0), AtomicU64::new(0)] }; MAX_ARENAS];
+
+/// Notes an arena's pages for a forked child (`FORK_COPIES`).
+fn note_for_fork(start: u64, len: u64) {
+    static WATCH: Once = Once::new();
+    // SAFETY: `private_in_child` makes only async-signal-safe calls (mmap, mremap, munmap)
+    // and guarded copies.
+    WATCH.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(private_in_child));
+    });
+    for slot in FORK_COPIES.iter() {
+        if slot[0]
+            .compare_exchange(0, start, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            slot[1].store(len, Ordering::Release);
+            return;
+        }
+    }
+}
+
+fn forget_for_fork(start: u64) {
+    for slot in FORK_COPIES.iter() {
+        if slot[0].load(Ordering::Acquire) == start {
+            slot[1].store(0, Ordering::Release);
+            slot[0].store(0, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// In a forked child: each arena's pages, shared with the parent (MAP_SHARED memory of the
+/// memfd), are replaced by a private copy, so that the child's writes stay its own and the
+/// parent's registered memory is the parent's, as for any private memory (and as the kernel
+/// copies an RDMA NIC's pinned pages into a child at fork). One copy of every arena per fork.
+extern "C" fn private_in_child() {
+    for slot in FORK_COPIES.iter() {
+        let (start, len) = (
+            slot[0].load(Ordering::Acquire),
+            slot[1].load(Ordering::Acquire) as usize,
+        );
+        if start == 0 || len == 0 {
+            continue;
+        }
+        // SAFETY: a fresh private mapping of our own, filled by a guarded copy (the
+        // application may have unmapped the range: then nothing changes), then moved over
+        // the arena's range, which is this process's own mapping.
+        unsafe {
+            let copy = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if copy == libc::MAP_FAILED {
+                continue;
+            }
+            let copied =
+                super::super::guarded::copy(copy as *mut u8, start as usize as *const u8, len);
+            let moved = copied
+                && libc::mremap(
+                    copy,
+                    len,
+                    len,
+                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                    start as usize as *mut libc::c_void,
+                ) != libc::MAP_FAILED;
+            if !moved {
+                libc::munmap(copy, len);
+            }
+        }
+    }
+}
 
 /// An entry of ARENAS: the arena's inode and pages, readable without upgrading `arena` (an
 /// upgrade may make the last reference, whose drop must not happen under the lock).
@@ -319,6 +400,7 @@ pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
                 end,
                 arena: Arc::downgrade(&arena),
             });
+            note_for_fork(start, end - start);
             let span = arena.span(addr - start);
             Some((arena, span))
         }
@@ -346,6 +428,7 @@ impl Drop for Arena {
     /// nor while memory is pinned.
     fn drop(&mut self) {
         let _moves = ARENAS.lock();
+        forget_for_fork(self.start);
         let end = self.start + self.len;
         let here = Cover::InArena {
             ino: self.ino,
