@@ -134,7 +134,17 @@ impl Lmr {
             SubType::ResourceMemoryRegion,
         )?;
         pz.acquire()?;
-        let mr = match pz.pd().reg_mr(address, length, access_of(privileges)) {
+        let access = access_of(privileges);
+        let mut registered = pz.pd().reg_mr(address, length, access);
+        if access & access::LOCAL_WRITE == 0
+            && registered.as_ref().err() == Some(&DatError::invalid_arg(3))
+        {
+            // Read-only memory (a constant table, a file mapped read-only): the right to bind
+            // windows makes a verbs device pin the pages for writing, which it refuses. Without
+            // it the LMR serves sends and remote reads; only binding an RMR into it fails.
+            registered = pz.pd().reg_mr(address, length, access & !access::MW_BIND);
+        }
+        let mr = match registered {
             Ok(mr) => mr,
             Err(e) => {
                 pz.users.release();

@@ -18,7 +18,6 @@
 mod engine;
 mod guarded;
 mod keys;
-mod mapping;
 mod samehost;
 mod sys;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
@@ -642,7 +641,7 @@ impl ProtectionDomain for TcpPd {
         // writable when writes are asked for, would later be read or written for a peer.
         use super::access::{LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_WRITE};
         let write = access & (LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC);
-        if !mapping::mapped(addr, length, write != 0) {
+        if !crate::backend::mapping::mapped(addr, length, write != 0) {
             return Err(DatError::invalid_arg(3));
         }
         // Memory already in an arena is published with it; other memory moves into one only

@@ -749,34 +749,8 @@ pub(crate) struct VmaInfo {
     pub name: String,
 }
 
-pub(crate) const VMA_READ: u64 = 1;
-pub(crate) const VMA_WRITE: u64 = 2;
-pub(crate) const VMA_EXEC: u64 = 4;
-pub(crate) const VMA_SHARED: u64 = 8;
-
-/// struct procmap_query (linux/fs.h, Linux 6.11).
-#[repr(C)]
-#[derive(Default)]
-struct ProcmapQuery {
-    size: u64,
-    query_flags: u64,
-    query_addr: u64,
-    vma_start: u64,
-    vma_end: u64,
-    vma_flags: u64,
-    vma_page_size: u64,
-    vma_offset: u64,
-    inode: u64,
-    dev_major: u32,
-    dev_minor: u32,
-    vma_name_size: u32,
-    build_id_size: u32,
-    vma_name_addr: u64,
-    build_id_addr: u64,
-}
-/// _IOWR('f', 17, struct procmap_query).
-const PROCMAP_QUERY: libc::c_ulong = 0xc068_6611;
-const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 0x68);
+use crate::backend::mapping::{ProcmapQuery, PROCMAP_QUERY};
+pub(crate) use crate::backend::mapping::{VMA_EXEC, VMA_READ, VMA_SHARED, VMA_WRITE};
 
 /// The mapping of ours that contains `addr`, None if none does, asked of the kernel through
 /// `maps` (our /proc/self/maps, open): one ioctl instead of reading the whole file, which
@@ -819,25 +793,6 @@ pub(crate) fn vma_at(maps: RawFd, addr: u64) -> io::Result<Option<VmaInfo>> {
         ino: q.inode,
         name: String::from_utf8_lossy(text).into_owned(),
     }))
-}
-
-/// The span and VMA_* access bits of the mapping of ours that contains `addr`, None if none
-/// does: `vma_at` without its name (so that no path is too long to answer).
-pub(crate) fn vma_span_at(maps: RawFd, addr: u64) -> io::Result<Option<(u64, u64, u64)>> {
-    let mut q = ProcmapQuery {
-        size: std::mem::size_of::<ProcmapQuery>() as u64,
-        query_addr: addr,
-        ..ProcmapQuery::default()
-    };
-    // SAFETY: PROCMAP_QUERY reads and writes `q` only (no name or build id asked for).
-    if unsafe { libc::ioctl(maps, PROCMAP_QUERY, &mut q) } < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    Ok(Some((q.vma_start, q.vma_end, q.vma_flags)))
 }
 
 /// Write-protects `[start, start + len)` through `uffd` (on the thread that then changes it).

@@ -1,17 +1,18 @@
 //! Whether memory is there: a range of our address space mapped throughout with the access a
-//! registration asks for. An RDMA device's registration pins the pages and fails (EFAULT) on
-//! memory that is not mapped, or not writable when write access is asked; ours pins nothing,
-//! so it asks the kernel the same question instead, mapping by mapping: PROCMAP_QUERY on our
-//! /proc/self/maps (Linux 6.11), or that file's text on older kernels.
+//! registration asks for, asked of the kernel mapping by mapping (PROCMAP_QUERY on our
+//! /proc/self/maps, Linux 6.11; that file's text on older kernels). An RDMA device's
+//! registration pins the pages and fails (EFAULT) on memory that is not mapped, or not
+//! writable when write access is asked; rs-tcp pins nothing and asks this instead, and the
+//! verbs backend asks it for memory registered for reading only, which a device pins with
+//! the kernel's FOLL_FORCE (so it would take PROT_NONE memory).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 
 use parking_lot::Mutex;
-
-use super::samehost::sys::{vma_span_at, VMA_READ, VMA_WRITE};
 
 /// Our /proc/self/maps, open, with the number of forks before it was opened: after a fork the
 /// child's copy of the descriptor still shows its parent's mappings, so it opens its own.
@@ -25,7 +26,7 @@ extern "C" fn forked() {
 
 /// Whether every byte of `[addr, addr + len)` is mapped readable, and writable if `write`.
 /// When the kernel cannot be asked at all (no /proc), true: registration works as before.
-pub(super) fn mapped(addr: u64, len: u64, write: bool) -> bool {
+pub(crate) fn mapped(addr: u64, len: u64, write: bool) -> bool {
     static WATCH_FORKS: Once = Once::new();
     // SAFETY: `forked` only bumps an atomic, which is async-signal-safe.
     WATCH_FORKS.call_once(|| unsafe {
@@ -102,6 +103,54 @@ fn parse_line(line: &str) -> Option<(u64, u64, u64)> {
         u64::from_str_radix(e, 16).ok()?,
         bit(0, b'r', VMA_READ) | bit(1, b'w', VMA_WRITE),
     ))
+}
+
+pub(crate) const VMA_READ: u64 = 1;
+pub(crate) const VMA_WRITE: u64 = 2;
+pub(crate) const VMA_EXEC: u64 = 4;
+pub(crate) const VMA_SHARED: u64 = 8;
+
+/// struct procmap_query (linux/fs.h, Linux 6.11).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct ProcmapQuery {
+    pub(crate) size: u64,
+    pub(crate) query_flags: u64,
+    pub(crate) query_addr: u64,
+    pub(crate) vma_start: u64,
+    pub(crate) vma_end: u64,
+    pub(crate) vma_flags: u64,
+    pub(crate) vma_page_size: u64,
+    pub(crate) vma_offset: u64,
+    pub(crate) inode: u64,
+    pub(crate) dev_major: u32,
+    pub(crate) dev_minor: u32,
+    pub(crate) vma_name_size: u32,
+    pub(crate) build_id_size: u32,
+    pub(crate) vma_name_addr: u64,
+    pub(crate) build_id_addr: u64,
+}
+/// _IOWR('f', 17, struct procmap_query).
+pub(crate) const PROCMAP_QUERY: libc::c_ulong = 0xc068_6611;
+const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 0x68);
+
+/// The span and VMA_* access bits of the mapping of ours that contains `addr`, None if none
+/// does: `vma_at` without its name (so that no path is too long to answer).
+fn vma_span_at(maps: RawFd, addr: u64) -> io::Result<Option<(u64, u64, u64)>> {
+    let mut q = ProcmapQuery {
+        size: std::mem::size_of::<ProcmapQuery>() as u64,
+        query_addr: addr,
+        ..ProcmapQuery::default()
+    };
+    // SAFETY: PROCMAP_QUERY reads and writes `q` only (no name or build id asked for).
+    if unsafe { libc::ioctl(maps, PROCMAP_QUERY, &mut q) } < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some((q.vma_start, q.vma_end, q.vma_flags)))
 }
 
 #[cfg(test)]
