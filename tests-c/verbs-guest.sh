@@ -8,7 +8,9 @@
 # In the guest, each counted as pass/fail:
 #  - the C tests test_provider_handles, test_dto_rules, test_remote_violation,
 #    test_peer_killed, test_srq, test_connect_errors, test_csp, test_evd_rules, test_ib_ext, test_ud,
-#    test_dat2_ops, test_unmapped, test_handle_types with DAT_TEST_IA=rs-rxe0;
+#    test_dat2_ops, test_unmapped, test_handle_types, test_fork and test_threads
+#    (threads posting and reaping on shared EVDs, its default size) with
+#    DAT_TEST_IA=rs-rxe0;
 #  - the DAT 1.2 suite on rs-rxe0's u1.2 entry: test_dat12_rules,
 #    test_misuse12, and interop12.sh (a 1.2 and a 2.0 process exchanging
 #    sends and RDMA reads over the verbs provider); not with
@@ -50,7 +52,7 @@ if [ "${1:-}" != --inside ]; then
 		echo "verbs-guest: 0 passed, 1 failed"
 		exit 1
 	fi
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork \
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads \
 		test_dat12_rules test_misuse12 test_interop12 test_interop20; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
@@ -143,7 +145,7 @@ run() {
 }
 
 # --- 1. the C tests on our IA
-for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork; do
+for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads; do
 	log="$out/$t.log"
 	DAT_TEST_IA=$OURS tmo=200 ours_env "$top/build/tests/$t" > "$log" 2>&1
 	rc=$?
