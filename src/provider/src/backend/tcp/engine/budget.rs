@@ -5,10 +5,11 @@
 //! (`Decoder::committed`: the whole payload counts from the header on, since we will hold all
 //! of it), and answers to its reads it does not take from the socket (`Conn::answer_bytes`).
 //! Each connection's sum is its `Charge` on the device's `PeerMemory`. A request frame whose
-//! payload would take the total past the budget breaks its connection when its header comes,
-//! before anything of it is kept: the peers that hold memory lose their connections, the
-//! others never hold any (a large SEND into a posted receive is placed as it arrives, see
-//! `Engine::take_over_send`) and keep theirs.
+//! payload would take the total past the budget breaks, when its header comes and before
+//! anything of it is kept, the connection that holds the most (`Engine::evict_for`): its own,
+//! unless another holds more. The peers that hold memory lose their connections, the others
+//! hold little (a large SEND into a posted receive, or a large WRITE, is placed as it
+//! arrives: `Engine::take_over_send`, `take_over_write`) and keep theirs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -119,6 +120,34 @@ impl Conn {
 }
 
 impl Engine {
+    /// The budget has no room for a frame of `len` bytes of connection `token`: the
+    /// established connection that holds the most goes instead, if it is another one and
+    /// holds more than `token` would with the frame. A peer holding little (a legitimate one: its messages are received, its answers
+    /// read) is not broken because one holding much filled the budget. The connection goes at
+    /// once, with everything it held (BROKEN for its QP). Whether one went.
+    pub(super) fn evict_for(&mut self, token: u64, len: usize) -> bool {
+        let Some(mine) = self.conns.get_mut(&token).map(|c| c.holds() + len) else {
+            return false;
+        };
+        let victim = self
+            .conns
+            .iter()
+            .filter(|(t, c)| **t != token && matches!(c.phase, super::Phase::Established { .. }))
+            .map(|(t, c)| (c.charge.amount, *t))
+            .max();
+        match victim {
+            Some((amount, t)) if amount > mine => {
+                log::warn!(
+                    "connection {t}: holds {amount} bytes, the most of the device's peer memory budget ({} bytes), which connection {token} needs: broken",
+                    self.peer_memory.limit()
+                );
+                self.conn_lost(t);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A charge on this device's budget for a new connection.
     pub(super) fn charge(&self) -> Charge {
         Charge::new(self.peer_memory.clone())

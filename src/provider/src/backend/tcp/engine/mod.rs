@@ -67,6 +67,11 @@ const MAX_ANSWERS_PENDING: usize = 65536;
 /// How long messages a peer sent before it went away wait for the consumer's receives: then
 /// they are dropped and the end of the connection reported.
 const END_GRACE: Duration = Duration::from_secs(2);
+/// How often a connection held back past HOLD_LIMIT is still read (one read, up to 256 KiB,
+/// each time: 2.5 MiB/s at most), so that a peer that left is seen within seconds, while one
+/// that stays and sends on needs 25 s of a consumer posting no receives to fill the default
+/// budget alone.
+const TRICKLE_EVERY: Duration = Duration::from_millis(100);
 /// Poll timeout: the granularity of connection deadlines.
 const TICK_MS: i32 = 50;
 /// Socket send buffer asked for (see `tune`).
@@ -177,6 +182,9 @@ struct Conn {
     /// The peer's end (of stream, or its DISCONNECT) came while messages were held: reported
     /// once they are received or at the deadline (END_GRACE), whichever is first.
     peer_end: Option<PeerEnd>,
+    /// Held back (past HOLD_LIMIT), the socket is still read a little, no sooner than this:
+    /// see `wants_input`.
+    trickle_at: Option<Instant>,
     deadline: Option<Instant>,
     close_when_flushed: bool,
     /// Everything is written and our side is shut: reading and discarding until the peer's end
@@ -293,6 +301,7 @@ impl Conn {
             charge,
             peer_closing: false,
             peer_end: None,
+            trickle_at: None,
             deadline,
             close_when_flushed: false,
             draining: false,
@@ -332,11 +341,24 @@ impl Conn {
         self.answer_ends.len()
     }
 
-    /// Whether to read more from the peer: not while its held requests are over the limit
-    /// (unless it has shut its side: the rest is bounded by the socket's buffer), nor after
-    /// its end.
+    /// Whether to read more from the peer: not after its end; while its held requests are
+    /// over the limit, once per TRICKLE_EVERY (unless it has shut its side: the rest is
+    /// bounded by the socket's buffer). A peer that left with a plain close has its end of
+    /// stream behind the data we do not read, and a peer's kernel keeps answering our shut
+    /// window for it forever: only reading on reaches the end. What is read on is held
+    /// against the device's budget like anything else, so a peer that does not end only
+    /// reaches it sooner (its connection then breaks, as an RNR retry count runs out).
     fn wants_input(&self) -> bool {
-        (self.held_bytes <= HOLD_LIMIT || self.peer_closing) && self.peer_end.is_none()
+        let held_back = self.held_bytes > HOLD_LIMIT
+            && !self.peer_closing
+            && self.trickle_at.is_some_and(|t| Instant::now() < t);
+        !held_back && self.peer_end.is_none()
+    }
+
+    /// After a read: past the hold limit, the next one waits TRICKLE_EVERY.
+    fn pace_input(&mut self) {
+        self.trickle_at = (self.held_bytes > HOLD_LIMIT && !self.peer_closing)
+            .then(|| Instant::now() + TRICKLE_EVERY);
     }
 
     /// Whether to watch a connection whose input is held back for its peer's end, so that a

@@ -25,7 +25,7 @@ impl Engine {
             let room = c.room();
             let streams_writes = c.may_stream_send();
             let streams = streams_writes && self.qps.get(&qp_of(phase)).is_some_and(streams_into);
-            let mut over_budget = false;
+            let mut over_budget = None;
             let admit = |h: &Header| {
                 if !allowed_in(phase, h.kind) {
                     return false;
@@ -35,13 +35,16 @@ impl Engine {
                     && !matches!(h.kind, Kind::Ack | Kind::ReadResp)
                     && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN)
                     && !(streams_writes && h.kind == Kind::Write && len >= wire::DIRECT_READ_MIN);
-                over_budget = kept;
+                over_budget = kept.then_some(len);
                 !kept
             };
             let frame = match c.dec.next_frame_if(&sh.limits, admit) {
                 Ok(Some(f)) => f,
                 Ok(None) => return,
-                Err(_) if over_budget => {
+                Err(_) if over_budget.is_some() => {
+                    if self.evict_for(token, over_budget.unwrap_or(0)) {
+                        continue; // room made: the same header is looked at again
+                    }
                     let limit = self.peer_memory.limit();
                     self.protocol_error(
                         token,
@@ -350,6 +353,9 @@ impl Engine {
                         c.dec.feed(&buf[..n]);
                     }
                     self.process_frames(sh, token);
+                    if let Some(c) = self.conns.get_mut(&token) {
+                        c.pace_input();
+                    }
                     self.take_over_read(sh, token);
                     self.take_over_send(sh, token);
                     self.take_over_write(sh, token);
