@@ -568,6 +568,9 @@ impl Engine {
                     }
                     if !closing {
                         self.process_frames(sh, token);
+                        if let Some(c) = self.conns.get_mut(&token) {
+                            c.pace_input();
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
