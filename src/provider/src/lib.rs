@@ -3,3 +3,4 @@ pub mod core;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod intmap;
+pub(crate) mod mapping;

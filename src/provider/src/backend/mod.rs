@@ -8,7 +8,6 @@
 //!
 //! Errors are `DatError`s: a backend maps its native errors to the DAT code the caller should see.
 
-pub(crate) mod mapping;
 pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;

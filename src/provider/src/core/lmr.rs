@@ -128,6 +128,14 @@ impl Lmr {
         if length > ia.device().attr().max_mr_size {
             return Err(DatError::invalid_arg(4));
         }
+        // Memory that is not there, or not writable when writes are asked for, is refused as
+        // an RDMA device refuses it (EFAULT), on every backend: rs-tcp pins nothing and would
+        // later read or write it for a peer; a verbs device pins memory asked for reading only
+        // with the kernel's FOLL_FORCE, which takes even PROT_NONE memory.
+        let write = mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE | mem_priv::REMOTE_ATOMIC;
+        if !crate::mapping::mapped(address, length, privileges & write != 0) {
+            return Err(DatError::invalid_arg(3));
+        }
         ia.check_room(
             HandleKind::Lmr,
             ia.device().attr().max_mr,

@@ -425,13 +425,8 @@ impl Keys {
     }
 
     pub fn remote_write(&self, rkey: u32, addr: u64, pd: u32, data: &[u8]) -> Result<(), Status> {
-        self.check_remote(rkey, addr, data.len() as u64, pd, access::REMOTE_WRITE)?;
-        // SAFETY: check_remote verified [addr, addr+len) lies in a live registration with remote
-        // write access, under the registry lock.
-        match unsafe { sys::copy_to_registered(addr, data) } {
-            true => Ok(()),
-            false => Err(Status::RemoteAccess), // unmapped or protected since registered
-        }
+        let len = u32::try_from(data.len()).map_err(|_| Status::RemoteInvalid)?;
+        self.remote_write_part(rkey, addr, len, pd, 0, data)
     }
 
     /// A remote read answered straight from the registered memory: checks the access, then

@@ -637,13 +637,6 @@ impl ProtectionDomain for TcpPd {
         if length == 0 || addr.checked_add(length).is_none() {
             return Err(DatError::invalid_arg(3));
         }
-        // Refused as an RDMA device refuses it (EFAULT): memory that is not there, or not
-        // writable when writes are asked for, would later be read or written for a peer.
-        use super::access::{LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_WRITE};
-        let write = access & (LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC);
-        if !crate::backend::mapping::mapped(addr, length, write != 0) {
-            return Err(DatError::invalid_arg(3));
-        }
         // Memory already in an arena is published with it; other memory moves into one only
         // once peers use it enough (`Shared::promote`), never here.
         let shared_pages = match self.shared.samehost.shares_pages() {

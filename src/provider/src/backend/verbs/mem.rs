@@ -56,13 +56,6 @@ impl ProtectionDomain for VerbsPd {
         self.inner.id
     }
     fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>> {
-        // Memory for reading only is pinned with the kernel's FOLL_FORCE, which takes even
-        // PROT_NONE memory: refused here as rs-tcp refuses it (mapping.rs).
-        use crate::backend::access::{LOCAL_WRITE, MW_BIND, REMOTE_ATOMIC, REMOTE_WRITE};
-        let writable = access & (LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC | MW_BIND) != 0;
-        if !writable && !crate::backend::mapping::mapped(addr, length, false) {
-            return Err(DatError::invalid_arg(3));
-        }
         // The backend's access bits are the IBV_ACCESS_* values.
         // SAFETY: the caller guarantees [addr, addr+length) is valid memory until deregister.
         let mr = unsafe {

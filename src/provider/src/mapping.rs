@@ -2,9 +2,9 @@
 //! registration asks for, asked of the kernel mapping by mapping (PROCMAP_QUERY on our
 //! /proc/self/maps, Linux 6.11; that file's text on older kernels). An RDMA device's
 //! registration pins the pages and fails (EFAULT) on memory that is not mapped, or not
-//! writable when write access is asked; rs-tcp pins nothing and asks this instead, and the
-//! verbs backend asks it for memory registered for reading only, which a device pins with
-//! the kernel's FOLL_FORCE (so it would take PROT_NONE memory).
+//! writable when write access is asked; dat_lmr_create (core/lmr.rs) asks this first on every
+//! backend: rs-tcp pins nothing, and a device pins memory asked for reading only with the
+//! kernel's FOLL_FORCE (so it would take PROT_NONE memory).
 
 use std::fs::File;
 use std::io;
