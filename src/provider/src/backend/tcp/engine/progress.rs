@@ -145,7 +145,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
             // or atomics keep coming, and its looks serve them. Asleep, we would be woken by
             // each of them for nothing, and on a VM a wake-up across CPUs is dear: over veth,
             // the target's process on one CPU, polled 8 B reads took 20-23 us with this
-            // thread asleep, 10-11 us with it spinning (docs/perf-analysis.md section 10).
+            // thread asleep, 10-11 us with it spinning (docs/performance.md, "What makes it fast").
             // So we spin (yielding) meanwhile, and look again each spin window.
             let target_polled = app_polled && eng.requests_served != requests_seen;
             requests_seen = eng.requests_served;
@@ -329,7 +329,7 @@ pub(crate) fn progress_loop(shared: Arc<Shared>) {
 /// Why: an application that spins on its memory for a peer's RDMA write or send, with no DAT
 /// call and no sched_yield, holds its CPU; on a machine whose CPUs all run such spinners, the
 /// progress thread that must place the peer's data is woken but not run until a spinner's
-/// time slice ends: 2-4 ms a message here (docs/perf-analysis.md section 14). A real-time
+/// time slice ends: 2-4 ms a message here (docs/performance.md, "What limits it"). A real-time
 /// progress thread preempts the spinner at once (30-45 us one-way over loopback here). It is
 /// not the default because it also preempts applications that poll or wait for what they
 /// would read themselves: the ordinary latencies over TCP about doubled. No spin window for
