@@ -165,7 +165,9 @@ echo "consumer-ts exit \$?"
 echo "ldd12: \$(ldd "$work/consumer12" | grep 'libdat\.so')"
 timeout 60 "$work/consumer12"
 echo "consumer12 exit \$?"
-echo "datinfo: \$(timeout 60 /usr/local/bin/datinfo rs-tcp 2>&1 | grep -c 'IA address 127.0.0.1')"
+info=\$(timeout 60 /usr/local/bin/datinfo rs-tcp 2>&1)
+echo "datinfo: \$(grep -c 'IA address 127.0.0.1' <<<"\$info")"
+echo "datinfo12: \$(grep -c 'DAT 1.2 entry, opened through /usr/local/lib/libdat.so.1' <<<"\$info")"
 EOF
 unshare -m bash "$work/inside.sh" > "$work/inside.log" 2>&1
 grep -q 'ldd:.*/usr/local/lib/libdat2.so.2' "$work/inside.log" && ok ||
@@ -186,6 +188,9 @@ grep -q 'consumer12 exit 0' "$work/inside.log" && ok ||
 	bad "the DAT 1.2 consumer failed in the installed tree ($(grep 'consumer12 exit' "$work/inside.log"))"
 # (datinfo shows every entry named rs-tcp: the u2.0 one and the u1.2 one)
 grep -Eq 'datinfo: [1-9]' "$work/inside.log" && ok || bad "installed datinfo did not open rs-tcp"
+# (its u1.2 entries as DAT 1.2 ones, through the installed libdat.so.1)
+grep -Eq 'datinfo12: [1-9]' "$work/inside.log" && ok ||
+	bad "installed datinfo did not open rs-tcp's u1.2 entries through the installed libdat.so.1"
 
 # uninstall: our files gone, dat.conf as it was
 make -s -C "$top" uninstall DESTDIR="$root" PREFIX=/usr/local > "$work/uninstall.log" 2>&1 || bad "make uninstall failed"
