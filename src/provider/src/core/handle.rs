@@ -8,9 +8,10 @@
 
 mod space;
 
+use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
@@ -283,25 +284,86 @@ macro_rules! typed_lookup {
     };
 }
 
+/// Removals of live handles so far: a cached lookup is good while this has not moved.
+static REMOVALS: AtomicU64 = AtomicU64::new(0);
+
+/// The last handle of one kind a thread looked up, for the data-transfer path: a program
+/// posts on and polls the same EP and EVD over and over, and each lookup through the table
+/// (its lock, its map, a reference count up and down) cost a tenth of an RDMA read's
+/// instructions on the verbs path. The cache holds a `Weak`, so it keeps no object alive.
+struct LastLookup<T> {
+    handle: usize,
+    removals: u64,
+    object: Weak<T>,
+}
+
+impl<T> LastLookup<T> {
+    const EMPTY: LastLookup<T> = LastLookup {
+        handle: 0,
+        removals: u64::MAX,
+        object: Weak::new(),
+    };
+
+    /// The cached object if `handle` is the one cached and no handle was removed since.
+    fn get(&self, handle: Handle) -> Option<Arc<T>> {
+        if self.handle != handle.0 || self.removals != REMOVALS.load(Ordering::Acquire) {
+            return None;
+        }
+        self.object.upgrade()
+    }
+}
+
+macro_rules! cached_lookup {
+    ($fn_name:ident, $cache:ident, $variant:ident, $ty:ty, $kind:expr) => {
+        thread_local! {
+            static $cache: RefCell<LastLookup<$ty>> = const { RefCell::new(LastLookup::EMPTY) };
+        }
+
+        /// Typed lookup, first through this thread's last lookup of the kind (see
+        /// `LastLookup`); a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with
+        /// `bad`.
+        pub fn $fn_name(handle: Handle, bad: SubType) -> DatResult<Arc<$ty>> {
+            if let Some(o) = $cache.with(|c| c.borrow().get(handle)) {
+                return Ok(o);
+            }
+            // Read before the table: a removal between the two leaves the entry stale.
+            let removals = REMOVALS.load(Ordering::Acquire);
+            match lookup(handle, $kind, bad)? {
+                Object::$variant(o) => {
+                    $cache.with(|c| {
+                        *c.borrow_mut() = LastLookup {
+                            handle: handle.0,
+                            removals,
+                            object: Arc::downgrade(&o),
+                        }
+                    });
+                    Ok(o)
+                }
+                _ => Err(DatError::invalid_handle(bad)),
+            }
+        }
+    };
+}
+
 typed_lookup!(ia, Ia, Ia, HandleKind::Ia);
 typed_lookup!(pz, Pz, Pz, HandleKind::Pz);
 typed_lookup!(lmr, Lmr, Lmr, HandleKind::Lmr);
 typed_lookup!(rmr, Rmr, Rmr, HandleKind::Rmr);
 typed_lookup!(cno, Cno, Cno, HandleKind::Cno);
-typed_lookup!(ep, Ep, Ep, HandleKind::Ep);
+cached_lookup!(ep_as, LAST_EP, Ep, Ep, HandleKind::Ep);
+
+/// EP lookup (see `ep_as`), with the EP subtype.
+pub fn ep(handle: Handle) -> DatResult<Arc<Ep>> {
+    ep_as(handle, SubType::InvalidHandleEp)
+}
 typed_lookup!(psp, Psp, Sp, HandleKind::Psp);
 typed_lookup!(rsp, Rsp, Sp, HandleKind::Rsp);
 typed_lookup!(cr, Cr, Cr, HandleKind::Cr);
 typed_lookup!(srq, Srq, Srq, HandleKind::Srq);
 typed_lookup!(csp, Csp, Sp, HandleKind::Csp);
 
-/// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
-pub fn evd(handle: Handle, bad: SubType) -> DatResult<Arc<Evd>> {
-    match lookup(handle, HandleKind::Evd, bad)? {
-        Object::Evd(o) => Ok(o),
-        _ => Err(DatError::invalid_handle(bad)),
-    }
-}
+// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
+cached_lookup!(evd, LAST_EVD, Evd, Evd, HandleKind::Evd);
 
 /// An optional EVD argument: NULL means none.
 pub fn evd_opt(handle: Handle, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
@@ -321,6 +383,9 @@ pub fn remove(handle: Handle, kind: HandleKind) -> DatResult<Object> {
         _ => return Err(kind.invalid()),
     }
     let entry = t.live.remove(&handle.0).ok_or_else(|| kind.invalid())?;
+    // Under the table lock, before the handle's word is given back: a thread's cached
+    // lookup made before this point is as if it had looked up just before the removal.
+    REMOVALS.fetch_add(1, Ordering::Release);
     if let Some(n) = t.owned.get_mut(&(entry.owner.0, kind)) {
         *n -= 1;
         if *n == 0 {
