@@ -1023,8 +1023,9 @@ static void print_row(int test, uint32_t size, const struct result *r)
 	if (is_latency_test(test))
 		print_latency_row(test_names[test], size, r);
 	else
-		printf("%-10s %9u %7d %11s %11s %11.1f %11s\n", test_names[test], size, r->iters,
-		       "-", "-", r->mb_per_s, "-");
+		/* mean_us of a bandwidth test: the time per message (its message rate's inverse) */
+		printf("%-10s %9u %7d %11s %11s %11.1f %11.4f\n", test_names[test], size, r->iters,
+		       "-", "-", r->mb_per_s, r->mb_per_s > 0 ? size / r->mb_per_s : 0.0);
 	fflush(stdout);
 }
 
@@ -1044,7 +1045,7 @@ static int run_client(void)
 	       s.read_window, opt.poll ? "polling" : "blocking waits",
 	       opt.spin ? "busy waits spin (no sched_yield)" : "busy waits yield (sched_yield)");
 	printf("# latency in us: send_lat/write_lat one-way (RTT/2), read_lat a whole read,"
-	       " reg_* a whole round; MB/s = 10^6 B/s\n");
+	       " reg_* a whole round; MB/s = 10^6 B/s; a *_bw row's mean_us: the time per message\n");
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
 	       "p99_us", "MB/s", "mean_us", "max_us");
 	for (int t = 0; t < NTESTS; t++) {

@@ -17,7 +17,9 @@
 # and registration per message (issue 26): datperf reg_write / reg_read
 # rounds at 4 KiB and 1 MiB (ours and OFED's), and regcost's
 # dat_lmr_create / dat_lmr_free (ours, OFED's) against raw ibv_reg_mr /
-# ibv_dereg_mr of the same buffer.
+# ibv_dereg_mr of the same buffer; then, in the same guest, the CPU cost of
+# each DTO on the verbs path with message and connection rates
+# (bench/dto-cost.sh, its own table; 30-45 minutes; BENCH_COST=0 skips it).
 #
 # The guest runs under TCG emulation here, so its absolute figures mean
 # nothing; the ratios ours:OFED and ours:raw are the result.
@@ -28,8 +30,8 @@
 #
 # Env: ROUNDS (5), LAT_ITERS (1000, 8 B reads per latency run), BW_ITERS
 #      (200, 1 MiB reads per bandwidth run), STEP_TIMEOUT (120 s per client),
-#      GUEST_VM_TIMEOUT (900 s for the whole guest, boot included; the
-#      measurements take 300-400 s),
+#      GUEST_VM_TIMEOUT (900 s for the whole guest, boot included, 4500 with
+#      the cost section; the latency/bandwidth measurements take 300-400 s),
 #      DATPERF_ARGS (extra datperf options, both sides).
 # Every server is bounded by `timeout`, waited for by polling (its listening
 # line, or its TCP port for perftest), never by a fixed sleep, and killed on
@@ -58,7 +60,7 @@ export ROUNDS LAT_ITERS BW_ITERS REG_ITERS STEP_TIMEOUT DATPERF_ARGS
 # Debian packages the guest section runs (the guest sees this machine's
 # root): perftest, OFED's provider, the rxe user-space driver, librdmacm.
 # scripts/rxe-vm installs qemu and the guest kernel itself.
-GUEST_DEBS="perftest libdapl2 ibverbs-providers librdmacm1"
+GUEST_DEBS="perftest libdapl2 ibverbs-providers librdmacm1 dapl2-utils valgrind strace"
 
 # ================================================================ host side
 if [ "${1:-}" != --inside ]; then
@@ -83,7 +85,8 @@ if [ "${1:-}" != --inside ]; then
 	echo "# host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
 		"commit $(git -C "$top" describe --always --dirty 2>/dev/null || echo '?')" | tee "$out/host.txt"
 	start=$SECONDS
-	"$top/scripts/rxe-vm" -t "${GUEST_VM_TIMEOUT:-900}" -w "$out" -- "$here/run-bench-guest.sh" --inside
+	"$top/scripts/rxe-vm" -t "${GUEST_VM_TIMEOUT:-$([ "${BENCH_COST:-1}" = 1 ] && echo 4500 || echo 900)}" \
+		-w "$out" -- "$here/run-bench-guest.sh" --inside
 	rc=$?
 	secs=$((SECONDS - start))
 	if [ ! -s "$out/table.txt" ]; then
@@ -92,6 +95,10 @@ if [ "${1:-}" != --inside ]; then
 		exit 1
 	fi
 	cat "$out/table.txt"
+	if [ -s "$out/dto-cost/cost-table.txt" ]; then
+		cat "$out/dto-cost/cost-table.txt"
+		[ -s "$out/dto-cost/failures.txt" ] && cat "$out/dto-cost/failures.txt" >>"$out/failures.txt"
+	fi
 	if [ -s "$out/failures.txt" ]; then
 		echo
 		echo "FAILED runs (each with its client and server output):"
@@ -105,6 +112,8 @@ fi
 # =============================================================== guest side
 # shellcheck source=lib.sh
 . "$here/lib.sh"
+# shellcheck source=guest-lib.sh
+. "$here/guest-lib.sh"
 cd "$out" || exit 1
 mkdir -p logs
 : >results.txt
@@ -118,63 +127,6 @@ datperf=$top/build/bin/datperf
 server_pid=""
 trap 'stop_pid "$server_pid"' EXIT
 t0=$SECONDS
-
-# fail_run TAG WHY: records a failed run with its client and server output.
-fail_run() {
-	local tag=$1 why=$2
-	{
-		echo "--- $tag: $why"
-		echo "client (logs/$tag-client.log):"
-		sed 's/^/  | /' "logs/$tag-client.log" 2>/dev/null
-		echo "server (logs/$tag-server.log):"
-		sed 's/^/  | /' "logs/$tag-server.log" 2>/dev/null
-	} >>failures.txt
-	echo "  FAIL $tag: $why [$((SECONDS - t0)) s]"
-}
-
-# run_pair TAG READY -- SERVER... -- CLIENT...
-# READY is "line:REGEX" (poll the server's log) or "tcp:PORT" (poll for a
-# TCP listener). Returns 0 when server and client both succeeded.
-run_pair() {
-	local tag=$1 ready=$2 srv=() cli=() rc
-	shift 3
-	while [ "$1" != -- ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	# Line-buffered, so a run killed by its timeout leaves what it printed.
-	timeout -k 5 $((STEP_TIMEOUT + 60)) stdbuf -oL -eL "${srv[@]}" >"logs/$tag-server.log" 2>&1 &
-	server_pid=$!
-	case $ready in
-	line:*) wait_for_line "logs/$tag-server.log" "${ready#line:}" 60 "$server_pid" ;;
-	tcp:*) wait_for_listen "${ready#tcp:}" 60 "$server_pid" ;;
-	esac 2>>"logs/$tag-server.log"
-	rc=$?
-	if [ $rc -ne 0 ]; then
-		stop_pid "$server_pid"; server_pid=""
-		fail_run "$tag" "server not ready"
-		return 1
-	fi
-	timeout -k 5 "$STEP_TIMEOUT" stdbuf -oL -eL "${cli[@]}" >"logs/$tag-client.log" 2>&1
-	rc=$?
-	if [ $rc -ne 0 ]; then
-		stop_pid "$server_pid"; server_pid=""
-		if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-			fail_run "$tag" "client hung: killed after ${STEP_TIMEOUT} s"
-		else
-			fail_run "$tag" "client exit status $rc"
-		fi
-		return 1
-	fi
-	# The server ends by itself once its one client is done.
-	wait "$server_pid"
-	rc=$?
-	server_pid=""
-	if [ $rc -ne 0 ]; then
-		fail_run "$tag" "server exit status $rc"
-		return 1
-	fi
-	return 0
-}
 
 # record ROUND FIGURE WHO VALUE
 record() {
@@ -272,6 +224,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	regcost "$r" raw -d "$DEV"
 done
 took=$((SECONDS - t0))
+# The CPU cost per DTO (bench/dto-cost.sh), in the same guest: its own table.
+if [ "${BENCH_COST:-1}" = 1 ]; then
+	"$here/dto-cost.sh" --inside "$out/dto-cost" || echo "run-bench-guest: dto-cost failed" >>failures.txt
+fi
 
 # ------------------------------------------------------------------ table
 awk -v rounds="$ROUNDS" -v took="$took" -v lat_n="$LAT_ITERS" -v bw_n="$BW_ITERS" -v reg_n="$REG_ITERS" -v dpargs="$DATPERF_ARGS" '
