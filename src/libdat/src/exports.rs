@@ -15,18 +15,18 @@
 //! 70-slot `DAT_PROVIDER`, and the library's `ffi_guard` and `error` (1.2
 //! codes). gen-header reads the same list for `include/dat/dat_api.h`.
 //! The registry calls (open, close, add/remove/list providers, strerror)
-//! are written out after it.
+//! are written out after it, each one call of dat-registry's `api`, which
+//! libdat2 calls too (with its `LIBRARY`: 1.2 codes, DAT 1.x only).
 
 // Each export's safety contract is the DAT 1.2 specification of that call:
 // the pointers it takes are valid as the DAT 1.2 API describes them.
 #![allow(clippy::missing_safety_doc)]
 
 use crate::{error, ffi_guard, LIBRARY};
-use dat_abi12::codes::from_v20;
 use dat_abi12::*;
-use dat_registry::registry::{self, ProviderKey, ProviderPtr};
+use dat_registry::api;
 use dat_registry::strerror::ReturnNames;
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 
 dat_registry::dat_calls!(v12, exports);
 
@@ -45,46 +45,19 @@ pub unsafe extern "C" fn dat_ia_openv(
     dapl_minor: DAT_UINT32,
     thread_safety: DAT_BOOLEAN,
 ) -> DAT_RETURN {
-    dat_registry::init_logging();
-    ffi_guard(|| {
-        if name.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if async_evd_handle.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-        }
-        if ia_handle.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
-        }
-        if dapl_major != DAT_VERSION_MAJOR {
-            return error(DAT_PROVIDER_NOT_FOUND, DAT_MAJOR_NOT_FOUND);
-        }
-        // SAFETY: checked non-NULL; a C string by the API's contract.
-        let ia_name = unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned();
-        let key = ProviderKey {
-            ia_name,
-            major: dapl_major,
-            minor: dapl_minor,
-            thread_safe: thread_safety != DAT_FALSE,
-        };
-        // SAFETY: name and async_evd_handle as the caller passed them,
-        // checked above; the provider reads them.
-        let opened =
-            unsafe { registry::open_ia(&LIBRARY, &key, name, async_evd_qlen, async_evd_handle) };
-        match opened {
-            Ok(h) => {
-                // SAFETY: checked non-NULL; the consumer's IA handle slot.
-                unsafe { *ia_handle = h };
-                DAT_SUCCESS
-            }
-            Err(rc) => {
-                log::debug!("dat_ia_openv({}) = {:#x}", key.ia_name, rc);
-                rc
-            }
-        }
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe {
+        api::ia_openv(
+            &LIBRARY,
+            name,
+            async_evd_qlen,
+            async_evd_handle,
+            ia_handle,
+            dapl_major,
+            dapl_minor,
+            thread_safety,
+        )
+    }
 }
 
 /// Closes an IA through its provider, whose result passes through.
@@ -93,18 +66,7 @@ pub unsafe extern "C" fn dat_ia_close(
     ia_handle: DAT_IA_HANDLE,
     close_flags: DAT_CLOSE_FLAGS,
 ) -> DAT_RETURN {
-    ffi_guard(|| registry::close_ia(&LIBRARY, ia_handle, close_flags))
-}
-
-/// The key a provider registers under, if it is one this library serves:
-/// a DAT 1.x table (see dat_ia_openv).
-///
-/// # Safety
-/// `provider_info` is non-NULL and readable.
-unsafe fn key_of_v12(provider_info: *const DAT_PROVIDER_INFO) -> Option<ProviderKey> {
-    // SAFETY: the caller's contract.
-    let key = unsafe { ProviderKey::from_info(provider_info) };
-    (key.major == DAT_VERSION_MAJOR).then_some(key)
+    api::ia_close(&LIBRARY, ia_handle, close_flags)
 }
 
 /// Called by a provider's dat_provider_init to register its 1.2 table
@@ -114,20 +76,8 @@ pub unsafe extern "C" fn dat_registry_add_provider(
     provider: *const DAT_PROVIDER,
     provider_info: *const DAT_PROVIDER_INFO,
 ) -> DAT_RETURN {
-    dat_registry::init_logging();
-    ffi_guard(|| {
-        if provider.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if provider_info.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        // SAFETY: checked non-NULL.
-        match unsafe { key_of_v12(provider_info) } {
-            Some(key) => from_v20(registry::add_provider(key, ProviderPtr::new(provider))),
-            None => error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
-        }
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::add_provider(&LIBRARY, provider, provider_info) }
 }
 
 /// Called by a provider's dat_provider_fini.
@@ -136,19 +86,8 @@ pub unsafe extern "C" fn dat_registry_remove_provider(
     provider: *const DAT_PROVIDER,
     provider_info: *const DAT_PROVIDER_INFO,
 ) -> DAT_RETURN {
-    ffi_guard(|| {
-        if provider.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if provider_info.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        // SAFETY: checked non-NULL.
-        match unsafe { key_of_v12(provider_info) } {
-            Some(key) => from_v20(registry::remove_provider(&key, ProviderPtr::new(provider))),
-            None => error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
-        }
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::remove_provider(&LIBRARY, provider, provider_info) }
 }
 
 /// Lists the dat.conf entries this library serves: user-level, default,
@@ -159,46 +98,8 @@ pub unsafe extern "C" fn dat_registry_list_providers(
     entries_returned: *mut DAT_COUNT,
     dat_provider_list: *mut *mut DAT_PROVIDER_INFO,
 ) -> DAT_RETURN {
-    dat_registry::init_logging();
-    ffi_guard(|| {
-        if max_to_return < 0 {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if entries_returned.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        let entries: Vec<_> = registry::static_entries()
-            .into_iter()
-            .filter(|e| e.api_major == DAT_VERSION_MAJOR)
-            .collect();
-        if max_to_return == 0 {
-            // SAFETY: checked non-NULL; the consumer's count.
-            unsafe { *entries_returned = entries.len() as DAT_COUNT };
-            return DAT_SUCCESS;
-        }
-        if dat_provider_list.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-        }
-        let n = entries.len().min(max_to_return as usize);
-        for (i, e) in entries.iter().take(n).enumerate() {
-            // SAFETY: the consumer's array holds max_to_return pointers.
-            let slot = unsafe { *dat_provider_list.add(i) };
-            if slot.is_null() {
-                return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-            }
-            let key = ProviderKey {
-                ia_name: e.ia_name.clone(),
-                major: e.api_major,
-                minor: e.api_minor,
-                thread_safe: e.thread_safe,
-            };
-            // SAFETY: a non-NULL element of the consumer's array.
-            unsafe { *slot = key.to_info() };
-        }
-        // SAFETY: checked non-NULL.
-        unsafe { *entries_returned = n as DAT_COUNT };
-        DAT_SUCCESS
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::list_providers(&LIBRARY, max_to_return, entries_returned, dat_provider_list) }
 }
 
 /// 1.2's code names (its numbering of types and subtypes).
@@ -212,25 +113,8 @@ pub unsafe extern "C" fn dat_strerror(
     major_message: *mut *const c_char,
     minor_message: *mut *const c_char,
 ) -> DAT_RETURN {
-    ffi_guard(|| {
-        if major_message.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        if minor_message.is_null() {
-            return error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-        }
-        match NAMES.names(value) {
-            Some((major, minor)) => {
-                // SAFETY: both checked non-NULL; the strings are static.
-                unsafe {
-                    *major_message = major.as_ptr();
-                    *minor_message = minor.as_ptr();
-                }
-                DAT_SUCCESS
-            }
-            None => error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
-        }
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::strerror(&LIBRARY, &NAMES, value, major_message, minor_message) }
 }
 
 #[cfg(test)]
@@ -263,6 +147,57 @@ mod tests {
                 0x8005_000b
             );
             assert_eq!(dat_cr_reject(0x20 as _), 0x8005_0012);
+        }
+    }
+
+    /// The registry calls make their codes through dat-registry's `api`
+    /// as 2.0 values turned into 1.2's: the same as 1.2's own constants.
+    #[test]
+    fn registry_calls_give_12_codes() {
+        use std::ptr::{null, null_mut};
+        let invalid = |arg| error(DAT_INVALID_PARAMETER, arg);
+        let mut count: DAT_COUNT = 0;
+        let mut ia: DAT_IA_HANDLE = null_mut();
+        let mut evd: DAT_EVD_HANDLE = null_mut();
+        let x = c"x".as_ptr();
+        // SAFETY: NULL or valid pointers, checked before anything is read.
+        unsafe {
+            assert_eq!(
+                dat_ia_openv(null(), 8, null_mut(), null_mut(), 1, 2, DAT_FALSE),
+                invalid(DAT_INVALID_ARG1)
+            );
+            assert_eq!(
+                dat_ia_openv(x, 8, null_mut(), &mut ia, 1, 2, DAT_FALSE),
+                invalid(DAT_INVALID_ARG3)
+            );
+            assert_eq!(
+                dat_ia_openv(x, 8, &mut evd, null_mut(), 1, 2, DAT_FALSE),
+                invalid(DAT_INVALID_ARG4)
+            );
+            assert_eq!(
+                dat_ia_openv(x, 8, &mut evd, &mut ia, 2, 0, DAT_FALSE),
+                error(DAT_PROVIDER_NOT_FOUND, DAT_MAJOR_NOT_FOUND)
+            );
+            assert_eq!(
+                dat_registry_add_provider(null(), null()),
+                invalid(DAT_INVALID_ARG1)
+            );
+            assert_eq!(
+                dat_registry_remove_provider(8 as _, null()),
+                invalid(DAT_INVALID_ARG2)
+            );
+            assert_eq!(
+                dat_registry_list_providers(-1, &mut count, null_mut()),
+                invalid(DAT_INVALID_ARG1)
+            );
+            assert_eq!(
+                dat_registry_list_providers(1, null_mut(), null_mut()),
+                invalid(DAT_INVALID_ARG2)
+            );
+            assert_eq!(
+                dat_strerror(0, null_mut(), null_mut()),
+                invalid(DAT_INVALID_ARG2)
+            );
         }
     }
 }

@@ -10,15 +10,18 @@
 //! this module's: dat-abi's types and the library's `ffi_guard` and
 //! `error`. gen-header reads the same list for `dat_api.h`. The registry
 //! calls (open, close, add/remove/list providers, strerror) are written
-//! out after it.
+//! out after it, each one call of dat-registry's `api`, which libdat
+//! calls too; `dats_get_ia_handle`, the providers-related query and the
+//! extension entries are 2.0's only.
 
 // Each export's safety contract is the DAT specification of that call:
 // the pointers it takes are valid as the DAT 2.0 API describes them.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::registry::{self, ProviderKey, ProviderPtr};
+use crate::registry::{self, ProviderKey};
 use crate::{error, ffi_guard, init_logging, LIBRARY};
 use dat_abi::*;
+use dat_registry::api;
 use std::ffi::{c_char, CStr};
 
 dat_registry::dat_calls!(v20, exports);
@@ -36,44 +39,19 @@ pub unsafe extern "C" fn dat_ia_openv(
     dapl_minor: DAT_UINT32,
     thread_safety: DAT_BOOLEAN,
 ) -> DAT_RETURN {
-    init_logging();
-    ffi_guard(|| {
-        if name.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if async_event_handle.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-        }
-        if ia_handle.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
-        }
-        // SAFETY: checked non-NULL; a C string by the API's contract.
-        let ia_name = unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned();
-        let key = ProviderKey {
-            ia_name,
-            major: dapl_major,
-            minor: dapl_minor,
-            thread_safe: thread_safety != DAT_FALSE,
-        };
-        // SAFETY: name and async_event_handle as the caller passed them,
-        // checked above; the provider reads them.
-        let opened = unsafe {
-            registry::open_ia(&LIBRARY, &key, name, async_event_qlen, async_event_handle)
-        };
-        match opened {
-            Ok(h) => {
-                // SAFETY: checked non-NULL; the consumer's IA handle slot.
-                unsafe { *ia_handle = h };
-                DAT_SUCCESS
-            }
-            Err(rc) => {
-                log::debug!("dat_ia_openv({}) = {:#x}", key.ia_name, rc);
-                rc
-            }
-        }
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe {
+        api::ia_openv(
+            &LIBRARY,
+            name,
+            async_event_qlen,
+            async_event_handle,
+            ia_handle,
+            dapl_major,
+            dapl_minor,
+            thread_safety,
+        )
+    }
 }
 
 #[no_mangle]
@@ -81,7 +59,7 @@ pub unsafe extern "C" fn dat_ia_close(
     ia_handle: DAT_IA_HANDLE,
     close_flags: DAT_CLOSE_FLAGS,
 ) -> DAT_RETURN {
-    ffi_guard(|| registry::close_ia(&LIBRARY, ia_handle, close_flags))
+    api::ia_close(&LIBRARY, ia_handle, close_flags)
 }
 
 /// Maps a consumer IA handle to the provider's own (OFED-internal export,
@@ -167,18 +145,8 @@ pub unsafe extern "C" fn dat_registry_add_provider(
     provider: *const DAT_PROVIDER,
     provider_info: *const DAT_PROVIDER_INFO,
 ) -> DAT_RETURN {
-    init_logging();
-    ffi_guard(|| {
-        if provider.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if provider_info.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        // SAFETY: checked non-NULL; the provider's own info.
-        let key = unsafe { ProviderKey::from_info(provider_info) };
-        registry::add_provider(key, ProviderPtr::new(provider))
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::add_provider(&LIBRARY, provider, provider_info) }
 }
 
 /// Called by a provider's dat_provider_fini.
@@ -187,17 +155,8 @@ pub unsafe extern "C" fn dat_registry_remove_provider(
     provider: *const DAT_PROVIDER,
     provider_info: *const DAT_PROVIDER_INFO,
 ) -> DAT_RETURN {
-    ffi_guard(|| {
-        if provider.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if provider_info.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        // SAFETY: checked non-NULL; the provider's own info.
-        let key = unsafe { ProviderKey::from_info(provider_info) };
-        registry::remove_provider(&key, ProviderPtr::new(provider))
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::remove_provider(&LIBRARY, provider, provider_info) }
 }
 
 /// Lists the dat.conf entries in effect. With `max_to_return` 0 it only
@@ -208,43 +167,8 @@ pub unsafe extern "C" fn dat_registry_list_providers(
     entries_returned: *mut DAT_COUNT,
     dat_provider_list: *mut *mut DAT_PROVIDER_INFO,
 ) -> DAT_RETURN {
-    init_logging();
-    ffi_guard(|| {
-        if max_to_return < 0 {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
-        }
-        if entries_returned.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        let entries = registry::static_entries();
-        if max_to_return == 0 {
-            // SAFETY: checked non-NULL; the consumer's count.
-            unsafe { *entries_returned = entries.len() as DAT_COUNT };
-            return DAT_SUCCESS;
-        }
-        if dat_provider_list.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-        }
-        let n = entries.len().min(max_to_return as usize);
-        for (i, e) in entries.iter().take(n).enumerate() {
-            // SAFETY: the consumer's array holds max_to_return pointers.
-            let slot = unsafe { *dat_provider_list.add(i) };
-            if slot.is_null() {
-                return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-            }
-            let key = ProviderKey {
-                ia_name: e.ia_name.clone(),
-                major: e.api_major,
-                minor: e.api_minor,
-                thread_safe: e.thread_safe,
-            };
-            // SAFETY: a non-NULL element of the consumer's array.
-            unsafe { *slot = key.to_info() };
-        }
-        // SAFETY: checked non-NULL.
-        unsafe { *entries_returned = n as DAT_COUNT };
-        DAT_SUCCESS
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe { api::list_providers(&LIBRARY, max_to_return, entries_returned, dat_provider_list) }
 }
 
 /// Whether two IA names are served by the same provider (DAT 2.0 HA).
@@ -286,23 +210,14 @@ pub unsafe extern "C" fn dat_strerror(
     major_message: *mut *const c_char,
     minor_message: *mut *const c_char,
 ) -> DAT_RETURN {
-    ffi_guard(|| {
-        if major_message.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
-        }
-        if minor_message.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
-        }
-        match crate::strerror::names(value) {
-            Some((major, minor)) => {
-                // SAFETY: both checked non-NULL; the strings are static.
-                unsafe {
-                    *major_message = major.as_ptr();
-                    *minor_message = minor.as_ptr();
-                }
-                DAT_SUCCESS
-            }
-            None => dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
-        }
-    })
+    // SAFETY: the caller's arguments, as the DAT API describes them.
+    unsafe {
+        api::strerror(
+            &LIBRARY,
+            &crate::strerror::NAMES,
+            value,
+            major_message,
+            minor_message,
+        )
+    }
 }

@@ -25,6 +25,7 @@ use dat_abi::*;
 pub(crate) const LIBRARY: registry::Library = registry::Library {
     name: "libdat2",
     own_code: |rc| rc,
+    major: None,
 };
 
 pub(crate) use dat_registry::init_logging;

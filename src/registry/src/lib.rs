@@ -3,6 +3,8 @@
 //! their own C API on top of it.
 //!
 //! What is here is the same in both ABIs: [`conf`] parses dat.conf;
+//! [`api`] is the registry calls of the C API (open, close, add, remove
+//! and list providers, strerror);
 //! [`registry`] holds the static registry (dat.conf entries and their
 //! loaded libraries), the dynamic one (provider tables registered through
 //! dat_registry_add_provider) and the IA handle table; [`dispatch`] turns a
@@ -16,6 +18,7 @@
 //! into 1.2 values at its boundary (`dat_abi12::codes::from_v20`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod api;
 pub mod conf;
 pub mod dispatch;
 pub mod exports;
