@@ -8,6 +8,19 @@
 //! three calls whose argument lists changed in 2.0 — `dat_rmr_bind` (1.2:
 //! 7 arguments, no LMR handle and no VA type), `dat_lmr_create` (1.2: 11
 //! arguments, no VA type) and `dat_cr_reject` (1.2: the CR handle only).
+//!
+//! What stays written out here as well as in dat-abi, and why: 18 of the
+//! 1.2 slot types have 2.0's text but name structures 1.2 shapes its own
+//! way (triplets, events, attributes, parameters), so they are other C
+//! types and cannot be re-exported; and `dat_provider` repeats the names
+//! of 2.0's first 70 slots. A macro could declare either once for both
+//! crates, but cbindgen, which makes both versions' `dat_types.h` from
+//! these declarations, does not expand macros: the typedefs and the table
+//! would vanish from the headers. (The libraries' exports are generated,
+//! and gen-header hands their prototypes to cbindgen as text; doing that
+//! for `dat_types.h` would mean reproducing cbindgen's ordering of a whole
+//! types header.) The 50 slot types whose C signature is the same in
+//! both versions are declared once, in dat-abi (the `pub use` below).
 use crate::basic::*;
 use crate::codes::DAT_RETURN;
 use crate::consts::*;

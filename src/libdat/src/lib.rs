@@ -20,6 +20,7 @@ use dat_abi12::*;
 const LIBRARY: dat_registry::registry::Library = dat_registry::registry::Library {
     name: "libdat",
     own_code: dat_abi12::codes::from_v20,
+    major: Some(DAT_VERSION_MAJOR),
 };
 
 /// An error code of 1.2's numbering. The composition (class | type |

@@ -10,6 +10,8 @@
 //! [`dispatch`]; [`exports`] is the DAT 2.0 C API; [`extension`] the
 //! open-query extension only 2.0 has; [`strerror`] names return codes.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod exports;
 pub mod extension;
 pub mod strerror;
@@ -23,9 +25,16 @@ use dat_abi::*;
 pub(crate) const LIBRARY: registry::Library = registry::Library {
     name: "libdat2",
     own_code: |rc| rc,
+    major: None,
 };
 
 pub(crate) use dat_registry::init_logging;
+
+/// A code of DAT 2.0's numbering (what the shared `dat_calls!` exports
+/// build their codes with; libdat has its 1.2 counterpart).
+pub(crate) const fn error(ty: DAT_RETURN_TYPE, sub: DAT_RETURN_SUBTYPE) -> DAT_RETURN {
+    dat_error(ty, sub)
+}
 
 /// Runs one exported call; a Rust panic inside becomes DAT_INTERNAL_ERROR
 /// instead of unwinding into C (which would be undefined behaviour).

@@ -4,7 +4,8 @@ use dat_abi::*;
 use dat_registry::strerror::ReturnNames;
 use std::ffi::CStr;
 
-static NAMES: ReturnNames = ReturnNames::new(DAT_RETURN_TYPE_NAMES, DAT_RETURN_SUBTYPE_NAMES);
+/// DAT 2.0's code names (dat_strerror's).
+pub static NAMES: ReturnNames = ReturnNames::new(DAT_RETURN_TYPE_NAMES, DAT_RETURN_SUBTYPE_NAMES);
 
 /// `(type name, subtype name)` of `value`, or None when either part is not
 /// a code the DAT 2.0 headers define. The class bits (error, warning) do

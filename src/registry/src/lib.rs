@@ -3,19 +3,25 @@
 //! their own C API on top of it.
 //!
 //! What is here is the same in both ABIs: [`conf`] parses dat.conf;
+//! [`api`] is the registry calls of the C API (open, close, add, remove
+//! and list providers, strerror);
 //! [`registry`] holds the static registry (dat.conf entries and their
 //! loaded libraries), the dynamic one (provider tables registered through
 //! dat_registry_add_provider) and the IA handle table; [`dispatch`] turns a
-//! handle into its provider table, safely; [`strerror`] names codes by an
-//! ABI's tables; [`table`] is the provider table pointer the registry
-//! keeps without knowing which ABI's table it is.
+//! handle into its provider table, safely; [`exports`] declares the
+//! dispatched calls of the C API once for both libraries ([`dat_calls!`]);
+//! [`strerror`] names codes by an ABI's tables; [`table`] is the provider
+//! table pointer the registry keeps without knowing which ABI's table it
+//! is.
 //!
 //! Codes this crate returns are DAT 2.0 values; libdat.so.1 turns them
 //! into 1.2 values at its boundary (`dat_abi12::codes::from_v20`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod api;
 pub mod conf;
 pub mod dispatch;
+pub mod exports;
 pub mod registry;
 pub mod strerror;
 pub mod table;

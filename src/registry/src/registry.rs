@@ -205,6 +205,9 @@ pub struct Library {
     pub name: &'static str,
     /// From a DAT 2.0 code to the library's value of it.
     pub own_code: fn(DAT_RETURN) -> DAT_RETURN,
+    /// The one DAT major version the library serves (libdat: 1), or None
+    /// for any (libdat2): see [`crate::api`].
+    pub major: Option<DAT_UINT32>,
 }
 
 /// `dat_provider_init` and `dat_provider_fini` as found in a provider library.

@@ -9,7 +9,13 @@
 //!   own (`ib_ext.rs` is `<dat2/dat_ib_extensions.h>`): their items are kept
 //!   out of `dat_types.h` by naming each in `export.exclude`, again found by
 //!   scanning, and tests-c checks them against that header instead.
-//! * `dat_api.h` from src/libdat2: the prototypes of the exports.
+//! * `dat_api.h` from src/libdat2: the prototypes of the exports. Those
+//!   of the dispatched calls come from dat-registry's `dat_calls!` list,
+//!   which the exports are generated from and cbindgen (which does not
+//!   expand macros) cannot read in place: `dat_calls!(v20, prototypes)`
+//!   gives them as Rust source, written to a scratch file that cbindgen
+//!   reads before the crate, so they come first, in the list's order, and
+//!   the registry calls written out in src/libdat2 follow.
 //! * `include/dat/dat_types.h` from src/abi12, the DAT 1.2 ABI, found the
 //!   same way. What 1.2 shares with 2.0 src/abi12 re-exports from dat-abi
 //!   (`pub use dat_abi::...`) instead of repeating it, so cbindgen also
@@ -18,7 +24,8 @@
 //!   `export.include` too. cbindgen reads src/abi12 first, so where both
 //!   crates declare a name, 1.2's declaration is the one emitted.
 //! * `include/dat/dat_api.h` from src/libdat: the prototypes of libdat.so.1's
-//!   exports, over the 1.2 types.
+//!   exports, over the 1.2 types; the dispatched ones from
+//!   `dat_calls!(v12, prototypes)`, as for 2.0.
 //!
 //! `gen-header` writes all four; `gen-header --verify` exits 1 when a
 //! committed header differs from what the Rust source generates (`make
@@ -172,11 +179,34 @@ fn generate(root: &Path, crate_dir: &str, guard: &str, kind: Kind) -> Result<Vec
             );
         }
     }
-    let bindings = cbindgen::Builder::new()
+    let mut builder = cbindgen::Builder::new()
         .with_config(config)
-        .with_crate(root.join(crate_dir))
-        .generate()
-        .map_err(|e| e.to_string())?;
+        .with_crate(root.join(crate_dir));
+    // The dispatched calls' prototypes (see the module documentation).
+    let prototypes: Option<(&str, &[&str])> = match kind {
+        Kind::Api20 => Some(("dat_calls_v20", dat_registry::dat_calls!(v20, prototypes))),
+        Kind::Api12 => Some(("dat_calls_v12", dat_registry::dat_calls!(v12, prototypes))),
+        Kind::Types20 | Kind::Types12 => None,
+    };
+    let scratch = match prototypes {
+        Some((stem, list)) => {
+            let file = std::env::temp_dir().join(format!("{stem}-{}.rs", std::process::id()));
+            let text: String = list
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| format!("{p}\n"))
+                .collect();
+            std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
+            builder = builder.with_src(&file);
+            Some(file)
+        }
+        None => None,
+    };
+    let bindings = builder.generate().map_err(|e| e.to_string());
+    if let Some(file) = scratch {
+        let _ = std::fs::remove_file(file);
+    }
+    let bindings = bindings?;
     let mut text = Vec::new();
     bindings.write(&mut text);
     Ok(text)
