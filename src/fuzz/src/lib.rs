@@ -14,6 +14,7 @@
 //! the input is written to `fuzz/regressions/<target>/` and replayed by `cargo test` from then
 //! on. Coverage-guided runs (libFuzzer through cargo-fuzz, nightly only) use the same entry
 //! points and corpus: `make fuzz`.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -1,3 +1,4 @@
+#![deny(unsafe_op_in_unsafe_fn)]
 pub mod backend;
 pub mod core;
 #[doc(hidden)]
