@@ -80,7 +80,9 @@ $(LIB)/libdat.so: $(LIB)/libdat.so.1
 
 # Our provider: exports dat_provider_init/fini only. dat_registry_add_provider
 # stays undefined here and binds to whichever libdat2 loaded us (ours or
-# OFED's), as OFED's own providers do.
+# OFED's), as OFED's own providers do. Built with -p, alone: a workspace-wide
+# build would unify in the provider's `fuzzing` feature that dat-fuzz enables
+# (docs/fuzzing.md); the shipped libraries must not have it.
 $(TARGET)/libdaplrs_ffi.a: FORCE
 	$(CARGO) build $(CARGO_FLAGS) -p daplrs-ffi
 
@@ -263,7 +265,8 @@ demo: all
 
 # ------------------------------------------------------------------- fuzz
 # Every parser that reads outside input (dat.conf, ia_params, the wire
-# protocol, the engine from both ends; src/fuzz, fuzz/). `make test` runs a
+# protocol, the engine from both ends; the harnesses in src/fuzz, fuzz/ wraps
+# them for libFuzzer; docs/fuzzing.md). `make test` runs a
 # bounded pass of each target (cargo test -p dat-fuzz, a few seconds each).
 # `make fuzz` is the long run: coverage-guided with libFuzzer when a nightly
 # toolchain and cargo-fuzz are installed (new inputs go to build/fuzz/corpus,

@@ -1,5 +1,5 @@
 #![no_main]
-// The dat-fuzz target "ia_params" under libFuzzer (see src/fuzz and daplrs::fuzzing).
+// The dat-fuzz target "ia_params" under libFuzzer (see src/fuzz).
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = (dat_fuzz::target("ia_params").expect("known target").run)(data);
 });

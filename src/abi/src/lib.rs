@@ -10,6 +10,7 @@
 //! that both `struct dat_ep_attr` and `DAT_EP_ATTR` work in C source.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod basic;
 pub mod codes;

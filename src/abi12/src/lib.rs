@@ -23,6 +23,7 @@
 //! `tests-c/abi12_check.c`.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod basic;
 pub mod codes;

@@ -299,6 +299,7 @@ pub type DAT_PROVIDER = dat_provider;
 // SAFETY: a provider table is immutable once registered; its pointers are
 // to 'static code and strings of the provider library.
 unsafe impl Sync for dat_provider {}
+// SAFETY: as for Sync.
 unsafe impl Send for dat_provider {}
 
 /// 70 slots, each at the offset of the same slot in 2.0's table.

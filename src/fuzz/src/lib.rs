@@ -1,7 +1,9 @@
 //! A small mutation fuzzer that runs on stable Rust, for every parser that reads outside input:
 //! the dat.conf parser, ia_params, the rs-tcp wire protocol (header, stream decoder,
-//! encode/decode round trip, datagram header) and the engine behind it from both ends (see
-//! `daplrs::fuzzing`).
+//! encode/decode round trip, datagram header) and the engine behind it from both ends: the
+//! harnesses are here ([`wire`], [`engine`], [`datagram`]); the provider (`daplrs`, built with its
+//! `fuzzing` feature, which the shipped libraries never enable) only makes public what they need
+//! (`backend::tcp::wire`, `daplrs::fuzzing`).
 //!
 //! No coverage instrumentation (stable Rust has none a library can read): inputs are mutated
 //! from a seed pool (built-in seeds made by our own encoder, `fuzz/corpus/<target>/`,
@@ -14,6 +16,7 @@
 //! the input is written to `fuzz/regressions/<target>/` and replayed by `cargo test` from then
 //! on. Coverage-guided runs (libFuzzer through cargo-fuzz, nightly only) use the same entry
 //! points and corpus: `make fuzz`.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -24,9 +27,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
+pub mod datagram;
+pub mod engine;
 pub mod seeds;
+pub mod wire;
 
-use daplrs::fuzzing as fz;
+use datagram::EngineDatagram;
+use engine::{EngineInitiator, EngineTarget};
+
+/// An outcome class: a hash of what the parser decided.
+pub(crate) fn class_of(x: impl std::hash::Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    x.hash(&mut h);
+    std::hash::Hasher::finish(&h)
+}
 
 /// One fuzz target: an entry point over bytes and what its inputs look like.
 pub struct Target {
@@ -101,26 +115,42 @@ pub fn conf(data: &[u8]) -> u64 {
     std::hash::Hasher::finish(&h)
 }
 
-static ENGINE_TARGET: Mutex<Option<fz::EngineTarget>> = Mutex::new(None);
-static ENGINE_DATAGRAM: Mutex<Option<fz::EngineDatagram>> = Mutex::new(None);
-static ENGINE_INITIATOR: Mutex<Option<fz::EngineInitiator>> = Mutex::new(None);
+/// The dat.conf `ia_params` of an entry ("tcp lo", "tcp 127.0.0.1", "verbs rxe0 1", ...):
+/// split into words and diagnosed (what datinfo and a failing dat_ia_open report: resolving
+/// the address, listing the interfaces). No panic, and every word comes from the input.
+pub fn ia_params(data: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(data);
+    let (transport, target, port) = daplrs::fuzzing::parse_ia_params(&text);
+    for w in [transport, target].into_iter().chain(port) {
+        assert!(
+            w == "tcp" || w == "lo" || text.split_whitespace().any(|x| x == w),
+            "word '{w}' not from the input"
+        );
+    }
+    let verdict = daplrs::backend::diagnose(&text);
+    class_of((transport.len().min(8), port.is_some(), verdict.is_none()))
+}
 
-/// The engine as a target (see `daplrs::fuzzing::EngineTarget`); one IA for the process.
+static ENGINE_TARGET: Mutex<Option<EngineTarget>> = Mutex::new(None);
+static ENGINE_DATAGRAM: Mutex<Option<EngineDatagram>> = Mutex::new(None);
+static ENGINE_INITIATOR: Mutex<Option<EngineInitiator>> = Mutex::new(None);
+
+/// The engine as a target (see [`EngineTarget`]); one IA for the process.
 pub fn engine_target(data: &[u8]) -> u64 {
     let mut g = ENGINE_TARGET.lock().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(fz::EngineTarget::new).run(data)
+    g.get_or_insert_with(EngineTarget::new).run(data)
 }
 
-/// Datagram QPs under strangers' datagrams (see `daplrs::fuzzing::EngineDatagram`).
+/// Datagram QPs under strangers' datagrams (see [`EngineDatagram`]).
 pub fn engine_datagram(data: &[u8]) -> u64 {
     let mut g = ENGINE_DATAGRAM.lock().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(fz::EngineDatagram::new).run(data)
+    g.get_or_insert_with(EngineDatagram::new).run(data)
 }
 
-/// The engine as an initiator (see `daplrs::fuzzing::EngineInitiator`).
+/// The engine as an initiator (see [`EngineInitiator`]).
 pub fn engine_initiator(data: &[u8]) -> u64 {
     let mut g = ENGINE_INITIATOR.lock().unwrap_or_else(|p| p.into_inner());
-    g.get_or_insert_with(fz::EngineInitiator::new).run(data)
+    g.get_or_insert_with(EngineInitiator::new).run(data)
 }
 
 const CONF_DICT: &[&[u8]] = &[
@@ -181,7 +211,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "ia_params",
-        run: fz::ia_params,
+        run: ia_params,
         max_len: 256,
         dict: PARAMS_DICT,
         framed: false,
@@ -189,7 +219,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "wire_header",
-        run: fz::wire_header,
+        run: wire::wire_header,
         max_len: 32,
         dict: WIRE_DICT,
         framed: true,
@@ -197,7 +227,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "wire_stream",
-        run: fz::wire_stream,
+        run: wire::wire_stream,
         max_len: 8192,
         dict: WIRE_DICT,
         framed: false,
@@ -205,7 +235,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "wire_roundtrip",
-        run: fz::wire_roundtrip,
+        run: wire::wire_roundtrip,
         max_len: 4096,
         dict: WIRE_DICT,
         framed: false,
@@ -213,7 +243,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "ud_datagram",
-        run: fz::ud_datagram,
+        run: wire::ud_datagram,
         max_len: 256,
         dict: WIRE_DICT,
         framed: false,

@@ -2,8 +2,8 @@
 //! frame kind), so that mutation starts from what a real peer or a real dat.conf looks like.
 //! `datfuzz --write-corpus` writes them to fuzz/corpus/<target>/ for cargo-fuzz as well.
 
+use crate::engine::{BIG_READ, KEY_MARK};
 use daplrs::backend::tcp::wire::{self, Header, Kind, Status};
-use daplrs::fuzzing::{BIG_READ, KEY_MARK};
 
 /// Debian's /etc/dat.conf shape (OFED's providers) and the repository's entries.
 const DAT_CONFS: &[&str] = &[

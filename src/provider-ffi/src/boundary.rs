@@ -41,7 +41,8 @@ pub(crate) fn c(h: Handle) -> DAT_HANDLE {
 /// # Safety
 /// `p` is NULL or points to writable memory of a `T` (the C contract).
 pub(crate) unsafe fn out<'a, T>(p: *mut T, arg: u32) -> DatResult<&'a mut T> {
-    p.as_mut().ok_or_else(|| DatError::invalid_arg(arg))
+    // SAFETY: `p` is NULL or points to a writable value of its type (the C caller's contract).
+    unsafe { p.as_mut() }.ok_or_else(|| DatError::invalid_arg(arg))
 }
 
 /// An IN struct: NULL is DAT_INVALID_PARAMETER for argument `arg`.
@@ -49,7 +50,8 @@ pub(crate) unsafe fn out<'a, T>(p: *mut T, arg: u32) -> DatResult<&'a mut T> {
 /// # Safety
 /// `p` is NULL or points to a readable `T`.
 pub(crate) unsafe fn input<'a, T>(p: *const T, arg: u32) -> DatResult<&'a T> {
-    p.as_ref().ok_or_else(|| DatError::invalid_arg(arg))
+    // SAFETY: `p` is NULL or points to a readable value of its type (the C caller's contract).
+    unsafe { p.as_ref() }.ok_or_else(|| DatError::invalid_arg(arg))
 }
 
 /// Most IOVs are short: keep up to this many segments on the stack.
@@ -152,7 +154,8 @@ pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(
     p: *const T,
     arg: u32,
 ) -> DatResult<RemoteBuffer> {
-    input(p, arg)?.remote()
+    // SAFETY: `p` is NULL or points to a readable struct (the C caller's contract).
+    unsafe { input(p, arg) }?.remote()
 }
 
 /// Reads `n` triplets at `p`. A negative count, or one above `max` (the
@@ -179,7 +182,9 @@ pub(crate) unsafe fn lmr_iov<T: LocalTriplet>(
     if p.is_null() {
         return Err(DatError::invalid_arg(arg_iov));
     }
-    let triplets = std::slice::from_raw_parts(p, n as usize);
+    // SAFETY: `p` is not NULL (checked above) and points to `n` readable triplets (our
+    // contract); `n` is positive and at most `max`.
+    let triplets = unsafe { std::slice::from_raw_parts(p, n as usize) };
     if triplets.len() <= INLINE_SEGMENTS {
         let mut a = [NO_SEGMENT; INLINE_SEGMENTS];
         for (d, t) in a.iter_mut().zip(triplets) {
@@ -209,7 +214,9 @@ pub(crate) unsafe fn lmr_spans<T: LocalTriplet>(
         return Err(DatError::invalid_arg(2));
     }
     let n = usize::try_from(n).map_err(|_| DatError::invalid_arg(3))?;
-    Ok(std::slice::from_raw_parts(p, n)
+    // SAFETY: `p` is not NULL (checked above) and points to `n` readable triplets (our
+    // contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, n) }
         .iter()
         .map(|t| t.span())
         .collect())
@@ -234,7 +241,9 @@ pub(crate) unsafe fn bytes<'a>(
     if p.is_null() {
         return Err(DatError::invalid_arg(arg_p));
     }
-    Ok(std::slice::from_raw_parts(p as *const u8, size as usize))
+    // SAFETY: `p` is not NULL (checked above) and points to `size` (> 0) readable bytes (our
+    // contract).
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, size as usize) })
 }
 
 /// The IPv4 address of a DAT_IA_ADDRESS_PTR (a `struct sockaddr`).
@@ -242,14 +251,17 @@ pub(crate) unsafe fn bytes<'a>(
 /// # Safety
 /// `p` is NULL or points to a sockaddr of at least its family's size.
 pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr> {
-    let sa = input(p, arg)?;
+    // SAFETY: `p` is NULL or points to a readable struct (the C caller's contract).
+    let sa = unsafe { input(p, arg) }?;
     if i32::from(sa.sa_family) != libc::AF_INET {
         return Err(DatError::new(
             ErrorType::InvalidAddress,
             SubType::InvalidAddressUnsupported,
         ));
     }
-    let sin = &*(p as *const libc::sockaddr_in);
+    // SAFETY: an AF_INET sockaddr (checked above), of at least its family's size (our
+    // contract): a readable sockaddr_in.
+    let sin = unsafe { &*(p as *const libc::sockaddr_in) };
     Ok(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
 }
 
@@ -260,8 +272,11 @@ pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr
 /// # Safety
 /// `p` is NULL or points to a sockaddr of at least its family's size.
 pub(crate) unsafe fn ipv4_port_of(p: *const sockaddr, arg: u32) -> DatResult<SocketAddrV4> {
-    let ip = ipv4_of(p, arg)?;
-    let sin = &*(p as *const libc::sockaddr_in);
+    // SAFETY: `p` is NULL or a sockaddr of its family's size (the C caller's contract).
+    let ip = unsafe { ipv4_of(p, arg) }?;
+    // SAFETY: `ipv4_of` accepted it: not NULL and AF_INET, so a readable sockaddr_in (our
+    // contract).
+    let sin = unsafe { &*(p as *const libc::sockaddr_in) };
     Ok(SocketAddrV4::new(ip, u16::from_be(sin.sin_port)))
 }
 
@@ -375,16 +390,25 @@ impl VaArgs {
     /// The caller passed at least one more argument (the operation's C macro says how many).
     #[cfg(target_arch = "x86_64")]
     pub(crate) unsafe fn word(&mut self) -> Option<u64> {
-        let tag = (self.0 as *mut VaListTag).as_mut()?;
+        // SAFETY: `self.0` is the registry's va_list (`new`'s contract): on x86_64 a pointer to
+        // its one __va_list_tag, ours to advance.
+        let tag = unsafe { (self.0 as *mut VaListTag).as_mut() }?;
         // The first six integer arguments of the variadic call were saved in the register save
         // area (48 bytes); the rest are on the caller's stack.
         if tag.gp_offset < 48 {
-            let v = (tag.reg_save_area.add(tag.gp_offset as usize) as *const u64).read_unaligned();
+            // SAFETY: gp_offset < 48: a saved integer register inside the save area, holding the
+            // argument our caller says was passed.
+            let v = unsafe {
+                (tag.reg_save_area.add(tag.gp_offset as usize) as *const u64).read_unaligned()
+            };
             tag.gp_offset += 8;
             Some(v)
         } else {
-            let v = (tag.overflow_arg_area as *const u64).read_unaligned();
-            tag.overflow_arg_area = tag.overflow_arg_area.add(8);
+            // SAFETY: registers used up: the next 8-byte slot of the caller's stack arguments,
+            // holding the argument our caller says was passed.
+            let v = unsafe { (tag.overflow_arg_area as *const u64).read_unaligned() };
+            // SAFETY: stays within the caller's stack arguments (one slot past the one read).
+            tag.overflow_arg_area = unsafe { tag.overflow_arg_area.add(8) };
             Some(v)
         }
     }
@@ -399,19 +423,25 @@ impl VaArgs {
     /// # Safety
     /// As for `word`.
     pub(crate) unsafe fn u64(&mut self) -> DatResult<u64> {
-        self.word().ok_or_else(DatError::not_implemented)
+        // SAFETY: the caller of dat_extension_op passed this operation's arguments, in this order
+        // (its C macro's contract).
+        unsafe { self.word() }.ok_or_else(DatError::not_implemented)
     }
 
     /// # Safety
     /// As for `word`; the argument is a 32-bit C value (int, enum, DAT_UINT32).
     pub(crate) unsafe fn u32(&mut self) -> DatResult<u32> {
-        Ok(self.u64()? as u32)
+        // SAFETY: the caller of dat_extension_op passed this operation's arguments, in this order
+        // (its C macro's contract).
+        Ok(unsafe { self.u64() }? as u32)
     }
 
     /// # Safety
     /// As for `word`; the argument is a pointer.
     pub(crate) unsafe fn ptr<T>(&mut self) -> DatResult<*mut T> {
-        Ok(self.u64()? as usize as *mut T)
+        // SAFETY: the caller of dat_extension_op passed this operation's arguments, in this order
+        // (its C macro's contract).
+        Ok(unsafe { self.u64() }? as usize as *mut T)
     }
 }
 

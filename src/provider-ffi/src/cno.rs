@@ -41,7 +41,8 @@ pub(crate) unsafe extern "C" fn create(
 ) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
-        let cno_out = out(cno, 3)?;
+        // SAFETY: `cno` is NULL or points to writable memory (the C caller's contract).
+        let cno_out = unsafe { out(cno, 3) }?;
         let (agent, words) = agent_of(&agent);
         *cno_out = c(Cno::create(&ia, agent, words)?.handle());
         Ok(())
@@ -56,8 +57,10 @@ pub(crate) unsafe extern "C" fn fd_create(
 ) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
-        let fd_out = out(fd, 2)?;
-        let cno_out = out(cno, 3)?;
+        // SAFETY: `fd` is NULL or points to writable memory (the C caller's contract).
+        let fd_out = unsafe { out(fd, 2) }?;
+        // SAFETY: `cno` is NULL or points to writable memory (the C caller's contract).
+        let cno_out = unsafe { out(cno, 3) }?;
         let cno = Cno::create(&ia, None, (0, 0))?;
         *fd_out = cno.fd();
         *cno_out = c(cno.handle());
@@ -84,7 +87,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !(DAT_CNO_FIELD_ALL | DAT_CNO_FIELD_PROXY) != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -96,10 +100,11 @@ pub(crate) unsafe extern "C" fn query(
             param.proxy.agent = DAT_OS_WAIT_PROXY_AGENT {
                 instance_data: instance as DAT_PVOID,
                 // SAFETY: `func` is the function pointer the consumer gave us.
-                proxy_agent_func: Some(std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(DAT_PVOID, DAT_EVD_HANDLE),
-                >(func as usize)),
+                proxy_agent_func: Some(unsafe {
+                    std::mem::transmute::<usize, unsafe extern "C" fn(DAT_PVOID, DAT_EVD_HANDLE)>(
+                        func as usize,
+                    )
+                }),
             };
         } else {
             param.proxy_type = DAT_PROXY_TYPE_FD;
@@ -120,7 +125,8 @@ pub(crate) unsafe extern "C" fn wait(
 ) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
-        let evd_out = out(evd, 3)?;
+        // SAFETY: `evd` is NULL or points to writable memory (the C caller's contract).
+        let evd_out = unsafe { out(evd, 3) }?;
         *evd_out = c(cno.wait(timeout)?);
         Ok(())
     })
@@ -134,7 +140,8 @@ pub(crate) unsafe extern "C" fn trigger(
 ) -> DAT_RETURN {
     guard(|| {
         let cno = handle::cno(h(cno))?;
-        let evd_out = out(evd, 2)?;
+        // SAFETY: `evd` is NULL or points to writable memory (the C caller's contract).
+        let evd_out = unsafe { out(evd, 2) }?;
         match cno.wait(0) {
             Ok(e) => {
                 *evd_out = c(e);

@@ -12,7 +12,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let cr = handle::cr(h(cr))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_CR_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -45,7 +46,9 @@ pub(crate) unsafe extern "C" fn accept(
         } else {
             Some(handle::ep(h(ep))?)
         };
-        let pd = bytes(pd, pd_size, 3, 4)?;
+        // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
+        // contract).
+        let pd = unsafe { bytes(pd, pd_size, 3, 4) }?;
         cr.accept(ep.as_ref(), pd)
     })
 }
@@ -57,7 +60,9 @@ pub(crate) unsafe extern "C" fn reject(
 ) -> DAT_RETURN {
     guard(|| {
         let cr = handle::cr(h(cr))?;
-        let pd = bytes(pd, pd_size, 2, 3)?;
+        // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
+        // contract).
+        let pd = unsafe { bytes(pd, pd_size, 2, 3) }?;
         cr.reject(pd)
     })
 }

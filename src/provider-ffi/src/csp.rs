@@ -20,15 +20,18 @@ pub(crate) unsafe extern "C" fn csp_create(
 ) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
-        let comm = input(comm, 2)?;
+        // SAFETY: `comm` is NULL or points to a readable struct (the C caller's contract).
+        let comm = unsafe { input(comm, 2) }?;
         let comm = Comm {
             domain: comm.domain,
             kind: comm.r#type,
             protocol: comm.protocol,
         };
-        let address = ipv4_port_of(address, 3)?;
+        // SAFETY: `address` is NULL or a sockaddr of its family's size (the C caller's contract).
+        let address = unsafe { ipv4_port_of(address, 3) }?;
         let evd = handle::evd(h(evd), SubType::InvalidHandleEvdCr)?;
-        let csp = out(csp, 5)?;
+        // SAFETY: `csp` is NULL or points to writable memory (the C caller's contract).
+        let csp = unsafe { out(csp, 5) }?;
         *csp = c(Sp::create_csp(&ia, comm, address, &evd)?.handle());
         Ok(())
     })
@@ -46,7 +49,8 @@ pub(crate) unsafe extern "C" fn csp_query(
         if mask & !DAT_CSP_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         let p = sp.query();
         param.ia_handle = c(p.ia);
         param.comm = p
@@ -75,8 +79,11 @@ pub(crate) unsafe extern "C" fn ep_common_connect(
 ) -> DAT_RETURN {
     guard(|| {
         let ep = handle::ep(h(ep))?;
-        let remote = ipv4_port_of(remote, 2)?;
-        let pd = bytes(pd, pd_size, 4, 5)?;
+        // SAFETY: `remote` is NULL or a sockaddr of its family's size (the C caller's contract).
+        let remote = unsafe { ipv4_port_of(remote, 2) }?;
+        // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
+        // contract).
+        let pd = unsafe { bytes(pd, pd_size, 4, 5) }?;
         ep.common_connect(remote, timeout, pd)
     })
 }

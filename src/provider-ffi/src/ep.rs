@@ -91,11 +91,13 @@ unsafe fn create_common(
         Some(s) => Some(handle::srq(h(s))?),
         None => None,
     };
-    let attr = match attr.as_ref() {
+    // SAFETY: `attr` is NULL or points to a readable value of its type (the C caller's contract).
+    let attr = match unsafe { attr.as_ref() } {
         Some(a) => Some(attr_of(a, attr_arg)?),
         None => None,
     };
-    let ep_out = out(ep_out, attr_arg + 1)?;
+    // SAFETY: `ep_out` is NULL or points to writable memory (the C caller's contract).
+    let ep_out = unsafe { out(ep_out, attr_arg + 1) }?;
     *ep_out = c(Ep::create(&ia, pz, recv, request, connect, srq, attr)?.handle());
     Ok(())
 }
@@ -110,16 +112,19 @@ pub(crate) unsafe extern "C" fn create(
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
     guard(|| {
-        create_common(
-            ia,
-            pz,
-            recv_evd,
-            request_evd,
-            connect_evd,
-            None,
-            attr,
-            ep_out,
-        )
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe {
+            create_common(
+                ia,
+                pz,
+                recv_evd,
+                request_evd,
+                connect_evd,
+                None,
+                attr,
+                ep_out,
+            )
+        }
     })
 }
 
@@ -135,16 +140,19 @@ pub(crate) unsafe extern "C" fn create_with_srq(
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
     guard(|| {
-        create_common(
-            ia,
-            pz,
-            recv_evd,
-            request_evd,
-            connect_evd,
-            Some(srq),
-            attr,
-            ep_out,
-        )
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe {
+            create_common(
+                ia,
+                pz,
+                recv_evd,
+                request_evd,
+                connect_evd,
+                Some(srq),
+                attr,
+                ep_out,
+            )
+        }
     })
 }
 
@@ -155,7 +163,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_EP_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -198,7 +207,8 @@ pub(crate) unsafe extern "C" fn modify(
         if mask & !MODIFIABLE != 0 {
             return Err(DatError::invalid_arg(2));
         }
-        let p = input(param, 3)?;
+        // SAFETY: `param` is NULL or points to a readable struct (the C caller's contract).
+        let p = unsafe { input(param, 3) }?;
         let mut change = EpModify::default();
         if mask & DAT_EP_FIELD_PZ_HANDLE != 0 {
             change.pz = Some(handle::pz(h(p.pz_handle)).map_err(|_| DatError::invalid_arg(3))?);
@@ -318,8 +328,11 @@ pub(crate) unsafe extern "C" fn connect(
 ) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
-        let remote = ipv4_of(remote, 2)?;
-        let pd = bytes(pd, pd_size, 5, 6)?;
+        // SAFETY: `remote` is NULL or a sockaddr of its family's size (the C caller's contract).
+        let remote = unsafe { ipv4_of(remote, 2) }?;
+        // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
+        // contract).
+        let pd = unsafe { bytes(pd, pd_size, 5, 6) }?;
         ep.connect(remote, conn_qual, timeout, pd, qos, flags)
     })
 }
@@ -336,7 +349,9 @@ pub(crate) unsafe extern "C" fn dup_connect(
         let ep = ep(ep_handle)?;
         let dup =
             handle::ep(h(dup)).map_err(|_| DatError::invalid_handle(SubType::InvalidHandle2))?;
-        let pd = bytes(pd, pd_size, 4, 5)?;
+        // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
+        // contract).
+        let pd = unsafe { bytes(pd, pd_size, 4, 5) }?;
         ep.dup_connect(&dup, timeout, pd, qos)
     })
 }
@@ -355,7 +370,8 @@ pub(crate) unsafe extern "C" fn post_send(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| post_send_iov(ep_handle, n, iov, cookie, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { post_send_iov(ep_handle, n, iov, cookie, flags) })
 }
 
 /// dat_ep_post_send over either version's triplets.
@@ -367,7 +383,9 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
-    let iov = lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3)?;
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3) }?;
     ep.post_send(&iov, cookie.as_u64(), flags)
 }
 
@@ -384,11 +402,14 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
     rmr_context: DAT_RMR_CONTEXT,
 ) -> DAT_RETURN {
     if invalidate == boolean(false) {
-        return post_send(ep_handle, n, iov, cookie, flags);
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        return unsafe { post_send(ep_handle, n, iov, cookie, flags) };
     }
     guard(|| {
         let ep = ep(ep_handle)?;
-        let iov = lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3)?;
+        // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+        // caller's contract).
+        let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3) }?;
         ep.post_send_with_invalidate(&iov, cookie.as_u64(), flags, rmr_context)
     })
 }
@@ -403,13 +424,15 @@ pub(crate) unsafe extern "C" fn post_rdma_read_to_rmr(
 ) -> DAT_RETURN {
     guard(|| {
         let ep = ep(ep_handle)?;
-        let local = input(local, 2)?;
+        // SAFETY: `local` is NULL or points to a readable struct (the C caller's contract).
+        let local = unsafe { input(local, 2) }?;
         let local = RemoteBuffer {
             address: local.virtual_address,
             length: local.segment_length,
             rmr_context: local.rmr_context,
         };
-        let remote = input(remote, 4)?;
+        // SAFETY: `remote` is NULL or points to a readable struct (the C caller's contract).
+        let remote = unsafe { input(remote, 4) }?;
         let remote = RemoteBuffer {
             address: remote.virtual_address,
             length: remote.segment_length,
@@ -426,7 +449,8 @@ pub(crate) unsafe extern "C" fn post_recv(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| post_recv_iov(ep_handle, n, iov, cookie, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { post_recv_iov(ep_handle, n, iov, cookie, flags) })
 }
 
 /// dat_ep_post_recv over either version's triplets.
@@ -438,7 +462,9 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
-    let iov = lmr_iov(iov, n, ep.attr().max_recv_iov, 2, 3)?;
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_recv_iov, 2, 3) }?;
     ep.post_recv(&iov, cookie.as_u64(), flags)
 }
 
@@ -450,7 +476,8 @@ pub(crate) unsafe extern "C" fn post_rdma_read(
     remote: *const DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| post_rdma_read_iov(ep_handle, n, iov, cookie, remote, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { post_rdma_read_iov(ep_handle, n, iov, cookie, remote, flags) })
 }
 
 /// dat_ep_post_rdma_read over either version's triplets.
@@ -463,8 +490,16 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
-    let iov = lmr_iov(iov, n, ep.attr().max_rdma_read_iov, 2, 3)?;
-    ep.post_rdma_read(&iov, cookie.as_u64(), remote_buffer(remote, 5)?, flags)
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_read_iov, 2, 3) }?;
+    // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
+    ep.post_rdma_read(
+        &iov,
+        cookie.as_u64(),
+        unsafe { remote_buffer(remote, 5) }?,
+        flags,
+    )
 }
 
 pub(crate) unsafe extern "C" fn post_rdma_write(
@@ -475,7 +510,8 @@ pub(crate) unsafe extern "C" fn post_rdma_write(
     remote: *const DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| post_rdma_write_iov(ep_handle, n, iov, cookie, remote, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { post_rdma_write_iov(ep_handle, n, iov, cookie, remote, flags) })
 }
 
 /// dat_ep_post_rdma_write over either version's triplets.
@@ -488,8 +524,16 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
-    let iov = lmr_iov(iov, n, ep.attr().max_rdma_write_iov, 2, 3)?;
-    ep.post_rdma_write(&iov, cookie.as_u64(), remote_buffer(remote, 5)?, flags)
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_write_iov, 2, 3) }?;
+    // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
+    ep.post_rdma_write(
+        &iov,
+        cookie.as_u64(),
+        unsafe { remote_buffer(remote, 5) }?,
+        flags,
+    )
 }
 
 pub(crate) unsafe extern "C" fn get_status(
@@ -503,13 +547,19 @@ pub(crate) unsafe extern "C" fn get_status(
         let (s, recv, request) = ep.get_status();
         // Each output is optional, as in OFED's provider (dtestx asks for the idle flags
         // only).
-        if let Some(st) = state.as_mut() {
+        // SAFETY: `state` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(st) = unsafe { state.as_mut() } {
             *st = s;
         }
-        if let Some(r) = recv_idle.as_mut() {
+        // SAFETY: `recv_idle` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(r) = unsafe { recv_idle.as_mut() } {
             *r = boolean(recv);
         }
-        if let Some(r) = request_idle.as_mut() {
+        // SAFETY: `request_idle` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(r) = unsafe { request_idle.as_mut() } {
             *r = boolean(request);
         }
         Ok(())
@@ -532,10 +582,14 @@ pub(crate) unsafe extern "C" fn recv_query(
     guard(|| {
         let ep = ep(ep_handle)?;
         let (n, s) = ep.recv_query()?;
-        if let Some(v) = nbufs.as_mut() {
+        // SAFETY: `nbufs` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(v) = unsafe { nbufs.as_mut() } {
             *v = n;
         }
-        if let Some(v) = span.as_mut() {
+        // SAFETY: `span` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(v) = unsafe { span.as_mut() } {
             *v = s;
         }
         Ok(())

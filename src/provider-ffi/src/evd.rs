@@ -193,7 +193,8 @@ pub(crate) unsafe extern "C" fn create(
         } else {
             Some(handle::cno(h(cno))?)
         };
-        let evd_out = out(evd_handle, 5)?;
+        // SAFETY: `evd_handle` is NULL or points to writable memory (the C caller's contract).
+        let evd_out = unsafe { out(evd_handle, 5) }?;
         *evd_out = c(Evd::create(&ia, qlen, cno, flags)?.handle());
         Ok(())
     })
@@ -206,7 +207,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_EVD_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -272,10 +274,13 @@ pub(crate) unsafe extern "C" fn wait(
 ) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
-        let event = out(event, 4)?;
+        // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
+        let event = unsafe { out(event, 4) }?;
         let (ev, more) = evd.wait(timeout, threshold)?;
         to_c_event(&ev, event);
-        if let Some(n) = nmore.as_mut() {
+        // SAFETY: `nmore` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(n) = unsafe { nmore.as_mut() } {
             *n = more as DAT_COUNT;
         }
         Ok(())
@@ -288,7 +293,8 @@ pub(crate) unsafe extern "C" fn dequeue(
 ) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
-        let event = out(event, 2)?;
+        // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
+        let event = unsafe { out(event, 2) }?;
         let ev = evd.dequeue()?;
         to_c_event(&ev, event);
         Ok(())
@@ -306,11 +312,13 @@ pub(crate) unsafe extern "C" fn post_se(
 ) -> DAT_RETURN {
     guard(|| {
         let evd = evd(evd_handle)?;
-        let event = input(event, 2)?;
+        // SAFETY: `event` is NULL or points to a readable struct (the C caller's contract).
+        let event = unsafe { input(event, 2) }?;
         if event.event_number != DAT_SOFTWARE_EVENT {
             return Err(DatError::invalid_arg(2));
         }
-        evd.post_se(event.event_data.software_event_data.pointer as u64)
+        // SAFETY: a DAT_SOFTWARE_EVENT (checked above): its data is the software event's.
+        evd.post_se(unsafe { event.event_data.software_event_data.pointer } as u64)
     })
 }
 

@@ -22,17 +22,29 @@ pub(crate) unsafe extern "C" fn extendedop(
     args: va_list,
 ) -> DAT_RETURN {
     guard(|| {
-        let mut args = VaArgs::new(args);
+        // SAFETY: `args` is the registry's va_list for this operation (our caller's contract).
+        let mut args = unsafe { VaArgs::new(args) };
         match op as DAT_IB_OP {
-            DAT_IB_RDMA_WRITE_IMMED_OP => rdma_write_immed(handle, &mut args),
-            DAT_IB_FETCH_AND_ADD_OP | DAT_IB_CMP_AND_SWAP_OP => atomic(handle, op, &mut args),
-            DAT_IB_QUERY_COUNTERS_OP => query_counters(handle, &mut args),
-            DAT_IB_PRINT_COUNTERS_OP => print_counters(handle, &mut args),
-            DAT_IB_OPEN_QUERY_OP => open_query(handle as *const c_char, &mut args),
-            DAT_IB_CLOSE_QUERY_OP => ia_close(handle),
-            DAT_IB_UD_SEND_OP => post_send_ud(handle, &mut args),
-            DAT_IB_UD_AH_FREE_OP => ud_ah_free(handle, &mut args),
-            DAT_IB_UD_CM_FREE_OP => ud_cm_free(handle, &mut args),
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_RDMA_WRITE_IMMED_OP => unsafe { rdma_write_immed(handle, &mut args) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_FETCH_AND_ADD_OP | DAT_IB_CMP_AND_SWAP_OP => unsafe {
+                atomic(handle, op, &mut args)
+            },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_QUERY_COUNTERS_OP => unsafe { query_counters(handle, &mut args) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_PRINT_COUNTERS_OP => unsafe { print_counters(handle, &mut args) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_OPEN_QUERY_OP => unsafe { open_query(handle as *const c_char, &mut args) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_CLOSE_QUERY_OP => unsafe { ia_close(handle) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_UD_SEND_OP => unsafe { post_send_ud(handle, &mut args) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_UD_AH_FREE_OP => unsafe { ud_ah_free(handle, &mut args) },
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            DAT_IB_UD_CM_FREE_OP => unsafe { ud_cm_free(handle, &mut args) },
             // Collectives and the counter sampling of a port are not provided.
             _ => Err(DatError::not_implemented()),
         }
@@ -44,7 +56,8 @@ fn ep(handle: DAT_HANDLE) -> DatResult<Arc<Ep>> {
 }
 
 unsafe fn remote(r: *const DAT_RMR_TRIPLET, arg: u32) -> DatResult<RemoteBuffer> {
-    let r = input(r, arg)?;
+    // SAFETY: `r` is NULL or points to a readable struct (the C caller's contract).
+    let r = unsafe { input(r, arg) }?;
     Ok(RemoteBuffer {
         address: r.virtual_address,
         length: r.segment_length,
@@ -55,33 +68,52 @@ unsafe fn remote(r: *const DAT_RMR_TRIPLET, arg: u32) -> DatResult<RemoteBuffer>
 /// dat_ib_post_rdma_write_immed(ep, segments, lmr_triplets, cookie, rmr_triplet, immed, flags).
 unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
-    let segments = a.u32()? as DAT_COUNT;
-    let iov = a.ptr::<DAT_LMR_TRIPLET>()?;
-    let cookie = a.u64()?;
-    let rmr = a.ptr::<DAT_RMR_TRIPLET>()?;
-    let imm = a.u32()?;
-    let flags = a.u32()?;
-    let iov = lmr_iov(iov, segments, ep.attr().max_rdma_write_iov, 3, 4)?;
-    ep.post_rdma_write_immed(&iov, cookie, remote(rmr, 6)?, imm, flags)
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let segments = unsafe { a.u32() }? as DAT_COUNT;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let iov = unsafe { a.ptr::<DAT_LMR_TRIPLET>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let cookie = unsafe { a.u64() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let rmr = unsafe { a.ptr::<DAT_RMR_TRIPLET>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let imm = unsafe { a.u32() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let flags = unsafe { a.u32() }?;
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_rdma_write_iov, 3, 4) }?;
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    ep.post_rdma_write_immed(&iov, cookie, unsafe { remote(rmr, 6) }?, imm, flags)
 }
 
 /// dat_ib_post_send_ud(ep, segments, lmr_triplets, addr_handle, cookie, flags).
 unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
-    let segments = a.u32()? as DAT_COUNT;
-    let iov = a.ptr::<DAT_LMR_TRIPLET>()?;
-    let ah = a.ptr::<DAT_IB_ADDR_HANDLE>()?;
-    let cookie = a.u64()?;
-    let flags = a.u32()?;
-    let iov = lmr_iov(iov, segments, ep.attr().max_request_iov, 3, 4)?;
-    let ah = input(ah, 5)?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let segments = unsafe { a.u32() }? as DAT_COUNT;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let iov = unsafe { a.ptr::<DAT_LMR_TRIPLET>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let ah = unsafe { a.ptr::<DAT_IB_ADDR_HANDLE>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let cookie = unsafe { a.u64() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let flags = unsafe { a.u32() }?;
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_request_iov, 3, 4) }?;
+    // SAFETY: `ah` is NULL or points to a readable struct (the C caller's contract).
+    let ah = unsafe { input(ah, 5) }?;
     ep.post_send_ud(&iov, ah.ah as usize as u64, ah.qpn, cookie, flags)
 }
 
 /// dat_ib_ud_ah_free(ep, addr_handle).
 unsafe fn ud_ah_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
-    let ah = input(a.ptr::<DAT_IB_ADDR_HANDLE>()?, 3)?;
+    // SAFETY: the next argument is the operation's address handle pointer, NULL or readable
+    // (its C macro's contract).
+    let ah = unsafe { input(a.ptr::<DAT_IB_ADDR_HANDLE>()?, 3) }?;
     ep.ud_ah_free(ah.ah as usize as u64)
 }
 
@@ -89,7 +121,8 @@ unsafe fn ud_ah_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
 /// datagram connection event.
 unsafe fn ud_cm_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
-    ep.ud_cm_free(a.u64()?)
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    ep.ud_cm_free(unsafe { a.u64() }?)
 }
 
 /// dat_ib_post_fetch_and_add(ep, add, lmr_triplet, cookie, rmr_triplet, flags) and
@@ -97,16 +130,33 @@ unsafe fn ud_cm_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
 unsafe fn atomic(handle: DAT_HANDLE, op: DAT_EXTENDED_OP, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
     let (atomic, iov_arg) = if op as DAT_IB_OP == DAT_IB_FETCH_AND_ADD_OP {
-        (Atomic::FetchAdd { add: a.u64()? }, 4)
+        (
+            Atomic::FetchAdd {
+                // SAFETY: dat_extension_op's caller passed this operation's arguments (its C
+                // macro's contract).
+                add: unsafe { a.u64() }?,
+            },
+            4,
+        )
     } else {
-        let compare = a.u64()?;
-        let swap = a.u64()?;
+        // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's
+        // contract).
+        let compare = unsafe { a.u64() }?;
+        // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's
+        // contract).
+        let swap = unsafe { a.u64() }?;
         (Atomic::CmpSwap { compare, swap }, 5)
     };
-    let local = input(a.ptr::<DAT_LMR_TRIPLET>()?, iov_arg)?;
-    let cookie = a.u64()?;
-    let rmr = remote(a.ptr::<DAT_RMR_TRIPLET>()?, iov_arg + 2)?;
-    let flags = a.u32()?;
+    // SAFETY: the next argument is the operation's local triplet pointer, NULL or readable
+    // (its C macro's contract).
+    let local = unsafe { input(a.ptr::<DAT_LMR_TRIPLET>()?, iov_arg) }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let cookie = unsafe { a.u64() }?;
+    // SAFETY: the next argument is the operation's remote triplet pointer, NULL or readable
+    // (its C macro's contract).
+    let rmr = unsafe { remote(a.ptr::<DAT_RMR_TRIPLET>()?, iov_arg + 2) }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let flags = unsafe { a.u32() }?;
     let local = Sge {
         addr: local.virtual_address,
         length: local.segment_length,
@@ -126,18 +176,22 @@ fn counted(handle: DAT_HANDLE) -> DatResult<handle::Object> {
 /// DCNT_{IA,EP,EVD}_ALL_COUNTERS the whole array, else the one counter into its first element.
 unsafe fn query_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let object = counted(handle)?;
-    let counter = a.u32()? as usize;
-    let dst = a.ptr::<DAT_UINT64>()?;
-    let reset = a.u32()? != 0;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let counter = unsafe { a.u32() }? as usize;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let dst = unsafe { a.ptr::<DAT_UINT64>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let reset = unsafe { a.u32() }? != 0;
     if dst.is_null() {
         return Err(DatError::invalid_arg(4));
     }
     let values = ext::query_counters(&object, counter, reset).ok_or(DatError::invalid_arg(3))?;
-    let dst = out(dst, 4)? as *mut DAT_UINT64;
+    // SAFETY: `dst` is NULL or points to writable memory (the C caller's contract).
+    let dst = unsafe { out(dst, 4) }? as *mut DAT_UINT64;
     for (i, v) in values.iter().enumerate() {
         // SAFETY: the caller's array holds DCNT_*_ALL_COUNTERS values for the whole set, one
         // for a single counter (the DAT IB extension's contract).
-        dst.add(i).write(*v);
+        unsafe { dst.add(i).write(*v) };
     }
     Ok(())
 }
@@ -145,8 +199,10 @@ unsafe fn query_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
 /// dat_print_counters(handle, counter, reset): the counters on stdout, one line.
 unsafe fn print_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let object = counted(handle)?;
-    let counter = a.u32()? as usize;
-    let reset = a.u32()? != 0;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let counter = unsafe { a.u32() }? as usize;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let reset = unsafe { a.u32() }? != 0;
     let values = ext::query_counters(&object, counter, reset).ok_or(DatError::invalid_arg(3))?;
     let line: Vec<String> = values.iter().map(|v| v.to_string()).collect();
     println!(
@@ -161,27 +217,38 @@ unsafe fn print_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
 /// IA named `name` and queries it in one call; the registry passes the name as the handle.
 /// The IA handle returned is ours (the registry does not map it): dat_ib_close_query closes it.
 unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
-    let ia_out = a.ptr::<DAT_IA_HANDLE>()?;
-    let ia_mask = a.u64()?;
-    let ia_attr = a.ptr::<DAT_IA_ATTR>()?;
-    let provider_mask = a.u64()?;
-    let provider_attr = a.ptr::<DAT_PROVIDER_ATTR>()?;
-    let ia_out = out(ia_out, 2)?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let ia_out = unsafe { a.ptr::<DAT_IA_HANDLE>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let ia_mask = unsafe { a.u64() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let ia_attr = unsafe { a.ptr::<DAT_IA_ATTR>() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let provider_mask = unsafe { a.u64() }?;
+    // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
+    let provider_attr = unsafe { a.ptr::<DAT_PROVIDER_ATTR>() }?;
+    // SAFETY: `ia_out` is NULL or points to writable memory (the C caller's contract).
+    let ia_out = unsafe { out(ia_out, 2) }?;
     let mut async_evd: DAT_EVD_HANDLE = std::ptr::null_mut();
     let mut ia_handle: DAT_IA_HANDLE = std::ptr::null_mut();
     // Registries look the open-query provider up as a `nonthreadsafe`
     // entry (ours and OFED's libdat2 alike): open that entry.
-    ia::open_ia(name, 8, &mut async_evd, &mut ia_handle, false)?;
-    let queried = ia::query_ia(
-        ia_handle,
-        std::ptr::null_mut(),
-        ia_mask,
-        ia_attr,
-        provider_mask,
-        provider_attr,
-    );
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { ia::open_ia(name, 8, &mut async_evd, &mut ia_handle, false) }?;
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let queried = unsafe {
+        ia::query_ia(
+            ia_handle,
+            std::ptr::null_mut(),
+            ia_mask,
+            ia_attr,
+            provider_mask,
+            provider_attr,
+        )
+    };
     if let Err(e) = queried {
-        let _ = ia::close_ia(ia_handle, DAT_CLOSE_ABRUPT_FLAG);
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        let _ = unsafe { ia::close_ia(ia_handle, DAT_CLOSE_ABRUPT_FLAG) };
         return Err(e);
     }
     *ia_out = ia_handle;
@@ -190,7 +257,8 @@ unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
 
 /// dat_ib_close_query(ia).
 unsafe fn ia_close(handle: DAT_HANDLE) -> DatResult<()> {
-    ia::close_ia(handle, DAT_CLOSE_ABRUPT_FLAG)
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { ia::close_ia(handle, DAT_CLOSE_ABRUPT_FLAG) }
 }
 
 /// The counters' array lengths, and the datagram service's numbers, are the ABI's.

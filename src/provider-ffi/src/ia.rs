@@ -20,7 +20,8 @@ pub(crate) unsafe extern "C" fn open(
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| open_ia(name, qlen, async_evd, ia_handle, false))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { open_ia(name, qlen, async_evd, ia_handle, false) })
 }
 
 /// ia_open_func of the `threadsafe` entries (`PROVIDER_TS`).
@@ -30,7 +31,8 @@ pub(crate) unsafe extern "C" fn open_threadsafe(
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| open_ia(name, qlen, async_evd, ia_handle, true))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { open_ia(name, qlen, async_evd, ia_handle, true) })
 }
 
 pub(crate) unsafe fn open_ia(
@@ -40,15 +42,18 @@ pub(crate) unsafe fn open_ia(
     ia_handle: *mut DAT_IA_HANDLE,
     thread_safe: bool,
 ) -> DatResult<()> {
-    let ia = open_ia_with(
-        name,
-        qlen,
-        async_evd,
-        ia_handle,
-        DAT_VERSION_MAJOR,
-        thread_safe,
-        table(thread_safe) as *const DAT_PROVIDER as usize,
-    )?;
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let ia = unsafe {
+        open_ia_with(
+            name,
+            qlen,
+            async_evd,
+            ia_handle,
+            DAT_VERSION_MAJOR,
+            thread_safe,
+            table(thread_safe) as *const DAT_PROVIDER as usize,
+        )
+    }?;
     handle::set_dispatch(
         ia.handle(),
         table_for_ia_name(ia.name(), thread_safe) as *const DAT_PROVIDER as usize,
@@ -73,9 +78,14 @@ pub(crate) unsafe fn open_ia_with(
     if name.is_null() {
         return Err(DatError::invalid_arg(1));
     }
-    let async_evd = out(async_evd, 3)?;
-    let ia_handle = out(ia_handle, 4)?;
-    let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+    // SAFETY: `async_evd` is NULL or points to writable memory (the C caller's contract).
+    let async_evd = unsafe { out(async_evd, 3) }?;
+    // SAFETY: `ia_handle` is NULL or points to writable memory (the C caller's contract).
+    let ia_handle = unsafe { out(ia_handle, 4) }?;
+    // SAFETY: not NULL (checked above): the consumer's NUL-terminated IA name.
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
     let params = entry(&name, major, thread_safe)
         .ok_or(DatError::new(
             ErrorType::ProviderNotFound,
@@ -106,7 +116,8 @@ pub(crate) unsafe fn open_ia_with(
 }
 
 pub(crate) unsafe extern "C" fn close(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
-    guard(|| close_ia(ia, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { close_ia(ia, flags) })
 }
 
 pub(crate) unsafe fn close_ia(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DatResult<()> {
@@ -125,14 +136,17 @@ pub(crate) unsafe extern "C" fn query(
     provider_attr: *mut DAT_PROVIDER_ATTR,
 ) -> DAT_RETURN {
     guard(|| {
-        query_ia(
-            ia,
-            async_evd,
-            ia_mask,
-            ia_attr,
-            provider_mask,
-            provider_attr,
-        )
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe {
+            query_ia(
+                ia,
+                async_evd,
+                ia_mask,
+                ia_attr,
+                provider_mask,
+                provider_attr,
+            )
+        }
     })
 }
 
@@ -146,17 +160,21 @@ pub(crate) unsafe fn query_ia(
     provider_attr: *mut DAT_PROVIDER_ATTR,
 ) -> DatResult<()> {
     let ia = handle::ia(h(ia))?;
-    if let Some(e) = async_evd.as_mut() {
+    // SAFETY: `async_evd` is NULL or points to a writable value of its type (the C caller's
+    // contract).
+    if let Some(e) = unsafe { async_evd.as_mut() } {
         *e = ia
             .async_evd()
             .map(|e| c(e.handle()))
             .unwrap_or(std::ptr::null_mut());
     }
     if ia_mask != 0 {
-        fill_ia_attr(&ia, out(ia_attr, 4)?);
+        // SAFETY: `ia_attr` is NULL or points to writable memory (the C caller's contract).
+        fill_ia_attr(&ia, unsafe { out(ia_attr, 4) }?);
     }
     if provider_mask != 0 {
-        fill_provider_attr(&ia, out(provider_attr, 6)?);
+        // SAFETY: `provider_attr` is NULL or points to writable memory (the C caller's contract).
+        fill_provider_attr(&ia, unsafe { out(provider_attr, 6) }?);
     }
     Ok(())
 }
@@ -352,7 +370,8 @@ pub(crate) unsafe extern "C" fn get_handle_type(
 ) -> DAT_RETURN {
     guard(|| {
         let t = handle::handle_type(h(handle))?;
-        *out(ty, 2)? = t;
+        // SAFETY: `ty` is NULL or points to writable memory (the C caller's contract).
+        *unsafe { out(ty, 2) }? = t;
         Ok(())
     })
 }
@@ -370,7 +389,8 @@ pub(crate) unsafe extern "C" fn get_consumer_context(
 ) -> DAT_RETURN {
     guard(|| {
         let v = handle::consumer_context(h(handle))?;
-        *out(context, 2)? = DAT_CONTEXT::from_u64(v);
+        // SAFETY: `context` is NULL or points to writable memory (the C caller's contract).
+        *unsafe { out(context, 2) }? = DAT_CONTEXT::from_u64(v);
         Ok(())
     })
 }
@@ -387,7 +407,8 @@ pub(crate) unsafe extern "C" fn ha_related(
         if provider.is_null() {
             return Err(DatError::invalid_arg(2));
         }
-        *out(answer, 3)? = boolean(false);
+        // SAFETY: `answer` is NULL or points to writable memory (the C caller's contract).
+        *unsafe { out(answer, 3) }? = boolean(false);
         Ok(())
     })
 }

@@ -10,6 +10,7 @@
 //!
 //! [`provider`] holds the table and `dat_provider_init`/`dat_provider_fini`;
 //! [`v12`] serves DAT 1.2 (libdat.so.1) from the same functions.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod boundary;
 mod cno;

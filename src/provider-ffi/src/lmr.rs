@@ -26,16 +26,20 @@ pub(crate) unsafe extern "C" fn create(
         let ia = handle::ia(h(ia))?;
         let region = match mem_type {
             DAT_MEM_TYPE_VIRTUAL => LmrRegion::Virtual {
-                address: region.for_va as u64,
+                // SAFETY: mem_type names the member the caller filled (the C contract; here and
+                // below).
+                address: unsafe { region.for_va } as u64,
                 length,
             },
-            DAT_MEM_TYPE_LMR => LmrRegion::Lmr(handle::lmr(h(region.for_lmr_handle))?),
+            // SAFETY: as above.
+            DAT_MEM_TYPE_LMR => LmrRegion::Lmr(handle::lmr(h(unsafe { region.for_lmr_handle }))?),
             DAT_MEM_TYPE_SHARED_VIRTUAL => {
-                let shared = region.for_shared_memory;
-                let id = shared
-                    .shared_memory_id
-                    .as_ref()
-                    .ok_or(DatError::invalid_arg(3))?;
+                // SAFETY: as above.
+                let shared = unsafe { region.for_shared_memory };
+                // SAFETY: `shared_memory_id` is NULL or points to a readable id (the C caller's
+                // contract).
+                let id =
+                    unsafe { shared.shared_memory_id.as_ref() }.ok_or(DatError::invalid_arg(3))?;
                 LmrRegion::SharedVirtual {
                     address: shared.virtual_address as u64,
                     length,
@@ -45,21 +49,30 @@ pub(crate) unsafe extern "C" fn create(
             _ => return Err(DatError::invalid_arg(2)),
         };
         let pz = handle::pz(h(pz))?;
-        let lmr_out = out(lmr_handle, 8)?;
+        // SAFETY: `lmr_handle` is NULL or points to writable memory (the C caller's contract).
+        let lmr_out = unsafe { out(lmr_handle, 8) }?;
         let lmr = Lmr::create(&ia, region, &pz, privileges, va_type)?;
         let p = lmr.query();
         *lmr_out = c(lmr.handle());
         // The remaining outputs are optional in practice; fill those given.
-        if let Some(v) = lmr_context.as_mut() {
+        // SAFETY: `lmr_context` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(v) = unsafe { lmr_context.as_mut() } {
             *v = p.lmr_context;
         }
-        if let Some(v) = rmr_context.as_mut() {
+        // SAFETY: `rmr_context` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(v) = unsafe { rmr_context.as_mut() } {
             *v = p.rmr_context;
         }
-        if let Some(v) = registered_length.as_mut() {
+        // SAFETY: `registered_length` is NULL or points to a writable value of its type (the C
+        // caller's contract).
+        if let Some(v) = unsafe { registered_length.as_mut() } {
             *v = p.registered_size;
         }
-        if let Some(v) = registered_address.as_mut() {
+        // SAFETY: `registered_address` is NULL or points to a writable value of its type (the C
+        // caller's contract).
+        if let Some(v) = unsafe { registered_address.as_mut() } {
             *v = p.registered_address;
         }
         Ok(())
@@ -73,7 +86,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let lmr = handle::lmr(h(lmr))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_LMR_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -112,7 +126,8 @@ pub(crate) unsafe extern "C" fn sync_rdma_read(
     segs: *const DAT_LMR_TRIPLET,
     n: DAT_VLEN,
 ) -> DAT_RETURN {
-    guard(|| sync_segments(ia, segs, n))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { sync_segments(ia, segs, n) })
 }
 
 pub(crate) unsafe extern "C" fn sync_rdma_write(
@@ -120,7 +135,8 @@ pub(crate) unsafe extern "C" fn sync_rdma_write(
     segs: *const DAT_LMR_TRIPLET,
     n: DAT_VLEN,
 ) -> DAT_RETURN {
-    guard(|| sync_segments(ia, segs, n))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { sync_segments(ia, segs, n) })
 }
 
 /// dat_lmr_sync_rdma_read and _write over either version's triplets: the
@@ -130,5 +146,7 @@ pub(crate) unsafe fn sync_segments<T: LocalTriplet>(
     segs: *const T,
     n: DAT_VLEN,
 ) -> DatResult<()> {
-    sync_rdma(&handle::ia(h(ia))?, &lmr_spans(segs, n)?)
+    // SAFETY: `segs` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    sync_rdma(&handle::ia(h(ia))?, &unsafe { lmr_spans(segs, n) }?)
 }

@@ -220,11 +220,18 @@ pub unsafe extern "C" fn dat_provider_init(
 ) {
     let _ = std::panic::catch_unwind(|| {
         daplrs_logging();
-        let Some(info) = info.as_ref() else { return };
+        // SAFETY: `info` is NULL or points to a readable value of its type (the C caller's
+        // contract).
+        let Some(info) = (unsafe { info.as_ref() }) else {
+            return;
+        };
         let params = if ia_params.is_null() {
             String::new()
         } else {
-            CStr::from_ptr(ia_params).to_string_lossy().into_owned()
+            // SAFETY: not NULL (checked above): the registry's NUL-terminated ia_params string.
+            unsafe { CStr::from_ptr(ia_params) }
+                .to_string_lossy()
+                .into_owned()
         };
         let name = ia_name(info);
         let major = abi_major(info);
@@ -239,9 +246,11 @@ pub unsafe extern "C" fn dat_provider_init(
         // A DAT 1.2 registry (libdat.so.1) gets a 1.2 table; any other a
         // 2.0 one, as before; each of the entry's thread safety.
         let rc = if major == dat_abi12::DAT_VERSION_MAJOR {
-            crate::v12::register(info, thread_safe)
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            unsafe { crate::v12::register(info, thread_safe) }
         } else {
-            dat_registry_add_provider(table(thread_safe), info)
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            unsafe { dat_registry_add_provider(table(thread_safe), info) }
         };
         log::debug!(
             "dat_provider_init({name}, u{major}, threadsafe {thread_safe}, \"{params}\"): registry answered {rc:#x}"
@@ -256,16 +265,22 @@ pub unsafe extern "C" fn dat_provider_init(
 #[no_mangle]
 pub unsafe extern "C" fn dat_provider_fini(info: *const DAT_PROVIDER_INFO) {
     let _ = std::panic::catch_unwind(|| {
-        let Some(info) = info.as_ref() else { return };
+        // SAFETY: `info` is NULL or points to a readable value of its type (the C caller's
+        // contract).
+        let Some(info) = (unsafe { info.as_ref() }) else {
+            return;
+        };
         let major = abi_major(info);
         let thread_safe = info.is_thread_safe != DAT_FALSE;
         if let Some(map) = ENTRIES.lock().as_mut() {
             map.remove(&(ia_name(info), major, thread_safe));
         }
         if major == dat_abi12::DAT_VERSION_MAJOR {
-            crate::v12::unregister(info, thread_safe);
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            unsafe { crate::v12::unregister(info, thread_safe) };
         } else {
-            dat_registry_remove_provider(table(thread_safe), info);
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            unsafe { dat_registry_remove_provider(table(thread_safe), info) };
         }
     });
 }

@@ -8,7 +8,8 @@ use dat_abi::*;
 pub(crate) unsafe extern "C" fn create(ia: DAT_IA_HANDLE, pz: *mut DAT_PZ_HANDLE) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
-        let pz = out(pz, 2)?;
+        // SAFETY: `pz` is NULL or points to writable memory (the C caller's contract).
+        let pz = unsafe { out(pz, 2) }?;
         *pz = c(Pz::create(&ia)?.handle());
         Ok(())
     })
@@ -21,7 +22,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let pz = handle::pz(h(pz))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & DAT_PZ_FIELD_IA_HANDLE != 0 {
             param.ia_handle = c(pz.query());
         }

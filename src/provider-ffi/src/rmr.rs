@@ -10,7 +10,8 @@ use dat_abi::*;
 pub(crate) unsafe extern "C" fn create(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
     guard(|| {
         let pz = handle::pz(h(pz))?;
-        let rmr = out(rmr, 2)?;
+        // SAFETY: `rmr` is NULL or points to writable memory (the C caller's contract).
+        let rmr = unsafe { out(rmr, 2) }?;
         *rmr = c(Rmr::create(&pz)?.handle());
         Ok(())
     })
@@ -22,7 +23,8 @@ pub(crate) unsafe extern "C" fn create_for_ep(
     pz: DAT_PZ_HANDLE,
     rmr: *mut DAT_RMR_HANDLE,
 ) -> DAT_RETURN {
-    create(pz, rmr)
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { create(pz, rmr) }
 }
 
 pub(crate) unsafe extern "C" fn query(
@@ -32,7 +34,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let rmr = handle::rmr(h(rmr))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_RMR_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -74,9 +77,11 @@ pub(crate) unsafe extern "C" fn bind(
         } else {
             Some(handle::lmr(h(lmr))?)
         };
-        let t = input(triplet, 3)?;
+        // SAFETY: `triplet` is NULL or points to a readable struct (the C caller's contract).
+        let t = unsafe { input(triplet, 3) }?;
         let ep = handle::ep(h(ep))?;
-        let ctx_out = out(rmr_context, 9)?;
+        // SAFETY: `rmr_context` is NULL or points to writable memory (the C caller's contract).
+        let ctx_out = unsafe { out(rmr_context, 9) }?;
         let ctx = rmr.bind(
             lmr.as_ref(),
             (t.virtual_address, t.segment_length, t.lmr_context),

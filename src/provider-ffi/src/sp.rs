@@ -20,7 +20,8 @@ pub(crate) unsafe extern "C" fn psp_create(
     guard(|| {
         let ia = handle::ia(h(ia))?;
         let evd = cr_evd(evd)?;
-        let psp = out(psp, 5)?;
+        // SAFETY: `psp` is NULL or points to writable memory (the C caller's contract).
+        let psp = unsafe { out(psp, 5) }?;
         *psp = c(Sp::create_psp(&ia, conn_qual, &evd, flags)?.handle());
         Ok(())
     })
@@ -36,9 +37,11 @@ pub(crate) unsafe extern "C" fn psp_create_any(
 ) -> DAT_RETURN {
     guard(|| {
         let ia = handle::ia(h(ia))?;
-        let qual = out(conn_qual, 2)?;
+        // SAFETY: `conn_qual` is NULL or points to writable memory (the C caller's contract).
+        let qual = unsafe { out(conn_qual, 2) }?;
         let evd = cr_evd(evd)?;
-        let psp = out(psp, 5)?;
+        // SAFETY: `psp` is NULL or points to writable memory (the C caller's contract).
+        let psp = unsafe { out(psp, 5) }?;
         let (sp, q) = Sp::create_psp_any(&ia, &evd, flags)?;
         *qual = q;
         *psp = c(sp.handle());
@@ -57,7 +60,8 @@ pub(crate) unsafe extern "C" fn rsp_create(
         let ia = handle::ia(h(ia))?;
         let ep = handle::ep(h(ep))?;
         let evd = cr_evd(evd)?;
-        let rsp = out(rsp, 5)?;
+        // SAFETY: `rsp` is NULL or points to writable memory (the C caller's contract).
+        let rsp = unsafe { out(rsp, 5) }?;
         *rsp = c(Sp::create_rsp(&ia, conn_qual, &ep, &evd)?.handle());
         Ok(())
     })
@@ -74,7 +78,8 @@ pub(crate) unsafe extern "C" fn psp_query(
 ) -> DAT_RETURN {
     guard(|| {
         let sp = handle::psp(h(psp))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_PSP_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }
@@ -92,7 +97,8 @@ pub(crate) unsafe extern "C" fn rsp_query(
 ) -> DAT_RETURN {
     guard(|| {
         let sp = handle::rsp(h(rsp))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_RSP_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }

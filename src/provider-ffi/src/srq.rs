@@ -15,13 +15,15 @@ pub(crate) unsafe extern "C" fn create(
     guard(|| {
         let ia = handle::ia(h(ia))?;
         let pz = handle::pz(h(pz))?;
-        let a = input(attr, 3)?;
+        // SAFETY: `attr` is NULL or points to a readable struct (the C caller's contract).
+        let a = unsafe { input(attr, 3) }?;
         let attr = SrqAttr {
             max_recv_dtos: count_arg(a.max_recv_dtos, 3)?,
             max_recv_iov: count_arg(a.max_recv_iov, 3)?,
             low_watermark: count_arg(a.low_watermark, 3)?,
         };
-        let srq = out(srq, 4)?;
+        // SAFETY: `srq` is NULL or points to writable memory (the C caller's contract).
+        let srq = unsafe { out(srq, 4) }?;
         *srq = c(Srq::create(&ia, &pz, attr)?.handle());
         Ok(())
     })
@@ -37,7 +39,8 @@ pub(crate) unsafe extern "C" fn post_recv(
     iov: *mut DAT_LMR_TRIPLET,
     cookie: DAT_DTO_COOKIE,
 ) -> DAT_RETURN {
-    guard(|| post_recv_iov(srq, n, iov, cookie))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(|| unsafe { post_recv_iov(srq, n, iov, cookie) })
 }
 
 /// dat_srq_post_recv over either version's triplets.
@@ -48,7 +51,9 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     cookie: DAT_DTO_COOKIE,
 ) -> DatResult<()> {
     let srq = handle::srq(h(srq))?;
-    let iov = lmr_iov(iov, n, srq.query().attr.max_recv_iov, 2, 3)?;
+    // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
+    // caller's contract).
+    let iov = unsafe { lmr_iov(iov, n, srq.query().attr.max_recv_iov, 2, 3) }?;
     srq.post_recv(&iov, cookie.as_u64())
 }
 
@@ -59,7 +64,8 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard(|| {
         let srq = handle::srq(h(srq))?;
-        let param = out(param, 3)?;
+        // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
+        let param = unsafe { out(param, 3) }?;
         if mask & !DAT_SRQ_FIELD_ALL != 0 {
             return Err(DatError::invalid_arg(2));
         }

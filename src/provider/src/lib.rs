@@ -1,5 +1,7 @@
+#![deny(unsafe_op_in_unsafe_fn)]
 pub mod backend;
 pub mod core;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod intmap;

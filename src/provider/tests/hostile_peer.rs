@@ -49,6 +49,7 @@ struct Buffer {
 // SAFETY: a plain allocation; concurrent access goes through raw copies of ranges that the
 // test keeps disjoint (or only reads).
 unsafe impl Send for Buffer {}
+// SAFETY: as for Send.
 unsafe impl Sync for Buffer {}
 
 impl Buffer {

@@ -12,6 +12,7 @@
 //! cache) and called with DAT 1.2's structs.
 //!
 //! Usage: datinfo [IA_NAME...]     (default: every entry)
+#![deny(unsafe_op_in_unsafe_fn)]
 use dat2::conf;
 use dat2::exports::{dat_ia_close, dat_ia_openv, dat_ia_query, dat_strerror};
 use dat2::registry;
@@ -210,6 +211,7 @@ fn describe20(e: &conf::ConfEntry) -> Result<Vec<String>, Failure> {
     }
     // SAFETY: all-zero is a valid value of these plain C structs.
     let mut attr: DAT_IA_ATTR = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut pattr: DAT_PROVIDER_ATTR = unsafe { std::mem::zeroed() };
     // SAFETY: ia is open; the attribute structs are ours.
     let rc = unsafe {
@@ -428,9 +430,11 @@ fn capturing_stderr<T>(f: impl FnOnce() -> T) -> (T, String) {
     let _ = std::io::stderr().flush();
     // SAFETY: plain descriptor juggling on fds we own; restored below.
     let saved = unsafe { libc::dup(2) };
+    // SAFETY: as above.
     unsafe { libc::dup2(file.as_raw_fd(), 2) };
     let result = f();
     let _ = std::io::stderr().flush();
+    // SAFETY: as above.
     unsafe {
         libc::dup2(saved, 2);
         libc::close(saved);

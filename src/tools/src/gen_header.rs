@@ -30,6 +30,7 @@
 //! `gen-header` writes all four; `gen-header --verify` exits 1 when a
 //! committed header differs from what the Rust source generates (`make
 //! test` runs it).
+#![deny(unsafe_op_in_unsafe_fn)]
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -6,6 +6,7 @@
 //! datfuzz --write-corpus                                     write the built-in seeds to fuzz/corpus
 //! datfuzz --list                                             the target names
 //! ```
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::time::Duration;
 

@@ -350,12 +350,14 @@ mod tests {
         let v = event_to_v12(&e);
         assert_eq!(v.event_number, d12::DAT_DTO_COMPLETION_EVENT);
         assert_eq!(v.evd_handle, p(0x1000));
+        // SAFETY: the member the event number names (set above).
         let d = unsafe { v.event_data.dto_completion_event_data };
         assert_eq!(d.ep_handle, p(0x2000));
         assert_eq!(d.user_cookie.as_u64(), 77);
         assert_eq!(d.status, d12::DAT_DTO_ERR_FLUSHED);
         assert_eq!(d.transfered_length, 0xffff_fff0u64);
         // The 48-byte event really holds the u64 length at offset 16 + 24.
+        // SAFETY: a plain C struct of 48 bytes, viewed as its bytes.
         let bytes: [u8; 48] = unsafe { std::mem::transmute(v) };
         assert_eq!(&bytes[40..48], &0xffff_fff0u64.to_ne_bytes());
     }
@@ -374,7 +376,9 @@ mod tests {
             truncate_flag: d20::DAT_FALSE,
         };
         let v = event_to_v12(&e);
+        // SAFETY: the member the event number names (set above).
         let d = unsafe { v.event_data.cr_arrival_event_data };
+        // SAFETY: the member the converter wrote.
         assert_eq!(unsafe { d.sp_handle.psp_handle }, p(0x30));
         assert_eq!(d.local_ia_address_ptr as usize, 0x40);
         assert_eq!(d.conn_qual, 45248);
@@ -390,6 +394,7 @@ mod tests {
             private_data_size: 5,
             private_data: p(0x70),
         };
+        // SAFETY: the member the event number names (set above).
         let d = unsafe { event_to_v12(&e).event_data.connect_event_data };
         assert_eq!(
             (d.ep_handle, d.private_data_size, d.private_data),
@@ -401,11 +406,13 @@ mod tests {
             dat_handle: p(0x80),
             reason: 1,
         };
+        // SAFETY: the member the event number names (set above).
         let d = unsafe { event_to_v12(&e).event_data.asynch_error_event_data };
         assert_eq!((d.dat_handle, d.reason), (p(0x80), 1));
 
         e.event_number = d20::DAT_SOFTWARE_EVENT;
         e.event_data.software_event_data = d20::DAT_SOFTWARE_EVENT_DATA { pointer: p(0x90) };
+        // SAFETY: the member the event number names (set above).
         let d = unsafe { event_to_v12(&e).event_data.software_event_data };
         assert_eq!(d.pointer, p(0x90));
 
@@ -415,12 +422,14 @@ mod tests {
             user_cookie: d20::DAT_CONTEXT::from_u64(3),
             status: d20::DAT_RMR_BIND_SUCCESS,
         };
+        // SAFETY: the member the event number names (set above).
         let d = unsafe { event_to_v12(&e).event_data.rmr_completion_event_data };
         assert_eq!((d.rmr_handle, d.user_cookie.as_u64()), (p(0xa0), 3));
     }
 
     #[test]
     fn ep_attr_round_trips_and_saturates() {
+        // SAFETY: a plain C struct, valid all zero.
         let mut a: d12::DAT_EP_ATTR = unsafe { std::mem::zeroed() };
         a.max_message_size = 1 << 40;
         a.max_rdma_size = 4096;

@@ -13,7 +13,8 @@ use dat_abi12 as d12;
 /// A 1.2 EP attribute struct as 2.0's, or NULL for NULL (the provider's
 /// defaults).
 unsafe fn attr_v20(attr: *const d12::DAT_EP_ATTR) -> Option<dat_abi::DAT_EP_ATTR> {
-    attr.as_ref().map(ep_attr_to_v20)
+    // SAFETY: `attr` is NULL or points to a readable value of its type (the C caller's contract).
+    unsafe { attr.as_ref() }.map(ep_attr_to_v20)
 }
 
 fn ptr_of<T>(v: &Option<T>) -> *const T {
@@ -29,16 +30,20 @@ pub(crate) unsafe extern "C" fn create(
     attr: *const d12::DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
-    let attr = attr_v20(attr);
-    d12::from_v20(ep20::create(
-        ia,
-        pz,
-        recv_evd,
-        request_evd,
-        connect_evd,
-        ptr_of(&attr),
-        ep_out,
-    ))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let attr = unsafe { attr_v20(attr) };
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    d12::from_v20(unsafe {
+        ep20::create(
+            ia,
+            pz,
+            recv_evd,
+            request_evd,
+            connect_evd,
+            ptr_of(&attr),
+            ep_out,
+        )
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -52,17 +57,21 @@ pub(crate) unsafe extern "C" fn create_with_srq(
     attr: *const d12::DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
-    let attr = attr_v20(attr);
-    d12::from_v20(ep20::create_with_srq(
-        ia,
-        pz,
-        recv_evd,
-        request_evd,
-        connect_evd,
-        srq,
-        ptr_of(&attr),
-        ep_out,
-    ))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let attr = unsafe { attr_v20(attr) };
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    d12::from_v20(unsafe {
+        ep20::create_with_srq(
+            ia,
+            pz,
+            recv_evd,
+            request_evd,
+            connect_evd,
+            srq,
+            ptr_of(&attr),
+            ep_out,
+        )
+    })
 }
 
 pub(crate) unsafe extern "C" fn query(
@@ -71,15 +80,18 @@ pub(crate) unsafe extern "C" fn query(
     param: *mut d12::DAT_EP_PARAM,
 ) -> DAT_RETURN {
     // SAFETY: plain C data; all-zero is a valid value.
-    let mut p: dat_abi::DAT_EP_PARAM = std::mem::zeroed();
+    let mut p: dat_abi::DAT_EP_PARAM = unsafe { std::mem::zeroed() };
     let p_ptr = if param.is_null() {
         std::ptr::null_mut()
     } else {
         &mut p as *mut _
     };
-    let rc = ep20::query(ep, ep_mask_to_v20(mask), p_ptr);
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let rc = unsafe { ep20::query(ep, ep_mask_to_v20(mask), p_ptr) };
     if rc == dat_abi::DAT_SUCCESS {
-        if let Some(out) = param.as_mut() {
+        // SAFETY: `param` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(out) = unsafe { param.as_mut() } {
             *out = ep_param_to_v12(&p);
         }
     }
@@ -91,8 +103,10 @@ pub(crate) unsafe extern "C" fn modify(
     mask: DAT_EP_PARAM_MASK,
     param: *const d12::DAT_EP_PARAM,
 ) -> DAT_RETURN {
-    let p = param.as_ref().map(ep_param_to_v20);
-    d12::from_v20(ep20::modify(ep, ep_mask_to_v20(mask), ptr_of(&p)))
+    // SAFETY: `param` is NULL or points to a readable value of its type (the C caller's contract).
+    let p = unsafe { param.as_ref() }.map(ep_param_to_v20);
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    d12::from_v20(unsafe { ep20::modify(ep, ep_mask_to_v20(mask), ptr_of(&p)) })
 }
 
 pub(crate) unsafe extern "C" fn post_send(
@@ -102,7 +116,10 @@ pub(crate) unsafe extern "C" fn post_send(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard12(|| ep20::post_send_iov(ep, n, iov as *const d12::DAT_LMR_TRIPLET, cookie, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe {
+        ep20::post_send_iov(ep, n, iov as *const d12::DAT_LMR_TRIPLET, cookie, flags)
+    })
 }
 
 pub(crate) unsafe extern "C" fn post_recv(
@@ -112,7 +129,10 @@ pub(crate) unsafe extern "C" fn post_recv(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard12(|| ep20::post_recv_iov(ep, n, iov as *const d12::DAT_LMR_TRIPLET, cookie, flags))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe {
+        ep20::post_recv_iov(ep, n, iov as *const d12::DAT_LMR_TRIPLET, cookie, flags)
+    })
 }
 
 pub(crate) unsafe extern "C" fn post_rdma_read(
@@ -124,14 +144,17 @@ pub(crate) unsafe extern "C" fn post_rdma_read(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     guard12(|| {
-        ep20::post_rdma_read_iov(
-            ep,
-            n,
-            iov as *const d12::DAT_LMR_TRIPLET,
-            cookie,
-            remote,
-            flags,
-        )
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe {
+            ep20::post_rdma_read_iov(
+                ep,
+                n,
+                iov as *const d12::DAT_LMR_TRIPLET,
+                cookie,
+                remote,
+                flags,
+            )
+        }
     })
 }
 
@@ -144,13 +167,16 @@ pub(crate) unsafe extern "C" fn post_rdma_write(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     guard12(|| {
-        ep20::post_rdma_write_iov(
-            ep,
-            n,
-            iov as *const d12::DAT_LMR_TRIPLET,
-            cookie,
-            remote,
-            flags,
-        )
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe {
+            ep20::post_rdma_write_iov(
+                ep,
+                n,
+                iov as *const d12::DAT_LMR_TRIPLET,
+                cookie,
+                remote,
+                flags,
+            )
+        }
     })
 }

@@ -13,14 +13,16 @@ unsafe fn with_event(
     call: impl FnOnce(*mut dat_abi::DAT_EVENT) -> DAT_RETURN,
 ) -> DAT_RETURN {
     // SAFETY: plain C data; all-zero is a valid value.
-    let mut e: dat_abi::DAT_EVENT = std::mem::zeroed();
+    let mut e: dat_abi::DAT_EVENT = unsafe { std::mem::zeroed() };
     let rc = call(if event.is_null() {
         std::ptr::null_mut()
     } else {
         &mut e
     });
     if rc == dat_abi::DAT_SUCCESS {
-        if let Some(out) = event.as_mut() {
+        // SAFETY: `event` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(out) = unsafe { event.as_mut() } {
             *out = event_to_v12(&e);
         }
     }
@@ -34,14 +36,16 @@ pub(crate) unsafe extern "C" fn wait(
     event: *mut d12::DAT_EVENT,
     nmore: *mut DAT_COUNT,
 ) -> DAT_RETURN {
-    with_event(event, |e| evd20::wait(evd, timeout, threshold, e, nmore))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { with_event(event, |e| evd20::wait(evd, timeout, threshold, e, nmore)) }
 }
 
 pub(crate) unsafe extern "C" fn dequeue(
     evd: DAT_EVD_HANDLE,
     event: *mut d12::DAT_EVENT,
 ) -> DAT_RETURN {
-    with_event(event, |e| evd20::dequeue(evd, e))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { with_event(event, |e| evd20::dequeue(evd, e)) }
 }
 
 /// Only software events may be posted (the 2.0 rule); their pointer is all
@@ -50,15 +54,19 @@ pub(crate) unsafe extern "C" fn post_se(
     evd: DAT_EVD_HANDLE,
     event: *const d12::DAT_EVENT,
 ) -> DAT_RETURN {
-    let Some(e12) = event.as_ref() else {
-        return d12::from_v20(evd20::post_se(evd, std::ptr::null()));
+    // SAFETY: `event` is NULL or points to a readable value of its type (the C caller's contract).
+    let Some(e12) = (unsafe { event.as_ref() }) else {
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        return d12::from_v20(unsafe { evd20::post_se(evd, std::ptr::null()) });
     };
     // SAFETY: plain C data; all-zero is a valid value.
-    let mut e: dat_abi::DAT_EVENT = std::mem::zeroed();
+    let mut e: dat_abi::DAT_EVENT = unsafe { std::mem::zeroed() };
     e.event_number = e12.event_number;
     e.evd_handle = e12.evd_handle;
     if e12.event_number == d12::DAT_SOFTWARE_EVENT {
-        e.event_data.software_event_data = e12.event_data.software_event_data;
+        // SAFETY: a software event (checked above): its data is the software event's.
+        e.event_data.software_event_data = unsafe { e12.event_data.software_event_data };
     }
-    d12::from_v20(evd20::post_se(evd, &e))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    d12::from_v20(unsafe { evd20::post_se(evd, &e) })
 }

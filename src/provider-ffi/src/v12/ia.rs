@@ -20,7 +20,8 @@ pub(crate) unsafe extern "C" fn open(
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard12(|| open12(name, qlen, async_evd, ia_handle, false))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe { open12(name, qlen, async_evd, ia_handle, false) })
 }
 
 /// ia_open_func of the `threadsafe` `u1.2` entries: the IA and its handles
@@ -31,7 +32,8 @@ pub(crate) unsafe extern "C" fn open_threadsafe(
     async_evd: *mut DAT_EVD_HANDLE,
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
-    guard12(|| open12(name, qlen, async_evd, ia_handle, true))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe { open12(name, qlen, async_evd, ia_handle, true) })
 }
 
 unsafe fn open12(
@@ -47,15 +49,18 @@ unsafe fn open12(
         &PROVIDER12
     };
     let dispatch = table as *const d12::DAT_PROVIDER as usize;
-    open_ia_with(
-        name,
-        qlen,
-        async_evd,
-        ia_handle,
-        d12::DAT_VERSION_MAJOR,
-        thread_safe,
-        dispatch,
-    )
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe {
+        open_ia_with(
+            name,
+            qlen,
+            async_evd,
+            ia_handle,
+            d12::DAT_VERSION_MAJOR,
+            thread_safe,
+            dispatch,
+        )
+    }
     .map(|_| ())
 }
 
@@ -70,8 +75,9 @@ pub(crate) unsafe extern "C" fn query(
 ) -> DAT_RETURN {
     guard12(|| {
         // SAFETY: plain C data; all-zero is a valid value.
-        let mut a: dat_abi::DAT_IA_ATTR = std::mem::zeroed();
-        let mut p: dat_abi::DAT_PROVIDER_ATTR = std::mem::zeroed();
+        let mut a: dat_abi::DAT_IA_ATTR = unsafe { std::mem::zeroed() };
+        // SAFETY: the C struct is plain data (integers, pointers, handles), valid all zero.
+        let mut p: dat_abi::DAT_PROVIDER_ATTR = unsafe { std::mem::zeroed() };
         // NULL stays NULL, so the 2.0 code refuses it at its usual point.
         let a_ptr = if ia_attr.is_null() {
             std::ptr::null_mut()
@@ -83,14 +89,19 @@ pub(crate) unsafe extern "C" fn query(
         } else {
             &mut p as *mut _
         };
-        query_ia(ia, async_evd, ia_mask, a_ptr, provider_mask, p_ptr)?;
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe { query_ia(ia, async_evd, ia_mask, a_ptr, provider_mask, p_ptr) }?;
         if ia_mask != 0 {
-            if let Some(out) = ia_attr.as_mut() {
+            // SAFETY: `ia_attr` is NULL or points to a writable value of its type (the C caller's
+            // contract).
+            if let Some(out) = unsafe { ia_attr.as_mut() } {
                 *out = ia_attr_to_v12(&a);
             }
         }
         if provider_mask != 0 {
-            if let Some(out) = provider_attr.as_mut() {
+            // SAFETY: `provider_attr` is NULL or points to a writable value of its type (the C
+            // caller's contract).
+            if let Some(out) = unsafe { provider_attr.as_mut() } {
                 *out = provider_attr_to_v12(&p);
             }
         }

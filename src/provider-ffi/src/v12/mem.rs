@@ -31,20 +31,23 @@ pub(crate) unsafe extern "C" fn lmr_create(
     registered_length: *mut DAT_VLEN,
     registered_address: *mut DAT_VADDR,
 ) -> DAT_RETURN {
-    let rc = lmr20::create(
-        ia,
-        mem_type,
-        region,
-        length,
-        pz,
-        privileges,
-        dat_abi::DAT_VA_TYPE_VA,
-        lmr_handle,
-        lmr_context,
-        rmr_context,
-        registered_length,
-        registered_address,
-    );
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let rc = unsafe {
+        lmr20::create(
+            ia,
+            mem_type,
+            region,
+            length,
+            pz,
+            privileges,
+            dat_abi::DAT_VA_TYPE_VA,
+            lmr_handle,
+            lmr_context,
+            rmr_context,
+            registered_length,
+            registered_address,
+        )
+    };
     // 2.0's argument 7 is the VA type, which 1.2 lacks.
     d12::from_v20(renumber_arg(rc, |n| if n > 7 { n - 1 } else { n }))
 }
@@ -67,14 +70,16 @@ unsafe fn query_into<P20, P12>(
     convert: impl FnOnce(&P20) -> P12,
 ) -> DAT_RETURN {
     // SAFETY: the 2.0 parameter structs are plain C data; all-zero is valid.
-    let mut p: P20 = std::mem::zeroed();
+    let mut p: P20 = unsafe { std::mem::zeroed() };
     let rc = call(if param.is_null() {
         std::ptr::null_mut()
     } else {
         &mut p
     });
     if rc == dat_abi::DAT_SUCCESS {
-        if let Some(out) = param.as_mut() {
+        // SAFETY: `param` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(out) = unsafe { param.as_mut() } {
             *out = convert(&p);
         }
     }
@@ -87,7 +92,8 @@ pub(crate) unsafe extern "C" fn lmr_query(
     param: *mut d12::DAT_LMR_PARAM,
 ) -> DAT_RETURN {
     let mask = query_mask(mask, d12::DAT_LMR_FIELD_ALL, dat_abi::DAT_LMR_FIELD_ALL);
-    query_into(param, |p| lmr20::query(lmr, mask, p), lmr_param_to_v12)
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { query_into(param, |p| lmr20::query(lmr, mask, p), lmr_param_to_v12) }
 }
 
 pub(crate) unsafe extern "C" fn rmr_query(
@@ -96,7 +102,8 @@ pub(crate) unsafe extern "C" fn rmr_query(
     param: *mut d12::DAT_RMR_PARAM,
 ) -> DAT_RETURN {
     let mask = query_mask(mask, d12::DAT_RMR_FIELD_ALL, dat_abi::DAT_RMR_FIELD_ALL);
-    query_into(param, |p| rmr20::query(rmr, mask, p), rmr_param_to_v12)
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    unsafe { query_into(param, |p| rmr20::query(rmr, mask, p), rmr_param_to_v12) }
 }
 
 pub(crate) unsafe extern "C" fn lmr_sync_rdma_read(
@@ -104,7 +111,8 @@ pub(crate) unsafe extern "C" fn lmr_sync_rdma_read(
     segs: *const d12::DAT_LMR_TRIPLET,
     n: DAT_VLEN,
 ) -> DAT_RETURN {
-    guard12(|| lmr20::sync_segments(ia, segs, n))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe { lmr20::sync_segments(ia, segs, n) })
 }
 
 pub(crate) unsafe extern "C" fn lmr_sync_rdma_write(
@@ -112,7 +120,8 @@ pub(crate) unsafe extern "C" fn lmr_sync_rdma_write(
     segs: *const d12::DAT_LMR_TRIPLET,
     n: DAT_VLEN,
 ) -> DAT_RETURN {
-    guard12(|| lmr20::sync_segments(ia, segs, n))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe { lmr20::sync_segments(ia, segs, n) })
 }
 
 /// dat_rmr_bind of 1.2 (7 arguments: rmr 1, triplet 2, privileges 3, ep 4,
@@ -148,9 +157,11 @@ pub(crate) unsafe extern "C" fn rmr_bind(
 ) -> DAT_RETURN {
     guard12(|| {
         let rmr = handle::rmr(h(rmr))?;
-        let t = input(triplet, 2)?;
+        // SAFETY: `triplet` is NULL or points to a readable struct (the C caller's contract).
+        let t = unsafe { input(triplet, 2) }?;
         let ep = handle::ep(h(ep))?;
-        let ctx_out = out(rmr_context, 7)?;
+        // SAFETY: `rmr_context` is NULL or points to writable memory (the C caller's contract).
+        let ctx_out = unsafe { out(rmr_context, 7) }?;
         let length = u32::try_from(t.segment_length).map_err(|_| DatError::invalid_arg(2))?;
         let lmr = if length == 0 {
             None

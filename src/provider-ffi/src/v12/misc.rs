@@ -22,18 +22,23 @@ pub(crate) unsafe extern "C" fn cno_query(
         dat_abi::DAT_CNO_FIELD_ALL
     };
     // SAFETY: plain C data; all-zero is a valid value.
-    let mut p: dat_abi::DAT_CNO_PARAM = std::mem::zeroed();
-    let rc = cno20::query(
-        cno,
-        mask,
-        if param.is_null() {
-            std::ptr::null_mut()
-        } else {
-            &mut p
-        },
-    );
+    let mut p: dat_abi::DAT_CNO_PARAM = unsafe { std::mem::zeroed() };
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let rc = unsafe {
+        cno20::query(
+            cno,
+            mask,
+            if param.is_null() {
+                std::ptr::null_mut()
+            } else {
+                &mut p
+            },
+        )
+    };
     if rc == dat_abi::DAT_SUCCESS {
-        if let Some(out) = param.as_mut() {
+        // SAFETY: `param` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(out) = unsafe { param.as_mut() } {
             *out = cno_param_to_v12(&p);
         }
     }
@@ -42,7 +47,8 @@ pub(crate) unsafe extern "C" fn cno_query(
 
 /// dat_cr_reject of 1.2: no private data.
 pub(crate) unsafe extern "C" fn cr_reject(cr: DAT_CR_HANDLE) -> DAT_RETURN {
-    d12::from_v20(cr20::reject(cr, 0, std::ptr::null_mut()))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    d12::from_v20(unsafe { cr20::reject(cr, 0, std::ptr::null_mut()) })
 }
 
 pub(crate) unsafe extern "C" fn srq_post_recv(
@@ -51,7 +57,8 @@ pub(crate) unsafe extern "C" fn srq_post_recv(
     iov: *mut d12::DAT_LMR_TRIPLET,
     cookie: DAT_DTO_COOKIE,
 ) -> DAT_RETURN {
-    guard12(|| srq20::post_recv_iov(srq, n, iov as *const d12::DAT_LMR_TRIPLET, cookie))
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard12(|| unsafe { srq20::post_recv_iov(srq, n, iov as *const d12::DAT_LMR_TRIPLET, cookie) })
 }
 
 /// The SRQ parameters are the same struct in both versions; only the state
@@ -61,9 +68,12 @@ pub(crate) unsafe extern "C" fn srq_query(
     mask: DAT_SRQ_PARAM_MASK,
     param: *mut DAT_SRQ_PARAM,
 ) -> DAT_RETURN {
-    let rc = srq20::query(srq, mask, param);
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    let rc = unsafe { srq20::query(srq, mask, param) };
     if rc == dat_abi::DAT_SUCCESS {
-        if let Some(p) = param.as_mut() {
+        // SAFETY: `param` is NULL or points to a writable value of its type (the C caller's
+        // contract).
+        if let Some(p) = unsafe { param.as_mut() } {
             p.srq_state = srq_state_to_v12(p.srq_state);
         }
     }

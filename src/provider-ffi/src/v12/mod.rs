@@ -67,7 +67,8 @@ fn registry_func(name: &CStr) -> Option<RegistryFunc> {
 /// for a `threadsafe` entry, [`PROVIDER12_TS`]) for the entry `info`. Returns the registry's answer (a 1.2 code).
 pub(crate) unsafe fn register(info: &DAT_PROVIDER_INFO, thread_safe: bool) -> DAT_RETURN {
     match registry_func(c"dat_registry_add_provider") {
-        Some(add) => add(table(thread_safe), info),
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        Some(add) => unsafe { add(table(thread_safe), info) },
         None => {
             log::warn!("dat_provider_init for DAT 1.2, but no dat_registry_add_provider@DAT_1.2");
             d12::DAT_CLASS_ERROR | d12::DAT_INTERNAL_ERROR
@@ -78,7 +79,8 @@ pub(crate) unsafe fn register(info: &DAT_PROVIDER_INFO, thread_safe: bool) -> DA
 /// dat_provider_fini for a 1.2 registry.
 pub(crate) unsafe fn unregister(info: &DAT_PROVIDER_INFO, thread_safe: bool) {
     if let Some(remove) = registry_func(c"dat_registry_remove_provider") {
-        remove(table(thread_safe), info);
+        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+        unsafe { remove(table(thread_safe), info) };
     }
 }
 

@@ -12,7 +12,9 @@ macro_rules! same_as_v20 {
     ($(fn $name:ident($($arg:ident: $ty:ty),*) = $v20:path;)*) => {
         $(
             unsafe extern "C" fn $name($($arg: $ty),*) -> DAT_RETURN {
-                d12::from_v20($v20($($arg),*))
+                // SAFETY: this entry point's pointer arguments, passed on under the same C
+                // contract.
+                d12::from_v20(unsafe { $v20($($arg),*) })
             }
         )*
     };

@@ -21,8 +21,13 @@ mod keys;
 mod samehost;
 mod sys;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
+#[cfg(feature = "fuzzing")]
 pub(crate) use sys::connect_reusable;
+/// The frame format. Public only for the fuzzers and the hostile-peer test (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
 pub mod wire;
+#[cfg(not(feature = "fuzzing"))]
+pub(crate) mod wire;
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};

@@ -356,6 +356,7 @@ pub(super) fn socket_connected_to(port: u16) -> Option<RawFd> {
             // SAFETY: sockaddr_in is plain data; getpeername writes at most `len` bytes into it.
             let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
             let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            // SAFETY: as above; `len` is addr's size.
             let rc = unsafe {
                 libc::getpeername(fd, &mut addr as *mut _ as *mut libc::sockaddr, &mut len)
             };

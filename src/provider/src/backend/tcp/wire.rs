@@ -366,7 +366,8 @@ impl Header {
     }
 }
 
-/// Appends a whole frame to an output buffer.
+/// Appends a whole frame to an output buffer (tests and fuzzers: the engine encodes in place).
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn put_frame(out: &mut Vec<u8>, mut header: Header, payload: &[u8]) {
     header.payload_len = payload.len() as u32;
     out.extend_from_slice(&header.encode());
@@ -416,7 +417,8 @@ impl Decoder {
         self.start = 0;
     }
 
-    /// Bytes buffered and not yet returned as frames.
+    /// Bytes buffered and not yet returned as frames (tests and fuzzers).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn buffered(&self) -> usize {
         self.buf.len() - self.start + self.payload.len()
     }
@@ -464,7 +466,8 @@ impl Decoder {
     }
 
     /// The next complete frame, None if more bytes are needed, or the error that makes the
-    /// stream unusable.
+    /// stream unusable (tests and fuzzers: the engine admits frames with `next_frame_if`).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn next_frame(&mut self, limits: &Limits) -> Result<Option<(Header, Vec<u8>)>, WireError> {
         self.next_frame_if(limits, |_| true)
     }

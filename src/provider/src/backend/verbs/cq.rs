@@ -156,6 +156,7 @@ impl VerbsCq {
         if rc != 0 {
             return Err(DatError::resources(SubType::ResourceMemory));
         }
+        // SAFETY: our live CQ.
         let actual = unsafe { (*self.cq.0).cqe } as u32;
         self.cqe.store(actual.max(entries), Ordering::SeqCst);
         Ok(())

@@ -80,6 +80,7 @@ impl ProtectionDomain for VerbsPd {
             mr: Mutex::new(Ptr(mr)),
             // SAFETY: the MR we just registered.
             lkey: unsafe { (*mr).lkey },
+            // SAFETY: as above.
             rkey: unsafe { (*mr).rkey },
             addr,
             length,

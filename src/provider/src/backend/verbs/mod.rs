@@ -224,6 +224,7 @@ fn open_context(p: &sys::PortInfo) -> Result<(Ptr<ibv_context>, ibv_port_attr), 
     }
     // SAFETY: plain data; ___ibv_query_port is the C behaviour of ibv_query_port.
     let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `found` is a live context.
     let rc = unsafe { ___ibv_query_port(found.0, p.port, &mut pa) };
     if rc != 0 {
         return Err(sys::os_error(
@@ -255,6 +256,7 @@ impl VerbsDevice {
         })?;
         // SAFETY: plain data; a live context.
         let mut da: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
         if unsafe { ibv_query_device(ctx.0, &mut da) } != 0 {
             return Err(not_found);
         }
@@ -312,6 +314,7 @@ impl VerbsDevice {
         }
         // SAFETY: plain data; a live context.
         let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
         let gid = if unsafe { ibv_query_gid(ctx.0, p.port, p.gid_index as i32, &mut gid) } == 0 {
             // SAFETY: the raw view of the union.
             let raw = unsafe { gid.raw };

@@ -964,6 +964,7 @@ impl PeerTable {
             Some(mem) if len <= SMALL_VIA_MEM => unsafe {
                 sys::proc_mem(mem.as_raw_fd(), local, (addr, len as usize), write)
             },
+            // SAFETY: as above.
             _ => unsafe { sys::process_vm(self.mapping.pid, local, (addr, len as usize), write) },
         };
         match moved {

@@ -303,24 +303,28 @@ pub(crate) unsafe fn process_vm(
         iov_base: remote.0 as usize as *mut libc::c_void,
         iov_len: remote.1,
     };
-    let n = if write {
-        libc::process_vm_writev(
-            pid as libc::pid_t,
-            liov.as_ptr(),
-            liov.len() as libc::c_ulong,
-            &riov,
-            1,
-            0,
-        )
-    } else {
-        libc::process_vm_readv(
-            pid as libc::pid_t,
-            liov.as_ptr(),
-            liov.len() as libc::c_ulong,
-            &riov,
-            1,
-            0,
-        )
+    // SAFETY: the local iovecs are the caller's ranges, live registrations of ours held for
+    // the call (this function's contract); the remote range is checked by the kernel.
+    let n = unsafe {
+        if write {
+            libc::process_vm_writev(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                liov.len() as libc::c_ulong,
+                &riov,
+                1,
+                0,
+            )
+        } else {
+            libc::process_vm_readv(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                liov.len() as libc::c_ulong,
+                &riov,
+                1,
+                0,
+            )
+        }
     };
     if n < 0 {
         return Err(io::Error::last_os_error());
@@ -351,10 +355,14 @@ pub(crate) unsafe fn proc_mem(
     }
     let iovs = Iovecs::new(local);
     let iov = iovs.as_slice();
-    let n = if write {
-        libc::pwritev(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
-    } else {
-        libc::preadv(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
+    // SAFETY: as in `process_vm`: the local iovecs (at most UIO_MAXIOV, checked above) are
+    // live registrations of ours held for the call; the offset is checked by the kernel.
+    let n = unsafe {
+        if write {
+            libc::pwritev(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
+        } else {
+            libc::preadv(mem, iov.as_ptr(), iov.len() as libc::c_int, offset)
+        }
     };
     if n < 0 {
         return Err(io::Error::last_os_error());

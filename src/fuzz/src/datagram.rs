@@ -10,9 +10,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::class_of;
-use crate::backend::tcp::{wire, TcpDevice};
-use crate::backend::{
+use crate::class_of;
+use daplrs::backend::tcp::{wire, TcpDevice};
+use daplrs::backend::{
     access, CompletionQueue, Device, MemoryRegion, QpCap, QpInit, QueuePair, RecvWr, Sge, WcStatus,
     GRH_LEN,
 };
@@ -52,9 +52,9 @@ impl EngineDatagram {
         let pd = dev.alloc_pd().expect("pd");
         let cq = dev.create_cq(256).expect("cq");
         let (tx, notified) = mpsc::channel();
-        let tx = parking_lot::Mutex::new(tx);
+        let tx = std::sync::Mutex::new(tx);
         cq.set_notify(Some(Arc::new(move || {
-            let _ = tx.lock().send(());
+            let _ = tx.lock().map(|tx| tx.send(()));
         })));
         let qp = dev
             .create_ud_qp(QpInit {

@@ -24,18 +24,19 @@ use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{class_of, LIMITS};
-use crate::backend::tcp::wire::{self, Decoder, Header, Kind, HEADER_LEN};
-use crate::backend::Sge;
-use crate::core::consts::{close_flags, evd_flags, event_number, mem_priv};
-use crate::core::cr::Cr;
-use crate::core::ep::{Ep, RemoteBuffer};
-use crate::core::evd::{Evd, EventData};
-use crate::core::handle;
-use crate::core::ia::Ia;
-use crate::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
-use crate::core::pz::Pz;
-use crate::core::sp::Sp;
+use crate::class_of;
+use crate::wire::LIMITS;
+use daplrs::backend::tcp::wire::{self, Decoder, Header, Kind, HEADER_LEN};
+use daplrs::backend::Sge;
+use daplrs::core::consts::{close_flags, evd_flags, event_number, mem_priv};
+use daplrs::core::cr::Cr;
+use daplrs::core::ep::{Ep, RemoteBuffer};
+use daplrs::core::evd::{Evd, EventData};
+use daplrs::core::handle;
+use daplrs::core::ia::Ia;
+use daplrs::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
+use daplrs::core::pz::Pz;
+use daplrs::core::sp::Sp;
 
 /// A key the harness replaces with the live rmr_context.
 pub const KEY_MARK: u32 = 0xfeed_0001;
@@ -330,7 +331,7 @@ impl EngineTarget {
         let mut s = stream_with_guard(
             // Reusable, like our own connections: thousands of peers must not leave ports that
             // other programs listen on (dtest's 45248) in a TIME_WAIT that blocks them.
-            crate::backend::tcp::connect_reusable(
+            daplrs::fuzzing::connect_reusable(
                 std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port),
                 Duration::from_secs(10),
             )
