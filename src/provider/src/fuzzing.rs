@@ -286,14 +286,14 @@ pub fn ud_datagram(data: &[u8]) -> u64 {
 /// the address, listing the interfaces). No panic, and every word comes from the input.
 pub fn ia_params(data: &[u8]) -> u64 {
     let text = String::from_utf8_lossy(data);
-    let (transport, target, port) = crate::backend::parse_ia_params(&text);
+    let (transport, target, port) = crate::device::parse_ia_params(&text);
     for w in [transport, target].into_iter().chain(port) {
         assert!(
             w == "tcp" || w == "lo" || text.split_whitespace().any(|x| x == w),
             "word '{w}' not from the input"
         );
     }
-    let verdict = crate::backend::diagnose(&text);
+    let verdict = crate::device::diagnose(&text);
     class_of((transport.len().min(8), port.is_some(), verdict.is_none()))
 }
 

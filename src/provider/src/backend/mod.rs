@@ -7,6 +7,7 @@
 //! implement the same traits. The TCP backend (`tcp`) is the software transport.
 //!
 //! Errors are `DatError`s: a backend maps its native errors to the DAT code the caller should see.
+//! The factory that opens a device of either backend from an IA's ia_params is `crate::device`.
 
 pub mod tcp;
 #[cfg(feature = "verbs")]
@@ -17,7 +18,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use crate::core::error::{DatError, DatResult};
 
 /// Memory access rights of a memory region or window (ibverbs IBV_ACCESS_* bit values).
 pub mod access {
@@ -675,59 +676,6 @@ pub trait Device: Send + Sync {
     /// posted (verbs: the port's "UD silently dropped" diagnostic).
     fn ud_dropped(&self) -> u64 {
         0
-    }
-}
-
-/// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
-/// The words of `ia_params`: transport, target, and an optional third word (the port of a
-/// verbs device). Defaults: "tcp lo".
-pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
-    let mut words = ia_params.split_whitespace();
-    (
-        words.next().unwrap_or("tcp"),
-        words.next().unwrap_or("lo"),
-        words.next(),
-    )
-}
-
-/// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
-/// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1".
-pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
-    match parse_ia_params(ia_params) {
-        ("tcp", target, _) => {
-            let device = tcp::TcpDevice::open(target)?;
-            Ok(device)
-        }
-        #[cfg(feature = "verbs")]
-        ("verbs", target, port) => {
-            let device = verbs::VerbsDevice::open(target, port)?;
-            Ok(device)
-        }
-        _ => Err(DatError::new(
-            ErrorType::ProviderNotFound,
-            SubType::ResourceDevice,
-        )),
-    }
-}
-
-/// Why `ia_params` name no usable device, in words (None when they do):
-/// what `datinfo` and the provider's one-line warning tell a user whose
-/// dat.conf says "tcp eth7".
-pub fn diagnose(ia_params: &str) -> Option<String> {
-    match parse_ia_params(ia_params) {
-        ("tcp", target, _) => tcp::resolve_address(target).err(),
-        #[cfg(feature = "verbs")]
-        ("verbs", target, port) => verbs::diagnose(target, port),
-        #[cfg(not(feature = "verbs"))]
-        ("verbs", _, _) => Some(
-            "this provider library has no verbs backend: name libdaplrs-verbs.so.2 in dat.conf \
-             for \"verbs ...\" entries"
-                .to_string(),
-        ),
-        (other, _, _) => Some(format!(
-            "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 \
-             address>\" or \"verbs <device> [port] | <netdev> | <IPv4 address>\")"
-        )),
     }
 }
 
