@@ -1,12 +1,12 @@
 //! The device factory: opens a device of either backend from an IA's ia_params. It sits above
-//! the backends (it imports both; neither imports it); the core's IA opens its device here.
+//! the backends (it imports both; neither imports it) and below the core, whose IA opens its
+//! device here and maps the backend's error to the DAT code.
 
 use std::sync::Arc;
 
 #[cfg(feature = "verbs")]
 use crate::backend::verbs;
-use crate::backend::{tcp, Device};
-use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use crate::backend::{tcp, Device, Error, Result};
 
 /// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
 /// The words of `ia_params`: transport, target, and an optional third word (the port of a
@@ -22,7 +22,7 @@ pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
 
 /// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
 /// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1".
-pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
+pub fn open_device(ia_params: &str) -> Result<Arc<dyn Device>> {
     match parse_ia_params(ia_params) {
         ("tcp", target, _) => {
             let device = tcp::TcpDevice::open(target)?;
@@ -33,10 +33,7 @@ pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
             let device = verbs::VerbsDevice::open(target, port)?;
             Ok(device)
         }
-        _ => Err(DatError::new(
-            ErrorType::ProviderNotFound,
-            SubType::ResourceDevice,
-        )),
+        _ => Err(Error::NoDevice),
     }
 }
 
