@@ -127,7 +127,7 @@ pub fn ia_params(data: &[u8]) -> u64 {
             "word '{w}' not from the input"
         );
     }
-    let verdict = daplrs::backend::diagnose(&text);
+    let verdict = daplrs::device::diagnose(&text);
     class_of((transport.len().min(8), port.is_some(), verdict.is_none()))
 }
 

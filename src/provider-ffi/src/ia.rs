@@ -105,7 +105,7 @@ pub(crate) unsafe fn open_ia_with(
             if e.kind == ErrorType::InvalidHandle {
                 return;
             }
-            let why = daplrs::backend::diagnose(&params).unwrap_or_else(|| e.to_string());
+            let why = daplrs::device::diagnose(&params).unwrap_or_else(|| e.to_string());
             eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
         })?;
     if let Some(evd) = evd {

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// The words of an IA's `ia_params` as the provider splits them (transport, target, optional
 /// port), for the `ia_params` target.
 pub fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
-    crate::backend::parse_ia_params(ia_params)
+    crate::device::parse_ia_params(ia_params)
 }
 
 /// A TCP connection with SO_REUSEADDR, as the provider makes its own: the engine harnesses'

@@ -1,6 +1,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 pub mod backend;
 pub mod core;
+pub mod device;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -6,8 +6,10 @@
 //! with listen/connect/accept/reject/disconnect and asynchronous events), so an ibverbs backend can
 //! implement the same traits. The TCP backend (`tcp`) is the software transport.
 //!
-//! Errors are `DatError`s: a backend maps its native errors to the DAT code the caller should see.
+//! Errors are `Error`s (`error`), in verbs and transport terms: the core maps them to DAT codes.
+//! The factory that opens a device of either backend from an IA's ia_params is `crate::device`.
 
+pub mod error;
 pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -17,7 +19,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+pub use error::{Error, Resource, Result};
 
 /// Memory access rights of a memory region or window (ibverbs IBV_ACCESS_* bit values).
 pub mod access {
@@ -336,7 +338,7 @@ pub trait CompletionQueue: Send + Sync {
     fn set_events_wanted(&self, wanted: bool) {
         let _ = wanted;
     }
-    fn resize(&self, depth: u32) -> DatResult<()>;
+    fn resize(&self, depth: u32) -> Result<()>;
     fn depth(&self) -> u32;
     /// Waits, until `deadline` at the latest, for traffic on the connections whose completions
     /// this CQ receives and handles it on the calling thread: the thread waiting for a
@@ -371,8 +373,8 @@ pub trait ProtectionDomain: Send + Sync {
     fn id(&self) -> u32;
     /// Registers [addr, addr+length) of this process's memory. The caller guarantees the range
     /// stays valid memory until `MemoryRegion::deregister` returns.
-    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>>;
-    fn alloc_mw(&self) -> DatResult<Arc<dyn MemoryWindow>>;
+    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> Result<Arc<dyn MemoryRegion>>;
+    fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>>;
 }
 
 pub trait MemoryRegion: Send + Sync {
@@ -441,11 +443,11 @@ pub trait QueuePair: Send + Sync {
     fn qp_num(&self) -> u32;
     fn state(&self) -> QpState;
     /// Valid in Connected (executed) and Error (flushed at once).
-    fn post_send(&self, wr: SendWr) -> DatResult<()>;
+    fn post_send(&self, wr: SendWr) -> Result<()>;
     /// Valid in every state; in Error flushed at once.
-    fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
+    fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// Flushes everything outstanding and returns to Init (only from Error or Init).
-    fn reset(&self) -> DatResult<()>;
+    fn reset(&self) -> Result<()>;
     /// Receives posted and not yet completed.
     fn posted_recvs(&self) -> u32;
     fn local_addr(&self) -> Option<SocketAddrV4>;
@@ -455,14 +457,9 @@ pub trait QueuePair: Send + Sync {
     /// A datagram QP only: sends `wr` (op `SendOp::Send`) as one datagram to QP `remote_qpn`
     /// of the node `ah` leads to (verbs: the `ud` fields of ibv_send_wr). The request
     /// completes once the datagram has left; whether it arrives nobody learns.
-    fn post_send_ud(
-        &self,
-        wr: SendWr,
-        ah: &Arc<dyn AddressHandle>,
-        remote_qpn: u32,
-    ) -> DatResult<()> {
+    fn post_send_ud(&self, wr: SendWr, ah: &Arc<dyn AddressHandle>, remote_qpn: u32) -> Result<()> {
         let _ = (wr, ah, remote_qpn);
-        Err(DatError::not_implemented())
+        Err(Error::Unsupported)
     }
 }
 
@@ -495,13 +492,13 @@ pub trait SharedReceiveQueue: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     /// Unique within the device that created it.
     fn id(&self) -> u64;
-    fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
+    fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// Receives posted and not yet consumed (dat_srq_query's available_dto_count). A receive a
     /// QP consumed no longer counts by the time its completion can be polled: the core checks
-    /// the SRQ's low watermark when it retires that completion (see `core::srq`).
+    /// the SRQ's low watermark when it retires that completion (see the core's `srq` module).
     fn posted(&self) -> u32;
     fn max_wr(&self) -> u32;
-    fn resize(&self, max_wr: u32) -> DatResult<()>;
+    fn resize(&self, max_wr: u32) -> Result<()>;
     /// Completes every posted receive as Flushed on the CQ of the QP it was last bound to (or drops
     /// it if none); used when the SRQ is freed.
     fn destroy(&self);
@@ -599,37 +596,37 @@ pub trait Device: Send + Sync {
     fn name(&self) -> String;
     fn address(&self) -> Ipv4Addr;
     fn attr(&self) -> DeviceAttr;
-    fn alloc_pd(&self) -> DatResult<Arc<dyn ProtectionDomain>>;
-    fn create_cq(&self, depth: u32) -> DatResult<Arc<dyn CompletionQueue>>;
-    fn create_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>>;
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>>;
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>>;
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>>;
     fn create_srq(
         &self,
         pd: &Arc<dyn ProtectionDomain>,
         max_wr: u32,
         max_sge: u32,
-    ) -> DatResult<Arc<dyn SharedReceiveQueue>>;
+    ) -> Result<Arc<dyn SharedReceiveQueue>>;
 
     // Connection manager.
     /// The one handler for every connection event of this device.
     fn set_cm_handler(&self, handler: Option<CmHandler>);
     /// Listens on `port` (0 = pick a free one).
-    fn listen(&self, port: u16) -> DatResult<Arc<dyn Listener>>;
+    fn listen(&self, port: u16) -> Result<Arc<dyn Listener>>;
     fn connect(
         &self,
         qp: &Arc<dyn QueuePair>,
         remote: SocketAddrV4,
         private_data: &[u8],
         timeout: Option<Duration>,
-    ) -> DatResult<()>;
+    ) -> Result<()>;
     fn accept(
         &self,
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> DatResult<()>;
-    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()>;
+    ) -> Result<()>;
+    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> Result<()>;
     /// Graceful: queued sends complete first, then the peer is told. Abrupt: flush now.
-    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()>;
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> Result<()>;
 
     /// Stops the device's progress engine; every QP goes to Error.
     fn close(&self);
@@ -642,9 +639,9 @@ pub trait Device: Send + Sync {
     /// is dropped (`ud_dropped`), one larger than its receive completes it with LocalLength.
     /// A request that fails moves the QP to Error (the rest flushed) with `CmEvent::Broken`;
     /// `disconnect` moves it to Error with `CmEvent::Disconnected`; `reset` back to Connected.
-    fn create_ud_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+    fn create_ud_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
         let _ = init;
-        Err(DatError::not_implemented())
+        Err(Error::Unsupported)
     }
     /// Starts resolving the address of the datagram QP a consumer accepts on behind the
     /// listener at `remote`, for datagram QP `qp`, offering `private_data`; returns the id
@@ -656,9 +653,9 @@ pub trait Device: Send + Sync {
         remote: SocketAddrV4,
         private_data: &[u8],
         timeout: Option<Duration>,
-    ) -> DatResult<u64> {
+    ) -> Result<u64> {
         let _ = (qp, remote, private_data, timeout);
-        Err(DatError::not_implemented())
+        Err(Error::Unsupported)
     }
     /// Answers a `CmEvent::UdRequest` with datagram QP `qp`'s address and `private_data`;
     /// returns where the requester's QP is.
@@ -667,67 +664,14 @@ pub trait Device: Send + Sync {
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> DatResult<UdPeer> {
+    ) -> Result<UdPeer> {
         let _ = (req, qp, private_data);
-        Err(DatError::not_implemented())
+        Err(Error::Unsupported)
     }
     /// Datagrams dropped on arrival since the device opened because their QP had no receive
     /// posted (verbs: the port's "UD silently dropped" diagnostic).
     fn ud_dropped(&self) -> u64 {
         0
-    }
-}
-
-/// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
-/// The words of `ia_params`: transport, target, and an optional third word (the port of a
-/// verbs device). Defaults: "tcp lo".
-pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
-    let mut words = ia_params.split_whitespace();
-    (
-        words.next().unwrap_or("tcp"),
-        words.next().unwrap_or("lo"),
-        words.next(),
-    )
-}
-
-/// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
-/// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1".
-pub fn open_device(ia_params: &str) -> DatResult<Arc<dyn Device>> {
-    match parse_ia_params(ia_params) {
-        ("tcp", target, _) => {
-            let device = tcp::TcpDevice::open(target)?;
-            Ok(device)
-        }
-        #[cfg(feature = "verbs")]
-        ("verbs", target, port) => {
-            let device = verbs::VerbsDevice::open(target, port)?;
-            Ok(device)
-        }
-        _ => Err(DatError::new(
-            ErrorType::ProviderNotFound,
-            SubType::ResourceDevice,
-        )),
-    }
-}
-
-/// Why `ia_params` name no usable device, in words (None when they do):
-/// what `datinfo` and the provider's one-line warning tell a user whose
-/// dat.conf says "tcp eth7".
-pub fn diagnose(ia_params: &str) -> Option<String> {
-    match parse_ia_params(ia_params) {
-        ("tcp", target, _) => tcp::resolve_address(target).err(),
-        #[cfg(feature = "verbs")]
-        ("verbs", target, port) => verbs::diagnose(target, port),
-        #[cfg(not(feature = "verbs"))]
-        ("verbs", _, _) => Some(
-            "this provider library has no verbs backend: name libdaplrs-verbs.so.2 in dat.conf \
-             for \"verbs ...\" entries"
-                .to_string(),
-        ),
-        (other, _, _) => Some(format!(
-            "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 \
-             address>\" or \"verbs <device> [port] | <netdev> | <IPv4 address>\")"
-        )),
     }
 }
 

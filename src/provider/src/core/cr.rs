@@ -121,7 +121,7 @@ impl Cr {
             ep.abort_accept();
             // The request is gone (peer gave up): the CR is spent either way.
             let _ = self.consume();
-            return Err(e);
+            return Err(e.into());
         }
         self.consume()
     }

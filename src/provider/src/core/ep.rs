@@ -20,7 +20,7 @@ use super::consts::{
     async_reason, completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv,
 };
 use super::counters::{self, Counters};
-use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::error::{from_backend, DatError, DatResult, ErrorType, SubType};
 use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
@@ -703,7 +703,7 @@ impl Ep {
                 i.state = ep_state::UNCONNECTED;
                 i.remote = None;
             }
-            return Err(e);
+            return Err(e.into());
         }
         Ok(())
     }
@@ -754,7 +754,7 @@ impl Ep {
             i.qp.clone()
         };
         match qp {
-            Some(qp) => self.ia.device().disconnect(&qp, abrupt),
+            Some(qp) => Ok(self.ia.device().disconnect(&qp, abrupt)?),
             None => Ok(()),
         }
     }
@@ -1046,7 +1046,8 @@ impl Ep {
         wr.wr_id = wr_id;
         if let Err(e) = qp.post_send(wr) {
             self.ia.untrack(wr_id);
-            return Err(e);
+            // num_segments is position 2 of every dat_ep_post_* call.
+            return Err(from_backend(e, Some(2)));
         }
         Ok(())
     }
@@ -1312,7 +1313,7 @@ impl Ep {
         let total: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
         if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
-            return Err(e);
+            return Err(from_backend(e, Some(2)));
         }
         self.count_post(counters::ep::POST_RECV, total);
         self.check_recv_watermarks();
@@ -1515,9 +1516,11 @@ fn build_qp(
         },
     };
     let qp = if attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
-        dev.create_ud_qp(init)?
+        dev.create_ud_qp(init)
     } else {
-        dev.create_qp(init)?
+        dev.create_qp(init)
     };
+    // A CQ or SRQ the device does not take is position 1's (the IA or EP) as ever.
+    let qp = qp.map_err(|e| from_backend(e, Some(1)))?;
     Ok((qp, sink))
 }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::backend;
+
 /// Error class bit of a DAT_RETURN (DAT_CLASS_ERROR).
 pub const CLASS_ERROR: u32 = 0x8000_0000;
 /// DAT_SUCCESS.
@@ -248,6 +250,46 @@ impl fmt::Display for DatError {
 
 impl std::error::Error for DatError {}
 
+/// The DAT code of a backend's failure: the one place a `backend::Error` becomes a DAT_RETURN.
+///
+/// `arg` is the 1-based C argument position, in the DAT call being served, of the input a
+/// backend may refuse (scatter-gather list, address handle, memory range, the EP's EVDs):
+/// its refusals (`TooLong`, `Foreign`, `Invalid`, `BadAddress`) are DAT_INVALID_PARAMETER
+/// naming that argument. With `None` the core's own validation leaves the backend nothing of
+/// the caller's to refuse, so a refusal is the provider's fault: DAT_INTERNAL_ERROR.
+pub fn from_backend(e: backend::Error, arg: Option<u32>) -> DatError {
+    use backend::{Error, Resource};
+    match e {
+        Error::NoResource(r) => DatError::resources(match r {
+            Resource::Memory => SubType::ResourceMemory,
+            Resource::Device => SubType::ResourceDevice,
+            Resource::Qp => SubType::ResourceTep,
+            Resource::Srq => SubType::ResourceSrq,
+            Resource::Pd => SubType::ResourceProtectionDomain,
+            Resource::Key => SubType::ResourceMemoryRegion,
+            Resource::WorkQueue | Resource::Host => SubType::None,
+        }),
+        Error::NoDevice => DatError::new(ErrorType::ProviderNotFound, SubType::ResourceDevice),
+        Error::BadState => DatError::invalid_state(SubType::None),
+        Error::NotConnected => DatError::invalid_state(SubType::EpNotReady),
+        Error::TooLong | Error::Foreign | Error::Invalid | Error::BadAddress => match arg {
+            Some(position) => DatError::invalid_arg(position),
+            None => DatError::internal(),
+        },
+        Error::Unsupported => DatError::not_implemented(),
+        Error::AddrInUse => DatError::plain(ErrorType::ConnQualInUse),
+        Error::Internal => DatError::internal(),
+    }
+}
+
+/// A backend failure in a call whose arguments the core validated completely (see
+/// `from_backend`).
+impl From<backend::Error> for DatError {
+    fn from(e: backend::Error) -> DatError {
+        from_backend(e, None)
+    }
+}
+
 /// Turns a `DatResult<()>` into the DAT_RETURN the ffi layer hands back.
 pub fn to_code(result: &DatResult<()>) -> u32 {
     match result {
@@ -296,5 +338,39 @@ mod tests {
         assert_eq!(SubType::InvalidAddressUnsupported as u16, 97);
         assert_eq!(SubType::ThreadSafetyNotFound as u16, 103);
         assert_eq!(DatError::not_implemented().code(), 0xbfff_0000);
+    }
+
+    /// The codes the backends' errors had when the backends built them.
+    #[test]
+    fn backend_errors_keep_their_dat_codes() {
+        use crate::backend::{Error, Resource};
+        let code = |e, arg| from_backend(e, arg).code();
+        assert_eq!(code(Error::NoResource(Resource::Memory), None), 0x8003_0002);
+        assert_eq!(code(Error::NoResource(Resource::Device), None), 0x8003_0003);
+        assert_eq!(code(Error::NoResource(Resource::Qp), None), 0x8003_0004);
+        assert_eq!(code(Error::NoResource(Resource::Pd), None), 0x8003_0006);
+        assert_eq!(code(Error::NoResource(Resource::Key), None), 0x8003_0007);
+        assert_eq!(code(Error::NoResource(Resource::Srq), None), 0x8003_000a);
+        assert_eq!(
+            code(Error::NoResource(Resource::WorkQueue), None),
+            0x8003_0000
+        );
+        assert_eq!(code(Error::NoResource(Resource::Host), None), 0x8003_0000);
+        assert_eq!(code(Error::NoDevice, None), 0x800a_0003);
+        assert_eq!(code(Error::BadState, Some(2)), 0x8007_0000);
+        assert_eq!(code(Error::NotConnected, None), 0x8007_0039);
+        assert_eq!(code(Error::AddrInUse, None), 0x8002_0000);
+        assert_eq!(code(Error::Unsupported, None), 0xbfff_0000);
+        assert_eq!(code(Error::Internal, Some(1)), 0x8004_0000);
+        for e in [
+            Error::TooLong,
+            Error::Foreign,
+            Error::Invalid,
+            Error::BadAddress,
+        ] {
+            assert_eq!(code(e, Some(3)), DatError::invalid_arg(3).code());
+            assert_eq!(code(e, None), DatError::internal().code());
+            assert_eq!(DatError::from(e), DatError::internal());
+        }
     }
 }

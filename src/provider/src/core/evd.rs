@@ -232,7 +232,7 @@ impl Evd {
                     if let Some(c) = &cno {
                         c.users.release();
                     }
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         } else {

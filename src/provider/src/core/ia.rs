@@ -18,7 +18,7 @@ use super::lmr::Lmr;
 use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq;
-use crate::backend::{self, CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
+use crate::backend::{CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
 use crate::intmap::{IntMap, IntSet};
 
 /// What dat_ia_query reports (DAT_IA_ATTR, minus the fixed strings the ffi layer fills).
@@ -215,7 +215,7 @@ impl Ia {
             AsyncEvd::Create(qlen) => Some(qlen),
             _ => None,
         };
-        let device = backend::open_device(ia_params)?;
+        let device = crate::device::open_device(ia_params)?;
         let reservation = handle::reserve(HandleKind::Ia, dispatch);
         let ia = Arc::new(Ia {
             handle: reservation.handle(),

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::consts::mem_priv;
-use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::error::{from_backend, DatError, DatResult, ErrorType, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, LocalRegion};
 use super::pz::Pz;
-use crate::backend::{access, MemoryRegion};
+use crate::backend::{self, access, MemoryRegion};
 
 /// DAT_VA_TYPE.
 pub const VA_TYPE_VA: u32 = 0;
@@ -145,7 +145,7 @@ impl Lmr {
         let access = access_of(privileges);
         let mut registered = pz.pd().reg_mr(address, length, access);
         if access & access::LOCAL_WRITE == 0
-            && registered.as_ref().err() == Some(&DatError::invalid_arg(3))
+            && registered.as_ref().err() == Some(&backend::Error::BadAddress)
         {
             // Read-only memory (a constant table, a file mapped read-only): the right to bind
             // windows makes a verbs device pin the pages for writing, which it refuses. Without
@@ -156,7 +156,7 @@ impl Lmr {
             Ok(mr) => mr,
             Err(e) => {
                 pz.users.release();
-                return Err(e);
+                return Err(from_backend(e, Some(3)));
             }
         };
         let reservation = handle::reserve(HandleKind::Lmr, ia.dispatch());

@@ -76,7 +76,7 @@ impl Rmr {
             Ok(mw) => mw,
             Err(e) => {
                 pz.users.release();
-                return Err(e);
+                return Err(e.into());
             }
         };
         let reservation = handle::reserve(HandleKind::Rmr, ia.dispatch());

@@ -151,7 +151,7 @@ impl Sp {
             Ok(l) => l,
             Err(e) => {
                 evd.users.release();
-                return Err(e);
+                return Err(e.into());
             }
         };
         let reservation = handle::reserve(kind.handle_kind(), ia.dispatch());

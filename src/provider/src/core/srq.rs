@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use super::consts::{async_reason, dto_op, event_number, mem_priv};
 use super::ep::Ep;
-use super::error::{DatError, DatResult, SubType};
+use super::error::{from_backend, DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
@@ -113,7 +113,7 @@ impl Srq {
             Ok(s) => s,
             Err(e) => {
                 pz.users.release();
-                return Err(e);
+                return Err(e.into());
             }
         };
         let reservation = handle::reserve(HandleKind::Srq, ia.dispatch());
@@ -166,7 +166,7 @@ impl Srq {
         });
         if let Err(e) = self.srq.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
-            return Err(e);
+            return Err(from_backend(e, Some(2)));
         }
         Ok(())
     }

@@ -46,7 +46,7 @@ use super::{
     Listener, MemoryRegion, MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair,
     RecvWr, SendWr, SharedReceiveQueue, UdPeer, WorkCompletion,
 };
-use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use super::{Error, Resource, Result};
 use crate::intmap::IntMap;
 use engine::{Deferred, Engine, TcpAh};
 use keys::{KeyEntry, Keys};
@@ -253,12 +253,12 @@ impl Shared {
         }
     }
 
-    fn cq(&self, cq: &Arc<dyn CompletionQueue>) -> DatResult<Arc<TcpCq>> {
+    fn cq(&self, cq: &Arc<dyn CompletionQueue>) -> Result<Arc<TcpCq>> {
         self.cqs
             .lock()
             .get(&cq.id())
             .and_then(|w| w.upgrade())
-            .ok_or(DatError::invalid_arg(1))
+            .ok_or(Error::Foreign)
     }
 }
 
@@ -270,21 +270,17 @@ pub struct TcpDevice {
 
 impl TcpDevice {
     /// Opens the device for `target` ("lo", "eth0", "127.0.0.1", ...).
-    pub fn open(target: &str) -> DatResult<Arc<TcpDevice>> {
+    pub fn open(target: &str) -> Result<Arc<TcpDevice>> {
         // Before the application's own handlers, if it installs any later (guarded.rs).
         guarded::install();
         let addr = resolve_address(target).map_err(|why| {
             log::warn!("tcp device {target}: {why}");
-            DatError::resources(SubType::ResourceDevice)
+            Error::NoResource(Resource::Device)
         })?;
         let (wake_tx, wake_rx) =
-            UnixStream::pair().map_err(|_| DatError::resources(SubType::ResourceMemory))?;
-        wake_tx
-            .set_nonblocking(true)
-            .map_err(|_| DatError::internal())?;
-        wake_rx
-            .set_nonblocking(true)
-            .map_err(|_| DatError::internal())?;
+            UnixStream::pair().map_err(|_| Error::NoResource(Resource::Memory))?;
+        wake_tx.set_nonblocking(true).map_err(|_| Error::Internal)?;
+        wake_rx.set_nonblocking(true).map_err(|_| Error::Internal)?;
         let attr = DeviceAttr {
             max_qp: 4096,
             // Queues are grown as work is posted, never allocated to their maximum: what a
@@ -347,7 +343,7 @@ impl TcpDevice {
         let thread = std::thread::Builder::new()
             .name(format!("daplrs-tcp-{target}"))
             .spawn(move || engine::progress_loop(s2))
-            .map_err(|_| DatError::resources(SubType::ResourceDevice))?;
+            .map_err(|_| Error::NoResource(Resource::Device))?;
         Ok(Arc::new(TcpDevice {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -376,7 +372,7 @@ impl Device for TcpDevice {
         self.shared.attr.clone()
     }
 
-    fn alloc_pd(&self) -> DatResult<Arc<dyn ProtectionDomain>> {
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>> {
         let id = self.shared.next_id() as u32;
         Ok(Arc::new(TcpPd {
             id,
@@ -384,7 +380,7 @@ impl Device for TcpDevice {
         }))
     }
 
-    fn create_cq(&self, depth: u32) -> DatResult<Arc<dyn CompletionQueue>> {
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
         let cq = Arc::new(TcpCq {
             id: self.shared.next_id(),
             queue: Mutex::new(VecDeque::new()),
@@ -401,7 +397,7 @@ impl Device for TcpDevice {
         Ok(cq)
     }
 
-    fn create_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
         let send_cq = self.shared.cq(&init.send_cq)?;
         let recv_cq = self.shared.cq(&init.recv_cq)?;
         let srq = match &init.srq {
@@ -411,7 +407,7 @@ impl Device for TcpDevice {
                     .lock()
                     .get(&s.id())
                     .and_then(|w| w.upgrade())
-                    .ok_or(DatError::invalid_arg(1))?,
+                    .ok_or(Error::Foreign)?,
             ),
             None => None,
         };
@@ -430,7 +426,7 @@ impl Device for TcpDevice {
         pd: &Arc<dyn ProtectionDomain>,
         max_wr: u32,
         max_sge: u32,
-    ) -> DatResult<Arc<dyn SharedReceiveQueue>> {
+    ) -> Result<Arc<dyn SharedReceiveQueue>> {
         let srq = Arc::new(TcpSrq {
             id: self.shared.next_id(),
             pd: pd.id(),
@@ -447,21 +443,20 @@ impl Device for TcpDevice {
         *self.shared.cm_handler.lock() = handler;
     }
 
-    fn listen(&self, port: u16) -> DatResult<Arc<dyn Listener>> {
+    fn listen(&self, port: u16) -> Result<Arc<dyn Listener>> {
         let sock = TcpListener::bind(SocketAddrV4::new(self.shared.addr, port)).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
-                DatError::plain(ErrorType::ConnQualInUse)
+                Error::AddrInUse
             } else {
                 log::warn!("listen on port {port}: {e}");
-                DatError::resources(SubType::None)
+                Error::NoResource(Resource::Host)
             }
         })?;
-        sock.set_nonblocking(true)
-            .map_err(|_| DatError::internal())?;
+        sock.set_nonblocking(true).map_err(|_| Error::Internal)?;
         let port = sock
             .local_addr()
             .map(|a| a.port())
-            .map_err(|_| DatError::internal())?;
+            .map_err(|_| Error::Internal)?;
         let id = self.shared.next_id();
         self.shared.run(|eng, _| {
             eng.listeners.insert(id, engine::ListenerEntry { sock });
@@ -480,10 +475,7 @@ impl Device for TcpDevice {
         remote: SocketAddrV4,
         private_data: &[u8],
         timeout: Option<Duration>,
-    ) -> DatResult<()> {
-        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
-            return Err(DatError::invalid_arg(5));
-        }
+    ) -> Result<()> {
         let qp_num = self.qp_num_of(qp);
         let attempt = self
             .shared
@@ -504,7 +496,7 @@ impl Device for TcpDevice {
                     });
                 }
             })
-            .map_err(|_| DatError::resources(SubType::None))?;
+            .map_err(|_| Error::NoResource(Resource::Host))?;
         Ok(())
     }
 
@@ -513,40 +505,36 @@ impl Device for TcpDevice {
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> DatResult<()> {
-        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
-            return Err(DatError::invalid_arg(3));
-        }
+    ) -> Result<()> {
         let qp_num = self.qp_num_of(qp);
         self.shared
             .run(|eng, sh| eng.accept(sh, req, qp_num, private_data))
     }
 
-    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()> {
+    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> Result<()> {
         self.shared.run(|eng, sh| eng.reject(sh, req, private_data))
     }
 
-    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()> {
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> Result<()> {
         let qp_num = self.qp_num_of(qp);
         self.shared
             .run(|eng, sh| eng.disconnect(sh, qp_num, abrupt))
     }
 
-    fn create_ud_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+    fn create_ud_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
         if init.srq.is_some() {
-            return Err(DatError::invalid_arg(1));
+            return Err(Error::Invalid);
         }
         let send_cq = self.shared.cq(&init.send_cq)?;
         let recv_cq = self.shared.cq(&init.recv_cq)?;
         let sock = UdpSocket::bind(SocketAddrV4::new(self.shared.addr, 0)).map_err(|e| {
             log::warn!("datagram socket on {}: {e}", self.shared.addr);
-            DatError::resources(SubType::ResourceTep)
+            Error::NoResource(Resource::Qp)
         })?;
-        sock.set_nonblocking(true)
-            .map_err(|_| DatError::internal())?;
+        sock.set_nonblocking(true).map_err(|_| Error::Internal)?;
         let local = match sock.local_addr() {
             Ok(std::net::SocketAddr::V4(a)) => a,
-            _ => return Err(DatError::internal()),
+            _ => return Err(Error::Internal),
         };
         let pd = init.pd.id();
         let qp_num = self
@@ -564,10 +552,7 @@ impl Device for TcpDevice {
         remote: SocketAddrV4,
         private_data: &[u8],
         timeout: Option<Duration>,
-    ) -> DatResult<u64> {
-        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
-            return Err(DatError::invalid_arg(5));
-        }
+    ) -> Result<u64> {
         let qp_num = self.qp_num_of(qp);
         let id = self
             .shared
@@ -588,7 +573,7 @@ impl Device for TcpDevice {
                     });
                 }
             })
-            .map_err(|_| DatError::resources(SubType::None))?;
+            .map_err(|_| Error::NoResource(Resource::Host))?;
         Ok(id)
     }
 
@@ -597,10 +582,7 @@ impl Device for TcpDevice {
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> DatResult<UdPeer> {
-        if private_data.len() > wire::MAX_PRIVATE_DATA as usize {
-            return Err(DatError::invalid_arg(3));
-        }
+    ) -> Result<UdPeer> {
         let qp_num = self.qp_num_of(qp);
         self.shared
             .run(|eng, _| eng.ud_accept(req, qp_num, private_data))
@@ -638,9 +620,9 @@ impl ProtectionDomain for TcpPd {
         self.id
     }
 
-    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>> {
+    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> Result<Arc<dyn MemoryRegion>> {
         if length == 0 || addr.checked_add(length).is_none() {
-            return Err(DatError::invalid_arg(3));
+            return Err(Error::BadAddress);
         }
         // Memory already in an arena is published with it; other memory moves into one only
         // once peers use it enough (`Shared::promote`), never here.
@@ -649,9 +631,7 @@ impl ProtectionDomain for TcpPd {
             false => None,
         };
         let mut keys = self.shared.keys.lock();
-        let index = keys
-            .alloc_index()
-            .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+        let index = keys.alloc_index().ok_or(Error::NoResource(Resource::Key))?;
         let key = keys.first_key(index);
         keys.insert(
             key,
@@ -680,12 +660,10 @@ impl ProtectionDomain for TcpPd {
         }))
     }
 
-    fn alloc_mw(&self) -> DatResult<Arc<dyn MemoryWindow>> {
+    fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
         let (index, key) = {
             let mut keys = self.shared.keys.lock();
-            let index = keys
-                .alloc_index()
-                .ok_or(DatError::resources(SubType::ResourceMemoryRegion))?;
+            let index = keys.alloc_index().ok_or(Error::NoResource(Resource::Key))?;
             (index, keys.first_key(index))
         };
         let mw = Arc::new(TcpMw {
@@ -968,7 +946,7 @@ impl CompletionQueue for TcpCq {
     fn set_notify(&self, notify: Option<NotifyFn>) {
         *self.notify.lock() = notify;
     }
-    fn resize(&self, depth: u32) -> DatResult<()> {
+    fn resize(&self, depth: u32) -> Result<()> {
         self.depth.store(depth, Ordering::SeqCst);
         Ok(())
     }
@@ -1151,15 +1129,15 @@ impl QueuePair for TcpQp {
     fn state(&self) -> QpState {
         self.shared.run(|eng, _| eng.qp_state(self.qp_num))
     }
-    fn post_send(&self, wr: SendWr) -> DatResult<()> {
+    fn post_send(&self, wr: SendWr) -> Result<()> {
         self.shared
             .run(|eng, sh| eng.post_send(sh, self.qp_num, wr))
     }
-    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.shared
             .run(|eng, sh| eng.post_recv(sh, self.qp_num, wr))
     }
-    fn reset(&self) -> DatResult<()> {
+    fn reset(&self) -> Result<()> {
         self.shared.run(|eng, _| eng.reset_qp(self.qp_num))
     }
     fn posted_recvs(&self) -> u32 {
@@ -1174,19 +1152,14 @@ impl QueuePair for TcpQp {
     fn destroy(&self) {
         self.shared.run(|eng, sh| eng.destroy_qp(sh, self.qp_num));
     }
-    fn post_send_ud(
-        &self,
-        wr: SendWr,
-        ah: &Arc<dyn AddressHandle>,
-        remote_qpn: u32,
-    ) -> DatResult<()> {
+    fn post_send_ud(&self, wr: SendWr, ah: &Arc<dyn AddressHandle>, remote_qpn: u32) -> Result<()> {
         // Our address handles only; the QP number of a datagram QP is its UDP port.
         let addr = ah
             .as_any()
             .downcast_ref::<TcpAh>()
             .map(|a| a.addr)
-            .ok_or(DatError::invalid_arg(3))?;
-        let port = u16::try_from(remote_qpn).map_err(|_| DatError::invalid_arg(3))?;
+            .ok_or(Error::Foreign)?;
+        let port = u16::try_from(remote_qpn).map_err(|_| Error::Foreign)?;
         let dest = SocketAddrV4::new(addr, port);
         self.shared
             .run(|eng, sh| eng.post_send_ud(sh, self.qp_num, wr, dest))
@@ -1215,14 +1188,14 @@ impl SharedReceiveQueue for TcpSrq {
     fn id(&self) -> u64 {
         self.id
     }
-    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if wr.sgl.len() > self.max_sge as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(Error::TooLong);
         }
         {
             let mut q = self.queue.lock();
             if q.len() >= self.max_wr.load(Ordering::SeqCst) as usize {
-                return Err(DatError::resources(SubType::ResourceSrq));
+                return Err(Error::NoResource(Resource::Srq));
             }
             q.push_back(wr);
         }
@@ -1239,7 +1212,7 @@ impl SharedReceiveQueue for TcpSrq {
     fn max_wr(&self) -> u32 {
         self.max_wr.load(Ordering::SeqCst)
     }
-    fn resize(&self, max_wr: u32) -> DatResult<()> {
+    fn resize(&self, max_wr: u32) -> Result<()> {
         self.max_wr.store(max_wr, Ordering::SeqCst);
         Ok(())
     }

@@ -32,7 +32,7 @@ use super::qp::{Phase, VerbsAh, VerbsQp};
 use super::sys::{self, Ptr};
 use super::Shared;
 use crate::backend::{CmEvent, ConnRequestId, Listener, UdPeer};
-use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use crate::backend::{Error, Resource, Result};
 
 /// rdma_cm's address and route resolution timeout.
 const RESOLVE_MS: i32 = 2000;
@@ -201,7 +201,7 @@ pub(super) struct CmState {
     ud: HashMap<u64, UdResolution>,
 }
 
-fn create_id(s: &Arc<Shared>, token: u64) -> DatResult<Ptr<rdma_cm_id>> {
+fn create_id(s: &Arc<Shared>, token: u64) -> Result<Ptr<rdma_cm_id>> {
     create_id_in(s, token, rdma_port_space::RDMA_PS_TCP)
 }
 
@@ -209,7 +209,7 @@ fn create_id_in(
     s: &Arc<Shared>,
     token: u64,
     space: rdma_port_space::Type,
-) -> DatResult<Ptr<rdma_cm_id>> {
+) -> Result<Ptr<rdma_cm_id>> {
     let mut id = std::ptr::null_mut();
     // SAFETY: our channel; the context is a token, never dereferenced.
     let rc = unsafe {
@@ -221,7 +221,7 @@ fn create_id_in(
         )
     };
     if rc != 0 {
-        return Err(DatError::resources(SubType::ResourceDevice));
+        return Err(Error::NoResource(Resource::Device));
     }
     Ok(Ptr(id))
 }
@@ -285,7 +285,7 @@ pub(crate) struct VerbsListener {
     closed: AtomicBool,
 }
 
-pub(super) fn listen(s: &Arc<Shared>, port: u16) -> DatResult<Arc<VerbsListener>> {
+pub(super) fn listen(s: &Arc<Shared>, port: u16) -> Result<Arc<VerbsListener>> {
     let token = s.next_id();
     let id = create_id(s, token)?;
     let mut sin = sys::sockaddr_in(SocketAddrV4::new(s.addr, port));
@@ -295,15 +295,15 @@ pub(super) fn listen(s: &Arc<Shared>, port: u16) -> DatResult<Arc<VerbsListener>
         let e = sys::errno();
         destroy_id(id);
         return Err(if e == libc::EADDRINUSE {
-            DatError::plain(ErrorType::ConnQualInUse)
+            Error::AddrInUse
         } else {
-            DatError::resources(SubType::ResourceDevice)
+            Error::NoResource(Resource::Device)
         });
     }
     // SAFETY: our bound id.
     if unsafe { rdma_listen(id.0, 128) } != 0 {
         destroy_id(id);
-        return Err(DatError::resources(SubType::ResourceDevice));
+        return Err(Error::NoResource(Resource::Device));
     }
     // SAFETY: our bound id.
     let bound = u16::from_be(unsafe { rdma_get_src_port(id.0) });
@@ -381,10 +381,10 @@ pub(super) fn connect(
     remote: SocketAddrV4,
     private_data: &[u8],
     timeout: Option<Duration>,
-) -> DatResult<()> {
+) -> Result<()> {
     let mut c = qp.conn.lock();
     if c.phase != Phase::Idle {
-        return Err(DatError::invalid_state(SubType::None));
+        return Err(Error::BadState);
     }
     let token = s.next_id();
     let id = create_id(s, token)?;
@@ -437,17 +437,14 @@ pub(super) fn accept(
     req: ConnRequestId,
     qp: Arc<VerbsQp>,
     private_data: &[u8],
-) -> DatResult<()> {
+) -> Result<()> {
     let mut c = qp.conn.lock();
     if c.phase != Phase::Idle {
-        return Err(DatError::invalid_state(SubType::None));
+        return Err(Error::BadState);
     }
     let r = {
         let mut st = s.cm.lock();
-        let r = st
-            .requests
-            .remove(&req)
-            .ok_or(DatError::invalid_state(SubType::None))?;
+        let r = st.requests.remove(&req).ok_or(Error::BadState)?;
         st.owners.insert(req, Owner::Qp(qp.qp_num));
         r
     };
@@ -484,7 +481,7 @@ pub(super) fn accept(
         destroy_id(r.id);
         // Back to INIT for another try: the QP may have reached RTR.
         drop(c);
-        return Err(DatError::resources(SubType::ResourceTep));
+        return Err(Error::NoResource(Resource::Qp));
     }
     Ok(())
 }
@@ -496,22 +493,22 @@ pub(super) fn ud_accept(
     req: ConnRequestId,
     qp: Arc<VerbsQp>,
     private_data: &[u8],
-) -> DatResult<UdPeer> {
+) -> Result<UdPeer> {
     if !qp.ud || qp.phase() != Phase::Connected {
-        return Err(DatError::invalid_state(SubType::None));
+        return Err(Error::BadState);
     }
     let mut r = {
         let mut st = s.cm.lock();
         match st.requests.get(&req) {
             Some(r) if r.ud.is_some() => {}
-            _ => return Err(DatError::invalid_state(SubType::None)),
+            _ => return Err(Error::BadState),
         }
         st.owners.remove(&req);
         st.requests.remove(&req)
     }
-    .ok_or(DatError::invalid_state(SubType::None))?;
+    .ok_or(Error::BadState)?;
     let Some(remote) = r.ud.take() else {
-        return Err(DatError::internal());
+        return Err(Error::Internal);
     };
     // SAFETY: the request's id.
     let (_, from) = unsafe { addresses(r.id.0) };
@@ -520,7 +517,7 @@ pub(super) fn ud_accept(
         // SAFETY: the request's id.
         unsafe { rdma_reject(r.id.0, std::ptr::null(), 0) };
         destroy_id(r.id);
-        return Err(DatError::resources(SubType::ResourceTep));
+        return Err(Error::NoResource(Resource::Qp));
     };
     // SAFETY: plain data.
     let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
@@ -537,7 +534,7 @@ pub(super) fn ud_accept(
             // SAFETY: the request's id.
             unsafe { rdma_reject(r.id.0, std::ptr::null(), 0) };
             destroy_id(r.id);
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
     };
     let data = ud_answer_data(private_data);
@@ -553,7 +550,7 @@ pub(super) fn ud_accept(
             qp.qp_num,
             sys::os_error("rdma_accept", errno)
         );
-        return Err(DatError::resources(SubType::ResourceTep));
+        return Err(Error::NoResource(Resource::Qp));
     }
     Ok(UdPeer {
         ah,
@@ -561,13 +558,13 @@ pub(super) fn ud_accept(
     })
 }
 
-pub(super) fn reject(s: &Arc<Shared>, req: ConnRequestId, private_data: &[u8]) -> DatResult<()> {
+pub(super) fn reject(s: &Arc<Shared>, req: ConnRequestId, private_data: &[u8]) -> Result<()> {
     let r = {
         let mut st = s.cm.lock();
         st.owners.remove(&req);
         st.requests.remove(&req)
     }
-    .ok_or(DatError::invalid_state(SubType::None))?;
+    .ok_or(Error::BadState)?;
     // A datagram request's answer says how long its private data is (see the module).
     let framed;
     let private_data = if r.ud.is_some() {
@@ -605,7 +602,7 @@ unsafe fn addresses(id: *mut rdma_cm_id) -> (SocketAddrV4, SocketAddrV4) {
 
 // ---- both sides -------------------------------------------------------------------------
 
-pub(super) fn disconnect(s: &Arc<Shared>, qp: Arc<VerbsQp>, abrupt: bool) -> DatResult<()> {
+pub(super) fn disconnect(s: &Arc<Shared>, qp: Arc<VerbsQp>, abrupt: bool) -> Result<()> {
     if qp.ud {
         // No connection: the QP stops (everything posted is flushed) until reset.
         let mut c = qp.conn.lock();
@@ -939,14 +936,11 @@ pub(super) fn ud_resolve(
     remote: SocketAddrV4,
     private_data: &[u8],
     timeout: Option<Duration>,
-) -> DatResult<u64> {
+) -> Result<u64> {
     if !qp.ud || qp.phase() != Phase::Connected {
-        return Err(DatError::invalid_state(SubType::None));
+        return Err(Error::BadState);
     }
-    if private_data.len() > super::MAX_PRIVATE_DATA as usize {
-        return Err(DatError::invalid_arg(5));
-    }
-    let (_, gid, lid) = ud_local_address(s).ok_or(DatError::resources(SubType::ResourceDevice))?;
+    let (_, gid, lid) = ud_local_address(s).ok_or(Error::NoResource(Resource::Device))?;
     let hello = ud_request_data(
         &UdRequester {
             qpn: qp.qp_num,

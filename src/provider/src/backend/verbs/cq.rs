@@ -16,7 +16,7 @@ use rdma_sys::*;
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT};
 use crate::backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
-use crate::core::error::{DatError, DatResult, SubType};
+use crate::backend::{Error, Resource, Result};
 
 pub(crate) struct VerbsCq {
     /// Lets the backend get its own Arc back from the trait object the core hands over.
@@ -92,7 +92,7 @@ fn thread_token() -> u64 {
 }
 
 impl VerbsCq {
-    pub(super) fn create(shared: &Arc<Shared>, depth: u32) -> DatResult<Arc<VerbsCq>> {
+    pub(super) fn create(shared: &Arc<Shared>, depth: u32) -> Result<Arc<VerbsCq>> {
         let id = shared.next_id();
         let cqe = depth.max(1);
         // SAFETY: the context and channel live as long as `shared`; the cq_context is a token
@@ -107,14 +107,14 @@ impl VerbsCq {
             )
         };
         if cq.is_null() {
-            return Err(DatError::resources(SubType::ResourceMemory));
+            return Err(Error::NoResource(Resource::Memory));
         }
         // SAFETY: a CQ we just created.
         let actual = unsafe { (*cq).cqe } as u32;
         let Some(interrupt) = super::sys::eventfd() else {
             // SAFETY: the CQ we just created, used by nobody.
             unsafe { ibv_destroy_cq(cq) };
-            return Err(DatError::resources(SubType::ResourceMemory));
+            return Err(Error::NoResource(Resource::Memory));
         };
         let me = Arc::new_cyclic(|me| VerbsCq {
             me: me.clone(),
@@ -135,7 +135,7 @@ impl VerbsCq {
     }
 
     /// Grows the hardware CQ by a QP's queue depths (`add`), or shrinks the count (`remove`).
-    pub(super) fn attach(&self, add: u32) -> DatResult<()> {
+    pub(super) fn attach(&self, add: u32) -> Result<()> {
         let want = self.attached.fetch_add(add, Ordering::SeqCst) + add;
         self.ensure(want.max(self.depth.load(Ordering::SeqCst)))
             .inspect_err(|_| {
@@ -147,14 +147,14 @@ impl VerbsCq {
         self.attached.fetch_sub(n, Ordering::SeqCst);
     }
 
-    fn ensure(&self, entries: u32) -> DatResult<()> {
+    fn ensure(&self, entries: u32) -> Result<()> {
         if entries <= self.cqe.load(Ordering::SeqCst) {
             return Ok(());
         }
         // SAFETY: our CQ.
         let rc = unsafe { ibv_resize_cq(self.cq.0, entries as i32) };
         if rc != 0 {
-            return Err(DatError::resources(SubType::ResourceMemory));
+            return Err(Error::NoResource(Resource::Memory));
         }
         // SAFETY: our live CQ.
         let actual = unsafe { (*self.cq.0).cqe } as u32;
@@ -339,7 +339,7 @@ impl CompletionQueue for VerbsCq {
             }
         }
     }
-    fn resize(&self, depth: u32) -> DatResult<()> {
+    fn resize(&self, depth: u32) -> Result<()> {
         self.depth.store(depth, Ordering::SeqCst);
         self.ensure(depth.max(self.attached.load(Ordering::SeqCst)))
     }

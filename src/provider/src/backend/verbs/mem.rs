@@ -8,8 +8,8 @@ use rdma_sys::*;
 
 use super::sys::Ptr;
 use super::Shared;
+use crate::backend::{Error, Resource, Result};
 use crate::backend::{MemoryRegion, MemoryWindow, ProtectionDomain};
-use crate::core::error::{DatError, DatResult, SubType};
 
 pub(crate) struct PdInner {
     pub(super) id: u32,
@@ -32,11 +32,11 @@ pub(crate) struct VerbsPd {
 }
 
 impl VerbsPd {
-    pub(super) fn alloc(shared: &Arc<Shared>) -> DatResult<Arc<VerbsPd>> {
+    pub(super) fn alloc(shared: &Arc<Shared>) -> Result<Arc<VerbsPd>> {
         // SAFETY: the device context lives as long as `shared`.
         let pd = unsafe { ibv_alloc_pd(shared.ctx.0) };
         if pd.is_null() {
-            return Err(DatError::resources(SubType::ResourceProtectionDomain));
+            return Err(Error::NoResource(Resource::Pd));
         }
         Ok(Arc::new(VerbsPd {
             inner: Arc::new(PdInner {
@@ -55,7 +55,7 @@ impl ProtectionDomain for VerbsPd {
     fn id(&self) -> u32 {
         self.inner.id
     }
-    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> DatResult<Arc<dyn MemoryRegion>> {
+    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> Result<Arc<dyn MemoryRegion>> {
         // The backend's access bits are the IBV_ACCESS_* values.
         // SAFETY: the caller guarantees [addr, addr+length) is valid memory until deregister.
         let mr = unsafe {
@@ -72,8 +72,8 @@ impl ProtectionDomain for VerbsPd {
             return Err(match e {
                 // Memory that is not there, or not writable for write access (the TCP
                 // backend refuses the same memory the same way).
-                libc::EFAULT => DatError::invalid_arg(3),
-                _ => DatError::resources(SubType::ResourceMemoryRegion),
+                libc::EFAULT => Error::BadAddress,
+                _ => Error::NoResource(Resource::Key),
             });
         }
         Ok(Arc::new(VerbsMr {
@@ -88,7 +88,7 @@ impl ProtectionDomain for VerbsPd {
             pd: self.inner.clone(),
         }))
     }
-    fn alloc_mw(&self) -> DatResult<Arc<dyn MemoryWindow>> {
+    fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
         Ok(VerbsMw::alloc(&self.inner)?)
     }
 }
@@ -166,7 +166,7 @@ pub(crate) struct VerbsMw {
 }
 
 impl VerbsMw {
-    fn alloc(pd: &Arc<PdInner>) -> DatResult<Arc<VerbsMw>> {
+    fn alloc(pd: &Arc<PdInner>) -> Result<Arc<VerbsMw>> {
         let mw = Self::alloc_raw(pd)?;
         Ok(Arc::new_cyclic(|me| VerbsMw {
             me: me.clone(),
@@ -180,16 +180,16 @@ impl VerbsMw {
         }))
     }
 
-    fn alloc_raw(pd: &Arc<PdInner>) -> DatResult<Ptr<ibv_mw>> {
+    fn alloc_raw(pd: &Arc<PdInner>) -> Result<Ptr<ibv_mw>> {
         if !pd.shared.mw_type2 {
             // rdma-sys's inline helpers unwrap the device's function pointers: never call
             // them on a device without windows.
-            return Err(DatError::not_implemented());
+            return Err(Error::Unsupported);
         }
         // SAFETY: the device supports type 2 windows (checked at open).
         match unsafe { ibv_alloc_mw(pd.pd.0, ibv_mw_type::IBV_MW_TYPE_2) } {
             Some(p) if !p.is_null() => Ok(Ptr(p)),
-            _ => Err(DatError::resources(SubType::ResourceMemoryRegion)),
+            _ => Err(Error::NoResource(Resource::Key)),
         }
     }
 

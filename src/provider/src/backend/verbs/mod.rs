@@ -31,7 +31,7 @@ use super::{
     CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
     ProtectionDomain, QpInit, QueuePair, SharedReceiveQueue,
 };
-use crate::core::error::{DatError, DatResult, ErrorType, SubType};
+use crate::backend::{Error, Resource, Result};
 use crate::intmap::IntMap;
 use cm::CmState;
 use cq::VerbsCq;
@@ -243,8 +243,8 @@ fn open_context(p: &sys::PortInfo) -> Result<(Ptr<ibv_context>, ibv_port_attr), 
 
 impl VerbsDevice {
     /// Opens "verbs <device> [port]" / "verbs <netdev>" / "verbs <IPv4 address>".
-    pub fn open(target: &str, port: Option<&str>) -> DatResult<Arc<VerbsDevice>> {
-        let not_found = DatError::new(ErrorType::ProviderNotFound, SubType::ResourceDevice);
+    pub fn open(target: &str, port: Option<&str>) -> Result<Arc<VerbsDevice>> {
+        let not_found = Error::NoDevice;
         let (target, port) = parse_target(target, port).map_err(|_| not_found)?;
         let p = sys::find_port(&target, port).map_err(|e| {
             log::warn!("verbs: {e}");
@@ -289,14 +289,14 @@ impl VerbsDevice {
         // SAFETY: a live context.
         let comp_channel = unsafe { ibv_create_comp_channel(ctx.0) };
         if comp_channel.is_null() {
-            return Err(DatError::resources(SubType::ResourceDevice));
+            return Err(Error::NoResource(Resource::Device));
         }
         // SAFETY: plain constructor.
         let cm_channel = unsafe { rdma_create_event_channel() };
         if cm_channel.is_null() {
             // SAFETY: the channel we just created.
             unsafe { ibv_destroy_comp_channel(comp_channel) };
-            return Err(DatError::resources(SubType::ResourceDevice));
+            return Err(Error::NoResource(Resource::Device));
         }
         let Some(wake) = sys::eventfd() else {
             // SAFETY: the channels we just created, used by nobody.
@@ -304,7 +304,7 @@ impl VerbsDevice {
                 rdma_destroy_event_channel(cm_channel);
                 ibv_destroy_comp_channel(comp_channel);
             }
-            return Err(DatError::resources(SubType::ResourceDevice));
+            return Err(Error::NoResource(Resource::Device));
         };
         // SAFETY: descriptors of the objects above.
         unsafe {
@@ -352,7 +352,7 @@ impl VerbsDevice {
         let thread = std::thread::Builder::new()
             .name("daplrs-verbs".into())
             .spawn(move || event_loop(s2))
-            .map_err(|_| DatError::resources(SubType::ResourceDevice))?;
+            .map_err(|_| Error::NoResource(Resource::Device))?;
         log::debug!(
             "verbs: opened {} at {} (gid index {})",
             shared.name,
@@ -497,13 +497,13 @@ impl Device for VerbsDevice {
     fn attr(&self) -> DeviceAttr {
         self.shared.attr.clone()
     }
-    fn alloc_pd(&self) -> DatResult<Arc<dyn ProtectionDomain>> {
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>> {
         Ok(mem::VerbsPd::alloc(&self.shared)?)
     }
-    fn create_cq(&self, depth: u32) -> DatResult<Arc<dyn CompletionQueue>> {
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
         Ok(VerbsCq::create(&self.shared, depth)?)
     }
-    fn create_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
         Ok(VerbsQp::create(&self.shared, init)?)
     }
     fn create_srq(
@@ -511,13 +511,13 @@ impl Device for VerbsDevice {
         pd: &Arc<dyn ProtectionDomain>,
         max_wr: u32,
         max_sge: u32,
-    ) -> DatResult<Arc<dyn SharedReceiveQueue>> {
+    ) -> Result<Arc<dyn SharedReceiveQueue>> {
         Ok(qp::VerbsSrq::create(&self.shared, &**pd, max_wr, max_sge)?)
     }
     fn set_cm_handler(&self, handler: Option<CmHandler>) {
         *self.shared.cm_handler.lock() = handler;
     }
-    fn listen(&self, port: u16) -> DatResult<Arc<dyn Listener>> {
+    fn listen(&self, port: u16) -> Result<Arc<dyn Listener>> {
         Ok(cm::listen(&self.shared, port)?)
     }
     fn connect(
@@ -526,7 +526,7 @@ impl Device for VerbsDevice {
         remote: std::net::SocketAddrV4,
         private_data: &[u8],
         timeout: Option<std::time::Duration>,
-    ) -> DatResult<()> {
+    ) -> Result<()> {
         cm::connect(&self.shared, own_qp(qp)?, remote, private_data, timeout)
     }
     fn accept(
@@ -534,16 +534,16 @@ impl Device for VerbsDevice {
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> DatResult<()> {
+    ) -> Result<()> {
         cm::accept(&self.shared, req, own_qp(qp)?, private_data)
     }
-    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> DatResult<()> {
+    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> Result<()> {
         cm::reject(&self.shared, req, private_data)
     }
-    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> DatResult<()> {
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> Result<()> {
         cm::disconnect(&self.shared, own_qp(qp)?, abrupt)
     }
-    fn create_ud_qp(&self, init: QpInit) -> DatResult<Arc<dyn QueuePair>> {
+    fn create_ud_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
         Ok(VerbsQp::create_ud(&self.shared, init)?)
     }
     fn ud_resolve(
@@ -552,7 +552,7 @@ impl Device for VerbsDevice {
         remote: std::net::SocketAddrV4,
         private_data: &[u8],
         timeout: Option<std::time::Duration>,
-    ) -> DatResult<u64> {
+    ) -> Result<u64> {
         cm::ud_resolve(&self.shared, own_qp(qp)?, remote, private_data, timeout)
     }
     fn ud_accept(
@@ -560,7 +560,7 @@ impl Device for VerbsDevice {
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> DatResult<super::UdPeer> {
+    ) -> Result<super::UdPeer> {
         cm::ud_accept(&self.shared, req, own_qp(qp)?, private_data)
     }
     fn close(&self) {
@@ -593,9 +593,9 @@ impl Drop for Shared {
     }
 }
 
-fn own_qp(qp: &Arc<dyn QueuePair>) -> DatResult<Arc<VerbsQp>> {
+fn own_qp(qp: &Arc<dyn QueuePair>) -> Result<Arc<VerbsQp>> {
     qp.as_any()
         .downcast_ref::<VerbsQp>()
         .and_then(|v| v.me.upgrade())
-        .ok_or(DatError::internal())
+        .ok_or(Error::Internal)
 }

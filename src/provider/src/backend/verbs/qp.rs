@@ -25,7 +25,7 @@ use crate::backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::core::error::{DatError, DatResult, SubType};
+use crate::backend::{Error, Resource, Result};
 use crate::intmap::{IntMap, IntSet};
 
 /// How long teardown waits for the hardware to flush a QP's outstanding requests.
@@ -148,7 +148,7 @@ impl VerbsQp {
         wr_id: u64,
         opcode: WcOpcode,
         sgl: &[crate::backend::Sge],
-    ) -> DatResult<bool> {
+    ) -> Result<bool> {
         match self.phase() {
             Phase::Connected => {}
             Phase::Error => {
@@ -160,30 +160,30 @@ impl VerbsQp {
                 )]);
                 return Ok(false);
             }
-            _ => return Err(DatError::invalid_state(SubType::EpNotReady)),
+            _ => return Err(Error::NotConnected),
         }
         if sgl.len() > self.cap.max_send_sge as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(Error::TooLong);
         }
         if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         Ok(true)
     }
 
-    pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
+    pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> Result<Arc<VerbsQp>> {
         Self::create_typed(shared, init, false)
     }
 
     /// A datagram QP, ready to send and receive at once.
-    pub(super) fn create_ud(shared: &Arc<Shared>, init: QpInit) -> DatResult<Arc<VerbsQp>> {
+    pub(super) fn create_ud(shared: &Arc<Shared>, init: QpInit) -> Result<Arc<VerbsQp>> {
         if init.srq.is_some() {
-            return Err(DatError::invalid_arg(1));
+            return Err(Error::Invalid);
         }
         Self::create_typed(shared, init, true)
     }
 
-    fn create_typed(shared: &Arc<Shared>, init: QpInit, ud: bool) -> DatResult<Arc<VerbsQp>> {
+    fn create_typed(shared: &Arc<Shared>, init: QpInit, ud: bool) -> Result<Arc<VerbsQp>> {
         let pd = downcast_pd(&*init.pd)?;
         let send_cq = downcast_cq(&init.send_cq)?;
         let recv_cq = downcast_cq(&init.recv_cq)?;
@@ -192,7 +192,7 @@ impl VerbsQp {
                 s.as_any()
                     .downcast_ref::<VerbsSrq>()
                     .and_then(|x| x.me.upgrade())
-                    .ok_or(DatError::internal())?,
+                    .ok_or(Error::Internal)?,
             ),
             None => None,
         };
@@ -241,7 +241,7 @@ impl VerbsQp {
             }
         }
         if qp.is_null() {
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         // SAFETY: the QP we just created.
         let qp_num = unsafe { (*qp).qp_num };
@@ -297,7 +297,7 @@ impl VerbsQp {
 
     /// RESET -> INIT -> RTR -> RTS for a datagram QP: the IA's port, rdma_cm's UDP Q_Key
     /// (what its address resolution tells peers), send PSN 0.
-    fn to_ud_ready(&self) -> DatResult<()> {
+    fn to_ud_ready(&self) -> Result<()> {
         for state in [
             ibv_qp_state::IBV_QPS_INIT,
             ibv_qp_state::IBV_QPS_RTR,
@@ -323,14 +323,14 @@ impl VerbsQp {
             let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
             if rc != 0 {
                 log::warn!("datagram QP {}: to state {state}: error {rc}", self.qp_num);
-                return Err(DatError::resources(SubType::ResourceTep));
+                return Err(Error::NoResource(Resource::Qp));
             }
         }
         Ok(())
     }
 
     /// RESET -> INIT, with the IA's port and every remote access the QP may be asked for.
-    fn to_init(&self) -> DatResult<()> {
+    fn to_init(&self) -> Result<()> {
         // SAFETY: plain data.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
@@ -348,7 +348,7 @@ impl VerbsQp {
         let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
         if rc != 0 {
             log::warn!("QP {}: INIT failed: error {rc}", self.qp_num);
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         Ok(())
     }
@@ -530,18 +530,18 @@ impl VerbsQp {
     }
 }
 
-fn downcast_pd(pd: &dyn crate::backend::ProtectionDomain) -> DatResult<Arc<PdInner>> {
+fn downcast_pd(pd: &dyn crate::backend::ProtectionDomain) -> Result<Arc<PdInner>> {
     pd.as_any()
         .downcast_ref::<VerbsPd>()
         .map(|p| p.inner.clone())
-        .ok_or(DatError::internal())
+        .ok_or(Error::Internal)
 }
 
-fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> DatResult<Arc<VerbsCq>> {
+fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> Result<Arc<VerbsCq>> {
     cq.as_any()
         .downcast_ref::<VerbsCq>()
         .and_then(|c| c.me.upgrade())
-        .ok_or(DatError::internal())
+        .ok_or(Error::Internal)
 }
 
 impl QueuePair for VerbsQp {
@@ -559,7 +559,7 @@ impl QueuePair for VerbsQp {
             Phase::Error => QpState::Error,
         }
     }
-    fn post_send(&self, wr: SendWr) -> DatResult<()> {
+    fn post_send(&self, wr: SendWr) -> Result<()> {
         if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
             return Ok(());
         }
@@ -644,18 +644,18 @@ impl QueuePair for VerbsQp {
                 let mw_any = mw
                     .as_any()
                     .downcast_ref::<VerbsMw>()
-                    .ok_or(DatError::internal())?;
-                let mw_arc = mw_any.me.upgrade().ok_or(DatError::internal())?;
+                    .ok_or(Error::Internal)?;
+                let mw_arc = mw_any.me.upgrade().ok_or(Error::Internal)?;
                 let live = mw_any.live.load(Ordering::SeqCst);
                 match mr {
                     Some(mr) if *length > 0 => {
                         let vmr = mr
                             .as_any()
                             .downcast_ref::<VerbsMr>()
-                            .ok_or(DatError::internal())?;
+                            .ok_or(Error::Internal)?;
                         if live != 0 {
                             if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
-                                return Err(DatError::resources(SubType::ResourceTep));
+                                return Err(Error::NoResource(Resource::Qp));
                             }
                             // SAFETY: plain data.
                             let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -755,7 +755,7 @@ impl QueuePair for VerbsQp {
             }
             self.binds.lock().remove(&wr.wr_id);
             log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
         drop(sq);
@@ -768,12 +768,12 @@ impl QueuePair for VerbsQp {
         }
         Ok(())
     }
-    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if self.srq.is_some() {
-            return Err(DatError::invalid_state(SubType::None));
+            return Err(Error::BadState);
         }
         if wr.sgl.len() > self.cap.max_recv_sge as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(Error::TooLong);
         }
         if self.phase() == Phase::Error {
             // Flushed at once (see post_send).
@@ -786,7 +786,7 @@ impl QueuePair for VerbsQp {
             return Ok(());
         }
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         let sges = &wr.sgl;
         // SAFETY: plain data.
@@ -801,11 +801,11 @@ impl QueuePair for VerbsQp {
         if rc != 0 {
             self.recvs_out.fetch_sub(1, Ordering::SeqCst);
             log::debug!("QP {}: ibv_post_recv: error {rc}", self.qp_num);
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         Ok(())
     }
-    fn reset(&self) -> DatResult<()> {
+    fn reset(&self) -> Result<()> {
         if self.ud {
             // Flushed, and ready again (a datagram QP needs no connection).
             self.to_error();
@@ -819,7 +819,7 @@ impl QueuePair for VerbsQp {
         {
             let c = self.conn.lock();
             if !matches!(c.phase, Phase::Idle | Phase::Error) {
-                return Err(DatError::invalid_state(SubType::None));
+                return Err(Error::BadState);
             }
         }
         self.to_error();
@@ -852,18 +852,13 @@ impl QueuePair for VerbsQp {
         self.shared.release_cm_id(self);
         self.release_windows();
     }
-    fn post_send_ud(
-        &self,
-        wr: SendWr,
-        ah: &Arc<dyn AddressHandle>,
-        remote_qpn: u32,
-    ) -> DatResult<()> {
+    fn post_send_ud(&self, wr: SendWr, ah: &Arc<dyn AddressHandle>, remote_qpn: u32) -> Result<()> {
         let ah = ah
             .as_any()
             .downcast_ref::<VerbsAh>()
-            .ok_or(DatError::invalid_arg(3))?;
+            .ok_or(Error::Foreign)?;
         if !self.ud || !matches!(wr.op, SendOp::Send) {
-            return Err(DatError::invalid_arg(2));
+            return Err(Error::Invalid);
         }
         if !self.begin_send(wr.wr_id, WcOpcode::Send, &wr.sgl)? {
             return Ok(());
@@ -903,7 +898,7 @@ impl QueuePair for VerbsQp {
             self.sends_out.fetch_sub(1, Ordering::SeqCst);
             sq.posted.pop_back();
             log::debug!("datagram QP {}: ibv_post_send: error {rc}", self.qp_num);
-            return Err(DatError::resources(SubType::ResourceTep));
+            return Err(Error::NoResource(Resource::Qp));
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
         Ok(())
@@ -941,7 +936,7 @@ impl VerbsSrq {
         pd: &dyn crate::backend::ProtectionDomain,
         max_wr: u32,
         max_sge: u32,
-    ) -> DatResult<Arc<VerbsSrq>> {
+    ) -> Result<Arc<VerbsSrq>> {
         let pd = downcast_pd(pd)?;
         // SAFETY: plain data.
         let mut a: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
@@ -950,7 +945,7 @@ impl VerbsSrq {
         // SAFETY: a PD of this device.
         let srq = unsafe { ibv_create_srq(pd.pd.0, &mut a) };
         if srq.is_null() {
-            return Err(DatError::resources(SubType::ResourceSrq));
+            return Err(Error::NoResource(Resource::Srq));
         }
         Ok(Arc::new_cyclic(|me| VerbsSrq {
             id: shared.next_id(),
@@ -982,7 +977,7 @@ impl SharedReceiveQueue for VerbsSrq {
     fn id(&self) -> u64 {
         self.id
     }
-    fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let sges = &wr.sgl;
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
@@ -995,7 +990,7 @@ impl SharedReceiveQueue for VerbsSrq {
         let rc = unsafe { ibv_post_srq_recv(self.srq.0, &mut w, &mut bad) };
         if rc != 0 {
             self.posted.lock().remove(&wr.wr_id);
-            return Err(DatError::resources(SubType::ResourceSrq));
+            return Err(Error::NoResource(Resource::Srq));
         }
         Ok(())
     }
@@ -1005,7 +1000,7 @@ impl SharedReceiveQueue for VerbsSrq {
     fn max_wr(&self) -> u32 {
         self.max_wr.load(Ordering::SeqCst)
     }
-    fn resize(&self, max_wr: u32) -> DatResult<()> {
+    fn resize(&self, max_wr: u32) -> Result<()> {
         self.modify(
             ibv_srq_attr {
                 max_wr,
@@ -1014,7 +1009,7 @@ impl SharedReceiveQueue for VerbsSrq {
             },
             ibv_srq_attr_mask::IBV_SRQ_MAX_WR,
         )
-        .map_err(|_| DatError::resources(SubType::ResourceSrq))?;
+        .map_err(|_| Error::NoResource(Resource::Srq))?;
         self.max_wr.store(max_wr, Ordering::SeqCst);
         Ok(())
     }

@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use super::super::consts::{completion_flags, dto_op, ep_state, ib_ext, mem_priv};
 use super::super::counters;
-use super::super::error::{DatError, DatResult, SubType};
+use super::super::error::{from_backend, DatError, DatResult, SubType};
 use super::super::evd::{Event, EventData, UdConnExt};
 use super::super::ia::PendingDto;
 use super::{state_error, Ep};
@@ -299,7 +299,8 @@ impl Ep {
         };
         if let Err(e) = qp.post_send_ud(wr, &ah, qpn) {
             self.ia.untrack(wr_id);
-            return Err(e);
+            // The backend refuses the address handle's QP number (position 3 as ever).
+            return Err(from_backend(e, Some(3)));
         }
         self.count_post(counters::ep::POST_SEND_UD, total);
         Ok(())

@@ -13,7 +13,7 @@ impl Engine {
         remote: SocketAddrV4,
         hello: Vec<u8>,
         timeout: Option<Duration>,
-    ) -> DatResult<u64> {
+    ) -> Result<u64> {
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         if e.state != QpState::Init {
             return Err(bad_state());
@@ -93,7 +93,7 @@ impl Engine {
         req: u64,
         qp: u32,
         private_data: &[u8],
-    ) -> DatResult<()> {
+    ) -> Result<()> {
         match self.qps.get(&qp) {
             Some(e) if e.state == QpState::Init => {}
             _ => return Err(bad_state()),
@@ -152,7 +152,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn reject(&mut self, _sh: &Shared, req: u64, private_data: &[u8]) -> DatResult<()> {
+    pub(crate) fn reject(&mut self, _sh: &Shared, req: u64, private_data: &[u8]) -> Result<()> {
         let Some(c) = self.conns.get_mut(&req) else {
             return Ok(());
         };
@@ -171,7 +171,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn disconnect(&mut self, _sh: &Shared, qp: u32, abrupt: bool) -> DatResult<()> {
+    pub(crate) fn disconnect(&mut self, _sh: &Shared, qp: u32, abrupt: bool) -> Result<()> {
         let Some(e) = self.qps.get_mut(&qp) else {
             return Err(bad_state());
         };

@@ -147,7 +147,7 @@ impl Engine {
         qp: u32,
         wr: SendWr,
         dest: SocketAddrV4,
-    ) -> DatResult<()> {
+    ) -> Result<()> {
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         let Some(ud) = e.ud.as_ref() else {
             return Err(bad_state());
@@ -161,10 +161,10 @@ impl Engine {
             _ => return Err(bad_state()),
         }
         if !matches!(wr.op, SendOp::Send) {
-            return Err(DatError::invalid_arg(2));
+            return Err(Error::Invalid);
         }
         if ud.out.len() >= e.cap.max_send_wr.max(1) as usize {
-            return Err(DatError::resources(SubType::None));
+            return Err(Error::NoResource(Resource::WorkQueue));
         }
         let message = match sh.keys.lock().gather(&wr.sgl, e.pd) {
             Ok(m) => m,
@@ -288,7 +288,7 @@ impl Engine {
         qp: u32,
         hello: Vec<u8>,
         timeout: Option<Duration>,
-    ) -> DatResult<u64> {
+    ) -> Result<u64> {
         let e = self.qps.get(&qp).ok_or_else(bad_state)?;
         if e.ud.is_none() || e.state != QpState::Connected {
             return Err(bad_state());
@@ -440,12 +440,7 @@ impl Engine {
 
     /// The passive side: answers a datagram QP's HELLO with `qp`'s number and closes; returns
     /// where the requester's QP is.
-    pub(crate) fn ud_accept(
-        &mut self,
-        req: u64,
-        qp: u32,
-        private_data: &[u8],
-    ) -> DatResult<UdPeer> {
+    pub(crate) fn ud_accept(&mut self, req: u64, qp: u32, private_data: &[u8]) -> Result<UdPeer> {
         let port = match self.qps.get(&qp) {
             Some(e) if e.state == QpState::Connected => {
                 e.ud.as_ref().map(|u| u.port).ok_or_else(bad_state)?
@@ -454,7 +449,7 @@ impl Engine {
         };
         let Some(c) = self.conns.get_mut(&req) else {
             // The requester gave up (its connection closed) before the answer.
-            return Err(DatError::invalid_state(SubType::None));
+            return Err(Error::BadState);
         };
         let Phase::PassiveUdRequested { qpn, .. } = c.phase else {
             return Err(bad_state());

@@ -48,7 +48,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> DatResult<()> {
+    pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> Result<()> {
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         let opcode = wr.op.opcode();
         match e.state {
@@ -61,7 +61,7 @@ impl Engine {
             _ => return Err(bad_state()),
         }
         if e.outstanding.len() + e.fenced.len() >= e.cap.max_send_wr.max(1) as usize {
-            return Err(DatError::resources(SubType::None));
+            return Err(Error::NoResource(Resource::WorkQueue));
         }
         if e.conn.is_none() {
             return Err(bad_state());
@@ -304,7 +304,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn post_recv(&mut self, sh: &Shared, qp: u32, wr: RecvWr) -> DatResult<()> {
+    pub(crate) fn post_recv(&mut self, sh: &Shared, qp: u32, wr: RecvWr) -> Result<()> {
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         if e.srq.is_some() {
             return Err(bad_state());
@@ -315,10 +315,10 @@ impl Engine {
             return Ok(());
         }
         if wr.sgl.len() > e.cap.max_recv_sge.max(1) as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(Error::TooLong);
         }
         if e.rq.len() >= e.cap.max_recv_wr as usize {
-            return Err(DatError::resources(SubType::None));
+            return Err(Error::NoResource(Resource::WorkQueue));
         }
         e.rq.push_back(wr);
         let conn = e.conn;

@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::{
-    CmEvent, QpCap, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use super::{Shared, TcpCq, TcpSrq};
-use crate::core::error::{DatError, DatResult, SubType};
 use crate::intmap::IntMap;
 
 mod budget;
@@ -508,8 +508,8 @@ fn tune(stream: &TcpStream) {
     liveness::reset_on_exit(stream);
 }
 
-fn bad_state() -> DatError {
-    DatError::invalid_state(SubType::None)
+fn bad_state() -> Error {
+    Error::BadState
 }
 
 /// Requests the target answers with data (READ_RESP): RDMA reads and atomics. A fenced request
@@ -812,7 +812,7 @@ impl Engine {
         self.try_write(token);
     }
 
-    pub(crate) fn reset_qp(&mut self, qp: u32) -> DatResult<()> {
+    pub(crate) fn reset_qp(&mut self, qp: u32) -> Result<()> {
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         match e.state {
             QpState::Error | QpState::Init => {}

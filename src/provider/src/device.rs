@@ -1,0 +1,59 @@
+//! The device factory: opens a device of either backend from an IA's ia_params. It sits above
+//! the backends (it imports both; neither imports it) and below the core, whose IA opens its
+//! device here and maps the backend's error to the DAT code.
+
+use std::sync::Arc;
+
+#[cfg(feature = "verbs")]
+use crate::backend::verbs;
+use crate::backend::{tcp, Device, Error, Result};
+
+/// Opens the device named by an IA's ia_params, e.g. "tcp lo", "tcp eth0", "tcp 127.0.0.1".
+/// The words of `ia_params`: transport, target, and an optional third word (the port of a
+/// verbs device). Defaults: "tcp lo".
+pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
+    let mut words = ia_params.split_whitespace();
+    (
+        words.next().unwrap_or("tcp"),
+        words.next().unwrap_or("lo"),
+        words.next(),
+    )
+}
+
+/// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
+/// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1".
+pub fn open_device(ia_params: &str) -> Result<Arc<dyn Device>> {
+    match parse_ia_params(ia_params) {
+        ("tcp", target, _) => {
+            let device = tcp::TcpDevice::open(target)?;
+            Ok(device)
+        }
+        #[cfg(feature = "verbs")]
+        ("verbs", target, port) => {
+            let device = verbs::VerbsDevice::open(target, port)?;
+            Ok(device)
+        }
+        _ => Err(Error::NoDevice),
+    }
+}
+
+/// Why `ia_params` name no usable device, in words (None when they do):
+/// what `datinfo` and the provider's one-line warning tell a user whose
+/// dat.conf says "tcp eth7".
+pub fn diagnose(ia_params: &str) -> Option<String> {
+    match parse_ia_params(ia_params) {
+        ("tcp", target, _) => tcp::resolve_address(target).err(),
+        #[cfg(feature = "verbs")]
+        ("verbs", target, port) => verbs::diagnose(target, port),
+        #[cfg(not(feature = "verbs"))]
+        ("verbs", _, _) => Some(
+            "this provider library has no verbs backend: name libdaplrs-verbs.so.2 in dat.conf \
+             for \"verbs ...\" entries"
+                .to_string(),
+        ),
+        (other, _, _) => Some(format!(
+            "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 \
+             address>\" or \"verbs <device> [port] | <netdev> | <IPv4 address>\")"
+        )),
+    }
+}
