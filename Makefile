@@ -141,6 +141,9 @@ reserve-ports:
 	./tests-c/reserve-ports.sh
 .PHONY: reserve-ports
 
+# `cargo test --workspace` runs the DAT behaviour tests
+# (src/provider/src/core/behaviour_tests.rs) twice, over_tcp::* and
+# over_samehost::*; test-verbs runs them over verbs in the guest.
 test-rust:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features daplrs/verbs -- -D warnings
@@ -154,8 +157,17 @@ test-c: all
 # (tests-c/verbs-guest.sh; scripts/rxe-vm installs qemu and the guest kernel
 # itself; the guest's DAT/RDMA tools are in TEST_DEBS). `test` lists it
 # after test-c.
-test-verbs: deps all
+test-verbs: deps all $(BUILD)/tests/daplrs-behaviour-verbs
 	$(MAKE) -C tests-c test-verbs
+
+# The provider crate's test binary built with the verbs backend, for
+# verbs-guest.sh to run the DAT behaviour tests (over_verbs::*, ignored
+# elsewhere) in the guest on rxe0.
+$(BUILD)/tests/daplrs-behaviour-verbs: FORCE
+	@mkdir -p $(BUILD)/tests
+	bin=$$($(CARGO) test $(CARGO_FLAGS) -p daplrs --features verbs --lib --no-run --message-format=json | \
+		sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1); \
+	[ -n "$$bin" ] && cp "$$bin" $@
 
 # Threads (issue 11): `make test` runs tests-c/test_threads in a bounded
 # size; stress-threads runs bigger configurations (minutes); check-threads

@@ -11,6 +11,11 @@
 #    test_dat2_ops, test_unmapped, test_handle_types, test_fork and test_threads
 #    (threads posting and reaping on shared EVDs, its default size) with
 #    DAT_TEST_IA=rs-rxe0;
+#  - the provider crate's DAT behaviour tests (src/provider/src/core/
+#    behaviour_tests.rs, the Rust tests that run over TCP and the same-host
+#    path in `make test-rust`) over our verbs backend on rxe0 port 1:
+#    build/tests/daplrs-behaviour-verbs (top-level Makefile) with
+#    DAPLRS_TEST_DEVICE=verbs:rxe0:1, each test counted;
 #  - the DAT 1.2 suite on rs-rxe0's u1.2 entry: test_dat12_rules,
 #    test_misuse12, and interop12.sh (a 1.2 and a 2.0 process exchanging
 #    sends and RDMA reads over the verbs provider); not with
@@ -60,6 +65,11 @@ if [ "${1:-}" != --inside ]; then
 			exit 1
 		fi
 	done
+	if [ "$VERBS_IA" = rs-rxe0 ] && [ ! -x "$top/build/tests/daplrs-behaviour-verbs" ]; then
+		echo "verbs-guest: FAIL: $top/build/tests/daplrs-behaviour-verbs is missing (make build/tests/daplrs-behaviour-verbs at the top)"
+		echo "verbs-guest: 0 passed, 1 failed"
+		exit 1
+	fi
 	rm -rf "$out"
 	mkdir -p "$out"
 	start=$(date +%s)
@@ -171,6 +181,27 @@ if [ "$VERBS_IA" = rs-rxe0 ]; then
 			grep -m5 'FAIL' "$log" | sed 's/^/       /'
 		fi
 	done
+fi
+
+# --- 1c. the Rust DAT behaviour tests over our verbs backend (not OFED's: they
+# drive the provider crate's core directly). Each test is one pass or failure;
+# a binary that ends badly with no test failed is one failure more.
+if [ "$VERBS_IA" = rs-rxe0 ]; then
+	log="$out/rust-behaviour.log"
+	DAPLRS_TEST_DEVICE=verbs:rxe0:1 timeout -k 5 600 "$top/build/tests/daplrs-behaviour-verbs" \
+		--ignored over_verbs:: --test-threads=2 --show-output > "$log" 2>&1
+	rc=$?
+	n_ok=0 n_bad=0
+	while read -r _ name _ result; do
+		case "$result" in
+		ok) ok "rust ${name#core::behaviour_tests::}"; n_ok=$((n_ok + 1)) ;;
+		*) bad "rust ${name#core::behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1)) ;;
+		esac
+	done < <(grep -E '^test core::behaviour_tests::over_verbs::[a-z0-9_]+ \.\.\. ' "$log")
+	grep '^SKIP ' "$log" | sed 's/^/  note /'
+	if [ $n_ok -eq 0 ] || { [ $rc -ne 0 ] && [ $n_bad -eq 0 ]; }; then
+		bad "rust behaviour tests: exit $rc, $n_ok passed, $n_bad failed (see $log)"
+	fi
 fi
 
 # --- 2. the three ia_params forms of our provider

@@ -43,4 +43,8 @@ debug_by_handle!(
 );
 
 #[cfg(test)]
+mod behaviour_tests;
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -1252,5 +1252,13 @@ impl Drop for TcpListenerHandle {
     }
 }
 
+/// What core/testing.rs needs of this backend: the same-host mode of devices a test thread
+/// opens, and private page-aligned memory for test buffers.
+#[cfg(test)]
+pub(crate) mod test_support {
+    pub(crate) use super::samehost::arena::tests::Pages;
+    pub(crate) use super::samehost::{test_hooks, Mode};
+}
+
 #[cfg(test)]
 mod tests;

@@ -755,7 +755,7 @@ fn refusals_give_what_tcp_gives() {
     let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
     let _psp = connect_pair(&server, &client);
     assert_eq!(attached(&c_stats), 1);
-    super::bad_rkey_write_breaks_the_connection(&server, &client);
+    crate::core::testing::bad_rkey_write_breaks_the_connection(&server, &client);
     assert_eq!(inline(&c_stats), 0);
     close(&[&client, &server]);
 
@@ -763,7 +763,7 @@ fn refusals_give_what_tcp_gives() {
     let (server, _) = side("srv2", mem_priv::ALL, Mode::Require);
     let (client, c_stats) = side("cli2", mem_priv::ALL, Mode::Require);
     let _psp = connect_pair(&server, &client);
-    super::out_of_range_read_breaks_the_connection(&server, &client);
+    crate::core::testing::out_of_range_read_breaks_the_connection(&server, &client);
     assert_eq!(inline(&c_stats), 0);
     close(&[&client, &server]);
 
@@ -824,7 +824,7 @@ fn a_target_that_stopped_polling_still_serves_its_ring() {
         }
         assert_eq!(dto(&next(&client.dto)).0, 3);
         std::thread::sleep(pause);
-        super::out_of_range_read_breaks_the_connection(&server, &client);
+        crate::core::testing::out_of_range_read_breaks_the_connection(&server, &client);
         assert_eq!(rings(&c_stats), 1, "the answer came through the ring");
         close(&[&client, &server]);
     }
