@@ -67,5 +67,7 @@ END {
 	print "raw = perftest (ib_*_lat for cost, ib_*_bw -t 64 for rates). instr: user-space instructions (Ir);"
 	print "an iteration is one DTO posted and reaped (write and send ping-pong: plus waiting for the peer's)."
 	print "system calls: strace -f -c, sched_yield (datperf's choice between polls) and clock_gettime left out."
+	print "Polling figures include the empty polls of the iterations, whose number depends on timing (the"
+	print "dat_evd_* calls row; raw's ibv_poll_cq spins are not counted): compare blocking figures like for like."
 	printf "Measurements took %d s in the guest.\n", took
 }

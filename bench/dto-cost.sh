@@ -97,6 +97,8 @@ $OFED u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 "rxenet0 0" ""
 EOF
 export LD_LIBRARY_PATH=$top/build/lib DAT_OVERRIDE=$out/dat.conf
 datperf=$top/build/bin/datperf
+# The commit measured: the tree's state now, not when the table is written.
+commit=$(git -C "$top" describe --always --dirty 2>/dev/null || echo '?')
 server_pid=""
 trap 'stop_pid "$server_pid"' EXIT
 t0=$SECONDS
@@ -203,7 +205,7 @@ for ((r = 1; r <= RATE_ROUNDS; r++)); do
 	cm_rate "$r" ofed $OFED
 done
 took=$((SECONDS - t0))
-awk -v n1="$COST_N1" -v n2="$COST_N2" -v took="$took" -v commit="$(git -C "$top" describe --always --dirty 2>/dev/null)" \
+awk -v n1="$COST_N1" -v n2="$COST_N2" -v took="$took" -v commit="$commit" \
 	-f "$here/dto-cost-table.awk" cost.txt rates.txt >cost-table.txt
 sync
 exit 0
