@@ -37,11 +37,8 @@ set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
-ADDR=192.0.2.1
-OURS=rs-rxe0
-OFED=ofa-v2-rxe
-DEV=rxe0
-GID_INDEX=1
+# shellcheck source=guest-lib.sh
+. "$here/guest-lib.sh"
 COST_N1=${COST_N1:-100}
 COST_N2=${COST_N2:-300}
 RATE_ROUNDS=${RATE_ROUNDS:-3}
@@ -58,15 +55,7 @@ export COST_N1 COST_N2 RATE_ROUNDS RATE_ITERS CM_CONNS COST_TESTS COST_MODES STE
 # ================================================================ host side
 if [ "${1:-}" != --inside ]; then
 	out=$top/build/bench/dto-cost
-	for p in perftest libdapl2 ibverbs-providers librdmacm1 dapl2-utils valgrind strace; do
-		dpkg -s "$p" >/dev/null 2>&1 || missing="${missing:-} $p"
-	done
-	if [ -n "${missing:-}" ]; then
-		echo "dto-cost: installing$missing"
-		export DEBIAN_FRONTEND=noninteractive
-		# shellcheck disable=SC2086
-		{ apt-get update -qq && apt-get install -y -qq $missing >/dev/null; } || exit 1
-	fi
+	install_guest_debs dto-cost || exit 1
 	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf; do
 		[ -e "$top/$f" ] || { echo "dto-cost: $f is missing (make, then make -C bench)" >&2; exit 1; }
 	done
@@ -84,8 +73,6 @@ fi
 out=$2
 # shellcheck source=lib.sh
 . "$here/lib.sh"
-# shellcheck source=guest-lib.sh
-. "$here/guest-lib.sh"
 mkdir -p "$out/logs" "$out/cg" "$out/st"
 cd "$out" || exit 1
 : >failures.txt

@@ -1,7 +1,34 @@
 # Shell helpers of the soft-RoCE guest's benchmarks (run-bench-guest.sh,
-# dto-cost.sh), sourced after lib.sh, in the directory that holds logs/ and
-# failures.txt. They use STEP_TIMEOUT (seconds per client), t0 (the start,
-# in $SECONDS) and server_pid (the server to stop on exit).
+# dto-cost.sh), sourced by both on the host and in the guest. The functions
+# that run pairs work in the directory that holds logs/ and failures.txt and
+# use STEP_TIMEOUT (seconds per client), t0 (the start, in $SECONDS) and
+# server_pid (the server to stop on exit).
+
+# The guest scripts/rxe-vm boots: rxe0 on netdev rxenet0 = 192.0.2.1/24,
+# port 1, GID index 1; our entry over it and OFED's.
+ADDR=192.0.2.1
+OURS=rs-rxe0
+OFED=ofa-v2-rxe
+DEV=rxe0
+GID_INDEX=1
+
+# Debian packages the guest's measurements run (the guest sees this
+# machine's root): perftest, OFED's provider, the rxe user-space driver,
+# librdmacm, dapl2-utils (dtestcm), valgrind and strace (dto-cost.sh).
+# scripts/rxe-vm installs qemu and the guest kernel itself.
+GUEST_DEBS="perftest libdapl2 ibverbs-providers librdmacm1 dapl2-utils valgrind strace"
+
+# install_guest_debs WHO: installs the GUEST_DEBS that are missing (as root).
+install_guest_debs() {
+	local who=$1 p missing=""
+	for p in $GUEST_DEBS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+	[ -n "$missing" ] || return 0
+	echo "$who: installing$missing"
+	if [ "$(id -u)" != 0 ]; then echo "$who: need root for apt-get" >&2; return 1; fi
+	export DEBIAN_FRONTEND=noninteractive
+	# shellcheck disable=SC2086  # a list of package names
+	{ apt-get update -qq && apt-get install -y -qq $missing >/dev/null; }
+}
 
 # fail_run TAG WHY: records a failed run with its client and server output.
 fail_run() {

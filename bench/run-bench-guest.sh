@@ -42,11 +42,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
 out=$top/build/bench/guest
-ADDR=192.0.2.1
-OURS=rs-rxe0
-OFED=ofa-v2-rxe
-DEV=rxe0
-GID_INDEX=1
+# shellcheck source=guest-lib.sh
+. "$here/guest-lib.sh"
 ROUNDS=${ROUNDS:-5}
 LAT_ITERS=${LAT_ITERS:-1000}
 BW_ITERS=${BW_ITERS:-200}
@@ -57,21 +54,9 @@ DATPERF_QUAL=18515      # rdma_cm port space
 PERFTEST_PORT=18516     # TCP, perftest's out-of-band exchange
 export ROUNDS LAT_ITERS BW_ITERS REG_ITERS STEP_TIMEOUT DATPERF_ARGS
 
-# Debian packages the guest section runs (the guest sees this machine's
-# root): perftest, OFED's provider, the rxe user-space driver, librdmacm.
-# scripts/rxe-vm installs qemu and the guest kernel itself.
-GUEST_DEBS="perftest libdapl2 ibverbs-providers librdmacm1 dapl2-utils valgrind strace"
-
 # ================================================================ host side
 if [ "${1:-}" != --inside ]; then
-	missing=""
-	for p in $GUEST_DEBS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-	if [ -n "$missing" ]; then
-		echo "run-bench-guest: installing$missing"
-		if [ "$(id -u)" != 0 ]; then echo "run-bench-guest: need root for apt-get" >&2; exit 1; fi
-		export DEBIAN_FRONTEND=noninteractive
-		{ apt-get update -qq && apt-get install -y -qq $missing >/dev/null; } || exit 1
-	fi
+	install_guest_debs run-bench-guest || exit 1
 	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf build/bin/regcost; do
 		if [ ! -e "$top/$f" ]; then
 			echo "run-bench-guest: $f is missing (run make, then make -C bench)" >&2
@@ -112,8 +97,6 @@ fi
 # =============================================================== guest side
 # shellcheck source=lib.sh
 . "$here/lib.sh"
-# shellcheck source=guest-lib.sh
-. "$here/guest-lib.sh"
 cd "$out" || exit 1
 mkdir -p logs
 : >results.txt
