@@ -24,9 +24,11 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # Debian packages `make test` needs: the C toolchain, OFED's headers and
 # library (ABI comparison, third-party provider), the conformance suite,
 # iproute2 for the two-host test in network namespaces, and xz-utils to
-# unpack Debian's dapl source (tests-c/debian-sources.sh).
+# unpack Debian's dapl source (tests-c/debian-sources.sh), and libfabric-dev
+# for the OFI bindings (src/ofi-sys, docs/libfabric.md).
 TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl2 dapl2-utils \
-               libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest
+               libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest \
+               libfabric-dev
 
 .PHONY: all libs tools header test test-rust test-c test-verbs deps install uninstall clean
 
