@@ -276,7 +276,7 @@ mod imp {
 
     pub(super) unsafe fn atomic(addr: *mut u64, operand: u64, swap: Option<u64>) -> Option<u64> {
         use std::sync::atomic::{AtomicU64, Ordering};
-        if !crate::mapping::mapped(addr as u64, 8, true) {
+        if !daplrs_backend::mapping::mapped(addr as u64, 8, true) {
             return None;
         }
         // SAFETY: the caller's promise, and the word was there just now.

@@ -14,12 +14,12 @@
 //! made in the shared table too, under both locks, and a peer copies only under the table's
 //! mutex, so the same holds for copies made by other processes.
 
-use super::super::{access, Sge, WcStatus};
 use super::samehost::arena::ArenaSpan;
 use super::samehost::Publisher;
 use super::sys;
 use super::wire::Status;
-use crate::intmap::{IntMap, IntSet};
+use daplrs_backend::intmap::{IntMap, IntSet};
+use daplrs_backend::{access, Sge, WcStatus};
 use std::io::IoSlice;
 
 /// Remote reads up to a page are copied before their answer is sent (a few ns); longer ones

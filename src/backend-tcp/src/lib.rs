@@ -14,6 +14,14 @@
 //! leaves claimed sockets alone and is woken when they are given back, so a target is served
 //! either way. Large RDMA read answers go from the target's registered memory straight to the
 //! socket, and from the socket straight into the initiator's buffers (see `ReadSink`).
+//!
+//! This crate implements the contract of `daplrs-backend` and depends on nothing else of the
+//! provider: it cannot name a DAT type.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+// The DAT test helpers this crate's tests include (src/tests.rs) name it by its own name.
+#[cfg(test)]
+extern crate self as daplrs_tcp;
 
 mod engine;
 mod guarded;
@@ -22,7 +30,7 @@ mod samehost;
 mod sys;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
 #[cfg(feature = "fuzzing")]
-pub(crate) use sys::connect_reusable;
+pub use sys::connect_reusable;
 /// The frame format. Public only for the fuzzers and the hostile-peer test (feature `fuzzing`).
 #[cfg(feature = "fuzzing")]
 pub mod wire;
@@ -41,39 +49,20 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{
+use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{
     AddressHandle, CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr,
     Listener, MemoryRegion, MemoryWindow, NotifyFn, ProtectionDomain, QpInit, QpState, QueuePair,
     RecvWr, SendWr, SharedReceiveQueue, UdPeer, WorkCompletion,
 };
-use super::{Error, Resource, Result};
-use crate::intmap::IntMap;
+use daplrs_backend::{Error, Resource, Result};
 use engine::{Deferred, Engine, TcpAh};
 use keys::{KeyEntry, Keys};
 
 /// Largest message / RDMA transfer (also the wire bound on payloads).
 pub const MAX_MESSAGE: u32 = 16 << 20;
 
-/// Resolves the second word of ia_params: an IPv4 address assigned to this host, or the name
-/// of an interface with an IPv4 address. The error says why not, for datinfo.
-pub fn resolve_address(target: &str) -> Result<Ipv4Addr, String> {
-    if let Ok(addr) = target.parse::<Ipv4Addr>() {
-        // Binding proves the address is configured on this host.
-        return match UdpSocket::bind(SocketAddrV4::new(addr, 0)) {
-            Ok(_) => Ok(addr),
-            Err(e) => Err(format!(
-                "address {addr} is not configured on this host: {e}"
-            )),
-        };
-    }
-    match sys::interface_ipv4(target) {
-        Ok(Some(a)) => Ok(a),
-        Ok(None) => Err(format!(
-            "interface {target} does not exist or has no IPv4 address"
-        )),
-        Err(e) => Err(format!("cannot list interfaces: {e}")),
-    }
-}
+pub use daplrs_backend::netif::resolve_address;
 
 pub(crate) struct Shared {
     name: String,
@@ -1252,12 +1241,14 @@ impl Drop for TcpListenerHandle {
     }
 }
 
-/// What core/testing.rs needs of this backend: the same-host mode of devices a test thread
-/// opens, and private page-aligned memory for test buffers.
-#[cfg(test)]
-pub(crate) mod test_support {
-    pub(crate) use super::samehost::arena::tests::Pages;
-    pub(crate) use super::samehost::{test_hooks, Mode};
+/// What the DAT tests' helpers (the `daplrs` crate's testing.rs) need of this backend: the
+/// same-host mode of devices a test thread opens, and private page-aligned memory for test
+/// buffers. Public with the feature `testing`, which only the `daplrs` crate's tests enable.
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod test_support {
+    pub use super::samehost::arena::test_pages::Pages;
+    pub use super::samehost::{test_hooks, Mode, Stats};
 }
 
 #[cfg(test)]

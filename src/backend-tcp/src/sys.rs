@@ -2,7 +2,6 @@
 //! socket writes with sendmsg(2), and reading interface addresses with getifaddrs(3) and
 //! their MTU with ioctl(SIOCGIFMTU), and the progress thread's epoll(7) set.
 
-use std::ffi::{CStr, CString};
 use std::io::{self, IoSlice};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -395,17 +394,9 @@ pub(super) fn sigpipes_on_this_thread() -> u32 {
     SIGPIPES.with(|c| c.get())
 }
 
-/// The IPv4 address of network interface `name`, if it has one.
-pub(super) fn interface_ipv4(name: &str) -> io::Result<Option<Ipv4Addr>> {
-    Ok(ipv4_interfaces()?
-        .into_iter()
-        .find(|(n, _)| n.to_bytes() == name.as_bytes())
-        .map(|(_, a)| a))
-}
-
 /// The MTU of the interface holding `addr` (SIOCGIFMTU), if one does and can tell.
 pub(super) fn interface_mtu(addr: Ipv4Addr) -> Option<u32> {
-    let (name, _) = ipv4_interfaces()
+    let (name, _) = daplrs_backend::netif::ipv4_interfaces()
         .ok()?
         .into_iter()
         .find(|(_, a)| *a == addr)?;
@@ -426,40 +417,6 @@ pub(super) fn interface_mtu(addr: Ipv4Addr) -> Option<u32> {
     (rc == 0 && mtu > 0).then_some(mtu as u32)
 }
 
-/// Every (interface name, IPv4 address) pair of this host.
-fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list` with a linked list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut found = Vec::new();
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned and we have not freed it.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_name.is_null() || ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points at a sockaddr of at least sa_family.
-        let family = unsafe { (*ifa.ifa_addr).sa_family };
-        if i32::from(family) == libc::AF_INET {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let ifname = unsafe { CStr::from_ptr(ifa.ifa_name) };
-            // SAFETY: for AF_INET the sockaddr is a sockaddr_in.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            found.push((
-                ifname.to_owned(),
-                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-            ));
-        }
-    }
-    // SAFETY: `list` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(list) };
-    Ok(found)
-}
-
 /// Connects a TCP socket to `remote` within `limit`, with SO_REUSEADDR set before the connect.
 ///
 /// Why: the side that closes a connection first keeps its local port in TIME_WAIT for a
@@ -470,7 +427,7 @@ fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
 /// own closed ones would make the next `dat_psp_create` on that port fail with
 /// DAT_CONN_QUAL_IN_USE. With SO_REUSEADDR on both sockets the TIME_WAIT no longer conflicts
 /// (a live listener still does).
-pub(crate) fn connect_reusable(
+pub fn connect_reusable(
     remote: std::net::SocketAddrV4,
     limit: std::time::Duration,
 ) -> io::Result<std::net::TcpStream> {

@@ -1,25 +1,40 @@
 //! The TCP backend's own tests: its wire protocol against peers speaking it by hand (fake
 //! targets, garbage, silent peers), its sockets (SIGPIPE, resets, low-water marks, TIME_WAIT),
 //! its engine's internals, and two IAs on 127.0.0.1 where the behaviour under test is the
-//! TCP transport's. The DAT behaviour every device shares is in core/behaviour_tests.rs; the
-//! helpers (`Side`, `Buffer`, waits) are core/testing.rs's. Waits use a generous timeout only
+//! TCP transport's. The DAT behaviour every device shares is in the `daplrs` crate's
+//! behaviour_tests.rs; the helpers (`Side`, `Buffer`, waits) are its testing.rs, included here. Waits use a generous timeout only
 //! as a hang guard; readiness is always an event, never a sleep.
 
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpStream};
 use std::sync::Arc;
 
-use crate::backend::Sge;
-use crate::core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
-use crate::core::ep::RemoteBuffer;
-use crate::core::error::ErrorType;
-use crate::core::evd::EventData;
-use crate::core::handle;
-use crate::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
-use crate::core::sp::Sp;
-pub(super) use crate::core::testing::{
+use daplrs_backend::Sge;
+use daplrs_core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
+use daplrs_core::ep::RemoteBuffer;
+use daplrs_core::error::ErrorType;
+use daplrs_core::evd::EventData;
+use daplrs_core::handle;
+use daplrs_core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
+use daplrs_core::sp::Sp;
+pub(super) use testing::{
     close, connect_pair, dto, next, next_cr, read_8_bytes, Buffer, Side, GUARD_US,
 };
+
+/// The DAT-level test helpers, shared with the `daplrs` crate's behaviour tests (which run them
+/// over every device); here over TCP devices only, so much of it goes unused.
+#[path = "../../provider/src/testing.rs"]
+#[allow(dead_code)]
+pub(super) mod testing;
+
+/// What the device factory (`daplrs::device`) does with "tcp <target>", and NoDevice for the
+/// rest: testing.rs opens its IAs with this (the core knows no backend).
+fn open_device(ia_params: &str) -> daplrs_backend::Result<Arc<dyn daplrs_backend::Device>> {
+    match ia_params.split_whitespace().collect::<Vec<_>>()[..] {
+        ["tcp", target] => Ok(super::TcpDevice::open(target)?),
+        _ => Err(daplrs_backend::Error::NoDevice),
+    }
+}
 
 #[test]
 fn garbled_peer_breaks_only_its_own_connection() {
@@ -414,10 +429,10 @@ fn refusing_target_closes_without_resetting() {
 /// engine lock so that the progress thread cannot read the answer first.
 #[test]
 fn answer_read_before_a_failed_write_is_reported() {
-    use super::super::{
+    use super::wire::{self, Header, Kind, Status};
+    use daplrs_backend::{
         access, CmEvent, Device, QpCap, QpInit, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion,
     };
-    use super::wire::{self, Header, Kind, Status};
     use std::io::Read;
     use std::sync::mpsc;
     use std::time::Duration;
@@ -671,7 +686,7 @@ fn a_polling_consumer_keeps_its_socket_quiet_only_while_it_waits() {
 
 #[test]
 fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
-    use crate::backend::Device;
+    use daplrs_backend::Device;
     // Loopback's MTU as the kernel reports it (65536 on Linux unless changed), less the IPv4,
     // UDP and datagram headers, and never more than a UDP datagram holds.
     let lo = std::fs::read_to_string("/sys/class/net/lo/mtu")
@@ -750,7 +765,7 @@ fn our_closed_connection_does_not_block_a_listener_on_its_port() {
 /// waited forever for its last event).
 #[test]
 fn connection_events_keep_the_engines_order_across_threads() {
-    use super::super::{CmEvent, Device};
+    use daplrs_backend::{CmEvent, Device};
     let dev = super::TcpDevice::open("127.0.0.1").expect("device");
     let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let log = seen.clone();

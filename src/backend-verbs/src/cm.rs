@@ -31,8 +31,8 @@ use rdma_sys::*;
 use super::qp::{Phase, VerbsAh, VerbsQp};
 use super::sys::{self, Ptr};
 use super::Shared;
-use crate::backend::{CmEvent, ConnRequestId, Listener, UdPeer};
-use crate::backend::{Error, Resource, Result};
+use daplrs_backend::{CmEvent, ConnRequestId, Listener, UdPeer};
+use daplrs_backend::{Error, Resource, Result};
 
 /// rdma_cm's address and route resolution timeout.
 const RESOLVE_MS: i32 = 2000;

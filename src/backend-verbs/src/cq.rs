@@ -15,8 +15,8 @@ use rdma_sys::*;
 
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT};
-use crate::backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
-use crate::backend::{Error, Resource, Result};
+use daplrs_backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
+use daplrs_backend::{Error, Resource, Result};
 
 pub(crate) struct VerbsCq {
     /// Lets the backend get its own Arc back from the trait object the core hands over.

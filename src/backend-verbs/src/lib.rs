@@ -11,6 +11,10 @@
 //! it), the IA's rdma_cm event channel (connection events, acknowledged before they are
 //! handled so that handlers may destroy ids), and the device's asynchronous event descriptor
 //! (QP fatal errors become broken connections).
+//!
+//! This crate implements the contract of `daplrs-backend` and depends on nothing else of the
+//! provider: it cannot name a DAT type.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod cm;
 mod cq;
@@ -27,14 +31,14 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use super::{
+use cm::CmState;
+use cq::VerbsCq;
+use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{
     CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
     ProtectionDomain, QpInit, QueuePair, SharedReceiveQueue,
 };
-use crate::backend::{Error, Resource, Result};
-use crate::intmap::IntMap;
-use cm::CmState;
-use cq::VerbsCq;
+use daplrs_backend::{Error, Resource, Result};
 use qp::VerbsQp;
 use sys::Ptr;
 
@@ -433,7 +437,7 @@ fn event_loop(s: Arc<Shared>) {
 
 /// A completion channel event: acknowledge, re-arm, then let the CQ's consumer reap it (the
 /// re-arm comes first so a completion arriving meanwhile raises a new event).
-pub(super) fn completion_events(s: &Arc<Shared>) {
+pub(crate) fn completion_events(s: &Arc<Shared>) {
     // One event a call: the channel stays readable while more are pending, and a consumer
     // woken for its completion should not pay a failed read on its way back.
     let mut cq: *mut ibv_cq = std::ptr::null_mut();
@@ -560,7 +564,7 @@ impl Device for VerbsDevice {
         req: ConnRequestId,
         qp: &Arc<dyn QueuePair>,
         private_data: &[u8],
-    ) -> Result<super::UdPeer> {
+    ) -> Result<daplrs_backend::UdPeer> {
         cm::ud_accept(&self.shared, req, own_qp(qp)?, private_data)
     }
     fn close(&self) {

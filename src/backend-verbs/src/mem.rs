@@ -8,8 +8,8 @@ use rdma_sys::*;
 
 use super::sys::Ptr;
 use super::Shared;
-use crate::backend::{Error, Resource, Result};
-use crate::backend::{MemoryRegion, MemoryWindow, ProtectionDomain};
+use daplrs_backend::{Error, Resource, Result};
+use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain};
 
 pub(crate) struct PdInner {
     pub(super) id: u32,

@@ -21,12 +21,12 @@ use super::cq::VerbsCq;
 use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT};
-use crate::backend::{
+use daplrs_backend::intmap::{IntMap, IntSet};
+use daplrs_backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::backend::{Error, Resource, Result};
-use crate::intmap::{IntMap, IntSet};
+use daplrs_backend::{Error, Resource, Result};
 
 /// How long teardown waits for the hardware to flush a QP's outstanding requests.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
@@ -147,7 +147,7 @@ impl VerbsQp {
         &self,
         wr_id: u64,
         opcode: WcOpcode,
-        sgl: &[crate::backend::Sge],
+        sgl: &[daplrs_backend::Sge],
     ) -> Result<bool> {
         match self.phase() {
             Phase::Connected => {}
@@ -530,14 +530,14 @@ impl VerbsQp {
     }
 }
 
-fn downcast_pd(pd: &dyn crate::backend::ProtectionDomain) -> Result<Arc<PdInner>> {
+fn downcast_pd(pd: &dyn daplrs_backend::ProtectionDomain) -> Result<Arc<PdInner>> {
     pd.as_any()
         .downcast_ref::<VerbsPd>()
         .map(|p| p.inner.clone())
         .ok_or(Error::Internal)
 }
 
-fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> Result<Arc<VerbsCq>> {
+fn downcast_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<VerbsCq>> {
     cq.as_any()
         .downcast_ref::<VerbsCq>()
         .and_then(|c| c.me.upgrade())
@@ -933,7 +933,7 @@ pub(crate) struct VerbsSrq {
 impl VerbsSrq {
     pub(super) fn create(
         shared: &Arc<Shared>,
-        pd: &dyn crate::backend::ProtectionDomain,
+        pd: &dyn daplrs_backend::ProtectionDomain,
         max_wr: u32,
         max_sge: u32,
     ) -> Result<Arc<VerbsSrq>> {

@@ -65,11 +65,11 @@ pub(super) fn eventfd_clear(fd: &OwnedFd) {
 /// A scatter-gather list as verbs takes it: our `Sge` has ibv_sge's layout (asserted
 /// below), so the list is handed over as it is, with no copy or allocation. The hardware
 /// driver only reads it (ibv_post_send/ibv_post_recv take a mutable pointer by C habit).
-pub(super) fn sge_ptr(sgl: &[crate::backend::Sge]) -> *mut rdma_sys::ibv_sge {
+pub(super) fn sge_ptr(sgl: &[daplrs_backend::Sge]) -> *mut rdma_sys::ibv_sge {
     sgl.as_ptr() as *mut rdma_sys::ibv_sge
 }
 const _: () = {
-    use crate::backend::Sge;
+    use daplrs_backend::Sge;
     use rdma_sys::ibv_sge;
     assert!(std::mem::size_of::<Sge>() == std::mem::size_of::<ibv_sge>());
     assert!(std::mem::align_of::<Sge>() == std::mem::align_of::<ibv_sge>());
@@ -181,7 +181,7 @@ pub(super) fn ports() -> Vec<PortInfo> {
             let addr = if netdev.is_empty() {
                 None
             } else {
-                crate::backend::tcp::resolve_address(&netdev).ok()
+                daplrs_backend::netif::resolve_address(&netdev).ok()
             };
             out.push(PortInfo {
                 device: dev.clone(),

@@ -4,15 +4,19 @@
 //! lkey/rkey, memory window, completion queue with a notify hook, queue pair with send/recv work
 //! requests of (addr, len, lkey) scatter-gather lists, shared receive queue, connection manager
 //! with listen/connect/accept/reject/disconnect and asynchronous events), so an ibverbs backend can
-//! implement the same traits. The TCP backend (`tcp`) is the software transport.
+//! implement the same traits. The TCP backend (crate `daplrs-tcp`) is the software transport.
 //!
 //! Errors are `Error`s (`error`), in verbs and transport terms: the core maps them to DAT codes.
-//! The factory that opens a device of either backend from an IA's ia_params is `crate::device`.
+//! The factory that opens a device of either backend from an IA's ia_params is `daplrs::device`.
+//! This crate names no DAT type: the backends depend on it alone, the core on it and on no
+//! backend.
+
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
-pub mod tcp;
-#[cfg(feature = "verbs")]
-pub mod verbs;
+pub mod intmap;
+pub mod mapping;
+pub mod netif;
 
 use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddrV4};

@@ -26,7 +26,7 @@ extern "C" fn forked() {
 
 /// Whether every byte of `[addr, addr + len)` is mapped readable, and writable if `write`.
 /// When the kernel cannot be asked at all (no /proc), true: registration works as before.
-pub(crate) fn mapped(addr: u64, len: u64, write: bool) -> bool {
+pub fn mapped(addr: u64, len: u64, write: bool) -> bool {
     static WATCH_FORKS: Once = Once::new();
     // SAFETY: `forked` only bumps an atomic, which is async-signal-safe.
     WATCH_FORKS.call_once(|| unsafe {
@@ -105,33 +105,33 @@ fn parse_line(line: &str) -> Option<(u64, u64, u64)> {
     ))
 }
 
-pub(crate) const VMA_READ: u64 = 1;
-pub(crate) const VMA_WRITE: u64 = 2;
-pub(crate) const VMA_EXEC: u64 = 4;
-pub(crate) const VMA_SHARED: u64 = 8;
+pub const VMA_READ: u64 = 1;
+pub const VMA_WRITE: u64 = 2;
+pub const VMA_EXEC: u64 = 4;
+pub const VMA_SHARED: u64 = 8;
 
 /// struct procmap_query (linux/fs.h, Linux 6.11).
 #[repr(C)]
 #[derive(Default)]
-pub(crate) struct ProcmapQuery {
-    pub(crate) size: u64,
-    pub(crate) query_flags: u64,
-    pub(crate) query_addr: u64,
-    pub(crate) vma_start: u64,
-    pub(crate) vma_end: u64,
-    pub(crate) vma_flags: u64,
-    pub(crate) vma_page_size: u64,
-    pub(crate) vma_offset: u64,
-    pub(crate) inode: u64,
-    pub(crate) dev_major: u32,
-    pub(crate) dev_minor: u32,
-    pub(crate) vma_name_size: u32,
-    pub(crate) build_id_size: u32,
-    pub(crate) vma_name_addr: u64,
-    pub(crate) build_id_addr: u64,
+pub struct ProcmapQuery {
+    pub size: u64,
+    pub query_flags: u64,
+    pub query_addr: u64,
+    pub vma_start: u64,
+    pub vma_end: u64,
+    pub vma_flags: u64,
+    pub vma_page_size: u64,
+    pub vma_offset: u64,
+    pub inode: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub vma_name_size: u32,
+    pub build_id_size: u32,
+    pub vma_name_addr: u64,
+    pub build_id_addr: u64,
 }
 /// _IOWR('f', 17, struct procmap_query).
-pub(crate) const PROCMAP_QUERY: libc::c_ulong = 0xc068_6611;
+pub const PROCMAP_QUERY: libc::c_ulong = 0xc068_6611;
 const _: () = assert!(std::mem::size_of::<ProcmapQuery>() == 0x68);
 
 /// The span and VMA_* access bits of the mapping of ours that contains `addr`, None if none

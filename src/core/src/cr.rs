@@ -9,7 +9,7 @@ use super::ep::Ep;
 use super::error::{DatError, DatResult};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::sp::Sp;
-use crate::backend::ConnRequestId;
+use daplrs_backend::ConnRequestId;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CrParam {

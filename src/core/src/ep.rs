@@ -26,7 +26,7 @@ use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
 use super::srq::Srq;
-use crate::backend::{
+use daplrs_backend::{
     CompletionQueue, DeviceAttr, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, SgeList,
 };
 

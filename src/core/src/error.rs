@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::backend;
+use daplrs_backend as backend;
 
 /// Error class bit of a DAT_RETURN (DAT_CLASS_ERROR).
 pub const CLASS_ERROR: u32 = 0x8000_0000;
@@ -343,7 +343,7 @@ mod tests {
     /// The codes the backends' errors had when the backends built them.
     #[test]
     fn backend_errors_keep_their_dat_codes() {
-        use crate::backend::{Error, Resource};
+        use daplrs_backend::{Error, Resource};
         let code = |e, arg| from_backend(e, arg).code();
         assert_eq!(code(Error::NoResource(Resource::Memory), None), 0x8003_0002);
         assert_eq!(code(Error::NoResource(Resource::Device), None), 0x8003_0003);

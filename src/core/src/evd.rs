@@ -47,7 +47,7 @@ use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
-use crate::backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use daplrs_backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 
 /// The payload of an event; handles are the values C sees.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use super::ep::{Ep, RemoteBuffer};
 use super::error::{DatError, DatResult};
 use super::handle::Object;
 use super::ia::PendingDto;
-use crate::backend::{SendOp, SendWr, Sge};
+use daplrs_backend::{SendOp, SendWr, Sge};
 
 /// The two 64-bit atomics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

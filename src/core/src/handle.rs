@@ -27,7 +27,7 @@ use super::pz::Pz;
 use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq::Srq;
-use crate::intmap::IntMap;
+use daplrs_backend::intmap::IntMap;
 use space::Space;
 
 /// A handle value: the address of its word (0 = DAT_HANDLE_NULL).

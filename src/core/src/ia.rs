@@ -18,8 +18,8 @@ use super::lmr::Lmr;
 use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq;
-use crate::backend::{CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
-use crate::intmap::{IntMap, IntSet};
+use daplrs_backend::intmap::{IntMap, IntSet};
+use daplrs_backend::{CmEvent, Device, WcOpcode, WcStatus, WorkCompletion};
 
 /// What dat_ia_query reports (DAT_IA_ATTR, minus the fixed strings the ffi layer fills).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,14 +174,20 @@ pub enum AsyncEvd {
     None,
 }
 
+/// What opens the device named by an IA's ia_params: the core knows no backend, so the
+/// provider passes its device factory (`daplrs::device::open_device`), tests a backend's.
+pub type OpenDevice = fn(&str) -> daplrs_backend::Result<Arc<dyn Device>>;
+
 impl Ia {
-    /// dat_ia_open: opens the device named by `ia_params` ("tcp lo", "tcp 10.0.0.1", ...).
+    /// dat_ia_open: opens the device named by `ia_params` ("tcp lo", "tcp 10.0.0.1", ...)
+    /// with `open_device`.
     /// With `async_evd_qlen`, also creates the IA's async EVD (the DAT_HANDLE_NULL case);
     /// without, the caller names an existing one or none (see `Ia::open_with_async_evd`).
     /// `dispatch` is the C table this IA's handles start with (see `Ia::dispatch`).
     pub fn open(
         name: &str,
         ia_params: &str,
+        open_device: OpenDevice,
         async_evd_qlen: Option<i32>,
         dispatch: usize,
     ) -> DatResult<(Arc<Ia>, Option<Arc<Evd>>)> {
@@ -189,7 +195,7 @@ impl Ia {
             Some(qlen) => AsyncEvd::Create(qlen),
             None => AsyncEvd::None,
         };
-        Self::open_with_async_evd(name, ia_params, async_evd, dispatch)
+        Self::open_with_async_evd(name, ia_params, open_device, async_evd, dispatch)
     }
 
     /// dat_ia_open with the consumer's choice of async EVD. An existing one must be a live EVD
@@ -198,6 +204,7 @@ impl Ia {
     pub fn open_with_async_evd(
         name: &str,
         ia_params: &str,
+        open_device: OpenDevice,
         async_evd: AsyncEvd,
         dispatch: usize,
     ) -> DatResult<(Arc<Ia>, Option<Arc<Evd>>)> {
@@ -215,7 +222,7 @@ impl Ia {
             AsyncEvd::Create(qlen) => Some(qlen),
             _ => None,
         };
-        let device = crate::device::open_device(ia_params)?;
+        let device = open_device(ia_params)?;
         let reservation = handle::reserve(HandleKind::Ia, dispatch);
         let ia = Arc::new(Ia {
             handle: reservation.handle(),
@@ -768,7 +775,7 @@ pub(crate) fn dto_status_of(s: WcStatus) -> u32 {
 #[cfg(test)]
 mod pending_tests {
     use super::{PendingDto, PendingTable};
-    use crate::core::handle::Handle;
+    use crate::handle::Handle;
 
     fn dto(cookie: u64) -> PendingDto {
         PendingDto {

@@ -2,6 +2,11 @@
 //!
 //! Every object type has its module; `handle` is the one handle mechanism the ffi layer uses to
 //! turn C handles into objects; `error` maps onto DAT_RETURN.
+//!
+//! The core depends on the backend contract (`daplrs-backend`) and on no backend: an IA is
+//! given the function that opens its device (`daplrs::device::open_device` in the provider).
+//! The DAT behaviour tests over every device live in the `daplrs` crate, which can open them.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cno;
 pub mod consts;
@@ -42,9 +47,5 @@ debug_by_handle!(
     srq::Srq
 );
 
-#[cfg(test)]
-mod behaviour_tests;
-#[cfg(test)]
-pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use super::error::{from_backend, DatError, DatResult, ErrorType, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, LocalRegion};
 use super::pz::Pz;
-use crate::backend::{self, access, MemoryRegion};
+use daplrs_backend::{self as backend, access, MemoryRegion};
 
 /// DAT_VA_TYPE.
 pub const VA_TYPE_VA: u32 = 0;
@@ -133,7 +133,7 @@ impl Lmr {
         // later read or write it for a peer; a verbs device pins memory asked for reading only
         // with the kernel's FOLL_FORCE, which takes even PROT_NONE memory.
         let write = mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE | mem_priv::REMOTE_ATOMIC;
-        if !crate::mapping::mapped(address, length, privileges & write != 0) {
+        if !daplrs_backend::mapping::mapped(address, length, privileges & write != 0) {
             return Err(DatError::invalid_arg(3));
         }
         ia.check_room(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::error::{DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
-use crate::backend::ProtectionDomain;
+use daplrs_backend::ProtectionDomain;
 
 pub struct Pz {
     handle: Handle,

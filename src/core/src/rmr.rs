@@ -17,7 +17,7 @@ use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
 use super::lmr::{access_of, Lmr, VA_TYPE_VA, VA_TYPE_ZB};
 use super::pz::Pz;
-use crate::backend::{MemoryWindow, SendOp, SendWr, Sge, SgeList};
+use daplrs_backend::{MemoryWindow, SendOp, SendWr, Sge, SgeList};
 
 #[derive(Clone)]
 struct Binding {
@@ -207,7 +207,7 @@ impl Rmr {
             mr: lmr.as_ref().map(|l| l.mr().clone()),
             addr: address,
             length: u64::from(length),
-            access: access_of(privileges) & !crate::backend::access::MW_BIND,
+            access: access_of(privileges) & !daplrs_backend::access::MW_BIND,
             new_rkey,
         };
         if let Some(l) = &lmr {

@@ -33,7 +33,7 @@ use super::error::{DatError, DatResult, ErrorType, SubType};
 use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::Ia;
-use crate::backend::{ConnRequestId, Listener};
+use daplrs_backend::{ConnRequestId, Listener};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpKind {

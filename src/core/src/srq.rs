@@ -27,7 +27,7 @@ use super::error::{from_backend, DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
-use crate::backend::{RecvWr, Sge, SharedReceiveQueue};
+use daplrs_backend::{RecvWr, Sge, SharedReceiveQueue};
 
 /// DAT_SRQ_ATTR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

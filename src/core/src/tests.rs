@@ -17,13 +17,23 @@ use super::pz::Pz;
 use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq::{Srq, SrqAttr};
-use crate::backend::Sge;
+use daplrs_backend::Sge;
 
 /// Hang guard for blocking waits (microseconds); never a timing assertion.
 const GUARD_US: u32 = 10_000_000;
 
+/// What the device factory (`daplrs::device`) does with "tcp <target>", and NoDevice for the
+/// rest: the core knows no backend; its tests open TCP devices (a dev-dependency).
+fn open_device(ia_params: &str) -> daplrs_backend::Result<Arc<dyn daplrs_backend::Device>> {
+    match ia_params.split_whitespace().collect::<Vec<_>>()[..] {
+        ["tcp", target] => Ok(daplrs_tcp::TcpDevice::open(target)?),
+        _ => Err(daplrs_backend::Error::NoDevice),
+    }
+}
+
 fn open_ia() -> (Arc<Ia>, Arc<Evd>) {
-    let (ia, async_evd) = Ia::open("test-ia", "tcp 127.0.0.1", Some(8), 0).expect("open IA on lo");
+    let (ia, async_evd) =
+        Ia::open("test-ia", "tcp 127.0.0.1", open_device, Some(8), 0).expect("open IA on lo");
     (ia, async_evd.expect("implicit async EVD"))
 }
 
@@ -37,7 +47,8 @@ fn ia_reports_the_interface_address() {
     let attr = ia.query();
     assert_eq!(attr.address, std::net::Ipv4Addr::LOCALHOST);
     assert!(attr.max_eps > 0 && attr.max_evd_qlen > 0 && attr.max_message_size > 0);
-    let (by_name, _) = Ia::open("by-name", "tcp lo", None, 0).expect("open IA on interface lo");
+    let (by_name, _) =
+        Ia::open("by-name", "tcp lo", open_device, None, 0).expect("open IA on interface lo");
     assert_eq!(by_name.address(), std::net::Ipv4Addr::LOCALHOST);
     by_name
         .close(close_flags::GRACEFUL)
@@ -48,9 +59,9 @@ fn ia_reports_the_interface_address() {
 
 #[test]
 fn unknown_interface_is_refused() {
-    let e = Ia::open("x", "tcp no-such-if0", None, 0).expect_err("must fail");
+    let e = Ia::open("x", "tcp no-such-if0", open_device, None, 0).expect_err("must fail");
     assert_eq!(e.kind, ErrorType::InsufficientResources);
-    let e = Ia::open("x", "ib0 0", None, 0).expect_err("must fail");
+    let e = Ia::open("x", "ib0 0", open_device, None, 0).expect_err("must fail");
     assert_eq!(e.kind, ErrorType::ProviderNotFound);
 }
 

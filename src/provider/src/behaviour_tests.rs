@@ -1,7 +1,7 @@
 //! DAT behaviour over any device: two IAs in one process, driven through the core's API only
 //! (Ia, Ep, Evd, Lmr, Rmr, Pz, Sp, Cr, Srq, Cno): connection management, data transfer, remote
 //! access enforcement, and failures. Every test runs over each device of `TestDevice`
-//! (core/testing.rs): `over_tcp::*` (the TCP backend, its same-host path off),
+//! (testing.rs): `over_tcp::*` (the TCP backend, its same-host path off),
 //! `over_samehost::*` (the same-host path required) and, built with the verbs feature,
 //! `over_verbs::*`, ignored unless asked for: those need an RDMA port, named by
 //! DAPLRS_TEST_DEVICE (e.g. "verbs:rxe0:1"), and run in the soft-RoCE guest of
@@ -9,7 +9,7 @@
 //! is skipped on it alone, with the reason printed (`TestDevice::skip_on_verbs`).
 //!
 //! The TCP backend's own tests (its wire protocol, hostile peers, the same-host rings and
-//! arenas, engine internals) stay in backend/tcp/tests.rs and its tests/ directory.
+//! arenas, engine internals) stay in daplrs-tcp: src/backend-tcp/src/tests.rs and its tests/ directory.
 
 use crate::backend::Sge;
 use crate::core::consts::{
@@ -22,7 +22,7 @@ use crate::core::handle::{self, Handle};
 use crate::core::lmr::VA_TYPE_VA;
 use crate::core::rmr::Rmr;
 use crate::core::sp::Sp;
-use crate::core::testing::{
+use crate::testing::{
     bad_rkey_write_breaks_the_connection, close, connect_pair, dto, next, next_cr,
     out_of_range_read_breaks_the_connection, read_8_bytes, until_waiting, Buffer, Side, TestDevice,
     GUARD_US,

@@ -3,29 +3,34 @@
 //! one side of a connection with its IA, PZ, EVDs, EP and registered buffer (`Side`), with the
 //! helpers that wait for events and connect two sides. Waits use a generous timeout only as a
 //! hang guard; readiness is always an event, never a sleep.
+//!
+//! Compiled into the tests of two crates: this one's (the behaviour tests, over every device)
+//! and daplrs-tcp's (its DAT-level tests, over TCP only; src/backend-tcp/src/tests.rs includes
+//! this file). So it names the crates by their own names, and opens devices with the
+//! `open_device` of the module that includes it.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use crate::backend::tcp::test_support::{test_hooks, Mode};
-use crate::backend::Sge;
-use crate::core::consts::{
+use daplrs_backend::Sge;
+use daplrs_core::consts::{
     close_flags, dto_op, dto_status, ep_state, evd_flags, event_number, mem_priv,
 };
-use crate::core::cr::Cr;
-use crate::core::ep::{Ep, RemoteBuffer};
-use crate::core::evd::{Evd, Event, EventData};
-use crate::core::handle;
-use crate::core::ia::Ia;
-use crate::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
-use crate::core::pz::Pz;
-use crate::core::sp::Sp;
+use daplrs_core::cr::Cr;
+use daplrs_core::ep::{Ep, RemoteBuffer};
+use daplrs_core::evd::{Evd, Event, EventData};
+use daplrs_core::handle;
+use daplrs_core::ia::Ia;
+use daplrs_core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
+use daplrs_core::pz::Pz;
+use daplrs_core::sp::Sp;
+use daplrs_tcp::test_support::{test_hooks, Mode};
 
 /// Hang guard for blocking waits (microseconds); never a timing assertion.
 pub(crate) const GUARD_US: u32 = 20_000_000;
 
 /// The environment variable naming the device of the verbs instantiation of the behaviour
-/// tests (core/behaviour_tests.rs): "verbs:<device>[:<port>]" (e.g. "verbs:rxe0:1", the
+/// tests (behaviour_tests.rs): "verbs:<device>[:<port>]" (e.g. "verbs:rxe0:1", the
 /// ia_params "verbs rxe0 1"), "tcp" or "samehost".
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(crate) const DEVICE_ENV: &str = "DAPLRS_TEST_DEVICE";
@@ -96,7 +101,7 @@ impl TestDevice {
     pub(crate) fn open_ia(&self, name: &str) -> Arc<Ia> {
         let params = self.ia_params();
         let open = || {
-            Ia::open(name, &params, Some(16), 0)
+            Ia::open(name, &params, super::open_device, Some(16), 0)
                 .unwrap_or_else(|e| panic!("open IA on {params:?} ({self:?}): {e:?}"))
                 .0
         };
@@ -149,13 +154,13 @@ impl TestDevice {
 /// page in another region's arena gets none (samehost/arena.rs), which tests of the same-host
 /// path must not depend on.
 pub(crate) struct Buffer {
-    pages: crate::backend::tcp::test_support::Pages,
+    pages: daplrs_tcp::test_support::Pages,
     len: usize,
 }
 
 impl Buffer {
     pub(crate) fn new(len: usize) -> Buffer {
-        let pages = crate::backend::tcp::test_support::Pages::new(len.max(1));
+        let pages = daplrs_tcp::test_support::Pages::new(len.max(1));
         Buffer { pages, len }
     }
     pub(crate) fn addr(&self) -> u64 {
@@ -214,9 +219,12 @@ impl Side {
     }
 
     /// A side on the TCP backend at 127.0.0.1, its same-host mode the calling thread's (see
-    /// `test_hooks::open_with`; DAPLRS_SAME_HOST otherwise): for the TCP backend's own tests.
+    /// `test_hooks::open_with`; DAPLRS_SAME_HOST otherwise): for the TCP backend's own tests
+    /// (daplrs-tcp's, which include this file; unused in the `daplrs` crate's).
+    #[allow(dead_code)]
     pub(crate) fn new(name: &str, privileges: u32) -> Side {
-        let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(16), 0).expect("open IA");
+        let (ia, _) =
+            Ia::open(name, "tcp 127.0.0.1", super::open_device, Some(16), 0).expect("open IA");
         Side::with_ia(ia, privileges, false)
     }
 

@@ -14,7 +14,7 @@
 use std::net::{Ipv4Addr, UdpSocket};
 
 use super::*;
-use crate::backend::{AddressHandle, UdPeer, GRH_LEN};
+use daplrs_backend::{AddressHandle, UdPeer, GRH_LEN};
 
 /// A datagram QP's socket and the datagrams waiting for room in it.
 pub(crate) struct UdQp {

@@ -17,14 +17,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::super::{
-    CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,
-    WcStatus, WorkCompletion,
-};
 use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use super::{Shared, TcpCq, TcpSrq};
-use crate::intmap::IntMap;
+use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{
+    CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus, WorkCompletion,
+};
 
 mod budget;
 mod connection;

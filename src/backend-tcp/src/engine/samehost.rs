@@ -268,7 +268,7 @@ impl Engine {
             let how = match write {
                 None => peer.place(&keys, &ring, k, &recv, &ranges, wr.solicited),
                 Some((addr, rkey, imm)) => {
-                    let need = crate::backend::access::REMOTE_WRITE;
+                    let need = daplrs_backend::access::REMOTE_WRITE;
                     match peer.transfer(&keys, rkey, addr, need, &ranges, true) {
                         // The write's data is there: the receive is taken to report it (a
                         // withdrawn one reports nothing: the peer's QP is gone).
@@ -445,13 +445,13 @@ impl Engine {
             SendOp::RdmaRead { remote_addr, rkey } => (
                 remote_addr,
                 rkey,
-                crate::backend::access::REMOTE_READ,
+                daplrs_backend::access::REMOTE_READ,
                 false,
             ),
             SendOp::RdmaWrite { remote_addr, rkey } => (
                 remote_addr,
                 rkey,
-                crate::backend::access::REMOTE_WRITE,
+                daplrs_backend::access::REMOTE_WRITE,
                 true,
             ),
             _ => return false,

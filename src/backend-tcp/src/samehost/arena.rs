@@ -456,14 +456,12 @@ impl Arena {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
+/// Test memory (this crate's tests, and with the feature `testing` the `daplrs` crate's).
+#[cfg(any(test, feature = "testing"))]
+pub mod test_pages {
     /// Page-aligned private memory of our own (a mapping of its own: no page shared with
     /// other memory), unmapped on drop.
-    pub(crate) struct Pages {
+    pub struct Pages {
         pub ptr: *mut u8,
         pub len: usize,
     }
@@ -495,6 +493,14 @@ pub(crate) mod tests {
             unsafe { libc::munmap(self.ptr.cast(), self.len) };
         }
     }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    pub(crate) use super::test_pages::Pages;
 
     /// Whether `[addr, addr + len)` is private anonymous memory (no arena's).
     pub(crate) fn is_private(addr: u64, len: u64) -> bool {

@@ -48,13 +48,13 @@ use std::time::Duration;
 
 use super::keys::{KeyEntry, Keys};
 use super::wire::SameHostOffer;
-use crate::intmap::{IntMap, IntSet};
 use arena::ArenaSpan;
+use daplrs_backend::intmap::{IntMap, IntSet};
 
 pub(crate) const LOG: &str = "daplrs::samehost";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     Auto,
     Never,
     Require,
@@ -76,7 +76,7 @@ impl Mode {
 
     /// The mode of a device opening now: DAPLRS_SAME_HOST (tests: their thread's override).
     pub fn for_new_device() -> Mode {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "testing"))]
         if let Some(m) = test_hooks::MODE.with(|m| m.get()) {
             return m;
         }
@@ -219,7 +219,7 @@ impl Keeper {
 
 /// Counters tests and diagnostics read.
 #[derive(Default)]
-pub(crate) struct Stats {
+pub struct Stats {
     /// RDMA reads and writes completed on the same-host path.
     pub inline_ops: AtomicU64,
     /// Of those, the ones copied through a mapping of the peer's arena (arena.rs).
@@ -251,7 +251,7 @@ impl Local {
     /// Creates the device's table (unless `mode` is never), room for `max_keys` keys.
     pub fn new(mode: Mode, max_keys: usize, device: &str) -> Local {
         let stats = Arc::new(Stats::default());
-        #[cfg(test)]
+        #[cfg(any(test, feature = "testing"))]
         test_hooks::OPENED.with(|o| o.borrow_mut().push(stats.clone()));
         let mut local = Local {
             mode,
@@ -1097,8 +1097,8 @@ pub(crate) fn count_inline(stats: &Stats, how: Moved) {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod test_hooks {
+#[cfg(any(test, feature = "testing"))]
+pub mod test_hooks {
     use super::{Mode, Stats};
     use std::cell::{Cell, RefCell};
     use std::sync::Arc;
@@ -1113,7 +1113,7 @@ pub(crate) mod test_hooks {
 
     /// Runs `f` (which opens devices) with `mode` for them; returns what it returned and the
     /// stats of each device it opened.
-    pub(crate) fn open_with<T>(mode: Mode, f: impl FnOnce() -> T) -> (T, Vec<Arc<Stats>>) {
+    pub fn open_with<T>(mode: Mode, f: impl FnOnce() -> T) -> (T, Vec<Arc<Stats>>) {
         MODE.with(|m| m.set(Some(mode)));
         OPENED.with(|o| o.borrow_mut().clear());
         let r = f();
@@ -1125,7 +1125,7 @@ pub(crate) mod test_hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::access;
+    use daplrs_backend::access;
 
     fn entry(addr: u64, len: u64) -> KeyEntry {
         KeyEntry {

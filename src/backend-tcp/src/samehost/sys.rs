@@ -757,8 +757,8 @@ pub(crate) struct VmaInfo {
     pub name: String,
 }
 
-use crate::mapping::{ProcmapQuery, PROCMAP_QUERY};
-pub(crate) use crate::mapping::{VMA_EXEC, VMA_READ, VMA_SHARED, VMA_WRITE};
+use daplrs_backend::mapping::{ProcmapQuery, PROCMAP_QUERY};
+pub(crate) use daplrs_backend::mapping::{VMA_EXEC, VMA_READ, VMA_SHARED, VMA_WRITE};
 
 /// The mapping of ours that contains `addr`, None if none does, asked of the kernel through
 /// `maps` (our /proc/self/maps, open): one ioctl instead of reading the whole file, which

@@ -9,11 +9,11 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::super::{access, CmEvent, Device, QpCap, QpInit, WcStatus};
 use super::super::sys;
 use super::super::wire::{self, Header, Kind, Status};
 use super::super::TcpDevice;
 use super::{Buffer, GUARD_US};
+use daplrs_backend::{access, CmEvent, Device, QpCap, QpInit, WcStatus};
 
 fn guard() -> Duration {
     Duration::from_micros(u64::from(GUARD_US))
@@ -190,9 +190,9 @@ fn unanswered_connection_requests_are_capped() {
 /// A QP of `dev` with room for `recvs` receives, completing into `cq`.
 fn budget_qp(
     dev: &Arc<TcpDevice>,
-    pd: &Arc<dyn super::super::super::ProtectionDomain>,
-    cq: &Arc<dyn super::super::super::CompletionQueue>,
-) -> Arc<dyn super::super::super::QueuePair> {
+    pd: &Arc<dyn daplrs_backend::ProtectionDomain>,
+    cq: &Arc<dyn daplrs_backend::CompletionQueue>,
+) -> Arc<dyn daplrs_backend::QueuePair> {
     dev.create_qp(QpInit {
         pd: pd.clone(),
         send_cq: cq.clone(),
@@ -215,7 +215,7 @@ fn accepted(
     dev: &Arc<TcpDevice>,
     cm: &mpsc::Receiver<CmEvent>,
     port: u16,
-    q: &Arc<dyn super::super::super::QueuePair>,
+    q: &Arc<dyn daplrs_backend::QueuePair>,
 ) -> TcpStream {
     let mut s = hello(port);
     dev.accept(request(cm), q, b"").expect("accept");
@@ -320,12 +320,12 @@ fn messages_held_when_the_peer_left_are_received_then_its_end() {
     let buf = Buffer::new(64);
     let mr = pd.reg_mr(buf.addr(), 64, access::LOCAL_WRITE).expect("mr");
     for i in 0..3u64 {
-        let sge = super::super::super::Sge {
+        let sge = daplrs_backend::Sge {
             addr: buf.addr() + 16 * i,
             length: 16,
             lkey: mr.lkey(),
         };
-        q.post_recv(super::super::super::RecvWr {
+        q.post_recv(daplrs_backend::RecvWr {
             wr_id: i,
             sgl: vec![sge].into(),
         })
@@ -398,9 +398,9 @@ fn partial_frames_count_on_the_budget_and_breaks_spare_others() {
     let mr = pd
         .reg_mr(buf.addr(), 16 << 20, access::LOCAL_WRITE)
         .expect("mr");
-    q.post_recv(super::super::super::RecvWr {
+    q.post_recv(daplrs_backend::RecvWr {
         wr_id: 77,
-        sgl: vec![super::super::super::Sge {
+        sgl: vec![daplrs_backend::Sge {
             addr: buf.addr(),
             length: 16 << 20,
             lkey: mr.lkey(),

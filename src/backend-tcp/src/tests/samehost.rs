@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::super::samehost::{test_hooks, Mode, Stats};
 use super::{close, connect_pair, dto, next, Side, GUARD_US};
-use crate::core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
-use crate::core::evd::EventData;
+use daplrs_core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
+use daplrs_core::evd::EventData;
 
 fn side(name: &str, privileges: u32, mode: Mode) -> (Side, Arc<Stats>) {
     let (s, mut stats) = test_hooks::open_with(mode, || Side::new(name, privileges));
@@ -453,7 +453,7 @@ fn a_region_freed_while_its_pages_move_is_private_when_the_free_returns() {
     for round in 0..40u64 {
         msg.write(0, &round.to_le_bytes());
         let lmr = server.register(&msg);
-        let remote = crate::core::ep::RemoteBuffer {
+        let remote = daplrs_core::ep::RemoteBuffer {
             address: addr,
             length: 8,
             rmr_context: lmr.rmr_context(),
@@ -501,7 +501,7 @@ fn memory_registered_per_message_never_moves() {
     let (addr, len) = (msg.addr(), msg.len() as u64);
     for round in 0..600u64 {
         let lmr = server.register(&msg);
-        let remote = crate::core::ep::RemoteBuffer {
+        let remote = daplrs_core::ep::RemoteBuffer {
             address: addr,
             length: 4096,
             rmr_context: lmr.rmr_context(),
@@ -549,7 +549,7 @@ fn memory_registered_per_message_never_moves() {
 #[test]
 fn sends_go_through_the_rings_in_order() {
     use super::Buffer;
-    use crate::backend::Sge;
+    use daplrs_backend::Sge;
     const BIG: usize = 3 * super::super::samehost::ring::CAPACITY + 12_345;
     const SMALL: usize = 100 * 1024;
     let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Require);
@@ -730,7 +730,7 @@ fn never_takes_no_inline_op() {
 fn require_fails_a_connection_that_cannot_use_it() {
     let (server, _) = side("srv", mem_priv::ALL, Mode::Never);
     let (client, _) = side("cli", mem_priv::ALL, Mode::Require);
-    let (_psp, port) = crate::core::sp::Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
+    let (_psp, port) = daplrs_core::sp::Sp::create_psp_any(&server.ia, &server.cr, 0).expect("psp");
     client
         .ep
         .connect(Ipv4Addr::LOCALHOST, port, GUARD_US, b"", 0, 0)
@@ -739,7 +739,7 @@ fn require_fails_a_connection_that_cannot_use_it() {
     let EventData::CrArrival { cr, .. } = ev.data else {
         panic!("not a CR arrival")
     };
-    let cr = crate::core::handle::cr(cr).expect("live CR");
+    let cr = daplrs_core::handle::cr(cr).expect("live CR");
     cr.accept(Some(&server.ep), b"").expect("accept");
     let ev = next(&client.conn);
     assert_eq!(ev.number, event_number::CONNECTION_NON_PEER_REJECTED);
@@ -755,7 +755,7 @@ fn refusals_give_what_tcp_gives() {
     let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
     let _psp = connect_pair(&server, &client);
     assert_eq!(attached(&c_stats), 1);
-    crate::core::testing::bad_rkey_write_breaks_the_connection(&server, &client);
+    super::testing::bad_rkey_write_breaks_the_connection(&server, &client);
     assert_eq!(inline(&c_stats), 0);
     close(&[&client, &server]);
 
@@ -763,7 +763,7 @@ fn refusals_give_what_tcp_gives() {
     let (server, _) = side("srv2", mem_priv::ALL, Mode::Require);
     let (client, c_stats) = side("cli2", mem_priv::ALL, Mode::Require);
     let _psp = connect_pair(&server, &client);
-    crate::core::testing::out_of_range_read_breaks_the_connection(&server, &client);
+    super::testing::out_of_range_read_breaks_the_connection(&server, &client);
     assert_eq!(inline(&c_stats), 0);
     close(&[&client, &server]);
 
@@ -824,7 +824,7 @@ fn a_target_that_stopped_polling_still_serves_its_ring() {
         }
         assert_eq!(dto(&next(&client.dto)).0, 3);
         std::thread::sleep(pause);
-        crate::core::testing::out_of_range_read_breaks_the_connection(&server, &client);
+        super::testing::out_of_range_read_breaks_the_connection(&server, &client);
         assert_eq!(rings(&c_stats), 1, "the answer came through the ring");
         close(&[&client, &server]);
     }
@@ -888,11 +888,11 @@ mod hostile {
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
-    use super::super::super::super::{CmEvent, CompletionQueue, Device, QpCap, QpInit, QueuePair};
     use super::super::super::samehost::{ring::Ring, test_hooks, Mode};
     use super::super::super::wire::{self, Header, Kind, SameHostOffer};
     use super::super::super::TcpDevice;
     use super::super::GUARD_US;
+    use daplrs_backend::{CmEvent, CompletionQueue, Device, QpCap, QpInit, QueuePair};
 
     fn guard() -> Duration {
         Duration::from_micros(u64::from(GUARD_US))
@@ -902,7 +902,7 @@ mod hostile {
         dev: Arc<TcpDevice>,
         cm: mpsc::Receiver<CmEvent>,
         port: u16,
-        _listener: Arc<dyn super::super::super::super::Listener>,
+        _listener: Arc<dyn daplrs_backend::Listener>,
         stats: Vec<Arc<super::Stats>>,
     }
 

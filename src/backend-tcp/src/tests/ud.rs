@@ -8,13 +8,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::super::super::{
-    access, CmEvent, CompletionQueue, Device, MemoryRegion, QpCap, QpInit, QpState, QueuePair,
-    RecvWr, SendOp, SendWr, Sge, UdPeer, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
-};
 use super::super::wire::{self, Header, Kind};
 use super::super::TcpDevice;
 use super::{fake_target, Buffer, GUARD_US};
+use daplrs_backend::{
+    access, CmEvent, CompletionQueue, Device, MemoryRegion, QpCap, QpInit, QpState, QueuePair,
+    RecvWr, SendOp, SendWr, Sge, UdPeer, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+};
 
 fn guard() -> Duration {
     Duration::from_micros(u64::from(GUARD_US))

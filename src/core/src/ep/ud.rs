@@ -55,7 +55,7 @@ use super::super::error::{from_backend, DatError, DatResult, SubType};
 use super::super::evd::{Event, EventData, UdConnExt};
 use super::super::ia::PendingDto;
 use super::{state_error, Ep};
-use crate::backend::{AddressHandle, QueuePair, SendOp, SendWr, Sge, UdPeer};
+use daplrs_backend::{AddressHandle, QueuePair, SendOp, SendWr, Sge, UdPeer};
 
 /// Tokens of address handles ("AH") and resolution records ("CM") as C sees them: opaque,
 /// never NULL, never a valid pointer of the consumer's, unique for the life of the process.

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::intmap::IntMap;
+use daplrs_backend::intmap::IntMap;
 
 /// Words in the stretch: how many creations a freed handle stays unused for.
 const WORDS_LOG2: u32 = 32;
