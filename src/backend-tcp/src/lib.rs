@@ -1059,8 +1059,8 @@ impl CompletionQueue for TcpCq {
     }
 
     /// A polling consumer's look at its connections: reads what they hold without waiting,
-    /// on this thread (the progress thread still watches them: see `progress_loop`). Skipped,
-    /// not waited for, when another thread holds the engine.
+    /// on this thread (the progress thread still watches them: see `PollSet::gather` in
+    /// engine/progress.rs). Skipped, not waited for, when another thread holds the engine.
     fn progress(&self) -> bool {
         let Some(sh) = self.shared.upgrade() else {
             return false;

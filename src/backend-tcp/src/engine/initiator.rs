@@ -2,6 +2,7 @@
 //! post order (behind fences and the read limit), and the target's answers complete them in
 //! order.
 
+use super::super::keys::Keys;
 use super::*;
 
 impl Engine {
@@ -142,7 +143,6 @@ impl Engine {
         let Some(e) = self.qps.get_mut(&qp) else {
             return;
         };
-        let opcode = wr.op.opcode();
         let Some(token) = e.conn else {
             return;
         };
@@ -151,142 +151,25 @@ impl Engine {
         e.next_seq += 1;
         let mut o = Outstanding {
             wr_id: wr.wr_id,
-            opcode,
+            opcode: wr.op.opcode(),
             len: 0,
             seq,
             read_sgl: Vec::new(),
             local: None,
         };
-        let mut frame: Option<(Header, Vec<u8>)> = None;
-        let local_result: Result<(), WcStatus> = {
+        let built = {
             let mut keys = sh.keys.lock();
-            match wr.op {
-                SendOp::Send | SendOp::SendInv { .. } => keys.gather(&wr.sgl, pd).map(|data| {
-                    let mut h = Header::new(Kind::Send);
-                    h.seq = seq;
-                    if wr.solicited {
-                        h.flags = wire::FLAG_SOLICITED;
-                    }
-                    if let SendOp::SendInv { rkey } = wr.op {
-                        h.flags |= wire::FLAG_INVALIDATE;
-                        h.key = rkey;
-                    }
-                    o.len = data.len() as u32;
-                    frame = Some((h, data));
-                }),
-                SendOp::RdmaWrite { remote_addr, rkey } => keys.gather(&wr.sgl, pd).map(|data| {
-                    let mut h = Header::new(Kind::Write);
-                    h.seq = seq;
-                    h.addr = remote_addr;
-                    h.key = rkey;
-                    o.len = data.len() as u32;
-                    frame = Some((h, data));
-                }),
-                SendOp::RdmaWriteImm {
-                    remote_addr,
-                    rkey,
-                    imm,
-                } => keys.gather(&wr.sgl, pd).map(|data| {
-                    let mut h = Header::new(Kind::WriteImm);
-                    h.seq = seq;
-                    h.addr = remote_addr;
-                    h.key = rkey;
-                    h.length = imm;
-                    if wr.solicited {
-                        h.flags = wire::FLAG_SOLICITED;
-                    }
-                    o.len = data.len() as u32;
-                    frame = Some((h, data));
-                }),
-                SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => {
-                    // The previous value lands in one 8-byte local segment.
-                    keys.check_local_sgl(&wr.sgl, pd, true).and_then(|total| {
-                        if total != 8 {
-                            return Err(WcStatus::LocalLength);
-                        }
-                        let (remote_addr, rkey, flag, operand, swap) = match wr.op {
-                            SendOp::FetchAdd {
-                                remote_addr,
-                                rkey,
-                                add,
-                            } => (remote_addr, rkey, wire::FLAG_FETCH_ADD, add, 0),
-                            SendOp::CmpSwap {
-                                remote_addr,
-                                rkey,
-                                compare,
-                                swap,
-                            } => (remote_addr, rkey, wire::FLAG_CMP_SWAP, compare, swap),
-                            _ => unreachable!("matched above"),
-                        };
-                        let mut h = Header::new(Kind::Atomic);
-                        h.seq = seq;
-                        h.addr = remote_addr;
-                        h.key = rkey;
-                        h.flags = flag;
-                        let mut payload = Vec::with_capacity(16);
-                        payload.extend_from_slice(&operand.to_le_bytes());
-                        payload.extend_from_slice(&swap.to_le_bytes());
-                        o.len = 8;
-                        o.read_sgl = wr.sgl.to_vec();
-                        frame = Some((h, payload));
-                        Ok(())
-                    })
-                }
-                SendOp::RdmaRead { remote_addr, rkey } => {
-                    keys.check_local_sgl(&wr.sgl, pd, true).and_then(|total| {
-                        if total > u64::from(sh.limits.max_message) {
-                            return Err(WcStatus::LocalLength);
-                        }
-                        let mut h = Header::new(Kind::ReadReq);
-                        h.seq = seq;
-                        h.addr = remote_addr;
-                        h.key = rkey;
-                        h.length = total as u32;
-                        o.len = total as u32;
-                        o.read_sgl = wr.sgl.to_vec();
-                        frame = Some((h, Vec::new()));
-                        Ok(())
-                    })
-                }
-                SendOp::BindMw {
-                    mw: _,
-                    mr,
-                    addr,
-                    length,
-                    access,
-                    new_rkey,
-                } => {
-                    let window = sh
-                        .mws
-                        .lock()
-                        .get(&(new_rkey >> 8))
-                        .and_then(|w| w.upgrade());
-                    let ok = match window {
-                        Some(w) => w.apply_bind(
-                            &mut keys,
-                            mr.as_ref().map(|m| m.lkey()),
-                            addr,
-                            length,
-                            access,
-                            new_rkey,
-                        ),
-                        None => false,
-                    };
-                    o.local = Some(if ok {
-                        WcStatus::Success
-                    } else {
-                        WcStatus::MwBind
-                    });
-                    Ok(())
-                }
+            Request::new(sh, &wr, pd, seq, &mut o).build(&mut keys)
+        };
+        let frame = match built {
+            Ok(frame) => frame,
+            Err(status) => {
+                // A local error completes the request and breaks the connection, as on a NIC.
+                self.complete(qp, &o, status);
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+                return;
             }
         };
-        if let Err(status) = local_result {
-            // A local error completes the request and breaks the connection, as on a NIC.
-            self.complete(qp, &o, status);
-            self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
-            return;
-        }
         if let Some(e) = self.qps.get_mut(&qp) {
             e.outstanding.push_back(o);
             if consumes_recv {
@@ -461,5 +344,178 @@ impl Engine {
             self.start_fenced(sh, qp);
         }
         self.complete_local_heads(qp);
+    }
+}
+
+/// A request being started (`Engine::start_send`): what its frame says, built from the work
+/// request under the key registry's lock, and what its outstanding entry `o` records.
+struct Request<'a> {
+    sh: &'a Shared,
+    wr: &'a SendWr,
+    pd: u32,
+    seq: u64,
+    o: &'a mut Outstanding,
+}
+
+/// A request's frame: its header and payload.
+type Frame = (Header, Vec<u8>);
+
+impl<'a> Request<'a> {
+    #[inline]
+    fn new(
+        sh: &'a Shared,
+        wr: &'a SendWr,
+        pd: u32,
+        seq: u64,
+        o: &'a mut Outstanding,
+    ) -> Request<'a> {
+        Request { sh, wr, pd, seq, o }
+    }
+
+    /// The request's frame (None for a bind, applied here), or the local error that fails it.
+    #[inline]
+    fn build(self, keys: &mut Keys) -> std::result::Result<Option<Frame>, WcStatus> {
+        match self.wr.op {
+            SendOp::Send | SendOp::SendInv { .. } => self.gathered(keys, Kind::Send).map(Some),
+            SendOp::RdmaWrite { .. } => self.gathered(keys, Kind::Write).map(Some),
+            SendOp::RdmaWriteImm { .. } => self.gathered(keys, Kind::WriteImm).map(Some),
+            SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } => self.atomic(keys).map(Some),
+            SendOp::RdmaRead { remote_addr, rkey } => self.read(keys, remote_addr, rkey).map(Some),
+            SendOp::BindMw { .. } => {
+                self.bind(keys);
+                Ok(None)
+            }
+        }
+    }
+
+    #[inline]
+    fn header(&self, kind: Kind) -> Header {
+        let mut h = Header::new(kind);
+        h.seq = self.seq;
+        h
+    }
+
+    /// A SEND, WRITE or WRITE_IMM: its data gathered from local memory now.
+    #[inline]
+    fn gathered(self, keys: &Keys, kind: Kind) -> std::result::Result<Frame, WcStatus> {
+        let data = keys.gather(&self.wr.sgl, self.pd)?;
+        let mut h = self.header(kind);
+        match self.wr.op {
+            SendOp::SendInv { rkey } => {
+                h.flags = wire::FLAG_INVALIDATE;
+                h.key = rkey;
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                h.addr = remote_addr;
+                h.key = rkey;
+            }
+            SendOp::RdmaWriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                h.addr = remote_addr;
+                h.key = rkey;
+                h.length = imm;
+            }
+            _ => {}
+        }
+        if self.wr.solicited && kind != Kind::Write {
+            h.flags |= wire::FLAG_SOLICITED;
+        }
+        self.o.len = data.len() as u32;
+        Ok((h, data))
+    }
+
+    /// A fetch-and-add or compare-and-swap: the previous value lands in one 8-byte local
+    /// segment.
+    fn atomic(self, keys: &Keys) -> std::result::Result<Frame, WcStatus> {
+        let total = keys.check_local_sgl(&self.wr.sgl, self.pd, true)?;
+        if total != 8 {
+            return Err(WcStatus::LocalLength);
+        }
+        let (remote_addr, rkey, flag, operand, swap) = match self.wr.op {
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => (remote_addr, rkey, wire::FLAG_FETCH_ADD, add, 0),
+            SendOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => (remote_addr, rkey, wire::FLAG_CMP_SWAP, compare, swap),
+            _ => unreachable!("an atomic request"),
+        };
+        let mut h = self.header(Kind::Atomic);
+        h.addr = remote_addr;
+        h.key = rkey;
+        h.flags = flag;
+        let mut payload = Vec::with_capacity(16);
+        payload.extend_from_slice(&operand.to_le_bytes());
+        payload.extend_from_slice(&swap.to_le_bytes());
+        self.o.len = 8;
+        self.o.read_sgl = self.wr.sgl.to_vec();
+        Ok((h, payload))
+    }
+
+    /// An RDMA read: its local segments checked now, filled when the answer comes.
+    #[inline]
+    fn read(
+        self,
+        keys: &Keys,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> std::result::Result<Frame, WcStatus> {
+        let total = keys.check_local_sgl(&self.wr.sgl, self.pd, true)?;
+        if total > u64::from(self.sh.limits.max_message) {
+            return Err(WcStatus::LocalLength);
+        }
+        let mut h = self.header(Kind::ReadReq);
+        h.addr = remote_addr;
+        h.key = rkey;
+        h.length = total as u32;
+        self.o.len = total as u32;
+        self.o.read_sgl = self.wr.sgl.to_vec();
+        Ok((h, Vec::new()))
+    }
+
+    /// A memory-window bind, applied now (in QP order); it completes in order as a local
+    /// operation.
+    fn bind(self, keys: &mut Keys) {
+        let SendOp::BindMw {
+            mw: _,
+            ref mr,
+            addr,
+            length,
+            access,
+            new_rkey,
+        } = self.wr.op
+        else {
+            unreachable!("a bind request")
+        };
+        let window = self
+            .sh
+            .mws
+            .lock()
+            .get(&(new_rkey >> 8))
+            .and_then(|w| w.upgrade());
+        let ok = match window {
+            Some(w) => w.apply_bind(
+                keys,
+                mr.as_ref().map(|m| m.lkey()),
+                addr,
+                length,
+                access,
+                new_rkey,
+            ),
+            None => false,
+        };
+        self.o.local = Some(if ok {
+            WcStatus::Success
+        } else {
+            WcStatus::MwBind
+        });
     }
 }

@@ -137,6 +137,27 @@ struct QpEntry {
     recv_window: Option<samehost::RecvWindow>,
 }
 
+impl QpEntry {
+    /// Takes the receive the peer's next message consumes (from the SRQ if the QP has one),
+    /// with the PD it is placed under and whether it came from the QP's own queue.
+    #[inline]
+    fn take_receive(&mut self) -> Option<(RecvWr, u32, bool)> {
+        match &self.srq {
+            Some(s) => s.queue.lock().pop_front().map(|wr| (wr, s.pd, false)),
+            None => self.rq.pop_front().map(|wr| (wr, self.pd, true)),
+        }
+    }
+
+    /// Whether a receive is posted for the peer's next message.
+    #[inline]
+    fn has_receive(&self) -> bool {
+        match &self.srq {
+            Some(s) => !s.queue.lock().is_empty(),
+            None => !self.rq.is_empty(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     ActiveAwaitReply {
@@ -472,10 +493,10 @@ pub(crate) struct Engine {
     /// Panics caught while serving a connection (each dropped that connection only).
     pub(crate) panics: u64,
     /// Frames received and handled, by any thread (the progress thread spins only after it
-    /// handled some itself: see `progress_loop`).
+    /// handled some itself: see `ProgressThread::serve` in progress.rs).
     pub(crate) frames_served: u64,
     /// The peer's reads, writes and atomics taken on, by any thread (the progress thread
-    /// spins while a polling application serves them: see `progress_loop`).
+    /// spins while a polling application serves them: see `PollSet::gather` in progress.rs).
     pub(crate) requests_served: u64,
     /// Tests: a request naming this rkey panics the target (to check the containment).
     #[cfg(test)]
@@ -638,7 +659,7 @@ impl Engine {
             };
             let (input, output) = (c.wants_input(), !c.out.is_empty());
             if !input && !output {
-                continue; // back-pressured: nothing to watch (see `progress_loop`)
+                continue; // back-pressured: nothing to watch (see `PollSet::add_conn`)
             }
             c.driven = Some(cq);
             // Out of the progress thread's set of returned connections (without waking it):

@@ -19,304 +19,413 @@ enum Target {
 /// The progress thread: polls the wake-up pipe, listeners and connections until the device
 /// closes.
 pub(crate) fn progress_loop(shared: Arc<Shared>) {
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut drain = [0u8; 256];
-    let mut realtime = Realtime::start();
-    // A real-time thread must not spin: its sched_yield lets no ordinary thread run.
-    let spin = match realtime {
-        Some(_) => Duration::ZERO,
-        None => spin_window(),
-    };
-    // When this thread last served traffic: for a spin window after it, it polls without
-    // sleeping (see `spin_window`).
-    let mut last_traffic: Option<Instant> = None;
-    // The engine's `requests_served` at our last look (see `target_polled` below).
-    let mut requests_seen = 0u64;
-    loop {
-        if shared.stopped.load(Ordering::SeqCst) {
-            break;
+    ProgressThread::start().run(&shared);
+}
+
+/// What the progress thread keeps from one iteration to the next.
+struct ProgressThread {
+    /// Where frames are read into.
+    buf: Vec<u8>,
+    realtime: Option<Realtime>,
+    /// The spin window (zero for a real-time thread).
+    spin: Duration,
+    /// When this thread last served traffic: for a spin window after it, it polls without
+    /// sleeping (see `spin_window`).
+    last_traffic: Option<Instant>,
+    /// The engine's `requests_served` at our last look (see `PollSet::target_polled`).
+    requests_seen: u64,
+}
+
+impl ProgressThread {
+    fn start() -> ProgressThread {
+        let realtime = Realtime::start();
+        ProgressThread {
+            buf: vec![0u8; 256 * 1024],
+            // A real-time thread must not spin: its sched_yield lets no ordinary thread run.
+            spin: match realtime {
+                Some(_) => Duration::ZERO,
+                None => spin_window(),
+            },
+            realtime,
+            last_traffic: None,
+            requests_seen: 0,
         }
-        let (mut fds, targets, rings, lease_end, target_polled, returned) = {
-            let mut eng = shared.engine.lock();
-            let mut rings = RingWatch::default();
-            let mut lease_end: Option<Duration> = None;
-            // Connections a waiting application thread drives are left out; the first one it
-            // gives back wakes us (`release_cq_claims`). Those a polling consumer reads
-            // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
-            // (a lease, tried) made an application that polls memory for a peer's RDMA write,
-            // not its EVD, wait for the lease to run out (8 B write ping-pong over veth: 170
-            // us one-way with a 200 us lease, 16-22 us without). Instead their sockets stay
-            // quiet while the consumer has requests outstanding (`settle_quiet`), and on a
-            // same-host ring we sleep deferring to the poller (`RingWatch::watch_deferring`).
-            let mut excluding = false;
-            let mut app_polled = false;
-            let mut fds = vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)];
-            let mut targets = vec![Target::Wake];
-            // At index 1 (see the sleep below).
-            let returned = eng.returned_set().cloned();
-            if let Some(set) = returned.as_ref() {
-                fds.push(PollFd::new(set.fd(), POLLIN));
-                targets.push(Target::Returned);
+    }
+
+    fn run(&mut self, shared: &Shared) {
+        let mut drain = [0u8; 256];
+        loop {
+            if shared.stopped.load(Ordering::SeqCst) {
+                break;
             }
-            let now = Instant::now();
-            for (id, l) in &eng.listeners {
-                if eng.accept_paused.get(id).is_some_and(|until| *until > now) {
-                    continue; // out of descriptors: see `accept_incoming`
-                }
-                fds.push(PollFd::new(l.sock.as_raw_fd(), POLLIN));
-                targets.push(Target::Listener(*id));
+            let mut set =
+                PollSet::gather(shared, &mut shared.engine.lock(), &mut self.requests_seen);
+            if set.target_polled && !self.spin.is_zero() {
+                self.last_traffic = Some(Instant::now());
             }
-            for (t, c) in eng.conns.iter_mut() {
-                // A poller that stopped looking leaves its socket quiet no longer; until then
-                // we look again when its lease ends.
-                if c.quiet {
-                    match c.lease_left(QUIET_LEASE, now) {
-                        Some(left) => lease_end = Some(lease_end.map_or(left, |l| l.min(left))),
-                        None => c.set_quiet(false),
+            let (polled, returned_ready) = self.sleep(shared, &mut set);
+            if self.realtime.as_mut().is_some_and(|r| r.hogging()) {
+                self.realtime = None;
+            }
+            if let Err(e) = polled {
+                log::error!("poll failed: {e}");
+                std::thread::sleep(Duration::from_millis(TICK_MS as u64));
+            }
+            if set.fds[0].revents() != 0 {
+                while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
+                    if n == 0 {
+                        break;
                     }
                 }
-                if c.driven.is_some() {
-                    excluding = true;
-                    continue;
-                }
-                // Watched in the set of returned connections, while that is enough (it
-                // watches for input only).
-                if c.returned.is_some() {
-                    if c.returnable() {
-                        continue;
-                    }
-                    c.returned = None;
-                }
-                let mut ev = 0;
-                if c.wants_input() {
-                    ev |= POLLIN;
-                } else if c.watch_for_end() {
-                    // Held back: only its peer's end is looked for (see `peer_ended`).
-                    ev |= POLLRDHUP;
-                }
-                // Output for the peer's same-host ring waits for room there, not in the socket
-                // (the reader's doorbell says when there is room again).
-                let output = !c.out.is_empty() && !c.write_failed && !c.draining;
-                let ring_out = c.same_host.writing_ring().filter(|_| output);
-                if output && ring_out.is_none() {
-                    ev |= POLLOUT;
-                }
-                if ev == 0 && ring_out.is_none() {
-                    // Back-pressured and nothing to send: leave it out entirely, since poll
-                    // reports hang-ups even for no events and we would spin on them.
-                    continue;
-                }
-                // Our ring from when we offered it, switched to or not (see `Claim::ring`).
-                if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
-                    // Only a ring the peer switched to is its poller's (before, the poller
-                    // reads the socket; a peer that cannot attach, from another PID
-                    // namespace, never switches).
-                    if c.polled_at(now) && c.same_host.reading_ring().is_some() {
-                        // Left to its poller: the writer wakes us once the poller stopped,
-                        // except for a frame that came just before (see `DEFER_BACKSTOP`).
-                        rings.watch_deferring(fds.len(), ring);
-                        lease_end =
-                            Some(lease_end.map_or(DEFER_BACKSTOP, |l| l.min(DEFER_BACKSTOP)));
-                    } else {
-                        rings.watch_input(fds.len(), ring);
-                    }
-                }
-                if let Some(ring) = ring_out {
-                    rings.watch_output(fds.len(), ring);
-                }
-                app_polled |= ev & POLLIN != 0
-                    && !c.quiet
-                    && c.polled_at(now)
-                    && c.same_host.reading_ring().is_none();
-                fds.push(PollFd::new(c.stream.as_raw_fd(), ev));
-                targets.push(Target::Conn(*t));
             }
-            for (qp, fd, output) in eng.ud_sockets() {
-                fds.push(PollFd::new(
-                    fd,
-                    if output { POLLIN | POLLOUT } else { POLLIN },
-                ));
-                targets.push(Target::Datagram(qp));
+            if shared.stopped.load(Ordering::SeqCst) {
+                break;
             }
-            eng.poll_excludes = excluding;
-            rings.add_bells(&mut fds);
-            // A polled target: an application polls a connection with nothing of its own
-            // outstanding there (so its socket is not quiet) while the peer's reads, writes
-            // or atomics keep coming, and its looks serve them. Asleep, we would be woken by
-            // each of them for nothing, and on a VM a wake-up across CPUs is dear: over veth,
-            // the target's process on one CPU, polled 8 B reads took 20-23 us with this
-            // thread asleep, 10-11 us with it spinning (docs/performance.md, "What makes it fast").
-            // So we spin (yielding) meanwhile, and look again each spin window.
-            let target_polled = app_polled && eng.requests_served != requests_seen;
-            requests_seen = eng.requests_served;
-            (fds, targets, rings, lease_end, target_polled, returned)
-        };
-        if target_polled && !spin.is_zero() {
-            last_traffic = Some(Instant::now());
+            // A panic not caught around one connection (a bug) costs this iteration's work,
+            // not the thread: every other connection of the IA is still served.
+            let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.serve(shared, &set, returned_ready)
+            }));
+            match iteration {
+                Ok(true) => self.last_traffic = Some(Instant::now()),
+                Ok(false) => {}
+                Err(_) => {
+                    log::error!("progress thread: panic caught; serving on");
+                    shared.engine.lock().panics += 1;
+                }
+            }
         }
+    }
+
+    /// Waits for something in `set` to be ready: spinning first for a spin window after
+    /// traffic, not at all if a watched ring is ready already. Returns poll's result and the
+    /// returned connections found ready (see `sleep_on_returned`).
+    fn sleep(&mut self, shared: &Shared, set: &mut PollSet) -> (io::Result<usize>, Vec<u64>) {
         // Back when the first poll lease ends, to watch what it left to its poller again.
         let tick = Duration::from_millis(TICK_MS as u64);
-        let timeout = lease_end.map_or(tick, |l| l.min(tick));
-        let spin_until = last_traffic.map(|t| t + spin);
-        let rings_ready = rings.begin();
+        let timeout = set.lease_end.map_or(tick, |l| l.min(tick));
+        let spin_until = self.last_traffic.map(|t| t + self.spin);
+        let rings_ready = set.rings.begin();
         let mut polled = match spin_until {
-            _ if rings_ready => sys::poll(&mut fds, 0),
+            _ if rings_ready => sys::poll(&mut set.fds, 0),
             // Spinning for a polled target: at the window's end look again whether it still
             // is one, instead of falling asleep.
-            Some(until) if !spin.is_zero() => {
-                let timeout = if target_polled {
+            Some(until) if !self.spin.is_zero() => {
+                let timeout = if set.target_polled {
                     Duration::ZERO
                 } else {
                     timeout
                 };
-                spin_poll(&mut fds, until, timeout, true)
+                spin_poll(&mut set.fds, until, timeout, true)
             }
-            _ => sys::poll_for(&mut fds, timeout),
+            _ => sys::poll_for(&mut set.fds, timeout),
         };
-        // Woken by the set of returned connections alone, which holds nothing to read by the
-        // time we look: an answer came between a wait's end and the next wait, which took the
-        // connection back and read it. Asleep again at once, without the engine (whose holder
-        // is that waiter: we would spin for it on its CPU) and without rebuilding the set.
-        // What the look finds is read below, not asked of the set again.
         let mut returned_ready = Vec::new();
-        if let Some(set) = returned.as_ref().filter(|_| !rings_ready) {
-            let slept = Instant::now();
-            // Bounded, should the set's descriptor and its contents ever disagree for good
-            // (they should not: both ask each socket): then the full iteration below runs.
-            let mut looks = 0;
-            while looks < 64
-                && matches!(polled, Ok(n) if n > 0)
-                && fds[1].revents() != 0
-                && fds
-                    .iter()
-                    .enumerate()
-                    .all(|(i, f)| i == 1 || f.revents() == 0)
-                && {
-                    set.ready(&mut returned_ready);
-                    returned_ready.is_empty()
-                }
-                && !shared.stopped.load(Ordering::SeqCst)
-            {
-                looks += 1;
-                let left = timeout.saturating_sub(slept.elapsed());
-                if left.is_zero() {
-                    polled = Ok(0);
-                    break;
-                }
-                polled = sys::poll_for(&mut fds, left);
-            }
+        if !rings_ready {
+            polled = set.sleep_on_returned(shared, polled, timeout, &mut returned_ready);
         }
-        rings.end(&mut fds);
-        if realtime.as_mut().is_some_and(|r| r.hogging()) {
-            realtime = None;
-        }
-        if let Err(e) = polled {
-            log::error!("poll failed: {e}");
-            std::thread::sleep(Duration::from_millis(TICK_MS as u64));
-        }
+        set.rings.end(&mut set.fds);
+        (polled, returned_ready)
+    }
 
-        if fds[0].revents() != 0 {
-            while let Ok(n) = (&shared.wake_rx).read(&mut drain) {
-                if n == 0 {
-                    break;
+    /// Serves what `set`'s poll found ready, under the engine lock; whether that was traffic
+    /// worth a spin window.
+    fn serve(&mut self, shared: &Shared, set: &PollSet, mut returned_ready: Vec<u64>) -> bool {
+        let buf = &mut self.buf;
+        shared.run(|eng, sh| {
+            let frames_before = eng.frames_served;
+            // Frames read on connections a polling consumer reads too (see below).
+            let mut polled_frames = 0;
+            let now = Instant::now();
+            let mut traffic = false;
+            eng.process_connect_results();
+            eng.process_ud_connect_results();
+            for (fd, target) in set.fds.iter().zip(set.targets.iter()) {
+                let rev = fd.revents();
+                if rev == 0 {
+                    continue;
                 }
-            }
-        }
-        if shared.stopped.load(Ordering::SeqCst) {
-            break;
-        }
-        // A panic not caught around one connection (a bug) costs this iteration's work, not
-        // the thread: every other connection of the IA is still served.
-        let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            shared.run(|eng, sh| {
-                let frames_before = eng.frames_served;
-                // Frames read on connections a polling consumer reads too (see below).
-                let mut polled_frames = 0;
-                let now = Instant::now();
-                let mut traffic = false;
-                eng.process_connect_results();
-                eng.process_ud_connect_results();
-                for (fd, target) in fds.iter().zip(targets.iter()) {
-                    let rev = fd.revents();
-                    if rev == 0 {
-                        continue;
-                    }
-                    match target {
-                        Target::Wake => {}
-                        Target::Returned => {
-                            let mut ready = std::mem::take(&mut returned_ready);
-                            if let Some(set) = returned.as_ref().filter(|_| ready.is_empty()) {
-                                set.ready(&mut ready);
-                            }
-                            for t in ready {
-                                if eng.conns.get(&t).is_some_and(|c| c.returned.is_some()) {
-                                    eng.read_conn(sh, t, &mut buf);
-                                }
-                            }
+                match target {
+                    Target::Wake => {}
+                    Target::Returned => {
+                        let mut ready = std::mem::take(&mut returned_ready);
+                        if let Some(epoll) = set.returned.as_ref().filter(|_| ready.is_empty()) {
+                            epoll.ready(&mut ready);
                         }
-                        Target::Listener(id) => {
-                            traffic = true;
-                            eng.accept_incoming(*id)
-                        }
-                        Target::Conn(t) => {
-                            if rev & (POLLRDHUP | POLLHUP | POLLERR) != 0 {
-                                // The peer shut its side or is gone: what it sent before is
-                                // read whatever is held, then its end is seen.
-                                if let Some(c) = eng.conns.get_mut(t) {
-                                    c.peer_closing = true;
-                                }
-                            }
-                            if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL | POLLRDHUP) != 0 {
-                                let polled = eng
-                                    .conns
-                                    .get(t)
-                                    .is_some_and(|c| c.quiet && c.polled_at(now));
-                                let before = eng.frames_served;
-                                eng.read_conn(sh, *t, &mut buf);
-                                if polled {
-                                    polled_frames += eng.frames_served - before;
-                                }
-                            }
-                            if rev & POLLOUT != 0 {
-                                eng.try_write(*t);
-                            }
-                        }
-                        Target::Datagram(qp) => {
-                            traffic = true;
-                            if rev & (POLLIN | POLLERR) != 0 {
-                                eng.read_ud(sh, *qp, &mut buf);
-                            }
-                            if rev & POLLOUT != 0 {
-                                eng.flush_ud(*qp);
+                        for t in ready {
+                            if eng.conns.get(&t).is_some_and(|c| c.returned.is_some()) {
+                                eng.read_conn(sh, t, buf);
                             }
                         }
                     }
+                    Target::Listener(id) => {
+                        traffic = true;
+                        eng.accept_incoming(*id)
+                    }
+                    Target::Conn(t) => {
+                        polled_frames += eng.serve_conn_events(sh, *t, rev, now, buf)
+                    }
+                    Target::Datagram(qp) => {
+                        traffic = true;
+                        if rev & (POLLIN | POLLERR) != 0 {
+                            eng.read_ud(sh, *qp, buf);
+                        }
+                        if rev & POLLOUT != 0 {
+                            eng.flush_ud(*qp);
+                        }
+                    }
                 }
-                eng.retry_drained(sh);
-                eng.settle_failed_writes(sh, &mut buf);
-                eng.check_deadlines();
-                // Wake-ups requested by our own work are already served by the next iteration.
-                eng.wake_needed = false;
-                // Spin after serving something only: a socket that woke us but whose frames
-                // an application thread read first (it drives or polls it) is no reason to
-                // keep a CPU busy; spinning then only takes that CPU from the applications.
-                // Nor are frames we happened to read first on a connection a consumer polls
-                // for answers (a quiet one): it reads the next ones itself, and a spinning
-                // progress thread on the consumer's CPU preempted it about once per read (8 B
-                // polled reads over veth, 2 CPUs: ~36,000 preemptions in 40,000 reads). A
-                // peer's requests on a connection whose consumer polls with nothing
-                // outstanding (a target) are ours to serve: the spin stays for them.
-                traffic || eng.frames_served - polled_frames != frames_before
-            })
-        }));
-        match iteration {
-            Ok(true) => last_traffic = Some(Instant::now()),
-            Ok(false) => {}
-            Err(_) => {
-                log::error!("progress thread: panic caught; serving on");
-                shared.engine.lock().panics += 1;
+            }
+            eng.retry_drained(sh);
+            eng.settle_failed_writes(sh, buf);
+            eng.check_deadlines();
+            // Wake-ups requested by our own work are already served by the next iteration.
+            eng.wake_needed = false;
+            // Spin after serving something only: a socket that woke us but whose frames
+            // an application thread read first (it drives or polls it) is no reason to
+            // keep a CPU busy; spinning then only takes that CPU from the applications.
+            // Nor are frames we happened to read first on a connection a consumer polls
+            // for answers (a quiet one): it reads the next ones itself, and a spinning
+            // progress thread on the consumer's CPU preempted it about once per read (8 B
+            // polled reads over veth, 2 CPUs: ~36,000 preemptions in 40,000 reads). A
+            // peer's requests on a connection whose consumer polls with nothing
+            // outstanding (a target) are ours to serve: the spin stays for them.
+            traffic || eng.frames_served - polled_frames != frames_before
+        })
+    }
+}
+
+impl Engine {
+    /// Serves connection `token`, whose socket poll reported `rev`: reads it, writes it.
+    /// Returns the frames read if a polling consumer reads the connection too (a quiet one).
+    #[inline]
+    fn serve_conn_events(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        rev: i16,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> u64 {
+        let mut polled_frames = 0;
+        if rev & (POLLRDHUP | POLLHUP | POLLERR) != 0 {
+            // The peer shut its side or is gone: what it sent before is read whatever is
+            // held, then its end is seen.
+            if let Some(c) = self.conns.get_mut(&token) {
+                c.peer_closing = true;
             }
         }
+        if rev & (POLLIN | POLLHUP | POLLERR | POLLNVAL | POLLRDHUP) != 0 {
+            let polled = self
+                .conns
+                .get(&token)
+                .is_some_and(|c| c.quiet && c.polled_at(now));
+            let before = self.frames_served;
+            self.read_conn(sh, token, buf);
+            if polled {
+                polled_frames = self.frames_served - before;
+            }
+        }
+        if rev & POLLOUT != 0 {
+            self.try_write(token);
+        }
+        polled_frames
+    }
+}
+
+/// One iteration's poll set, built under the engine lock (`gather`): the wake-up socket at
+/// index 0, the set of returned connections at index 1 if there is one, listeners,
+/// connections, datagram sockets, then the bells of the rings watched (`RingWatch`).
+struct PollSet {
+    fds: Vec<PollFd>,
+    targets: Vec<Target>,
+    rings: RingWatch,
+    /// When the first poll lease (or deferral backstop) ends, from now.
+    lease_end: Option<Duration>,
+    /// An application polls a connection we serve requests on (see `gather`).
+    target_polled: bool,
+    /// The set of returned connections (`Engine::release_cq_claims`).
+    returned: Option<Arc<sys::Epoll>>,
+    /// Connections a waiting application thread drives were left out.
+    excluding: bool,
+    /// A polling consumer reads a connection watched for input over its socket.
+    app_polled: bool,
+}
+
+impl PollSet {
+    /// The poll set of `eng` now; `requests_seen` is the engine's `requests_served` at the
+    /// previous look, updated.
+    fn gather(shared: &Shared, eng: &mut Engine, requests_seen: &mut u64) -> PollSet {
+        let mut set = PollSet {
+            fds: vec![PollFd::new(shared.wake_rx.as_raw_fd(), POLLIN)],
+            targets: vec![Target::Wake],
+            rings: RingWatch::default(),
+            lease_end: None,
+            target_polled: false,
+            returned: eng.returned_set().cloned(),
+            excluding: false,
+            app_polled: false,
+        };
+        // At index 1 (see `sleep_on_returned`).
+        if let Some(fd) = set.returned.as_ref().map(|s| s.fd()) {
+            set.push(fd, POLLIN, Target::Returned);
+        }
+        let now = Instant::now();
+        for (id, l) in &eng.listeners {
+            if eng.accept_paused.get(id).is_some_and(|until| *until > now) {
+                continue; // out of descriptors: see `accept_incoming`
+            }
+            set.push(l.sock.as_raw_fd(), POLLIN, Target::Listener(*id));
+        }
+        // Connections a waiting application thread drives are left out; the first one it
+        // gives back wakes us (`release_cq_claims`). Those a polling consumer reads
+        // (`TcpCq::progress`) stay in: keeping us off them for a while after each poll
+        // (a lease, tried) made an application that polls memory for a peer's RDMA write,
+        // not its EVD, wait for the lease to run out (8 B write ping-pong over veth: 170
+        // us one-way with a 200 us lease, 16-22 us without). Instead their sockets stay
+        // quiet while the consumer has requests outstanding (`settle_quiet`), and on a
+        // same-host ring we sleep deferring to the poller (`RingWatch::watch_deferring`).
+        for (t, c) in eng.conns.iter_mut() {
+            set.add_conn(*t, c, now);
+        }
+        for (qp, fd, output) in eng.ud_sockets() {
+            let ev = if output { POLLIN | POLLOUT } else { POLLIN };
+            set.push(fd, ev, Target::Datagram(qp));
+        }
+        eng.poll_excludes = set.excluding;
+        set.rings.add_bells(&mut set.fds);
+        // A polled target: an application polls a connection with nothing of its own
+        // outstanding there (so its socket is not quiet) while the peer's reads, writes
+        // or atomics keep coming, and its looks serve them. Asleep, we would be woken by
+        // each of them for nothing, and on a VM a wake-up across CPUs is dear: over veth,
+        // the target's process on one CPU, polled 8 B reads took 20-23 us with this
+        // thread asleep, 10-11 us with it spinning (docs/performance.md, "What makes it fast").
+        // So we spin (yielding) meanwhile, and look again each spin window.
+        set.target_polled = set.app_polled && eng.requests_served != *requests_seen;
+        *requests_seen = eng.requests_served;
+        set
+    }
+
+    #[inline]
+    fn push(&mut self, fd: std::os::fd::RawFd, events: i16, target: Target) {
+        self.fds.push(PollFd::new(fd, events));
+        self.targets.push(target);
+    }
+
+    /// The first lease ends no later than `left` from now.
+    #[inline]
+    fn lease_ends(&mut self, left: Duration) {
+        self.lease_end = Some(self.lease_end.map_or(left, |l| l.min(left)));
+    }
+
+    /// Adds connection `t` (`c`) with what it waits for, if anything.
+    #[inline]
+    fn add_conn(&mut self, t: u64, c: &mut Conn, now: Instant) {
+        // A poller that stopped looking leaves its socket quiet no longer; until then
+        // we look again when its lease ends.
+        if c.quiet {
+            match c.lease_left(QUIET_LEASE, now) {
+                Some(left) => self.lease_ends(left),
+                None => c.set_quiet(false),
+            }
+        }
+        if c.driven.is_some() {
+            self.excluding = true;
+            return;
+        }
+        // Watched in the set of returned connections, while that is enough (it
+        // watches for input only).
+        if c.returned.is_some() {
+            if c.returnable() {
+                return;
+            }
+            c.returned = None;
+        }
+        let mut ev = 0;
+        if c.wants_input() {
+            ev |= POLLIN;
+        } else if c.watch_for_end() {
+            // Held back: only its peer's end is looked for (see `peer_ended`).
+            ev |= POLLRDHUP;
+        }
+        // Output for the peer's same-host ring waits for room there, not in the socket
+        // (the reader's doorbell says when there is room again).
+        let output = !c.out.is_empty() && !c.write_failed && !c.draining;
+        let ring_out = c.same_host.writing_ring().filter(|_| output);
+        if output && ring_out.is_none() {
+            ev |= POLLOUT;
+        }
+        if ev == 0 && ring_out.is_none() {
+            // Back-pressured and nothing to send: leave it out entirely, since poll
+            // reports hang-ups even for no events and we would spin on them.
+            return;
+        }
+        // Our ring from when we offered it, switched to or not (see `Claim::ring`).
+        if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
+            // Only a ring the peer switched to is its poller's (before, the poller
+            // reads the socket; a peer that cannot attach, from another PID
+            // namespace, never switches).
+            if c.polled_at(now) && c.same_host.reading_ring().is_some() {
+                // Left to its poller: the writer wakes us once the poller stopped,
+                // except for a frame that came just before (see `DEFER_BACKSTOP`).
+                self.rings.watch_deferring(self.fds.len(), ring);
+                self.lease_ends(DEFER_BACKSTOP);
+            } else {
+                self.rings.watch_input(self.fds.len(), ring);
+            }
+        }
+        if let Some(ring) = ring_out {
+            self.rings.watch_output(self.fds.len(), ring);
+        }
+        self.app_polled |= ev & POLLIN != 0
+            && !c.quiet
+            && c.polled_at(now)
+            && c.same_host.reading_ring().is_none();
+        self.push(c.stream.as_raw_fd(), ev, Target::Conn(t));
+    }
+
+    /// Woken by the set of returned connections alone, which holds nothing to read by the
+    /// time we look: an answer came between a wait's end and the next wait, which took the
+    /// connection back and read it. Asleep again at once, without the engine (whose holder
+    /// is that waiter: we would spin for it on its CPU) and without rebuilding the set.
+    /// What the look finds is left in `returned_ready`, read by `serve`, not asked of the
+    /// set again. Returns poll's result after the last sleep.
+    fn sleep_on_returned(
+        &mut self,
+        shared: &Shared,
+        mut polled: io::Result<usize>,
+        timeout: Duration,
+        returned_ready: &mut Vec<u64>,
+    ) -> io::Result<usize> {
+        let Some(epoll) = self.returned.as_ref() else {
+            return polled;
+        };
+        let slept = Instant::now();
+        // Bounded, should the set's descriptor and its contents ever disagree for good
+        // (they should not: both ask each socket): then the full iteration runs.
+        let mut looks = 0;
+        while looks < 64
+            && matches!(polled, Ok(n) if n > 0)
+            && self.fds[1].revents() != 0
+            && self
+                .fds
+                .iter()
+                .enumerate()
+                .all(|(i, f)| i == 1 || f.revents() == 0)
+            && {
+                epoll.ready(returned_ready);
+                returned_ready.is_empty()
+            }
+            && !shared.stopped.load(Ordering::SeqCst)
+        {
+            looks += 1;
+            let left = timeout.saturating_sub(slept.elapsed());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            polled = sys::poll_for(&mut self.fds, left);
+        }
+        polled
     }
 }
 
@@ -431,7 +540,7 @@ pub(crate) fn parse_spin(value: Option<&str>) -> Duration {
 /// this long, so the consumer's messages wake nobody; a consumer polling in a loop looks again
 /// within microseconds (the peer's writer applies the same lease: ring.rs). For as long,
 /// frames the progress thread reads on the connection, if it is quiet (`settle_quiet`), start
-/// no spin window (see `progress_loop`).
+/// no spin window (see `ProgressThread::serve`).
 pub(crate) const POLL_LEASE: Duration = Duration::from_micros(100);
 
 /// How long the progress thread sleeps at most while it defers a same-host ring to a polling

@@ -5,6 +5,16 @@
 
 use super::*;
 
+/// What `Engine::next_frame` found on a connection.
+enum Next {
+    /// A frame, with the connection's phase when it was read.
+    Frame(Phase, Header, Vec<u8>),
+    /// Room was made in the budget for the frame: look at it again.
+    Again,
+    /// Nothing (more) to read now, or the connection is gone or broken.
+    Stop,
+}
+
 impl Engine {
     pub(super) fn process_frames(&mut self, sh: &Shared, token: u64) {
         self.process_frames_uncharged(sh, token);
@@ -15,193 +25,238 @@ impl Engine {
 
     fn process_frames_uncharged(&mut self, sh: &Shared, token: u64) {
         loop {
-            let Some(c) = self.conns.get_mut(&token) else {
-                return;
-            };
-            let phase = c.phase;
-            // A frame we would keep must fit in the device's budget (budget.rs), unless it is
-            // a SEND that goes straight into a posted receive as it arrives, or a WRITE that
-            // goes straight into the memory it names (`take_over_send`, `take_over_write`).
-            let room = c.room();
-            let streams_writes = c.may_stream_send();
-            let streams = streams_writes && self.qps.get(&qp_of(phase)).is_some_and(streams_into);
-            let mut over_budget = None;
-            let admit = |h: &Header| {
-                if !allowed_in(phase, h.kind) {
-                    return false;
-                }
-                let len = h.payload_len as usize;
-                let kept = len > room
-                    && !matches!(h.kind, Kind::Ack | Kind::ReadResp)
-                    && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN)
-                    && !(streams_writes && h.kind == Kind::Write && len >= wire::DIRECT_READ_MIN);
-                over_budget = kept.then_some(len);
-                !kept
-            };
-            let frame = match c.dec.next_frame_if(&sh.limits, admit) {
-                Ok(Some(f)) => f,
-                Ok(None) => return,
-                Err(_) if over_budget.is_some() => {
-                    if self.evict_for(token, over_budget.unwrap_or(0)) {
-                        continue; // room made: the same header is looked at again
-                    }
-                    let limit = self.peer_memory.limit();
-                    self.protocol_error(
-                        token,
-                        &format!("a frame past the device's peer memory budget ({limit} bytes, DAPLRS_PEER_MEMORY)"),
-                    );
-                    return;
-                }
-                Err(err) => {
-                    self.protocol_error(token, &format!("{err:?}"));
-                    return;
-                }
+            let (phase, h, p) = match self.next_frame(sh, token) {
+                Next::Frame(phase, h, p) => (phase, h, p),
+                Next::Again => continue,
+                Next::Stop => return,
             };
             self.frames_served += 1;
-            let (h, p) = frame;
-            match phase {
-                Phase::Closing => {}
-                Phase::PassiveAwaitHello { listener } => {
-                    if h.kind != Kind::Hello {
-                        self.protocol_error(token, "expected HELLO");
-                        return;
-                    }
-                    if !self.request_room(listener) {
-                        log::warn!("listener {listener}: too many connection requests pending; refusing one");
-                        if let Some(c) = self.conns.get_mut(&token) {
-                            let mut h = Header::new(Kind::Reject);
-                            h.status = Status::RemoteInvalid;
-                            c.out.push_frame(h, Vec::new());
-                            c.begin_close();
-                        }
-                        self.try_write(token);
-                        return;
-                    }
-                    let Some(c) = self.conns.get_mut(&token) else {
-                        return;
-                    };
-                    let ud = h.flags & wire::FLAG_UD != 0;
-                    c.same_host.peer_advertised = !ud && h.flags & wire::FLAG_SAME_HOST != 0;
-                    c.phase = if ud {
-                        Phase::PassiveUdRequested {
-                            listener,
-                            qpn: h.length,
-                        }
-                    } else {
-                        Phase::PassiveRequested { listener }
-                    };
-                    c.deadline = None;
-                    let (remote, local) = (v4(c.stream.peer_addr()), v4(c.stream.local_addr()));
-                    match (remote, local) {
-                        (Some(remote), Some(local)) if ud => self.emit(CmEvent::UdRequest {
-                            listener,
-                            req: token,
-                            private_data: p,
-                            remote,
-                            local,
-                        }),
-                        (Some(remote), Some(local)) => self.emit(CmEvent::ConnectRequest {
-                            listener,
-                            req: token,
-                            private_data: p,
-                            remote,
-                            local,
-                        }),
-                        _ => {
-                            self.conns.remove(&token);
-                            return;
-                        }
-                    }
-                }
+            let more = match phase {
+                Phase::Closing => true,
+                Phase::PassiveAwaitHello { listener } => self.hello(token, listener, &h, p),
                 Phase::PassiveRequested { .. } | Phase::PassiveUdRequested { .. } => {
                     self.protocol_error(token, "data before accept");
-                    return;
+                    false
                 }
-                Phase::UdAwaitReply { id } => self.ud_reply(token, id, &h, p),
-                Phase::ActiveAwaitReply { qp } => match h.kind {
-                    Kind::Accept => {
-                        if let Some(c) = self.conns.get_mut(&token) {
-                            c.phase = Phase::Established { qp };
-                            c.deadline = None;
-                        }
-                        if !self.same_host_accepted(sh, token, qp, h.flags) {
-                            return;
-                        }
-                        if let Some(e) = self.qps.get_mut(&qp) {
-                            e.state = QpState::Connected;
-                            e.deadline = None;
-                        }
-                        self.emit(CmEvent::Established {
-                            qp_num: qp,
-                            private_data: p,
-                        });
-                    }
-                    Kind::Reject => {
-                        let by_peer = h.status == Status::Ok;
-                        self.fail_qp(
-                            qp,
-                            Some(CmEvent::Rejected {
-                                qp_num: qp,
-                                private_data: p,
-                                by_peer,
-                            }),
-                        );
-                        return;
-                    }
-                    _ => {
-                        self.protocol_error(token, "expected ACCEPT or REJECT");
-                        return;
-                    }
-                },
-                Phase::Established { qp } => match h.kind {
-                    Kind::Send
-                    | Kind::Write
-                    | Kind::ReadReq
-                    | Kind::WriteImm
-                    | Kind::Atomic
-                    | Kind::Placed => {
-                        let holding = self
-                            .conns
-                            .get(&token)
-                            .map(|c| !c.held.is_empty())
-                            .unwrap_or(false);
-                        let outcome = if holding {
-                            Outcome::Hold
-                        } else {
-                            self.target_request(sh, token, qp, &h, &p)
-                        };
-                        match outcome {
-                            Outcome::Done => {}
-                            Outcome::Hold => {
-                                if let Some(c) = self.conns.get_mut(&token) {
-                                    c.held_bytes += held_cost(&p);
-                                    c.held.push_back((h, p));
-                                }
-                            }
-                            Outcome::Broken => return,
-                        }
-                        self.try_write(token);
-                    }
-                    Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p, None),
-                    Kind::SameHost => self.same_host_offer(sh, token, qp, &p),
-                    Kind::Switch => {
-                        if !self.same_host_switch(sh, token) {
-                            return;
-                        }
-                    }
-                    // Our ring has room again for what we queued.
-                    Kind::Doorbell => self.try_write(token),
-                    Kind::Disconnect => {
-                        self.peer_ended(token, PeerEnd::Disconnect);
-                        return;
-                    }
-                    _ => {
-                        self.protocol_error(token, "handshake frame on an established connection");
-                        return;
-                    }
-                },
+                Phase::UdAwaitReply { id } => {
+                    self.ud_reply(token, id, &h, p);
+                    true
+                }
+                Phase::ActiveAwaitReply { qp } => self.connect_reply(sh, token, qp, &h, p),
+                Phase::Established { qp } => self.established_frame(sh, token, qp, h, p),
+            };
+            if !more {
+                return;
             }
         }
+    }
+
+    /// The next frame of connection `token`, with the phase it was read in, if one is
+    /// complete and admitted; `Again` once room was made in the budget for it.
+    #[inline]
+    fn next_frame(&mut self, sh: &Shared, token: u64) -> Next {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return Next::Stop;
+        };
+        let phase = c.phase;
+        // A frame we would keep must fit in the device's budget (budget.rs), unless it is
+        // a SEND that goes straight into a posted receive as it arrives, or a WRITE that
+        // goes straight into the memory it names (`take_over_send`, `take_over_write`).
+        let room = c.room();
+        let streams_writes = c.may_stream_send();
+        let streams = streams_writes && self.qps.get(&qp_of(phase)).is_some_and(streams_into);
+        let mut over_budget = None;
+        let admit = |h: &Header| {
+            if !allowed_in(phase, h.kind) {
+                return false;
+            }
+            let len = h.payload_len as usize;
+            let kept = len > room
+                && !matches!(h.kind, Kind::Ack | Kind::ReadResp)
+                && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN)
+                && !(streams_writes && h.kind == Kind::Write && len >= wire::DIRECT_READ_MIN);
+            over_budget = kept.then_some(len);
+            !kept
+        };
+        match c.dec.next_frame_if(&sh.limits, admit) {
+            Ok(Some((h, p))) => Next::Frame(phase, h, p),
+            Ok(None) => Next::Stop,
+            Err(_) if over_budget.is_some() => {
+                if self.evict_for(token, over_budget.unwrap_or(0)) {
+                    return Next::Again; // room made: the same header is looked at again
+                }
+                let limit = self.peer_memory.limit();
+                self.protocol_error(
+                    token,
+                    &format!("a frame past the device's peer memory budget ({limit} bytes, DAPLRS_PEER_MEMORY)"),
+                );
+                Next::Stop
+            }
+            Err(err) => {
+                self.protocol_error(token, &format!("{err:?}"));
+                Next::Stop
+            }
+        }
+    }
+
+    /// A HELLO on connection `token`, accepted by `listener`: a connection request for the
+    /// consumer (refused if too many wait). Whether to read on.
+    fn hello(&mut self, token: u64, listener: u64, h: &Header, p: Vec<u8>) -> bool {
+        if h.kind != Kind::Hello {
+            self.protocol_error(token, "expected HELLO");
+            return false;
+        }
+        if !self.request_room(listener) {
+            log::warn!("listener {listener}: too many connection requests pending; refusing one");
+            if let Some(c) = self.conns.get_mut(&token) {
+                let mut h = Header::new(Kind::Reject);
+                h.status = Status::RemoteInvalid;
+                c.out.push_frame(h, Vec::new());
+                c.begin_close();
+            }
+            self.try_write(token);
+            return false;
+        }
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let ud = h.flags & wire::FLAG_UD != 0;
+        c.same_host.peer_advertised = !ud && h.flags & wire::FLAG_SAME_HOST != 0;
+        c.phase = if ud {
+            Phase::PassiveUdRequested {
+                listener,
+                qpn: h.length,
+            }
+        } else {
+            Phase::PassiveRequested { listener }
+        };
+        c.deadline = None;
+        let (remote, local) = (v4(c.stream.peer_addr()), v4(c.stream.local_addr()));
+        match (remote, local) {
+            (Some(remote), Some(local)) if ud => self.emit(CmEvent::UdRequest {
+                listener,
+                req: token,
+                private_data: p,
+                remote,
+                local,
+            }),
+            (Some(remote), Some(local)) => self.emit(CmEvent::ConnectRequest {
+                listener,
+                req: token,
+                private_data: p,
+                remote,
+                local,
+            }),
+            _ => {
+                self.conns.remove(&token);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The target's ACCEPT or REJECT of our connection request for `qp`. Whether to read on.
+    fn connect_reply(&mut self, sh: &Shared, token: u64, qp: u32, h: &Header, p: Vec<u8>) -> bool {
+        match h.kind {
+            Kind::Accept => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.phase = Phase::Established { qp };
+                    c.deadline = None;
+                }
+                if !self.same_host_accepted(sh, token, qp, h.flags) {
+                    return false;
+                }
+                if let Some(e) = self.qps.get_mut(&qp) {
+                    e.state = QpState::Connected;
+                    e.deadline = None;
+                }
+                self.emit(CmEvent::Established {
+                    qp_num: qp,
+                    private_data: p,
+                });
+                true
+            }
+            Kind::Reject => {
+                let by_peer = h.status == Status::Ok;
+                self.fail_qp(
+                    qp,
+                    Some(CmEvent::Rejected {
+                        qp_num: qp,
+                        private_data: p,
+                        by_peer,
+                    }),
+                );
+                false
+            }
+            _ => {
+                self.protocol_error(token, "expected ACCEPT or REJECT");
+                false
+            }
+        }
+    }
+
+    /// A frame on established connection `token` of `qp`: a request to serve (in order, held
+    /// while earlier ones wait), an answer to ours, or the connection's own business. Whether
+    /// to read on.
+    #[inline]
+    fn established_frame(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        h: Header,
+        p: Vec<u8>,
+    ) -> bool {
+        match h.kind {
+            Kind::Send
+            | Kind::Write
+            | Kind::ReadReq
+            | Kind::WriteImm
+            | Kind::Atomic
+            | Kind::Placed => return self.request_frame(sh, token, qp, h, p),
+            Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p, None),
+            Kind::SameHost => self.same_host_offer(sh, token, qp, &p),
+            Kind::Switch => return self.same_host_switch(sh, token),
+            // Our ring has room again for what we queued.
+            Kind::Doorbell => self.try_write(token),
+            Kind::Disconnect => {
+                self.peer_ended(token, PeerEnd::Disconnect);
+                return false;
+            }
+            _ => {
+                self.protocol_error(token, "handshake frame on an established connection");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A peer's request: served now, or held (in order) behind those already held. Whether
+    /// to read on.
+    #[inline]
+    fn request_frame(&mut self, sh: &Shared, token: u64, qp: u32, h: Header, p: Vec<u8>) -> bool {
+        let holding = self
+            .conns
+            .get(&token)
+            .map(|c| !c.held.is_empty())
+            .unwrap_or(false);
+        let outcome = if holding {
+            Outcome::Hold
+        } else {
+            self.target_request(sh, token, qp, &h, &p)
+        };
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Hold => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.held_bytes += held_cost(&p);
+                    c.held.push_back((h, p));
+                }
+            }
+            Outcome::Broken => return false,
+        }
+        self.try_write(token);
+        true
     }
 
     /// Writes what the socket takes now; the progress thread writes the rest.

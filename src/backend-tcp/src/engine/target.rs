@@ -45,173 +45,205 @@ impl Engine {
         let pd = e.pd;
         match h.kind {
             Kind::Send => {
-                let (wr, pd) = match &e.srq {
-                    Some(s) => (s.queue.lock().pop_front(), s.pd),
-                    None => (e.rq.pop_front(), pd),
+                let Some((wr, pd, own_rq)) = e.take_receive() else {
+                    return Outcome::Hold;
                 };
-                let Some(wr) = wr else { return Outcome::Hold };
-                let own_rq = e.srq.is_none();
                 let placed = sh.keys.lock().scatter(&wr.sgl, pd, p);
                 self.message_received(sh, token, qp, h, wr.wr_id, own_rq, placed, p.len())
             }
-            Kind::WriteImm => {
-                // The data goes where the rkey says; a posted receive reports its arrival with
-                // the immediate data (a write-with-immediate waits for one, as a send does).
-                let waiting = match &e.srq {
-                    Some(s) => s.queue.lock().is_empty(),
-                    None => e.rq.is_empty(),
-                };
-                if waiting {
-                    return Outcome::Hold;
-                }
-                if let Outcome::Broken = self.write_and_ack(sh, token, qp, pd, h, p) {
-                    return Outcome::Broken;
-                }
-                let Some(e) = self.qps.get_mut(&qp) else {
-                    return Outcome::Broken;
-                };
-                let own_rq = e.srq.is_none();
-                let wr = match &e.srq {
-                    Some(s) => s.queue.lock().pop_front(),
-                    None => e.rq.pop_front(),
-                };
-                let rcq = e.recv_cq.clone();
-                if let Some(wr) = wr {
-                    if own_rq {
-                        self.recv_consumed(qp);
-                    }
-                    self.push_wc(
-                        &rcq,
-                        WorkCompletion {
-                            imm: Some(h.length),
-                            solicited: h.flags & wire::FLAG_SOLICITED != 0,
-                            ..WorkCompletion::new(
-                                wr.wr_id,
-                                WcStatus::Success,
-                                WcOpcode::RecvRdmaImm,
-                                p.len() as u32,
-                                qp,
-                            )
-                        },
-                    );
-                }
-                Outcome::Done
-            }
-            Kind::Atomic => {
-                let mut operands = [0u64; 2];
-                for (i, w) in p.chunks_exact(8).take(2).enumerate() {
-                    operands[i] = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-                }
-                let r = match h.flags {
-                    wire::FLAG_FETCH_ADD if p.len() == 16 => {
-                        sh.keys
-                            .lock()
-                            .remote_atomic(h.key, h.addr, pd, operands[0], None)
-                    }
-                    wire::FLAG_CMP_SWAP if p.len() == 16 => sh.keys.lock().remote_atomic(
-                        h.key,
-                        h.addr,
-                        pd,
-                        operands[0],
-                        Some(operands[1]),
-                    ),
-                    _ => Err(Status::RemoteInvalid),
-                };
-                let mut resp = Header::new(Kind::ReadResp);
-                resp.seq = h.seq;
-                match r {
-                    Ok(old) => {
-                        self.answer(token, resp, old.to_le_bytes().to_vec());
-                        Outcome::Done
-                    }
-                    Err(s) => {
-                        log::info!("qp {qp}: remote atomic refused (rkey {:#x})", h.key);
-                        resp.status = s;
-                        self.answer(token, resp, Vec::new());
-                        self.break_after_answer(token, qp);
-                        Outcome::Broken
-                    }
-                }
-            }
+            // A write-with-immediate waits for a posted receive, as a send does.
+            Kind::WriteImm if !e.has_receive() => Outcome::Hold,
+            Kind::WriteImm => self.target_write_imm(sh, token, qp, pd, h, p),
+            Kind::Atomic => self.target_atomic(sh, token, qp, pd, h, p),
             Kind::Write => self.write_and_ack(sh, token, qp, pd, h, p),
             Kind::Placed => self.placed(token, qp, h),
-            Kind::ReadReq => {
-                // An answer is sent straight from the registered memory when nothing is queued
-                // before it; so while answers are queued, later reads wait (their requests are
-                // held, in order) instead of being copied into the queue. `try_write` resumes
-                // them once the queue has drained into the socket.
-                if let Some(c) = self.conns.get_mut(&token) {
-                    if !c.out.is_empty() {
-                        c.wait_drain = true;
-                        return Outcome::Hold;
-                    }
-                }
-                let mut resp = Header::new(Kind::ReadResp);
-                resp.seq = h.seq;
-                // With nothing queued before it, the answer goes out straight from the
-                // registered memory (one copy fewer); what the socket does not take is queued.
-                let direct = self
-                    .conns
-                    .get(&token)
-                    .filter(|c| {
-                        c.out.is_empty()
-                            && !c.write_failed
-                            && !c.is_closing()
-                            && c.same_host.outgoing.is_none()
-                    })
-                    .map(|c| c.stream.as_raw_fd());
-                let r = match direct {
-                    Some(fd) => {
-                        let mut full = resp;
-                        full.payload_len = h.length;
-                        let head = full.encode();
-                        let sent = sh
-                            .keys
-                            .lock()
-                            .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
-                        match sent {
-                            Ok((sent, rest)) => {
-                                if let Some(c) = self.conns.get_mut(&token) {
-                                    let bytes = head.len().saturating_sub(sent) + rest.len();
-                                    if sent < head.len() {
-                                        c.out.push_bytes(head[sent..].to_vec());
-                                    }
-                                    c.out.push_bytes(rest);
-                                    c.note_answer(bytes);
-                                }
-                                Ok(())
-                            }
-                            Err(Some(status)) => Err(status),
-                            Err(None) => {
-                                // Part of an answer is out and the rest of the memory gone.
-                                log::warn!(
-                                    "qp {qp}: memory of a remote read unmapped while answered"
-                                );
-                                self.conn_lost(token);
-                                return Outcome::Broken;
-                            }
-                        }
-                    }
-                    None => sh
-                        .keys
-                        .lock()
-                        .remote_read(h.key, h.addr, h.length, pd)
-                        .map(|data| self.answer(token, resp, data)),
-                };
-                match r {
-                    Ok(()) => Outcome::Done,
-                    Err(s) => {
-                        log::info!("qp {qp}: remote read refused (rkey {:#x})", h.key);
-                        resp.status = s;
-                        self.answer(token, resp, Vec::new());
-                        self.break_after_answer(token, qp);
-                        Outcome::Broken
-                    }
-                }
-            }
+            Kind::ReadReq => self.target_read(sh, token, qp, pd, h),
             _ => Outcome::Broken,
         }
     }
+
+    /// A peer's WRITE_IMM, with a receive posted for it: the data goes where the rkey says,
+    /// then the receive reports its arrival with the immediate data.
+    fn target_write_imm(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        pd: u32,
+        h: &Header,
+        p: &[u8],
+    ) -> Outcome {
+        if let Outcome::Broken = self.write_and_ack(sh, token, qp, pd, h, p) {
+            return Outcome::Broken;
+        }
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return Outcome::Broken;
+        };
+        let rcq = e.recv_cq.clone();
+        if let Some((wr, _, own_rq)) = e.take_receive() {
+            if own_rq {
+                self.recv_consumed(qp);
+            }
+            self.push_wc(
+                &rcq,
+                WorkCompletion {
+                    imm: Some(h.length),
+                    solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                    ..WorkCompletion::new(
+                        wr.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::RecvRdmaImm,
+                        p.len() as u32,
+                        qp,
+                    )
+                },
+            );
+        }
+        Outcome::Done
+    }
+
+    /// A peer's ATOMIC: applied to our memory, the previous value answered.
+    fn target_atomic(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        pd: u32,
+        h: &Header,
+        p: &[u8],
+    ) -> Outcome {
+        let mut operands = [0u64; 2];
+        for (i, w) in p.chunks_exact(8).take(2).enumerate() {
+            operands[i] = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        }
+        let r = match h.flags {
+            wire::FLAG_FETCH_ADD if p.len() == 16 => {
+                sh.keys
+                    .lock()
+                    .remote_atomic(h.key, h.addr, pd, operands[0], None)
+            }
+            wire::FLAG_CMP_SWAP if p.len() == 16 => {
+                sh.keys
+                    .lock()
+                    .remote_atomic(h.key, h.addr, pd, operands[0], Some(operands[1]))
+            }
+            _ => Err(Status::RemoteInvalid),
+        };
+        let mut resp = Header::new(Kind::ReadResp);
+        resp.seq = h.seq;
+        match r {
+            Ok(old) => {
+                self.answer(token, resp, old.to_le_bytes().to_vec());
+                Outcome::Done
+            }
+            Err(s) => self.refuse(token, qp, resp, s, "remote atomic", h.key),
+        }
+    }
+
+    /// Answers request `resp` (of `what`, naming `rkey`) with refusal `status`, and breaks
+    /// the connection once the answer is out.
+    fn refuse(
+        &mut self,
+        token: u64,
+        qp: u32,
+        mut resp: Header,
+        status: Status,
+        what: &str,
+        rkey: u32,
+    ) -> Outcome {
+        log::info!("qp {qp}: {what} refused (rkey {rkey:#x})");
+        resp.status = status;
+        self.answer(token, resp, Vec::new());
+        self.break_after_answer(token, qp);
+        Outcome::Broken
+    }
+
+    /// A peer's READ_REQ: answered from our memory, straight into the socket when nothing is
+    /// queued before it.
+    fn target_read(&mut self, sh: &Shared, token: u64, qp: u32, pd: u32, h: &Header) -> Outcome {
+        // An answer is sent straight from the registered memory when nothing is queued
+        // before it; so while answers are queued, later reads wait (their requests are
+        // held, in order) instead of being copied into the queue. `try_write` resumes
+        // them once the queue has drained into the socket.
+        if let Some(c) = self.conns.get_mut(&token) {
+            if !c.out.is_empty() {
+                c.wait_drain = true;
+                return Outcome::Hold;
+            }
+        }
+        let mut resp = Header::new(Kind::ReadResp);
+        resp.seq = h.seq;
+        // With nothing queued before it, the answer goes out straight from the
+        // registered memory (one copy fewer); what the socket does not take is queued.
+        let direct = self
+            .conns
+            .get(&token)
+            .filter(|c| {
+                c.out.is_empty()
+                    && !c.write_failed
+                    && !c.is_closing()
+                    && c.same_host.outgoing.is_none()
+            })
+            .map(|c| c.stream.as_raw_fd());
+        let r = match direct {
+            Some(fd) => match self.read_answer_to_socket(sh, token, pd, h, resp, fd) {
+                Some(r) => r,
+                None => {
+                    // Part of an answer is out and the rest of the memory gone.
+                    log::warn!("qp {qp}: memory of a remote read unmapped while answered");
+                    self.conn_lost(token);
+                    return Outcome::Broken;
+                }
+            },
+            None => sh
+                .keys
+                .lock()
+                .remote_read(h.key, h.addr, h.length, pd)
+                .map(|data| self.answer(token, resp, data)),
+        };
+        match r {
+            Ok(()) => Outcome::Done,
+            Err(s) => self.refuse(token, qp, resp, s, "remote read", h.key),
+        }
+    }
+
+    /// Sends the answer `resp` to READ_REQ `h` from our memory straight into socket `fd`,
+    /// queueing what the socket does not take. None: part of it is out and the rest of the
+    /// memory gone.
+    #[inline]
+    fn read_answer_to_socket(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        pd: u32,
+        h: &Header,
+        resp: Header,
+        fd: std::os::fd::RawFd,
+    ) -> Option<std::result::Result<(), Status>> {
+        let mut full = resp;
+        full.payload_len = h.length;
+        let head = full.encode();
+        let sent = sh
+            .keys
+            .lock()
+            .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
+        match sent {
+            Ok((sent, rest)) => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    let bytes = head.len().saturating_sub(sent) + rest.len();
+                    if sent < head.len() {
+                        c.out.push_bytes(head[sent..].to_vec());
+                    }
+                    c.out.push_bytes(rest);
+                    c.note_answer(bytes);
+                }
+                Some(Ok(()))
+            }
+            Err(Some(status)) => Some(Err(status)),
+            Err(None) => None,
+        }
+    }
+
     /// A peer's SEND `h` is in receive `wr_id` (taken from the QP's own queue if `own_rq`), or
     /// failed to go in (`placed`): the receive completes, and the peer learns the outcome
     /// (ACK); a failure then breaks the connection. A send-with-invalidate ends the binding
