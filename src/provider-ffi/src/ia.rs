@@ -102,16 +102,22 @@ pub(crate) unsafe fn open_ia_with(
     } else {
         AsyncEvd::Existing(h(*async_evd))
     };
-    let (ia, evd) =
-        Ia::open_with_async_evd(&name, &params, want_async, dispatch).inspect_err(|e| {
+    let (ia, evd) = Ia::open_with_async_evd(&name, &params, want_async, dispatch)
+        .inspect_err(|e| {
             // Say why, once, even with logging off: "no such interface" is
             // the first thing a new user of "tcp eth0" needs to know. (A bad
-            // async EVD handle is the caller's, said by the return code.)
-            if e.kind == ErrorType::InvalidHandle {
+            // async EVD handle or argument is the caller's, said by the return
+            // code.)
+            if e.kind == ErrorType::InvalidHandle || e.param.is_some() {
                 return;
             }
             let why = daplrs::device::diagnose(&params).unwrap_or_else(|| e.to_string());
             eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
+        })
+        // The async EVD this call creates takes its length from async_event_qlen.
+        .map_err(|e| match e.param {
+            Some(Param::EvdMinQlen) => DatError::bad(Param::AsyncEventQlen),
+            _ => e,
         })?;
     if let Some(evd) = evd {
         *async_evd = c(evd.handle());

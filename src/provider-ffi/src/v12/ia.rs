@@ -67,9 +67,10 @@ unsafe fn open12(
         )
     }
     .map(|_| ())
-    // The one argument 1.2 names otherwise: its async_evd_handle is 2.0's async_event_handle.
+    // 1.2 names two arguments otherwise: async_evd_qlen and async_evd_handle (2.0: async_event_*).
     .map_err(|e| match e.param {
         Some(Param::AsyncEventHandle) => DatError::bad(Param::AsyncEvdHandle),
+        Some(Param::AsyncEventQlen) => DatError::bad(Param::AsyncEvdQlen),
         _ => e,
     })
 }

@@ -437,7 +437,16 @@ impl DatError {
 
 impl fmt::Display for DatError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}/{:?} (0x{:08x})", self.kind, self.sub, self.code())
+        match self.param {
+            Some(p) => write!(
+                f,
+                "{:?} of {} (0x{:08x})",
+                self.kind,
+                p.c_name(),
+                self.code()
+            ),
+            None => write!(f, "{:?}/{:?} (0x{:08x})", self.kind, self.sub, self.code()),
+        }
     }
 }
 
