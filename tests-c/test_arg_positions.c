@@ -21,7 +21,7 @@
  * as DAT_INVALID_ARG6 (dat_ep_post_rdma_read's position); dat_rmr_bind
  * reported bad mem_priv, va_type and completion flags one argument late
  * (ARG5, ARG6, ARG9); dat_ia_open's async_event_qlen had no position. */
-#define _GNU_SOURCE
+#define _GNU_SOURCE /* dl_iterate_phdr (arg_cover.h) */
 #include <dat2/udat.h>
 #include <dat2/dat_ib_extensions.h>
 #include <stdint.h>
