@@ -299,6 +299,37 @@ mod tests {
         }
     }
 
+    /// The boundary places a named parameter by the call's list, and a parameter the call
+    /// lacks is DAT_INTERNAL_ERROR (after the debug assertion, caught by the guard), not an
+    /// ARGn.
+    #[test]
+    fn guard_places_parameters_by_the_calls_list() {
+        use crate::boundary::guard;
+        use dat_abi::*;
+        let code = |call: &Call, e: DatError| guard(call, || Err(e));
+        let arg = |n: u32| DAT_CLASS_ERROR | DAT_INVALID_PARAMETER | (DAT_INVALID_ARG1 + n - 1);
+        let local_iov = DatError::bad(Param::LocalIov);
+        let flags = DatError::bad(Param::CompletionFlags);
+        assert_eq!(code(&EP_POST_RDMA_READ, local_iov), arg(3));
+        assert_eq!(code(&EP_POST_RDMA_READ_TO_RMR, local_iov), arg(2));
+        assert_eq!(code(&EP_POST_RDMA_READ, flags), arg(6));
+        assert_eq!(code(&EP_POST_RDMA_READ_TO_RMR, flags), arg(5));
+        assert_eq!(code(&RMR_BIND, flags), arg(8));
+        assert_eq!(
+            code(&EP_DUP_CONNECT, DatError::bad_handle(Param::EpDupHandle)),
+            DAT_CLASS_ERROR | DAT_INVALID_HANDLE | DAT_INVALID_HANDLE2
+        );
+        assert_eq!(
+            code(&EP_POST_SEND, DatError::bad(Param::RemoteIov)),
+            DatError::internal().code()
+        );
+        // Beyond DAT's ten argument subtypes there is no code to give.
+        assert_eq!(
+            code(&LMR_CREATE, DatError::bad(Param::RegisteredAddress)),
+            DatError::internal().code()
+        );
+    }
+
     #[test]
     fn no_call_names_a_parameter_twice() {
         for call in ALL {

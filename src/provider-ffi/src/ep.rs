@@ -403,11 +403,11 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
     invalidate: DAT_BOOLEAN,
     rmr_context: DAT_RMR_CONTEXT,
 ) -> DAT_RETURN {
-    if invalidate == boolean(false) {
-        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-        return unsafe { post_send(ep_handle, n, iov, cookie, flags) };
-    }
     guard(&calls::EP_POST_SEND_WITH_INVALIDATE, || {
+        if invalidate == boolean(false) {
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            return unsafe { post_send_iov(ep_handle, n, iov, cookie, flags) };
+        }
         let ep = ep(ep_handle)?;
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
