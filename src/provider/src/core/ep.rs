@@ -626,8 +626,7 @@ impl Ep {
 
     // ---- connection management ---------------------------------------------------------------
 
-    /// dat_ep_connect. C positions: remote address 2, conn_qual 3, timeout 4, private data
-    /// size 5, private data 6, qos 7, flags 8.
+    /// dat_ep_connect.
     pub fn connect(
         &self,
         remote: Ipv4Addr,

@@ -455,7 +455,7 @@ impl Evd {
         {
             let mut s = self.state.lock();
             if s.freed {
-                return Err(HandleKind::Evd.invalid());
+                return Err(DatError::bad_handle(Param::EvdHandle));
             }
             if s.queue.len() >= s.qlen {
                 return Err(DatError::queue_full());
@@ -647,7 +647,7 @@ impl Evd {
     /// dat_evd_free: refused while an EP, PSP or RSP uses the EVD.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
         if !handle::is_live(self.handle) {
-            return Err(HandleKind::Evd.invalid());
+            return Err(DatError::bad_handle(Param::EvdHandle));
         }
         if self.users.retire().is_err() {
             return Err(DatError::invalid_state(SubType::EvdInUse));

@@ -83,8 +83,7 @@ pub(crate) fn access_of(privileges: u32) -> u32 {
 }
 
 impl Lmr {
-    /// dat_lmr_create. Argument positions (for INVALID_ARGn) follow the C call:
-    /// (ia 1, mem_type 2, region 3, length 4, pz 5, privileges 6, va_type 7).
+    /// dat_lmr_create.
     ///
     /// The caller guarantees a `Virtual` range stays mapped until the LMR is freed (DAT's rule
     /// for the consumer).

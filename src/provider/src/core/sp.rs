@@ -234,8 +234,7 @@ impl Sp {
     }
 
     /// dat_csp_create: listens on `address`, which must be this IA's address (its port 0 picks
-    /// a free port), for the communicator `comm` (see the module's CSP rules). C positions:
-    /// comm 2, address 3, evd 4.
+    /// a free port), for the communicator `comm` (see the module's CSP rules).
     pub fn create_csp(
         ia: &Arc<Ia>,
         comm: Comm,

@@ -92,7 +92,7 @@ pub struct Srq {
 }
 
 impl Srq {
-    /// dat_srq_create (positions: ia 1, pz 2, attr 3).
+    /// dat_srq_create.
     pub fn create(ia: &Arc<Ia>, pz: &Arc<Pz>, attr: SrqAttr) -> DatResult<Arc<Srq>> {
         ia.check_open()?;
         let dev = ia.device().attr();

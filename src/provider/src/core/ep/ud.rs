@@ -298,7 +298,7 @@ impl Ep {
         };
         if let Err(e) = qp.post_send_ud(wr, &ah, qpn) {
             self.ia.untrack(wr_id);
-            // What the backend refuses is the IOV's segments (DAT_INVALID_ARG3, as ever).
+            // What the backend refuses is the IOV's segments.
             return Err(from_backend(e, Some(Param::NumSegments)));
         }
         self.count_post(counters::ep::POST_SEND_UD, total);
