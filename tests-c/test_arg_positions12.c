@@ -591,7 +591,7 @@ static void test_ia_registry(void)
 	BAD(dat_registry_list_providers, 3, dat_registry_list_providers(1, &n, NULL), ARG(3));
 	/* dat_strerror(value, major_message, minor_message) */
 	const char *major, *minor;
-	NO_BAD_VALUE(dat_strerror, 1, "every value has a name (unknown ones a generic one)");
+	BAD(dat_strerror, 1, dat_strerror(DAT_CLASS_ERROR | 0x3ffe0000u, &major, &minor), ARG(1));
 	BAD(dat_strerror, 2, dat_strerror(0, NULL, &minor), ARG(2));
 	BAD(dat_strerror, 3, dat_strerror(0, &major, NULL), ARG(3));
 }
