@@ -163,8 +163,8 @@ pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(p: *const T) -> DatResult<R
 /// one above `max` (the object's IOV limit), is DAT_INVALID_PARAMETER for
 /// num_segments, refused before the array is touched (a count of 1 << 30 must
 /// not make us read a gigabyte past one triplet); a NULL array with segments
-/// is for local_iov. Zero
-/// segments (a zero-length message) may come with a NULL array.
+/// is for local_iov. Zero segments (a zero-length message) may come with a
+/// NULL array.
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.

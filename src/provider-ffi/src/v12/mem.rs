@@ -126,7 +126,7 @@ pub(crate) unsafe extern "C" fn lmr_sync_rdma_write(
     })
 }
 
-/// dat_rmr_bind of 1.2 (7 arguments, no LMR handle or VA type). 1.2 names no LMR handle: the LMR is
+/// dat_rmr_bind of 1.2 (7 arguments: no LMR handle, no VA type). The LMR is
 /// the one of the RMR's IA whose lmr_context the triplet carries, and then
 /// the core binds exactly as for 2.0 (with DAT_VA_TYPE_VA).
 ///
