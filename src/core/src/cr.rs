@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::ep::Ep;
-use super::error::{DatError, DatResult};
+use super::error::{DatError, DatResult, Param};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::sp::Sp;
 use daplrs_backend::ConnRequestId;
@@ -86,11 +86,10 @@ impl Cr {
     }
 
     /// dat_cr_accept: `ep` may be None for an RSP's request (its reserved EP is used).
-    /// C positions: ep 2, private data size 3, private data 4.
     pub fn accept(&self, ep: Option<&Arc<Ep>>, private_data: &[u8]) -> DatResult<()> {
         let ia = self.sp.ia().clone();
         if private_data.len() > ia.device().attr().max_private_data as usize {
-            return Err(DatError::invalid_arg(3));
+            return Err(DatError::bad(Param::PrivateDataSize));
         }
         let ep = match (ep, &self.ep) {
             (Some(e), _) => e.clone(),
@@ -130,7 +129,7 @@ impl Cr {
     pub fn reject(&self, private_data: &[u8]) -> DatResult<()> {
         let ia = self.sp.ia().clone();
         if private_data.len() > ia.device().attr().max_private_data as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::PrivateDataSize));
         }
         self.consume()?;
         if let Some(ep) = &self.ep {

@@ -20,7 +20,7 @@ use super::consts::{
     async_reason, completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv,
 };
 use super::counters::{self, Counters};
-use super::error::{from_backend, DatError, DatResult, ErrorType, SubType};
+use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
 use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
@@ -92,7 +92,7 @@ impl EpAttr {
         self
     }
 
-    /// Checks the attributes against the device; `arg` is their C argument position.
+    /// Checks the attributes against the device; `param` is the argument that carries them.
     ///
     /// recv_completion_flags name one notification mode for receive completions (see
     /// `core::evd`): DAT_COMPLETION_DEFAULT_FLAG (0), SOLICITED_WAIT, UNSIGNALLED or
@@ -100,7 +100,7 @@ impl EpAttr {
     /// mode, not in a pair of them; "UNSIGNALLED for RECV is not allowed" with EVD_THRESHOLD),
     /// and no other bit. request_completion_flags are taken as given (OFED's provider reports
     /// EVD_THRESHOLD there, and its consumers hand its attributes back).
-    pub fn validate(&self, dev: &DeviceAttr, arg: u32) -> DatResult<()> {
+    pub fn validate(&self, dev: &DeviceAttr, param: Param) -> DatResult<()> {
         let recv_modes = completion_flags::SOLICITED_WAIT
             | completion_flags::UNSIGNALLED
             | completion_flags::EVD_THRESHOLD;
@@ -125,7 +125,7 @@ impl EpAttr {
             || self.max_rdma_read_in > dev.max_rd_atomic
             || self.max_rdma_read_out > dev.max_rd_atomic;
         if bad {
-            Err(DatError::invalid_arg(arg))
+            Err(DatError::bad(param))
         } else {
             Ok(())
         }
@@ -275,8 +275,7 @@ fn check_evd_role(evd: &Option<Arc<Evd>>, flag: u32, bad: SubType) -> DatResult<
 }
 
 impl Ep {
-    /// dat_ep_create (srq None) and dat_ep_create_with_srq. C argument positions: ia 1, pz 2,
-    /// recv_evd 3, request_evd 4, connect_evd 5, (srq 6), attributes 6 (7 with srq).
+    /// dat_ep_create (srq None) and dat_ep_create_with_srq.
     pub fn create(
         ia: &Arc<Ia>,
         pz: Option<Arc<Pz>>,
@@ -288,17 +287,16 @@ impl Ep {
     ) -> DatResult<Arc<Ep>> {
         ia.check_open()?;
         let dev = ia.device().attr();
-        let attr_arg = if srq.is_some() { 7 } else { 6 };
         let attr = match attr {
             Some(a) => {
-                a.validate(&dev, attr_arg)?;
+                a.validate(&dev, Param::EpAttributes)?;
                 a.with_defaults_for_zero(&dev)
             }
             None => EpAttr::defaults(&dev),
         };
         // Datagram EPs take their receives from their own queue (no SRQ).
         if srq.is_some() && attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
-            return Err(DatError::invalid_arg(attr_arg));
+            return Err(DatError::bad(Param::EpAttributes));
         }
         check_evd_role(&recv_evd, evd_flags::DTO, SubType::InvalidHandleEvdRecv)?;
         check_evd_role(
@@ -367,7 +365,8 @@ impl Ep {
         }
 
         let (qp, sink_cq) = match &pz {
-            Some(p) => match build_qp(ia, p, &recv_evd, &request_evd, &srq, &attr) {
+            Some(p) => match build_qp(ia, p, &recv_evd, &request_evd, &srq, &attr, Param::IaHandle)
+            {
                 Ok((qp, sink)) => (Some(qp), sink),
                 Err(e) => {
                     undo(taken);
@@ -497,7 +496,7 @@ impl Ep {
         }
         let dev = self.ia.device().attr();
         if let Some(a) = &change.attr {
-            a.validate(&dev, 3)?;
+            a.validate(&dev, Param::EpParam)?;
         }
         if let Some(Some(e)) = &change.recv_evd {
             check_evd_role(
@@ -559,7 +558,15 @@ impl Ep {
             }
         }
         let rebuilt = match &pz {
-            Some(p) => match build_qp(&self.ia, p, &recv_evd, &request_evd, &i.srq, &attr) {
+            Some(p) => match build_qp(
+                &self.ia,
+                p,
+                &recv_evd,
+                &request_evd,
+                &i.srq,
+                &attr,
+                Param::EpHandle,
+            ) {
                 Ok(x) => Some(x),
                 Err(e) => {
                     for a in &acquired {
@@ -619,8 +626,7 @@ impl Ep {
 
     // ---- connection management ---------------------------------------------------------------
 
-    /// dat_ep_connect. C positions: remote address 2, conn_qual 3, timeout 4, private data
-    /// size 5, private data 6, qos 7, flags 8.
+    /// dat_ep_connect.
     pub fn connect(
         &self,
         remote: Ipv4Addr,
@@ -631,12 +637,13 @@ impl Ep {
         flags: u32,
     ) -> DatResult<()> {
         self.ia.check_open()?;
-        let port = super::sp::port_of_conn_qual(conn_qual).ok_or(DatError::invalid_arg(3))?;
+        let port =
+            super::sp::port_of_conn_qual(conn_qual).ok_or(DatError::bad(Param::RemoteConnQual))?;
         if private_data.len() > self.ia.device().attr().max_private_data as usize {
-            return Err(DatError::invalid_arg(5));
+            return Err(DatError::bad(Param::PrivateDataSize));
         }
         if flags > 1 {
-            return Err(DatError::invalid_arg(8));
+            return Err(DatError::bad(Param::ConnectFlags));
         }
         self.connect_to(SocketAddrV4::new(remote, port), timeout_us, private_data)
     }
@@ -644,8 +651,7 @@ impl Ep {
     /// dat_ep_common_connect: connects to the service point at `remote`, address and port (a
     /// peer's CSP, or any service point listening on that port); there is no conn_qual, no
     /// qos and no flags. A remote port of 0 names no service point: DAT_INVALID_ADDRESS
-    /// (DAT_INVALID_ADDRESS_MALFORMED). C positions: remote address 2, timeout 3, private data
-    /// size 4, private data 5.
+    /// (DAT_INVALID_ADDRESS_MALFORMED).
     pub fn common_connect(
         &self,
         remote: SocketAddrV4,
@@ -660,7 +666,7 @@ impl Ep {
             ));
         }
         if private_data.len() > self.ia.device().attr().max_private_data as usize {
-            return Err(DatError::invalid_arg(4));
+            return Err(DatError::bad(Param::PrivateDataSize));
         }
         self.connect_to(remote, timeout_us, private_data)
     }
@@ -737,7 +743,7 @@ impl Ep {
     /// dat_ep_disconnect. Completion is the DISCONNECTED event on the connect EVD.
     pub fn disconnect(&self, flags: u32) -> DatResult<()> {
         if flags > 1 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::CloseFlags));
         }
         let abrupt = flags == super::consts::close_flags::ABRUPT;
         let qp = {
@@ -944,15 +950,15 @@ impl Ep {
     // ---- data transfer ----------------------------------------------------------------------
 
     /// UNSIGNALLED is allowed only if the EP was configured for it.
-    pub(crate) fn check_request_flags(&self, flags: u32, arg: u32) -> DatResult<()> {
-        Self::request_flags_allowed(&self.inner.lock(), flags, arg)
+    pub(crate) fn check_request_flags(&self, flags: u32) -> DatResult<()> {
+        Self::request_flags_allowed(&self.inner.lock(), flags)
     }
 
-    fn request_flags_allowed(i: &EpInner, flags: u32, arg: u32) -> DatResult<()> {
+    fn request_flags_allowed(i: &EpInner, flags: u32) -> DatResult<()> {
         if flags & completion_flags::UNSIGNALLED != 0
             && i.attr.request_completion_flags & completion_flags::UNSIGNALLED == 0
         {
-            return Err(DatError::invalid_arg(arg));
+            return Err(DatError::bad(Param::CompletionFlags));
         }
         Ok(())
     }
@@ -966,7 +972,7 @@ impl Ep {
 
     fn request_state_allowed(i: &EpInner) -> DatResult<()> {
         if i.attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
-            return Err(DatError::invalid_arg(1));
+            return Err(DatError::bad(Param::EpHandle));
         }
         match i.state {
             ep_state::CONNECTED | ep_state::DISCONNECTED => Ok(()),
@@ -976,14 +982,13 @@ impl Ep {
 
     /// Validates a local IOV against the IA's LMRs: each non-empty segment must name a live LMR
     /// (else PRIVILEGES_VIOLATION) of the EP's PZ (else PROTECTION_VIOLATION), lie inside it
-    /// (else INVALID_PARAMETER on `iov_arg`) and have `need` privilege. Returns the segments to
+    /// (else INVALID_PARAMETER on the local IOV) and have `need` privilege. Returns the segments to
     /// post and the total length.
     pub(crate) fn check_local_iov(
         ia: &Ia,
         pz: &Arc<Pz>,
         iov: &[Sge],
         need: u32,
-        iov_arg: u32,
     ) -> DatResult<(SgeList, u64)> {
         let mut out = SgeList::new();
         let mut total: u64 = 0;
@@ -1011,7 +1016,7 @@ impl Ep {
                 ));
             }
             if !lmr.contains(seg.addr, u64::from(seg.length)) {
-                return Err(DatError::invalid_arg(iov_arg));
+                return Err(DatError::bad(Param::LocalIov));
             }
             // Local write privilege implies local read, as on every RDMA NIC
             // (verbs has no local-read flag): OFED's dtest sends from an LMR
@@ -1046,8 +1051,8 @@ impl Ep {
         wr.wr_id = wr_id;
         if let Err(e) = qp.post_send(wr) {
             self.ia.untrack(wr_id);
-            // num_segments is position 2 of every dat_ep_post_* call.
-            return Err(from_backend(e, Some(2)));
+            // The backend refuses the segments of the request.
+            return Err(from_backend(e, Some(Param::NumSegments)));
         }
         Ok(())
     }
@@ -1055,7 +1060,6 @@ impl Ep {
     pub(crate) fn request_common(
         &self,
         flags: u32,
-        flags_arg: u32,
         num_segments: usize,
         max_iov: impl Fn(&EpAttr) -> u32,
     ) -> DatResult<Arc<Pz>> {
@@ -1065,17 +1069,17 @@ impl Ep {
             | completion_flags::BARRIER_FENCE
             | completion_flags::EVD_THRESHOLD;
         if flags & !known != 0 {
-            return Err(DatError::invalid_arg(flags_arg));
+            return Err(DatError::bad(Param::CompletionFlags));
         }
         // One look at the EP (a lock taken once on the post path).
         let i = self.inner.lock();
-        Self::request_flags_allowed(&i, flags, flags_arg)?;
+        Self::request_flags_allowed(&i, flags)?;
         Self::request_state_allowed(&i)?;
         let pz =
             i.pz.clone()
                 .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         if num_segments > max_iov(&i.attr) as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::NumSegments));
         }
         Ok(pz)
     }
@@ -1091,13 +1095,12 @@ impl Ep {
         flags & (completion_flags::SUPPRESS | completion_flags::UNSIGNALLED) == 0
     }
 
-    /// dat_ep_post_send (C positions: num_segments 2, local_iov 3, cookie 4, flags 5).
+    /// dat_ep_post_send.
     pub fn post_send(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
         self.post_send_op(iov, cookie, flags, SendOp::Send)
     }
 
-    /// dat_ep_post_send_with_invalidate with invalidation (positions as post_send; the
-    /// rmr_context 7): a send that, once the peer placed it, ends the binding of the peer's RMR
+    /// dat_ep_post_send_with_invalidate with invalidation: a send that, once the peer placed it, ends the binding of the peer's RMR
     /// `rmr_context`; the peer's receive completes as DAT_DTO_RECEIVE_WITH_INVALIDATE naming
     /// it. Without invalidation the call is a plain send.
     pub fn post_send_with_invalidate(
@@ -1111,8 +1114,8 @@ impl Ep {
     }
 
     fn post_send_op(&self, iov: &[Sge], cookie: u64, flags: u32, op: SendOp) -> DatResult<()> {
-        let pz = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
+        let pz = self.request_common(flags, iov.len(), |a| a.max_request_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ)?;
         // Transfers are bounded by the IA's limits; an EP's max_message_size
         // and max_rdma_size are kept and reported but, as in OFED's
         // provider, not enforced (dtest writes 4 MiB through an EP that
@@ -1142,8 +1145,7 @@ impl Ep {
         Ok(())
     }
 
-    /// dat_ep_post_rdma_write (positions: num_segments 2, local_iov 3, cookie 4, remote 5,
-    /// flags 6).
+    /// dat_ep_post_rdma_write.
     pub fn post_rdma_write(
         &self,
         iov: &[Sge],
@@ -1151,8 +1153,8 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
+        let pz = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ)?;
         if total > u64::from(self.ia.device().attr().max_rdma_size)
             || total > u64::from(remote.length)
         {
@@ -1183,7 +1185,7 @@ impl Ep {
         Ok(())
     }
 
-    /// dat_ep_post_rdma_read_to_rmr (positions: local 2, cookie 3, remote 4, flags 5): an RDMA
+    /// dat_ep_post_rdma_read_to_rmr: an RDMA
     /// read whose sink is an RMR of ours, named by its triplet (rmr_context of its current
     /// binding, address, length) instead of an LMR triplet. The range must lie inside the
     /// binding, which must grant write (local or remote); the read then lands in the LMR the
@@ -1209,14 +1211,20 @@ impl Ep {
                 local.length,
                 mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE,
             )
-            .ok_or(DatError::invalid_arg(2))?;
+            .ok_or(DatError::bad(Param::LocalIov))?;
         if !Arc::ptr_eq(rmr.pz(), &self.pz_or_err()?) {
             return Err(DatError::new(
                 ErrorType::ProtectionViolation,
                 SubType::ProtectionWrite,
             ));
         }
+        // Its one local segment is the RMR triplet, which this call has instead of a count
+        // and an LMR IOV: what dat_ep_post_rdma_read says of the segments is said of it.
         self.post_rdma_read(&[sge], cookie, remote, flags)
+            .map_err(|e| match e.param {
+                Some(Param::NumSegments) => DatError::bad(Param::LocalIov),
+                _ => e,
+            })
     }
 
     /// dat_ep_post_rdma_read: reads `remote.length` bytes, filling the local IOV front to back.
@@ -1227,8 +1235,8 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let pz = self.request_common(flags, iov.len(), |a| a.max_rdma_read_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE)?;
         let want = u64::from(remote.length);
         if want > u64::from(self.ia.device().attr().max_rdma_size) || total < want {
             return Err(DatError::length());
@@ -1272,7 +1280,7 @@ impl Ep {
         Ok(())
     }
 
-    /// dat_ep_post_recv (positions: num_segments 2, local_iov 3, cookie 4, flags 5). Valid in
+    /// dat_ep_post_recv. Valid in
     /// every configured state; on a DISCONNECTED EP it is flushed.
     pub fn post_recv(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
         let known = completion_flags::SUPPRESS
@@ -1280,7 +1288,7 @@ impl Ep {
             | completion_flags::EVD_THRESHOLD
             | completion_flags::SOLICITED_WAIT;
         if flags & !known != 0 {
-            return Err(DatError::invalid_arg(5));
+            return Err(DatError::bad(Param::CompletionFlags));
         }
         let (pz, attr, qp, has_srq, state) = {
             let i = self.inner.lock();
@@ -1289,7 +1297,7 @@ impl Ep {
         if flags & completion_flags::UNSIGNALLED != 0
             && attr.recv_completion_flags & completion_flags::UNSIGNALLED == 0
         {
-            return Err(DatError::invalid_arg(5));
+            return Err(DatError::bad(Param::CompletionFlags));
         }
         if has_srq {
             return Err(state_error(state));
@@ -1297,9 +1305,9 @@ impl Ep {
         let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         let qp = qp.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         if iov.len() > attr.max_recv_iov as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::NumSegments));
         }
-        let (sgl, _) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let (sgl, _) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE)?;
         // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
         let (op, ext) = ud::recv_kind(attr.service_type);
         let wr_id = self.ia.track(PendingDto {
@@ -1313,7 +1321,7 @@ impl Ep {
         let total: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
         if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
-            return Err(from_backend(e, Some(2)));
+            return Err(from_backend(e, Some(Param::NumSegments)));
         }
         self.count_post(counters::ep::POST_RECV, total);
         self.check_recv_watermarks();
@@ -1333,19 +1341,17 @@ impl Ep {
         self.qp().map(|q| q.posted_recvs()).unwrap_or(0)
     }
 
-    /// dat_ep_set_watermark (positions: soft 2, hard 3): sets both watermarks and re-arms the
+    /// dat_ep_set_watermark: sets both watermarks and re-arms the
     /// soft one (see `Watermarks`); a count already above either fires during the call. Valid
     /// in every EP state. DAT_WATERMARK_INFINITE (-1) sets none; other negative values are
     /// DAT_INVALID_PARAMETER.
     pub fn set_watermark(&self, soft_high: i32, hard_high: i32) -> DatResult<()> {
-        let level = |v: i32, arg: u32| match v {
+        let level = |v: i32, param: Param| match v {
             WATERMARK_INFINITE => Ok(None),
-            v => u32::try_from(v)
-                .map(Some)
-                .map_err(|_| DatError::invalid_arg(arg)),
+            v => u32::try_from(v).map(Some).map_err(|_| DatError::bad(param)),
         };
-        let soft = level(soft_high, 2)?;
-        let hard = level(hard_high, 3)?;
+        let soft = level(soft_high, Param::SoftHighWatermark)?;
+        let hard = level(hard_high, Param::HardHighWatermark)?;
         {
             let mut i = self.inner.lock();
             i.watermarks = Watermarks {
@@ -1468,6 +1474,7 @@ fn build_qp(
     request_evd: &Option<Arc<Evd>>,
     srq: &Option<Arc<Srq>>,
     attr: &EpAttr,
+    owner: Param,
 ) -> DatResult<(Arc<dyn QueuePair>, SinkCq)> {
     let dev = ia.device();
     let mut sink: Option<Arc<dyn CompletionQueue>> = None;
@@ -1520,7 +1527,7 @@ fn build_qp(
     } else {
         dev.create_qp(init)
     };
-    // A CQ or SRQ the device does not take is position 1's (the IA or EP) as ever.
-    let qp = qp.map_err(|e| from_backend(e, Some(1)))?;
+    // A CQ or SRQ the device does not take is refused as `owner`'s (the IA or EP), as ever.
+    let qp = qp.map_err(|e| from_backend(e, Some(owner)))?;
     Ok((qp, sink))
 }

@@ -151,10 +151,10 @@ pub enum SubType {
 }
 
 impl SubType {
-    /// DAT_INVALID_ARGn for a 1-based argument position (clamped to 1..=10).
-    pub fn arg(position: u32) -> SubType {
-        match position {
-            0 | 1 => SubType::InvalidArg1,
+    /// DAT_INVALID_ARGn for a 1-based argument position (1..=10).
+    pub fn arg(position: usize) -> Option<SubType> {
+        Some(match position {
+            1 => SubType::InvalidArg1,
             2 => SubType::InvalidArg2,
             3 => SubType::InvalidArg3,
             4 => SubType::InvalidArg4,
@@ -163,14 +163,15 @@ impl SubType {
             7 => SubType::InvalidArg7,
             8 => SubType::InvalidArg8,
             9 => SubType::InvalidArg9,
-            _ => SubType::InvalidArg10,
-        }
+            10 => SubType::InvalidArg10,
+            _ => return None,
+        })
     }
 
-    /// DAT_INVALID_HANDLEn for a 1-based argument position (clamped to 1..=10).
-    pub fn handle_arg(position: u32) -> SubType {
-        match position {
-            0 | 1 => SubType::InvalidHandle1,
+    /// DAT_INVALID_HANDLEn for a 1-based argument position (1..=10).
+    pub fn handle_arg(position: usize) -> Option<SubType> {
+        Some(match position {
+            1 => SubType::InvalidHandle1,
             2 => SubType::InvalidHandle2,
             3 => SubType::InvalidHandle3,
             4 => SubType::InvalidHandle4,
@@ -179,9 +180,163 @@ impl SubType {
             7 => SubType::InvalidHandle7,
             8 => SubType::InvalidHandle8,
             9 => SubType::InvalidHandle9,
-            _ => SubType::InvalidHandle10,
-        }
+            10 => SubType::InvalidHandle10,
+            _ => return None,
+        })
     }
+}
+
+/// Declares [`Param`] with each variant's C parameter name.
+macro_rules! params {
+    ($($(#[$doc:meta])* $variant:ident = $c_name:literal,)*) => {
+        /// A parameter of a DAT call, by its C name: what the core names when it refuses an
+        /// argument. The core never knows where a parameter sits in a C argument list; the C
+        /// boundary (provider-ffi) turns a `Param` into DAT_INVALID_ARGn / DAT_INVALID_HANDLEn
+        /// with the argument list of the entry point it serves, declared there once per call.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Param {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Param {
+            /// Every parameter.
+            pub const ALL: &'static [Param] = &[$(Param::$variant,)*];
+
+            /// The parameter's name in the DAT headers' prototypes.
+            pub const fn c_name(self) -> &'static str {
+                match self {
+                    $(Param::$variant => $c_name,)*
+                }
+            }
+        }
+    };
+}
+
+params! {
+    Address = "address",
+    Agent = "agent",
+    Answer = "answer",
+    AsyncEvdHandle = "async_evd_handle",
+    AsyncEventHandle = "async_event_handle",
+    AsyncEventQlen = "async_event_qlen",
+    AsyncEvdQlen = "async_evd_qlen",
+    BufsAllocSpan = "bufs_alloc_span",
+    CloseFlags = "close_flags",
+    CnoHandle = "cno_handle",
+    CnoParam = "cno_param",
+    CnoParamMask = "cno_param_mask",
+    Comm = "comm",
+    CompletionFlags = "completion_flags",
+    ConnQual = "conn_qual",
+    ConnectEvdHandle = "connect_evd_handle",
+    ConnectFlags = "connect_flags",
+    Context = "context",
+    CrHandle = "cr_handle",
+    CrParam = "cr_param",
+    CrParamMask = "cr_param_mask",
+    CspHandle = "csp_handle",
+    CspParam = "csp_param",
+    CspParamMask = "csp_param_mask",
+    EpAttributes = "ep_attributes",
+    EpDupHandle = "ep_dup_handle",
+    EpHandle = "ep_handle",
+    EpParam = "ep_param",
+    EpParamMask = "ep_param_mask",
+    EpState = "ep_state",
+    EvdFlags = "evd_flags",
+    EvdHandle = "evd_handle",
+    EvdMinQlen = "evd_min_qlen",
+    EvdParam = "evd_param",
+    EvdParamMask = "evd_param_mask",
+    EvdQlen = "evd_qlen",
+    Event = "event",
+    Fd = "fd",
+    Handle = "handle",
+    HandleType = "handle_type",
+    Handoff = "handoff",
+    HardHighWatermark = "hard_high_watermark",
+    IaAttr = "ia_attr",
+    IaAttrMask = "ia_attr_mask",
+    IaHandle = "ia_handle",
+    InvalidateFlag = "invalidate_flag",
+    Length = "length",
+    LmrContext = "lmr_context",
+    LmrHandle = "lmr_handle",
+    LmrParam = "lmr_param",
+    LmrParamMask = "lmr_param_mask",
+    LmrTriplet = "lmr_triplet",
+    LocalIov = "local_iov",
+    LocalSegments = "local_segments",
+    LowWatermark = "low_watermark",
+    MemPriv = "mem_priv",
+    MemType = "mem_type",
+    Name = "name",
+    NbufsAllocated = "nbufs_allocated",
+    Nmore = "nmore",
+    NumSegments = "num_segments",
+    PrivateData = "private_data",
+    PrivateDataSize = "private_data_size",
+    Privileges = "privileges",
+    ProviderAttr = "provider_attr",
+    Provider = "provider",
+    ProviderAttrMask = "provider_attr_mask",
+    Provider1 = "provider1",
+    Provider2 = "provider2",
+    PspFlags = "psp_flags",
+    PspHandle = "psp_handle",
+    PspParam = "psp_param",
+    PspParamMask = "psp_param_mask",
+    PzHandle = "pz_handle",
+    PzParam = "pz_param",
+    PzParamMask = "pz_param_mask",
+    Qos = "qos",
+    RecvEvdHandle = "recv_evd_handle",
+    RecvIdle = "recv_idle",
+    RegionDescription = "region_description",
+    RegisteredAddress = "registered_address",
+    RegisteredLength = "registered_length",
+    RemoteConnQual = "remote_conn_qual",
+    RemoteIaAddress = "remote_ia_address",
+    RemoteIov = "remote_iov",
+    RequestEvdHandle = "request_evd_handle",
+    RequestIdle = "request_idle",
+    RmrContext = "rmr_context",
+    RmrHandle = "rmr_handle",
+    RmrParam = "rmr_param",
+    RmrParamMask = "rmr_param_mask",
+    RspHandle = "rsp_handle",
+    RspParam = "rsp_param",
+    RspParamMask = "rsp_param_mask",
+    SoftHighWatermark = "soft_high_watermark",
+    SrqAttr = "srq_attr",
+    SrqHandle = "srq_handle",
+    SrqMaxRecvDto = "srq_max_recv_dto",
+    SrqParam = "srq_param",
+    SrqParamMask = "srq_param_mask",
+    Threshold = "threshold",
+    Timeout = "timeout",
+    UserCookie = "user_cookie",
+    VaType = "va_type",
+    /// dat_extension_op's operation code (argument 2 of every IB extension call).
+    ExtOp = "op",
+    /// dat_ib_post_fetch_and_add's addend.
+    AddValue = "add_val",
+    /// dat_ib_post_cmp_and_swap's compare value.
+    CompareValue = "cmp_val",
+    /// dat_ib_post_cmp_and_swap's swap value.
+    SwapValue = "swap_val",
+    /// dat_ib_post_rdma_write_immed's immediate data.
+    ImmediateData = "idata",
+    /// The DAT_IB_ADDR_HANDLE of dat_ib_post_send_ud and dat_ib_ud_ah_free.
+    AddressHandle = "ah_ptr",
+    /// dat_ib_ud_cm_free's resolution record.
+    UdCm = "cm",
+    /// dat_ib_query_counters / dat_ib_print_counters: which counter.
+    Counter = "cntr",
+    /// dat_ib_query_counters' output array.
+    CountersOut = "p_cntrs_out",
+    /// dat_ib_query_counters / dat_ib_print_counters: reset after reading.
+    Reset = "reset",
 }
 
 /// A DAT error: maps 1:1 onto the DAT_RETURN value the C caller sees.
@@ -189,26 +344,64 @@ impl SubType {
 pub struct DatError {
     pub kind: ErrorType,
     pub sub: SubType,
+    /// The refused parameter of a DAT_INVALID_PARAMETER or positional DAT_INVALID_HANDLE
+    /// (`sub` is then `None` until the C boundary places it: see [`DatError::code_in`]).
+    pub param: Option<Param>,
 }
 
 pub type DatResult<T> = Result<T, DatError>;
 
 impl DatError {
     pub const fn new(kind: ErrorType, sub: SubType) -> DatError {
-        DatError { kind, sub }
+        DatError {
+            kind,
+            sub,
+            param: None,
+        }
     }
 
-    /// The exact DAT_RETURN value: DAT_CLASS_ERROR | type | subtype.
+    /// The exact DAT_RETURN value: DAT_CLASS_ERROR | type | subtype. An error naming a
+    /// parameter has no argument subtype here: see [`DatError::code_in`].
     pub fn code(&self) -> u32 {
         CLASS_ERROR | self.kind as u32 | self.sub as u16 as u32
+    }
+
+    /// The DAT_RETURN of this error in a call whose C arguments are `params`, in order: a
+    /// refused parameter becomes DAT_INVALID_ARGn (DAT_INVALID_HANDLEn for a handle) for its
+    /// position there. A parameter the call does not have is the provider's bug, never some
+    /// ARGn: `Err` with the parameter, for the caller to report (as DAT_INTERNAL_ERROR).
+    pub fn code_in(&self, params: &[Param]) -> Result<u32, Param> {
+        let Some(param) = self.param else {
+            return Ok(self.code());
+        };
+        let position = params.iter().position(|p| *p == param).ok_or(param)? + 1;
+        let sub = match self.kind {
+            ErrorType::InvalidHandle => SubType::handle_arg(position),
+            _ => SubType::arg(position),
+        }
+        .ok_or(param)?;
+        Ok(DatError { sub, ..*self }.code())
     }
 
     pub const fn invalid_handle(sub: SubType) -> DatError {
         DatError::new(ErrorType::InvalidHandle, sub)
     }
-    /// DAT_INVALID_PARAMETER with DAT_INVALID_ARGn for the 1-based C argument position.
-    pub fn invalid_arg(position: u32) -> DatError {
-        DatError::new(ErrorType::InvalidParameter, SubType::arg(position))
+    /// DAT_INVALID_PARAMETER for `param` (DAT_INVALID_ARGn, n its C position).
+    pub const fn bad(param: Param) -> DatError {
+        DatError {
+            kind: ErrorType::InvalidParameter,
+            sub: SubType::None,
+            param: Some(param),
+        }
+    }
+    /// DAT_INVALID_HANDLE for the handle `param` where DAT names it by position
+    /// (DAT_INVALID_HANDLEn) rather than by its kind.
+    pub const fn bad_handle(param: Param) -> DatError {
+        DatError {
+            kind: ErrorType::InvalidHandle,
+            sub: SubType::None,
+            param: Some(param),
+        }
     }
     pub const fn invalid_state(sub: SubType) -> DatError {
         DatError::new(ErrorType::InvalidState, sub)
@@ -244,7 +437,16 @@ impl DatError {
 
 impl fmt::Display for DatError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}/{:?} (0x{:08x})", self.kind, self.sub, self.code())
+        match self.param {
+            Some(p) => write!(
+                f,
+                "{:?} of {} (0x{:08x})",
+                self.kind,
+                p.c_name(),
+                self.code()
+            ),
+            None => write!(f, "{:?}/{:?} (0x{:08x})", self.kind, self.sub, self.code()),
+        }
     }
 }
 
@@ -252,12 +454,11 @@ impl std::error::Error for DatError {}
 
 /// The DAT code of a backend's failure: the one place a `backend::Error` becomes a DAT_RETURN.
 ///
-/// `arg` is the 1-based C argument position, in the DAT call being served, of the input a
-/// backend may refuse (scatter-gather list, address handle, memory range, the EP's EVDs):
+/// `arg` is the parameter, in the DAT call being served, of the input a backend may refuse (scatter-gather list, address handle, memory range, the EP's EVDs):
 /// its refusals (`TooLong`, `Foreign`, `Invalid`, `BadAddress`) are DAT_INVALID_PARAMETER
 /// naming that argument. With `None` the core's own validation leaves the backend nothing of
 /// the caller's to refuse, so a refusal is the provider's fault: DAT_INTERNAL_ERROR.
-pub fn from_backend(e: backend::Error, arg: Option<u32>) -> DatError {
+pub fn from_backend(e: backend::Error, arg: Option<Param>) -> DatError {
     use backend::{Error, Resource};
     match e {
         Error::NoResource(r) => DatError::resources(match r {
@@ -273,7 +474,7 @@ pub fn from_backend(e: backend::Error, arg: Option<u32>) -> DatError {
         Error::BadState => DatError::invalid_state(SubType::None),
         Error::NotConnected => DatError::invalid_state(SubType::EpNotReady),
         Error::TooLong | Error::Foreign | Error::Invalid | Error::BadAddress => match arg {
-            Some(position) => DatError::invalid_arg(position),
+            Some(param) => DatError::bad(param),
             None => DatError::internal(),
         },
         Error::Unsupported => DatError::not_implemented(),
@@ -312,7 +513,26 @@ mod tests {
             DatError::invalid_handle(SubType::InvalidHandleIa).code(),
             0x8005_000b
         );
-        assert_eq!(DatError::invalid_arg(2).code(), 0x8006_0026);
+        let post_send = [
+            Param::EpHandle,
+            Param::NumSegments,
+            Param::LocalIov,
+            Param::UserCookie,
+            Param::CompletionFlags,
+        ];
+        assert_eq!(
+            DatError::bad(Param::NumSegments).code_in(&post_send),
+            Ok(0x8006_0026)
+        );
+        assert_eq!(
+            DatError::bad_handle(Param::LocalIov).code_in(&post_send),
+            Ok(0x8005_001d)
+        );
+        assert_eq!(
+            DatError::bad(Param::RemoteIov).code_in(&post_send),
+            Err(Param::RemoteIov)
+        );
+        assert_eq!(DatError::queue_empty().code_in(&post_send), Ok(0x800d_0000));
         assert_eq!(
             DatError::invalid_state(SubType::EpDisconnected).code(),
             0x8007_0034
@@ -341,6 +561,22 @@ mod tests {
     }
 
     /// The codes the backends' errors had when the backends built them.
+    /// Naming the parameter costs no space: every DatResult stays as small as before.
+    #[test]
+    fn a_named_parameter_fits_in_the_padding() {
+        assert_eq!(std::mem::size_of::<DatError>(), 8);
+        assert_eq!(std::mem::size_of::<DatResult<()>>(), 8);
+    }
+
+    #[test]
+    fn param_names_are_distinct() {
+        let mut names: Vec<&str> = Param::ALL.iter().map(|p| p.c_name()).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n);
+    }
+
     #[test]
     fn backend_errors_keep_their_dat_codes() {
         use daplrs_backend::{Error, Resource};
@@ -357,18 +593,21 @@ mod tests {
         );
         assert_eq!(code(Error::NoResource(Resource::Host), None), 0x8003_0000);
         assert_eq!(code(Error::NoDevice, None), 0x800a_0003);
-        assert_eq!(code(Error::BadState, Some(2)), 0x8007_0000);
+        assert_eq!(code(Error::BadState, Some(Param::NumSegments)), 0x8007_0000);
         assert_eq!(code(Error::NotConnected, None), 0x8007_0039);
         assert_eq!(code(Error::AddrInUse, None), 0x8002_0000);
         assert_eq!(code(Error::Unsupported, None), 0xbfff_0000);
-        assert_eq!(code(Error::Internal, Some(1)), 0x8004_0000);
+        assert_eq!(code(Error::Internal, Some(Param::EpHandle)), 0x8004_0000);
         for e in [
             Error::TooLong,
             Error::Foreign,
             Error::Invalid,
             Error::BadAddress,
         ] {
-            assert_eq!(code(e, Some(3)), DatError::invalid_arg(3).code());
+            assert_eq!(
+                from_backend(e, Some(Param::LocalIov)),
+                DatError::bad(Param::LocalIov)
+            );
             assert_eq!(code(e, None), DatError::internal().code());
             assert_eq!(DatError::from(e), DatError::internal());
         }

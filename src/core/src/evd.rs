@@ -44,7 +44,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::cno::{deadline_from, Cno};
 use super::consts::{completion_flags, evd_flags, evd_state, event_number};
 use super::counters::{self, Counters};
-use super::error::{DatError, DatResult, SubType};
+use super::error::{DatError, DatResult, Param, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
 use daplrs_backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
@@ -210,10 +210,10 @@ impl Evd {
     ) -> DatResult<Arc<Evd>> {
         ia.check_open()?;
         if qlen <= 0 || qlen as u32 > ia.device().attr().max_cqe {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::EvdMinQlen));
         }
         if flags == 0 || flags & !evd_flags::ALL != 0 {
-            return Err(DatError::invalid_arg(4));
+            return Err(DatError::bad(Param::EvdFlags));
         }
         ia.check_room(
             HandleKind::Evd,
@@ -455,7 +455,7 @@ impl Evd {
         {
             let mut s = self.state.lock();
             if s.freed {
-                return Err(HandleKind::Evd.invalid());
+                return Err(DatError::bad_handle(Param::EvdHandle));
             }
             if s.queue.len() >= s.qlen {
                 return Err(DatError::queue_full());
@@ -518,7 +518,7 @@ impl Evd {
         };
         let mut s = self.state.lock();
         if threshold <= 0 || threshold as usize > s.qlen {
-            return Err(DatError::invalid_arg(3));
+            return Err(DatError::bad(Param::Threshold));
         }
         if let Some(sub) = controlled {
             return Err(DatError::invalid_state(sub));
@@ -537,7 +537,7 @@ impl Evd {
         let mut drove = false;
         let result = loop {
             if s.freed {
-                break Err(DatError::invalid_handle(SubType::InvalidHandle1));
+                break Err(DatError::bad_handle(Param::EvdHandle));
             }
             if s.ready() {
                 let ev = s.dequeue();
@@ -608,7 +608,7 @@ impl Evd {
     /// dat_evd_resize.
     pub fn resize(&self, qlen: i32) -> DatResult<()> {
         if qlen <= 0 || qlen as u32 > self.ia.device().attr().max_cqe {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::EvdQlen));
         }
         self.drain_cq();
         let mut s = self.state.lock();
@@ -647,7 +647,7 @@ impl Evd {
     /// dat_evd_free: refused while an EP, PSP or RSP uses the EVD.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
         if !handle::is_live(self.handle) {
-            return Err(HandleKind::Evd.invalid());
+            return Err(DatError::bad_handle(Param::EvdHandle));
         }
         if self.users.retire().is_err() {
             return Err(DatError::invalid_state(SubType::EvdInUse));

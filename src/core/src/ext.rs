@@ -11,7 +11,7 @@
 use super::consts::{completion_flags, ib_ext, mem_priv};
 use super::counters;
 use super::ep::{Ep, RemoteBuffer};
-use super::error::{DatError, DatResult};
+use super::error::{DatError, DatResult, Param};
 use super::handle::Object;
 use super::ia::PendingDto;
 use daplrs_backend::{SendOp, SendWr, Sge};
@@ -24,8 +24,7 @@ pub enum Atomic {
 }
 
 impl Ep {
-    /// dat_ib_post_rdma_write_immed (C positions after the EP and op: segments 3, local_iov 4,
-    /// cookie 5, remote 6, immediate data 7, flags 8). Writes the IOV to the remote buffer, then
+    /// dat_ib_post_rdma_write_immed. Writes the IOV to the remote buffer, then
     /// consumes one receive at the peer, which completes with `imm` and the write's length.
     pub fn post_rdma_write_immed(
         &self,
@@ -35,8 +34,8 @@ impl Ep {
         imm: u32,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, 8, iov.len(), |a| a.max_rdma_write_iov)?;
-        let (sgl, total) = Self::check_local_iov(self.ia(), &pz, iov, mem_priv::LOCAL_READ, 4)?;
+        let pz = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
+        let (sgl, total) = Self::check_local_iov(self.ia(), &pz, iov, mem_priv::LOCAL_READ)?;
         if total > u64::from(self.ia().device().attr().max_rdma_size)
             || total > u64::from(remote.length)
         {
@@ -68,9 +67,7 @@ impl Ep {
         Ok(())
     }
 
-    /// dat_ib_post_fetch_and_add / dat_ib_post_cmp_and_swap (C positions: for fetch-and-add
-    /// value 3, local_iov 4, cookie 5, remote 6, flags 7; compare-and-swap has one more value
-    /// before the IOV). The 64-bit word at the remote address (naturally aligned, in an RMR or
+    /// dat_ib_post_fetch_and_add / dat_ib_post_cmp_and_swap. The 64-bit word at the remote address (naturally aligned, in an RMR or
     /// LMR granting DAT_IB_MEM_PRIV_REMOTE_ATOMIC) is updated atomically with respect to every
     /// other atomic on it, and its previous value lands in the one 8-byte local segment.
     pub fn post_atomic(
@@ -81,17 +78,12 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let (iov_arg, flags_arg) = match op {
-            Atomic::FetchAdd { .. } => (4, 7),
-            Atomic::CmpSwap { .. } => (5, 8),
-        };
-        let pz = self.request_common(flags, flags_arg, 1, |a| a.max_rdma_read_iov)?;
+        let pz = self.request_common(flags, 1, |a| a.max_rdma_read_iov)?;
         let (sgl, total) = Self::check_local_iov(
             self.ia(),
             &pz,
             std::slice::from_ref(local),
             mem_priv::LOCAL_WRITE,
-            iov_arg,
         )?;
         if total != 8 {
             return Err(DatError::length());
@@ -99,7 +91,7 @@ impl Ep {
         // The target word must be naturally aligned; known here, so refused here, on every
         // backend alike (a NIC refuses it at post or fails it at the target).
         if !remote.address.is_multiple_of(8) {
-            return Err(DatError::invalid_arg(iov_arg + 2));
+            return Err(DatError::bad(Param::RemoteIov));
         }
         let (send_op, dto, kind, counter) = match op {
             Atomic::FetchAdd { add } => (

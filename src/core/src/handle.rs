@@ -19,7 +19,7 @@ use super::cno::Cno;
 use super::consts::handle_type;
 use super::cr::Cr;
 use super::ep::Ep;
-use super::error::{DatError, DatResult, SubType};
+use super::error::{DatError, DatResult, Param, SubType};
 use super::evd::Evd;
 use super::ia::Ia;
 use super::lmr::Lmr;
@@ -447,7 +447,7 @@ fn count_for_owner(t: &Table, owner: Handle, index: usize) {
 pub fn handle_type(handle: Handle) -> DatResult<u32> {
     lookup_any(handle)
         .map(|o| o.kind().dat_type())
-        .ok_or(DatError::invalid_handle(SubType::InvalidHandle1))
+        .ok_or(DatError::bad_handle(Param::Handle))
 }
 
 /// dat_set_consumer_context.
@@ -458,7 +458,7 @@ pub fn set_consumer_context(handle: Handle, context: u64) -> DatResult<()> {
             e.consumer_context = context;
             Ok(())
         }
-        None => Err(DatError::invalid_handle(SubType::InvalidHandle1)),
+        None => Err(DatError::bad_handle(Param::Handle)),
     }
 }
 
@@ -468,7 +468,7 @@ pub fn consumer_context(handle: Handle) -> DatResult<u64> {
     t.live
         .get(&handle.0)
         .map(|e| e.consumer_context)
-        .ok_or(DatError::invalid_handle(SubType::InvalidHandle1))
+        .ok_or(DatError::bad_handle(Param::Handle))
 }
 
 /// Every live object owned by the IA `ia`.

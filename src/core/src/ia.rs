@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::consts::{close_flags, dto_op, dto_status, evd_flags, event_number, ib_ext};
 use super::counters::{self, Counters};
 use super::ep::Ep;
-use super::error::{DatError, DatResult, SubType};
+use super::error::{DatError, DatResult, Param, SubType};
 use super::evd::{DtoExt, Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::lmr::Lmr;
@@ -411,7 +411,7 @@ impl Ia {
                 return Err(DatError::invalid_state(SubType::IaInUse));
             }
         } else if flags != close_flags::ABRUPT {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::CloseFlags));
         }
         self.closed.store(true, Ordering::SeqCst);
         children.sort_by_key(|(_, o)| teardown_rank(o));

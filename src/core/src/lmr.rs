@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::consts::mem_priv;
-use super::error::{from_backend, DatError, DatResult, ErrorType, SubType};
+use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, LocalRegion};
 use super::pz::Pz;
@@ -83,8 +83,7 @@ pub(crate) fn access_of(privileges: u32) -> u32 {
 }
 
 impl Lmr {
-    /// dat_lmr_create. Argument positions (for INVALID_ARGn) follow the C call:
-    /// (ia 1, mem_type 2, region 3, length 4, pz 5, privileges 6, va_type 7).
+    /// dat_lmr_create.
     ///
     /// The caller guarantees a `Virtual` range stays mapped until the LMR is freed (DAT's rule
     /// for the consumer).
@@ -100,13 +99,13 @@ impl Lmr {
             return Err(HandleKind::Pz.invalid());
         }
         if privileges & !mem_priv::KNOWN != 0 {
-            return Err(DatError::invalid_arg(6));
+            return Err(DatError::bad(Param::Privileges));
         }
         if va_type == VA_TYPE_ZB {
             return Err(DatError::plain(ErrorType::ModelNotSupported));
         }
         if va_type != VA_TYPE_VA {
-            return Err(DatError::invalid_arg(7));
+            return Err(DatError::bad(Param::VaType));
         }
         let (address, length, mem_type, shared_id) = match &region {
             LmrRegion::Virtual { address, length } => (*address, *length, 0, None),
@@ -123,10 +122,10 @@ impl Lmr {
             return Err(DatError::length());
         }
         if address == 0 || address.checked_add(length).is_none() {
-            return Err(DatError::invalid_arg(3));
+            return Err(DatError::bad(Param::RegionDescription));
         }
         if length > ia.device().attr().max_mr_size {
-            return Err(DatError::invalid_arg(4));
+            return Err(DatError::bad(Param::Length));
         }
         // Memory that is not there, or not writable when writes are asked for, is refused as
         // an RDMA device refuses it (EFAULT), on every backend: rs-tcp pins nothing and would
@@ -134,7 +133,7 @@ impl Lmr {
         // with the kernel's FOLL_FORCE, which takes even PROT_NONE memory.
         let write = mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE | mem_priv::REMOTE_ATOMIC;
         if !daplrs_backend::mapping::mapped(address, length, privileges & write != 0) {
-            return Err(DatError::invalid_arg(3));
+            return Err(DatError::bad(Param::RegionDescription));
         }
         ia.check_room(
             HandleKind::Lmr,
@@ -156,7 +155,7 @@ impl Lmr {
             Ok(mr) => mr,
             Err(e) => {
                 pz.users.release();
-                return Err(from_backend(e, Some(3)));
+                return Err(from_backend(e, Some(Param::RegionDescription)));
             }
         };
         let reservation = handle::reserve(HandleKind::Lmr, ia.dispatch());
@@ -265,11 +264,11 @@ impl Lmr {
 pub fn sync_rdma(ia: &Arc<Ia>, segments: &[(u64, u64)]) -> DatResult<()> {
     ia.check_open()?;
     if segments.is_empty() {
-        return Err(DatError::invalid_arg(3));
+        return Err(DatError::bad(Param::NumSegments));
     }
     for &(addr, len) in segments {
         if addr.checked_add(len).is_none() {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::LocalSegments));
         }
     }
     Ok(())

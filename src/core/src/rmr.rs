@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use super::consts::{completion_flags, dto_op, mem_priv};
 use super::ep::Ep;
-use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::error::{DatError, DatResult, ErrorType, Param, SubType};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::{Ia, PendingDto};
 use super::lmr::{access_of, Lmr, VA_TYPE_VA, VA_TYPE_ZB};
@@ -150,21 +150,21 @@ impl Rmr {
                 | mem_priv::LOCAL_WRITE)
             != 0
         {
-            return Err(DatError::invalid_arg(5));
+            return Err(DatError::bad(Param::MemPriv));
         }
         if va_type == VA_TYPE_ZB {
             return Err(DatError::plain(ErrorType::ModelNotSupported));
         }
         if va_type != VA_TYPE_VA {
-            return Err(DatError::invalid_arg(6));
+            return Err(DatError::bad(Param::VaType));
         }
         let known = completion_flags::SUPPRESS
             | completion_flags::UNSIGNALLED
             | completion_flags::BARRIER_FENCE;
         if flags & !known != 0 {
-            return Err(DatError::invalid_arg(9));
+            return Err(DatError::bad(Param::CompletionFlags));
         }
-        ep.check_request_flags(flags, 9)?;
+        ep.check_request_flags(flags)?;
         ep.check_request_state()?;
         if !Arc::ptr_eq(&ep.pz_or_err()?, &self.pz) {
             return Err(DatError::new(ErrorType::ProtectionViolation, SubType::None));
@@ -175,13 +175,13 @@ impl Rmr {
         } else {
             let lmr = lmr.ok_or_else(|| HandleKind::Lmr.invalid())?;
             if lmr.lmr_context() != lmr_context {
-                return Err(DatError::invalid_arg(3));
+                return Err(DatError::bad(Param::LmrTriplet));
             }
             if !Arc::ptr_eq(lmr.pz(), &self.pz) {
                 return Err(DatError::new(ErrorType::ProtectionViolation, SubType::None));
             }
             if !lmr.contains(address, u64::from(length)) {
-                return Err(DatError::invalid_arg(3));
+                return Err(DatError::bad(Param::LmrTriplet));
             }
             let lp = lmr.privileges();
             if privileges & mem_priv::REMOTE_READ != 0 && lp & mem_priv::LOCAL_READ == 0 {

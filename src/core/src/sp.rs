@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use super::consts::{evd_flags, event_number, ib_ext, psp_flags};
 use super::cr::Cr;
 use super::ep::Ep;
-use super::error::{DatError, DatResult, ErrorType, SubType};
+use super::error::{DatError, DatResult, ErrorType, Param, SubType};
 use super::evd::{Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::ia::Ia;
@@ -137,7 +137,7 @@ impl Sp {
         }
         let (port, conn_qual, comm) = match listen {
             Listen::ConnQual(q) => (
-                port_of_conn_qual(q).ok_or(DatError::invalid_arg(2))?,
+                port_of_conn_qual(q).ok_or(DatError::bad(Param::ConnQual))?,
                 Some(q),
                 None,
             ),
@@ -194,7 +194,7 @@ impl Sp {
         flags: u32,
     ) -> DatResult<Arc<Sp>> {
         if flags > psp_flags::PROVIDER {
-            return Err(DatError::invalid_arg(4));
+            return Err(DatError::bad(Param::PspFlags));
         }
         Sp::create(
             ia,
@@ -209,7 +209,7 @@ impl Sp {
     /// dat_psp_create_any: the backend picks a free port; returns it as the conn_qual.
     pub fn create_psp_any(ia: &Arc<Ia>, evd: &Arc<Evd>, flags: u32) -> DatResult<(Arc<Sp>, u64)> {
         if flags > psp_flags::PROVIDER {
-            return Err(DatError::invalid_arg(4));
+            return Err(DatError::bad(Param::PspFlags));
         }
         let sp = Sp::create(ia, SpKind::Psp, Listen::AnyPort, evd, flags, None)?;
         let q = sp.conn_qual();
@@ -234,8 +234,7 @@ impl Sp {
     }
 
     /// dat_csp_create: listens on `address`, which must be this IA's address (its port 0 picks
-    /// a free port), for the communicator `comm` (see the module's CSP rules). C positions:
-    /// comm 2, address 3, evd 4.
+    /// a free port), for the communicator `comm` (see the module's CSP rules).
     pub fn create_csp(
         ia: &Arc<Ia>,
         comm: Comm,
@@ -389,9 +388,6 @@ impl Sp {
             .collect();
         sps.into_iter()
             .find(|s| s.kind == SpKind::Psp && s.conn_qual() == conn_qual && !*s.freed.lock())
-            .ok_or(DatError::new(
-                ErrorType::InvalidParameter,
-                SubType::InvalidArg2,
-            ))
+            .ok_or(DatError::bad(Param::Handoff))
     }
 }

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use super::consts::{async_reason, dto_op, event_number, mem_priv};
 use super::ep::Ep;
-use super::error::{from_backend, DatError, DatResult, SubType};
+use super::error::{from_backend, DatError, DatResult, Param, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::{Ia, PendingDto};
 use super::pz::Pz;
@@ -92,7 +92,7 @@ pub struct Srq {
 }
 
 impl Srq {
-    /// dat_srq_create (positions: ia 1, pz 2, attr 3).
+    /// dat_srq_create.
     pub fn create(ia: &Arc<Ia>, pz: &Arc<Pz>, attr: SrqAttr) -> DatResult<Arc<Srq>> {
         ia.check_open()?;
         let dev = ia.device().attr();
@@ -102,7 +102,7 @@ impl Srq {
             || attr.max_recv_iov > dev.max_sge
             || attr.low_watermark > attr.max_recv_dtos
         {
-            return Err(DatError::invalid_arg(3));
+            return Err(DatError::bad(Param::SrqAttr));
         }
         ia.check_room(HandleKind::Srq, dev.max_srq, SubType::ResourceSrq)?;
         pz.acquire()?;
@@ -149,13 +149,13 @@ impl Srq {
         }
     }
 
-    /// dat_srq_post_recv (positions: num_segments 2, local_iov 3, cookie 4).
+    /// dat_srq_post_recv.
     pub fn post_recv(&self, iov: &[Sge], cookie: u64) -> DatResult<()> {
         let attr = *self.attr.lock();
         if iov.len() > attr.max_recv_iov as usize {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::NumSegments));
         }
-        let (sgl, _) = Ep::check_local_iov(&self.ia, &self.pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let (sgl, _) = Ep::check_local_iov(&self.ia, &self.pz, iov, mem_priv::LOCAL_WRITE)?;
         let wr_id = self.ia.track(PendingDto {
             ep: Handle::NULL,
             cookie,
@@ -166,7 +166,7 @@ impl Srq {
         });
         if let Err(e) = self.srq.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
-            return Err(from_backend(e, Some(2)));
+            return Err(from_backend(e, Some(Param::NumSegments)));
         }
         Ok(())
     }
@@ -174,7 +174,7 @@ impl Srq {
     /// dat_srq_resize.
     pub fn resize(&self, max_recv_dtos: i32) -> DatResult<()> {
         if max_recv_dtos <= 0 || max_recv_dtos as u32 > self.ia.device().attr().max_srq_wr {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::SrqMaxRecvDto));
         }
         if (max_recv_dtos as u32) < self.srq.posted() {
             return Err(DatError::invalid_state(SubType::SrqInUse));
@@ -191,7 +191,7 @@ impl Srq {
         {
             let mut a = self.attr.lock();
             if low_watermark < 0 || low_watermark as u32 > a.max_recv_dtos {
-                return Err(DatError::invalid_arg(2));
+                return Err(DatError::bad(Param::LowWatermark));
             }
             a.low_watermark = low_watermark as u32;
         }

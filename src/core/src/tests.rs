@@ -8,7 +8,7 @@ use super::consts::{
     async_reason, close_flags, ep_state, evd_flags, event_number, handle_type, mem_priv,
 };
 use super::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
-use super::error::{DatError, ErrorType, SubType};
+use super::error::{DatError, ErrorType, Param, SubType};
 use super::evd::{Evd, EventData};
 use super::handle::{self, Handle};
 use super::ia::Ia;
@@ -263,8 +263,8 @@ fn evd_queue_dequeue_threshold_and_overflow() {
     assert_eq!(ev.data, EventData::Software { pointer: 1 });
     assert_eq!(more, 1);
     assert_eq!(
-        evd.wait(GUARD_US, 3).expect_err("threshold > qlen").sub,
-        SubType::InvalidArg3
+        evd.wait(GUARD_US, 3).expect_err("threshold > qlen"),
+        DatError::bad(Param::Threshold)
     );
     assert_eq!(
         evd.resize(0).expect_err("bad qlen").kind,
@@ -399,7 +399,7 @@ fn ep_states_and_attributes() {
     bad.max_recv_dtos = dev.max_qp_wr + 1;
     let e = Ep::create(&ia, Some(pz.clone()), None, None, None, None, Some(bad))
         .expect_err("attrs over limits");
-    assert_eq!(kind(e), (ErrorType::InvalidParameter, SubType::InvalidArg6));
+    assert_eq!(e, DatError::bad(Param::EpAttributes));
 
     let ep = Ep::create(
         &ia,
@@ -464,8 +464,8 @@ fn ep_states_and_attributes() {
         lkey: lmr.lmr_context(),
     };
     assert_eq!(
-        kind(ep.post_recv(&[outside], 8, 0).expect_err("outside lmr")),
-        (ErrorType::InvalidParameter, SubType::InvalidArg3)
+        ep.post_recv(&[outside], 8, 0).expect_err("outside lmr"),
+        DatError::bad(Param::LocalIov)
     );
     let bad_key = Sge {
         addr: buf.as_ptr() as u64,
@@ -587,9 +587,8 @@ fn lmr_contexts_are_unique_and_queryable() {
             0x400,
             VA_TYPE_VA
         )
-        .expect_err("bad privileges")
-        .sub,
-        SubType::InvalidArg6
+        .expect_err("bad privileges"),
+        DatError::bad(Param::Privileges)
     );
     let old = la.lmr_context();
     la.free().expect("free");
@@ -627,10 +626,8 @@ fn service_points_and_conn_quals() {
     let e = Sp::create_psp(&ia, port, &cr_evd, 0).expect_err("port taken");
     assert_eq!(e.kind, ErrorType::ConnQualInUse);
     assert_eq!(
-        Sp::create_psp(&ia, 0, &cr_evd, 0)
-            .expect_err("not a port")
-            .sub,
-        SubType::InvalidArg2
+        Sp::create_psp(&ia, 0, &cr_evd, 0).expect_err("not a port"),
+        DatError::bad(Param::ConnQual)
     );
     assert_eq!(super::sp::port_of_conn_qual(80), Some(80));
     assert!(super::sp::port_of_conn_qual(0x0AFF_AB1E)
@@ -685,7 +682,7 @@ fn srq_create_query_and_post() {
         },
     )
     .expect_err("zero dtos");
-    assert_eq!(e.sub, SubType::InvalidArg3);
+    assert_eq!(e, DatError::bad(Param::SrqAttr));
     let srq = Srq::create(
         &ia,
         &pz,
@@ -797,8 +794,8 @@ fn srq_low_watermark_fires_once_per_setting() {
     super::srq::receive_consumed();
     assert!(async_evd.is_empty(), "disarmed after firing");
     assert_eq!(
-        srq.set_lw(5).expect_err("above max_recv_dtos").sub,
-        SubType::InvalidArg2
+        srq.set_lw(5).expect_err("above max_recv_dtos"),
+        DatError::bad(Param::LowWatermark)
     );
     srq.set_lw(0).expect("lw 0");
     assert!(async_evd.is_empty());

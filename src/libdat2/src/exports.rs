@@ -21,7 +21,7 @@
 use crate::registry::{self, ProviderKey};
 use crate::{error, ffi_guard, init_logging, LIBRARY};
 use dat_abi::*;
-use dat_registry::api;
+use dat_registry::{api, args};
 use std::ffi::{c_char, CStr};
 
 dat_registry::dat_calls!(v20, exports);
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn dats_get_ia_handle(
     ia_handle_p: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
     ffi_guard(|| match registry::lookup_ia(handle) {
-        Some(_) if ia_handle_p.is_null() => dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2),
+        Some(_) if ia_handle_p.is_null() => args::DATS_GET_IA_HANDLE.bad("ia_handle_p"),
         Some(open) => {
             // SAFETY: checked non-NULL; the consumer's handle slot.
             unsafe { *ia_handle_p = open.provider_ia };
@@ -179,14 +179,15 @@ pub unsafe extern "C" fn dat_registry_providers_related(
     answer: *mut DAT_HA_RELATIONSHIP,
 ) -> DAT_RETURN {
     ffi_guard(|| {
+        let related = &args::REGISTRY_PROVIDERS_RELATED;
         if provider1.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
+            return related.bad("provider1");
         }
         if provider2.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+            return related.bad("provider2");
         }
         if answer.is_null() {
-            return dat_error(DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+            return related.bad("answer");
         }
         // SAFETY: both checked non-NULL; C strings by the API's contract.
         let (a, b) = unsafe { (CStr::from_ptr(provider1), CStr::from_ptr(provider2)) };

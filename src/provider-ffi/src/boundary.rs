@@ -2,9 +2,10 @@
 //! pointer the C caller hands us. Other modules of this crate call these
 //! helpers instead of dereferencing pointers themselves.
 
+use crate::calls::Call;
 use daplrs::backend::Sge;
 use daplrs::core::ep::RemoteBuffer;
-use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
+use daplrs::core::error::{DatError, DatResult, ErrorType, Param, SubType};
 use daplrs::core::handle::Handle;
 use dat_abi::*;
 use parking_lot::Mutex;
@@ -13,12 +14,15 @@ use std::ffi::{c_char, c_void};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Runs one provider entry point: its error becomes the DAT_RETURN, and a
-/// panic becomes DAT_INTERNAL_ERROR instead of unwinding into C.
-pub(crate) fn guard(f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
-    match catch_unwind(AssertUnwindSafe(f)) {
+/// Runs one provider entry point, `call`: its error becomes the DAT_RETURN (a refused
+/// parameter the DAT_INVALID_ARGn of its position in `call`), and a panic becomes
+/// DAT_INTERNAL_ERROR instead of unwinding into C.
+pub(crate) fn guard(call: &Call, f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
+    // The error is placed inside the unwind guard: a debug build's assertion there must not
+    // cross into C either.
+    match catch_unwind(AssertUnwindSafe(|| f().map_err(|e| call.code_of(e)))) {
         Ok(Ok(())) => DAT_SUCCESS,
-        Ok(Err(e)) => e.code(),
+        Ok(Err(code)) => code,
         Err(_) => {
             log::error!("panic caught at the provider's C boundary");
             DatError::internal().code()
@@ -36,22 +40,22 @@ pub(crate) fn c(h: Handle) -> DAT_HANDLE {
     h.as_ptr()
 }
 
-/// An OUT parameter: NULL is DAT_INVALID_PARAMETER for argument `arg`.
+/// An OUT parameter: NULL is DAT_INVALID_PARAMETER for `param`.
 ///
 /// # Safety
 /// `p` is NULL or points to writable memory of a `T` (the C contract).
-pub(crate) unsafe fn out<'a, T>(p: *mut T, arg: u32) -> DatResult<&'a mut T> {
+pub(crate) unsafe fn out<'a, T>(p: *mut T, param: Param) -> DatResult<&'a mut T> {
     // SAFETY: `p` is NULL or points to a writable value of its type (the C caller's contract).
-    unsafe { p.as_mut() }.ok_or_else(|| DatError::invalid_arg(arg))
+    unsafe { p.as_mut() }.ok_or(DatError::bad(param))
 }
 
-/// An IN struct: NULL is DAT_INVALID_PARAMETER for argument `arg`.
+/// An IN struct: NULL is DAT_INVALID_PARAMETER for `param`.
 ///
 /// # Safety
 /// `p` is NULL or points to a readable `T`.
-pub(crate) unsafe fn input<'a, T>(p: *const T, arg: u32) -> DatResult<&'a T> {
+pub(crate) unsafe fn input<'a, T>(p: *const T, param: Param) -> DatResult<&'a T> {
     // SAFETY: `p` is NULL or points to a readable value of its type (the C caller's contract).
-    unsafe { p.as_ref() }.ok_or_else(|| DatError::invalid_arg(arg))
+    unsafe { p.as_ref() }.ok_or(DatError::bad(param))
 }
 
 /// Most IOVs are short: keep up to this many segments on the stack.
@@ -145,24 +149,22 @@ impl RemoteTriplet for dat_abi12::DAT_RMR_TRIPLET {
     }
 }
 
-/// The remote buffer of an RDMA DTO: NULL is DAT_INVALID_PARAMETER for
-/// argument `arg`.
+/// The remote buffer of an RDMA DTO (remote_iov): NULL is
+/// DAT_INVALID_PARAMETER for it.
 ///
 /// # Safety
 /// `p` is NULL or points to a readable triplet.
-pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(
-    p: *const T,
-    arg: u32,
-) -> DatResult<RemoteBuffer> {
+pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(p: *const T) -> DatResult<RemoteBuffer> {
     // SAFETY: `p` is NULL or points to a readable struct (the C caller's contract).
-    unsafe { input(p, arg) }?.remote()
+    unsafe { input(p, Param::RemoteIov) }?.remote()
 }
 
-/// Reads `n` triplets at `p`. A negative count, or one above `max` (the
-/// object's IOV limit), is DAT_INVALID_PARAMETER for `arg_n`, refused before
-/// the array is touched (a count of 1 << 30 must not make us read a gigabyte
-/// past one triplet); a NULL array with segments is for `arg_iov`. Zero
-/// segments (a zero-length message) may come with a NULL array.
+/// Reads `n` triplets at `p` (local_iov, num_segments). A negative count, or
+/// one above `max` (the object's IOV limit), is DAT_INVALID_PARAMETER for
+/// num_segments, refused before the array is touched (a count of 1 << 30 must
+/// not make us read a gigabyte past one triplet); a NULL array with segments
+/// is for local_iov. Zero segments (a zero-length message) may come with a
+/// NULL array.
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.
@@ -170,17 +172,15 @@ pub(crate) unsafe fn lmr_iov<T: LocalTriplet>(
     p: *const T,
     n: DAT_COUNT,
     max: u32,
-    arg_n: u32,
-    arg_iov: u32,
 ) -> DatResult<Iov> {
     if n < 0 || n as u64 > u64::from(max) {
-        return Err(DatError::invalid_arg(arg_n));
+        return Err(DatError::bad(Param::NumSegments));
     }
     if n == 0 {
         return Ok(Iov::Inline([NO_SEGMENT; INLINE_SEGMENTS], 0));
     }
     if p.is_null() {
-        return Err(DatError::invalid_arg(arg_iov));
+        return Err(DatError::bad(Param::LocalIov));
     }
     // SAFETY: `p` is not NULL (checked above) and points to `n` readable triplets (our
     // contract); `n` is positive and at most `max`.
@@ -199,7 +199,7 @@ pub(crate) unsafe fn lmr_iov<T: LocalTriplet>(
 }
 
 /// The (address, length) spans of `n` triplets at `p` (dat_lmr_sync_rdma_*:
-/// the array is argument 2, the count 3).
+/// local_segments and num_segments).
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.
@@ -211,9 +211,9 @@ pub(crate) unsafe fn lmr_spans<T: LocalTriplet>(
         return Ok(Vec::new());
     }
     if p.is_null() {
-        return Err(DatError::invalid_arg(2));
+        return Err(DatError::bad(Param::LocalSegments));
     }
-    let n = usize::try_from(n).map_err(|_| DatError::invalid_arg(3))?;
+    let n = usize::try_from(n).map_err(|_| DatError::bad(Param::NumSegments))?;
     // SAFETY: `p` is not NULL (checked above) and points to `n` readable triplets (our
     // contract).
     Ok(unsafe { std::slice::from_raw_parts(p, n) }
@@ -222,24 +222,20 @@ pub(crate) unsafe fn lmr_spans<T: LocalTriplet>(
         .collect())
 }
 
-/// Private data: `size` bytes at `p` (NULL allowed with size 0).
+/// Private data: `size` bytes at `p` (private_data_size, private_data; NULL
+/// allowed with size 0).
 ///
 /// # Safety
 /// `p` is NULL or points to `size` readable bytes.
-pub(crate) unsafe fn bytes<'a>(
-    p: *const c_void,
-    size: DAT_COUNT,
-    arg_size: u32,
-    arg_p: u32,
-) -> DatResult<&'a [u8]> {
+pub(crate) unsafe fn bytes<'a>(p: *const c_void, size: DAT_COUNT) -> DatResult<&'a [u8]> {
     if size < 0 {
-        return Err(DatError::invalid_arg(arg_size));
+        return Err(DatError::bad(Param::PrivateDataSize));
     }
     if size == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(DatError::invalid_arg(arg_p));
+        return Err(DatError::bad(Param::PrivateData));
     }
     // SAFETY: `p` is not NULL (checked above) and points to `size` (> 0) readable bytes (our
     // contract).
@@ -250,9 +246,9 @@ pub(crate) unsafe fn bytes<'a>(
 ///
 /// # Safety
 /// `p` is NULL or points to a sockaddr of at least its family's size.
-pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr> {
+pub(crate) unsafe fn ipv4_of(p: *const sockaddr, param: Param) -> DatResult<Ipv4Addr> {
     // SAFETY: `p` is NULL or points to a readable struct (the C caller's contract).
-    let sa = unsafe { input(p, arg) }?;
+    let sa = unsafe { input(p, param) }?;
     if i32::from(sa.sa_family) != libc::AF_INET {
         return Err(DatError::new(
             ErrorType::InvalidAddress,
@@ -271,9 +267,9 @@ pub(crate) unsafe fn ipv4_of(p: *const sockaddr, arg: u32) -> DatResult<Ipv4Addr
 ///
 /// # Safety
 /// `p` is NULL or points to a sockaddr of at least its family's size.
-pub(crate) unsafe fn ipv4_port_of(p: *const sockaddr, arg: u32) -> DatResult<SocketAddrV4> {
+pub(crate) unsafe fn ipv4_port_of(p: *const sockaddr, param: Param) -> DatResult<SocketAddrV4> {
     // SAFETY: `p` is NULL or a sockaddr of its family's size (the C caller's contract).
-    let ip = unsafe { ipv4_of(p, arg) }?;
+    let ip = unsafe { ipv4_of(p, param) }?;
     // SAFETY: `ipv4_of` accepted it: not NULL and AF_INET, so a readable sockaddr_in (our
     // contract).
     let sin = unsafe { &*(p as *const libc::sockaddr_in) };
@@ -345,9 +341,9 @@ pub(crate) fn count(v: u32) -> DAT_COUNT {
 }
 
 /// A C DAT_COUNT the consumer gave as a core count; negative is
-/// DAT_INVALID_PARAMETER for argument `arg`.
-pub(crate) fn count_arg(v: DAT_COUNT, arg: u32) -> DatResult<u32> {
-    u32::try_from(v).map_err(|_| DatError::invalid_arg(arg))
+/// DAT_INVALID_PARAMETER for `param`.
+pub(crate) fn count_arg(v: DAT_COUNT, param: Param) -> DatResult<u32> {
+    u32::try_from(v).map_err(|_| DatError::bad(param))
 }
 
 /// DAT_BOOLEAN of a bool.

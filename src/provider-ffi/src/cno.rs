@@ -2,8 +2,9 @@
 //! and a file descriptor a program can poll.
 
 use crate::boundary::{c, guard, h, out};
+use crate::calls;
 use daplrs::core::cno::{Cno, ProxyAgent};
-use daplrs::core::error::DatError;
+use daplrs::core::error::{DatError, Param};
 use daplrs::core::handle::{self, Handle};
 use dat_abi::*;
 use std::sync::Arc;
@@ -39,10 +40,10 @@ pub(crate) unsafe extern "C" fn create(
     agent: DAT_OS_WAIT_PROXY_AGENT,
     cno: *mut DAT_CNO_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CNO_CREATE, || {
         let ia = handle::ia(h(ia))?;
         // SAFETY: `cno` is NULL or points to writable memory (the C caller's contract).
-        let cno_out = unsafe { out(cno, 3) }?;
+        let cno_out = unsafe { out(cno, Param::CnoHandle) }?;
         let (agent, words) = agent_of(&agent);
         *cno_out = c(Cno::create(&ia, agent, words)?.handle());
         Ok(())
@@ -55,12 +56,12 @@ pub(crate) unsafe extern "C" fn fd_create(
     fd: *mut DAT_FD,
     cno: *mut DAT_CNO_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CNO_FD_CREATE, || {
         let ia = handle::ia(h(ia))?;
         // SAFETY: `fd` is NULL or points to writable memory (the C caller's contract).
-        let fd_out = unsafe { out(fd, 2) }?;
+        let fd_out = unsafe { out(fd, Param::Fd) }?;
         // SAFETY: `cno` is NULL or points to writable memory (the C caller's contract).
-        let cno_out = unsafe { out(cno, 3) }?;
+        let cno_out = unsafe { out(cno, Param::CnoHandle) }?;
         let cno = Cno::create(&ia, None, (0, 0))?;
         *fd_out = cno.fd();
         *cno_out = c(cno.handle());
@@ -72,7 +73,7 @@ pub(crate) unsafe extern "C" fn modify_agent(
     cno: DAT_CNO_HANDLE,
     agent: DAT_OS_WAIT_PROXY_AGENT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CNO_MODIFY_AGENT, || {
         let cno = handle::cno(h(cno))?;
         let (agent, words) = agent_of(&agent);
         cno.modify_agent(agent, words);
@@ -85,12 +86,12 @@ pub(crate) unsafe extern "C" fn query(
     mask: DAT_CNO_PARAM_MASK,
     param: *mut DAT_CNO_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CNO_QUERY, || {
         let cno = handle::cno(h(cno))?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::CnoParam) }?;
         if mask & !(DAT_CNO_FIELD_ALL | DAT_CNO_FIELD_PROXY) != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::CnoParamMask));
         }
         let p = cno.query();
         param.ia_handle = c(p.ia);
@@ -115,7 +116,7 @@ pub(crate) unsafe extern "C" fn query(
 }
 
 pub(crate) unsafe extern "C" fn free(cno: DAT_CNO_HANDLE) -> DAT_RETURN {
-    guard(|| handle::cno(h(cno))?.free())
+    guard(&calls::CNO_FREE, || handle::cno(h(cno))?.free())
 }
 
 pub(crate) unsafe extern "C" fn wait(
@@ -123,10 +124,10 @@ pub(crate) unsafe extern "C" fn wait(
     timeout: DAT_TIMEOUT,
     evd: *mut DAT_EVD_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CNO_WAIT, || {
         let cno = handle::cno(h(cno))?;
         // SAFETY: `evd` is NULL or points to writable memory (the C caller's contract).
-        let evd_out = unsafe { out(evd, 3) }?;
+        let evd_out = unsafe { out(evd, Param::EvdHandle) }?;
         *evd_out = c(cno.wait(timeout)?);
         Ok(())
     })
@@ -138,10 +139,10 @@ pub(crate) unsafe extern "C" fn trigger(
     cno: DAT_CNO_HANDLE,
     evd: *mut DAT_EVD_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CNO_TRIGGER, || {
         let cno = handle::cno(h(cno))?;
         // SAFETY: `evd` is NULL or points to writable memory (the C caller's contract).
-        let evd_out = unsafe { out(evd, 2) }?;
+        let evd_out = unsafe { out(evd, Param::EvdHandle) }?;
         match cno.wait(0) {
             Ok(e) => {
                 *evd_out = c(e);

@@ -1,7 +1,8 @@
 //! CR: a connection request waiting on a service point.
 
 use crate::boundary::{bytes, c, guard, h, out, sockaddr_of};
-use daplrs::core::error::DatError;
+use crate::calls;
+use daplrs::core::error::{DatError, Param};
 use daplrs::core::handle;
 use dat_abi::*;
 
@@ -10,12 +11,12 @@ pub(crate) unsafe extern "C" fn query(
     mask: DAT_CR_PARAM_MASK,
     param: *mut DAT_CR_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CR_QUERY, || {
         let cr = handle::cr(h(cr))?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::CrParam) }?;
         if mask & !DAT_CR_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::CrParamMask));
         }
         let p = cr.query();
         param.remote_ia_address_ptr = sockaddr_of(p.remote_address);
@@ -39,7 +40,7 @@ pub(crate) unsafe extern "C" fn accept(
     pd_size: DAT_COUNT,
     pd: DAT_PVOID,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CR_ACCEPT, || {
         let cr = handle::cr(h(cr))?;
         let ep = if ep.is_null() {
             None
@@ -48,7 +49,7 @@ pub(crate) unsafe extern "C" fn accept(
         };
         // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
         // contract).
-        let pd = unsafe { bytes(pd, pd_size, 3, 4) }?;
+        let pd = unsafe { bytes(pd, pd_size) }?;
         cr.accept(ep.as_ref(), pd)
     })
 }
@@ -58,15 +59,15 @@ pub(crate) unsafe extern "C" fn reject(
     pd_size: DAT_COUNT,
     pd: DAT_PVOID,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CR_REJECT, || {
         let cr = handle::cr(h(cr))?;
         // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
         // contract).
-        let pd = unsafe { bytes(pd, pd_size, 2, 3) }?;
+        let pd = unsafe { bytes(pd, pd_size) }?;
         cr.reject(pd)
     })
 }
 
 pub(crate) unsafe extern "C" fn handoff(cr: DAT_CR_HANDLE, conn_qual: DAT_CONN_QUAL) -> DAT_RETURN {
-    guard(|| handle::cr(h(cr))?.handoff(conn_qual))
+    guard(&calls::CR_HANDOFF, || handle::cr(h(cr))?.handoff(conn_qual))
 }

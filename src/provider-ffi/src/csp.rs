@@ -5,7 +5,8 @@
 use crate::boundary::{
     bytes, c, guard, h, input, interned_comm, ipv4_port_of, out, sockaddr_port_of,
 };
-use daplrs::core::error::{DatError, SubType};
+use crate::calls;
+use daplrs::core::error::{DatError, Param, SubType};
 use daplrs::core::handle;
 use daplrs::core::sp::{Comm, Sp};
 use dat_abi::*;
@@ -18,20 +19,20 @@ pub(crate) unsafe extern "C" fn csp_create(
     evd: DAT_EVD_HANDLE,
     csp: *mut DAT_CSP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CSP_CREATE, || {
         let ia = handle::ia(h(ia))?;
         // SAFETY: `comm` is NULL or points to a readable struct (the C caller's contract).
-        let comm = unsafe { input(comm, 2) }?;
+        let comm = unsafe { input(comm, Param::Comm) }?;
         let comm = Comm {
             domain: comm.domain,
             kind: comm.r#type,
             protocol: comm.protocol,
         };
         // SAFETY: `address` is NULL or a sockaddr of its family's size (the C caller's contract).
-        let address = unsafe { ipv4_port_of(address, 3) }?;
+        let address = unsafe { ipv4_port_of(address, Param::Address) }?;
         let evd = handle::evd(h(evd), SubType::InvalidHandleEvdCr)?;
         // SAFETY: `csp` is NULL or points to writable memory (the C caller's contract).
-        let csp = unsafe { out(csp, 5) }?;
+        let csp = unsafe { out(csp, Param::CspHandle) }?;
         *csp = c(Sp::create_csp(&ia, comm, address, &evd)?.handle());
         Ok(())
     })
@@ -44,13 +45,13 @@ pub(crate) unsafe extern "C" fn csp_query(
     mask: DAT_CSP_PARAM_MASK,
     param: *mut DAT_CSP_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::CSP_QUERY, || {
         let sp = handle::csp(h(csp))?;
         if mask & !DAT_CSP_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::CspParamMask));
         }
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::CspParam) }?;
         let p = sp.query();
         param.ia_handle = c(p.ia);
         param.comm = p
@@ -65,7 +66,7 @@ pub(crate) unsafe extern "C" fn csp_query(
 
 /// dat_csp_free.
 pub(crate) unsafe extern "C" fn csp_free(csp: DAT_CSP_HANDLE) -> DAT_RETURN {
-    guard(|| handle::csp(h(csp))?.free())
+    guard(&calls::CSP_FREE, || handle::csp(h(csp))?.free())
 }
 
 /// dat_ep_common_connect(ep, remote_address, timeout, pd_size, pd): the
@@ -77,13 +78,13 @@ pub(crate) unsafe extern "C" fn ep_common_connect(
     pd_size: DAT_COUNT,
     pd: DAT_PVOID,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_COMMON_CONNECT, || {
         let ep = handle::ep(h(ep))?;
         // SAFETY: `remote` is NULL or a sockaddr of its family's size (the C caller's contract).
-        let remote = unsafe { ipv4_port_of(remote, 2) }?;
+        let remote = unsafe { ipv4_port_of(remote, Param::RemoteIaAddress) }?;
         // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
         // contract).
-        let pd = unsafe { bytes(pd, pd_size, 4, 5) }?;
+        let pd = unsafe { bytes(pd, pd_size) }?;
         ep.common_connect(remote, timeout, pd)
     })
 }

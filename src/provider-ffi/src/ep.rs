@@ -4,8 +4,9 @@ use crate::boundary::{
     boolean, bytes, c, count, count_arg, guard, h, input, ipv4_of, lmr_iov, out, remote_buffer,
     sockaddr_of, LocalTriplet, RemoteTriplet,
 };
+use crate::calls;
 use daplrs::core::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
-use daplrs::core::error::{DatError, DatResult, SubType};
+use daplrs::core::error::{DatError, DatResult, Param, SubType};
 use daplrs::core::evd::Evd;
 use daplrs::core::handle;
 use dat_abi::*;
@@ -19,9 +20,9 @@ fn evd_opt(handle: DAT_EVD_HANDLE, bad: SubType) -> DatResult<Option<Arc<Evd>>> 
     handle::evd_opt(h(handle), bad)
 }
 
-/// DAT_EP_ATTR as the core's EpAttr; a negative count is argument `arg`.
-fn attr_of(a: &DAT_EP_ATTR, arg: u32) -> DatResult<EpAttr> {
-    let n = |v: DAT_COUNT| count_arg(v, arg);
+/// DAT_EP_ATTR as the core's EpAttr; a negative count is refused as `param`.
+fn attr_of(a: &DAT_EP_ATTR, param: Param) -> DatResult<EpAttr> {
+    let n = |v: DAT_COUNT| count_arg(v, param);
     Ok(EpAttr {
         service_type: a.service_type,
         max_message_size: a.max_message_size,
@@ -77,7 +78,6 @@ unsafe fn create_common(
     attr: *const DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DatResult<()> {
-    let attr_arg = if srq.is_some() { 7 } else { 6 };
     let ia = handle::ia(h(ia))?;
     let pz = if pz.is_null() {
         None
@@ -93,11 +93,11 @@ unsafe fn create_common(
     };
     // SAFETY: `attr` is NULL or points to a readable value of its type (the C caller's contract).
     let attr = match unsafe { attr.as_ref() } {
-        Some(a) => Some(attr_of(a, attr_arg)?),
+        Some(a) => Some(attr_of(a, Param::EpAttributes)?),
         None => None,
     };
     // SAFETY: `ep_out` is NULL or points to writable memory (the C caller's contract).
-    let ep_out = unsafe { out(ep_out, attr_arg + 1) }?;
+    let ep_out = unsafe { out(ep_out, Param::EpHandle) }?;
     *ep_out = c(Ep::create(&ia, pz, recv, request, connect, srq, attr)?.handle());
     Ok(())
 }
@@ -111,7 +111,7 @@ pub(crate) unsafe extern "C" fn create(
     attr: *const DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_CREATE, || {
         // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
         unsafe {
             create_common(
@@ -139,7 +139,7 @@ pub(crate) unsafe extern "C" fn create_with_srq(
     attr: *const DAT_EP_ATTR,
     ep_out: *mut DAT_EP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_CREATE_WITH_SRQ, || {
         // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
         unsafe {
             create_common(
@@ -161,12 +161,12 @@ pub(crate) unsafe extern "C" fn query(
     mask: DAT_EP_PARAM_MASK,
     param: *mut DAT_EP_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_QUERY, || {
         let ep = ep(ep_handle)?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::EpParam) }?;
         if mask & !DAT_EP_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::EpParamMask));
         }
         let p = ep.query();
         param.ia_handle = c(p.ia);
@@ -202,16 +202,17 @@ pub(crate) unsafe extern "C" fn modify(
     mask: DAT_EP_PARAM_MASK,
     param: *const DAT_EP_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_MODIFY, || {
         let ep = ep(ep_handle)?;
         if mask & !MODIFIABLE != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::EpParamMask));
         }
         // SAFETY: `param` is NULL or points to a readable struct (the C caller's contract).
-        let p = unsafe { input(param, 3) }?;
+        let p = unsafe { input(param, Param::EpParam) }?;
         let mut change = EpModify::default();
         if mask & DAT_EP_FIELD_PZ_HANDLE != 0 {
-            change.pz = Some(handle::pz(h(p.pz_handle)).map_err(|_| DatError::invalid_arg(3))?);
+            change.pz =
+                Some(handle::pz(h(p.pz_handle)).map_err(|_| DatError::bad(Param::EpParam))?);
         }
         if mask & DAT_EP_FIELD_RECV_EVD_HANDLE != 0 {
             change.recv_evd = Some(evd_opt(p.recv_evd_handle, SubType::InvalidHandleEvdRecv)?);
@@ -229,7 +230,7 @@ pub(crate) unsafe extern "C" fn modify(
             )?);
         }
         if mask & DAT_EP_FIELD_EP_ATTR_ALL != 0 {
-            let new = attr_of(&p.ep_attr, 3)?;
+            let new = attr_of(&p.ep_attr, Param::EpParam)?;
             let mut a = ep.attr();
             let fields: [(DAT_EP_PARAM_MASK, &mut u32, u32); 15] = [
                 (
@@ -326,13 +327,13 @@ pub(crate) unsafe extern "C" fn connect(
     qos: DAT_QOS,
     flags: DAT_CONNECT_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_CONNECT, || {
         let ep = ep(ep_handle)?;
         // SAFETY: `remote` is NULL or a sockaddr of its family's size (the C caller's contract).
-        let remote = unsafe { ipv4_of(remote, 2) }?;
+        let remote = unsafe { ipv4_of(remote, Param::RemoteIaAddress) }?;
         // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
         // contract).
-        let pd = unsafe { bytes(pd, pd_size, 5, 6) }?;
+        let pd = unsafe { bytes(pd, pd_size) }?;
         ep.connect(remote, conn_qual, timeout, pd, qos, flags)
     })
 }
@@ -345,13 +346,12 @@ pub(crate) unsafe extern "C" fn dup_connect(
     pd: DAT_PVOID,
     qos: DAT_QOS,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_DUP_CONNECT, || {
         let ep = ep(ep_handle)?;
-        let dup =
-            handle::ep(h(dup)).map_err(|_| DatError::invalid_handle(SubType::InvalidHandle2))?;
+        let dup = handle::ep(h(dup)).map_err(|_| DatError::bad_handle(Param::EpDupHandle))?;
         // SAFETY: `pd` is NULL or points to as many readable bytes as the size says (the C caller's
         // contract).
-        let pd = unsafe { bytes(pd, pd_size, 4, 5) }?;
+        let pd = unsafe { bytes(pd, pd_size) }?;
         ep.dup_connect(&dup, timeout, pd, qos)
     })
 }
@@ -360,7 +360,7 @@ pub(crate) unsafe extern "C" fn disconnect(
     ep_handle: DAT_EP_HANDLE,
     flags: DAT_CLOSE_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| ep(ep_handle)?.disconnect(flags))
+    guard(&calls::EP_DISCONNECT, || ep(ep_handle)?.disconnect(flags))
 }
 
 pub(crate) unsafe extern "C" fn post_send(
@@ -371,7 +371,9 @@ pub(crate) unsafe extern "C" fn post_send(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { post_send_iov(ep_handle, n, iov, cookie, flags) })
+    guard(&calls::EP_POST_SEND, || unsafe {
+        post_send_iov(ep_handle, n, iov, cookie, flags)
+    })
 }
 
 /// dat_ep_post_send over either version's triplets.
@@ -385,7 +387,7 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov) }?;
     ep.post_send(&iov, cookie.as_u64(), flags)
 }
 
@@ -401,15 +403,15 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
     invalidate: DAT_BOOLEAN,
     rmr_context: DAT_RMR_CONTEXT,
 ) -> DAT_RETURN {
-    if invalidate == boolean(false) {
-        // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-        return unsafe { post_send(ep_handle, n, iov, cookie, flags) };
-    }
-    guard(|| {
+    guard(&calls::EP_POST_SEND_WITH_INVALIDATE, || {
+        if invalidate == boolean(false) {
+            // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+            return unsafe { post_send_iov(ep_handle, n, iov, cookie, flags) };
+        }
         let ep = ep(ep_handle)?;
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
-        let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3) }?;
+        let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov) }?;
         ep.post_send_with_invalidate(&iov, cookie.as_u64(), flags, rmr_context)
     })
 }
@@ -422,17 +424,17 @@ pub(crate) unsafe extern "C" fn post_rdma_read_to_rmr(
     remote: *const DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_POST_RDMA_READ_TO_RMR, || {
         let ep = ep(ep_handle)?;
         // SAFETY: `local` is NULL or points to a readable struct (the C caller's contract).
-        let local = unsafe { input(local, 2) }?;
+        let local = unsafe { input(local, Param::LocalIov) }?;
         let local = RemoteBuffer {
             address: local.virtual_address,
             length: local.segment_length,
             rmr_context: local.rmr_context,
         };
         // SAFETY: `remote` is NULL or points to a readable struct (the C caller's contract).
-        let remote = unsafe { input(remote, 4) }?;
+        let remote = unsafe { input(remote, Param::RemoteIov) }?;
         let remote = RemoteBuffer {
             address: remote.virtual_address,
             length: remote.segment_length,
@@ -450,7 +452,9 @@ pub(crate) unsafe extern "C" fn post_recv(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { post_recv_iov(ep_handle, n, iov, cookie, flags) })
+    guard(&calls::EP_POST_RECV, || unsafe {
+        post_recv_iov(ep_handle, n, iov, cookie, flags)
+    })
 }
 
 /// dat_ep_post_recv over either version's triplets.
@@ -464,7 +468,7 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_recv_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_recv_iov) }?;
     ep.post_recv(&iov, cookie.as_u64(), flags)
 }
 
@@ -477,7 +481,9 @@ pub(crate) unsafe extern "C" fn post_rdma_read(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { post_rdma_read_iov(ep_handle, n, iov, cookie, remote, flags) })
+    guard(&calls::EP_POST_RDMA_READ, || unsafe {
+        post_rdma_read_iov(ep_handle, n, iov, cookie, remote, flags)
+    })
 }
 
 /// dat_ep_post_rdma_read over either version's triplets.
@@ -492,12 +498,12 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_read_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_read_iov) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_read(
         &iov,
         cookie.as_u64(),
-        unsafe { remote_buffer(remote, 5) }?,
+        unsafe { remote_buffer(remote) }?,
         flags,
     )
 }
@@ -511,7 +517,9 @@ pub(crate) unsafe extern "C" fn post_rdma_write(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { post_rdma_write_iov(ep_handle, n, iov, cookie, remote, flags) })
+    guard(&calls::EP_POST_RDMA_WRITE, || unsafe {
+        post_rdma_write_iov(ep_handle, n, iov, cookie, remote, flags)
+    })
 }
 
 /// dat_ep_post_rdma_write over either version's triplets.
@@ -526,12 +534,12 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_write_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_write_iov) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_write(
         &iov,
         cookie.as_u64(),
-        unsafe { remote_buffer(remote, 5) }?,
+        unsafe { remote_buffer(remote) }?,
         flags,
     )
 }
@@ -542,7 +550,7 @@ pub(crate) unsafe extern "C" fn get_status(
     recv_idle: *mut DAT_BOOLEAN,
     request_idle: *mut DAT_BOOLEAN,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_GET_STATUS, || {
         let ep = ep(ep_handle)?;
         let (s, recv, request) = ep.get_status();
         // Each output is optional, as in OFED's provider (dtestx asks for the idle flags
@@ -567,11 +575,11 @@ pub(crate) unsafe extern "C" fn get_status(
 }
 
 pub(crate) unsafe extern "C" fn free(ep_handle: DAT_EP_HANDLE) -> DAT_RETURN {
-    guard(|| ep(ep_handle)?.free())
+    guard(&calls::EP_FREE, || ep(ep_handle)?.free())
 }
 
 pub(crate) unsafe extern "C" fn reset(ep_handle: DAT_EP_HANDLE) -> DAT_RETURN {
-    guard(|| ep(ep_handle)?.reset())
+    guard(&calls::EP_RESET, || ep(ep_handle)?.reset())
 }
 
 pub(crate) unsafe extern "C" fn recv_query(
@@ -579,7 +587,7 @@ pub(crate) unsafe extern "C" fn recv_query(
     nbufs: *mut DAT_COUNT,
     span: *mut DAT_COUNT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EP_RECV_QUERY, || {
         let ep = ep(ep_handle)?;
         let (n, s) = ep.recv_query()?;
         // SAFETY: `nbufs` is NULL or points to a writable value of its type (the C caller's
@@ -601,5 +609,7 @@ pub(crate) unsafe extern "C" fn set_watermark(
     soft: DAT_COUNT,
     hard: DAT_COUNT,
 ) -> DAT_RETURN {
-    guard(|| ep(ep_handle)?.set_watermark(soft, hard))
+    guard(&calls::EP_SET_WATERMARK, || {
+        ep(ep_handle)?.set_watermark(soft, hard)
+    })
 }

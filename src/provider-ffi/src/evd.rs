@@ -1,7 +1,8 @@
 //! EVD: event dispatchers. Core events become DAT_EVENTs here.
 
 use crate::boundary::{boolean, c, guard, h, input, out, sockaddr_of};
-use daplrs::core::error::{DatError, SubType};
+use crate::calls;
+use daplrs::core::error::{DatError, Param, SubType};
 use daplrs::core::evd::{DtoExt, Evd, Event, EventData, UdConnExt};
 use daplrs::core::handle;
 use dat_abi::ib_ext::{
@@ -186,7 +187,7 @@ pub(crate) unsafe extern "C" fn create(
     flags: DAT_EVD_FLAGS,
     evd_handle: *mut DAT_EVD_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_CREATE, || {
         let ia = handle::ia(h(ia))?;
         let cno = if cno.is_null() {
             None
@@ -194,7 +195,7 @@ pub(crate) unsafe extern "C" fn create(
             Some(handle::cno(h(cno))?)
         };
         // SAFETY: `evd_handle` is NULL or points to writable memory (the C caller's contract).
-        let evd_out = unsafe { out(evd_handle, 5) }?;
+        let evd_out = unsafe { out(evd_handle, Param::EvdHandle) }?;
         *evd_out = c(Evd::create(&ia, qlen, cno, flags)?.handle());
         Ok(())
     })
@@ -205,12 +206,12 @@ pub(crate) unsafe extern "C" fn query(
     mask: DAT_EVD_PARAM_MASK,
     param: *mut DAT_EVD_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_QUERY, || {
         let evd = evd(evd_handle)?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::EvdParam) }?;
         if mask & !DAT_EVD_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::EvdParamMask));
         }
         let p = evd.query();
         param.ia_handle = c(p.ia);
@@ -226,7 +227,7 @@ pub(crate) unsafe extern "C" fn modify_cno(
     evd_handle: DAT_EVD_HANDLE,
     cno: DAT_CNO_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_MODIFY_CNO, || {
         let evd = evd(evd_handle)?;
         let cno = if cno.is_null() {
             None
@@ -238,28 +239,28 @@ pub(crate) unsafe extern "C" fn modify_cno(
 }
 
 pub(crate) unsafe extern "C" fn enable(evd_handle: DAT_EVD_HANDLE) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_ENABLE, || {
         evd(evd_handle)?.set_enabled(true);
         Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn disable(evd_handle: DAT_EVD_HANDLE) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_DISABLE, || {
         evd(evd_handle)?.set_enabled(false);
         Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn set_unwaitable(evd_handle: DAT_EVD_HANDLE) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_SET_UNWAITABLE, || {
         evd(evd_handle)?.set_waitable(false);
         Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn clear_unwaitable(evd_handle: DAT_EVD_HANDLE) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_CLEAR_UNWAITABLE, || {
         evd(evd_handle)?.set_waitable(true);
         Ok(())
     })
@@ -272,10 +273,10 @@ pub(crate) unsafe extern "C" fn wait(
     event: *mut DAT_EVENT,
     nmore: *mut DAT_COUNT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_WAIT, || {
         let evd = evd(evd_handle)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
-        let event = unsafe { out(event, 4) }?;
+        let event = unsafe { out(event, Param::Event) }?;
         let (ev, more) = evd.wait(timeout, threshold)?;
         to_c_event(&ev, event);
         // SAFETY: `nmore` is NULL or points to a writable value of its type (the C caller's
@@ -291,10 +292,10 @@ pub(crate) unsafe extern "C" fn dequeue(
     evd_handle: DAT_EVD_HANDLE,
     event: *mut DAT_EVENT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_DEQUEUE, || {
         let evd = evd(evd_handle)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
-        let event = unsafe { out(event, 2) }?;
+        let event = unsafe { out(event, Param::Event) }?;
         let ev = evd.dequeue()?;
         to_c_event(&ev, event);
         Ok(())
@@ -302,7 +303,7 @@ pub(crate) unsafe extern "C" fn dequeue(
 }
 
 pub(crate) unsafe extern "C" fn resize(evd_handle: DAT_EVD_HANDLE, qlen: DAT_COUNT) -> DAT_RETURN {
-    guard(|| evd(evd_handle)?.resize(qlen))
+    guard(&calls::EVD_RESIZE, || evd(evd_handle)?.resize(qlen))
 }
 
 /// Only software events may be posted; their pointer is all they carry.
@@ -310,12 +311,12 @@ pub(crate) unsafe extern "C" fn post_se(
     evd_handle: DAT_EVD_HANDLE,
     event: *const DAT_EVENT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::EVD_POST_SE, || {
         let evd = evd(evd_handle)?;
         // SAFETY: `event` is NULL or points to a readable struct (the C caller's contract).
-        let event = unsafe { input(event, 2) }?;
+        let event = unsafe { input(event, Param::Event) }?;
         if event.event_number != DAT_SOFTWARE_EVENT {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::Event));
         }
         // SAFETY: a DAT_SOFTWARE_EVENT (checked above): its data is the software event's.
         evd.post_se(unsafe { event.event_data.software_event_data.pointer } as u64)
@@ -323,5 +324,5 @@ pub(crate) unsafe extern "C" fn post_se(
 }
 
 pub(crate) unsafe extern "C" fn free(evd_handle: DAT_EVD_HANDLE) -> DAT_RETURN {
-    guard(|| evd(evd_handle)?.free())
+    guard(&calls::EVD_FREE, || evd(evd_handle)?.free())
 }

@@ -3,11 +3,12 @@
 //! fixed order; they are read here, in that order, and handed to the core.
 
 use crate::boundary::{guard, h, input, lmr_iov, out, VaArgs};
+use crate::calls::{self, Call};
 use crate::ia;
 use daplrs::backend::Sge;
 use daplrs::core::counters;
 use daplrs::core::ep::{Ep, RemoteBuffer};
-use daplrs::core::error::{DatError, DatResult, SubType};
+use daplrs::core::error::{DatError, DatResult, Param};
 use daplrs::core::ext::{self, Atomic};
 use daplrs::core::handle::{self, HandleKind};
 use dat_abi::ib_ext::*;
@@ -15,13 +16,30 @@ use dat_abi::*;
 use std::ffi::c_char;
 use std::sync::Arc;
 
+/// The argument list of the IB extension call `op` (a C macro over dat_extension_op).
+fn call_of(op: DAT_EXTENDED_OP) -> &'static Call {
+    match op as DAT_IB_OP {
+        DAT_IB_RDMA_WRITE_IMMED_OP => &calls::IB_POST_RDMA_WRITE_IMMED,
+        DAT_IB_FETCH_AND_ADD_OP => &calls::IB_POST_FETCH_AND_ADD,
+        DAT_IB_CMP_AND_SWAP_OP => &calls::IB_POST_CMP_AND_SWAP,
+        DAT_IB_QUERY_COUNTERS_OP => &calls::IB_QUERY_COUNTERS,
+        DAT_IB_PRINT_COUNTERS_OP => &calls::IB_PRINT_COUNTERS,
+        DAT_IB_OPEN_QUERY_OP => &calls::IB_OPEN_QUERY,
+        DAT_IB_CLOSE_QUERY_OP => &calls::IB_CLOSE_QUERY,
+        DAT_IB_UD_SEND_OP => &calls::IB_POST_SEND_UD,
+        DAT_IB_UD_AH_FREE_OP => &calls::IB_UD_AH_FREE,
+        DAT_IB_UD_CM_FREE_OP => &calls::IB_UD_CM_FREE,
+        _ => &calls::EXTENSION_OP,
+    }
+}
+
 /// The provider table's `handle_extendedop_func`.
 pub(crate) unsafe extern "C" fn extendedop(
     handle: DAT_HANDLE,
     op: DAT_EXTENDED_OP,
     args: va_list,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(call_of(op), || {
         // SAFETY: `args` is the registry's va_list for this operation (our caller's contract).
         let mut args = unsafe { VaArgs::new(args) };
         match op as DAT_IB_OP {
@@ -55,9 +73,9 @@ fn ep(handle: DAT_HANDLE) -> DatResult<Arc<Ep>> {
     handle::ep(h(handle))
 }
 
-unsafe fn remote(r: *const DAT_RMR_TRIPLET, arg: u32) -> DatResult<RemoteBuffer> {
+unsafe fn remote(r: *const DAT_RMR_TRIPLET) -> DatResult<RemoteBuffer> {
     // SAFETY: `r` is NULL or points to a readable struct (the C caller's contract).
-    let r = unsafe { input(r, arg) }?;
+    let r = unsafe { input(r, Param::RemoteIov) }?;
     Ok(RemoteBuffer {
         address: r.virtual_address,
         length: r.segment_length,
@@ -82,9 +100,9 @@ unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> 
     let flags = unsafe { a.u32() }?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_rdma_write_iov, 3, 4) }?;
+    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_rdma_write_iov) }?;
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    ep.post_rdma_write_immed(&iov, cookie, unsafe { remote(rmr, 6) }?, imm, flags)
+    ep.post_rdma_write_immed(&iov, cookie, unsafe { remote(rmr) }?, imm, flags)
 }
 
 /// dat_ib_post_send_ud(ep, segments, lmr_triplets, addr_handle, cookie, flags).
@@ -102,9 +120,9 @@ unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let flags = unsafe { a.u32() }?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_request_iov, 3, 4) }?;
+    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_request_iov) }?;
     // SAFETY: `ah` is NULL or points to a readable struct (the C caller's contract).
-    let ah = unsafe { input(ah, 5) }?;
+    let ah = unsafe { input(ah, Param::AddressHandle) }?;
     ep.post_send_ud(&iov, ah.ah as usize as u64, ah.qpn, cookie, flags)
 }
 
@@ -113,7 +131,7 @@ unsafe fn ud_ah_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
     // SAFETY: the next argument is the operation's address handle pointer, NULL or readable
     // (its C macro's contract).
-    let ah = unsafe { input(a.ptr::<DAT_IB_ADDR_HANDLE>()?, 3) }?;
+    let ah = unsafe { input(a.ptr::<DAT_IB_ADDR_HANDLE>()?, Param::AddressHandle) }?;
     ep.ud_ah_free(ah.ah as usize as u64)
 }
 
@@ -129,15 +147,12 @@ unsafe fn ud_cm_free(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
 /// dat_ib_post_cmp_and_swap(ep, compare, swap, lmr_triplet, cookie, rmr_triplet, flags).
 unsafe fn atomic(handle: DAT_HANDLE, op: DAT_EXTENDED_OP, a: &mut VaArgs) -> DatResult<()> {
     let ep = ep(handle)?;
-    let (atomic, iov_arg) = if op as DAT_IB_OP == DAT_IB_FETCH_AND_ADD_OP {
-        (
-            Atomic::FetchAdd {
-                // SAFETY: dat_extension_op's caller passed this operation's arguments (its C
-                // macro's contract).
-                add: unsafe { a.u64() }?,
-            },
-            4,
-        )
+    let atomic = if op as DAT_IB_OP == DAT_IB_FETCH_AND_ADD_OP {
+        Atomic::FetchAdd {
+            // SAFETY: dat_extension_op's caller passed this operation's arguments (its C
+            // macro's contract).
+            add: unsafe { a.u64() }?,
+        }
     } else {
         // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's
         // contract).
@@ -145,16 +160,16 @@ unsafe fn atomic(handle: DAT_HANDLE, op: DAT_EXTENDED_OP, a: &mut VaArgs) -> Dat
         // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's
         // contract).
         let swap = unsafe { a.u64() }?;
-        (Atomic::CmpSwap { compare, swap }, 5)
+        Atomic::CmpSwap { compare, swap }
     };
     // SAFETY: the next argument is the operation's local triplet pointer, NULL or readable
     // (its C macro's contract).
-    let local = unsafe { input(a.ptr::<DAT_LMR_TRIPLET>()?, iov_arg) }?;
+    let local = unsafe { input(a.ptr::<DAT_LMR_TRIPLET>()?, Param::LocalIov) }?;
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let cookie = unsafe { a.u64() }?;
     // SAFETY: the next argument is the operation's remote triplet pointer, NULL or readable
     // (its C macro's contract).
-    let rmr = unsafe { remote(a.ptr::<DAT_RMR_TRIPLET>()?, iov_arg + 2) }?;
+    let rmr = unsafe { remote(a.ptr::<DAT_RMR_TRIPLET>()?) }?;
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let flags = unsafe { a.u32() }?;
     let local = Sge {
@@ -169,7 +184,7 @@ unsafe fn atomic(handle: DAT_HANDLE, op: DAT_EXTENDED_OP, a: &mut VaArgs) -> Dat
 fn counted(handle: DAT_HANDLE) -> DatResult<handle::Object> {
     handle::lookup_any(h(handle))
         .filter(|o| matches!(o.kind(), HandleKind::Ia | HandleKind::Ep | HandleKind::Evd))
-        .ok_or(DatError::invalid_handle(SubType::InvalidHandle1))
+        .ok_or(DatError::bad_handle(Param::Handle))
 }
 
 /// dat_query_counters(handle, counter, u64_array_out, reset): with counter =
@@ -183,11 +198,12 @@ unsafe fn query_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let reset = unsafe { a.u32() }? != 0;
     if dst.is_null() {
-        return Err(DatError::invalid_arg(4));
+        return Err(DatError::bad(Param::CountersOut));
     }
-    let values = ext::query_counters(&object, counter, reset).ok_or(DatError::invalid_arg(3))?;
+    let values =
+        ext::query_counters(&object, counter, reset).ok_or(DatError::bad(Param::Counter))?;
     // SAFETY: `dst` is NULL or points to writable memory (the C caller's contract).
-    let dst = unsafe { out(dst, 4) }? as *mut DAT_UINT64;
+    let dst = unsafe { out(dst, Param::CountersOut) }? as *mut DAT_UINT64;
     for (i, v) in values.iter().enumerate() {
         // SAFETY: the caller's array holds DCNT_*_ALL_COUNTERS values for the whole set, one
         // for a single counter (the DAT IB extension's contract).
@@ -203,7 +219,8 @@ unsafe fn print_counters(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let counter = unsafe { a.u32() }? as usize;
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let reset = unsafe { a.u32() }? != 0;
-    let values = ext::query_counters(&object, counter, reset).ok_or(DatError::invalid_arg(3))?;
+    let values =
+        ext::query_counters(&object, counter, reset).ok_or(DatError::bad(Param::Counter))?;
     let line: Vec<String> = values.iter().map(|v| v.to_string()).collect();
     println!(
         "udapl-rs {} counters: {}",
@@ -228,7 +245,7 @@ unsafe fn open_query(name: *const c_char, a: &mut VaArgs) -> DatResult<()> {
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let provider_attr = unsafe { a.ptr::<DAT_PROVIDER_ATTR>() }?;
     // SAFETY: `ia_out` is NULL or points to writable memory (the C caller's contract).
-    let ia_out = unsafe { out(ia_out, 2) }?;
+    let ia_out = unsafe { out(ia_out, Param::IaHandle) }?;
     let mut async_evd: DAT_EVD_HANDLE = std::ptr::null_mut();
     let mut ia_handle: DAT_IA_HANDLE = std::ptr::null_mut();
     // Registries look the open-query provider up as a `nonthreadsafe`

@@ -1,8 +1,9 @@
 //! IA: open, query, close, and the calls that take a handle of any type.
 
 use crate::boundary::{boolean, c, count, cstr_into, guard, h, out, sockaddr_of};
+use crate::calls;
 use crate::provider::{dispatch_is_thread_safe, entry, table, table_for_ia_name};
-use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
+use daplrs::core::error::{DatError, DatResult, ErrorType, Param, SubType};
 use daplrs::core::handle;
 use daplrs::core::ia::{AsyncEvd, Ia};
 use daplrs::device::open_device;
@@ -22,7 +23,9 @@ pub(crate) unsafe extern "C" fn open(
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { open_ia(name, qlen, async_evd, ia_handle, false) })
+    guard(&calls::IA_OPEN, || unsafe {
+        open_ia(name, qlen, async_evd, ia_handle, false)
+    })
 }
 
 /// ia_open_func of the `threadsafe` entries (`PROVIDER_TS`).
@@ -33,7 +36,9 @@ pub(crate) unsafe extern "C" fn open_threadsafe(
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { open_ia(name, qlen, async_evd, ia_handle, true) })
+    guard(&calls::IA_OPEN, || unsafe {
+        open_ia(name, qlen, async_evd, ia_handle, true)
+    })
 }
 
 pub(crate) unsafe fn open_ia(
@@ -77,12 +82,12 @@ pub(crate) unsafe fn open_ia_with(
     dispatch: usize,
 ) -> DatResult<Arc<Ia>> {
     if name.is_null() {
-        return Err(DatError::invalid_arg(1));
+        return Err(DatError::bad(Param::Name));
     }
     // SAFETY: `async_evd` is NULL or points to writable memory (the C caller's contract).
-    let async_evd = unsafe { out(async_evd, 3) }?;
+    let async_evd = unsafe { out(async_evd, Param::AsyncEventHandle) }?;
     // SAFETY: `ia_handle` is NULL or points to writable memory (the C caller's contract).
-    let ia_handle = unsafe { out(ia_handle, 4) }?;
+    let ia_handle = unsafe { out(ia_handle, Param::IaHandle) }?;
     // SAFETY: not NULL (checked above): the consumer's NUL-terminated IA name.
     let name = unsafe { CStr::from_ptr(name) }
         .to_string_lossy()
@@ -102,12 +107,18 @@ pub(crate) unsafe fn open_ia_with(
         .inspect_err(|e| {
             // Say why, once, even with logging off: "no such interface" is
             // the first thing a new user of "tcp eth0" needs to know. (A bad
-            // async EVD handle is the caller's, said by the return code.)
-            if e.kind == ErrorType::InvalidHandle {
+            // async EVD handle or argument is the caller's, said by the return
+            // code.)
+            if e.kind == ErrorType::InvalidHandle || e.param.is_some() {
                 return;
             }
             let why = daplrs::device::diagnose(&params).unwrap_or_else(|| e.to_string());
             eprintln!("daplrs: cannot open IA '{name}' (ia_params \"{params}\"): {why}");
+        })
+        // The async EVD this call creates takes its length from async_event_qlen.
+        .map_err(|e| match e.param {
+            Some(Param::EvdMinQlen) => DatError::bad(Param::AsyncEventQlen),
+            _ => e,
         })?;
     if let Some(evd) = evd {
         *async_evd = c(evd.handle());
@@ -118,12 +129,12 @@ pub(crate) unsafe fn open_ia_with(
 
 pub(crate) unsafe extern "C" fn close(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { close_ia(ia, flags) })
+    guard(&calls::IA_CLOSE, || unsafe { close_ia(ia, flags) })
 }
 
 pub(crate) unsafe fn close_ia(ia: DAT_IA_HANDLE, flags: DAT_CLOSE_FLAGS) -> DatResult<()> {
     if flags > DAT_CLOSE_GRACEFUL_FLAG {
-        return Err(DatError::invalid_arg(2));
+        return Err(DatError::bad(Param::CloseFlags));
     }
     handle::ia(h(ia))?.close(flags)
 }
@@ -136,7 +147,7 @@ pub(crate) unsafe extern "C" fn query(
     provider_mask: DAT_PROVIDER_ATTR_MASK,
     provider_attr: *mut DAT_PROVIDER_ATTR,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::IA_QUERY, || {
         // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
         unsafe {
             query_ia(
@@ -171,11 +182,11 @@ pub(crate) unsafe fn query_ia(
     }
     if ia_mask != 0 {
         // SAFETY: `ia_attr` is NULL or points to writable memory (the C caller's contract).
-        fill_ia_attr(&ia, unsafe { out(ia_attr, 4) }?);
+        fill_ia_attr(&ia, unsafe { out(ia_attr, Param::IaAttr) }?);
     }
     if provider_mask != 0 {
         // SAFETY: `provider_attr` is NULL or points to writable memory (the C caller's contract).
-        fill_provider_attr(&ia, unsafe { out(provider_attr, 6) }?);
+        fill_provider_attr(&ia, unsafe { out(provider_attr, Param::ProviderAttr) }?);
     }
     Ok(())
 }
@@ -369,10 +380,10 @@ pub(crate) unsafe extern "C" fn get_handle_type(
     handle: DAT_HANDLE,
     ty: *mut DAT_HANDLE_TYPE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::GET_HANDLE_TYPE, || {
         let t = handle::handle_type(h(handle))?;
         // SAFETY: `ty` is NULL or points to writable memory (the C caller's contract).
-        *unsafe { out(ty, 2) }? = t;
+        *unsafe { out(ty, Param::HandleType) }? = t;
         Ok(())
     })
 }
@@ -381,17 +392,19 @@ pub(crate) unsafe extern "C" fn set_consumer_context(
     handle: DAT_HANDLE,
     context: DAT_CONTEXT,
 ) -> DAT_RETURN {
-    guard(|| handle::set_consumer_context(h(handle), context.as_u64()))
+    guard(&calls::SET_CONSUMER_CONTEXT, || {
+        handle::set_consumer_context(h(handle), context.as_u64())
+    })
 }
 
 pub(crate) unsafe extern "C" fn get_consumer_context(
     handle: DAT_HANDLE,
     context: *mut DAT_CONTEXT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::GET_CONSUMER_CONTEXT, || {
         let v = handle::consumer_context(h(handle))?;
         // SAFETY: `context` is NULL or points to writable memory (the C caller's contract).
-        *unsafe { out(context, 2) }? = DAT_CONTEXT::from_u64(v);
+        *unsafe { out(context, Param::Context) }? = DAT_CONTEXT::from_u64(v);
         Ok(())
     })
 }
@@ -403,13 +416,13 @@ pub(crate) unsafe extern "C" fn ha_related(
     provider: *const c_char,
     answer: *mut DAT_BOOLEAN,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::IA_HA_RELATED, || {
         handle::ia(h(ia))?;
         if provider.is_null() {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::Provider));
         }
         // SAFETY: `answer` is NULL or points to writable memory (the C caller's contract).
-        *unsafe { out(answer, 3) }? = boolean(false);
+        *unsafe { out(answer, Param::Answer) }? = boolean(false);
         Ok(())
     })
 }

@@ -5,7 +5,8 @@
 //! `daplrs`. Each module serves one DAT object and only translates: C
 //! arguments to core calls, core results to DAT_RETURN and C structs. Every
 //! raw pointer is read or written here, through the helpers in
-//! [`boundary`], and every entry point runs inside [`boundary::guard`], so a
+//! [`boundary`], and every entry point runs inside [`boundary::guard`] with its
+//! C argument list from [`calls`] (which places every refused argument), so a
 //! panic never unwinds into C.
 //!
 //! [`provider`] holds the table and `dat_provider_init`/`dat_provider_fini`;
@@ -13,6 +14,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod boundary;
+mod calls;
 mod cno;
 mod cr;
 mod csp;

@@ -2,19 +2,24 @@
 //! LMR through an EP.
 
 use crate::boundary::{c, guard, h, input, out};
-use daplrs::core::error::DatError;
+use crate::calls;
+use daplrs::core::error::{DatError, DatResult, Param};
 use daplrs::core::handle;
 use daplrs::core::rmr::Rmr;
 use dat_abi::*;
 
 pub(crate) unsafe extern "C" fn create(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DAT_RETURN {
-    guard(|| {
-        let pz = handle::pz(h(pz))?;
-        // SAFETY: `rmr` is NULL or points to writable memory (the C caller's contract).
-        let rmr = unsafe { out(rmr, 2) }?;
-        *rmr = c(Rmr::create(&pz)?.handle());
-        Ok(())
-    })
+    // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
+    guard(&calls::RMR_CREATE, || unsafe { create_rmr(pz, rmr) })
+}
+
+/// dat_rmr_create and dat_rmr_create_for_ep.
+unsafe fn create_rmr(pz: DAT_PZ_HANDLE, rmr: *mut DAT_RMR_HANDLE) -> DatResult<()> {
+    let pz = handle::pz(h(pz))?;
+    // SAFETY: `rmr` is NULL or points to writable memory (the C caller's contract).
+    let rmr = unsafe { out(rmr, Param::RmrHandle) }?;
+    *rmr = c(Rmr::create(&pz)?.handle());
+    Ok(())
 }
 
 /// RMRs of this provider are already scoped to the EP they are bound
@@ -24,7 +29,7 @@ pub(crate) unsafe extern "C" fn create_for_ep(
     rmr: *mut DAT_RMR_HANDLE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    unsafe { create(pz, rmr) }
+    guard(&calls::RMR_CREATE_FOR_EP, || unsafe { create_rmr(pz, rmr) })
 }
 
 pub(crate) unsafe extern "C" fn query(
@@ -32,12 +37,12 @@ pub(crate) unsafe extern "C" fn query(
     mask: DAT_RMR_PARAM_MASK,
     param: *mut DAT_RMR_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::RMR_QUERY, || {
         let rmr = handle::rmr(h(rmr))?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::RmrParam) }?;
         if mask & !DAT_RMR_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::RmrParamMask));
         }
         let p = rmr.query();
         param.ia_handle = c(p.ia);
@@ -70,7 +75,7 @@ pub(crate) unsafe extern "C" fn bind(
     flags: DAT_COMPLETION_FLAGS,
     rmr_context: *mut DAT_RMR_CONTEXT,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::RMR_BIND, || {
         let rmr = handle::rmr(h(rmr))?;
         let lmr = if lmr.is_null() {
             None
@@ -78,10 +83,10 @@ pub(crate) unsafe extern "C" fn bind(
             Some(handle::lmr(h(lmr))?)
         };
         // SAFETY: `triplet` is NULL or points to a readable struct (the C caller's contract).
-        let t = unsafe { input(triplet, 3) }?;
+        let t = unsafe { input(triplet, Param::LmrTriplet) }?;
         let ep = handle::ep(h(ep))?;
         // SAFETY: `rmr_context` is NULL or points to writable memory (the C caller's contract).
-        let ctx_out = unsafe { out(rmr_context, 9) }?;
+        let ctx_out = unsafe { out(rmr_context, Param::RmrContext) }?;
         let ctx = rmr.bind(
             lmr.as_ref(),
             (t.virtual_address, t.segment_length, t.lmr_context),
@@ -97,5 +102,5 @@ pub(crate) unsafe extern "C" fn bind(
 }
 
 pub(crate) unsafe extern "C" fn free(rmr: DAT_RMR_HANDLE) -> DAT_RETURN {
-    guard(|| handle::rmr(h(rmr))?.free())
+    guard(&calls::RMR_FREE, || handle::rmr(h(rmr))?.free())
 }

@@ -1,7 +1,8 @@
 //! PSP and RSP: service points listening on a conn_qual (the TCP port).
 
 use crate::boundary::{c, guard, h, out};
-use daplrs::core::error::{DatError, DatResult, SubType};
+use crate::calls;
+use daplrs::core::error::{DatError, DatResult, Param, SubType};
 use daplrs::core::handle;
 use daplrs::core::sp::{Sp, SpParam};
 use dat_abi::*;
@@ -17,11 +18,11 @@ pub(crate) unsafe extern "C" fn psp_create(
     flags: DAT_PSP_FLAGS,
     psp: *mut DAT_PSP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::PSP_CREATE, || {
         let ia = handle::ia(h(ia))?;
         let evd = cr_evd(evd)?;
         // SAFETY: `psp` is NULL or points to writable memory (the C caller's contract).
-        let psp = unsafe { out(psp, 5) }?;
+        let psp = unsafe { out(psp, Param::PspHandle) }?;
         *psp = c(Sp::create_psp(&ia, conn_qual, &evd, flags)?.handle());
         Ok(())
     })
@@ -35,13 +36,13 @@ pub(crate) unsafe extern "C" fn psp_create_any(
     flags: DAT_PSP_FLAGS,
     psp: *mut DAT_PSP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::PSP_CREATE_ANY, || {
         let ia = handle::ia(h(ia))?;
         // SAFETY: `conn_qual` is NULL or points to writable memory (the C caller's contract).
-        let qual = unsafe { out(conn_qual, 2) }?;
+        let qual = unsafe { out(conn_qual, Param::ConnQual) }?;
         let evd = cr_evd(evd)?;
         // SAFETY: `psp` is NULL or points to writable memory (the C caller's contract).
-        let psp = unsafe { out(psp, 5) }?;
+        let psp = unsafe { out(psp, Param::PspHandle) }?;
         let (sp, q) = Sp::create_psp_any(&ia, &evd, flags)?;
         *qual = q;
         *psp = c(sp.handle());
@@ -56,12 +57,12 @@ pub(crate) unsafe extern "C" fn rsp_create(
     evd: DAT_EVD_HANDLE,
     rsp: *mut DAT_RSP_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::RSP_CREATE, || {
         let ia = handle::ia(h(ia))?;
         let ep = handle::ep(h(ep))?;
         let evd = cr_evd(evd)?;
         // SAFETY: `rsp` is NULL or points to writable memory (the C caller's contract).
-        let rsp = unsafe { out(rsp, 5) }?;
+        let rsp = unsafe { out(rsp, Param::RspHandle) }?;
         *rsp = c(Sp::create_rsp(&ia, conn_qual, &ep, &evd)?.handle());
         Ok(())
     })
@@ -76,12 +77,12 @@ pub(crate) unsafe extern "C" fn psp_query(
     mask: DAT_PSP_PARAM_MASK,
     param: *mut DAT_PSP_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::PSP_QUERY, || {
         let sp = handle::psp(h(psp))?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::PspParam) }?;
         if mask & !DAT_PSP_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::PspParamMask));
         }
         let p = sp.query();
         (param.ia_handle, param.conn_qual, param.evd_handle) = param_of(&p);
@@ -95,12 +96,12 @@ pub(crate) unsafe extern "C" fn rsp_query(
     mask: DAT_RSP_PARAM_MASK,
     param: *mut DAT_RSP_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::RSP_QUERY, || {
         let sp = handle::rsp(h(rsp))?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::RspParam) }?;
         if mask & !DAT_RSP_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::RspParamMask));
         }
         let p = sp.query();
         (param.ia_handle, param.conn_qual, param.evd_handle) = param_of(&p);
@@ -110,9 +111,9 @@ pub(crate) unsafe extern "C" fn rsp_query(
 }
 
 pub(crate) unsafe extern "C" fn psp_free(psp: DAT_PSP_HANDLE) -> DAT_RETURN {
-    guard(|| handle::psp(h(psp))?.free())
+    guard(&calls::PSP_FREE, || handle::psp(h(psp))?.free())
 }
 
 pub(crate) unsafe extern "C" fn rsp_free(rsp: DAT_RSP_HANDLE) -> DAT_RETURN {
-    guard(|| handle::rsp(h(rsp))?.free())
+    guard(&calls::RSP_FREE, || handle::rsp(h(rsp))?.free())
 }

@@ -1,7 +1,8 @@
 //! SRQ: shared receive queues.
 
 use crate::boundary::{c, count, count_arg, guard, h, input, lmr_iov, out, LocalTriplet};
-use daplrs::core::error::{DatError, DatResult};
+use crate::calls;
+use daplrs::core::error::{DatError, DatResult, Param};
 use daplrs::core::handle;
 use daplrs::core::srq::{Srq, SrqAttr};
 use dat_abi::*;
@@ -12,25 +13,25 @@ pub(crate) unsafe extern "C" fn create(
     attr: *mut DAT_SRQ_ATTR,
     srq: *mut DAT_SRQ_HANDLE,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::SRQ_CREATE, || {
         let ia = handle::ia(h(ia))?;
         let pz = handle::pz(h(pz))?;
         // SAFETY: `attr` is NULL or points to a readable struct (the C caller's contract).
-        let a = unsafe { input(attr, 3) }?;
+        let a = unsafe { input(attr, Param::SrqAttr) }?;
         let attr = SrqAttr {
-            max_recv_dtos: count_arg(a.max_recv_dtos, 3)?,
-            max_recv_iov: count_arg(a.max_recv_iov, 3)?,
-            low_watermark: count_arg(a.low_watermark, 3)?,
+            max_recv_dtos: count_arg(a.max_recv_dtos, Param::SrqAttr)?,
+            max_recv_iov: count_arg(a.max_recv_iov, Param::SrqAttr)?,
+            low_watermark: count_arg(a.low_watermark, Param::SrqAttr)?,
         };
         // SAFETY: `srq` is NULL or points to writable memory (the C caller's contract).
-        let srq = unsafe { out(srq, 4) }?;
+        let srq = unsafe { out(srq, Param::SrqHandle) }?;
         *srq = c(Srq::create(&ia, &pz, attr)?.handle());
         Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn free(srq: DAT_SRQ_HANDLE) -> DAT_RETURN {
-    guard(|| handle::srq(h(srq))?.free())
+    guard(&calls::SRQ_FREE, || handle::srq(h(srq))?.free())
 }
 
 pub(crate) unsafe extern "C" fn post_recv(
@@ -40,7 +41,9 @@ pub(crate) unsafe extern "C" fn post_recv(
     cookie: DAT_DTO_COOKIE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard(|| unsafe { post_recv_iov(srq, n, iov, cookie) })
+    guard(&calls::SRQ_POST_RECV, || unsafe {
+        post_recv_iov(srq, n, iov, cookie)
+    })
 }
 
 /// dat_srq_post_recv over either version's triplets.
@@ -53,7 +56,7 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let srq = handle::srq(h(srq))?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, srq.query().attr.max_recv_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, srq.query().attr.max_recv_iov) }?;
     srq.post_recv(&iov, cookie.as_u64())
 }
 
@@ -62,12 +65,12 @@ pub(crate) unsafe extern "C" fn query(
     mask: DAT_SRQ_PARAM_MASK,
     param: *mut DAT_SRQ_PARAM,
 ) -> DAT_RETURN {
-    guard(|| {
+    guard(&calls::SRQ_QUERY, || {
         let srq = handle::srq(h(srq))?;
         // SAFETY: `param` is NULL or points to writable memory (the C caller's contract).
-        let param = unsafe { out(param, 3) }?;
+        let param = unsafe { out(param, Param::SrqParam) }?;
         if mask & !DAT_SRQ_FIELD_ALL != 0 {
-            return Err(DatError::invalid_arg(2));
+            return Err(DatError::bad(Param::SrqParamMask));
         }
         let p = srq.query();
         param.ia_handle = c(p.ia);
@@ -87,12 +90,16 @@ pub(crate) unsafe extern "C" fn resize(
     srq: DAT_SRQ_HANDLE,
     max_recv_dtos: DAT_COUNT,
 ) -> DAT_RETURN {
-    guard(|| handle::srq(h(srq))?.resize(max_recv_dtos))
+    guard(&calls::SRQ_RESIZE, || {
+        handle::srq(h(srq))?.resize(max_recv_dtos)
+    })
 }
 
 pub(crate) unsafe extern "C" fn set_lw(
     srq: DAT_SRQ_HANDLE,
     low_watermark: DAT_COUNT,
 ) -> DAT_RETURN {
-    guard(|| handle::srq(h(srq))?.set_lw(low_watermark))
+    guard(&calls::SRQ_SET_LW, || {
+        handle::srq(h(srq))?.set_lw(low_watermark)
+    })
 }

@@ -12,6 +12,7 @@
 //! versions do differently is `lib.major`: a library serving one DAT
 //! major version (libdat: 1) refuses to open, register or list another.
 
+use crate::args::{self, RegistryCall};
 use crate::registry::{self, Library, ProviderKey, ProviderPtr};
 use crate::strerror::ReturnNames;
 use crate::table::ProviderTable;
@@ -21,6 +22,12 @@ use std::ffi::{c_char, CStr};
 /// A code the library makes, in its numbering.
 fn code(lib: &Library, ty: DAT_RETURN_TYPE, sub: DAT_RETURN_SUBTYPE) -> DAT_RETURN {
     (lib.own_code)(dat_error(ty, sub))
+}
+
+/// DAT_INVALID_PARAMETER for argument `param` of `call`, in the library's
+/// numbering.
+fn bad(lib: &Library, call: &RegistryCall, param: &str) -> DAT_RETURN {
+    (lib.own_code)(call.bad(param))
 }
 
 /// `f` inside the library's panic boundary.
@@ -51,13 +58,13 @@ pub unsafe fn ia_openv(
     crate::init_logging();
     guard(lib, || {
         if name.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
+            return bad(lib, &args::IA_OPENV, "name");
         }
         if async_evd_handle.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+            return bad(lib, &args::IA_OPENV, "async_event_handle");
         }
         if ia_handle.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG4);
+            return bad(lib, &args::IA_OPENV, "ia_handle");
         }
         if !serves(lib, dapl_major) {
             return code(lib, DAT_PROVIDER_NOT_FOUND, DAT_MAJOR_NOT_FOUND);
@@ -100,27 +107,29 @@ pub fn ia_close(
     guard(lib, || registry::close_ia(lib, ia_handle, close_flags))
 }
 
-/// The key `provider_info` registers under, or the code refusing it: NULL
-/// arguments, or a provider of a major version the library does not
-/// serve (DAT_INVALID_PARAMETER | DAT_INVALID_ARG2).
+/// The key `provider_info` registers under, or the code refusing it (for
+/// `call`, dat_registry_add_provider or _remove_provider): NULL arguments,
+/// or a provider of a major version the library does not serve (its
+/// provider_info is refused).
 ///
 /// # Safety
 /// `provider_info` is NULL or readable.
 unsafe fn key_of<T>(
     lib: &Library,
+    call: &RegistryCall,
     provider: *const T,
     provider_info: *const DAT_PROVIDER_INFO,
 ) -> Result<ProviderKey, DAT_RETURN> {
     if provider.is_null() {
-        return Err(code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG1));
+        return Err(bad(lib, call, "provider"));
     }
     if provider_info.is_null() {
-        return Err(code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG2));
+        return Err(bad(lib, call, "provider_info"));
     }
     // SAFETY: checked non-NULL; the provider's own info.
     let key = unsafe { ProviderKey::from_info(provider_info) };
     if !serves(lib, key.major) {
-        return Err(code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG2));
+        return Err(bad(lib, call, "provider_info"));
     }
     Ok(key)
 }
@@ -139,7 +148,7 @@ pub unsafe fn add_provider<T: ProviderTable>(
     crate::init_logging();
     guard(lib, || {
         // SAFETY: the caller's contract.
-        match unsafe { key_of(lib, provider, provider_info) } {
+        match unsafe { key_of(lib, &args::REGISTRY_ADD_PROVIDER, provider, provider_info) } {
             Ok(key) => (lib.own_code)(registry::add_provider(key, ProviderPtr::new(provider))),
             Err(rc) => rc,
         }
@@ -157,7 +166,14 @@ pub unsafe fn remove_provider<T: ProviderTable>(
 ) -> DAT_RETURN {
     guard(lib, || {
         // SAFETY: the caller's contract.
-        match unsafe { key_of(lib, provider, provider_info) } {
+        match unsafe {
+            key_of(
+                lib,
+                &args::REGISTRY_REMOVE_PROVIDER,
+                provider,
+                provider_info,
+            )
+        } {
             Ok(key) => (lib.own_code)(registry::remove_provider(&key, ProviderPtr::new(provider))),
             Err(rc) => rc,
         }
@@ -181,10 +197,10 @@ pub unsafe fn list_providers(
     crate::init_logging();
     guard(lib, || {
         if max_to_return < 0 {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG1);
+            return bad(lib, &args::REGISTRY_LIST_PROVIDERS, "max_to_return");
         }
         if entries_returned.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+            return bad(lib, &args::REGISTRY_LIST_PROVIDERS, "entries_returned");
         }
         let entries: Vec<_> = registry::static_entries()
             .into_iter()
@@ -196,14 +212,14 @@ pub unsafe fn list_providers(
             return DAT_SUCCESS;
         }
         if dat_provider_list.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+            return bad(lib, &args::REGISTRY_LIST_PROVIDERS, "dat_provider_list");
         }
         let n = entries.len().min(max_to_return as usize);
         for (i, e) in entries.iter().take(n).enumerate() {
             // SAFETY: the consumer's array holds max_to_return pointers.
             let slot = unsafe { *dat_provider_list.add(i) };
             if slot.is_null() {
-                return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+                return bad(lib, &args::REGISTRY_LIST_PROVIDERS, "dat_provider_list");
             }
             let key = ProviderKey {
                 ia_name: e.ia_name.clone(),
@@ -234,10 +250,10 @@ pub unsafe fn strerror(
 ) -> DAT_RETURN {
     guard(lib, || {
         if major_message.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG2);
+            return bad(lib, &args::STRERROR, "major_message");
         }
         if minor_message.is_null() {
-            return code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG3);
+            return bad(lib, &args::STRERROR, "minor_message");
         }
         match names.names(value) {
             Some((major, minor)) => {
@@ -248,7 +264,7 @@ pub unsafe fn strerror(
                 }
                 DAT_SUCCESS
             }
-            None => code(lib, DAT_INVALID_PARAMETER, DAT_INVALID_ARG1),
+            None => bad(lib, &args::STRERROR, "value"),
         }
     })
 }

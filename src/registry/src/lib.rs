@@ -19,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
+pub mod args;
 pub mod conf;
 pub mod dispatch;
 pub mod exports;

@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use super::super::consts::{completion_flags, dto_op, ep_state, ib_ext, mem_priv};
 use super::super::counters;
-use super::super::error::{from_backend, DatError, DatResult, SubType};
+use super::super::error::{from_backend, DatError, DatResult, Param, SubType};
 use super::super::evd::{Event, EventData, UdConnExt};
 use super::super::ia::PendingDto;
 use super::{state_error, Ep};
@@ -234,8 +234,7 @@ impl Ep {
         self.post_connection_event(evd, number, Arc::from(Vec::new()));
     }
 
-    /// dat_ib_post_send_ud (C positions: segments 3, local_iov 4, address handle 5, cookie 6,
-    /// flags 7): one datagram to QP `qpn` behind this EP's address handle `ah`.
+    /// dat_ib_post_send_ud: one datagram to QP `qpn` behind this EP's address handle `ah`.
     pub fn post_send_ud(
         &self,
         iov: &[Sge],
@@ -250,16 +249,16 @@ impl Ep {
             | completion_flags::BARRIER_FENCE
             | completion_flags::EVD_THRESHOLD;
         if flags & !known != 0 {
-            return Err(DatError::invalid_arg(7));
+            return Err(DatError::bad(Param::CompletionFlags));
         }
         let (state, attr, pz, qp) = {
             let i = self.inner.lock();
             (i.state, i.attr, i.pz.clone(), i.qp.clone())
         };
         if attr.service_type != ib_ext::SERVICE_TYPE_UD {
-            return Err(DatError::invalid_arg(1));
+            return Err(DatError::bad(Param::EpHandle));
         }
-        self.check_request_flags(flags, 7)?;
+        self.check_request_flags(flags)?;
         match state {
             ep_state::UNCONNECTED | ep_state::CONNECTED | ep_state::DISCONNECTED => {}
             s => return Err(state_error(s)),
@@ -267,7 +266,7 @@ impl Ep {
         let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         let qp = qp.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         if iov.len() > attr.max_request_iov as usize {
-            return Err(DatError::invalid_arg(3));
+            return Err(DatError::bad(Param::NumSegments));
         }
         let ah = self
             .ud
@@ -275,8 +274,8 @@ impl Ep {
             .ahs
             .get(&ah)
             .cloned()
-            .ok_or(DatError::invalid_arg(5))?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 4)?;
+            .ok_or(DatError::bad(Param::AddressHandle))?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ)?;
         if total > u64::from(self.ia.device().attr().mtu) {
             return Err(DatError::length());
         }
@@ -299,32 +298,32 @@ impl Ep {
         };
         if let Err(e) = qp.post_send_ud(wr, &ah, qpn) {
             self.ia.untrack(wr_id);
-            // The backend refuses the address handle's QP number (position 3 as ever).
-            return Err(from_backend(e, Some(3)));
+            // What the backend refuses is the IOV's segments.
+            return Err(from_backend(e, Some(Param::NumSegments)));
         }
         self.count_post(counters::ep::POST_SEND_UD, total);
         Ok(())
     }
 
     /// dat_ib_ud_ah_free: releases an address handle a connection event of this EP handed
-    /// out (C position 3).
+    /// out.
     pub fn ud_ah_free(&self, ah: u64) -> DatResult<()> {
         self.ud
             .lock()
             .ahs
             .remove(&ah)
             .map(|_| ())
-            .ok_or(DatError::invalid_arg(3))
+            .ok_or(DatError::bad(Param::AddressHandle))
     }
 
-    /// dat_ib_ud_cm_free: releases the record of a resolution (the `context` of its event,
-    /// C position 3), and with it the event's private data.
+    /// dat_ib_ud_cm_free: releases the record of a resolution (the `context` of its event),
+    /// and with it the event's private data.
     pub fn ud_cm_free(&self, cm: u64) -> DatResult<()> {
         self.ud
             .lock()
             .cms
             .remove(&cm)
             .map(|_| ())
-            .ok_or(DatError::invalid_arg(3))
+            .ok_or(DatError::bad(Param::UdCm))
     }
 }

@@ -2,7 +2,7 @@
 //! DAT_EP_ATTR and DAT_EP_PARAM, and 24-byte triplets in every post.
 
 use super::convert::{ep_attr_to_v20, ep_mask_to_v20, ep_param_to_v12, ep_param_to_v20};
-use super::guard12;
+use super::{calls, guard12};
 use crate::ep as ep20;
 use dat_abi::{
     DAT_COMPLETION_FLAGS, DAT_COUNT, DAT_DTO_COOKIE, DAT_EP_HANDLE, DAT_EP_PARAM_MASK,
@@ -117,7 +117,7 @@ pub(crate) unsafe extern "C" fn post_send(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe {
+    guard12(&calls::EP_POST_SEND, || unsafe {
         ep20::post_send_iov(ep, n, iov as *const d12::DAT_LMR_TRIPLET, cookie, flags)
     })
 }
@@ -130,7 +130,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe {
+    guard12(&calls::EP_POST_RECV, || unsafe {
         ep20::post_recv_iov(ep, n, iov as *const d12::DAT_LMR_TRIPLET, cookie, flags)
     })
 }
@@ -143,7 +143,7 @@ pub(crate) unsafe extern "C" fn post_rdma_read(
     remote: *const d12::DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard12(|| {
+    guard12(&calls::EP_POST_RDMA_READ, || {
         // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
         unsafe {
             ep20::post_rdma_read_iov(
@@ -166,7 +166,7 @@ pub(crate) unsafe extern "C" fn post_rdma_write(
     remote: *const d12::DAT_RMR_TRIPLET,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
-    guard12(|| {
+    guard12(&calls::EP_POST_RDMA_WRITE, || {
         // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
         unsafe {
             ep20::post_rdma_write_iov(

@@ -1,8 +1,9 @@
 //! dat_ia_open and dat_ia_query of DAT 1.2.
 
 use super::convert::{ia_attr_to_v12, provider_attr_to_v12};
-use super::{guard12, PROVIDER12, PROVIDER12_TS};
+use super::{calls, guard12, PROVIDER12, PROVIDER12_TS};
 use crate::ia::{open_ia_with, query_ia};
+use daplrs::core::error::{DatError, Param};
 use dat_abi::{
     DAT_COUNT, DAT_EVD_HANDLE, DAT_IA_ATTR_MASK, DAT_IA_HANDLE, DAT_PROVIDER_ATTR_MASK, DAT_RETURN,
 };
@@ -21,7 +22,9 @@ pub(crate) unsafe extern "C" fn open(
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe { open12(name, qlen, async_evd, ia_handle, false) })
+    guard12(&calls::IA_OPEN, || unsafe {
+        open12(name, qlen, async_evd, ia_handle, false)
+    })
 }
 
 /// ia_open_func of the `threadsafe` `u1.2` entries: the IA and its handles
@@ -33,7 +36,9 @@ pub(crate) unsafe extern "C" fn open_threadsafe(
     ia_handle: *mut DAT_IA_HANDLE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe { open12(name, qlen, async_evd, ia_handle, true) })
+    guard12(&calls::IA_OPEN, || unsafe {
+        open12(name, qlen, async_evd, ia_handle, true)
+    })
 }
 
 unsafe fn open12(
@@ -62,6 +67,12 @@ unsafe fn open12(
         )
     }
     .map(|_| ())
+    // 1.2 names two arguments otherwise: async_evd_qlen and async_evd_handle (2.0: async_event_*).
+    .map_err(|e| match e.param {
+        Some(Param::AsyncEventHandle) => DatError::bad(Param::AsyncEvdHandle),
+        Some(Param::AsyncEventQlen) => DatError::bad(Param::AsyncEvdQlen),
+        _ => e,
+    })
 }
 
 /// ia_query_func: the 2.0 query into 2.0 structs, converted to 1.2's.
@@ -73,7 +84,7 @@ pub(crate) unsafe extern "C" fn query(
     provider_mask: DAT_PROVIDER_ATTR_MASK,
     provider_attr: *mut d12::DAT_PROVIDER_ATTR,
 ) -> DAT_RETURN {
-    guard12(|| {
+    guard12(&calls::IA_QUERY, || {
         // SAFETY: plain C data; all-zero is a valid value.
         let mut a: dat_abi::DAT_IA_ATTR = unsafe { std::mem::zeroed() };
         // SAFETY: the C struct is plain data (integers, pointers, handles), valid all zero.

@@ -3,10 +3,10 @@
 //! over 24-byte triplets.
 
 use super::convert::{lmr_param_to_v12, rmr_param_to_v12};
-use super::{guard12, renumber_arg};
+use super::{calls, guard12};
 use crate::boundary::{h, input, out};
 use crate::{lmr as lmr20, rmr as rmr20};
-use daplrs::core::error::{DatError, ErrorType, SubType};
+use daplrs::core::error::{DatError, ErrorType, Param, SubType};
 use daplrs::core::handle;
 use dat_abi::{
     DAT_COMPLETION_FLAGS, DAT_EP_HANDLE, DAT_IA_HANDLE, DAT_LMR_HANDLE, DAT_LMR_PARAM_MASK,
@@ -32,8 +32,8 @@ pub(crate) unsafe extern "C" fn lmr_create(
     registered_address: *mut DAT_VADDR,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    let rc = unsafe {
-        lmr20::create(
+    guard12(&calls::LMR_CREATE, || unsafe {
+        lmr20::create_lmr(
             ia,
             mem_type,
             region,
@@ -47,9 +47,7 @@ pub(crate) unsafe extern "C" fn lmr_create(
             registered_length,
             registered_address,
         )
-    };
-    // 2.0's argument 7 is the VA type, which 1.2 lacks.
-    d12::from_v20(renumber_arg(rc, |n| if n > 7 { n - 1 } else { n }))
+    })
 }
 
 /// A 2.0 query mask for a 1.2 one: every field when the 1.2 mask is valid
@@ -112,7 +110,9 @@ pub(crate) unsafe extern "C" fn lmr_sync_rdma_read(
     n: DAT_VLEN,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe { lmr20::sync_segments(ia, segs, n) })
+    guard12(&calls::LMR_SYNC_RDMA_READ, || unsafe {
+        lmr20::sync_segments(ia, segs, n)
+    })
 }
 
 pub(crate) unsafe extern "C" fn lmr_sync_rdma_write(
@@ -121,11 +121,12 @@ pub(crate) unsafe extern "C" fn lmr_sync_rdma_write(
     n: DAT_VLEN,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe { lmr20::sync_segments(ia, segs, n) })
+    guard12(&calls::LMR_SYNC_RDMA_WRITE, || unsafe {
+        lmr20::sync_segments(ia, segs, n)
+    })
 }
 
-/// dat_rmr_bind of 1.2 (7 arguments: rmr 1, triplet 2, privileges 3, ep 4,
-/// cookie 5, flags 6, rmr_context 7). 1.2 names no LMR handle: the LMR is
+/// dat_rmr_bind of 1.2 (7 arguments: no LMR handle, no VA type). The LMR is
 /// the one of the RMR's IA whose lmr_context the triplet carries, and then
 /// the core binds exactly as for 2.0 (with DAT_VA_TYPE_VA).
 ///
@@ -155,14 +156,15 @@ pub(crate) unsafe extern "C" fn rmr_bind(
     flags: DAT_COMPLETION_FLAGS,
     rmr_context: *mut DAT_RMR_CONTEXT,
 ) -> DAT_RETURN {
-    guard12(|| {
+    guard12(&calls::RMR_BIND, || {
         let rmr = handle::rmr(h(rmr))?;
         // SAFETY: `triplet` is NULL or points to a readable struct (the C caller's contract).
-        let t = unsafe { input(triplet, 2) }?;
+        let t = unsafe { input(triplet, Param::LmrTriplet) }?;
         let ep = handle::ep(h(ep))?;
         // SAFETY: `rmr_context` is NULL or points to writable memory (the C caller's contract).
-        let ctx_out = unsafe { out(rmr_context, 7) }?;
-        let length = u32::try_from(t.segment_length).map_err(|_| DatError::invalid_arg(2))?;
+        let ctx_out = unsafe { out(rmr_context, Param::RmrContext) }?;
+        let length =
+            u32::try_from(t.segment_length).map_err(|_| DatError::bad(Param::LmrTriplet))?;
         let lmr = if length == 0 {
             None
         } else {
@@ -182,27 +184,9 @@ pub(crate) unsafe extern "C" fn rmr_bind(
             (ErrorType::InvalidHandle, SubType::InvalidHandleLmr) => {
                 DatError::plain(ErrorType::PrivilegesViolation)
             }
-            _ => DatError {
-                sub: bind_arg_v12(e.sub),
-                ..e
-            },
+            _ => e,
         })?;
         *ctx_out = ctx;
         Ok(())
     })
-}
-
-/// The core names dat_rmr_bind's arguments by their 2.0 positions (triplet
-/// 3, privileges 5, flags 9); 1.2's are 2, 3 and 6.
-fn bind_arg_v12(sub: SubType) -> SubType {
-    let v12 = |n| SubType::arg(n);
-    if sub == SubType::arg(3) {
-        v12(2)
-    } else if sub == SubType::arg(5) {
-        v12(3)
-    } else if sub == SubType::arg(9) {
-        v12(6)
-    } else {
-        sub
-    }
 }

@@ -1,7 +1,7 @@
 //! The CNO, CR and SRQ calls of DAT 1.2 that differ from 2.0's.
 
 use super::convert::{cno_param_to_v12, srq_state_to_v12};
-use super::guard12;
+use super::{calls, guard12};
 use crate::{cno as cno20, cr as cr20, srq as srq20};
 use dat_abi::{
     DAT_CNO_HANDLE, DAT_CNO_PARAM_MASK, DAT_COUNT, DAT_CR_HANDLE, DAT_DTO_COOKIE, DAT_RETURN,
@@ -58,7 +58,9 @@ pub(crate) unsafe extern "C" fn srq_post_recv(
     cookie: DAT_DTO_COOKIE,
 ) -> DAT_RETURN {
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    guard12(|| unsafe { srq20::post_recv_iov(srq, n, iov as *const d12::DAT_LMR_TRIPLET, cookie) })
+    guard12(&calls::SRQ_POST_RECV, || unsafe {
+        srq20::post_recv_iov(srq, n, iov as *const d12::DAT_LMR_TRIPLET, cookie)
+    })
 }
 
 /// The SRQ parameters are the same struct in both versions; only the state

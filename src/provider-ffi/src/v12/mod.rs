@@ -13,6 +13,7 @@
 //! [`table`] holds the table and the slots whose C signature 1.2 shares
 //! with 2.0; the others live in one module per object.
 
+mod calls;
 mod convert;
 mod ep;
 mod evd;
@@ -22,6 +23,7 @@ mod misc;
 mod table;
 
 use crate::boundary::guard;
+use crate::calls::Call;
 use daplrs::core::error::DatResult;
 use dat_abi::{DAT_PROVIDER_INFO, DAT_RETURN};
 use dat_abi12 as d12;
@@ -29,24 +31,10 @@ use std::ffi::{c_void, CStr};
 
 pub(crate) use table::{PROVIDER12, PROVIDER12_TS};
 
-/// A 1.2 slot's body: the 2.0 guard, then the 1.2 code of its result.
-fn guard12(f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
-    d12::from_v20(guard(f))
-}
-
-/// A 2.0 DAT_RETURN whose DAT_INVALID_ARGn names a 2.0 argument position,
-/// renumbered with `to_v12` for a 1.2 call whose arguments sit elsewhere
-/// (dat_lmr_create, dat_rmr_bind). Still a 2.0 code.
-fn renumber_arg(rc: DAT_RETURN, to_v12: impl Fn(u32) -> u32) -> DAT_RETURN {
-    use dat_abi::codes as c2;
-    let first = c2::DAT_INVALID_ARG1;
-    let last = c2::DAT_INVALID_ARG10;
-    let sub = rc & c2::DAT_SUBTYPE_MASK;
-    if rc & c2::DAT_TYPE_MASK != c2::DAT_INVALID_PARAMETER || !(first..=last).contains(&sub) {
-        return rc;
-    }
-    let position = to_v12(sub - first + 1).clamp(1, 10);
-    (rc & !c2::DAT_SUBTYPE_MASK) | (first + position - 1)
+/// A 1.2 slot's body, `call` of the 1.2 table: the 2.0 guard with 1.2's
+/// argument list, then the 1.2 code of its result.
+fn guard12(call: &Call, f: impl FnOnce() -> DatResult<()>) -> DAT_RETURN {
+    d12::from_v20(guard(call, f))
 }
 
 type RegistryFunc =
@@ -90,27 +78,5 @@ fn table(thread_safe: bool) -> &'static d12::DAT_PROVIDER {
         &PROVIDER12_TS
     } else {
         &PROVIDER12
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dat_abi::codes as c2;
-
-    #[test]
-    fn renumbering_moves_only_invalid_arg_subtypes() {
-        let arg = |n: u32| {
-            c2::DAT_CLASS_ERROR | c2::DAT_INVALID_PARAMETER | (c2::DAT_INVALID_ARG1 + n - 1)
-        };
-        let down = |n: u32| if n >= 8 { n - 1 } else { n };
-        assert_eq!(renumber_arg(arg(8), down), arg(7));
-        assert_eq!(renumber_arg(arg(6), down), arg(6));
-        let handle = c2::DAT_CLASS_ERROR | c2::DAT_INVALID_HANDLE | c2::DAT_INVALID_HANDLE_EP;
-        assert_eq!(renumber_arg(handle, down), handle);
-        assert_eq!(
-            d12::from_v20(renumber_arg(arg(8), down)),
-            d12::DAT_CLASS_ERROR | d12::DAT_INVALID_PARAMETER | d12::DAT_INVALID_ARG7
-        );
     }
 }
