@@ -1,0 +1,481 @@
+//! Queue pairs: one libfabric endpoint each, opened when the connection is
+//! made (a passive side's endpoint must come from the connection request).
+//!
+//! libfabric does not promise completions in posting order; DAT reports an
+//! EP's requests in that order. Each request and receive takes the next slot
+//! of its ring; a completion marks its slot, and completions leave the ring
+//! only from the oldest slot on (`Ring::release`).
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::ptr::null_mut;
+use std::sync::{Arc, Weak};
+
+use daplrs::backend::{
+    Error, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result, SendOp, SendWr, Sge,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use ofi_sys as fi;
+use parking_lot::Mutex;
+
+use crate::cq::OfiCq;
+use crate::device::{opened, OfiDevice};
+use crate::{Fid, Info};
+
+/// A receive's token carries this bit; a request's does not.
+const RECV_BIT: u32 = 1 << 31;
+
+struct Slot {
+    wr_id: u64,
+    opcode: WcOpcode,
+    /// A request's length (libfabric reports lengths for receives only).
+    len: u32,
+    done: Option<WorkCompletion>,
+}
+
+/// Outstanding requests (or receives) of a QP, oldest first.
+#[derive(Default)]
+struct Ring {
+    /// The token of the oldest slot.
+    base: u32,
+    slots: VecDeque<Slot>,
+}
+
+impl Ring {
+    fn push(&mut self, slot: Slot) -> u32 {
+        let token = self.base.wrapping_add(self.slots.len() as u32) & !RECV_BIT;
+        self.slots.push_back(slot);
+        token
+    }
+
+    fn mark(&mut self, token: u32, wc: impl FnOnce(&Slot) -> WorkCompletion) {
+        let idx = (token.wrapping_sub(self.base) & !RECV_BIT) as usize;
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.done = Some(wc(slot));
+        }
+    }
+
+    /// Moves the completed slots at the front to `out`, in order.
+    fn release(&mut self, out: &mut VecDeque<WorkCompletion>) {
+        while self.slots.front().is_some_and(|s| s.done.is_some()) {
+            let slot = self.slots.pop_front().expect("front checked");
+            self.base = self.base.wrapping_add(1) & !RECV_BIT;
+            out.extend(slot.done);
+        }
+    }
+
+    /// Every slot, completed or flushed, in order.
+    fn flush(&mut self, qp_num: u32) -> Vec<WorkCompletion> {
+        self.base = self.base.wrapping_add(self.slots.len() as u32) & !RECV_BIT;
+        self.slots
+            .drain(..)
+            .map(|s| {
+                s.done
+                    .unwrap_or_else(|| WorkCompletion::flushed(s.wr_id, s.opcode, qp_num))
+            })
+            .collect()
+    }
+}
+
+struct Inner {
+    state: QpState,
+    ep: Option<Fid<fi::fid_ep>>,
+    sends: Ring,
+    recvs: Ring,
+    /// Receives posted before the endpoint exists: (token, request).
+    pending: Vec<(u32, RecvWr)>,
+    local: Option<SocketAddrV4>,
+    remote: Option<SocketAddrV4>,
+    /// The disconnection was reported (once per connection).
+    ended: bool,
+}
+
+pub(crate) struct OfiQp {
+    num: u32,
+    dev: Weak<OfiDevice>,
+    send_cq: Arc<OfiCq>,
+    recv_cq: Arc<OfiCq>,
+    cap: QpCap,
+    inner: Mutex<Inner>,
+}
+
+fn ofi_cq(cq: &Arc<dyn daplrs::backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
+    // The core hands back CQs this device made; anything else is foreign.
+    let any: &dyn Any = cq.as_any();
+    let ours = any.downcast_ref::<OfiCq>().ok_or(Error::Foreign)?;
+    // Rebuild an Arc from the trait object's: same allocation, the concrete type.
+    let raw = Arc::into_raw(cq.clone()) as *const OfiCq;
+    debug_assert!(std::ptr::eq(raw, ours));
+    // SAFETY: `raw` came from Arc::into_raw of an Arc whose value is this OfiCq
+    // (checked by the downcast), so it is rebuilt with the same count.
+    Ok(unsafe { Arc::from_raw(raw) })
+}
+
+impl OfiQp {
+    pub(crate) fn new(dev: &OfiDevice, init: QpInit) -> Result<Arc<OfiQp>> {
+        Ok(Arc::new(OfiQp {
+            num: dev.next_qp_num(),
+            dev: dev.me.clone(),
+            send_cq: ofi_cq(&init.send_cq)?,
+            recv_cq: ofi_cq(&init.recv_cq)?,
+            cap: init.cap,
+            inner: Mutex::new(Inner {
+                state: QpState::Init,
+                ep: None,
+                sends: Ring::default(),
+                recvs: Ring::default(),
+                pending: Vec::new(),
+                local: None,
+                remote: None,
+                ended: false,
+            }),
+        }))
+    }
+
+    pub(crate) fn num(&self) -> u32 {
+        self.num
+    }
+
+    /// Our QP behind a trait object the core hands back.
+    pub(crate) fn of(qp: &Arc<dyn QueuePair>) -> Result<Arc<OfiQp>> {
+        qp.as_any().downcast_ref::<OfiQp>().ok_or(Error::Foreign)?;
+        let raw = Arc::into_raw(qp.clone()) as *const OfiQp;
+        // SAFETY: as in `ofi_cq`: the value is an OfiQp (downcast checked).
+        Ok(unsafe { Arc::from_raw(raw) })
+    }
+
+    fn context(&self, token: u32) -> *mut libc::c_void {
+        (((self.num as u64) << 32) | token as u64) as *mut libc::c_void
+    }
+
+    /// Opens the endpoint from `info` (the device's for an active side, the
+    /// request's for a passive one), binds the device's EQ and the QP's CQs,
+    /// enables it and posts the receives waiting for it.
+    pub(crate) fn open_endpoint(&self, dev: &OfiDevice, info: &Info) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.state != QpState::Init || inner.ep.is_some() {
+            return Err(Error::BadState);
+        }
+        let mut ep = null_mut();
+        // SAFETY: an open domain and a provider fi_info; `ep` receives the endpoint.
+        let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
+        opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
+        let ep = Fid(ep);
+        let same = Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        // SAFETY: the endpoint just opened; the EQ and CQs are open objects of its domain.
+        unsafe {
+            opened(
+                fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0),
+                "bind EQ",
+                Error::Internal,
+            )?;
+            let tx = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
+            opened(
+                fi::fi_ep_bind(ep.ptr(), self.send_cq.cq.fid(), tx),
+                "bind CQ",
+                Error::Internal,
+            )?;
+            if !same {
+                let rx = fi::FI_RECV as u64;
+                opened(
+                    fi::fi_ep_bind(ep.ptr(), self.recv_cq.cq.fid(), rx),
+                    "bind CQ",
+                    Error::Internal,
+                )?;
+            }
+            opened(
+                fi::fi_enable(ep.ptr()),
+                "fi_enable",
+                Error::NoResource(Resource::Qp),
+            )?;
+        }
+        dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
+        inner.ep = Some(ep);
+        inner.state = QpState::Connecting;
+        for (token, wr) in std::mem::take(&mut inner.pending) {
+            self.post_recv_now(&inner, token, &wr)?;
+        }
+        Ok(())
+    }
+
+    /// The endpoint's fid_ep (for connect and accept).
+    pub(crate) fn endpoint(&self) -> Option<*mut fi::fid_ep> {
+        self.inner.lock().ep.as_ref().map(Fid::ptr)
+    }
+
+    pub(crate) fn set_addresses(&self, local: Option<SocketAddrV4>, remote: Option<SocketAddrV4>) {
+        let mut inner = self.inner.lock();
+        inner.local = local.or(inner.local);
+        inner.remote = remote.or(inner.remote);
+    }
+
+    /// FI_CONNECTED: whether the QP was connecting (the event is then reported).
+    pub(crate) fn on_connected(&self) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.state != QpState::Connecting {
+            return false;
+        }
+        inner.state = QpState::Connected;
+        true
+    }
+
+    /// The connection ended (either side, or failed): the QP goes to Error and
+    /// everything outstanding is flushed. Returns whether this is the first
+    /// end of the connection (to report once).
+    pub(crate) fn end(&self) -> bool {
+        let (sends, recvs, first);
+        {
+            let mut inner = self.inner.lock();
+            inner.state = QpState::Error;
+            sends = inner.sends.flush(self.num);
+            recvs = inner.recvs.flush(self.num);
+            let pending: Vec<_> = inner.pending.drain(..).collect();
+            drop(pending);
+            first = !std::mem::replace(&mut inner.ended, true);
+        }
+        self.send_cq.push(sends);
+        self.recv_cq.push(recvs);
+        first
+    }
+
+    pub(crate) fn was_connecting(&self) -> bool {
+        self.inner.lock().state == QpState::Connecting
+    }
+
+    pub(crate) fn disconnect(&self, abrupt: bool) {
+        let ep = self.endpoint();
+        if let Some(ep) = ep {
+            // SAFETY: the QP's open endpoint.
+            let rc = unsafe { fi::fi_shutdown(ep, 0) };
+            if rc != 0 && !abrupt {
+                log::debug!("fi_shutdown: {}", fi::strerror(rc));
+            }
+        }
+        if self.end() {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.emit(daplrs::backend::CmEvent::Disconnected { qp_num: self.num });
+            }
+        }
+    }
+
+    pub(crate) fn destroy_now(&self) {
+        self.end();
+        let ep = self.inner.lock().ep.take();
+        if let (Some(ep), Some(dev)) = (ep, self.dev.upgrade()) {
+            dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+        }
+    }
+
+    /// A provider completion (or error) of slot `token`.
+    pub(crate) fn completed(
+        &self,
+        token: u32,
+        result: Result<u32, WcStatus>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) {
+        let mut inner = self.inner.lock();
+        let num = self.num;
+        let wc = |slot: &Slot, len: u32| match result {
+            Ok(_) => WorkCompletion::new(slot.wr_id, WcStatus::Success, slot.opcode, len, num),
+            Err(status) => WorkCompletion::new(slot.wr_id, status, slot.opcode, 0, num),
+        };
+        if token & RECV_BIT != 0 {
+            let got = *result.as_ref().unwrap_or(&0);
+            inner.recvs.mark(token, |s| WorkCompletion {
+                solicited: true,
+                ..wc(s, got)
+            });
+            inner.recvs.release(out);
+        } else {
+            inner.sends.mark(token, |s| wc(s, s.len));
+            inner.sends.release(out);
+        }
+    }
+
+    fn post_recv_now(&self, inner: &Inner, token: u32, wr: &RecvWr) -> Result<()> {
+        let ep = inner.ep.as_ref().ok_or(Error::BadState)?;
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
+        let msg = fi::fi_msg {
+            msg_iov: iov.as_ptr().cast(),
+            desc: desc.as_mut_ptr(),
+            iov_count: iov.len(),
+            context: self.context(token | RECV_BIT),
+            ..Default::default()
+        };
+        // SAFETY: an enabled endpoint; the vectors live for the call (the provider
+        // copies the message description, not the buffers, which stay registered).
+        let rc = unsafe { fi::fi_recvmsg(ep.ptr(), &msg, fi::FI_COMPLETION as u64) };
+        crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue)).map(|_| ())
+    }
+
+    fn post_request(&self, inner: &mut Inner, wr: &SendWr) -> Result<()> {
+        let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
+        let len: u64 = wr.sgl.iter().map(|s| s.length as u64).sum();
+        let (remote, rkey) = match wr.op {
+            SendOp::Send => (None, 0),
+            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey } => {
+                (Some(remote_addr), rkey)
+            }
+            _ => return Err(Error::Unsupported),
+        };
+        let token = inner.sends.push(Slot {
+            wr_id: wr.wr_id,
+            opcode: wr.op.opcode(),
+            len: len as u32,
+            done: None,
+        });
+        let context = self.context(token);
+        let flags = fi::FI_COMPLETION as u64;
+        // SAFETY: an enabled endpoint; the message structs and vectors live for the call.
+        let rc = unsafe {
+            match remote {
+                None => {
+                    let msg = fi::fi_msg {
+                        msg_iov: iov.as_ptr().cast(),
+                        desc: desc.as_mut_ptr(),
+                        iov_count: iov.len(),
+                        context,
+                        ..Default::default()
+                    };
+                    fi::fi_sendmsg(ep, &msg, flags)
+                }
+                Some(addr) => {
+                    let rma = fi::fi_rma_iov {
+                        addr,
+                        len: len as usize,
+                        key: rkey as u64,
+                    };
+                    let msg = fi::fi_msg_rma {
+                        msg_iov: iov.as_ptr().cast(),
+                        desc: desc.as_mut_ptr(),
+                        iov_count: iov.len(),
+                        rma_iov: &rma,
+                        rma_iov_count: 1,
+                        context,
+                        ..Default::default()
+                    };
+                    if matches!(wr.op, SendOp::RdmaRead { .. }) {
+                        fi::fi_readmsg(ep, &msg, flags)
+                    } else {
+                        fi::fi_writemsg(ep, &msg, flags)
+                    }
+                }
+            }
+        };
+        if rc < 0 {
+            // Not posted: the slot goes (it is the newest).
+            inner.sends.slots.pop_back();
+            return crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| ());
+        }
+        Ok(())
+    }
+}
+
+/// The iovec and descriptor arrays of a scatter-gather list.
+fn io_vectors(dev: &OfiDevice, sgl: &[Sge]) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
+    let tables = dev.tables.lock();
+    sgl.iter()
+        .map(|s| {
+            let iov = libc::iovec {
+                iov_base: s.addr as *mut libc::c_void,
+                iov_len: s.length as usize,
+            };
+            let desc = tables.descs.get(&s.lkey).copied().unwrap_or(0) as *mut libc::c_void;
+            (iov, desc)
+        })
+        .unzip()
+}
+
+impl QueuePair for OfiQp {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn qp_num(&self) -> u32 {
+        self.num
+    }
+
+    fn state(&self) -> QpState {
+        self.inner.lock().state
+    }
+
+    fn post_send(&self, wr: SendWr) -> Result<()> {
+        if wr.sgl.len() > self.cap.max_send_sge.max(1) as usize {
+            return Err(Error::TooLong);
+        }
+        let mut inner = self.inner.lock();
+        match inner.state {
+            QpState::Connected => self.post_request(&mut inner, &wr),
+            QpState::Error => {
+                drop(inner);
+                let wc = WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num);
+                self.send_cq.push([wc]);
+                Ok(())
+            }
+            _ => Err(Error::NotConnected),
+        }
+    }
+
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        if wr.sgl.len() > self.cap.max_recv_sge.max(1) as usize {
+            return Err(Error::TooLong);
+        }
+        let mut inner = self.inner.lock();
+        if inner.state == QpState::Error {
+            drop(inner);
+            self.recv_cq
+                .push([WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, self.num)]);
+            return Ok(());
+        }
+        let token = inner.recvs.push(Slot {
+            wr_id: wr.wr_id,
+            opcode: WcOpcode::Recv,
+            len: 0,
+            done: None,
+        });
+        if inner.ep.is_none() {
+            inner.pending.push((token, wr));
+            return Ok(());
+        }
+        let posted = self.post_recv_now(&inner, token, &wr);
+        if posted.is_err() {
+            inner.recvs.slots.pop_back();
+        }
+        posted
+    }
+
+    fn reset(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if !matches!(inner.state, QpState::Error | QpState::Init) {
+            return Err(Error::BadState);
+        }
+        if let Some(ep) = inner.ep.take() {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+            }
+        }
+        inner.state = QpState::Init;
+        inner.ended = false;
+        Ok(())
+    }
+
+    fn posted_recvs(&self) -> u32 {
+        self.inner.lock().recvs.slots.len() as u32
+    }
+
+    fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.inner.lock().local
+    }
+
+    fn remote_addr(&self) -> Option<SocketAddrV4> {
+        self.inner.lock().remote
+    }
+
+    fn destroy(&self) {
+        self.destroy_now();
+    }
+}
