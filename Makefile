@@ -144,7 +144,7 @@ reserve-ports:
 .PHONY: reserve-ports
 
 # `cargo test --workspace` runs the DAT behaviour tests
-# (src/provider/src/core/behaviour_tests.rs) twice, over_tcp::* and
+# (src/provider/src/behaviour_tests.rs) twice, over_tcp::* and
 # over_samehost::*; test-verbs runs them over verbs in the guest.
 test-rust:
 	$(CARGO) fmt --all -- --check

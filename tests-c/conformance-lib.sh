@@ -178,7 +178,7 @@ dtestx_pair() {
 	local envf=$1 name=$2 p=$passed f=$failed try msgs; shift 2
 	for try in 1 2 3; do
 		deferred=$'\n'
-		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" env DAT_LOG=daplrs::backend::tcp::engine::datagram=info "$@"
+		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" env DAT_LOG=daplrs_tcp::engine::datagram=info "$@"
 		msgs=$deferred
 		deferred=""
 		if [ $try -lt 3 ] && [ $failed -gt $f ] &&

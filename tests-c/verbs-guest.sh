@@ -11,7 +11,7 @@
 #    test_dat2_ops, test_unmapped, test_handle_types, test_fork and test_threads
 #    (threads posting and reaping on shared EVDs, its default size) with
 #    DAT_TEST_IA=rs-rxe0;
-#  - the provider crate's DAT behaviour tests (src/provider/src/core/
+#  - the provider crate's DAT behaviour tests (src/provider/src/
 #    behaviour_tests.rs, the Rust tests that run over TCP and the same-host
 #    path in `make test-rust`) over our verbs backend on rxe0 port 1:
 #    build/tests/daplrs-behaviour-verbs (top-level Makefile) with
@@ -193,11 +193,11 @@ if [ "$VERBS_IA" = rs-rxe0 ]; then
 	rc=$?
 	n_ok=0 n_bad=0
 	# A file, not a process substitution: the guest's root has no /dev/fd.
-	grep -E '^test core::behaviour_tests::over_verbs::[a-z0-9_]+ \.\.\. ' "$log" > "$log.results"
+	grep -E '^test behaviour_tests::over_verbs::[a-z0-9_]+ \.\.\. ' "$log" > "$log.results"
 	while read -r _ name _ result; do
 		case "$result" in
-		ok) ok "rust ${name#core::behaviour_tests::}"; n_ok=$((n_ok + 1)) ;;
-		*) bad "rust ${name#core::behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1)) ;;
+		ok) ok "rust ${name#behaviour_tests::}"; n_ok=$((n_ok + 1)) ;;
+		*) bad "rust ${name#behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1)) ;;
 		esac
 	done < "$log.results"
 	grep '^SKIP ' "$log" | sed 's/^/  note /'

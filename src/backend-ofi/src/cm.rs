@@ -10,7 +10,7 @@ use std::net::SocketAddrV4;
 use std::ptr::null_mut;
 use std::sync::{Arc, Weak};
 
-use daplrs::backend::{CmEvent, Error, Listener, Resource, Result};
+use daplrs_backend::{CmEvent, Error, Listener, Resource, Result};
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
@@ -83,7 +83,7 @@ impl OfiDevice {
         crate::Target {
             provider,
             domain: Some(domain),
-            address: daplrs::backend::Device::address(self),
+            address: daplrs_backend::Device::address(self),
         }
     }
 

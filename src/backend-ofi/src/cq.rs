@@ -8,7 +8,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
-use daplrs::backend::{
+use daplrs_backend::{
     CompletionQueue, Error, NotifyFn, Resource, Result, WcStatus, WorkCompletion,
 };
 use ofi_sys as fi;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
-use daplrs::backend::{
+use daplrs_backend::{
     CmHandler, CompletionQueue, Device, DeviceAttr, Error, ProtectionDomain, QpInit, QueuePair,
     Result, SharedReceiveQueue,
 };
@@ -250,7 +250,7 @@ impl OfiDevice {
         self.tables.lock().qps.get(&qp_num).and_then(Weak::upgrade)
     }
 
-    pub(crate) fn emit(&self, event: daplrs::backend::CmEvent) {
+    pub(crate) fn emit(&self, event: daplrs_backend::CmEvent) {
         let handler = self.cm_handler.lock().clone();
         match handler {
             Some(h) => h(event),
@@ -342,7 +342,7 @@ impl Device for OfiDevice {
         *self.cm_handler.lock() = handler;
     }
 
-    fn listen(&self, port: u16) -> Result<Arc<dyn daplrs::backend::Listener>> {
+    fn listen(&self, port: u16) -> Result<Arc<dyn daplrs_backend::Listener>> {
         Ok(self.listen_on(port)?)
     }
 

@@ -21,7 +21,7 @@ pub use device::OfiDevice;
 use std::ffi::CStr;
 use std::net::Ipv4Addr;
 
-use daplrs::backend::{Error, Resource};
+use daplrs_backend::{Error, Resource};
 use ofi_sys as fi;
 
 /// An open libfabric object, closed when dropped. libfabric objects of a

@@ -10,7 +10,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
-use daplrs::backend::{
+use daplrs_backend::{
     access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Resource, Result,
 };
 use ofi_sys as fi;

@@ -12,7 +12,7 @@ use std::net::SocketAddrV4;
 use std::ptr::null_mut;
 use std::sync::{Arc, Weak};
 
-use daplrs::backend::{
+use daplrs_backend::{
     Error, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result, SendOp, SendWr, Sge,
     WcOpcode, WcStatus, WorkCompletion,
 };
@@ -100,7 +100,7 @@ pub(crate) struct OfiQp {
     inner: Mutex<Inner>,
 }
 
-fn ofi_cq(cq: &Arc<dyn daplrs::backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
+fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
     // The core hands back CQs this device made; anything else is foreign.
     let any: &dyn Any = cq.as_any();
     let ours = any.downcast_ref::<OfiCq>().ok_or(Error::Foreign)?;
@@ -254,7 +254,7 @@ impl OfiQp {
         }
         if self.end() {
             if let Some(dev) = self.dev.upgrade() {
-                dev.emit(daplrs::backend::CmEvent::Disconnected { qp_num: self.num });
+                dev.emit(daplrs_backend::CmEvent::Disconnected { qp_num: self.num });
             }
         }
     }

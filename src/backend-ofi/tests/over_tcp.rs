@@ -7,7 +7,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use daplrs::backend::{
+use daplrs_backend::{
     access, CmEvent, CompletionQueue, Device, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr,
     Sge, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -30,7 +30,7 @@ fn completion(cq: &Arc<dyn CompletionQueue>) -> WorkCompletion {
 
 fn qp(
     dev: &Arc<OfiDevice>,
-    pd: &Arc<dyn daplrs::backend::ProtectionDomain>,
+    pd: &Arc<dyn daplrs_backend::ProtectionDomain>,
     cq: &Arc<dyn CompletionQueue>,
 ) -> Arc<dyn QueuePair> {
     let cap = QpCap {

@@ -37,6 +37,7 @@ use daplrs::core::ia::Ia;
 use daplrs::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
 use daplrs::core::pz::Pz;
 use daplrs::core::sp::Sp;
+use daplrs::device::open_device;
 
 /// A key the harness replaces with the live rmr_context.
 pub const KEY_MARK: u32 = 0xfeed_0001;
@@ -94,7 +95,8 @@ struct Rig {
 
 impl Rig {
     fn new(name: &str) -> Rig {
-        let (ia, _) = Ia::open(name, "tcp 127.0.0.1", Some(64), 0).expect("open IA on loopback");
+        let (ia, _) =
+            Ia::open(name, "tcp 127.0.0.1", open_device, Some(64), 0).expect("open IA on loopback");
         let pz = Pz::create(&ia).expect("pz");
         let dto = Evd::create(&ia, 256, None, evd_flags::DTO | evd_flags::RMR_BIND).expect("evd");
         let conn = Evd::create(&ia, 64, None, evd_flags::CONNECTION).expect("evd");

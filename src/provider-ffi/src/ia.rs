@@ -5,6 +5,7 @@ use crate::provider::{dispatch_is_thread_safe, entry, table, table_for_ia_name};
 use daplrs::core::error::{DatError, DatResult, ErrorType, SubType};
 use daplrs::core::handle;
 use daplrs::core::ia::{AsyncEvd, Ia};
+use daplrs::device::open_device;
 use dat_abi::*;
 use parking_lot::Mutex;
 use std::ffi::{c_char, CStr, CString};
@@ -97,8 +98,8 @@ pub(crate) unsafe fn open_ia_with(
     } else {
         AsyncEvd::Existing(h(*async_evd))
     };
-    let (ia, evd) =
-        Ia::open_with_async_evd(&name, &params, want_async, dispatch).inspect_err(|e| {
+    let (ia, evd) = Ia::open_with_async_evd(&name, &params, open_device, want_async, dispatch)
+        .inspect_err(|e| {
             // Say why, once, even with logging off: "no such interface" is
             // the first thing a new user of "tcp eth0" needs to know. (A bad
             // async EVD handle is the caller's, said by the return code.)

@@ -1,6 +1,7 @@
 //! The device factory: opens a device of either backend from an IA's ia_params. It sits above
-//! the backends (it imports both; neither imports it) and below the core, whose IA opens its
-//! device here and maps the backend's error to the DAT code.
+//! the backends (it imports both; neither imports it) and above the core, which imports no
+//! backend: the C layer hands `open_device` to `Ia::open`, whose IA maps the backend's error to
+//! the DAT code.
 
 use std::sync::Arc;
 

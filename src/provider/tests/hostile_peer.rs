@@ -30,6 +30,7 @@ use daplrs::core::lmr::{Lmr, LmrRegion, VA_TYPE_VA};
 use daplrs::core::pz::Pz;
 use daplrs::core::rmr::Rmr;
 use daplrs::core::sp::Sp;
+use daplrs::device::open_device;
 
 const GUARD_US: u32 = 20_000_000;
 const HANG: Duration = Duration::from_secs(30);
@@ -292,7 +293,8 @@ struct Legit {
 
 impl Legit {
     fn new() -> Legit {
-        let (ia, _) = Ia::open("legit", "tcp 127.0.0.1", Some(16), 0).expect("open IA");
+        let (ia, _) =
+            Ia::open("legit", "tcp 127.0.0.1", open_device, Some(16), 0).expect("open IA");
         let pz = Pz::create(&ia).expect("pz");
         let dto = Evd::create(&ia, 64, None, evd_flags::DTO).expect("dto evd");
         let conn = Evd::create(&ia, 16, None, evd_flags::CONNECTION).expect("conn evd");
@@ -530,7 +532,7 @@ fn a_hostile_peer_cannot_hurt_the_target_or_its_legitimate_peers() {
     raise_fd_limit(8192);
     let _ = env_logger::builder().is_test(true).try_init();
     // ---- the target ----
-    let (ia, _) = Ia::open("target", "tcp 127.0.0.1", Some(16), 0).expect("open IA");
+    let (ia, _) = Ia::open("target", "tcp 127.0.0.1", open_device, Some(16), 0).expect("open IA");
     let pz = Pz::create(&ia).expect("pz");
     let cr = Evd::create(&ia, 4096, None, evd_flags::CR).expect("cr evd");
     let conn = Evd::create(&ia, 4096, None, evd_flags::CONNECTION).expect("conn evd");

@@ -1,0 +1,871 @@
+//! The progress engine of the TCP transport: the state one progress thread owns (queue pairs,
+//! connections, listeners) and what it does with it, one concern a file:
+//!
+//! * this file: the engine's state and the queue pairs (create, flush, fail, reset, destroy);
+//! * `connection`: connect, listen, accept, reject, disconnect, deadlines, lost peers;
+//! * `initiator`: posted requests become frames, in order; answers complete them;
+//! * `target`: a peer's requests executed against our registered memory;
+//! * `sockets`: reading and writing frames, and the progress thread's poll loop;
+//! * `datagram`: unreliable datagram QPs (UDP) and their address resolution;
+//! * `samehost`: the same-host path's handshake, and RDMA reads and writes it does at once.
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
+use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
+use super::{Shared, TcpCq, TcpSrq};
+use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{
+    CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus, WorkCompletion,
+};
+
+mod budget;
+mod connection;
+mod datagram;
+mod initiator;
+mod liveness;
+mod progress;
+mod samehost;
+mod sockets;
+mod target;
+
+use budget::Charge;
+pub(crate) use budget::PeerMemory;
+pub(crate) use datagram::TcpAh;
+#[cfg(test)]
+pub(crate) use progress::parse_spin;
+pub(crate) use progress::{progress_loop, spin_poll, spin_window, RingWatch, POLL_LEASE};
+
+/// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
+/// with its connect).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections of one listener that have not sent their HELLO yet: past this many, the oldest
+/// is dropped for each new one, so stalled connections cannot keep a legitimate peer out.
+const MAX_AWAITING_HELLO: usize = 256;
+/// Connection requests of one listener that the consumer has neither accepted nor rejected:
+/// past this many, a new HELLO is refused (REJECT, status REMOTE_INVALID) and closed.
+pub(crate) const MAX_PENDING_REQUESTS: usize = 1024;
+/// How long a listener rests after accept ran out of descriptors.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// Target-side requests queued behind a send that waits for a receive; past this many bytes we
+/// stop reading the socket (back-pressure instead of unbounded buffering). Each held request
+/// counts its payload and `HELD_OVERHEAD`, so that payload-less ones (READ_REQ) count too.
+const HOLD_LIMIT: usize = 8 << 20;
+const HELD_OVERHEAD: usize = std::mem::size_of::<(Header, Vec<u8>)>() + 16;
+/// Answers (ACK, READ_RESP) a peer may leave unread: past this many, its further requests are
+/// held (and past HOLD_LIMIT, no longer read) until it reads them. A legitimate peer has no
+/// more requests outstanding than its send queue holds (at most max_qp_wr, 2^18; past this
+/// many unread, its further requests only wait).
+const MAX_ANSWERS_PENDING: usize = 65536;
+/// How long messages a peer sent before it went away wait for the consumer's receives: then
+/// they are dropped and the end of the connection reported.
+const END_GRACE: Duration = Duration::from_secs(2);
+/// How often a connection held back past HOLD_LIMIT is still read (one read, up to 256 KiB,
+/// each time: 2.5 MiB/s at most), so that a peer that left is seen within seconds, while one
+/// that stays and sends on needs 25 s of a consumer posting no receives to fill the default
+/// budget alone.
+const TRICKLE_EVERY: Duration = Duration::from_millis(100);
+/// Poll timeout: the granularity of connection deadlines.
+const TICK_MS: i32 = 50;
+/// Socket send buffer asked for (see `tune`).
+const SEND_BUFFER: i32 = 4 << 20;
+/// How long a closing connection may take to send what is left and then to see the peer's end
+/// of stream. Closing a socket that still has unread input makes the kernel reset the
+/// connection, and a reset discards what the peer has not read yet (our last answers): so a
+/// closing connection keeps reading and discarding until the peer closes too, for this long.
+const CLOSE_LINGER: Duration = Duration::from_secs(5);
+
+pub(crate) enum Deferred {
+    Notify(Arc<TcpCq>),
+    Cm(CmEvent),
+    /// The driver of this CQ must look at its connections again (output is waiting).
+    Interrupt(u64),
+}
+
+pub(crate) struct ListenerEntry {
+    pub sock: TcpListener,
+}
+
+struct Outstanding {
+    wr_id: u64,
+    opcode: WcOpcode,
+    len: u32,
+    seq: u64,
+    read_sgl: Vec<Sge>,
+    /// A local operation (memory-window bind) already applied, completing in order.
+    local: Option<WcStatus>,
+}
+
+struct QpEntry {
+    pd: u32,
+    /// Requests posted but not started: a request with the fence flag waits here until every
+    /// earlier RDMA read of the QP has completed (its data must not be gathered before), and
+    /// every request posted after it waits behind it, so the wire order is the post order.
+    fenced: VecDeque<SendWr>,
+    send_cq: Arc<TcpCq>,
+    recv_cq: Arc<TcpCq>,
+    srq: Option<Arc<TcpSrq>>,
+    cap: QpCap,
+    state: QpState,
+    rq: VecDeque<RecvWr>,
+    outstanding: VecDeque<Outstanding>,
+    conn: Option<u64>,
+    attempt: u64,
+    hello: Vec<u8>,
+    deadline: Option<Instant>,
+    graceful_pending: bool,
+    local: Option<SocketAddrV4>,
+    remote: Option<SocketAddrV4>,
+    next_seq: u64,
+    /// A datagram QP's socket (None: a connected QP).
+    ud: Option<datagram::UdQp>,
+    /// Our requests on the connection that consume a receive of the peer's (sends, writes
+    /// with immediate data): the number of the peer's receive the next one consumes, which
+    /// the peer may have published for us to place a send in (samehost/ring.rs).
+    sent_to_recvs: u64,
+    /// Our receives the peer's requests consumed on the connection: the number of the next.
+    recvs_done: u64,
+    /// Our posted receives, published in our same-host ring for the peer to place its sends
+    /// in (engine/samehost.rs).
+    recv_window: Option<samehost::RecvWindow>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    ActiveAwaitReply {
+        qp: u32,
+    },
+    PassiveAwaitHello {
+        listener: u64,
+    },
+    PassiveRequested {
+        listener: u64,
+    },
+    Established {
+        qp: u32,
+    },
+    /// Sending what is left, then closing.
+    Closing,
+    /// Datagram address resolution `id` (see `datagram`): HELLO sent, waiting for ACCEPT.
+    UdAwaitReply {
+        id: u64,
+    },
+    /// A datagram QP's HELLO arrived (its QP number `qpn`); waiting for the consumer.
+    PassiveUdRequested {
+        listener: u64,
+        qpn: u32,
+    },
+}
+
+struct Conn {
+    /// In the progress thread's set of returned connections (see `release_cq_claims`).
+    /// Declared first, so that a dropped connection leaves the set before its socket closes.
+    returned: Option<Returned>,
+    stream: TcpStream,
+    phase: Phase,
+    dec: Decoder,
+    out: OutQueue,
+    held: VecDeque<(Header, Vec<u8>)>,
+    held_bytes: usize,
+    /// This connection's share of the device's budget (budget.rs).
+    charge: Charge,
+    /// The peer shut its side (seen while its input was held back): what it sent before is
+    /// read whatever is held, up to its end of stream.
+    peer_closing: bool,
+    /// The peer's end (of stream, or its DISCONNECT) came while messages were held: reported
+    /// once they are received or at the deadline (END_GRACE), whichever is first.
+    peer_end: Option<PeerEnd>,
+    /// Held back (past HOLD_LIMIT), the socket is still read a little, no sooner than this:
+    /// see `wants_input`.
+    trickle_at: Option<Instant>,
+    deadline: Option<Instant>,
+    close_when_flushed: bool,
+    /// Everything is written and our side is shut: reading and discarding until the peer's end
+    /// of stream (or CLOSE_LINGER), so that closing sends no reset.
+    draining: bool,
+    /// A write failed (the peer closed or reset): nothing more is written; what the peer sent
+    /// before is read and processed, then the connection is lost (`settle_failed_writes`).
+    write_failed: bool,
+    /// An application thread waiting for a completion polls this socket itself (`TcpCq::drive`);
+    /// the progress thread leaves it alone meanwhile. The id of the driver's CQ.
+    driven: Option<u64>,
+    /// A large READ_RESP payload being received straight into the read's local buffers.
+    sink: Option<ReadSink>,
+    /// An RDMA read is held until the output queue has drained (see `target_request`).
+    wait_drain: bool,
+    /// Stream positions (`OutQueue::pushed`) where answers we queued end, oldest first, not
+    /// yet known to be written (see `answers_pending`), and how many bytes each queued.
+    answer_ends: VecDeque<(u64, usize)>,
+    /// Bytes of those answers.
+    answer_bytes: usize,
+    /// The same-host path on this connection (engine/samehost.rs).
+    same_host: super::samehost::Link,
+    /// When a polling consumer last read this connection itself (`TcpCq::progress`): for
+    /// `POLL_LEASE` after it, the progress thread leaves a same-host ring alone and does not
+    /// spin for what it read here; for `QUIET_LEASE`, the socket may stay quiet.
+    last_look: Option<Instant>,
+    /// The socket's receive low-water mark is raised: its small frames wake no poller (see
+    /// `Engine::settle_quiet`).
+    quiet: bool,
+    /// The socket's receive buffer size, read at the first raise (0: not yet).
+    rcvbuf: i32,
+}
+
+/// How a peer's stream ended while messages were held (`Conn::peer_end`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerEnd {
+    /// End of stream or reset: the connection is lost.
+    Lost,
+    /// A DISCONNECT frame: a graceful disconnect.
+    Disconnect,
+}
+
+/// The rest of a large payload goes from the socket straight into local buffers (one copy,
+/// the kernel's, instead of two): a READ_RESP into the SGL of the read it answers, a SEND
+/// into the receive it is for, a WRITE into the memory it names.
+struct ReadSink {
+    qp: u32,
+    header: Header,
+    sgl: Vec<Sge>,
+    pd: u32,
+    got: usize,
+    /// A local error met on the way (the rest of the payload is then read and dropped).
+    failed: Option<WcStatus>,
+    /// What the payload completes.
+    purpose: SinkFor,
+}
+
+#[derive(Clone, Copy)]
+enum SinkFor {
+    /// The answer to our oldest RDMA read (`response`).
+    ReadAnswer,
+    /// A peer's SEND into the receive at the front of the QP's own queue, `wr_id`, which stays
+    /// there until the message is in (so a flush meanwhile completes it: nothing is lost).
+    Message { wr_id: u64 },
+    /// A peer's WRITE into the memory its header's rkey and address name.
+    Write,
+}
+
+enum SinkStep {
+    More,
+    Blocked,
+    Gone,
+}
+
+/// A connection's place in the progress thread's set of returned connections; dropped, it
+/// takes the socket out of the set.
+struct Returned {
+    set: Arc<sys::Epoll>,
+    fd: std::os::fd::RawFd,
+}
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        self.set.remove(self.fd);
+    }
+}
+
+/// A connection an application thread drives for a while.
+pub(crate) struct Claim {
+    pub token: u64,
+    pub fd: std::os::fd::RawFd,
+    /// Watch for input (not while back-pressured) and for room to write.
+    pub input: bool,
+    pub output: bool,
+    /// Our same-host ring for the peer's frames, from when we offered it (not only once the
+    /// peer's SWITCH has been read: another thread may read that SWITCH from under a driver
+    /// whose poll then sees nothing, and only a driver counted on the ring gets a doorbell).
+    pub ring: Option<Arc<super::samehost::ring::Ring>>,
+    /// The peer's same-host ring, when our frames go there (then output waits for room in
+    /// it, not in the socket).
+    pub ring_out: Option<Arc<super::samehost::ring::Ring>>,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>, charge: Charge) -> Conn {
+        Conn {
+            returned: None,
+            stream,
+            phase,
+            dec: Decoder::new(),
+            out: OutQueue::default(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            charge,
+            peer_closing: false,
+            peer_end: None,
+            trickle_at: None,
+            deadline,
+            close_when_flushed: false,
+            draining: false,
+            write_failed: false,
+            driven: None,
+            sink: None,
+            wait_drain: false,
+            answer_ends: VecDeque::new(),
+            answer_bytes: 0,
+            same_host: Default::default(),
+            last_look: None,
+            quiet: false,
+            rcvbuf: 0,
+        }
+    }
+
+    /// Notes that the answer just queued, `bytes` of it still to write, ends at the current
+    /// end of the output.
+    fn note_answer(&mut self, bytes: usize) {
+        let end = self.out.pushed();
+        if end > self.out.written() {
+            self.answer_ends.push_back((end, bytes));
+            self.answer_bytes += bytes;
+        }
+    }
+
+    /// How many of our answers the peer has not taken yet.
+    fn answers_pending(&mut self) -> usize {
+        let written = self.out.written();
+        while let Some(&(end, bytes)) = self.answer_ends.front() {
+            if end > written {
+                break;
+            }
+            self.answer_ends.pop_front();
+            self.answer_bytes -= bytes;
+        }
+        self.answer_ends.len()
+    }
+
+    /// Whether to read more from the peer: not after its end; while its held requests are
+    /// over the limit, once per TRICKLE_EVERY (unless it has shut its side: the rest is
+    /// bounded by the socket's buffer). A peer that left with a plain close has its end of
+    /// stream behind the data we do not read, and a peer's kernel keeps answering our shut
+    /// window for it forever: only reading on reaches the end. What is read on is held
+    /// against the device's budget like anything else, so a peer that does not end only
+    /// reaches it sooner (its connection then breaks, as an RNR retry count runs out).
+    fn wants_input(&self) -> bool {
+        let held_back = self.held_bytes > HOLD_LIMIT
+            && !self.peer_closing
+            && self.trickle_at.is_some_and(|t| Instant::now() < t);
+        !held_back && self.peer_end.is_none()
+    }
+
+    /// After a read: past the hold limit, the next one waits TRICKLE_EVERY.
+    fn pace_input(&mut self) {
+        self.trickle_at = (self.held_bytes > HOLD_LIMIT && !self.peer_closing)
+            .then(|| Instant::now() + TRICKLE_EVERY);
+    }
+
+    /// Whether to watch a connection whose input is held back for its peer's end, so that a
+    /// peer that leaves with messages held is noticed (POLLRDHUP).
+    fn watch_for_end(&self) -> bool {
+        !self.wants_input()
+            && self.peer_end.is_none()
+            && matches!(self.phase, Phase::Established { .. })
+    }
+
+    /// Whether the progress thread may watch it in its set of returned connections, which
+    /// watches the socket for input only: nothing to write, input wanted, the peer's frames
+    /// not coming through our same-host ring (watched through its bells; a peer that has not
+    /// switched to it sends SWITCH on the socket first: `same_host_switch`).
+    fn returnable(&self) -> bool {
+        self.out.is_empty() && self.wants_input() && self.same_host.reading_ring().is_none()
+    }
+
+    fn is_closing(&self) -> bool {
+        self.phase == Phase::Closing
+    }
+
+    /// Sends what the kernel takes now (never raising SIGPIPE); on a same-host connection,
+    /// everything after our SWITCH frame goes into the peer's ring instead (with its bell, or
+    /// a doorbell on the socket, when a thread of the peer may be asleep on it).
+    fn flush_out(&mut self) -> io::Result<()> {
+        let fd = self.stream.as_raw_fd();
+        if let Some(at) = self.same_host.switch_at {
+            self.out.write_upto(at, |s| sys::send_nosignal(fd, s))?;
+            self.same_host.switch_at = None;
+        }
+        let Some(ring) = self.same_host.writing_ring() else {
+            return send_out(&mut self.out, &self.stream);
+        };
+        let before = self.out.written();
+        let result = self.out.write_with(|s| ring.write(s));
+        if self.out.written() != before && ring.reader_needs_bell(POLL_LEASE) {
+            wake_ring_reader(ring, fd);
+        }
+        result
+    }
+
+    /// Ends the connection after what is queued has been sent: the peer reads everything up
+    /// to our last frame, then our end of stream. Frames from the peer are no longer processed.
+    fn begin_close(&mut self) {
+        self.phase = Phase::Closing;
+        self.close_when_flushed = true;
+        self.held.clear();
+        self.held_bytes = 0;
+        self.peer_end = None;
+        self.sink = None;
+        self.recharge();
+        self.deadline = Some(Instant::now() + CLOSE_LINGER);
+    }
+}
+
+/// Writes `out` to `stream` until done or the socket refuses, with sendmsg(MSG_NOSIGNAL): a
+/// library must not raise SIGPIPE in its host when a peer has gone away.
+pub(super) fn send_out(out: &mut OutQueue, stream: &TcpStream) -> io::Result<()> {
+    let fd = stream.as_raw_fd();
+    out.write_with(|slices| sys::send_nosignal(fd, slices))
+}
+
+/// Wakes the peer's threads asleep in poll on `ring` (the peer's, which we write) through its
+/// bell, or, if we could not take the bell, with a doorbell on the connection's socket `fd`:
+/// one byte that means nothing (after our SWITCH, the socket carries nothing else). A full
+/// socket or a gone peer needs no doorbell: the first is being read, the second is seen by
+/// reading.
+fn wake_ring_reader(ring: &super::samehost::ring::Ring, fd: std::os::fd::RawFd) {
+    if !ring.ring_bell() {
+        let _ = sys::send_nosignal(fd, &[std::io::IoSlice::new(&[0u8])]);
+    }
+}
+
+/// What a held request counts against HOLD_LIMIT.
+fn held_cost(payload: &[u8]) -> usize {
+    HELD_OVERHEAD + payload.len()
+}
+
+enum Outcome {
+    Done,
+    Hold,
+    Broken,
+}
+
+#[derive(Default)]
+pub(crate) struct Engine {
+    qps: IntMap<u32, QpEntry>,
+    conns: IntMap<u64, Conn>,
+    pub(crate) listeners: IntMap<u64, ListenerEntry>,
+    pub(crate) connect_results: Vec<(u32, u64, io::Result<TcpStream>)>,
+    next_token: u64,
+    next_qp: u32,
+    pub(crate) deferred: Vec<Deferred>,
+    pub(crate) wake_needed: bool,
+    /// Connections whose last write failed, to be read out and then reported lost.
+    failed_writes: Vec<u64>,
+    /// The progress thread's set of returned connections (`release_cq_claims`); None if
+    /// epoll(7) was refused (then they go back into its poll set).
+    returned_set: Option<Arc<sys::Epoll>>,
+    /// The progress thread polls without the connections drivers had claimed.
+    poll_excludes: bool,
+    /// Connections whose output drained while requests were held behind it.
+    drained: Vec<u64>,
+    /// Per listener, its connections in the order accepted that may still await their HELLO
+    /// (see MAX_AWAITING_HELLO).
+    awaiting_hello: IntMap<u64, VecDeque<u64>>,
+    /// Listeners not polled until then: accepting failed for lack of descriptors (EMFILE,
+    /// ENFILE), and the connection waiting in the kernel's queue would wake us at once again.
+    pub(crate) accept_paused: IntMap<u64, Instant>,
+    /// Panics caught while serving a connection (each dropped that connection only).
+    pub(crate) panics: u64,
+    /// Frames received and handled, by any thread (the progress thread spins only after it
+    /// handled some itself: see `progress_loop`).
+    pub(crate) frames_served: u64,
+    /// The peer's reads, writes and atomics taken on, by any thread (the progress thread
+    /// spins while a polling application serves them: see `progress_loop`).
+    pub(crate) requests_served: u64,
+    /// Tests: a request naming this rkey panics the target (to check the containment).
+    #[cfg(test)]
+    pub(crate) panic_on_rkey: Option<u32>,
+    /// Datagram address resolutions under way, by id.
+    ud_pending: IntMap<u64, datagram::UdResolve>,
+    /// Their TCP connects, as the helper threads finish them.
+    pub(crate) ud_connect_results: Vec<(u64, io::Result<TcpStream>)>,
+    /// Our HELLOs advertise the same-host path (the device can offer its key table).
+    same_host_hello: bool,
+    /// What peers may make this device hold (budget.rs).
+    peer_memory: Arc<PeerMemory>,
+}
+
+fn v4(a: io::Result<SocketAddr>) -> Option<SocketAddrV4> {
+    match a {
+        Ok(SocketAddr::V4(v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// Socket options of every connection: no Nagle delay (requests and answers are small and
+/// latency-bound), and a send buffer that takes a large answer in one write, so it goes out
+/// straight from registered memory rather than through a copy queued for later; and dead-peer
+/// detection (`liveness::watch_peer`).
+fn tune(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let _ = sys::set_send_buffer(stream.as_raw_fd(), SEND_BUFFER);
+    liveness::watch_peer(stream);
+    liveness::reset_on_exit(stream);
+}
+
+fn bad_state() -> Error {
+    Error::BadState
+}
+
+/// Requests the target answers with data (READ_RESP): RDMA reads and atomics. A fenced request
+/// waits for these, as on an RDMA NIC.
+fn answers_with_data(op: WcOpcode) -> bool {
+    matches!(
+        op,
+        WcOpcode::RdmaRead | WcOpcode::FetchAdd | WcOpcode::CmpSwap
+    )
+}
+
+/// How many reads and atomics a QP may have in flight: its max_rd_atomic (0 counts as 1, as
+/// verbs rounds it up).
+fn reads_allowed(cap: &QpCap) -> usize {
+    cap.max_rd_atomic.max(1) as usize
+}
+
+impl Engine {
+    /// An engine whose connects advertise the same-host path if `same_host_hello`.
+    pub(crate) fn new(same_host_hello: bool) -> Engine {
+        Engine {
+            same_host_hello,
+            returned_set: sys::Epoll::new()
+                .map_err(|e| {
+                    log::warn!("epoll: {e}; a wait's connections wake the progress thread")
+                })
+                .ok()
+                .map(Arc::new),
+            ..Engine::default()
+        }
+    }
+
+    pub(super) fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    pub(super) fn emit(&mut self, ev: CmEvent) {
+        self.deferred.push(Deferred::Cm(ev));
+    }
+
+    pub(super) fn push_wc(&mut self, cq: &Arc<TcpCq>, wc: WorkCompletion) {
+        cq.push(wc);
+        self.deferred.push(Deferred::Notify(cq.clone()));
+    }
+
+    // ---- queue pairs ---------------------------------------------------------------------------
+
+    pub(crate) fn create_qp(
+        &mut self,
+        pd: u32,
+        send_cq: Arc<TcpCq>,
+        recv_cq: Arc<TcpCq>,
+        srq: Option<Arc<TcpSrq>>,
+        cap: QpCap,
+    ) -> u32 {
+        self.next_qp += 1;
+        let n = self.next_qp;
+        self.qps.insert(
+            n,
+            QpEntry {
+                pd,
+                fenced: VecDeque::new(),
+                send_cq,
+                recv_cq,
+                srq,
+                cap,
+                state: QpState::Init,
+                rq: VecDeque::new(),
+                outstanding: VecDeque::new(),
+                conn: None,
+                attempt: 0,
+                hello: Vec::new(),
+                deadline: None,
+                graceful_pending: false,
+                local: None,
+                remote: None,
+                next_seq: 1,
+                ud: None,
+                sent_to_recvs: 0,
+                recvs_done: 0,
+                recv_window: None,
+            },
+        );
+        n
+    }
+
+    /// The socket of `qp`'s connection (tests watch it for the peer's reset).
+    #[cfg(test)]
+    pub(crate) fn conn_fd(&self, qp: u32) -> Option<std::os::fd::RawFd> {
+        let token = self.qps.get(&qp)?.conn?;
+        self.conns.get(&token).map(|c| c.stream.as_raw_fd())
+    }
+
+    /// The established connections of the QPs that complete into CQ `cq` that no driver holds
+    /// and whose writes have not failed: what a driver may claim, or a poller read.
+    fn free_conns_of_cq(&self, cq: u64) -> Vec<u64> {
+        self.conns_of_cq(cq, None)
+    }
+
+    /// The established, unfailed connections of the QPs that complete into CQ `cq`, driven by
+    /// nobody or by `driven`.
+    fn conns_of_cq(&self, cq: u64, driven: Option<u64>) -> Vec<u64> {
+        self.qps
+            .values()
+            .filter(|e| e.send_cq.id == cq || e.recv_cq.id == cq)
+            .filter_map(|e| e.conn)
+            .filter(|t| {
+                self.conns.get(t).is_some_and(|c| {
+                    (c.driven.is_none() || c.driven == driven)
+                        && !c.write_failed
+                        && matches!(c.phase, Phase::Established { .. })
+                })
+            })
+            .collect()
+    }
+
+    /// Claims for a driver the established connections of the QPs that complete into CQ `cq`
+    /// and nobody else drives (those its earlier drives of the same wait claimed stay its own
+    /// until `release_cq_claims`).
+    pub(crate) fn claim_for_cq(&mut self, cq: u64) -> Vec<Claim> {
+        let mut out = Vec::new();
+        for token in self.conns_of_cq(cq, Some(cq)) {
+            let Some(c) = self.conns.get_mut(&token) else {
+                continue;
+            };
+            let (input, output) = (c.wants_input(), !c.out.is_empty());
+            if !input && !output {
+                continue; // back-pressured: nothing to watch (see `progress_loop`)
+            }
+            c.driven = Some(cq);
+            // Out of the progress thread's set of returned connections (without waking it):
+            // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
+            c.returned = None;
+            c.set_quiet(false);
+            out.push(Claim {
+                token,
+                fd: c.stream.as_raw_fd(),
+                input,
+                output,
+                ring: c.same_host.incoming.clone(),
+                ring_out: c.same_host.writing_ring().cloned(),
+            });
+        }
+        out
+    }
+
+    /// The connections of CQ `cq`'s QPs a polling consumer may read now (`TcpCq::progress`):
+    /// established, not driven by a waiting thread, not failed.
+    pub(crate) fn pollable_for_cq(&self, cq: u64) -> Vec<u64> {
+        self.free_conns_of_cq(cq)
+    }
+
+    /// The wait of CQ `cq`'s driver ended: the connections it claimed go back to the progress
+    /// thread. Those it only needs to watch for input go into its set of returned connections,
+    /// an epoll set whose descriptor is in its poll set: it is woken if something is there to
+    /// read, and not otherwise; the next wait takes them out of the set again
+    /// (`claim_for_cq`), also without waking it. (Put back into its poll set instead, they
+    /// were there again by the next wait, which claimed them without waking it; asleep in poll
+    /// on the socket, it was woken by the answer along with the waiter, and on 2 CPUs took the
+    /// waiter's: over veth, 6 in 10 of the blocking 8 B reads that took over 2.5x the median.)
+    /// The others (output to write, input held back, a same-host ring) go back into its poll
+    /// set, waking it if it polls without them, so that nothing arriving now waits for its
+    /// next tick.
+    pub(crate) fn release_cq_claims(&mut self, cq: u64) {
+        let mut wake = false;
+        for (token, c) in self.conns.iter_mut() {
+            if c.driven != Some(cq) {
+                continue;
+            }
+            c.driven = None;
+            if let Some(set) = self.returned_set.as_ref().filter(|_| c.returnable()) {
+                let fd = c.stream.as_raw_fd();
+                match set.add(fd, *token) {
+                    Ok(()) => {
+                        c.returned = Some(Returned {
+                            set: set.clone(),
+                            fd,
+                        });
+                        continue;
+                    }
+                    Err(e) => log::warn!("epoll_ctl(ADD): {e}"),
+                }
+            }
+            wake |= !c.out.is_empty() || self.poll_excludes;
+        }
+        if wake {
+            self.wake_needed = true;
+            self.poll_excludes = false;
+        }
+    }
+
+    /// The progress thread's set of returned connections.
+    pub(super) fn returned_set(&self) -> Option<&Arc<sys::Epoll>> {
+        self.returned_set.as_ref()
+    }
+
+    pub(crate) fn qp_state(&self, qp: u32) -> QpState {
+        self.qps.get(&qp).map(|e| e.state).unwrap_or(QpState::Error)
+    }
+
+    pub(crate) fn posted_recvs(&self, qp: u32) -> u32 {
+        self.qps.get(&qp).map(|e| e.rq.len() as u32).unwrap_or(0)
+    }
+
+    pub(crate) fn qp_addrs(&self, qp: u32) -> (Option<SocketAddrV4>, Option<SocketAddrV4>) {
+        self.qps
+            .get(&qp)
+            .map(|e| (e.local, e.remote))
+            .unwrap_or((None, None))
+    }
+
+    /// Completes every outstanding request and posted receive of `qp` as Flushed.
+    pub(super) fn flush_qp(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        // In post order: the started requests, then those waiting behind a fence.
+        let mut sends: Vec<(u64, WcOpcode)> = e
+            .outstanding
+            .drain(..)
+            .map(|o| (o.wr_id, o.opcode))
+            .collect();
+        sends.extend(e.fenced.drain(..).map(|w| (w.wr_id, w.op.opcode())));
+        if let Some(ud) = e.ud.as_mut() {
+            sends.extend(ud.out.drain(..).map(|o| (o.wr_id, WcOpcode::Send)));
+        }
+        // Before the receives flush: no peer places a message in their buffers after, and
+        // those it placed messages in (and completed its sends) complete first.
+        let placed = e
+            .recv_window
+            .take()
+            .map(|w| w.withdraw(e.recvs_done))
+            .unwrap_or_default();
+        let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
+        let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
+        for (wr_id, opcode) in sends {
+            self.push_wc(&scq, WorkCompletion::flushed(wr_id, opcode, qp));
+        }
+        for (i, r) in recvs.into_iter().enumerate() {
+            // What the slot says was placed is the peer's word: never more than the receive.
+            let capacity: u64 = r.sgl.iter().map(|s| u64::from(s.length)).sum();
+            let placed = placed
+                .get(i)
+                .filter(|p| p.imm.is_some() || u64::from(p.len) <= capacity);
+            let wc = match placed {
+                Some(p) => WorkCompletion {
+                    imm: p.imm,
+                    solicited: p.solicited,
+                    ..WorkCompletion::new(
+                        r.wr_id,
+                        WcStatus::Success,
+                        if p.imm.is_some() {
+                            WcOpcode::RecvRdmaImm
+                        } else {
+                            WcOpcode::Recv
+                        },
+                        p.len,
+                        qp,
+                    )
+                },
+                None => WorkCompletion::flushed(r.wr_id, WcOpcode::Recv, qp),
+            };
+            self.push_wc(&rcq, wc);
+        }
+    }
+
+    /// Moves `qp` to Error: drops its connection at once (no goodbye), flushes, reports `ev`.
+    pub(super) fn fail_qp(&mut self, qp: u32, ev: Option<CmEvent>) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        if e.state == QpState::Error {
+            return;
+        }
+        e.state = QpState::Error;
+        e.graceful_pending = false;
+        if let Some(t) = e.conn.take() {
+            self.conns.remove(&t);
+        }
+        self.flush_qp(qp);
+        if let Some(ev) = ev {
+            self.emit(ev);
+        }
+    }
+
+    /// Target-side break after a failed request: the answer already queued still goes out,
+    /// then the connection closes.
+    pub(super) fn break_after_answer(&mut self, token: u64, qp: u32) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.begin_close();
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.conn = None;
+            e.state = QpState::Error;
+            e.graceful_pending = false;
+        }
+        self.flush_qp(qp);
+        self.emit(CmEvent::Broken { qp_num: qp });
+        self.try_write(token);
+    }
+
+    pub(crate) fn reset_qp(&mut self, qp: u32) -> Result<()> {
+        let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        match e.state {
+            QpState::Error | QpState::Init => {}
+            // A ready datagram QP keeps its posted receives, as an Init one does.
+            QpState::Connected if e.ud.is_some() => {}
+            _ => return Err(bad_state()),
+        }
+        e.conn = None;
+        e.graceful_pending = false;
+        e.remote = None;
+        e.deadline = None;
+        // A new connection numbers the receives anew (an Error QP's window went with its
+        // flush).
+        if let Some(w) = e.recv_window.take() {
+            w.withdraw(e.recvs_done);
+        }
+        e.sent_to_recvs = 0;
+        e.recvs_done = 0;
+        if e.ud.is_some() {
+            // A datagram QP needs no connection: reset, it is ready to send again.
+            e.state = QpState::Connected;
+            return Ok(());
+        }
+        e.state = QpState::Init;
+        e.local = None;
+        // Receives posted in Init survive a reset of an Init QP; an Error QP has none left.
+        Ok(())
+    }
+
+    pub(crate) fn destroy_qp(&mut self, _sh: &Shared, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        e.state = QpState::Error;
+        if let Some(t) = e.conn.take() {
+            self.goodbye(t);
+        }
+        self.flush_qp(qp);
+        self.qps.remove(&qp);
+        self.forget_ud_resolutions(qp);
+    }
+
+    /// Queues DISCONNECT on an established connection and closes it once sent.
+    fn goodbye(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if matches!(c.phase, Phase::Established { .. }) {
+            c.out.push_frame(Header::new(Kind::Disconnect), Vec::new());
+            c.begin_close();
+            self.try_write(token);
+        } else {
+            self.conns.remove(&token);
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! The engine's side of the same-host path (../samehost/): the handshake that sets it up on a
+//! connection, RDMA reads and writes done on the posting thread when it is set up, and the
+//! switch of each direction's frames (sends, atomics, write-with-immediate, answers, connection
+//! management) from the socket to the receiver's ring (../samehost/ring.rs).
+
+use super::super::samehost::{self as shm, ring::Ring, Mode, TableLock, LOG};
+use super::*;
+
+/// A QP's posted receives as published in its connection's same-host ring (ring.rs, "the
+/// receive window"), for the peer to place its sends in.
+pub(crate) struct RecvWindow {
+    ring: Arc<Ring>,
+    /// Our table's mutex, which the peer holds across each placement.
+    lock: TableLock,
+    /// Receives 0 to `published` - 1 of the connection are published.
+    published: u64,
+}
+
+impl RecvWindow {
+    /// Withdraws the receives published and not consumed (`done` on), under our table's
+    /// mutex: once this returns no peer places a message in them, so they may be flushed.
+    /// Returns what the peer placed in those it took first, in order (their PLACED frames
+    /// not read yet): those receives complete, as the peer's sends did.
+    pub(super) fn withdraw(&self, done: u64) -> Vec<shm::ring::Placement> {
+        self.lock.locked(|| {
+            let mut placed = Vec::new();
+            let mut j = done;
+            while let Some(p) = (j < self.published)
+                .then(|| self.ring.placement(j))
+                .flatten()
+            {
+                placed.push(p);
+                j += 1;
+            }
+            for j in j..self.published {
+                self.ring.withdraw_recv(j);
+            }
+            placed
+        })
+    }
+}
+
+impl Engine {
+    /// Whether a connection uses the path, given whether its peer advertised it: Err (with
+    /// why) when it does not and DAPLRS_SAME_HOST=require says it must.
+    fn same_host_decide(sh: &Shared, token: u64, peer_advertised: bool) -> Result<bool, String> {
+        let local = &sh.samehost;
+        if local.mode == Mode::Never {
+            return Ok(false);
+        }
+        let why = if !local.supported() {
+            "this device has no same-host key table"
+        } else if !peer_advertised {
+            "the peer did not advertise the same-host path"
+        } else {
+            return Ok(true);
+        };
+        if local.mode == Mode::Require {
+            return Err(why.to_string());
+        }
+        log::info!(target: LOG, "connection {token}: stays on TCP: {why}");
+        Ok(false)
+    }
+
+    /// Passive side, accepting connection `token` for `qp`: the flags of the ACCEPT, after
+    /// which `same_host_send_offer` sends our offer; Err when require mode refuses it.
+    pub(super) fn same_host_accept_flags(&self, sh: &Shared, token: u64) -> Result<u16, String> {
+        let advertised = self
+            .conns
+            .get(&token)
+            .is_some_and(|c| c.same_host.peer_advertised);
+        Ok(match Self::same_host_decide(sh, token, advertised)? {
+            true => wire::FLAG_SAME_HOST,
+            false => 0,
+        })
+    }
+
+    /// Active side: the peer's ACCEPT carried `flags`. Sends our offer if both sides use the
+    /// path. Returns false when require mode failed the connection instead.
+    pub(super) fn same_host_accepted(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        flags: u16,
+    ) -> bool {
+        let peer = self.same_host_hello && flags & wire::FLAG_SAME_HOST != 0;
+        match Self::same_host_decide(sh, token, peer) {
+            Ok(true) => {
+                self.same_host_send_offer(sh, token, qp);
+                true
+            }
+            Ok(false) => true,
+            Err(why) => {
+                log::error!(target: LOG, "qp {qp}: DAPLRS_SAME_HOST=require, but {why}: failing the connection");
+                self.fail_qp(qp, Some(CmEvent::rejected_not_by_peer(qp)));
+                false
+            }
+        }
+    }
+
+    /// Queues our offer on `token` (right after the handshake frame) and expects the peer's.
+    pub(super) fn same_host_send_offer(&mut self, sh: &Shared, token: u64, qp: u32) {
+        let Some(pd) = self.qps.get(&qp).map(|e| e.pd) else {
+            return;
+        };
+        // Our ring for what the peer sends; without one, the peer keeps writing to the socket.
+        let ring = match Ring::create() {
+            Ok(r) => Some(Arc::new(r)),
+            Err(e) => {
+                log::info!(target: LOG, "connection {token}: no same-host ring ({e}): the peer's frames stay on TCP");
+                None
+            }
+        };
+        let ring_fd = ring.as_ref().and_then(|r| r.fd()).map(|fd| fd as u32);
+        let Some(offer) = sh.samehost.offer(pd, ring_fd) else {
+            return;
+        };
+        if let (Some(ring), Some(lock)) = (&ring, sh.samehost.table_lock()) {
+            self.open_recv_window(qp, ring.clone(), lock);
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.same_host.expect_offer = true;
+            c.same_host.incoming = ring;
+            c.out
+                .push_frame(Header::new(Kind::SameHost), offer.encode());
+        }
+        self.try_write(token);
+    }
+
+    /// Publishes `qp`'s posted receives in `ring` (ours, for the peer's frames), from now on
+    /// as they are posted, for the peer to place its sends in. Not for a QP of a shared
+    /// receive queue, whose receives any of its QPs may consume.
+    fn open_recv_window(&mut self, qp: u32, ring: Arc<Ring>, lock: TableLock) {
+        let Some(e) = self.qps.get_mut(&qp).filter(|e| e.srq.is_none()) else {
+            return;
+        };
+        e.recv_window = Some(RecvWindow {
+            ring,
+            lock,
+            published: e.recvs_done,
+        });
+        self.publish_recvs(qp);
+    }
+
+    /// Publishes the posted receives of `qp` not published yet, as far as the window's slots
+    /// allow (ring.rs `RECV_SLOTS` past the first not consumed).
+    pub(super) fn publish_recvs(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        let Some(w) = e.recv_window.as_mut() else {
+            return;
+        };
+        let limit = e.recvs_done + e.rq.len().min(shm::ring::RECV_SLOTS) as u64;
+        if w.published >= limit {
+            return;
+        }
+        while w.published < limit {
+            let Some(wr) = e.rq.get((w.published - e.recvs_done) as usize) else {
+                break;
+            };
+            let sgl: Vec<(u64, u32, u32)> =
+                wr.sgl.iter().map(|s| (s.addr, s.length, s.lkey)).collect();
+            w.ring.publish_recv(w.published, &sgl);
+            w.published += 1;
+        }
+        w.ring.set_published(w.published);
+    }
+
+    /// One of `qp`'s own receives was consumed by the peer (a SEND, WRITE_IMM or PLACED
+    /// frame): the window moves on.
+    pub(super) fn recv_consumed(&mut self, qp: u32) {
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.recvs_done += 1;
+        }
+        self.publish_recvs(qp);
+    }
+
+    /// A PLACED frame `h` from the peer: the message is in our receive `h.addr`, which must be
+    /// the next to consume, and taken by the peer in our window; it completes, no answer.
+    /// Anything else is the peer breaking the protocol.
+    pub(super) fn placed(&mut self, token: u64, qp: u32, h: &Header) -> Outcome {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return Outcome::Broken;
+        };
+        let taken = e
+            .recv_window
+            .as_ref()
+            .is_some_and(|w| h.addr == e.recvs_done && w.ring.recv_taken(h.addr));
+        let imm = h.flags & wire::FLAG_IMMEDIATE != 0;
+        let fits = e.rq.front().is_some_and(|wr| {
+            imm || u64::from(h.length) <= wr.sgl.iter().map(|s| u64::from(s.length)).sum()
+        });
+        if !taken || !fits {
+            self.protocol_error(token, "PLACED for a receive not taken, or too long for it");
+            return Outcome::Broken;
+        }
+        let Some(wr) = e.rq.pop_front() else {
+            return Outcome::Broken;
+        };
+        let rcq = e.recv_cq.clone();
+        self.push_wc(
+            &rcq,
+            WorkCompletion {
+                imm: imm.then_some(h.key),
+                solicited: h.flags & wire::FLAG_SOLICITED != 0,
+                ..WorkCompletion::new(
+                    wr.wr_id,
+                    WcStatus::Success,
+                    if imm {
+                        WcOpcode::RecvRdmaImm
+                    } else {
+                        WcOpcode::Recv
+                    },
+                    h.length,
+                    qp,
+                )
+            },
+        );
+        self.recv_consumed(qp);
+        Outcome::Done
+    }
+
+    /// A send or write-with-immediate done here, now, if the connection has the peer's table
+    /// and ring, the QP has nothing outstanding or fenced, and the peer has published the
+    /// receive it consumes: the send's data is placed in that receive (ring.rs), a write's in
+    /// the memory its rkey names, and a PLACED frame tells the peer, which completes its
+    /// receive when it next looks (its CPU is not needed for the data). Completes the request
+    /// and returns true; false (nothing done, nothing taken) sends it through the ring as
+    /// before, which also produces every error (a receive too small, a bad key).
+    pub(super) fn try_same_host_send(&mut self, sh: &Shared, qp: u32, wr: &SendWr) -> bool {
+        let write = match wr.op {
+            SendOp::Send => None,
+            SendOp::RdmaWriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => Some((remote_addr, rkey, imm)),
+            _ => return false,
+        };
+        let Some(e) = self.qps.get(&qp) else {
+            return false;
+        };
+        if e.state != QpState::Connected || !e.outstanding.is_empty() || !e.fenced.is_empty() {
+            return false;
+        }
+        let Some((token, peer, ring)) = e.conn.and_then(|t| {
+            let c = self.conns.get(&t)?;
+            Some((t, c.same_host.peer.clone()?, c.same_host.outgoing.clone()?))
+        }) else {
+            return false;
+        };
+        let k = e.sent_to_recvs;
+        let Some(recv) = ring.published_recv(k) else {
+            return false;
+        };
+        let (pd, cq) = (e.pd, e.send_cq.clone());
+        let (total, how) = {
+            let keys = sh.keys.lock();
+            let Ok(ranges) = keys.local_ranges(&wr.sgl, pd, false) else {
+                return false;
+            };
+            let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
+            if total > u64::from(sh.limits.max_message) {
+                return false;
+            }
+            let how = match write {
+                None => peer.place(&keys, &ring, k, &recv, &ranges, wr.solicited),
+                Some((addr, rkey, imm)) => {
+                    let need = daplrs_backend::access::REMOTE_WRITE;
+                    match peer.transfer(&keys, rkey, addr, need, &ranges, true) {
+                        // The write's data is there: the receive is taken to report it (a
+                        // withdrawn one reports nothing: the peer's QP is gone).
+                        moved if moved.done() => {
+                            let placed = shm::ring::Placement {
+                                len: total as u32,
+                                imm: Some(imm),
+                                solicited: wr.solicited,
+                            };
+                            let _ = peer.take(&ring, k, placed);
+                            moved
+                        }
+                        not => not,
+                    }
+                }
+            };
+            if !how.done() {
+                return false;
+            }
+            (total, how)
+        };
+        shm::count_inline(&sh.samehost.stats, how);
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.sent_to_recvs += 1;
+        }
+        self.push_wc(
+            &cq,
+            WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::Success,
+                wr.op.opcode(),
+                total as u32,
+                qp,
+            ),
+        );
+        let mut h = Header::new(Kind::Placed);
+        h.addr = k;
+        h.length = total as u32;
+        if wr.solicited {
+            h.flags = wire::FLAG_SOLICITED;
+        }
+        if let Some((_, _, imm)) = write {
+            h.flags |= wire::FLAG_IMMEDIATE;
+            h.key = imm;
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.out.push_frame(h, Vec::new());
+        }
+        self.try_write(token);
+        true
+    }
+
+    /// The peer's offer arrived on `token` (established, `qp`): map its table if the offer
+    /// checks out; else the connection stays on TCP (or fails, in require mode).
+    pub(super) fn same_host_offer(&mut self, sh: &Shared, token: u64, qp: u32, p: &[u8]) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if !std::mem::take(&mut c.same_host.expect_offer) {
+            self.protocol_error(token, "SAME_HOST offer not asked for");
+            return;
+        }
+        let Some(offer) = wire::SameHostOffer::decode(p) else {
+            self.protocol_error(token, "malformed SAME_HOST offer");
+            return;
+        };
+        match sh.samehost.attach(&offer) {
+            Ok(table) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): RDMA read/write with pid {} on the same-host path", table.pid());
+                sh.samehost
+                    .stats
+                    .attached
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                c.same_host.peer = Some(Arc::new(table));
+                self.same_host_open_ring(sh, token, qp, &offer);
+            }
+            Err(why) if sh.samehost.mode == Mode::Require => {
+                log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            }
+            Err(why) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): stays on TCP: {why}");
+            }
+        }
+    }
+
+    /// After the peer's offer checked out: maps the ring it names and sends SWITCH, after
+    /// which our frames go into that ring (`Conn::flush_out`). Without a ring the connection
+    /// keeps writing to the socket (or fails, in require mode).
+    fn same_host_open_ring(
+        &mut self,
+        sh: &Shared,
+        token: u64,
+        qp: u32,
+        offer: &wire::SameHostOffer,
+    ) {
+        let opened = match offer.ring_fd {
+            Some(fd) => Ring::open(offer.pid, fd),
+            None => Err("the peer offered no ring".to_string()),
+        };
+        match opened {
+            Ok(ring) => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.same_host.outgoing = Some(Arc::new(ring));
+                    c.out.push_frame(Header::new(Kind::Switch), Vec::new());
+                    c.same_host.switch_at = Some(c.out.pushed());
+                }
+                self.try_write(token);
+            }
+            Err(why) if sh.samehost.mode == Mode::Require => {
+                log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");
+                self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
+            }
+            Err(why) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): our frames stay on TCP: {why}");
+            }
+        }
+    }
+
+    /// The peer's SWITCH arrived on `token`: its next frames are in our ring, and what
+    /// followed the SWITCH on the socket are doorbells. Returns false if the connection was
+    /// dropped for it (a SWITCH we did not offer a ring for, or a second one).
+    pub(super) fn same_host_switch(&mut self, sh: &Shared, token: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let Some(ring) = c
+            .same_host
+            .incoming
+            .as_ref()
+            .filter(|_| !c.same_host.peer_switched)
+        else {
+            self.protocol_error(token, "SWITCH without our ring");
+            return false;
+        };
+        // The peer has mapped the ring: the descriptor has done its work.
+        ring.close_fd();
+        c.same_host.peer_switched = true;
+        // The progress thread watches the ring in its poll set, not in its set of returned
+        // connections (which sees the socket only).
+        if c.returned.take().is_some() {
+            self.wake_needed = true;
+        }
+        c.dec.discard_buffered();
+        sh.samehost
+            .stats
+            .rings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        log::info!(target: LOG, "connection {token}: the peer's frames come through our ring");
+        true
+    }
+
+    /// Wakes the peer's writer that waits for room in our ring: the bell of its ring (which it
+    /// watches while it waits) or a doorbell byte if our own frames already go through that
+    /// ring, else a DOORBELL frame on the socket.
+    pub(super) fn ring_peer(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if let Some(ring) = c.same_host.writing_ring() {
+            wake_ring_reader(ring, c.stream.as_raw_fd());
+            return;
+        }
+        c.out.push_frame(Header::new(Kind::Doorbell), Vec::new());
+        self.try_write(token);
+    }
+
+    /// An RDMA read or write done here, now, if the connection has the peer's table and the
+    /// QP has nothing outstanding or fenced (so completion order and fences hold trivially).
+    /// Returns whether it was done and completed; if not, the caller sends it over TCP, which
+    /// also produces every error (local ones and the target's) as it always has.
+    pub(super) fn try_same_host(&mut self, sh: &Shared, qp: u32, wr: &SendWr) -> bool {
+        let (remote_addr, rkey, need, write) = match wr.op {
+            SendOp::RdmaRead { remote_addr, rkey } => (
+                remote_addr,
+                rkey,
+                daplrs_backend::access::REMOTE_READ,
+                false,
+            ),
+            SendOp::RdmaWrite { remote_addr, rkey } => (
+                remote_addr,
+                rkey,
+                daplrs_backend::access::REMOTE_WRITE,
+                true,
+            ),
+            _ => return false,
+        };
+        let Some(e) = self.qps.get(&qp) else {
+            return false;
+        };
+        if e.state != QpState::Connected || !e.outstanding.is_empty() || !e.fenced.is_empty() {
+            return false;
+        }
+        let Some(peer) = e
+            .conn
+            .and_then(|t| self.conns.get(&t))
+            .and_then(|c| c.same_host.peer.clone())
+        else {
+            return false;
+        };
+        let (pd, cq) = (e.pd, e.send_cq.clone());
+        let (total, how) = {
+            let keys = sh.keys.lock();
+            // A read writes our segments; a write reads them.
+            let Ok(ranges) = keys.local_ranges(&wr.sgl, pd, !write) else {
+                return false;
+            };
+            let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
+            if total > u64::from(sh.limits.max_message) {
+                return false;
+            }
+            let how = peer.transfer(&keys, rkey, remote_addr, need, &ranges, write);
+            if !how.done() {
+                return false;
+            }
+            (total, how)
+        };
+        shm::count_inline(&sh.samehost.stats, how);
+        self.push_wc(
+            &cq,
+            WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::Success,
+                wr.op.opcode(),
+                total as u32,
+                qp,
+            ),
+        );
+        true
+    }
+}

@@ -1,0 +1,1475 @@
+//! The same-host fast path for RDMA READ and RDMA WRITE.
+//!
+//! When both ends of a connection are processes of this host and the kernel lets each attach
+//! to the other's memory (process_vm_readv/writev: the ptrace access check, the same PID
+//! namespace), an initiator moves an RDMA read's or write's bytes itself, on the posting
+//! thread, between its registered memory and the target's, and completes the request before
+//! the post returns: no frame crosses the socket. Everything else (sends, atomics,
+//! write-with-immediate, connection management, and every read or write the fast path
+//! declines) is framed as over TCP, but the frames travel through a shared-memory ring per
+//! direction instead of the socket (ring.rs), which then only wakes sleepers and says when
+//! the peer is gone.
+//!
+//! For that, each device publishes its key registry (keys.rs) in a table in a memfd mapped
+//! MAP_SHARED: a header (magic, version, a random nonce, capacity, entry count), a
+//! process-shared robust pthread mutex, and open-addressed slots by key index. Per device,
+//! not per process: a device's keys, protection domains and lifetime are its own (two IAs of
+//! one process are two registries), and a table dies with its device.
+//!
+//! The registry's invariant (once deregistration returns, no copy touches the range) holds
+//! across processes because the owner changes a slot only under the table's mutex, and a peer
+//! holds that mutex across its check of the slot AND its process_vm call. The mutex is robust:
+//! a peer killed while holding it hands it to the next locker (EOWNERDEAD), and the table is
+//! still consistent, since only its owner ever writes it. A peer that maps our table already
+//! has ptrace rights over us (opening /proc/<pid>/fd/<n> needs them), so it is trusted no
+//! less than that; we still treat what we read from a peer's table as untrusted (bounded,
+//! read once), and bound our wait for its mutex.
+//!
+//! Registered memory that peers copy through often moves into an *arena*, a memfd peers map,
+//! so that their copies need no system call (arena.rs). Peers ask for it: the table has a
+//! small ring of requests, written under its mutex, and a futex word (the bell) that the
+//! owner's keeper thread sleeps on; the owner checks each key asked for and moves what it
+//! may. What a peer writes there can make us move a region of ours, never touch another.
+//!
+//! Control: DAPLRS_SAME_HOST=auto (default: when possible) | never (always TCP) | require (a
+//! connection that cannot use the path fails, so tests can prove it is used), read when the
+//! device opens. Log target `daplrs::samehost`: whether each connection took the path, and why
+//! not.
+
+pub(crate) mod arena;
+pub(crate) mod ring;
+pub(crate) mod sys;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::keys::{KeyEntry, Keys};
+use super::wire::SameHostOffer;
+use arena::ArenaSpan;
+use daplrs_backend::intmap::{IntMap, IntSet};
+
+pub(crate) const LOG: &str = "daplrs::samehost";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Auto,
+    Never,
+    Require,
+}
+
+impl Mode {
+    /// DAPLRS_SAME_HOST's value; anything unknown is `auto` (with a warning).
+    pub fn parse(value: Option<&str>) -> Mode {
+        match value.map(str::trim) {
+            None | Some("") | Some("auto") => Mode::Auto,
+            Some("never") => Mode::Never,
+            Some("require") => Mode::Require,
+            Some(other) => {
+                log::warn!(target: LOG, "DAPLRS_SAME_HOST={other:?}: not auto|never|require; using auto");
+                Mode::Auto
+            }
+        }
+    }
+
+    /// The mode of a device opening now: DAPLRS_SAME_HOST (tests: their thread's override).
+    pub fn for_new_device() -> Mode {
+        #[cfg(any(test, feature = "testing"))]
+        if let Some(m) = test_hooks::MODE.with(|m| m.get()) {
+            return m;
+        }
+        Mode::parse(std::env::var("DAPLRS_SAME_HOST").ok().as_deref())
+    }
+}
+
+// ---- the table's layout ----------------------------------------------------------------------
+
+const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSKT");
+const VERSION: u32 = 3;
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_CAPACITY: usize = 12;
+const OFF_NONCE: usize = 16;
+const OFF_COUNT: usize = 24;
+/// The mutex guarding the slots and the requests.
+const OFF_MUTEX: usize = 64;
+/// The owner's liveness: a robust mutex its keeper thread holds while the table lives.
+const OFF_ALIVE: usize = 128;
+/// Peers' requests that the owner map a key's memory into an arena (`Heat`): a futex word
+/// peers add one to after each request (the owner's keeper thread sleeps on it), the count of
+/// requests ever made, and the last REQUESTS keys asked for. Peers write them under the mutex.
+const OFF_BELL: usize = 192;
+const OFF_REQ_COUNT: usize = 196;
+const OFF_REQS: usize = 200;
+const REQUESTS: usize = 32;
+const OFF_SLOTS: usize = 384;
+const _: () = assert!(OFF_MUTEX + sys::MUTEX_SIZE <= OFF_ALIVE);
+const _: () = assert!(OFF_ALIVE + sys::MUTEX_SIZE <= OFF_BELL);
+const _: () = assert!(OFF_REQS + 4 * REQUESTS <= OFF_SLOTS);
+
+/// One slot: state (0 empty, 1 live), key, addr, len, access, pd, window (0/1), region, and
+/// the key's arena (arena.rs): our descriptor of its memfd (NO_ARENA: none), its inode, and
+/// the offset of the key's first byte in it.
+const SLOT_LEN: usize = 64;
+const S_STATE: usize = 0;
+const S_KEY: usize = 4;
+const S_ADDR: usize = 8;
+const S_LEN: usize = 16;
+const S_ACCESS: usize = 24;
+const S_PD: usize = 28;
+const S_WINDOW: usize = 32;
+const S_REGION: usize = 36;
+const S_ARENA_FD: usize = 40;
+const S_ARENA_INO: usize = 48;
+const S_ARENA_OFF: usize = 56;
+const NO_ARENA: u32 = u32::MAX;
+const LIVE: u32 = 1;
+/// Slots a key may take, from its home slot on; a key that finds none free is not published
+/// (peers then use TCP for it), and a lookup reads at most this many.
+const PROBES: usize = 16;
+/// The largest table a peer's offer may make us map.
+const MAX_TABLE_BYTES: u64 = 1 << 30;
+/// The most slots a table has, whatever the device allows: every key lands on a random slot,
+/// so in time every page of the table is touched (memory of the memfd's, in the owner and in
+/// each peer that maps it): 4 MiB at this size. A key beyond it goes over TCP.
+const MAX_SLOTS: usize = 1 << 16;
+/// How long a peer waits for a table's mutex before it uses TCP for that request instead (a
+/// live holder never keeps it longer than one copy; this bounds a misbehaving one).
+const PEER_LOCK_LIMIT: Duration = Duration::from_millis(20);
+
+fn table_bytes(capacity: usize) -> usize {
+    OFF_SLOTS + capacity * SLOT_LEN
+}
+
+fn home(key: u32, capacity: usize) -> usize {
+    // Indexes are random (keys.rs), so the index itself spreads keys over the slots.
+    (key >> 8) as usize % capacity
+}
+
+/// Our own table: the memfd and our mapping of it.
+struct Table {
+    map: sys::SharedMap,
+    fd: OwnedFd,
+    capacity: usize,
+}
+
+/// What the owner does with the keys peers asked it to map into arenas (`Heat`): the device
+/// sets it once it can (`Local::set_promoter`); requests that come before are dropped, and
+/// the peers ask again later.
+pub(crate) type Promoter = Box<dyn Fn(&[u32]) + Send + Sync>;
+
+/// The thread that holds a table's liveness mutex (OFF_ALIVE) for as long as its device
+/// lives: peers check it before each copy, without a system call, so that a peer whose process
+/// died (and whose pid may come back as another process) is never copied to. It also serves
+/// the peers' requests (OFF_BELL), asleep on the bell between them. Dropping this ends the
+/// thread, which releases the mutex (peers then see the table as gone).
+struct Keeper {
+    table: Arc<Table>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // Released before the device's close returns, so that peers stop copying.
+        self.stop.store(true, Ordering::SeqCst);
+        let bell = self.table.map.atomic_u32(OFF_BELL);
+        bell.fetch_add(1, Ordering::SeqCst);
+        sys::futex_wake(bell);
+        if let Some(t) = self.thread.take() {
+            // The keeper itself drops the device when its promoter held the last reference:
+            // it ends right after.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Keeper {
+    fn start(table: &Arc<Table>, promoter: Arc<OnceLock<Promoter>>) -> std::io::Result<Keeper> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (t, until) = (table.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("daplrs-samehost".into())
+            // The promoter moves pages (arena.rs) on this thread.
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let held = t.map.lock(OFF_ALIVE, None);
+                let ok = held.is_ok();
+                let _ = ready_tx.send(held);
+                if ok {
+                    t.serve_requests(&until, &promoter);
+                    t.map.unlock(OFF_ALIVE);
+                }
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("keeper thread ended"))??;
+        Ok(Keeper {
+            table: table.clone(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// Counters tests and diagnostics read.
+#[derive(Default)]
+pub struct Stats {
+    /// RDMA reads and writes completed on the same-host path.
+    pub inline_ops: AtomicU64,
+    /// Of those, the ones copied through a mapping of the peer's arena (arena.rs).
+    pub mapped_ops: AtomicU64,
+    /// Connections whose peer table we mapped.
+    pub attached: AtomicU64,
+    /// Connections whose incoming frames switched to our ring (ring.rs).
+    pub rings: AtomicU64,
+}
+
+/// A device's side of the same-host path.
+pub(crate) struct Local {
+    pub mode: Mode,
+    table: Option<Arc<Table>>,
+    /// A copy of the table's nonce in our private memory: the address peers probe.
+    nonce_copy: Box<u64>,
+    pub stats: Arc<Stats>,
+    _keeper: Option<Keeper>,
+    /// Peers' tables mapped here, by (pid, nonce), shared by the connections to them.
+    peers: parking_lot::Mutex<IntMap<(u32, u64), std::sync::Weak<PeerMapping>>>,
+    /// Registrations make arenas (arena.rs): the path is supported and DAPLRS_SAME_HOST_MAP
+    /// allows it.
+    shares_pages: bool,
+    /// What the keeper hands peers' requests to.
+    promoter: Arc<OnceLock<Promoter>>,
+}
+
+impl Local {
+    /// Creates the device's table (unless `mode` is never), room for `max_keys` keys.
+    pub fn new(mode: Mode, max_keys: usize, device: &str) -> Local {
+        let stats = Arc::new(Stats::default());
+        #[cfg(any(test, feature = "testing"))]
+        test_hooks::OPENED.with(|o| o.borrow_mut().push(stats.clone()));
+        let mut local = Local {
+            mode,
+            table: None,
+            nonce_copy: Box::new(0),
+            stats,
+            _keeper: None,
+            peers: Default::default(),
+            shares_pages: false,
+            promoter: Default::default(),
+        };
+        if mode == Mode::Never {
+            return local;
+        }
+        let made = Table::create(max_keys.clamp(1, MAX_SLOTS)).and_then(|t| {
+            let t = Arc::new(t);
+            Ok((Keeper::start(&t, local.promoter.clone())?, t))
+        });
+        match made {
+            Ok((keeper, t)) => {
+                *local.nonce_copy = t.map.read_u64(OFF_NONCE);
+                local.table = Some(t);
+                local._keeper = Some(keeper);
+                local.shares_pages = arena::enabled();
+            }
+            Err(e) => log::info!(target: LOG, "{device}: no same-host table ({e}); TCP only"),
+        }
+        local
+    }
+
+    /// Whether we advertise the path (and can honour what advertising promises: an offer).
+    pub fn supported(&self) -> bool {
+        self.mode != Mode::Never && self.table.is_some()
+    }
+
+    /// Whether memory registered on this device may move into arenas peers map (arena.rs).
+    pub fn shares_pages(&self) -> bool {
+        self.shares_pages
+    }
+
+    /// Sets what is done with the keys peers ask us to map into arenas (once; it runs on the
+    /// keeper thread). Without it, or where pages are not shared, requests are dropped.
+    pub fn set_promoter(&self, promoter: Promoter) {
+        if self.shares_pages {
+            let _ = self.promoter.set(promoter);
+        }
+    }
+
+    /// Runs `f` holding our table's mutex, so that no peer copies meanwhile (the pages of a
+    /// key move into an arena under it: a peer's write into the old pages would be lost).
+    pub fn with_table_locked<T>(&self, f: impl FnOnce() -> T) -> T {
+        match self.table_lock() {
+            Some(lock) => lock.locked(f),
+            None => f(),
+        }
+    }
+
+    /// Our table's mutex, for whoever must exclude peers' copies later (see `TableLock`).
+    pub fn table_lock(&self) -> Option<TableLock> {
+        self.table.clone().map(TableLock)
+    }
+
+    /// The publisher the key registry updates the table through.
+    pub fn publisher(&self) -> Option<Publisher> {
+        self.table.as_ref().map(|t| Publisher {
+            table: t.clone(),
+            slot_of: IntMap::default(),
+            used: IntSet::default(),
+        })
+    }
+
+    /// Checks a peer's offer (see `PeerTable::attach`), reusing our mapping of its table if
+    /// another connection already has one.
+    pub fn attach(&self, offer: &SameHostOffer) -> Result<PeerTable, Refusal> {
+        let mut peers = self.peers.lock();
+        let key = (offer.pid, offer.nonce);
+        if let Some(mapping) = peers.get(&key).and_then(|w| w.upgrade()) {
+            if mapping.serves(offer) {
+                return Ok(PeerTable {
+                    mapping,
+                    qp_pd: offer.pd,
+                });
+            }
+        }
+        let table = PeerTable::attach(offer)?;
+        peers.retain(|_, w| w.strong_count() > 0);
+        peers.insert(key, Arc::downgrade(&table.mapping));
+        Ok(table)
+    }
+
+    /// Our offer for a connection whose local QP is in protection domain `pd`, naming our
+    /// ring for it (`ring_fd`) if we made one.
+    pub fn offer(&self, pd: u32, ring_fd: Option<u32>) -> Option<SameHostOffer> {
+        let t = self.table.as_ref()?;
+        Some(SameHostOffer {
+            pid: std::process::id(),
+            fd: t.fd.as_raw_fd() as u32,
+            nonce: *self.nonce_copy,
+            nonce_addr: &*self.nonce_copy as *const u64 as u64,
+            pd,
+            ring_fd,
+        })
+    }
+}
+
+/// Our table's mutex as a handle: held, no peer copies into our memory (a peer holds it
+/// across its check and its copy). A connection keeps one to withdraw the receives it
+/// published (ring.rs) before it flushes them.
+#[derive(Clone)]
+pub(crate) struct TableLock(Arc<Table>);
+
+impl TableLock {
+    pub fn locked<T>(&self, f: impl FnOnce() -> T) -> T {
+        let map = &self.0.map;
+        match map.lock(OFF_MUTEX, None) {
+            Ok(()) => {
+                let r = f();
+                map.unlock(OFF_MUTEX);
+                r
+            }
+            // Unrecoverable: no peer can lock it either (see Publisher::locked).
+            Err(_) => f(),
+        }
+    }
+}
+
+impl Table {
+    fn create(capacity: usize) -> std::io::Result<Table> {
+        let len = table_bytes(capacity);
+        let fd = sys::memfd("daplrs-keys", len)?;
+        sys::seal_size(&fd)?;
+        let map = sys::SharedMap::map(fd.as_raw_fd(), len)?;
+        let mut nonce = [0u8; 8];
+        getrandom(&mut nonce);
+        map.init_robust_mutex(OFF_MUTEX)?;
+        map.init_robust_mutex(OFF_ALIVE)?;
+        map.write_u32(OFF_VERSION, VERSION);
+        map.write_u32(OFF_CAPACITY, capacity as u32);
+        map.write_u64(OFF_NONCE, u64::from_ne_bytes(nonce));
+        map.write_u32(OFF_COUNT, 0);
+        // The magic last: a table is offered only after this anyway, but a reader that sees
+        // the magic sees a whole header.
+        map.write_u64(OFF_MAGIC, MAGIC);
+        Ok(Table { map, fd, capacity })
+    }
+}
+
+impl Table {
+    /// The keeper's loop until `stop`: asleep on the bell, then the keys requested since the
+    /// last look go to the promoter.
+    fn serve_requests(&self, stop: &std::sync::atomic::AtomicBool, promoter: &OnceLock<Promoter>) {
+        let bell = self.map.atomic_u32(OFF_BELL);
+        let mut seen = 0u32;
+        loop {
+            let rung = bell.load(Ordering::SeqCst);
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let keys = self.take_requests(&mut seen);
+            if let (false, Some(promote)) = (keys.is_empty(), promoter.get()) {
+                promote(&keys);
+            }
+            sys::futex_wait(bell, rung);
+        }
+    }
+
+    /// The keys requested since `seen` (at most the last REQUESTS: peers ask again for one
+    /// lost), without repeats. Peers write what they like here: the promoter checks each key.
+    fn take_requests(&self, seen: &mut u32) -> Vec<u32> {
+        if self.map.lock(OFF_MUTEX, None).is_err() {
+            return Vec::new();
+        }
+        let count = self.map.read_u32(OFF_REQ_COUNT);
+        let n = count.wrapping_sub(*seen).min(REQUESTS as u32);
+        let mut keys: Vec<u32> = (0..n)
+            .map(|i| count.wrapping_sub(n).wrapping_add(i) as usize % REQUESTS)
+            .map(|i| self.map.read_u32(OFF_REQS + 4 * i))
+            .collect();
+        self.map.unlock(OFF_MUTEX);
+        *seen = count;
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+}
+
+fn getrandom(out: &mut [u8]) {
+    // Keys::random draws from getrandom (and its fallback); 4 bytes at a time.
+    let mut k = Keys::default();
+    for chunk in out.chunks_mut(4) {
+        let r = k.random().to_ne_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+}
+
+/// The owner's writer of its table; lives in the key registry, so every change to the
+/// registry changes the table under both locks.
+pub(crate) struct Publisher {
+    table: Arc<Table>,
+    /// Our own record of which slot holds which key (we never read back the shared slots,
+    /// which a peer could scribble on).
+    slot_of: IntMap<u32, usize>,
+    used: IntSet<usize>,
+}
+
+impl Publisher {
+    fn locked(&self, f: impl FnOnce(&sys::SharedMap)) {
+        let map = &self.table.map;
+        // No time limit: deregistration must not return while a peer may still copy. A dead
+        // holder is taken over (robust mutex).
+        match map.lock(OFF_MUTEX, None) {
+            Ok(()) => {
+                f(map);
+                map.unlock(OFF_MUTEX);
+            }
+            Err(e) => {
+                // Unrecoverable: no peer can lock it either, so none can copy; carry on.
+                log::error!(target: LOG, "key table mutex: {e}");
+                f(map);
+            }
+        }
+    }
+
+    /// Publishes (or replaces) `key`. A key that finds no free slot stays unpublished.
+    pub fn set(&mut self, key: u32, e: &KeyEntry) {
+        let cap = self.table.capacity;
+        let slot = match self.slot_of.get(&key) {
+            Some(&s) => s,
+            None => {
+                let h = home(key, cap);
+                let Some(s) = (0..PROBES.min(cap))
+                    .map(|i| (h + i) % cap)
+                    .find(|s| !self.used.contains(s))
+                else {
+                    log::debug!(target: LOG, "key {key:#x}: table full around its slot; TCP only");
+                    return;
+                };
+                self.used.insert(s);
+                self.slot_of.insert(key, s);
+                s
+            }
+        };
+        let count = self.slot_of.len() as u32;
+        let base = OFF_SLOTS + slot * SLOT_LEN;
+        self.locked(|m| {
+            m.write_u32(base + S_KEY, key);
+            m.write_u64(base + S_ADDR, e.addr);
+            m.write_u64(base + S_LEN, e.len);
+            m.write_u32(base + S_ACCESS, e.access);
+            m.write_u32(base + S_PD, e.pd);
+            m.write_u32(base + S_WINDOW, u32::from(e.window));
+            m.write_u32(base + S_REGION, e.region);
+            let arena = e.arena.unwrap_or(ArenaSpan {
+                fd: NO_ARENA,
+                ino: 0,
+                off: 0,
+            });
+            m.write_u32(base + S_ARENA_FD, arena.fd);
+            m.write_u64(base + S_ARENA_INO, arena.ino);
+            m.write_u64(base + S_ARENA_OFF, arena.off);
+            m.write_u32(base + S_STATE, LIVE);
+            m.write_u32(OFF_COUNT, count);
+        });
+    }
+
+    /// Withdraws `key`: once this returns, no peer copies through it (see the module docs).
+    pub fn unset(&mut self, key: u32) {
+        let Some(slot) = self.slot_of.remove(&key) else {
+            return;
+        };
+        self.used.remove(&slot);
+        let count = self.slot_of.len() as u32;
+        let base = OFF_SLOTS + slot * SLOT_LEN;
+        self.locked(|m| {
+            m.write_u32(base + S_STATE, 0);
+            m.write_u32(base + S_KEY, 0);
+            m.write_u32(OFF_COUNT, count);
+        });
+    }
+}
+
+/// A peer's table, mapped, and the process it belongs to.
+pub(crate) struct PeerTable {
+    mapping: Arc<PeerMapping>,
+    /// The protection domain of the peer's QP on this connection.
+    qp_pd: u32,
+}
+
+/// A peer's table as mapped here: once per device and peer table, however many connections
+/// lead to it (a mapping per connection would spend the process's map count, 65530 by
+/// default, on tables).
+struct PeerMapping {
+    map: sys::SharedMap,
+    capacity: usize,
+    pid: u32,
+    nonce: u64,
+    /// The peer's `/proc/<pid>/mem`, for small transfers (`sys::proc_mem`); None if it could
+    /// not be opened (then process_vm_readv/writev carry everything).
+    mem: Option<std::fs::File>,
+    /// The peer's arenas (arena.rs) mapped here.
+    arenas: parking_lot::Mutex<PeerArenas>,
+    /// What copying through the peer's keys by cross-memory attach has cost us, to ask the
+    /// peer to map their memory into arenas where that pays.
+    heat: parking_lot::Mutex<Heat>,
+}
+
+/// A peer's arenas we mapped (or failed to: not tried again), by its descriptor and inode,
+/// oldest first. A mapping keeps the memfd's pages alive, also once the peer deregistered
+/// them: each time another arena is mapped, those whose memfd the peer closed (its arena
+/// ended) are dropped, and there are never more than `PEER_ARENAS`.
+#[derive(Default)]
+struct PeerArenas {
+    maps: Vec<(ArenaSpan, Option<Arc<sys::SharedMap>>)>,
+}
+
+const PEER_ARENAS: usize = 64;
+
+fn same_arena(a: &ArenaSpan, b: &ArenaSpan) -> bool {
+    a.fd == b.fd && a.ino == b.ino
+}
+
+impl PeerArenas {
+    /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be.
+    fn get(&mut self, pid: u32, span: ArenaSpan) -> Option<Arc<sys::SharedMap>> {
+        if let Some((_, m)) = self.maps.iter().find(|(s, _)| same_arena(s, &span)) {
+            return m.clone();
+        }
+        // An arena lives as long as the peer's descriptor of its memfd: one look each (a
+        // system call) at the mappings we hold, only when another is made.
+        self.maps
+            .retain(|(s, _)| sys::inode_at(&format!("/proc/{pid}/fd/{}", s.fd)) == Some(s.ino));
+        let map = match Self::open(pid, span) {
+            Ok(m) => Some(Arc::new(m)),
+            Err(e) => {
+                log::info!(target: LOG, "pid {pid}: arena fd {}: {e}; cross-memory attach", span.fd);
+                None
+            }
+        };
+        if self.maps.len() >= PEER_ARENAS {
+            self.maps.remove(0);
+        }
+        self.maps.push((span, map.clone()));
+        map
+    }
+
+    fn open(pid: u32, span: ArenaSpan) -> Result<sys::SharedMap, Refusal> {
+        let (file, len) = open_peer_memfd(pid, span.fd)?;
+        if sys::inode_of(file.as_raw_fd()).ok() != Some(span.ino) {
+            return Err("another file now".into());
+        }
+        let len = usize::try_from(len).map_err(|_| "too large".to_string())?;
+        sys::SharedMap::map(file.as_raw_fd(), len).map_err(|e| format!("mmap: {e}"))
+    }
+}
+
+/// What cross-memory attach through a peer's keys has cost us, by key, in units of about a
+/// microsecond (a system call, and each 8 KiB it copies more slowly than a copy through a
+/// mapping would). Once a key's memory has cost about what mapping it would (`worth_mapping`),
+/// the peer is asked to map it into an arena (arena.rs), and asked again at each doubling
+/// should a request be lost or not be met. Moving pages costs far more than a transfer: memory
+/// registered for one message (a message layer's rendezvous) is never moved, memory used
+/// again and again is.
+#[derive(Default)]
+struct Heat {
+    spent: IntMap<u32, (u64, u64)>,
+}
+
+/// Keys whose cost is kept, at most: the count starts again past it.
+const HEAT_KEYS: usize = 4096;
+
+/// What mapping `len` bytes into an arena costs the owner, moving them in and back, in the
+/// units of `Heat`: about 250 us, and 2 us a KiB (measured here: 4 KiB moved in and back in
+/// 310 us, 1 MiB in 2.1 ms).
+fn worth_mapping(len: u64) -> u64 {
+    256 + len / 512
+}
+
+impl Heat {
+    /// Counts a transfer of `bytes` through `key` (of `key_len` bytes) by cross-memory attach;
+    /// true when the owner should now be asked to map the key's memory.
+    fn add(&mut self, key: u32, key_len: u64, bytes: u64) -> bool {
+        if self.spent.len() >= HEAT_KEYS && !self.spent.contains_key(&key) {
+            self.spent.clear();
+        }
+        let (spent, ask_at) = self.spent.entry(key).or_insert((0, worth_mapping(key_len)));
+        *spent += 1 + bytes / 8192;
+        if *spent < *ask_at {
+            return false;
+        }
+        *ask_at = ask_at.saturating_mul(2);
+        true
+    }
+}
+
+/// Transfers up to this many bytes go through the peer's /proc/<pid>/mem, larger ones through
+/// process_vm_readv/writev (see `sys::proc_mem`: the crossover measured here is 4-8 KiB).
+const SMALL_VIA_MEM: u64 = 4096;
+
+/// Why a peer's offer cannot be used.
+pub(crate) type Refusal = String;
+
+impl PeerTable {
+    /// Checks an offer: opens and maps the peer's memfd (the kernel's ptrace check), checks
+    /// the magic, version and nonce, and probes the nonce's copy in the peer's memory with
+    /// process_vm_readv (a pid in another PID namespace may name some other process: the
+    /// probe proves cross-memory attach reaches the process that made the table).
+    pub fn attach(offer: &SameHostOffer) -> Result<PeerTable, Refusal> {
+        let mapping = PeerMapping::map(offer)?;
+        Ok(PeerTable {
+            mapping: Arc::new(mapping),
+            qp_pd: offer.pd,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.mapping.pid
+    }
+}
+
+impl PeerMapping {
+    fn map(offer: &SameHostOffer) -> Result<PeerMapping, Refusal> {
+        let (file, len) = open_peer_memfd(offer.pid, offer.fd)?;
+        let path = format!("/proc/{}/fd/{}", offer.pid, offer.fd);
+        if !(OFF_SLOTS as u64 + SLOT_LEN as u64..=MAX_TABLE_BYTES).contains(&len) {
+            return Err(format!("{path}: {len} bytes is no key table"));
+        }
+        let map = sys::SharedMap::map(file.as_raw_fd(), len as usize)
+            .map_err(|e| format!("mmap {path}: {e}"))?;
+        if map.read_u64(OFF_MAGIC) != MAGIC || map.read_u32(OFF_VERSION) != VERSION {
+            return Err(format!("{path}: not a key table of version {VERSION}"));
+        }
+        let capacity = map.read_u32(OFF_CAPACITY) as usize;
+        if capacity == 0 || table_bytes(capacity) > map.len() {
+            return Err(format!("{path}: capacity {capacity} does not fit"));
+        }
+        if map.read_u64(OFF_NONCE) != offer.nonce {
+            return Err(format!("{path}: nonce differs from the offer's"));
+        }
+        match sys::peek_u64(offer.pid, offer.nonce_addr) {
+            Ok(v) if v == offer.nonce => {}
+            Ok(_) => return Err(format!("pid {}: nonce probe read another value", offer.pid)),
+            Err(e) => return Err(format!("pid {}: nonce probe: {e}", offer.pid)),
+        }
+        if !map.held_by_live_owner(OFF_ALIVE) {
+            return Err(format!("pid {} exited or closed its device", offer.pid));
+        }
+        let mem = Self::open_mem(offer);
+        Ok(PeerMapping {
+            map,
+            capacity,
+            pid: offer.pid,
+            nonce: offer.nonce,
+            mem,
+            arenas: Default::default(),
+            heat: Default::default(),
+        })
+    }
+
+    /// The peer's /proc/<pid>/mem, kept only if it reads the offer's nonce at the offer's
+    /// address (so it is the process that made the offer, not one that took its pid since
+    /// the probe above).
+    fn open_mem(offer: &SameHostOffer) -> Option<std::fs::File> {
+        let path = format!("/proc/{}/mem", offer.pid);
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                log::info!(target: LOG, "{path}: {e}: small transfers use process_vm_readv too");
+                return None;
+            }
+        };
+        let mut word = 0u64;
+        let range = [(&mut word as *mut u64 as u64, 8usize)];
+        // SAFETY: the only local memory written is `word`, 8 bytes we own.
+        let read = unsafe { sys::proc_mem(file.as_raw_fd(), &range, (offer.nonce_addr, 8), false) };
+        match read {
+            Ok(8) if word == offer.nonce => Some(file),
+            _ => {
+                log::info!(target: LOG, "{path} does not read the offer's nonce: not used");
+                None
+            }
+        }
+    }
+
+    /// Whether `offer` names this mapping's table, which is still usable: same pid and nonce,
+    /// owner alive, and the nonce probe at the offer's address still reaches it.
+    fn serves(&self, offer: &SameHostOffer) -> bool {
+        self.pid == offer.pid
+            && self.nonce == offer.nonce
+            && self.map.held_by_live_owner(OFF_ALIVE)
+            && sys::peek_u64(offer.pid, offer.nonce_addr).is_ok_and(|v| v == offer.nonce)
+    }
+
+    /// Asks the owner to map `key`'s memory into an arena (under the mutex; the caller rings
+    /// the bell once it is released).
+    fn request(&self, key: u32) {
+        let m = &self.map;
+        let count = m.read_u32(OFF_REQ_COUNT);
+        m.write_u32(OFF_REQS + 4 * (count as usize % REQUESTS), key);
+        m.write_u32(OFF_REQ_COUNT, count.wrapping_add(1));
+    }
+
+    /// Wakes the owner's keeper thread to read the requests.
+    fn ring(&self) {
+        let bell = self.map.atomic_u32(OFF_BELL);
+        bell.fetch_add(1, Ordering::SeqCst);
+        sys::futex_wake(bell);
+    }
+
+    /// The live slot of `key` (read under the mutex).
+    fn lookup(&self, key: u32) -> Option<KeyEntry> {
+        let cap = self.capacity;
+        let h = home(key, cap);
+        (0..PROBES.min(cap)).find_map(|i| {
+            let base = OFF_SLOTS + ((h + i) % cap) * SLOT_LEN;
+            let m = &self.map;
+            if m.read_u32(base + S_STATE) != LIVE || m.read_u32(base + S_KEY) != key {
+                return None;
+            }
+            Some(KeyEntry {
+                addr: m.read_u64(base + S_ADDR),
+                len: m.read_u64(base + S_LEN),
+                access: m.read_u32(base + S_ACCESS),
+                pd: m.read_u32(base + S_PD),
+                window: m.read_u32(base + S_WINDOW) != 0,
+                region: m.read_u32(base + S_REGION),
+                arena: match m.read_u32(base + S_ARENA_FD) {
+                    NO_ARENA => None,
+                    fd => Some(ArenaSpan {
+                        fd,
+                        ino: m.read_u64(base + S_ARENA_INO),
+                        off: m.read_u64(base + S_ARENA_OFF),
+                    }),
+                },
+            })
+        })
+    }
+}
+
+impl PeerTable {
+    fn lookup(&self, key: u32) -> Option<KeyEntry> {
+        self.mapping.lookup(key)
+    }
+
+    /// An RDMA read (`write` false: the peer's `[addr, addr + len)` into our `local` ranges)
+    /// or write (ours into theirs), done here if the peer's registry allows it exactly as the
+    /// target would (keys.rs `check_remote`: live key, the peer QP's PD, range inside, the
+    /// privilege `need`). Returns how it was done: `Not` on any refusal or failure, and
+    /// the caller then sends the request over TCP, where the target decides (and reports)
+    /// itself. A read's local ranges may have been partly written by then: the TCP answer
+    /// overwrites them.
+    ///
+    /// `_registry` is our own key registry, locked by the caller, which checked `local`
+    /// against it (keys.rs `local_ranges`) and holds it across this call: asking for it makes
+    /// the caller show that it holds the lock.
+    pub fn transfer(
+        &self,
+        _registry: &Keys,
+        rkey: u32,
+        addr: u64,
+        need: u32,
+        local: &[(u64, usize)],
+        write: bool,
+    ) -> Moved {
+        let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        if len == 0 {
+            // A zero-length access needs no key (as at the target): nothing to move.
+            return Moved::Attached;
+        }
+        self.under_peer_mutex(|requests| {
+            let Some(e) = self.lookup(rkey) else {
+                return Moved::Not;
+            };
+            if !e.allows_remote(addr, len, self.qp_pd, need) {
+                return Moved::Not;
+            }
+            self.copy(&e, rkey, addr, local, write, requests)
+        })
+    }
+
+    /// A send placed here, now, into receive `k` that the peer published in its ring `ring`
+    /// (which we write) as `recv`: our `local` ranges copied into the receive's segments, each
+    /// checked against the peer's table as the peer's own scatter would check it (a live
+    /// region key of the peer QP's PD with local write, the range inside), then the receive
+    /// taken. `Not` on any refusal or failure, nothing taken: the caller then sends the message
+    /// through the ring, and the receiver decides (and reports) as before. `_registry` as for
+    /// `transfer`.
+    pub fn place(
+        &self,
+        _registry: &Keys,
+        ring: &ring::Ring,
+        k: u64,
+        recv: &ring::PublishedRecv,
+        local: &[(u64, usize)],
+        solicited: bool,
+    ) -> Moved {
+        let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        let Some(segments) = recv.segments.as_ref().filter(|_| len <= recv.capacity()) else {
+            return Moved::Not;
+        };
+        self.under_peer_mutex(|requests| {
+            // The peer withdraws a receive under this mutex before it flushes it.
+            if !ring.recv_published(k) {
+                return Moved::Not;
+            }
+            let mut how = Moved::Mapped;
+            let mut at = 0u64;
+            for &(addr, seg_len, key) in segments {
+                if at == len {
+                    break;
+                }
+                let n = u64::from(seg_len).min(len - at);
+                let Some(e) = self.lookup(key) else {
+                    return Moved::Not;
+                };
+                if !e.allows_local_write(addr, n, self.qp_pd) {
+                    return Moved::Not;
+                }
+                let part = sub_ranges(local, at, n);
+                match self.copy(&e, key, addr, &part, true, requests) {
+                    Moved::Not => return Moved::Not,
+                    Moved::Attached => how = Moved::Attached,
+                    Moved::Mapped => {}
+                }
+                at += n;
+            }
+            let placed = ring::Placement {
+                len: len as u32,
+                imm: None,
+                solicited,
+            };
+            if at < len || !ring.take_recv(k, placed) {
+                return Moved::Not;
+            }
+            how
+        })
+    }
+
+    /// Takes the peer's published receive `k` for a write-with-immediate (whose data went
+    /// where its rkey said), under the peer's mutex as `place` takes one.
+    pub fn take(&self, ring: &ring::Ring, k: u64, placed: ring::Placement) -> bool {
+        let mut taken = false;
+        self.under_peer_mutex(|_| {
+            taken = ring.take_recv(k, placed);
+            Moved::Attached
+        });
+        taken
+    }
+
+    /// Runs `f` under the peer table's mutex (bounded wait), while the peer's process lives;
+    /// `f` collects the keys to ask the owner to map, which are asked for after. `Not` if the
+    /// mutex or the owner is not there.
+    fn under_peer_mutex(&self, f: impl FnOnce(&mut Vec<u32>) -> Moved) -> Moved {
+        let map = &self.mapping.map;
+        if map.lock(OFF_MUTEX, Some(PEER_LOCK_LIMIT)).is_err() {
+            return Moved::Not;
+        }
+        let mut requests = Vec::new();
+        // The owner's process still lives (and so its pid is still its own): its keeper
+        // thread holds OFF_ALIVE. A process dying between this look and the copy is met by
+        // the copy as ESRCH; its pid would have to be reaped and handed to a new process in
+        // between to mislead us.
+        let done = match map.held_by_live_owner(OFF_ALIVE) {
+            true => f(&mut requests),
+            false => Moved::Not,
+        };
+        for &key in &requests {
+            self.mapping.request(key);
+        }
+        map.unlock(OFF_MUTEX);
+        if !requests.is_empty() {
+            self.mapping.ring();
+        }
+        done
+    }
+
+    /// Copies between our `local` ranges and the peer's `[addr, addr + len)` under key `key`
+    /// (entry `e`, checked by the caller under the mutex, which it holds): through our mapping
+    /// of the key's arena, else by cross-memory attach; the latter counts against the key's
+    /// `Heat`, and a key it made worth mapping joins `requests`.
+    fn copy(
+        &self,
+        e: &KeyEntry,
+        key: u32,
+        addr: u64,
+        local: &[(u64, usize)],
+        write: bool,
+        requests: &mut Vec<u32>,
+    ) -> Moved {
+        let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
+        if let Some(span) = e.arena {
+            let map = self.mapping.arenas.lock().get(self.mapping.pid, span);
+            // The offset comes from the peer's table (untrusted): copy_ranges copies nothing
+            // outside the mapping.
+            if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {
+                // SAFETY: as for the copies below.
+                if unsafe { map.copy_ranges(off, local, write) } {
+                    return Moved::Mapped;
+                }
+            }
+        }
+        // SAFETY: the caller checked every local range against our registry, which it holds
+        // locked for this call (so no local registration ends meanwhile); the peer's range
+        // was just checked against its registry under its table's mutex, which we hold until
+        // the copy is over (so its deregistration waits for us).
+        let moved = match &self.mapping.mem {
+            Some(mem) if len <= SMALL_VIA_MEM => unsafe {
+                sys::proc_mem(mem.as_raw_fd(), local, (addr, len as usize), write)
+            },
+            // SAFETY: as above.
+            _ => unsafe { sys::process_vm(self.mapping.pid, local, (addr, len as usize), write) },
+        };
+        match moved {
+            Ok(n) if n as u64 == len => {
+                if e.arena.is_none() && self.mapping.heat.lock().add(key, e.len, len) {
+                    requests.push(key);
+                }
+                Moved::Attached
+            }
+            _ => Moved::Not,
+        }
+    }
+}
+
+/// The part `[from, from + n)` of the byte stream that `ranges` make, in order.
+fn sub_ranges(ranges: &[(u64, usize)], from: u64, n: u64) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    let (mut skip, mut left) = (from, n);
+    for &(addr, len) in ranges {
+        if left == 0 {
+            break;
+        }
+        let len = len as u64;
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let take = (len - skip).min(left);
+        out.push((addr + skip, take as usize));
+        left -= take;
+        skip = 0;
+    }
+    out
+}
+
+/// Opens descriptor `fd` of process `pid` (through /proc: the kernel's ptrace check decides)
+/// read-write if it is a memory file whose size is sealed: a peer's key table or ring.
+/// Returns it and its size.
+pub(crate) fn open_peer_memfd(pid: u32, fd: u32) -> Result<(std::fs::File, u64), Refusal> {
+    if !sys::is_process_and_descriptor(pid, fd) {
+        return Err(format!("offer names pid {pid} fd {fd}"));
+    }
+    let path = format!("/proc/{pid}/fd/{fd}");
+    // The offer may name any descriptor of the peer (a device, a FIFO): look at what it
+    // is through an O_PATH descriptor (opening that has no effect on what it names), and
+    // open it for real only if it is a regular file (a memfd is one).
+    let path_only = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&path)
+        .map_err(|e| format!("open {path}: {e}"))?;
+    let meta = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{path}: not a memory file"));
+    }
+    let reopen = format!("/proc/self/fd/{}", path_only.as_raw_fd());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&reopen)
+        .map_err(|e| format!("open {path}: {e}"))?;
+    if !sys::size_sealed(file.as_raw_fd()) {
+        return Err(format!("{path}: size not sealed"));
+    }
+    Ok((file, meta.len()))
+}
+
+/// A connection's same-host state (engine/samehost.rs).
+#[derive(Default)]
+pub(crate) struct Link {
+    /// The peer advertised the path in its HELLO (passive side, until accept).
+    pub peer_advertised: bool,
+    /// We advertised and expect the peer's one offer.
+    pub expect_offer: bool,
+    /// The peer's table, once its offer checked out.
+    pub peer: Option<Arc<PeerTable>>,
+    /// Our ring for what the peer sends (ring.rs), named in our offer.
+    pub incoming: Option<Arc<ring::Ring>>,
+    /// The peer's SWITCH came: its frames arrive through `incoming`; the socket carries only
+    /// doorbells and its end of stream.
+    pub peer_switched: bool,
+    /// The peer's ring, mapped: what we send goes there once our SWITCH frame is out.
+    pub outgoing: Option<Arc<ring::Ring>>,
+    /// Where in our output stream our SWITCH frame ends, while it is not all written yet.
+    pub switch_at: Option<u64>,
+}
+
+impl Link {
+    /// The peer's ring, if what we write goes there now.
+    pub fn writing_ring(&self) -> Option<&Arc<ring::Ring>> {
+        match self.switch_at {
+            None => self.outgoing.as_ref(),
+            Some(_) => None,
+        }
+    }
+
+    /// Our ring, if what we read comes from there now.
+    pub fn reading_ring(&self) -> Option<&Arc<ring::Ring>> {
+        match self.peer_switched {
+            true => self.incoming.as_ref(),
+            false => None,
+        }
+    }
+}
+
+/// How a same-host transfer went (`PeerTable::transfer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// Not done: the request goes over TCP, where the target decides.
+    Not,
+    /// Copied through our mapping of the peer's arena.
+    Mapped,
+    /// Copied by cross-memory attach.
+    Attached,
+}
+
+impl Moved {
+    pub fn done(self) -> bool {
+        self != Moved::Not
+    }
+}
+
+/// Counts a transfer done on the same-host path in the device's counters (for tests and the
+/// log).
+pub(crate) fn count_inline(stats: &Stats, how: Moved) {
+    stats.inline_ops.fetch_add(1, Ordering::Relaxed);
+    if how == Moved::Mapped {
+        stats.mapped_ops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub mod test_hooks {
+    use super::{Mode, Stats};
+    use std::cell::{Cell, RefCell};
+    use std::sync::Arc;
+
+    thread_local! {
+        /// The mode of devices this thread opens (None: DAPLRS_SAME_HOST). Tests run in
+        /// parallel threads of one process: an env var would leak across them.
+        pub(super) static MODE: Cell<Option<Mode>> = const { Cell::new(None) };
+        /// The stats of the devices this thread opened, in order.
+        pub(super) static OPENED: RefCell<Vec<Arc<Stats>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Runs `f` (which opens devices) with `mode` for them; returns what it returned and the
+    /// stats of each device it opened.
+    pub fn open_with<T>(mode: Mode, f: impl FnOnce() -> T) -> (T, Vec<Arc<Stats>>) {
+        MODE.with(|m| m.set(Some(mode)));
+        OPENED.with(|o| o.borrow_mut().clear());
+        let r = f();
+        MODE.with(|m| m.set(None));
+        (r, OPENED.with(|o| std::mem::take(&mut *o.borrow_mut())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use daplrs_backend::access;
+
+    fn entry(addr: u64, len: u64) -> KeyEntry {
+        KeyEntry {
+            addr,
+            len,
+            access: access::REMOTE_READ,
+            pd: 7,
+            window: false,
+            region: 0,
+            arena: None,
+        }
+    }
+
+    fn offer_of(local: &Local) -> SameHostOffer {
+        local.offer(7, None).expect("a table")
+    }
+
+    /// Our own pid reads our own table: the probe, the lookup and the checks of `transfer`.
+    #[test]
+    fn a_published_key_is_found_checked_and_withdrawn() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [0x5au8; 64];
+        let key = 0x1234_5601;
+        keys.insert(key, entry(src.as_ptr() as u64, 64));
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach to ourselves");
+        let mut dst = vec![0u8; 16];
+        let ranges = [(dst.as_mut_ptr() as u64, 16usize)];
+        let base = src.as_ptr() as u64;
+        assert!(peer
+            .transfer(&keys, key, base + 8, access::REMOTE_READ, &ranges, false)
+            .done());
+        assert_eq!(dst, vec![0x5au8; 16]);
+        // The target's rules: privilege, range, live key.
+        assert!(!peer
+            .transfer(&keys, key, base, access::REMOTE_WRITE, &ranges, true)
+            .done());
+        assert!(!peer
+            .transfer(&keys, key, base + 56, access::REMOTE_READ, &ranges, false)
+            .done());
+        assert!(!peer
+            .transfer(&keys, key ^ 1, base, access::REMOTE_READ, &ranges, false)
+            .done());
+        keys.remove(key);
+        assert!(!peer
+            .transfer(&keys, key, base, access::REMOTE_READ, &ranges, false)
+            .done());
+    }
+
+    /// A key whose memory lies in an arena (arena.rs) is copied through our mapping of the
+    /// arena, under the same checks; an arena the table names wrongly (a hostile owner's, or
+    /// a descriptor reused) is not used, and cross-memory attach moves the bytes instead.
+    #[test]
+    fn a_key_in_an_arena_is_copied_through_the_mapping() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let pages = arena::tests::Pages::new(3 * 4096);
+        // SAFETY: our own mapping, used only through this slice in this test.
+        let target = unsafe { std::slice::from_raw_parts_mut(pages.ptr, pages.len) };
+        target[100..108].copy_from_slice(b"arena!!!");
+        let base = target.as_ptr() as u64;
+        let (_arena, span) = arena::share(base, target.len() as u64).expect("an arena");
+        let key = 0x2345_6701;
+        let e = KeyEntry {
+            access: access::REMOTE_READ | access::REMOTE_WRITE,
+            arena: Some(span),
+            ..entry(base, target.len() as u64)
+        };
+        keys.insert(key, e);
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach to ourselves");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let read = |addr| peer.transfer(&keys, key, addr, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read(base + 100), Moved::Mapped);
+        assert_eq!(&dst, b"arena!!!");
+        assert_eq!(read(base + 3 * 4096 - 4), Moved::Not, "past the region");
+        let src = *b"written.";
+        let from = [(src.as_ptr() as u64, 8usize)];
+        let write = peer.transfer(&keys, key, base + 8200, access::REMOTE_WRITE, &from, true);
+        assert_eq!(write, Moved::Mapped);
+        assert_eq!(&target[8200..8208], b"written.");
+        // The table names another file under the arena's descriptor: not mapped.
+        let mut wrong = e;
+        wrong.arena = Some(ArenaSpan {
+            ino: span.ino + 1,
+            ..span
+        });
+        keys.insert(key, wrong);
+        dst = [0; 8];
+        let read = peer.transfer(&keys, key, base + 100, access::REMOTE_READ, &ranges, false);
+        assert_eq!((read, &dst), (Moved::Attached, b"arena!!!"));
+        keys.remove(key);
+        let read = peer.transfer(&keys, key, base + 100, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read, Moved::Not, "deregistered");
+    }
+
+    /// A peer's mapping of an arena whose keys all ended is dropped when it maps another (it
+    /// would keep the memory alive).
+    #[test]
+    fn a_peer_drops_its_mapping_of_an_arena_no_key_names() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        // Mappings of their own: two heap buffers may share a page, and a region with a page
+        // in another's arena gets none.
+        let (a, b) = (
+            arena::tests::Pages::new(1 << 20),
+            arena::tests::Pages::new(1 << 20),
+        );
+        // SAFETY: inside our own mappings.
+        unsafe {
+            a.ptr.write_bytes(1, a.len);
+            b.ptr.write_bytes(2, b.len);
+        }
+        let (a_addr, b_addr) = (a.addr(), b.addr());
+        let (arena_a, span_a) = arena::share(a_addr, 1 << 20).expect("an arena");
+        let (_arena_b, span_b) = arena::share(b_addr, 1 << 20).expect("another");
+        keys.insert(
+            0x100,
+            KeyEntry {
+                arena: Some(span_a),
+                ..entry(a_addr, 1 << 20)
+            },
+        );
+        keys.insert(
+            0x200,
+            KeyEntry {
+                arena: Some(span_b),
+                ..entry(b_addr, 1 << 20)
+            },
+        );
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach to ourselves");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let read = |key, addr| peer.transfer(&keys, key, addr, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read(0x100, a_addr), Moved::Mapped);
+        let cached = || {
+            peer.mapping
+                .arenas
+                .lock()
+                .maps
+                .iter()
+                .map(|(s, _)| s.ino)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(cached(), vec![span_a.ino]);
+        keys.remove(0x100);
+        drop(arena_a);
+        let read = |key, addr| peer.transfer(&keys, key, addr, access::REMOTE_READ, &ranges, false);
+        assert_eq!(read(0x200, b_addr), Moved::Mapped);
+        assert_eq!(dst, [2u8; 8]);
+        assert_eq!(
+            cached(),
+            vec![span_b.ino],
+            "the first arena's mapping dropped"
+        );
+    }
+
+    /// A peer asks the owner to map a key once its copies by cross-memory attach have cost
+    /// about what the move would (`worth_mapping`), not before; the owner's keeper hands the
+    /// key to its promoter.
+    #[test]
+    fn a_peer_asks_for_a_key_its_copies_made_worth_mapping() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = parking_lot::Mutex::new(tx);
+        local.set_promoter(Box::new(move |keys| {
+            let _ = tx.lock().send(keys.to_vec());
+        }));
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [9u8; 64];
+        keys.insert(0x4400, entry(src.as_ptr() as u64, 64));
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let base = src.as_ptr() as u64;
+        let worth = worth_mapping(64);
+        for _ in 1..worth {
+            assert_eq!(
+                peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false),
+                Moved::Attached
+            );
+        }
+        assert!(rx.try_recv().is_err(), "asked before {worth} copies");
+        peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false);
+        let asked = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the keeper hands the request on");
+        assert_eq!(asked, vec![0x4400]);
+        // Asked again only at twice the cost (should the first be lost or refused).
+        for _ in 0..worth - 1 {
+            peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false);
+        }
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        peer.transfer(&keys, 0x4400, base, access::REMOTE_READ, &ranges, false);
+        assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
+    }
+
+    /// What peers write into the request ring is bounded where the owner reads it: a count
+    /// garbled far ahead yields at most the ring's keys, once each.
+    #[test]
+    fn garbled_requests_are_bounded() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let t = local.table.as_ref().expect("table");
+        for i in 0..REQUESTS {
+            t.map.write_u32(OFF_REQS + 4 * i, (i % 3) as u32);
+        }
+        t.map.write_u32(OFF_REQ_COUNT, 0xdead_beef);
+        let mut seen = 0;
+        assert_eq!(t.take_requests(&mut seen), vec![0, 1, 2]);
+        assert_eq!(seen, 0xdead_beef);
+        assert!(t.take_requests(&mut seen).is_empty());
+    }
+
+    /// The PD of the peer's QP, as its target checks it.
+    #[test]
+    fn a_key_of_another_protection_domain_is_refused() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [1u8; 8];
+        keys.insert(0x100, entry(src.as_ptr() as u64, 8));
+        let mut offer = offer_of(&local);
+        offer.pd = 8;
+        let peer = PeerTable::attach(&offer).expect("attach");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        assert!(!peer
+            .transfer(
+                &keys,
+                0x100,
+                src.as_ptr() as u64,
+                access::REMOTE_READ,
+                &ranges,
+                false
+            )
+            .done());
+    }
+
+    #[test]
+    fn offers_that_do_not_check_out_are_refused() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let good = offer_of(&local);
+        let mut o = good;
+        o.nonce ^= 1;
+        assert!(PeerTable::attach(&o).is_err(), "nonce");
+        let elsewhere = !good.nonce;
+        let mut o = good;
+        o.nonce_addr = &elsewhere as *const u64 as u64;
+        assert!(PeerTable::attach(&o).is_err(), "probe address");
+        let mut o = good;
+        o.fd = 0; // stdin or whatever it is: not our table
+        assert!(PeerTable::attach(&o).is_err(), "descriptor");
+        let mut o = good;
+        o.pid = 0;
+        assert!(PeerTable::attach(&o).is_err(), "pid");
+        assert!(PeerTable::attach(&good).is_ok());
+        assert!(Local::new(Mode::Never, 64, "test").offer(1, None).is_none());
+    }
+
+    /// Keys that find no free slot within PROBES of their home stay unpublished (TCP).
+    #[test]
+    fn a_full_table_leaves_keys_unpublished() {
+        let local = Local::new(Mode::Auto, 4, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [0u8; 8];
+        for i in 1..=6u32 {
+            keys.insert(i << 8, entry(src.as_ptr() as u64, 8));
+        }
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach");
+        let found = (1..=6u32).filter(|i| peer.lookup(i << 8).is_some()).count();
+        assert_eq!(found, 4);
+        assert_eq!(local.table.as_ref().unwrap().map.read_u32(OFF_COUNT), 4);
+    }
+
+    /// A holder that dies with the mutex held (a killed peer) does not block us: the robust
+    /// mutex hands it over. A thread that exits holding it stands in for the process.
+    #[test]
+    fn a_dead_holder_does_not_block_the_table() {
+        let local = Local::new(Mode::Auto, 4, "test");
+        let table = local.table.clone().expect("table");
+        let t2 = table.clone();
+        std::thread::spawn(move || t2.map.lock(OFF_MUTEX, None).expect("lock"))
+            .join()
+            .expect("thread");
+        table
+            .map
+            .lock(OFF_MUTEX, Some(Duration::from_secs(5)))
+            .expect("taken over from the dead holder");
+        table.map.unlock(OFF_MUTEX);
+        // And the owner's own updates go on.
+        let mut keys = Keys::published_in(local.publisher());
+        keys.insert(0x100, entry(0x1000, 8));
+    }
+
+    /// A table whose owner is gone (its keeper released the liveness mutex, as a dead
+    /// process's would be) is copied through no more.
+    #[test]
+    fn a_table_whose_owner_is_gone_is_not_used() {
+        let local = Local::new(Mode::Auto, 64, "test");
+        let mut keys = Keys::published_in(local.publisher());
+        let src = [3u8; 8];
+        keys.insert(0x100, entry(src.as_ptr() as u64, 8));
+        let peer = PeerTable::attach(&offer_of(&local)).expect("attach");
+        let mut dst = [0u8; 8];
+        let ranges = [(dst.as_mut_ptr() as u64, 8usize)];
+        let base = src.as_ptr() as u64;
+        assert!(peer
+            .transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false)
+            .done());
+        drop(keys);
+        drop(local);
+        let keys = Keys::default();
+        assert!(!peer
+            .transfer(&keys, 0x100, base, access::REMOTE_READ, &ranges, false)
+            .done());
+    }
+
+    /// Connections to one peer share one mapping of its table (the map count is finite),
+    /// each with its own QP's protection domain.
+    #[test]
+    fn connections_to_one_peer_share_its_mapping() {
+        let owner = Local::new(Mode::Auto, 64, "owner");
+        let user = Local::new(Mode::Auto, 64, "user");
+        let a = user.attach(&owner.offer(1, None).unwrap()).expect("first");
+        let b = user.attach(&owner.offer(2, None).unwrap()).expect("second");
+        assert!(Arc::ptr_eq(&a.mapping, &b.mapping));
+        assert_eq!((a.qp_pd, b.qp_pd), (1, 2));
+        drop((a, b));
+        let c = user
+            .attach(&owner.offer(3, None).unwrap())
+            .expect("after the others closed");
+        assert_eq!(c.qp_pd, 3);
+        let mut wrong = owner.offer(1, None).unwrap();
+        wrong.nonce_addr = 8;
+        assert!(
+            user.attach(&wrong).is_err(),
+            "a cached mapping still needs the probe"
+        );
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(Mode::parse(None), Mode::Auto);
+        assert_eq!(Mode::parse(Some("never")), Mode::Never);
+        assert_eq!(Mode::parse(Some(" require ")), Mode::Require);
+        assert_eq!(Mode::parse(Some("sometimes")), Mode::Auto);
+    }
+}

@@ -1,0 +1,446 @@
+//! Completion queue: an ibv_cq on the device's completion channel.
+//!
+//! Completions are moved from the hardware CQ into a software queue before the core sees them.
+//! That lets the backend itself reap a QP's flush completions (to know when a QP that is being
+//! destroyed or reset is empty) without taking them away from the EVD that reports them.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use rdma_sys::*;
+
+use super::sys::Ptr;
+use super::{Shared, INTERNAL_BIT, RECV_BIT};
+use daplrs_backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
+use daplrs_backend::{Error, Resource, Result};
+
+pub(crate) struct VerbsCq {
+    /// Lets the backend get its own Arc back from the trait object the core hands over.
+    pub(super) me: Weak<VerbsCq>,
+    pub(super) id: u64,
+    pub(super) cq: Ptr<ibv_cq>,
+    pub(super) shared: Weak<Shared>,
+    queue: Mutex<Reaped>,
+    notify: Mutex<Option<NotifyFn>>,
+    /// What the consumer asked for (dat_evd_create's qlen).
+    depth: AtomicU32,
+    /// The hardware CQ's size: at least `depth` and the queue depths of every QP using it, so
+    /// the CQ cannot overrun (an overrun is fatal to every QP on it).
+    cqe: AtomicU32,
+    attached: AtomicU32,
+    /// Whether completions must raise events even when nobody drives this CQ: its EVD feeds
+    /// a CNO, whose waiter learns of them only through the event thread. Otherwise the CQ is
+    /// armed only by a thread about to sleep in `drive`: a consumer that polls costs no
+    /// event, no event-thread wake-up and no system call per completion.
+    events_wanted: std::sync::atomic::AtomicBool,
+    /// Ends a `drive` (an eventfd).
+    interrupt: OwnedFd,
+    /// The thread in `drive` (0: none): it needs no interrupt for events it queues itself.
+    driver: AtomicU64,
+}
+
+/// The software queue, and the QP the last completion came from (the next one usually comes
+/// from the same: no lookup in the process's QP map then).
+#[derive(Default)]
+struct Reaped {
+    wcs: VecDeque<WorkCompletion>,
+    last_qp: Option<(u32, Weak<super::qp::VerbsQp>)>,
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = VecDeque<WorkCompletion>;
+    fn deref(&self) -> &VecDeque<WorkCompletion> {
+        &self.wcs
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut VecDeque<WorkCompletion> {
+        &mut self.wcs
+    }
+}
+
+impl Reaped {
+    /// The QP numbered `qp_num`, from the last one's cache or the process's map.
+    fn qp(&mut self, shared: Option<&Arc<Shared>>, qp_num: u32) -> Option<Arc<super::qp::VerbsQp>> {
+        if let Some(qp) = self
+            .last_qp
+            .as_ref()
+            .filter(|(n, _)| *n == qp_num)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Some(qp);
+        }
+        let qp = shared?.qp(qp_num)?;
+        self.last_qp = Some((qp_num, Arc::downgrade(&qp)));
+        Some(qp)
+    }
+}
+
+/// How long a waiting consumer polls the hardware queue before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// A small id of the calling thread (never 0).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static ME: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    ME.with(|m| *m)
+}
+
+impl VerbsCq {
+    pub(super) fn create(shared: &Arc<Shared>, depth: u32) -> Result<Arc<VerbsCq>> {
+        let id = shared.next_id();
+        let cqe = depth.max(1);
+        // SAFETY: the context and channel live as long as `shared`; the cq_context is a token
+        // the event loop maps back to this CQ.
+        let cq = unsafe {
+            ibv_create_cq(
+                shared.ctx.0,
+                cqe as i32,
+                id as usize as *mut libc::c_void,
+                shared.comp_channel.0,
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(Error::NoResource(Resource::Memory));
+        }
+        // SAFETY: a CQ we just created.
+        let actual = unsafe { (*cq).cqe } as u32;
+        let Some(interrupt) = super::sys::eventfd() else {
+            // SAFETY: the CQ we just created, used by nobody.
+            unsafe { ibv_destroy_cq(cq) };
+            return Err(Error::NoResource(Resource::Memory));
+        };
+        let me = Arc::new_cyclic(|me| VerbsCq {
+            me: me.clone(),
+            id,
+            cq: Ptr(cq),
+            shared: Arc::downgrade(shared),
+            queue: Mutex::new(Reaped::default()),
+            notify: Mutex::new(None),
+            depth: AtomicU32::new(depth),
+            cqe: AtomicU32::new(actual),
+            attached: AtomicU32::new(0),
+            events_wanted: std::sync::atomic::AtomicBool::new(false),
+            interrupt,
+            driver: AtomicU64::new(0),
+        });
+        shared.cqs.lock().insert(id, Arc::downgrade(&me));
+        Ok(me)
+    }
+
+    /// Grows the hardware CQ by a QP's queue depths (`add`), or shrinks the count (`remove`).
+    pub(super) fn attach(&self, add: u32) -> Result<()> {
+        let want = self.attached.fetch_add(add, Ordering::SeqCst) + add;
+        self.ensure(want.max(self.depth.load(Ordering::SeqCst)))
+            .inspect_err(|_| {
+                self.attached.fetch_sub(add, Ordering::SeqCst);
+            })
+    }
+
+    pub(super) fn detach(&self, n: u32) {
+        self.attached.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    fn ensure(&self, entries: u32) -> Result<()> {
+        if entries <= self.cqe.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // SAFETY: our CQ.
+        let rc = unsafe { ibv_resize_cq(self.cq.0, entries as i32) };
+        if rc != 0 {
+            return Err(Error::NoResource(Resource::Memory));
+        }
+        // SAFETY: our live CQ.
+        let actual = unsafe { (*self.cq.0).cqe } as u32;
+        self.cqe.store(actual.max(entries), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Moves everything the hardware CQ holds into the software queue (holding its lock, so
+    /// completions keep their order).
+    fn reap(&self, queue: &mut Reaped) {
+        const BATCH: usize = 32;
+        // Not zeroed (1.5 KiB a call, each poll of an empty queue too): ibv_poll_cq writes
+        // the entries it returns, and only those are read.
+        let mut wcs = std::mem::MaybeUninit::<[ibv_wc; BATCH]>::uninit();
+        let mut shared = None;
+        loop {
+            let first = wcs.as_mut_ptr().cast::<ibv_wc>();
+            // SAFETY: our CQ and room for BATCH entries.
+            let n = unsafe { ibv_poll_cq(self.cq.0, BATCH as i32, first) };
+            if n <= 0 {
+                break;
+            }
+            // SAFETY: ibv_poll_cq wrote the first n entries (n <= BATCH).
+            let got = unsafe { std::slice::from_raw_parts(first, n as usize) };
+            let shared = shared.get_or_insert_with(|| self.shared.upgrade());
+            for wc in got {
+                self.convert(shared.as_ref(), wc, queue);
+            }
+            // A short batch emptied the queue: no second poll of it.
+            if (n as usize) < BATCH {
+                break;
+            }
+        }
+    }
+
+    /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
+    /// the backend's own requests are accounted for and not queued).
+    fn convert(&self, shared: Option<&Arc<Shared>>, wc: &ibv_wc, queue: &mut Reaped) {
+        let is_recv = wc.wr_id & RECV_BIT != 0;
+        let status = status_of(wc.status);
+        if status != WcStatus::Success && status != WcStatus::Flushed {
+            log::debug!(
+                "QP {}: completion status {} (vendor error {:#x}) opcode {} wr_id {:#x}",
+                wc.qp_num,
+                wc.status,
+                wc.vendor_err,
+                wc.opcode,
+                wc.wr_id
+            );
+        }
+        let qp = queue.qp(shared, wc.qp_num);
+        let mut imm = None;
+        let mut invalidated = None;
+        // soft-RoCE (rxe) hands user space the kernel's flag value for "with invalidate" (bit 2,
+        // IB_WC_WITH_INVALIDATE), not IBV_WC_WITH_INV (bit 3); bit 2's user-space meaning
+        // (IBV_WC_IP_CSUM_OK) never applies to our RC receives, so either bit means it.
+        const KERNEL_WC_WITH_INVALIDATE: u32 = 1 << 2;
+        if is_recv
+            && status == WcStatus::Success
+            && wc.wc_flags & (ibv_wc_flags::IBV_WC_WITH_INV.0 | KERNEL_WC_WITH_INVALIDATE) != 0
+        {
+            // SAFETY: invalidated_rkey is the member a receive with IBV_WC_WITH_INV fills.
+            invalidated = Some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+        }
+        let mut opcode = if is_recv {
+            if status == WcStatus::Success && wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM
+            {
+                // SAFETY: imm_data is the member IBV_WC_RECV_RDMA_WITH_IMM fills.
+                imm = Some(u32::from_be(unsafe {
+                    wc.imm_data_invalidated_rkey_union.imm_data
+                }));
+                WcOpcode::RecvRdmaImm
+            } else {
+                WcOpcode::Recv
+            }
+        } else if status == WcStatus::Success {
+            match wc.opcode {
+                ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+                ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+                ibv_wc_opcode::IBV_WC_FETCH_ADD => WcOpcode::FetchAdd,
+                ibv_wc_opcode::IBV_WC_COMP_SWAP => WcOpcode::CmpSwap,
+                ibv_wc_opcode::IBV_WC_BIND_MW | ibv_wc_opcode::IBV_WC_LOCAL_INV => WcOpcode::BindMw,
+                _ => WcOpcode::Send,
+            }
+        } else {
+            WcOpcode::Send
+        };
+        let mut new_rkey = 0;
+        if let Some(qp) = &qp {
+            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, &mut queue.wcs) {
+                opcode = WcOpcode::BindMw;
+                new_rkey = rkey;
+            }
+        }
+        if wc.wr_id & INTERNAL_BIT != 0 {
+            return;
+        }
+        queue.push_back(WorkCompletion {
+            wr_id: wc.wr_id & !RECV_BIT,
+            status,
+            opcode,
+            byte_len: wc.byte_len,
+            qp_num: wc.qp_num,
+            new_rkey,
+            imm,
+            invalidated,
+            // An ibv_wc carries no solicited bit (the sender's solicited event is seen only by
+            // a CQ armed for solicited completions, not in the completion): every receive is
+            // reported as solicited, so it notifies as under DAT's default notification.
+            solicited: is_recv,
+        });
+    }
+
+    /// Reaps the hardware CQ (the backend's own progress: QP teardown waiting for flushes).
+    pub(super) fn reap_now(&self) {
+        let mut q = self.queue.lock();
+        self.reap(&mut q);
+    }
+
+    /// Reaps the hardware CQ; whether that queued anything.
+    fn reap_some(&self) -> bool {
+        let mut q = self.queue.lock();
+        let before = q.len();
+        self.reap(&mut q);
+        q.len() > before
+    }
+
+    /// Queues completions the hardware will never produce (receives of a destroyed SRQ).
+    pub(super) fn push_synthetic(&self, wcs: Vec<WorkCompletion>) {
+        self.queue.lock().extend(wcs);
+        self.fire();
+    }
+
+    /// Tells the consumer there may be completions (from the event loop, after re-arming).
+    pub(super) fn fire(&self) {
+        let hook = self.notify.lock().clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+
+    /// After an event: arms the CQ for the next one if its completions must raise events
+    /// (`events_wanted`); a thread that drives it arms it itself before it sleeps.
+    pub(super) fn rearm(&self) {
+        if self.events_wanted.load(Ordering::SeqCst) {
+            self.arm();
+        }
+    }
+
+    /// Asks for an event at the next completion.
+    fn arm(&self) {
+        // SAFETY: our CQ.
+        unsafe { ibv_req_notify_cq(self.cq.0, 0) };
+    }
+}
+
+impl CompletionQueue for VerbsCq {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let mut q = self.queue.lock();
+        if q.len() < max {
+            self.reap(&mut q);
+        }
+        let n = q.len().min(max);
+        out.extend(q.drain(..n));
+        n
+    }
+    fn set_notify(&self, notify: Option<NotifyFn>) {
+        *self.notify.lock() = notify;
+    }
+    fn set_events_wanted(&self, wanted: bool) {
+        if !self.events_wanted.swap(wanted, Ordering::SeqCst) && wanted {
+            self.arm();
+            // Completions that came before the arm raised nothing: hand them over now.
+            if self.reap_some() {
+                self.fire();
+            }
+        }
+    }
+    fn resize(&self, depth: u32) -> Result<()> {
+        self.depth.store(depth, Ordering::SeqCst);
+        self.ensure(depth.max(self.attached.load(Ordering::SeqCst)))
+    }
+    fn depth(&self) -> u32 {
+        self.depth.load(Ordering::SeqCst)
+    }
+    /// Sleeps on the IA's completion channel itself, so the kernel wakes the waiting thread
+    /// when a completion arrives (instead of the event thread, which would then have to wake
+    /// it). Events of other CQs of the IA met meanwhile are handled here as the event thread
+    /// would.
+    fn drive(&self, deadline: Option<Instant>) -> bool {
+        let Some(shared) = self.shared.upgrade() else {
+            return false;
+        };
+        // Poll the hardware queue briefly first, as OFED's provider does: a completion that
+        // is microseconds away costs no sleep, no re-arm and no wake-up.
+        let spin_until = Instant::now() + SPIN;
+        let mut spins = 0u32;
+        loop {
+            if self.reap_some() {
+                self.fire();
+                return true;
+            }
+            spins += 1;
+            if spins & 15 == 0 && Instant::now() >= spin_until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // Armed before the last look: a completion after it raises an event that wakes us,
+        // one before it is found by the look.
+        self.arm();
+        if self.reap_some() {
+            self.fire();
+            return true;
+        }
+        // Bounded, so a lost wake-up costs a round of the caller's loop, never a hang.
+        let mut timeout_ms: i32 = 1000;
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            timeout_ms = timeout_ms.min(left.as_millis().min(i32::MAX as u128) as i32);
+        }
+        // SAFETY: the channel lives as long as `shared`.
+        let comp_fd = unsafe { (*shared.comp_channel.0).fd };
+        let mut fds = [
+            super::sys::pollin(comp_fd),
+            super::sys::pollin(self.interrupt.as_raw_fd()),
+        ];
+        shared.drivers.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: two pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        shared.drivers.fetch_sub(1, Ordering::SeqCst);
+        if n > 0 {
+            if fds[1].revents != 0 {
+                super::sys::eventfd_clear(&self.interrupt);
+            }
+            if fds[0].revents != 0 {
+                // Events this thread queues need no interrupt: it returns next anyway.
+                self.driver.store(thread_token(), Ordering::SeqCst);
+                super::completion_events(&shared);
+                self.driver.store(0, Ordering::SeqCst);
+            }
+        }
+        true
+    }
+    fn interrupt(&self) {
+        if self.driver.load(Ordering::SeqCst) != thread_token() {
+            super::sys::eventfd_signal(&self.interrupt);
+        }
+    }
+}
+
+impl Drop for VerbsCq {
+    fn drop(&mut self) {
+        if let Some(s) = self.shared.upgrade() {
+            s.cqs.lock().remove(&self.id);
+        }
+        // SAFETY: no QP uses the CQ any more (each holds an Arc to it); every completion event
+        // was acknowledged by the event loop as it was read.
+        let rc = unsafe { ibv_destroy_cq(self.cq.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_cq: error {rc}");
+        }
+    }
+}
+
+/// Maps a verbs work completion status onto the backend's.
+fn status_of(s: ibv_wc_status::Type) -> WcStatus {
+    use ibv_wc_status::*;
+    match s {
+        IBV_WC_SUCCESS => WcStatus::Success,
+        IBV_WC_LOC_LEN_ERR => WcStatus::LocalLength,
+        IBV_WC_LOC_QP_OP_ERR => WcStatus::LocalQpOp,
+        IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_ACCESS_ERR => WcStatus::LocalProtection,
+        IBV_WC_WR_FLUSH_ERR => WcStatus::Flushed,
+        IBV_WC_MW_BIND_ERR => WcStatus::MwBind,
+        IBV_WC_BAD_RESP_ERR => WcStatus::BadResponse,
+        IBV_WC_REM_ACCESS_ERR => WcStatus::RemoteAccess,
+        IBV_WC_REM_INV_REQ_ERR => WcStatus::RemoteInvalidRequest,
+        IBV_WC_REM_OP_ERR => WcStatus::RemoteOp,
+        IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::ReceiverNotReady,
+        _ => WcStatus::Transport,
+    }
+}

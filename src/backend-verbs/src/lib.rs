@@ -1,0 +1,605 @@
+//! The ibverbs backend: the verbs-shaped traits on a real RDMA device (rdma-sys), connections
+//! through rdma_cm.
+//!
+//! IA = device + port; its address is the IPv4 address of the port's network interface.
+//! PZ = PD, LMR = MR (lmr_context = lkey, rmr_context = rkey), RMR = type 2 memory window bound
+//! by a work request, EVD = CQ (plus a software queue, see `cq.rs`), EP = RC QP, SRQ = SRQ.
+//! The NIC serves the target side of RDMA: no thread moves data.
+//!
+//! One event thread per IA waits (poll(2), never spinning) on three descriptors: the IA's
+//! completion channel (it acknowledges and re-arms the CQ, then lets the CQ's consumer reap
+//! it), the IA's rdma_cm event channel (connection events, acknowledged before they are
+//! handled so that handlers may destroy ids), and the device's asynchronous event descriptor
+//! (QP fatal errors become broken connections).
+//!
+//! This crate implements the contract of `daplrs-backend` and depends on nothing else of the
+//! provider: it cannot name a DAT type.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod cm;
+mod cq;
+mod mem;
+mod qp;
+mod sys;
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+use rdma_sys::*;
+
+use cm::CmState;
+use cq::VerbsCq;
+use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{
+    CmEvent, CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener,
+    ProtectionDomain, QpInit, QueuePair, SharedReceiveQueue,
+};
+use daplrs_backend::{Error, Resource, Result};
+use qp::VerbsQp;
+use sys::Ptr;
+
+/// Marks a receive's wr_id, so a completion says which queue it came from even when its
+/// opcode is undefined (failed and flushed completions). The core's ids never reach it.
+const RECV_BIT: u64 = 1 << 63;
+/// Marks a request the backend posts for itself (the invalidation before a window is bound
+/// again): its completion is accounted for and never reaches the core.
+const INTERNAL_BIT: u64 = 1 << 62;
+
+/// Private data an IB connect request carries (92 bytes minus rdma_cm's header).
+const MAX_PRIVATE_DATA: u32 = 56;
+
+/// How often the event thread looks at the completion channel again while consumers sleep
+/// on it themselves.
+const DRIVER_RECHECK_MS: i32 = 10;
+
+/// Inline payload asked of the device (small sends and writes skip the DMA read).
+const MAX_INLINE: u32 = 128;
+
+/// Every QP of the process by (device context, qp_num): asynchronous events arrive on the
+/// device's descriptor, which IAs on the same device share.
+/// Looked up for every completion (an IntMap: no SipHash on that path).
+type QpMap = IntMap<(usize, u32), Weak<VerbsQp>>;
+fn all_qps() -> &'static Mutex<QpMap> {
+    static QPS: OnceLock<Mutex<QpMap>> = OnceLock::new();
+    QPS.get_or_init(|| Mutex::new(IntMap::default()))
+}
+
+/// What happens on the event thread for work found elsewhere.
+enum Deferred {
+    /// A connection event to hand to the core.
+    Event(CmEvent),
+    /// The QP failed (an error completion or a fatal async event): break its connection.
+    Break(u32),
+}
+
+pub(crate) struct Shared {
+    name: String,
+    addr: Ipv4Addr,
+    port: u8,
+    ctx: Ptr<ibv_context>,
+    attr: DeviceAttr,
+    max_inline: u32,
+    mw_type2: bool,
+    comp_channel: Ptr<ibv_comp_channel>,
+    cm_channel: Ptr<rdma_event_channel>,
+    wake: OwnedFd,
+    cm_handler: Mutex<Option<CmHandler>>,
+    deferred: Mutex<Vec<Deferred>>,
+    cqs: Mutex<IntMap<u64, Weak<VerbsCq>>>,
+    cm: Mutex<CmState>,
+    closing: AtomicBool,
+    next_id: AtomicU64,
+    /// Threads sleeping on the completion channel in `VerbsCq::drive`.
+    drivers: AtomicU32,
+}
+
+impl Shared {
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn qp(&self, qp_num: u32) -> Option<Arc<VerbsQp>> {
+        all_qps()
+            .lock()
+            .get(&(self.ctx.0 as usize, qp_num))
+            .and_then(|w| w.upgrade())
+    }
+
+    fn register_qp(&self, qp: &Arc<VerbsQp>) {
+        all_qps()
+            .lock()
+            .insert((self.ctx.0 as usize, qp.qp_num), Arc::downgrade(qp));
+    }
+
+    fn unregister_qp(&self, qp_num: u32) {
+        let mut m = all_qps().lock();
+        let key = (self.ctx.0 as usize, qp_num);
+        if m.get(&key).is_some_and(|w| w.strong_count() == 0) {
+            m.remove(&key);
+        }
+    }
+
+    fn defer(&self, d: Deferred) {
+        self.deferred.lock().push(d);
+        self.kick();
+    }
+
+    fn defer_event(&self, ev: CmEvent) {
+        self.defer(Deferred::Event(ev));
+    }
+
+    fn defer_break(&self, qp_num: u32) {
+        self.defer(Deferred::Break(qp_num));
+    }
+
+    /// Wakes the event thread.
+    fn kick(&self) {
+        sys::eventfd_signal(&self.wake);
+    }
+
+    /// Hands a connection event to the core (on the event thread, holding no lock of ours).
+    fn emit(&self, ev: CmEvent) {
+        let h = self.cm_handler.lock().clone();
+        if let Some(h) = h {
+            h(ev);
+        }
+    }
+}
+
+pub struct VerbsDevice {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// ia_params after "verbs": a device name with an optional port, a netdev or an IPv4 address.
+fn parse_target(target: &str, port: Option<&str>) -> Result<(String, Option<u8>), String> {
+    let port = match port {
+        Some(p) => Some(
+            p.parse::<u8>()
+                .map_err(|_| format!("bad port number '{p}' in ia_params"))?,
+        ),
+        None => None,
+    };
+    Ok((target.to_string(), port))
+}
+
+/// Why "verbs <target> [port]" names no usable RDMA port (None when it does).
+pub fn diagnose(target: &str, port: Option<&str>) -> Option<String> {
+    let (target, port) = match parse_target(target, port) {
+        Ok(x) => x,
+        Err(e) => return Some(e),
+    };
+    let p = match sys::find_port(&target, port) {
+        Ok(p) => p,
+        Err(e) => return Some(e),
+    };
+    match open_context(&p) {
+        Ok((ctx, _)) => {
+            let _ = ctx;
+            None
+        }
+        Err(e) => Some(e),
+    }
+}
+
+/// The device context rdma_cm uses for `p.device` (PDs and CQs must live on the context the
+/// CM ids see), and the port's attributes.
+fn open_context(p: &sys::PortInfo) -> Result<(Ptr<ibv_context>, ibv_port_attr), String> {
+    let mut n = 0;
+    // SAFETY: rdma_get_devices returns an array of n contexts owned by librdmacm.
+    let list = unsafe { rdma_get_devices(&mut n) };
+    if list.is_null() {
+        return Err(format!(
+            "rdma_get_devices: {} (is rdma-core's user-space driver for {} installed, e.g. \
+             Debian's ibverbs-providers?)",
+            std::io::Error::last_os_error(),
+            p.device
+        ));
+    }
+    let mut found = Ptr::null();
+    let mut names = Vec::new();
+    for i in 0..n as usize {
+        // SAFETY: i < n.
+        let ctx = unsafe { *list.add(i) };
+        // SAFETY: a live context and its device.
+        let name = sys::cstr(unsafe { ibv_get_device_name((*ctx).device) });
+        if name == p.device {
+            found = Ptr(ctx);
+        }
+        names.push(name);
+    }
+    // SAFETY: frees only the array.
+    unsafe { rdma_free_devices(list) };
+    if found.is_null() {
+        return Err(format!(
+            "RDMA device {} is not usable from user space (user-space devices: {}; is its \
+             rdma-core driver installed?)",
+            p.device,
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ));
+    }
+    // SAFETY: plain data; ___ibv_query_port is the C behaviour of ibv_query_port.
+    let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `found` is a live context.
+    let rc = unsafe { ___ibv_query_port(found.0, p.port, &mut pa) };
+    if rc != 0 {
+        return Err(sys::os_error(
+            &format!("ibv_query_port({}, {})", p.device, p.port),
+            rc,
+        ));
+    }
+    if pa.state != ibv_port_state::IBV_PORT_ACTIVE {
+        return Err(format!(
+            "port {} of {} is not active (state {})",
+            p.port, p.device, pa.state
+        ));
+    }
+    Ok((found, pa))
+}
+
+impl VerbsDevice {
+    /// Opens "verbs <device> [port]" / "verbs <netdev>" / "verbs <IPv4 address>".
+    pub fn open(target: &str, port: Option<&str>) -> Result<Arc<VerbsDevice>> {
+        let not_found = Error::NoDevice;
+        let (target, port) = parse_target(target, port).map_err(|_| not_found)?;
+        let p = sys::find_port(&target, port).map_err(|e| {
+            log::warn!("verbs: {e}");
+            not_found
+        })?;
+        let (ctx, pa) = open_context(&p).map_err(|e| {
+            log::warn!("verbs: {e}");
+            not_found
+        })?;
+        // SAFETY: plain data; a live context.
+        let mut da: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { ibv_query_device(ctx.0, &mut da) } != 0 {
+            return Err(not_found);
+        }
+        let mw_type2 = da.device_cap_flags & ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0
+            != 0
+            && da.max_mw > 0;
+        let u = |x: i32| x.max(0) as u32;
+        let attr = DeviceAttr {
+            max_qp: u(da.max_qp),
+            max_qp_wr: u(da.max_qp_wr),
+            max_sge: u(da.max_sge),
+            max_cq: u(da.max_cq),
+            max_cqe: u(da.max_cqe),
+            max_mr: u(da.max_mr),
+            max_mr_size: da.max_mr_size,
+            max_pd: u(da.max_pd),
+            max_mw: u(da.max_mw),
+            max_srq: u(da.max_srq),
+            max_srq_wr: u(da.max_srq_wr),
+            max_msg_size: pa.max_msg_sz,
+            max_rdma_size: pa.max_msg_sz,
+            max_rd_atomic: u(da.max_qp_rd_atom.min(da.max_qp_init_rd_atom)),
+            max_private_data: MAX_PRIVATE_DATA,
+            // The port's active MTU (enum ibv_mtu: 1 = 256 bytes ... 5 = 4096), the path MTU
+            // rdma_cm gives our connections on this port.
+            mtu: 128u32 << pa.active_mtu,
+            // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space.
+            ud: true,
+        };
+        // SAFETY: a live context.
+        let comp_channel = unsafe { ibv_create_comp_channel(ctx.0) };
+        if comp_channel.is_null() {
+            return Err(Error::NoResource(Resource::Device));
+        }
+        // SAFETY: plain constructor.
+        let cm_channel = unsafe { rdma_create_event_channel() };
+        if cm_channel.is_null() {
+            // SAFETY: the channel we just created.
+            unsafe { ibv_destroy_comp_channel(comp_channel) };
+            return Err(Error::NoResource(Resource::Device));
+        }
+        let Some(wake) = sys::eventfd() else {
+            // SAFETY: the channels we just created, used by nobody.
+            unsafe {
+                rdma_destroy_event_channel(cm_channel);
+                ibv_destroy_comp_channel(comp_channel);
+            }
+            return Err(Error::NoResource(Resource::Device));
+        };
+        // SAFETY: descriptors of the objects above.
+        unsafe {
+            sys::set_nonblocking((*comp_channel).fd);
+            sys::set_nonblocking((*cm_channel).fd);
+            sys::set_nonblocking((*ctx.0).async_fd);
+        }
+        // SAFETY: plain data; a live context.
+        let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let gid = if unsafe { ibv_query_gid(ctx.0, p.port, p.gid_index as i32, &mut gid) } == 0 {
+            // SAFETY: the raw view of the union.
+            let raw = unsafe { gid.raw };
+            raw.chunks(2)
+                .map(|c| format!("{:x}", u16::from_be_bytes([c[0], c[1]])))
+                .collect::<Vec<_>>()
+                .join(":")
+        } else {
+            "?".to_string()
+        };
+        let shared = Arc::new(Shared {
+            // What datinfo shows as the adapter: device, port, interface, GID, link.
+            name: format!(
+                "{} port {} ({}, GID[{}] {}, link active, MTU {})",
+                p.device, p.port, p.netdev, p.gid_index, gid, attr.mtu
+            ),
+            addr: p.addr.unwrap_or(Ipv4Addr::UNSPECIFIED),
+            port: p.port,
+            ctx,
+            attr,
+            max_inline: MAX_INLINE,
+            mw_type2,
+            comp_channel: Ptr(comp_channel),
+            cm_channel: Ptr(cm_channel),
+            wake,
+            cm_handler: Mutex::new(None),
+            deferred: Mutex::new(Vec::new()),
+            cqs: Mutex::new(IntMap::default()),
+            cm: Mutex::new(CmState::default()),
+            closing: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+            drivers: AtomicU32::new(0),
+        });
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("daplrs-verbs".into())
+            .spawn(move || event_loop(s2))
+            .map_err(|_| Error::NoResource(Resource::Device))?;
+        log::debug!(
+            "verbs: opened {} at {} (gid index {})",
+            shared.name,
+            shared.addr,
+            p.gid_index
+        );
+        Ok(Arc::new(VerbsDevice {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+}
+
+/// The event thread: completion notifications, connection events, async events, deferred work.
+fn event_loop(s: Arc<Shared>) {
+    // SAFETY: descriptors of objects `s` owns, valid until the loop ends.
+    let (comp_fd, cm_fd, async_fd) = unsafe {
+        (
+            (*s.comp_channel.0).fd,
+            (*s.cm_channel.0).fd,
+            (*s.ctx.0).async_fd,
+        )
+    };
+    let wake_fd = s.wake.as_raw_fd();
+    loop {
+        if s.closing.load(Ordering::SeqCst) {
+            break;
+        }
+        let mut fds = [
+            sys::pollin(comp_fd),
+            sys::pollin(cm_fd),
+            sys::pollin(async_fd),
+            sys::pollin(wake_fd),
+        ];
+        let mut timeout = cm::next_timeout_ms(&s);
+        // While a consumer sleeps on the completion channel itself (`drive`), it handles
+        // every CQ event of the IA: stay off the channel, so a completion wakes one thread,
+        // and look again soon (the consumer may leave with no event pending).
+        if s.drivers.load(Ordering::SeqCst) > 0 {
+            fds[0].fd = -1;
+            timeout = if timeout < 0 {
+                DRIVER_RECHECK_MS
+            } else {
+                timeout.min(DRIVER_RECHECK_MS)
+            };
+        }
+        // SAFETY: four pollfds (a negative fd is ignored).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, timeout) };
+        if n < 0 {
+            if sys::errno() == libc::EINTR {
+                continue;
+            }
+            log::error!("verbs event loop: poll failed: {}", sys::errno());
+            break;
+        }
+        if fds[3].revents != 0 {
+            sys::eventfd_clear(&s.wake);
+        }
+        if fds[0].revents != 0 {
+            completion_events(&s);
+        }
+        if fds[1].revents != 0 {
+            cm::events(&s);
+        }
+        if fds[2].revents != 0 {
+            async_events(&s);
+        }
+        cm::expire(&s);
+        let work: Vec<Deferred> = std::mem::take(&mut *s.deferred.lock());
+        for d in work {
+            match d {
+                Deferred::Event(ev) => s.emit(ev),
+                Deferred::Break(qp_num) => cm::break_connection(&s, qp_num),
+            }
+        }
+    }
+}
+
+/// A completion channel event: acknowledge, re-arm, then let the CQ's consumer reap it (the
+/// re-arm comes first so a completion arriving meanwhile raises a new event).
+pub(crate) fn completion_events(s: &Arc<Shared>) {
+    // One event a call: the channel stays readable while more are pending, and a consumer
+    // woken for its completion should not pay a failed read on its way back.
+    let mut cq: *mut ibv_cq = std::ptr::null_mut();
+    let mut ctx: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: our non-blocking channel.
+    if unsafe { ibv_get_cq_event(s.comp_channel.0, &mut cq, &mut ctx) } != 0 {
+        return;
+    }
+    let mine = s
+        .cqs
+        .lock()
+        .get(&(ctx as usize as u64))
+        .and_then(|w| w.upgrade());
+    // SAFETY: the event's CQ; its destruction waits for this acknowledgement.
+    unsafe { ibv_ack_cq_events(cq, 1) };
+    if let Some(c) = mine {
+        c.rearm();
+        c.fire();
+    }
+}
+
+/// Device asynchronous events: a QP that failed breaks its connection.
+fn async_events(s: &Arc<Shared>) {
+    loop {
+        // SAFETY: plain data.
+        let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
+        // SAFETY: the device's non-blocking async descriptor.
+        if unsafe { ibv_get_async_event(s.ctx.0, &mut ev) } != 0 {
+            break;
+        }
+        let ty = ev.event_type;
+        use ibv_event_type::*;
+        match ty {
+            IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR => {
+                // SAFETY: a QP event carries the QP.
+                let qp_num = unsafe { (*ev.element.qp).qp_num };
+                log::debug!("verbs: async {:?} on QP {qp_num}", ty as u32);
+                // The event belongs to whichever IA owns the QP (IAs share the descriptor).
+                let key = (s.ctx.0 as usize, qp_num);
+                let owner = all_qps().lock().get(&key).and_then(|w| w.upgrade());
+                if let Some(qp) = owner {
+                    if !qp.broken.swap(true, Ordering::SeqCst) {
+                        qp.shared.defer_break(qp_num);
+                    }
+                }
+            }
+            other => log::debug!("verbs: async event {}", other as u32),
+        }
+        // SAFETY: the event we got.
+        unsafe { ibv_ack_async_event(&mut ev) };
+    }
+}
+
+impl Device for VerbsDevice {
+    fn name(&self) -> String {
+        self.shared.name.clone()
+    }
+    fn address(&self) -> Ipv4Addr {
+        self.shared.addr
+    }
+    fn attr(&self) -> DeviceAttr {
+        self.shared.attr.clone()
+    }
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>> {
+        Ok(mem::VerbsPd::alloc(&self.shared)?)
+    }
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
+        Ok(VerbsCq::create(&self.shared, depth)?)
+    }
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
+        Ok(VerbsQp::create(&self.shared, init)?)
+    }
+    fn create_srq(
+        &self,
+        pd: &Arc<dyn ProtectionDomain>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Arc<dyn SharedReceiveQueue>> {
+        Ok(qp::VerbsSrq::create(&self.shared, &**pd, max_wr, max_sge)?)
+    }
+    fn set_cm_handler(&self, handler: Option<CmHandler>) {
+        *self.shared.cm_handler.lock() = handler;
+    }
+    fn listen(&self, port: u16) -> Result<Arc<dyn Listener>> {
+        Ok(cm::listen(&self.shared, port)?)
+    }
+    fn connect(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: std::net::SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
+        cm::connect(&self.shared, own_qp(qp)?, remote, private_data, timeout)
+    }
+    fn accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> Result<()> {
+        cm::accept(&self.shared, req, own_qp(qp)?, private_data)
+    }
+    fn reject(&self, req: ConnRequestId, private_data: &[u8]) -> Result<()> {
+        cm::reject(&self.shared, req, private_data)
+    }
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> Result<()> {
+        cm::disconnect(&self.shared, own_qp(qp)?, abrupt)
+    }
+    fn create_ud_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
+        Ok(VerbsQp::create_ud(&self.shared, init)?)
+    }
+    fn ud_resolve(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: std::net::SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<u64> {
+        cm::ud_resolve(&self.shared, own_qp(qp)?, remote, private_data, timeout)
+    }
+    fn ud_accept(
+        &self,
+        req: ConnRequestId,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> Result<daplrs_backend::UdPeer> {
+        cm::ud_accept(&self.shared, req, own_qp(qp)?, private_data)
+    }
+    fn close(&self) {
+        if self.shared.closing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.shared.kick();
+        if let Some(t) = self.thread.lock().take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        cm::close_all(&self.shared);
+    }
+}
+
+impl Drop for VerbsDevice {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us).
+        unsafe {
+            rdma_destroy_event_channel(self.cm_channel.0);
+            ibv_destroy_comp_channel(self.comp_channel.0);
+        }
+    }
+}
+
+fn own_qp(qp: &Arc<dyn QueuePair>) -> Result<Arc<VerbsQp>> {
+    qp.as_any()
+        .downcast_ref::<VerbsQp>()
+        .and_then(|v| v.me.upgrade())
+        .ok_or(Error::Internal)
+}

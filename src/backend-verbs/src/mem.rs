@@ -1,0 +1,267 @@
+//! Protection domain, memory regions and memory windows (type 2, bound by work requests).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use rdma_sys::*;
+
+use super::sys::Ptr;
+use super::Shared;
+use daplrs_backend::{Error, Resource, Result};
+use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain};
+
+pub(crate) struct PdInner {
+    pub(super) id: u32,
+    pub(super) pd: Ptr<ibv_pd>,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // SAFETY: every MR, MW, SRQ and QP of the PD holds an Arc to it, so none is left.
+        let rc = unsafe { ibv_dealloc_pd(self.pd.0) };
+        if rc != 0 {
+            log::warn!("ibv_dealloc_pd: error {rc}");
+        }
+    }
+}
+
+pub(crate) struct VerbsPd {
+    pub(super) inner: Arc<PdInner>,
+}
+
+impl VerbsPd {
+    pub(super) fn alloc(shared: &Arc<Shared>) -> Result<Arc<VerbsPd>> {
+        // SAFETY: the device context lives as long as `shared`.
+        let pd = unsafe { ibv_alloc_pd(shared.ctx.0) };
+        if pd.is_null() {
+            return Err(Error::NoResource(Resource::Pd));
+        }
+        Ok(Arc::new(VerbsPd {
+            inner: Arc::new(PdInner {
+                id: shared.next_id() as u32,
+                pd: Ptr(pd),
+                shared: shared.clone(),
+            }),
+        }))
+    }
+}
+
+impl ProtectionDomain for VerbsPd {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn id(&self) -> u32 {
+        self.inner.id
+    }
+    fn reg_mr(&self, addr: u64, length: u64, access: u32) -> Result<Arc<dyn MemoryRegion>> {
+        // The backend's access bits are the IBV_ACCESS_* values.
+        // SAFETY: the caller guarantees [addr, addr+length) is valid memory until deregister.
+        let mr = unsafe {
+            ibv_reg_mr(
+                self.inner.pd.0,
+                addr as usize as *mut libc::c_void,
+                length as usize,
+                access as i32,
+            )
+        };
+        if mr.is_null() {
+            let e = super::sys::errno();
+            log::debug!("ibv_reg_mr({addr:#x}, {length}): errno {e}");
+            return Err(match e {
+                // Memory that is not there, or not writable for write access (the TCP
+                // backend refuses the same memory the same way).
+                libc::EFAULT => Error::BadAddress,
+                _ => Error::NoResource(Resource::Key),
+            });
+        }
+        Ok(Arc::new(VerbsMr {
+            mr: Mutex::new(Ptr(mr)),
+            // SAFETY: the MR we just registered.
+            lkey: unsafe { (*mr).lkey },
+            // SAFETY: as above.
+            rkey: unsafe { (*mr).rkey },
+            addr,
+            length,
+            access,
+            pd: self.inner.clone(),
+        }))
+    }
+    fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
+        Ok(VerbsMw::alloc(&self.inner)?)
+    }
+}
+
+pub(crate) struct VerbsMr {
+    /// NULL once deregistered.
+    pub(super) mr: Mutex<Ptr<ibv_mr>>,
+    lkey: u32,
+    rkey: u32,
+    addr: u64,
+    length: u64,
+    access: u32,
+    pd: Arc<PdInner>,
+}
+
+impl MemoryRegion for VerbsMr {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn length(&self) -> u64 {
+        self.length
+    }
+    fn access(&self) -> u32 {
+        self.access
+    }
+    fn pd_id(&self) -> u32 {
+        self.pd.id
+    }
+    fn deregister(&self) {
+        let mut mr = self.mr.lock();
+        if mr.is_null() {
+            return;
+        }
+        // SAFETY: our MR, deregistered once.
+        let rc = unsafe { ibv_dereg_mr(mr.0) };
+        if rc != 0 {
+            log::warn!("ibv_dereg_mr: error {rc}");
+        }
+        *mr = Ptr::null();
+    }
+}
+
+impl Drop for VerbsMr {
+    fn drop(&mut self) {
+        self.deregister();
+    }
+}
+
+pub(crate) struct VerbsMw {
+    /// Lets a bind work request keep the window it binds (the core hands it over as a trait
+    /// object).
+    pub(super) me: Weak<VerbsMw>,
+    /// The window; replaced by a fresh one when a binding must die at once (see `invalidate`).
+    pub(super) mw: Mutex<Ptr<ibv_mw>>,
+    /// The rkey a bind gave last (the 8-bit tag advances with every bind).
+    tag: AtomicU32,
+    /// The rkey that grants access now (0 while unbound).
+    bound: AtomicU32,
+    /// The rkey of the last bind posted, until an invalidation is posted (0: none). A type 2
+    /// window must be invalidated before it is bound again.
+    pub(super) live: AtomicU32,
+    /// The QP the last bind went through: a type 2 binding holds its QP, which cannot be
+    /// destroyed promptly until the window lets go (see `VerbsQp::release_windows`).
+    pub(super) bound_qp: AtomicU32,
+    pd: Arc<PdInner>,
+}
+
+impl VerbsMw {
+    fn alloc(pd: &Arc<PdInner>) -> Result<Arc<VerbsMw>> {
+        let mw = Self::alloc_raw(pd)?;
+        Ok(Arc::new_cyclic(|me| VerbsMw {
+            me: me.clone(),
+            // SAFETY: the window we just allocated.
+            tag: AtomicU32::new(unsafe { (*mw.0).rkey }),
+            mw: Mutex::new(mw),
+            bound: AtomicU32::new(0),
+            live: AtomicU32::new(0),
+            bound_qp: AtomicU32::new(0),
+            pd: pd.clone(),
+        }))
+    }
+
+    fn alloc_raw(pd: &Arc<PdInner>) -> Result<Ptr<ibv_mw>> {
+        if !pd.shared.mw_type2 {
+            // rdma-sys's inline helpers unwrap the device's function pointers: never call
+            // them on a device without windows.
+            return Err(Error::Unsupported);
+        }
+        // SAFETY: the device supports type 2 windows (checked at open).
+        match unsafe { ibv_alloc_mw(pd.pd.0, ibv_mw_type::IBV_MW_TYPE_2) } {
+            Some(p) if !p.is_null() => Ok(Ptr(p)),
+            _ => Err(Error::NoResource(Resource::Key)),
+        }
+    }
+
+    pub(super) fn raw(&self) -> *mut ibv_mw {
+        self.mw.lock().0
+    }
+
+    /// A bind with `rkey` completed: that rkey grants access now (0: unbound).
+    pub(super) fn set_bound(&self, rkey: u32) {
+        self.bound.store(rkey, Ordering::SeqCst);
+    }
+}
+
+impl MemoryWindow for VerbsMw {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn rkey(&self) -> u32 {
+        self.bound.load(Ordering::SeqCst)
+    }
+    fn next_rkey(&self) -> u32 {
+        // Reserve the next tag now: a bind that fails leaves a gap, never a reuse.
+        let mut cur = self.tag.load(Ordering::SeqCst);
+        loop {
+            let next = (cur & !0xff) | (cur.wrapping_add(1) & 0xff);
+            match self
+                .tag
+                .compare_exchange(cur, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return next,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+    fn pd_id(&self) -> u32 {
+        self.pd.id
+    }
+    fn invalidate(&self) {
+        // A bind failed or was flushed, typically on a QP in error where no invalidation can be
+        // posted: replace the window, so whatever rkey it granted dies now.
+        let mut mw = self.mw.lock();
+        if mw.is_null() {
+            return;
+        }
+        if let Ok(fresh) = Self::alloc_raw(&self.pd) {
+            // SAFETY: the old window is ours and no bind on it is outstanding.
+            unsafe { ibv_dealloc_mw(mw.0) };
+            // SAFETY: the new window.
+            self.tag.store(unsafe { (*fresh.0).rkey }, Ordering::SeqCst);
+            *mw = fresh;
+        }
+        self.bound.store(0, Ordering::SeqCst);
+        self.live.store(0, Ordering::SeqCst);
+        self.bound_qp.store(0, Ordering::SeqCst);
+    }
+    fn dealloc(&self) {
+        let mut mw = self.mw.lock();
+        if mw.is_null() {
+            return;
+        }
+        // SAFETY: our window, freed once.
+        let rc = unsafe { ibv_dealloc_mw(mw.0) };
+        if rc != 0 {
+            log::warn!("ibv_dealloc_mw: error {rc}");
+        }
+        *mw = Ptr::null();
+        self.bound.store(0, Ordering::SeqCst);
+    }
+}
+
+impl Drop for VerbsMw {
+    fn drop(&mut self) {
+        self.dealloc();
+    }
+}

@@ -1,0 +1,1034 @@
+//! Queue pair (an RC ibv_qp made with ibv_create_qp, moved through its states by us with the
+//! attributes rdma_cm gives) and shared receive queue.
+//!
+//! The QP exists from dat_ep_create on, before any connection: it is taken to INIT at once so
+//! receives can be posted early, and to RTR/RTS when rdma_cm has a path (see `cm.rs`).
+//!
+//! A datagram QP (IBV_QPT_UD, `VerbsQp::create_ud`) goes to RTS at once with rdma_cm's UDP
+//! Q_Key and stays there: it needs no connection. Its sends name an address handle
+//! (`VerbsAh`, made from the path rdma_cm resolved) and the remote QP number.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rdma_sys::*;
+
+use super::cq::VerbsCq;
+use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
+use super::sys::Ptr;
+use super::{Shared, INTERNAL_BIT, RECV_BIT};
+use daplrs_backend::intmap::{IntMap, IntSet};
+use daplrs_backend::{
+    AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
+    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+};
+use daplrs_backend::{Error, Resource, Result};
+
+/// How long teardown waits for the hardware to flush a QP's outstanding requests.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// Where a QP is in its connection's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Idle,
+    Connecting,
+    Connected,
+    Error,
+}
+
+pub(super) struct Conn {
+    pub phase: Phase,
+    pub cm_id: Ptr<rdma_cm_id>,
+    /// The consumer's private data for the connect request.
+    pub private_data: Vec<u8>,
+    pub deadline: Option<Instant>,
+    pub local: Option<SocketAddrV4>,
+    pub remote: Option<SocketAddrV4>,
+    /// We sent the disconnect request (the peer's DISCONNECTED answer needs no reply).
+    pub disconnecting: bool,
+}
+
+pub(crate) struct VerbsQp {
+    /// Lets the backend get its own Arc back from the trait object the core hands over.
+    pub(super) me: Weak<VerbsQp>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) qp: Ptr<ibv_qp>,
+    pub(super) qp_num: u32,
+    send_cq: Arc<VerbsCq>,
+    recv_cq: Arc<VerbsCq>,
+    srq: Option<Arc<VerbsSrq>>,
+    _pd: Arc<PdInner>,
+    pub(super) cap: QpCap,
+    /// What this QP added to its receive CQ's size (its own depth, or its SRQ's).
+    recv_depth: u32,
+    max_inline: u32,
+    pub(super) conn: Mutex<Conn>,
+    sends_out: AtomicU32,
+    recvs_out: AtomicU32,
+    /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
+    binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
+    /// A non-flush error completion was seen: the connection is broken (reported once).
+    pub(super) broken: AtomicBool,
+    /// Windows bound through this QP.
+    windows: Mutex<Vec<Weak<VerbsMw>>>,
+    /// The send queue as posted (held across ibv_post_send, so it is in posting order).
+    sq: Mutex<SendQueue>,
+    /// A datagram QP (IBV_QPT_UD).
+    pub(super) ud: bool,
+}
+
+/// An address handle: an ibv_ah made in a QP's PD from the path rdma_cm resolved, the remote
+/// IA's address and the remote QP's Q_Key.
+pub(crate) struct VerbsAh {
+    ah: Ptr<ibv_ah>,
+    addr: Ipv4Addr,
+    qkey: u32,
+    _pd: Arc<PdInner>,
+}
+
+impl VerbsAh {
+    /// An address handle in `qp`'s PD for the path `attr` (from an rdma_cm UDP event).
+    pub(super) fn create(
+        qp: &VerbsQp,
+        attr: &mut ibv_ah_attr,
+        addr: Ipv4Addr,
+        qkey: u32,
+    ) -> Result<Arc<VerbsAh>, String> {
+        // SAFETY: a PD of this device, alive while the QP holds it; a path attribute block.
+        let ah = unsafe { ibv_create_ah(qp._pd.pd.0, attr) };
+        if ah.is_null() {
+            return Err(super::sys::os_error("ibv_create_ah", super::sys::errno()));
+        }
+        Ok(Arc::new(VerbsAh {
+            ah: Ptr(ah),
+            addr,
+            qkey,
+            _pd: qp._pd.clone(),
+        }))
+    }
+}
+
+impl AddressHandle for VerbsAh {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn address(&self) -> Ipv4Addr {
+        self.addr
+    }
+}
+
+impl Drop for VerbsAh {
+    fn drop(&mut self) {
+        // SAFETY: our AH; its PD lives until after this (held above).
+        let rc = unsafe { ibv_destroy_ah(self.ah.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_ah: error {rc}");
+        }
+    }
+}
+
+/// Posted send requests, oldest first, and how many unsignaled ones were posted in a row.
+#[derive(Default)]
+struct SendQueue {
+    posted: VecDeque<u64>,
+    unsignaled_run: u32,
+}
+
+impl VerbsQp {
+    /// What every send-queue post checks first: the QP's phase (in Error the request is flushed
+    /// at once, where the consumer can see it: after whatever the hardware still holds of this
+    /// QP; then false), the scatter list's length, and the request queue's depth (as deep as
+    /// the EP asked, whatever the device rounded it up to). True: post it.
+    fn begin_send(
+        &self,
+        wr_id: u64,
+        opcode: WcOpcode,
+        sgl: &[daplrs_backend::Sge],
+    ) -> Result<bool> {
+        match self.phase() {
+            Phase::Connected => {}
+            Phase::Error => {
+                self.wait_flushed(true);
+                self.send_cq.push_synthetic(vec![WorkCompletion::flushed(
+                    wr_id,
+                    opcode,
+                    self.qp_num,
+                )]);
+                return Ok(false);
+            }
+            _ => return Err(Error::NotConnected),
+        }
+        if sgl.len() > self.cap.max_send_sge as usize {
+            return Err(Error::TooLong);
+        }
+        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        Ok(true)
+    }
+
+    pub(super) fn create(shared: &Arc<Shared>, init: QpInit) -> Result<Arc<VerbsQp>> {
+        Self::create_typed(shared, init, false)
+    }
+
+    /// A datagram QP, ready to send and receive at once.
+    pub(super) fn create_ud(shared: &Arc<Shared>, init: QpInit) -> Result<Arc<VerbsQp>> {
+        if init.srq.is_some() {
+            return Err(Error::Invalid);
+        }
+        Self::create_typed(shared, init, true)
+    }
+
+    fn create_typed(shared: &Arc<Shared>, init: QpInit, ud: bool) -> Result<Arc<VerbsQp>> {
+        let pd = downcast_pd(&*init.pd)?;
+        let send_cq = downcast_cq(&init.send_cq)?;
+        let recv_cq = downcast_cq(&init.recv_cq)?;
+        let srq = match &init.srq {
+            Some(s) => Some(
+                s.as_any()
+                    .downcast_ref::<VerbsSrq>()
+                    .and_then(|x| x.me.upgrade())
+                    .ok_or(Error::Internal)?,
+            ),
+            None => None,
+        };
+        let attr = &shared.attr;
+        let cap = QpCap {
+            max_send_wr: init.cap.max_send_wr.clamp(1, attr.max_qp_wr),
+            max_recv_wr: if srq.is_some() {
+                0
+            } else {
+                init.cap.max_recv_wr.clamp(1, attr.max_qp_wr)
+            },
+            max_send_sge: init.cap.max_send_sge.clamp(1, attr.max_sge),
+            max_recv_sge: init.cap.max_recv_sge.clamp(1, attr.max_sge),
+            max_rd_atomic: init.cap.max_rd_atomic.clamp(1, attr.max_rd_atomic.max(1)),
+            max_inline: 0,
+        };
+        // Inline sends for small payloads where the device takes them.
+        let mut qp = std::ptr::null_mut();
+        let mut max_inline = 0;
+        for inline in [shared.max_inline, 0] {
+            // SAFETY: plain data.
+            let mut ia: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+            ia.qp_context = std::ptr::null_mut();
+            ia.send_cq = send_cq.cq.0;
+            ia.recv_cq = recv_cq.cq.0;
+            ia.srq = srq
+                .as_ref()
+                .map(|s| s.srq.0)
+                .unwrap_or(std::ptr::null_mut());
+            ia.cap.max_send_wr = cap.max_send_wr;
+            ia.cap.max_recv_wr = cap.max_recv_wr;
+            ia.cap.max_send_sge = cap.max_send_sge;
+            ia.cap.max_recv_sge = cap.max_recv_sge;
+            ia.cap.max_inline_data = inline;
+            ia.qp_type = if ud {
+                ibv_qp_type::IBV_QPT_UD
+            } else {
+                ibv_qp_type::IBV_QPT_RC
+            };
+            ia.sq_sig_all = 0;
+            // SAFETY: PD and CQs belong to this device and outlive the QP (held below).
+            qp = unsafe { ibv_create_qp(pd.pd.0, &mut ia) };
+            if !qp.is_null() {
+                max_inline = ia.cap.max_inline_data;
+                break;
+            }
+        }
+        if qp.is_null() {
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        // SAFETY: the QP we just created.
+        let qp_num = unsafe { (*qp).qp_num };
+        // Receives of an SRQ complete on the CQ of whichever QP takes them: count the SRQ's
+        // depth against each of its QPs' receive CQs.
+        let recv_depth = srq.as_ref().map_or(cap.max_recv_wr, |s| s.max_wr());
+        if let Err(e) = send_cq.attach(cap.max_send_wr).and_then(|_| {
+            recv_cq.attach(recv_depth).inspect_err(|_| {
+                send_cq.detach(cap.max_send_wr);
+            })
+        }) {
+            // SAFETY: not shared with anyone yet.
+            unsafe { ibv_destroy_qp(qp) };
+            return Err(e);
+        }
+        let me = Arc::new_cyclic(|me| VerbsQp {
+            me: me.clone(),
+            shared: shared.clone(),
+            qp: Ptr(qp),
+            qp_num,
+            send_cq,
+            recv_cq,
+            srq,
+            _pd: pd.clone(),
+            cap,
+            recv_depth,
+            max_inline,
+            conn: Mutex::new(Conn {
+                phase: if ud { Phase::Connected } else { Phase::Idle },
+                cm_id: Ptr::null(),
+                private_data: Vec::new(),
+                deadline: None,
+                local: None,
+                remote: None,
+                disconnecting: false,
+            }),
+            sends_out: AtomicU32::new(0),
+            recvs_out: AtomicU32::new(0),
+            binds: Mutex::new(IntMap::default()),
+            broken: AtomicBool::new(false),
+            windows: Mutex::new(Vec::new()),
+            sq: Mutex::new(SendQueue::default()),
+            ud,
+        });
+        if ud {
+            me.to_ud_ready()?;
+        } else {
+            me.to_init()?;
+        }
+        shared.register_qp(&me);
+        Ok(me)
+    }
+
+    /// RESET -> INIT -> RTR -> RTS for a datagram QP: the IA's port, rdma_cm's UDP Q_Key
+    /// (what its address resolution tells peers), send PSN 0.
+    fn to_ud_ready(&self) -> Result<()> {
+        for state in [
+            ibv_qp_state::IBV_QPS_INIT,
+            ibv_qp_state::IBV_QPS_RTR,
+            ibv_qp_state::IBV_QPS_RTS,
+        ] {
+            // SAFETY: plain data.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = state;
+            let mut mask = ibv_qp_attr_mask::IBV_QP_STATE.0;
+            if state == ibv_qp_state::IBV_QPS_INIT {
+                a.pkey_index = 0;
+                a.port_num = self.shared.port;
+                a.qkey = RDMA_UDP_QKEY;
+                mask |= ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+                    | ibv_qp_attr_mask::IBV_QP_PORT.0
+                    | ibv_qp_attr_mask::IBV_QP_QKEY.0;
+            }
+            if state == ibv_qp_state::IBV_QPS_RTS {
+                a.sq_psn = 0;
+                mask |= ibv_qp_attr_mask::IBV_QP_SQ_PSN.0;
+            }
+            // SAFETY: our QP.
+            let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
+            if rc != 0 {
+                log::warn!("datagram QP {}: to state {state}: error {rc}", self.qp_num);
+                return Err(Error::NoResource(Resource::Qp));
+            }
+        }
+        Ok(())
+    }
+
+    /// RESET -> INIT, with the IA's port and every remote access the QP may be asked for.
+    fn to_init(&self) -> Result<()> {
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = self.shared.port;
+        a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0) as _;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
+            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+            | ibv_qp_attr_mask::IBV_QP_PORT.0
+            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
+        // SAFETY: our QP.
+        let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
+        if rc != 0 {
+            log::warn!("QP {}: INIT failed: error {rc}", self.qp_num);
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        Ok(())
+    }
+
+    /// INIT -> RTR -> RTS with the path and limits rdma_cm negotiated on `id`.
+    pub(super) fn to_rts(&self, id: *mut rdma_cm_id) -> Result<(), String> {
+        for state in [ibv_qp_state::IBV_QPS_RTR, ibv_qp_state::IBV_QPS_RTS] {
+            // SAFETY: plain data.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = state;
+            let mut mask: i32 = 0;
+            // SAFETY: a live cm id and our QP.
+            let rc = unsafe { rdma_init_qp_attr(id, &mut a, &mut mask) };
+            if rc != 0 {
+                return Err(super::sys::os_error(
+                    "rdma_init_qp_attr",
+                    super::sys::errno(),
+                ));
+            }
+            if state == ibv_qp_state::IBV_QPS_RTS {
+                a.retry_cnt = 7;
+                a.rnr_retry = 7;
+            }
+            // SAFETY: as above.
+            let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask) };
+            if rc != 0 {
+                return Err(super::sys::os_error("ibv_modify_qp", rc));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the QP to ERR: the hardware flushes every outstanding request.
+    pub(super) fn to_error(&self) {
+        self.set_state(ibv_qp_state::IBV_QPS_ERR);
+    }
+
+    fn to_reset(&self) {
+        self.set_state(ibv_qp_state::IBV_QPS_RESET);
+    }
+
+    fn set_state(&self, state: ibv_qp_state::Type) {
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = state;
+        // SAFETY: our QP.
+        unsafe { ibv_modify_qp(self.qp.0, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+    }
+
+    /// Waits (bounded) until the hardware has completed every request posted to the QP,
+    /// reaping its CQs into their software queues; the EVDs report them afterwards.
+    pub(super) fn wait_flushed(&self, sends_only: bool) {
+        let until = Instant::now() + FLUSH_WAIT;
+        loop {
+            let recvs = if sends_only {
+                0
+            } else {
+                self.recvs_out.load(Ordering::SeqCst)
+            };
+            if self.sends_out.load(Ordering::SeqCst) == 0 && recvs == 0 {
+                break;
+            }
+            if Instant::now() >= until {
+                log::warn!(
+                    "QP {}: {} sends and {} receives not completed after {:?}",
+                    self.qp_num,
+                    self.sends_out.load(Ordering::SeqCst),
+                    recvs,
+                    FLUSH_WAIT
+                );
+                break;
+            }
+            self.send_cq.reap_now();
+            self.recv_cq.reap_now();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.send_cq.fire();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.fire();
+        }
+    }
+
+    /// Accounts for one completion of this QP; returns the new rkey when it was a window bind.
+    /// Unsignaled requests it retires are queued to `queue` first, as successes: a send queue
+    /// completes in order, so everything posted before a completed request has completed.
+    pub(super) fn completed(
+        &self,
+        wr_id: u64,
+        is_recv: bool,
+        status: WcStatus,
+        queue: &mut VecDeque<WorkCompletion>,
+    ) -> Option<u32> {
+        if is_recv {
+            match &self.srq {
+                Some(s) => s.completed(wr_id),
+                None => {
+                    self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        } else {
+            let mut sq = self.sq.lock();
+            while let Some(front) = sq.posted.pop_front() {
+                self.sends_out.fetch_sub(1, Ordering::SeqCst);
+                if front == wr_id {
+                    break;
+                }
+                if front & INTERNAL_BIT == 0 {
+                    queue.push_back(WorkCompletion::new(
+                        front,
+                        WcStatus::Success,
+                        WcOpcode::Send,
+                        0,
+                        self.qp_num,
+                    ));
+                }
+            }
+        }
+        // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
+        if status != WcStatus::Success
+            && status != WcStatus::Flushed
+            && !self.broken.swap(true, Ordering::SeqCst)
+        {
+            // A failed request put the QP in error: the connection is gone.
+            self.shared.defer_break(self.qp_num);
+        }
+        if is_recv {
+            return None;
+        }
+        let mut binds = self.binds.lock();
+        if binds.is_empty() {
+            return None;
+        }
+        let (mw, rkey) = binds.remove(&wr_id)?;
+        drop(binds);
+        if status == WcStatus::Success {
+            mw.set_bound(rkey);
+        }
+        Some(rkey)
+    }
+
+    /// Whether the hardware already put the QP in error (a responder that refused a remote
+    /// access does so), or a failed completion said the connection broke.
+    pub(super) fn failed(&self) -> bool {
+        self.send_cq.reap_now();
+        self.recv_cq.reap_now();
+        if self.broken.load(Ordering::SeqCst) {
+            return true;
+        }
+        // SAFETY: plain data.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: plain data.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: our QP.
+        let rc = unsafe {
+            ibv_query_qp(
+                self.qp.0,
+                &mut a,
+                ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+                &mut init,
+            )
+        };
+        rc == 0 && a.qp_state == ibv_qp_state::IBV_QPS_ERR
+    }
+
+    /// Ends the bindings of windows last bound through this QP. A type 2 binding holds its
+    /// QP (rxe waits about 50 s in ibv_destroy_qp for it), and a window bound through a QP
+    /// that is gone grants nothing anyway.
+    fn release_windows(&self) {
+        let windows = std::mem::take(&mut *self.windows.lock());
+        for w in windows.iter().filter_map(|w| w.upgrade()) {
+            if w.bound_qp.load(Ordering::SeqCst) == self.qp_num {
+                w.invalidate();
+            }
+        }
+    }
+
+    pub(super) fn phase(&self) -> Phase {
+        self.conn.lock().phase
+    }
+}
+
+fn downcast_pd(pd: &dyn daplrs_backend::ProtectionDomain) -> Result<Arc<PdInner>> {
+    pd.as_any()
+        .downcast_ref::<VerbsPd>()
+        .map(|p| p.inner.clone())
+        .ok_or(Error::Internal)
+}
+
+fn downcast_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<VerbsCq>> {
+    cq.as_any()
+        .downcast_ref::<VerbsCq>()
+        .and_then(|c| c.me.upgrade())
+        .ok_or(Error::Internal)
+}
+
+impl QueuePair for VerbsQp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn state(&self) -> QpState {
+        match self.phase() {
+            Phase::Idle => QpState::Init,
+            Phase::Connecting => QpState::Connecting,
+            Phase::Connected => QpState::Connected,
+            Phase::Error => QpState::Error,
+        }
+    }
+    fn post_send(&self, wr: SendWr) -> Result<()> {
+        if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
+            return Ok(());
+        }
+        // SAFETY: plain data.
+        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id;
+        w.sg_list = super::sys::sge_ptr(&wr.sgl);
+        w.num_sge = wr.sgl.len() as i32;
+        let mut flags = 0u32;
+        if wr.solicited {
+            flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        if wr.fence {
+            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        let mut bind: Option<(Arc<VerbsMw>, u32)> = None;
+        // A type 2 window is invalidated before it is bound again (posted first, same chain).
+        // Made (zeroed) only for a bind that needs it: most posts are not binds.
+        let mut inv: Option<ibv_send_wr> = None;
+        let mut bound_mw: *mut ibv_mw = std::ptr::null_mut();
+        let mut bind_rkey = 0u32;
+        match &wr.op {
+            SendOp::Send => {
+                w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+            }
+            SendOp::SendInv { rkey } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                w.imm_data_invalidated_rkey_union.invalidated_rkey = *rkey;
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                w.wr.rdma.remote_addr = *remote_addr;
+                w.wr.rdma.rkey = *rkey;
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                w.wr.rdma.remote_addr = *remote_addr;
+                w.wr.rdma.rkey = *rkey;
+            }
+            SendOp::RdmaWriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+                w.wr.rdma.remote_addr = *remote_addr;
+                w.wr.rdma.rkey = *rkey;
+                // Immediate data travels in network order (verbs' imm_data is __be32).
+                w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                w.wr.atomic.remote_addr = *remote_addr;
+                w.wr.atomic.rkey = *rkey;
+                w.wr.atomic.compare_add = *add;
+            }
+            SendOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+                w.wr.atomic.remote_addr = *remote_addr;
+                w.wr.atomic.rkey = *rkey;
+                w.wr.atomic.compare_add = *compare;
+                w.wr.atomic.swap = *swap;
+            }
+            SendOp::BindMw {
+                mw,
+                mr,
+                addr,
+                length,
+                access,
+                new_rkey,
+            } => {
+                let mw_any = mw
+                    .as_any()
+                    .downcast_ref::<VerbsMw>()
+                    .ok_or(Error::Internal)?;
+                let mw_arc = mw_any.me.upgrade().ok_or(Error::Internal)?;
+                let live = mw_any.live.load(Ordering::SeqCst);
+                match mr {
+                    Some(mr) if *length > 0 => {
+                        let vmr = mr
+                            .as_any()
+                            .downcast_ref::<VerbsMr>()
+                            .ok_or(Error::Internal)?;
+                        if live != 0 {
+                            if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
+                                return Err(Error::NoResource(Resource::Qp));
+                            }
+                            // SAFETY: plain data.
+                            let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
+                            i.wr_id = INTERNAL_BIT;
+                            i.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                            i.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                            i.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                            inv = Some(i);
+                        }
+                        w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+                        w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
+                        w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
+                        w.bind_mw_tso_union.bind_mw.bind_info.mr = vmr.mr.lock().0;
+                        w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
+                        w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
+                        w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
+                        mw_any.live.store(*new_rkey, Ordering::SeqCst);
+                        bind = Some((mw_arc, *new_rkey));
+                        bound_mw = mw_any.raw();
+                        mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
+                        let mut windows = self.windows.lock();
+                        windows.retain(|w| w.strong_count() > 0);
+                        if !windows.iter().any(|w| w.ptr_eq(&mw_any.me)) {
+                            windows.push(mw_any.me.clone());
+                        }
+                        drop(windows);
+                        bind_rkey = *new_rkey;
+                    }
+                    _ => {
+                        if live == 0 {
+                            // Not bound: nothing to invalidate. Complete the unbind here, as
+                            // the hardware would (no data moves).
+                            self.send_cq.push_synthetic(vec![WorkCompletion {
+                                new_rkey: *new_rkey,
+                                ..WorkCompletion::new(
+                                    wr.wr_id,
+                                    WcStatus::Success,
+                                    WcOpcode::BindMw,
+                                    0,
+                                    self.qp_num,
+                                )
+                            }]);
+                            return Ok(());
+                        }
+                        w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                        w.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                        mw_any.live.store(0, Ordering::SeqCst);
+                        // After the invalidation the window grants nothing.
+                        bind = Some((mw_arc, 0));
+                    }
+                }
+            }
+        }
+        if matches!(wr.op, SendOp::Send | SendOp::RdmaWrite { .. })
+            && total > 0
+            && total <= u64::from(self.max_inline)
+        {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        if let Some(b) = bind {
+            self.binds.lock().insert(wr.wr_id, b);
+        }
+        // Unsignaled only for a request whose success nobody waits for, and never so many
+        // in a row that the device could not reclaim its send queue (it frees slots when a
+        // signaled completion is reaped). The lock is held across the post so the queue's
+        // record is in posting order.
+        let mut sq = self.sq.lock();
+        let signaled = wr.signaled
+            || matches!(wr.op, SendOp::BindMw { .. })
+            || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
+        if signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        w.send_flags = flags;
+        let with_inv = inv.is_some();
+        let posted = if with_inv { 2 } else { 1 };
+        self.sends_out.fetch_add(posted, Ordering::SeqCst);
+        if with_inv {
+            sq.posted.push_back(INTERNAL_BIT);
+        }
+        sq.posted.push_back(wr.wr_id);
+        let head: *mut ibv_send_wr = match inv.as_mut() {
+            Some(i) => {
+                i.next = &mut w;
+                i
+            }
+            None => &mut w,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
+        // copies them, or the inline payload, before returning).
+        let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
+        if rc != 0 {
+            self.sends_out.fetch_sub(posted, Ordering::SeqCst);
+            for _ in 0..posted {
+                sq.posted.pop_back();
+            }
+            self.binds.lock().remove(&wr.wr_id);
+            log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        drop(sq);
+        if !bound_mw.is_null() {
+            // The device names a window by its current rkey in the next bind request; verbs
+            // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
+            // this QP; if it fails, `invalidate` replaces the window).
+            // SAFETY: our window, alive while the core holds its RMR.
+            unsafe { (*bound_mw).rkey = bind_rkey };
+        }
+        Ok(())
+    }
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::BadState);
+        }
+        if wr.sgl.len() > self.cap.max_recv_sge as usize {
+            return Err(Error::TooLong);
+        }
+        if self.phase() == Phase::Error {
+            // Flushed at once (see post_send).
+            self.wait_flushed(false);
+            self.recv_cq.push_synthetic(vec![WorkCompletion::flushed(
+                wr.wr_id,
+                WcOpcode::Recv,
+                self.qp_num,
+            )]);
+            return Ok(());
+        }
+        if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        let sges = &wr.sgl;
+        // SAFETY: plain data.
+        let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id | RECV_BIT;
+        w.sg_list = super::sys::sge_ptr(sges);
+        w.num_sge = sges.len() as i32;
+        self.recvs_out.fetch_add(1, Ordering::SeqCst);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the request is copied by verbs.
+        let rc = unsafe { ibv_post_recv(self.qp.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+            log::debug!("QP {}: ibv_post_recv: error {rc}", self.qp_num);
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        Ok(())
+    }
+    fn reset(&self) -> Result<()> {
+        if self.ud {
+            // Flushed, and ready again (a datagram QP needs no connection).
+            self.to_error();
+            self.wait_flushed(false);
+            self.to_reset();
+            self.to_ud_ready()?;
+            self.conn.lock().phase = Phase::Connected;
+            self.broken.store(false, Ordering::SeqCst);
+            return Ok(());
+        }
+        {
+            let c = self.conn.lock();
+            if !matches!(c.phase, Phase::Idle | Phase::Error) {
+                return Err(Error::BadState);
+            }
+        }
+        self.to_error();
+        self.wait_flushed(false);
+        self.shared.release_cm_id(self);
+        self.to_reset();
+        self.to_init()?;
+        let mut c = self.conn.lock();
+        c.phase = Phase::Idle;
+        c.local = None;
+        c.remote = None;
+        c.deadline = None;
+        c.disconnecting = false;
+        self.broken.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+    fn posted_recvs(&self) -> u32 {
+        self.recvs_out.load(Ordering::SeqCst)
+    }
+    fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.conn.lock().local
+    }
+    fn remote_addr(&self) -> Option<SocketAddrV4> {
+        self.conn.lock().remote
+    }
+    fn destroy(&self) {
+        self.conn.lock().phase = Phase::Error;
+        self.to_error();
+        self.wait_flushed(false);
+        self.shared.release_cm_id(self);
+        self.release_windows();
+    }
+    fn post_send_ud(&self, wr: SendWr, ah: &Arc<dyn AddressHandle>, remote_qpn: u32) -> Result<()> {
+        let ah = ah
+            .as_any()
+            .downcast_ref::<VerbsAh>()
+            .ok_or(Error::Foreign)?;
+        if !self.ud || !matches!(wr.op, SendOp::Send) {
+            return Err(Error::Invalid);
+        }
+        if !self.begin_send(wr.wr_id, WcOpcode::Send, &wr.sgl)? {
+            return Ok(());
+        }
+        let sges = &wr.sgl;
+        // SAFETY: plain data.
+        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id;
+        w.sg_list = super::sys::sge_ptr(sges);
+        w.num_sge = sges.len() as i32;
+        w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        w.wr.ud.ah = ah.ah.0;
+        w.wr.ud.remote_qpn = remote_qpn;
+        w.wr.ud.remote_qkey = ah.qkey;
+        let mut flags = 0u32;
+        if wr.solicited {
+            flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        if total > 0 && total <= u64::from(self.max_inline) {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        // As in post_send: signaled unless nobody waits, and never too many unsignaled in a row.
+        let mut sq = self.sq.lock();
+        let signaled = wr.signaled || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
+        if signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        w.send_flags = flags;
+        self.sends_out.fetch_add(1, Ordering::SeqCst);
+        sq.posted.push_back(wr.wr_id);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the request, its scatter list and the AH (held by the caller) live
+        // across the call.
+        let rc = unsafe { ibv_post_send(self.qp.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            sq.posted.pop_back();
+            log::debug!("datagram QP {}: ibv_post_send: error {rc}", self.qp_num);
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        Ok(())
+    }
+}
+
+impl Drop for VerbsQp {
+    fn drop(&mut self) {
+        self.shared.unregister_qp(self.qp_num);
+        self.release_windows();
+        self.send_cq.detach(self.cap.max_send_wr);
+        self.recv_cq.detach(self.recv_depth);
+        // SAFETY: our QP; its cm id (if any) was destroyed by `destroy`/`reset`.
+        let rc = unsafe { ibv_destroy_qp(self.qp.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_qp: error {rc}");
+        }
+    }
+}
+
+/// Shared receive queue.
+pub(crate) struct VerbsSrq {
+    pub(super) id: u64,
+    pub(super) srq: Ptr<ibv_srq>,
+    me: Weak<VerbsSrq>,
+    _pd: Arc<PdInner>,
+    max_wr: AtomicU32,
+    /// Receives posted and not completed (dat_srq_query counts them).
+    posted: Mutex<IntSet<u64>>,
+}
+
+impl VerbsSrq {
+    pub(super) fn create(
+        shared: &Arc<Shared>,
+        pd: &dyn daplrs_backend::ProtectionDomain,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Arc<VerbsSrq>> {
+        let pd = downcast_pd(pd)?;
+        // SAFETY: plain data.
+        let mut a: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        a.attr.max_wr = max_wr.max(1);
+        a.attr.max_sge = max_sge.max(1);
+        // SAFETY: a PD of this device.
+        let srq = unsafe { ibv_create_srq(pd.pd.0, &mut a) };
+        if srq.is_null() {
+            return Err(Error::NoResource(Resource::Srq));
+        }
+        Ok(Arc::new_cyclic(|me| VerbsSrq {
+            id: shared.next_id(),
+            srq: Ptr(srq),
+            me: me.clone(),
+            _pd: pd,
+            max_wr: AtomicU32::new(a.attr.max_wr),
+            posted: Mutex::new(IntSet::default()),
+        }))
+    }
+
+    fn completed(&self, wr_id: u64) {
+        self.posted.lock().remove(&(wr_id & !RECV_BIT));
+    }
+
+    fn modify(&self, mut attr: ibv_srq_attr, mask: ibv_srq_attr_mask) -> Result<(), i32> {
+        // SAFETY: our SRQ and an attribute block that lives across the call.
+        match unsafe { ibv_modify_srq(self.srq.0, &mut attr, mask.0 as i32) } {
+            0 => Ok(()),
+            rc => Err(rc),
+        }
+    }
+}
+
+impl SharedReceiveQueue for VerbsSrq {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let sges = &wr.sgl;
+        // SAFETY: plain data.
+        let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id | RECV_BIT;
+        w.sg_list = super::sys::sge_ptr(sges);
+        w.num_sge = sges.len() as i32;
+        self.posted.lock().insert(wr.wr_id);
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our SRQ; the request is copied by verbs.
+        let rc = unsafe { ibv_post_srq_recv(self.srq.0, &mut w, &mut bad) };
+        if rc != 0 {
+            self.posted.lock().remove(&wr.wr_id);
+            return Err(Error::NoResource(Resource::Srq));
+        }
+        Ok(())
+    }
+    fn posted(&self) -> u32 {
+        self.posted.lock().len() as u32
+    }
+    fn max_wr(&self) -> u32 {
+        self.max_wr.load(Ordering::SeqCst)
+    }
+    fn resize(&self, max_wr: u32) -> Result<()> {
+        self.modify(
+            ibv_srq_attr {
+                max_wr,
+                max_sge: 0,
+                srq_limit: 0,
+            },
+            ibv_srq_attr_mask::IBV_SRQ_MAX_WR,
+        )
+        .map_err(|_| Error::NoResource(Resource::Srq))?;
+        self.max_wr.store(max_wr, Ordering::SeqCst);
+        Ok(())
+    }
+    fn destroy(&self) {
+        // Receives never taken are dropped with the SRQ, as the TCP backend drops them: DAT
+        // forbids freeing an SRQ that an EP still uses, so no QP's CQ is left to report on.
+        let left = std::mem::take(&mut *self.posted.lock()).len();
+        if left > 0 {
+            log::debug!("SRQ {}: {left} receives dropped with the SRQ", self.id);
+        }
+    }
+}
+
+impl Drop for VerbsSrq {
+    fn drop(&mut self) {
+        // SAFETY: no QP uses the SRQ (each holds an Arc to it).
+        let rc = unsafe { ibv_destroy_srq(self.srq.0) };
+        if rc != 0 {
+            log::warn!("ibv_destroy_srq: error {rc}");
+        }
+    }
+}

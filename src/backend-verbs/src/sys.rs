@@ -1,0 +1,235 @@
+//! Small helpers around rdma-sys: a Send/Sync raw-pointer wrapper, errno, socket addresses, and
+//! finding an RDMA device, port and IPv4 address from what ia_params names (sysfs).
+
+use std::ffi::CStr;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// A native verbs object owned by one of our wrappers. The wrappers decide when it is freed;
+/// verbs objects may be used from any thread.
+pub(super) struct Ptr<T>(pub *mut T);
+
+impl<T> Clone for Ptr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Ptr<T> {}
+// SAFETY: libibverbs and librdmacm objects are thread-safe handles; ownership and lifetime are
+// managed by the wrapper that holds the pointer.
+unsafe impl<T> Send for Ptr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Ptr<T> {}
+
+impl<T> Ptr<T> {
+    pub fn null() -> Self {
+        Ptr(std::ptr::null_mut())
+    }
+    pub fn is_null(&self) -> bool {
+        self.0.is_null()
+    }
+}
+
+/// A pollfd waiting for `fd` to be readable.
+pub(super) fn pollin(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// A non-blocking eventfd: one thread sleeps in poll(2) on it, others `signal` it.
+pub(super) fn eventfd() -> Option<OwnedFd> {
+    // SAFETY: a plain syscall; the descriptor is owned from here on.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: a descriptor we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub(super) fn eventfd_signal(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes to an eventfd.
+    unsafe { libc::write(fd.as_raw_fd(), &one as *const u64 as *const _, 8) };
+}
+
+/// Clears a signalled eventfd.
+pub(super) fn eventfd_clear(fd: &OwnedFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reading 8 bytes from an eventfd.
+    unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+}
+
+/// The 2.0 triplets of a request as the device's scatter list (same layout, no copy of data).
+/// A scatter-gather list as verbs takes it: our `Sge` has ibv_sge's layout (asserted
+/// below), so the list is handed over as it is, with no copy or allocation. The hardware
+/// driver only reads it (ibv_post_send/ibv_post_recv take a mutable pointer by C habit).
+pub(super) fn sge_ptr(sgl: &[daplrs_backend::Sge]) -> *mut rdma_sys::ibv_sge {
+    sgl.as_ptr() as *mut rdma_sys::ibv_sge
+}
+const _: () = {
+    use daplrs_backend::Sge;
+    use rdma_sys::ibv_sge;
+    assert!(std::mem::size_of::<Sge>() == std::mem::size_of::<ibv_sge>());
+    assert!(std::mem::align_of::<Sge>() == std::mem::align_of::<ibv_sge>());
+    assert!(std::mem::offset_of!(Sge, addr) == std::mem::offset_of!(ibv_sge, addr));
+    assert!(std::mem::offset_of!(Sge, length) == std::mem::offset_of!(ibv_sge, length));
+    assert!(std::mem::offset_of!(Sge, lkey) == std::mem::offset_of!(ibv_sge, lkey));
+};
+
+pub(super) fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// "what: strerror" for the current errno, or for a returned error number.
+pub(super) fn os_error(what: &str, err: i32) -> String {
+    format!("{what}: {}", std::io::Error::from_raw_os_error(err))
+}
+
+pub(super) fn sockaddr_in(addr: SocketAddrV4) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
+    let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sin.sin_family = libc::AF_INET as libc::sa_family_t;
+    sin.sin_port = addr.port().to_be();
+    sin.sin_addr.s_addr = u32::from(*addr.ip()).to_be();
+    sin
+}
+
+pub(super) fn from_sockaddr_in(sin: &libc::sockaddr_in) -> SocketAddrV4 {
+    SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+        u16::from_be(sin.sin_port),
+    )
+}
+
+pub(super) fn set_nonblocking(fd: i32) {
+    // SAFETY: fcntl on a descriptor we were given by libibverbs/librdmacm.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+pub(super) fn cstr(p: *const libc::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string owned by libibverbs.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// One RDMA port with the network interface (and its IPv4 address) behind it.
+#[derive(Clone, Debug)]
+pub(super) struct PortInfo {
+    pub device: String,
+    pub port: u8,
+    pub netdev: String,
+    pub gid_index: u32,
+    pub addr: Option<Ipv4Addr>,
+}
+
+const SYS_IB: &str = "/sys/class/infiniband";
+
+/// Every (device, port, netdev) the kernel lists, from sysfs (RoCE/iWARP ports name their
+/// netdev per GID entry; the first GID entry that has one is taken).
+pub(super) fn ports() -> Vec<PortInfo> {
+    let mut out = Vec::new();
+    let Ok(devs) = std::fs::read_dir(SYS_IB) else {
+        return out;
+    };
+    let mut devs: Vec<String> = devs
+        .flatten()
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .collect();
+    devs.sort();
+    for dev in devs {
+        let Ok(ports) = std::fs::read_dir(Path::new(SYS_IB).join(&dev).join("ports")) else {
+            continue;
+        };
+        let mut nums: Vec<u8> = ports
+            .flatten()
+            .filter_map(|p| p.file_name().to_string_lossy().parse().ok())
+            .collect();
+        nums.sort();
+        for port in nums {
+            let ndevs = Path::new(SYS_IB)
+                .join(&dev)
+                .join("ports")
+                .join(port.to_string())
+                .join("gid_attrs/ndevs");
+            let mut found: Option<(u32, String)> = None;
+            if let Ok(entries) = std::fs::read_dir(&ndevs) {
+                let mut idx: Vec<u32> = entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+                    .collect();
+                idx.sort();
+                for i in idx {
+                    if let Ok(n) = std::fs::read_to_string(ndevs.join(i.to_string())) {
+                        let n = n.trim().to_string();
+                        if !n.is_empty() {
+                            found = Some((i, n));
+                            break;
+                        }
+                    }
+                }
+            }
+            let (gid_index, netdev) = found.unwrap_or((0, String::new()));
+            let addr = if netdev.is_empty() {
+                None
+            } else {
+                daplrs_backend::netif::resolve_address(&netdev).ok()
+            };
+            out.push(PortInfo {
+                device: dev.clone(),
+                port,
+                netdev,
+                gid_index,
+                addr,
+            });
+        }
+    }
+    out
+}
+
+/// The port that "verbs <device> [port]", "verbs <netdev>" or "verbs <IPv4 address>" names,
+/// or why none is.
+pub(super) fn find_port(target: &str, port: Option<u8>) -> Result<PortInfo, String> {
+    let all = ports();
+    if all.is_empty() {
+        return Err(
+            "no RDMA device on this host (/sys/class/infiniband is empty: no NIC, or rdma-core's \
+             kernel modules are not loaded)"
+                .to_string(),
+        );
+    }
+    let ip: Option<Ipv4Addr> = target.parse().ok();
+    let hit = all.iter().find(|p| {
+        let by_dev = p.device == target && (port.is_none() || port == Some(p.port));
+        let by_netdev = !p.netdev.is_empty() && p.netdev == target;
+        let by_ip = ip.is_some() && p.addr == ip;
+        by_dev || by_netdev || by_ip
+    });
+    match hit {
+        Some(p) if p.addr.is_some() => Ok(p.clone()),
+        Some(p) => Err(format!(
+            "RDMA port {}:{} has no network interface with an IPv4 address (netdev '{}'); \
+             rdma_cm needs one",
+            p.device, p.port, p.netdev
+        )),
+        None => {
+            let list: Vec<String> = all
+                .iter()
+                .map(|p| format!("{} port {} ({})", p.device, p.port, p.netdev))
+                .collect();
+            Err(format!(
+                "no RDMA port matches '{target}'{} (this host has: {})",
+                port.map(|n| format!(" port {n}")).unwrap_or_default(),
+                list.join(", ")
+            ))
+        }
+    }
+}

@@ -1,0 +1,1526 @@
+//! EP: an endpoint, its state machine, and the DAT data-transfer calls, which become work
+//! requests on the EP's backend queue pair.
+//!
+//! States (DAT_EP_STATE values): UNCONNECTED -> ACTIVE_CONNECTION_PENDING (connect) or
+//! PASSIVE_CONNECTION_PENDING (accept) or RESERVED (RSP) -> TENTATIVE_CONNECTION_PENDING (request
+//! on its RSP) -> CONNECTED -> DISCONNECT_PENDING -> DISCONNECTED -> (reset) UNCONNECTED.
+//! An EP without a PZ is UNCONFIGURED_UNCONNECTED until dat_ep_modify gives it one.
+//! A datagram EP (DAT_IB_SERVICE_TYPE_UD) has its own, smaller state machine: see `ud`.
+
+mod ud;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::consts::{
+    async_reason, completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv,
+};
+use super::counters::{self, Counters};
+use super::error::{from_backend, DatError, DatResult, ErrorType, SubType};
+use super::evd::{Evd, Event, EventData};
+use super::handle::{self, Handle, HandleKind, Object};
+use super::ia::{Ia, PendingDto};
+use super::pz::Pz;
+use super::srq::Srq;
+use daplrs_backend::{
+    CompletionQueue, DeviceAttr, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, SgeList,
+};
+
+/// DAT_EP_ATTR without the transport/provider-specific attribute lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpAttr {
+    pub service_type: u32,
+    pub max_message_size: u32,
+    pub max_rdma_size: u32,
+    pub qos: u32,
+    pub recv_completion_flags: u32,
+    pub request_completion_flags: u32,
+    pub max_recv_dtos: u32,
+    pub max_request_dtos: u32,
+    pub max_recv_iov: u32,
+    pub max_request_iov: u32,
+    pub max_rdma_read_in: u32,
+    pub max_rdma_read_out: u32,
+    pub srq_soft_hw: u32,
+    pub max_rdma_read_iov: u32,
+    pub max_rdma_write_iov: u32,
+}
+
+impl EpAttr {
+    /// The attributes an EP created without any gets.
+    pub fn defaults(dev: &DeviceAttr) -> EpAttr {
+        EpAttr {
+            service_type: 0,
+            max_message_size: dev.max_msg_size,
+            max_rdma_size: dev.max_rdma_size,
+            qos: 0,
+            recv_completion_flags: completion_flags::DEFAULT,
+            request_completion_flags: completion_flags::DEFAULT,
+            max_recv_dtos: 64.min(dev.max_qp_wr),
+            max_request_dtos: 64.min(dev.max_qp_wr),
+            max_recv_iov: 4.min(dev.max_sge),
+            max_request_iov: 4.min(dev.max_sge),
+            max_rdma_read_in: 4.min(dev.max_rd_atomic),
+            max_rdma_read_out: 4.min(dev.max_rd_atomic),
+            srq_soft_hw: 0,
+            max_rdma_read_iov: 4.min(dev.max_sge),
+            max_rdma_write_iov: 4.min(dev.max_sge),
+        }
+    }
+
+    /// Zero sizes and IOV lengths mean "the provider's default": OFED's
+    /// provider reads them so, and its tools (dtest, dtestcm) create EPs
+    /// from a zeroed DAT_EP_ATTR that sets only what they care about.
+    pub fn with_defaults_for_zero(mut self, dev: &DeviceAttr) -> EpAttr {
+        let d = EpAttr::defaults(dev);
+        for (field, default) in [
+            (&mut self.max_message_size, d.max_message_size),
+            (&mut self.max_rdma_size, d.max_rdma_size),
+            (&mut self.max_recv_iov, d.max_recv_iov),
+            (&mut self.max_request_iov, d.max_request_iov),
+            (&mut self.max_rdma_read_iov, d.max_rdma_read_iov),
+            (&mut self.max_rdma_write_iov, d.max_rdma_write_iov),
+        ] {
+            if *field == 0 {
+                *field = default;
+            }
+        }
+        self
+    }
+
+    /// Checks the attributes against the device; `arg` is their C argument position.
+    ///
+    /// recv_completion_flags name one notification mode for receive completions (see
+    /// `core::evd`): DAT_COMPLETION_DEFAULT_FLAG (0), SOLICITED_WAIT, UNSIGNALLED or
+    /// EVD_THRESHOLD, never two of them (DAT: an EVD is in the notify, solicited or threshold
+    /// mode, not in a pair of them; "UNSIGNALLED for RECV is not allowed" with EVD_THRESHOLD),
+    /// and no other bit. request_completion_flags are taken as given (OFED's provider reports
+    /// EVD_THRESHOLD there, and its consumers hand its attributes back).
+    pub fn validate(&self, dev: &DeviceAttr, arg: u32) -> DatResult<()> {
+        let recv_modes = completion_flags::SOLICITED_WAIT
+            | completion_flags::UNSIGNALLED
+            | completion_flags::EVD_THRESHOLD;
+        let bad_recv_flags = self.recv_completion_flags & !recv_modes != 0
+            || (self.recv_completion_flags & recv_modes).count_ones() > 1;
+        // Connection EPs, and datagram EPs where the device has datagram QPs.
+        let bad_service = match self.service_type {
+            0 => false,
+            super::consts::ib_ext::SERVICE_TYPE_UD => !dev.ud,
+            _ => true,
+        };
+        let bad = bad_recv_flags
+            || bad_service
+            || self.max_message_size > dev.max_msg_size
+            || self.max_rdma_size > dev.max_rdma_size
+            || self.max_recv_dtos > dev.max_qp_wr
+            || self.max_request_dtos > dev.max_qp_wr
+            || self.max_recv_iov > dev.max_sge
+            || self.max_request_iov > dev.max_sge
+            || self.max_rdma_read_iov > dev.max_sge
+            || self.max_rdma_write_iov > dev.max_sge
+            || self.max_rdma_read_in > dev.max_rd_atomic
+            || self.max_rdma_read_out > dev.max_rd_atomic;
+        if bad {
+            Err(DatError::invalid_arg(arg))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// What dat_ep_query reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpParam {
+    pub ia: Handle,
+    pub state: u32,
+    pub local_address: Ipv4Addr,
+    pub local_port: u64,
+    pub remote_address: Option<Ipv4Addr>,
+    pub remote_port: u64,
+    pub pz: Handle,
+    pub recv_evd: Handle,
+    pub request_evd: Handle,
+    pub connect_evd: Handle,
+    pub srq: Handle,
+    pub attr: EpAttr,
+}
+
+/// A remote buffer of an RDMA operation (DAT_RMR_TRIPLET).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteBuffer {
+    pub address: u64,
+    pub length: u32,
+    pub rmr_context: u32,
+}
+
+/// Changes for dat_ep_modify; None leaves a field alone (Some(None) clears an EVD).
+#[derive(Default)]
+pub struct EpModify {
+    pub pz: Option<Arc<Pz>>,
+    pub recv_evd: Option<Option<Arc<Evd>>>,
+    pub request_evd: Option<Option<Arc<Evd>>>,
+    pub connect_evd: Option<Option<Arc<Evd>>>,
+    pub attr: Option<EpAttr>,
+}
+
+struct EpInner {
+    state: u32,
+    pz: Option<Arc<Pz>>,
+    recv_evd: Option<Arc<Evd>>,
+    request_evd: Option<Arc<Evd>>,
+    connect_evd: Option<Arc<Evd>>,
+    srq: Option<Arc<Srq>>,
+    attr: EpAttr,
+    qp: Option<Arc<dyn QueuePair>>,
+    /// Completions of a QP whose EVD is NULL go here and are dropped.
+    sink_cq: Option<Arc<dyn CompletionQueue>>,
+    remote: Option<SocketAddrV4>,
+    /// Private data the peer sent with its request or accept.
+    peer_private_data: Arc<[u8]>,
+    watermarks: Watermarks,
+    /// Held by an RSP (RESERVED / TENTATIVE).
+    reserved_by: Handle,
+    freed: bool,
+}
+
+/// dat_ep_set_watermark's high watermarks for the Recv buffers at the EP: receives allocated to
+/// it and not yet completed (dat_ep_recv_query's nbufs_allocated). Without an SRQ a receive is
+/// allocated when it is posted; with one, when the EP takes it from the SRQ, which on both our
+/// backends is the moment its message is placed and its completion generated, so an SRQ EP
+/// holds none between calls and its watermarks never fire.
+///
+/// - Soft: the first time the count exceeds it (during dat_ep_set_watermark, or when a receive
+///   is posted), one asynchronous event on the IA's async EVD: DAT_ASYNC_ERROR_EP_BROKEN (the
+///   number DAT gives EP-affiliated asynchronous events) naming the EP, reason
+///   DAT_SRQ_SOFT_HIGH_WATERMARK_EVENT; then none until the soft watermark is set again.
+/// - Hard: while the EP is CONNECTED (from the moment the connection is established), a count
+///   above it breaks the connection: an abrupt teardown (queues flushed, the peer told), the EP
+///   DISCONNECT_PENDING until the backend has let go of the connection, then DISCONNECTED with
+///   DAT_CONNECTION_EVENT_BROKEN on the connect EVD.
+///
+/// DAT_WATERMARK_INFINITE (-1), the default, sets no watermark. The EP attribute srq_soft_hw is
+/// recorded and reported but does not set the soft watermark.
+#[derive(Clone, Copy, Debug, Default)]
+struct Watermarks {
+    soft: Option<u32>,
+    /// The soft event may still fire for the current setting.
+    soft_armed: bool,
+    hard: Option<u32>,
+    /// The hard watermark is tearing the connection down: its end is reported as BROKEN.
+    breaking: bool,
+}
+
+/// DAT_WATERMARK_INFINITE.
+const WATERMARK_INFINITE: i32 = -1;
+
+pub struct Ep {
+    handle: Handle,
+    ia: Arc<Ia>,
+    inner: Mutex<EpInner>,
+    /// `attr.recv_completion_flags`, readable without the EP lock (the EVD reads it while it
+    /// drains completions, which happens under EP locks).
+    recv_flags: AtomicU32,
+    /// DCNT_EP_* (see `counters`).
+    pub(crate) counters: Counters,
+    /// A datagram EP's address handles and resolution records (empty otherwise).
+    ud: Mutex<ud::UdTables>,
+}
+
+/// The INVALID_STATE subtype naming an EP state.
+pub(crate) fn state_error(state: u32) -> DatError {
+    let sub = match state {
+        ep_state::UNCONNECTED => SubType::EpUnconnected,
+        ep_state::UNCONFIGURED_UNCONNECTED => SubType::EpUnconfigured,
+        ep_state::RESERVED => SubType::EpReserved,
+        ep_state::UNCONFIGURED_RESERVED => SubType::EpUnconfReserved,
+        ep_state::PASSIVE_CONNECTION_PENDING => SubType::EpPassConnPending,
+        ep_state::UNCONFIGURED_PASSIVE => SubType::EpUnconfPassive,
+        ep_state::ACTIVE_CONNECTION_PENDING => SubType::EpActConnPending,
+        ep_state::TENTATIVE_CONNECTION_PENDING => SubType::EpTentConnPending,
+        ep_state::UNCONFIGURED_TENTATIVE => SubType::EpUnconfTentative,
+        ep_state::CONNECTED => SubType::EpConnected,
+        ep_state::DISCONNECT_PENDING => SubType::EpDiscPending,
+        ep_state::DISCONNECTED => SubType::EpDisconnected,
+        ep_state::COMPLETION_PENDING => SubType::EpComplPending,
+        _ => SubType::None,
+    };
+    DatError::invalid_state(sub)
+}
+
+fn acquire_evd(evd: &Option<Arc<Evd>>, bad: SubType) -> DatResult<()> {
+    if let Some(e) = evd {
+        if !e.users.acquire() {
+            return Err(DatError::invalid_handle(bad));
+        }
+    }
+    Ok(())
+}
+
+fn release_evd(evd: &Option<Arc<Evd>>) {
+    if let Some(e) = evd {
+        e.users.release();
+    }
+}
+
+/// Checks that an EVD given for a role has the flag that role needs.
+fn check_evd_role(evd: &Option<Arc<Evd>>, flag: u32, bad: SubType) -> DatResult<()> {
+    match evd {
+        Some(e) if e.flags() & flag == 0 => Err(DatError::invalid_handle(bad)),
+        _ => Ok(()),
+    }
+}
+
+impl Ep {
+    /// dat_ep_create (srq None) and dat_ep_create_with_srq. C argument positions: ia 1, pz 2,
+    /// recv_evd 3, request_evd 4, connect_evd 5, (srq 6), attributes 6 (7 with srq).
+    pub fn create(
+        ia: &Arc<Ia>,
+        pz: Option<Arc<Pz>>,
+        recv_evd: Option<Arc<Evd>>,
+        request_evd: Option<Arc<Evd>>,
+        connect_evd: Option<Arc<Evd>>,
+        srq: Option<Arc<Srq>>,
+        attr: Option<EpAttr>,
+    ) -> DatResult<Arc<Ep>> {
+        ia.check_open()?;
+        let dev = ia.device().attr();
+        let attr_arg = if srq.is_some() { 7 } else { 6 };
+        let attr = match attr {
+            Some(a) => {
+                a.validate(&dev, attr_arg)?;
+                a.with_defaults_for_zero(&dev)
+            }
+            None => EpAttr::defaults(&dev),
+        };
+        // Datagram EPs take their receives from their own queue (no SRQ).
+        if srq.is_some() && attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+            return Err(DatError::invalid_arg(attr_arg));
+        }
+        check_evd_role(&recv_evd, evd_flags::DTO, SubType::InvalidHandleEvdRecv)?;
+        check_evd_role(
+            &request_evd,
+            evd_flags::DTO | evd_flags::RMR_BIND,
+            SubType::InvalidHandleEvdRequest,
+        )?;
+        check_evd_role(
+            &connect_evd,
+            evd_flags::CONNECTION,
+            SubType::InvalidHandleEvdConn,
+        )?;
+        // DTO EVDs are fed by the device's completion queues, so they must
+        // belong to this IA. A connection EVD is a software queue: OFED's
+        // provider lets EPs of several IAs share one, and dapltest's limit
+        // test does exactly that, so it may come from another IA.
+        for (e, bad) in [
+            (&recv_evd, SubType::InvalidHandleEvdRecv),
+            (&request_evd, SubType::InvalidHandleEvdRequest),
+        ] {
+            if let Some(e) = e {
+                if !Arc::ptr_eq(e.ia(), ia) {
+                    return Err(DatError::invalid_handle(bad));
+                }
+            }
+        }
+        if let Some(p) = &pz {
+            if !Arc::ptr_eq(p.ia(), ia) {
+                return Err(HandleKind::Pz.invalid());
+            }
+        }
+
+        ia.check_room(HandleKind::Ep, dev.max_qp, SubType::ResourceTep)?;
+
+        // Take every use before building anything, undoing on failure.
+        let mut taken: Vec<Box<dyn FnOnce()>> = Vec::new();
+        let undo = |taken: Vec<Box<dyn FnOnce()>>| {
+            for f in taken {
+                f();
+            }
+        };
+        if let Some(p) = &pz {
+            p.acquire()?;
+            let p = p.clone();
+            taken.push(Box::new(move || p.users.release()));
+        }
+        for (e, bad) in [
+            (&recv_evd, SubType::InvalidHandleEvdRecv),
+            (&request_evd, SubType::InvalidHandleEvdRequest),
+            (&connect_evd, SubType::InvalidHandleEvdConn),
+        ] {
+            if let Err(err) = acquire_evd(e, bad) {
+                undo(taken);
+                return Err(err);
+            }
+            let e = e.clone();
+            taken.push(Box::new(move || release_evd(&e)));
+        }
+        if let Some(s) = &srq {
+            if !s.users.acquire() {
+                undo(taken);
+                return Err(HandleKind::Srq.invalid());
+            }
+            let s = s.clone();
+            taken.push(Box::new(move || s.users.release()));
+        }
+
+        let (qp, sink_cq) = match &pz {
+            Some(p) => match build_qp(ia, p, &recv_evd, &request_evd, &srq, &attr) {
+                Ok((qp, sink)) => (Some(qp), sink),
+                Err(e) => {
+                    undo(taken);
+                    return Err(e);
+                }
+            },
+            None => (None, None),
+        };
+        let state = if pz.is_some() {
+            ep_state::UNCONNECTED
+        } else {
+            ep_state::UNCONFIGURED_UNCONNECTED
+        };
+        let reservation = handle::reserve(HandleKind::Ep, ia.dispatch());
+        let ep = Arc::new(Ep {
+            handle: reservation.handle(),
+            ia: ia.clone(),
+            counters: Counters::new(counters::ep::ALL),
+            recv_flags: AtomicU32::new(attr.recv_completion_flags),
+            ud: Mutex::new(ud::UdTables::default()),
+            inner: Mutex::new(EpInner {
+                state,
+                pz,
+                recv_evd,
+                request_evd,
+                connect_evd,
+                srq,
+                attr,
+                qp: qp.clone(),
+                sink_cq,
+                remote: None,
+                peer_private_data: Arc::from(Vec::new()),
+                watermarks: Watermarks::default(),
+                reserved_by: Handle::NULL,
+                freed: false,
+            }),
+        });
+        if let Some(qp) = &qp {
+            ia.eps_by_qp.lock().insert(qp.qp_num(), Arc::downgrade(&ep));
+        }
+        reservation.commit(Object::Ep(ep.clone()), ia.handle());
+        Ok(ep)
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+    pub fn ia(&self) -> &Arc<Ia> {
+        &self.ia
+    }
+    pub fn state(&self) -> u32 {
+        self.inner.lock().state
+    }
+    pub fn attr(&self) -> EpAttr {
+        self.inner.lock().attr
+    }
+    /// The EP's recv_completion_flags, without taking its lock.
+    pub(crate) fn recv_completion_flags(&self) -> u32 {
+        self.recv_flags.load(Ordering::Relaxed)
+    }
+    /// The private data of the peer's request or accept; stays valid while the EP lives.
+    pub fn peer_private_data(&self) -> Arc<[u8]> {
+        self.inner.lock().peer_private_data.clone()
+    }
+
+    pub(crate) fn pz_or_err(&self) -> DatResult<Arc<Pz>> {
+        self.inner
+            .lock()
+            .pz
+            .clone()
+            .ok_or(DatError::invalid_state(SubType::EpUnconfigured))
+    }
+
+    pub(crate) fn qp(&self) -> Option<Arc<dyn QueuePair>> {
+        self.inner.lock().qp.clone()
+    }
+
+    /// dat_ep_query.
+    pub fn query(&self) -> EpParam {
+        let i = self.inner.lock();
+        let local = i.qp.as_ref().and_then(|q| q.local_addr());
+        EpParam {
+            ia: self.ia.handle(),
+            state: i.state,
+            local_address: self.ia.address(),
+            local_port: local.map(|a| u64::from(a.port())).unwrap_or(0),
+            remote_address: i.remote.map(|a| *a.ip()),
+            remote_port: i.remote.map(|a| u64::from(a.port())).unwrap_or(0),
+            pz: i.pz.as_ref().map(|p| p.handle()).unwrap_or(Handle::NULL),
+            recv_evd: i
+                .recv_evd
+                .as_ref()
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL),
+            request_evd: i
+                .request_evd
+                .as_ref()
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL),
+            connect_evd: i
+                .connect_evd
+                .as_ref()
+                .map(|e| e.handle())
+                .unwrap_or(Handle::NULL),
+            srq: i.srq.as_ref().map(|s| s.handle()).unwrap_or(Handle::NULL),
+            attr: i.attr,
+        }
+    }
+
+    /// dat_ep_get_status: (state, recv_idle, request_idle).
+    pub fn get_status(&self) -> (u32, bool, bool) {
+        let i = self.inner.lock();
+        let recv_idle = i.qp.as_ref().map(|q| q.posted_recvs() == 0).unwrap_or(true);
+        (i.state, recv_idle, true)
+    }
+
+    /// dat_ep_modify: only while not connected (UNCONNECTED or an UNCONFIGURED state).
+    pub fn modify(self: &Arc<Self>, change: EpModify) -> DatResult<()> {
+        let mut i = self.inner.lock();
+        match i.state {
+            ep_state::UNCONNECTED
+            | ep_state::UNCONFIGURED_UNCONNECTED
+            | ep_state::UNCONFIGURED_RESERVED
+            | ep_state::UNCONFIGURED_PASSIVE
+            | ep_state::UNCONFIGURED_TENTATIVE => {}
+            s => return Err(state_error(s)),
+        }
+        let dev = self.ia.device().attr();
+        if let Some(a) = &change.attr {
+            a.validate(&dev, 3)?;
+        }
+        if let Some(Some(e)) = &change.recv_evd {
+            check_evd_role(
+                &Some(e.clone()),
+                evd_flags::DTO,
+                SubType::InvalidHandleEvdRecv,
+            )?;
+        }
+        if let Some(Some(e)) = &change.request_evd {
+            check_evd_role(
+                &Some(e.clone()),
+                evd_flags::DTO | evd_flags::RMR_BIND,
+                SubType::InvalidHandleEvdRequest,
+            )?;
+        }
+        if let Some(Some(e)) = &change.connect_evd {
+            check_evd_role(
+                &Some(e.clone()),
+                evd_flags::CONNECTION,
+                SubType::InvalidHandleEvdConn,
+            )?;
+        }
+        let pz = change.pz.clone().or_else(|| i.pz.clone());
+        let recv_evd = change
+            .recv_evd
+            .clone()
+            .unwrap_or_else(|| i.recv_evd.clone());
+        let request_evd = change
+            .request_evd
+            .clone()
+            .unwrap_or_else(|| i.request_evd.clone());
+        let connect_evd = change
+            .connect_evd
+            .clone()
+            .unwrap_or_else(|| i.connect_evd.clone());
+        let attr = change.attr.unwrap_or(i.attr);
+
+        // Acquire the new uses first so a failure leaves the EP unchanged.
+        if let Some(p) = &change.pz {
+            p.acquire()?;
+        }
+        let mut acquired: Vec<Arc<Evd>> = Vec::new();
+        for (new, bad) in [
+            (&change.recv_evd, SubType::InvalidHandleEvdRecv),
+            (&change.request_evd, SubType::InvalidHandleEvdRequest),
+            (&change.connect_evd, SubType::InvalidHandleEvdConn),
+        ] {
+            if let Some(Some(e)) = new {
+                if !e.users.acquire() {
+                    for a in &acquired {
+                        a.users.release();
+                    }
+                    if let Some(p) = &change.pz {
+                        p.users.release();
+                    }
+                    return Err(DatError::invalid_handle(bad));
+                }
+                acquired.push(e.clone());
+            }
+        }
+        let rebuilt = match &pz {
+            Some(p) => match build_qp(&self.ia, p, &recv_evd, &request_evd, &i.srq, &attr) {
+                Ok(x) => Some(x),
+                Err(e) => {
+                    for a in &acquired {
+                        a.users.release();
+                    }
+                    if let Some(p) = &change.pz {
+                        p.users.release();
+                    }
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        // Commit: release the old uses that were replaced.
+        if change.pz.is_some() {
+            if let Some(old) = i.pz.take() {
+                old.users.release();
+            }
+        }
+        if change.recv_evd.is_some() {
+            release_evd(&i.recv_evd);
+        }
+        if change.request_evd.is_some() {
+            release_evd(&i.request_evd);
+        }
+        if change.connect_evd.is_some() {
+            release_evd(&i.connect_evd);
+        }
+        if let Some(old) = i.qp.take() {
+            self.ia.eps_by_qp.lock().remove(&old.qp_num());
+            old.destroy();
+        }
+        i.pz = pz;
+        i.recv_evd = recv_evd;
+        i.request_evd = request_evd;
+        i.connect_evd = connect_evd;
+        i.attr = attr;
+        self.recv_flags
+            .store(attr.recv_completion_flags, Ordering::Relaxed);
+        if let Some((qp, sink)) = rebuilt {
+            self.ia
+                .eps_by_qp
+                .lock()
+                .insert(qp.qp_num(), Arc::downgrade(self));
+            i.qp = Some(qp);
+            i.sink_cq = sink;
+            if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
+                i.state = ep_state::UNCONNECTED;
+            }
+            // A provider-created EP configured by its consumer can now be accepted on.
+            if i.state == ep_state::UNCONFIGURED_TENTATIVE {
+                i.state = ep_state::TENTATIVE_CONNECTION_PENDING;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- connection management ---------------------------------------------------------------
+
+    /// dat_ep_connect. C positions: remote address 2, conn_qual 3, timeout 4, private data
+    /// size 5, private data 6, qos 7, flags 8.
+    pub fn connect(
+        &self,
+        remote: Ipv4Addr,
+        conn_qual: u64,
+        timeout_us: u32,
+        private_data: &[u8],
+        _qos: u32,
+        flags: u32,
+    ) -> DatResult<()> {
+        self.ia.check_open()?;
+        let port = super::sp::port_of_conn_qual(conn_qual).ok_or(DatError::invalid_arg(3))?;
+        if private_data.len() > self.ia.device().attr().max_private_data as usize {
+            return Err(DatError::invalid_arg(5));
+        }
+        if flags > 1 {
+            return Err(DatError::invalid_arg(8));
+        }
+        self.connect_to(SocketAddrV4::new(remote, port), timeout_us, private_data)
+    }
+
+    /// dat_ep_common_connect: connects to the service point at `remote`, address and port (a
+    /// peer's CSP, or any service point listening on that port); there is no conn_qual, no
+    /// qos and no flags. A remote port of 0 names no service point: DAT_INVALID_ADDRESS
+    /// (DAT_INVALID_ADDRESS_MALFORMED). C positions: remote address 2, timeout 3, private data
+    /// size 4, private data 5.
+    pub fn common_connect(
+        &self,
+        remote: SocketAddrV4,
+        timeout_us: u32,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        self.ia.check_open()?;
+        if remote.port() == 0 {
+            return Err(DatError::new(
+                ErrorType::InvalidAddress,
+                SubType::InvalidAddressMalformed,
+            ));
+        }
+        if private_data.len() > self.ia.device().attr().max_private_data as usize {
+            return Err(DatError::invalid_arg(4));
+        }
+        self.connect_to(remote, timeout_us, private_data)
+    }
+
+    /// The active side of a connection, once the arguments are checked: UNCONNECTED ->
+    /// ACTIVE_CONNECTION_PENDING, and the backend's connect.
+    fn connect_to(
+        &self,
+        remote: SocketAddrV4,
+        timeout_us: u32,
+        private_data: &[u8],
+    ) -> DatResult<()> {
+        if self.is_ud() {
+            return self.ud_connect(remote, timeout_us, private_data);
+        }
+        let qp = {
+            let mut i = self.inner.lock();
+            if i.state != ep_state::UNCONNECTED {
+                return Err(state_error(i.state));
+            }
+            if i.connect_evd.is_none() {
+                return Err(DatError::invalid_handle(SubType::InvalidHandleEvdConn));
+            }
+            let qp =
+                i.qp.clone()
+                    .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+            i.state = ep_state::ACTIVE_CONNECTION_PENDING;
+            i.remote = Some(remote);
+            qp
+        };
+        let timeout = if timeout_us == super::consts::TIMEOUT_INFINITE {
+            None
+        } else {
+            Some(Duration::from_micros(u64::from(timeout_us)))
+        };
+        let result = self.ia.device().connect(&qp, remote, private_data, timeout);
+        if let Err(e) = result {
+            let mut i = self.inner.lock();
+            if i.state == ep_state::ACTIVE_CONNECTION_PENDING {
+                i.state = ep_state::UNCONNECTED;
+                i.remote = None;
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// dat_ep_dup_connect: connects to the peer `dup` is connected to.
+    pub fn dup_connect(
+        &self,
+        dup: &Arc<Ep>,
+        timeout_us: u32,
+        private_data: &[u8],
+        qos: u32,
+    ) -> DatResult<()> {
+        let remote = {
+            let d = dup.inner.lock();
+            if d.state != ep_state::CONNECTED {
+                return Err(state_error(d.state));
+            }
+            d.remote
+                .ok_or(DatError::invalid_state(SubType::EpUnconnected))?
+        };
+        self.connect(
+            *remote.ip(),
+            u64::from(remote.port()),
+            timeout_us,
+            private_data,
+            qos,
+            0,
+        )
+    }
+
+    /// dat_ep_disconnect. Completion is the DISCONNECTED event on the connect EVD.
+    pub fn disconnect(&self, flags: u32) -> DatResult<()> {
+        if flags > 1 {
+            return Err(DatError::invalid_arg(2));
+        }
+        let abrupt = flags == super::consts::close_flags::ABRUPT;
+        let qp = {
+            let mut i = self.inner.lock();
+            match i.state {
+                ep_state::DISCONNECTED => return Ok(()),
+                ep_state::CONNECTED
+                | ep_state::ACTIVE_CONNECTION_PENDING
+                | ep_state::PASSIVE_CONNECTION_PENDING
+                | ep_state::DISCONNECT_PENDING => {}
+                s => return Err(state_error(s)),
+            }
+            i.state = ep_state::DISCONNECT_PENDING;
+            i.qp.clone()
+        };
+        match qp {
+            Some(qp) => Ok(self.ia.device().disconnect(&qp, abrupt)?),
+            None => Ok(()),
+        }
+    }
+
+    /// dat_ep_reset: DISCONNECTED (or UNCONNECTED) -> UNCONNECTED with empty queues.
+    pub fn reset(&self) -> DatResult<()> {
+        let qp = {
+            let i = self.inner.lock();
+            match i.state {
+                ep_state::DISCONNECTED | ep_state::UNCONNECTED => {}
+                s => return Err(state_error(s)),
+            }
+            i.qp.clone()
+        };
+        if let Some(qp) = &qp {
+            qp.reset()?;
+        }
+        let mut i = self.inner.lock();
+        i.state = ep_state::UNCONNECTED;
+        i.remote = None;
+        i.peer_private_data = Arc::from(Vec::new());
+        Ok(())
+    }
+
+    /// Called by an RSP: UNCONNECTED -> RESERVED.
+    pub(crate) fn reserve_for(&self, sp: Handle) -> DatResult<()> {
+        let mut i = self.inner.lock();
+        if i.state != ep_state::UNCONNECTED {
+            return Err(state_error(i.state));
+        }
+        i.state = ep_state::RESERVED;
+        i.reserved_by = sp;
+        Ok(())
+    }
+
+    /// Called when an RSP goes away or a tentative request is rejected.
+    pub(crate) fn unreserve(&self, sp: Handle) {
+        let mut i = self.inner.lock();
+        if i.reserved_by == sp
+            && matches!(
+                i.state,
+                ep_state::RESERVED | ep_state::TENTATIVE_CONNECTION_PENDING
+            )
+        {
+            i.state = ep_state::UNCONNECTED;
+            i.reserved_by = Handle::NULL;
+        }
+    }
+
+    /// A request arrived on this EP's RSP: RESERVED -> TENTATIVE_CONNECTION_PENDING.
+    /// A PSP with DAT_PSP_PROVIDER_FLAG created this EP (no PZ yet) for a request:
+    /// UNCONFIGURED_UNCONNECTED -> UNCONFIGURED_TENTATIVE.
+    pub(crate) fn make_provider_tentative(&self, private_data: &[u8]) {
+        let mut i = self.inner.lock();
+        if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
+            i.state = ep_state::UNCONFIGURED_TENTATIVE;
+            i.peer_private_data = Arc::from(private_data.to_vec());
+        }
+    }
+
+    pub(crate) fn make_tentative(&self, private_data: &[u8]) -> bool {
+        let mut i = self.inner.lock();
+        if i.state != ep_state::RESERVED {
+            return false;
+        }
+        i.state = ep_state::TENTATIVE_CONNECTION_PENDING;
+        i.peer_private_data = Arc::from(private_data.to_vec());
+        true
+    }
+
+    /// dat_cr_accept's part on the EP: -> PASSIVE_CONNECTION_PENDING, returns the QP to accept on.
+    pub(crate) fn begin_accept(
+        &self,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+    ) -> DatResult<Arc<dyn QueuePair>> {
+        let mut i = self.inner.lock();
+        match i.state {
+            ep_state::UNCONNECTED | ep_state::TENTATIVE_CONNECTION_PENDING => {}
+            s => return Err(state_error(s)),
+        }
+        if i.connect_evd.is_none() {
+            return Err(DatError::invalid_handle(SubType::InvalidHandleEvdConn));
+        }
+        let qp =
+            i.qp.clone()
+                .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        i.state = ep_state::PASSIVE_CONNECTION_PENDING;
+        i.remote = Some(remote);
+        i.peer_private_data = Arc::from(private_data.to_vec());
+        i.reserved_by = Handle::NULL;
+        Ok(qp)
+    }
+
+    /// An accept failed synchronously.
+    pub(crate) fn abort_accept(&self) {
+        let mut i = self.inner.lock();
+        if i.state == ep_state::PASSIVE_CONNECTION_PENDING {
+            i.state = ep_state::UNCONNECTED;
+            i.remote = None;
+        }
+    }
+
+    fn post_connection_event(&self, evd: Option<Arc<Evd>>, number: u32, pd: Arc<[u8]>) {
+        if let Some(evd) = evd {
+            evd.push_provider(Event {
+                number,
+                evd: evd.handle(),
+                data: EventData::Connection {
+                    ep: self.handle,
+                    private_data: pd,
+                },
+            });
+        }
+    }
+
+    pub(crate) fn on_established(&self, private_data: Vec<u8>) {
+        let (evd, pd) = {
+            let mut i = self.inner.lock();
+            match i.state {
+                ep_state::ACTIVE_CONNECTION_PENDING => {
+                    i.peer_private_data = Arc::from(private_data);
+                }
+                ep_state::PASSIVE_CONNECTION_PENDING => {}
+                _ => return,
+            }
+            i.state = ep_state::CONNECTED;
+            (i.connect_evd.clone(), i.peer_private_data.clone())
+        };
+        self.post_connection_event(evd, event_number::CONNECTION_ESTABLISHED, pd);
+        // A hard high watermark applies from the moment the connection is established.
+        self.check_recv_watermarks();
+    }
+
+    /// The connection (or its establishment) ended: DISCONNECTED, and the connection event.
+    ///
+    /// An EP using an SRQ also reports DAT_ASYNC_ERROR_EP_BROKEN (reason
+    /// DAT_EP_TRANSFER_TO_ERROR) on the IA's async EVD: it takes no more receives from the SRQ,
+    /// so the consumer may account for the SRQ's buffers. This is verbs' "last WQE reached"
+    /// event of a QP attached to an SRQ entering the error state, which OFED's provider reports
+    /// this way for every disconnection and which consumers written for it (dtestsrq) wait
+    /// for. It is queued before the connection event, so a consumer that has seen the one can
+    /// dequeue the other.
+    pub(crate) fn on_connection_lost(&self, number: u32, private_data: Vec<u8>) {
+        let (evd, pd, has_srq) = {
+            let mut i = self.inner.lock();
+            match i.state {
+                ep_state::ACTIVE_CONNECTION_PENDING
+                | ep_state::PASSIVE_CONNECTION_PENDING
+                | ep_state::TENTATIVE_CONNECTION_PENDING
+                | ep_state::CONNECTED
+                | ep_state::DISCONNECT_PENDING => {}
+                _ => return,
+            }
+            let number = if i.state == ep_state::PASSIVE_CONNECTION_PENDING
+                && number != event_number::CONNECTION_DISCONNECTED
+            {
+                event_number::CONNECTION_ACCEPT_COMPLETION_ERROR
+            } else if std::mem::take(&mut i.watermarks.breaking) {
+                // We tore the connection down: its hard high watermark was exceeded.
+                event_number::CONNECTION_BROKEN
+            } else {
+                number
+            };
+            i.state = ep_state::DISCONNECTED;
+            if !private_data.is_empty() {
+                i.peer_private_data = Arc::from(private_data);
+            }
+            (
+                i.connect_evd.clone().map(|e| (e, number)),
+                i.peer_private_data.clone(),
+                i.srq.is_some(),
+            )
+        };
+        if has_srq {
+            self.ia.post_async_reason(
+                event_number::ASYNC_EP_BROKEN,
+                self.handle,
+                async_reason::EP_TRANSFER_TO_ERROR,
+            );
+        }
+        if let Some((evd, number)) = evd {
+            self.post_connection_event(Some(evd), number, pd);
+        }
+    }
+
+    // ---- data transfer ----------------------------------------------------------------------
+
+    /// UNSIGNALLED is allowed only if the EP was configured for it.
+    pub(crate) fn check_request_flags(&self, flags: u32, arg: u32) -> DatResult<()> {
+        Self::request_flags_allowed(&self.inner.lock(), flags, arg)
+    }
+
+    fn request_flags_allowed(i: &EpInner, flags: u32, arg: u32) -> DatResult<()> {
+        if flags & completion_flags::UNSIGNALLED != 0
+            && i.attr.request_completion_flags & completion_flags::UNSIGNALLED == 0
+        {
+            return Err(DatError::invalid_arg(arg));
+        }
+        Ok(())
+    }
+
+    /// Requests are valid in CONNECTED and DISCONNECTED (where they are flushed). A datagram
+    /// EP takes none of them (sends name their destination, `post_send_ud`; RDMA, atomics and
+    /// binds need a connection): DAT_INVALID_PARAMETER for the EP argument.
+    pub(crate) fn check_request_state(&self) -> DatResult<()> {
+        Self::request_state_allowed(&self.inner.lock())
+    }
+
+    fn request_state_allowed(i: &EpInner) -> DatResult<()> {
+        if i.attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+            return Err(DatError::invalid_arg(1));
+        }
+        match i.state {
+            ep_state::CONNECTED | ep_state::DISCONNECTED => Ok(()),
+            s => Err(state_error(s)),
+        }
+    }
+
+    /// Validates a local IOV against the IA's LMRs: each non-empty segment must name a live LMR
+    /// (else PRIVILEGES_VIOLATION) of the EP's PZ (else PROTECTION_VIOLATION), lie inside it
+    /// (else INVALID_PARAMETER on `iov_arg`) and have `need` privilege. Returns the segments to
+    /// post and the total length.
+    pub(crate) fn check_local_iov(
+        ia: &Ia,
+        pz: &Arc<Pz>,
+        iov: &[Sge],
+        need: u32,
+        iov_arg: u32,
+    ) -> DatResult<(SgeList, u64)> {
+        let mut out = SgeList::new();
+        let mut total: u64 = 0;
+        let lmrs = ia.lmrs_by_context.lock();
+        for seg in iov {
+            if seg.length == 0 {
+                continue;
+            }
+            let lmr = lmrs.get(&seg.lkey).ok_or(DatError::new(
+                ErrorType::PrivilegesViolation,
+                if need == mem_priv::LOCAL_READ {
+                    SubType::PrivilegesRead
+                } else {
+                    SubType::PrivilegesWrite
+                },
+            ))?;
+            if lmr.pz != Arc::as_ptr(pz) as usize {
+                return Err(DatError::new(
+                    ErrorType::ProtectionViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::ProtectionRead
+                    } else {
+                        SubType::ProtectionWrite
+                    },
+                ));
+            }
+            if !lmr.contains(seg.addr, u64::from(seg.length)) {
+                return Err(DatError::invalid_arg(iov_arg));
+            }
+            // Local write privilege implies local read, as on every RDMA NIC
+            // (verbs has no local-read flag): OFED's dtest sends from an LMR
+            // registered with DAT_MEM_PRIV_LOCAL_WRITE_FLAG alone.
+            let granted = if need == mem_priv::LOCAL_READ {
+                lmr.privileges & (mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE)
+            } else {
+                lmr.privileges & need
+            };
+            if granted == 0 {
+                return Err(DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                ));
+            }
+            total += u64::from(seg.length);
+            out.push(*seg);
+        }
+        Ok((out, total))
+    }
+
+    /// Posts a send-queue request with its tracking entry.
+    pub(crate) fn post_tracked(&self, mut wr: SendWr, pending: PendingDto) -> DatResult<()> {
+        let qp = self
+            .qp()
+            .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        let wr_id = self.ia.track(pending);
+        wr.wr_id = wr_id;
+        if let Err(e) = qp.post_send(wr) {
+            self.ia.untrack(wr_id);
+            // num_segments is position 2 of every dat_ep_post_* call.
+            return Err(from_backend(e, Some(2)));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn request_common(
+        &self,
+        flags: u32,
+        flags_arg: u32,
+        num_segments: usize,
+        max_iov: impl Fn(&EpAttr) -> u32,
+    ) -> DatResult<Arc<Pz>> {
+        let known = completion_flags::SUPPRESS
+            | completion_flags::SOLICITED_WAIT
+            | completion_flags::UNSIGNALLED
+            | completion_flags::BARRIER_FENCE
+            | completion_flags::EVD_THRESHOLD;
+        if flags & !known != 0 {
+            return Err(DatError::invalid_arg(flags_arg));
+        }
+        // One look at the EP (a lock taken once on the post path).
+        let i = self.inner.lock();
+        Self::request_flags_allowed(&i, flags, flags_arg)?;
+        Self::request_state_allowed(&i)?;
+        let pz =
+            i.pz.clone()
+                .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        if num_segments > max_iov(&i.attr) as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        Ok(pz)
+    }
+
+    /// Counts a posted request: DCNT_EP_POST_x, and its bytes in DCNT_EP_POST_x_DATA (the
+    /// counter after it).
+    pub(crate) fn count_post(&self, counter: usize, bytes: u64) {
+        self.counters.inc(counter);
+        self.counters.add(counter + 1, bytes);
+    }
+
+    pub(crate) fn report_success(flags: u32) -> bool {
+        flags & (completion_flags::SUPPRESS | completion_flags::UNSIGNALLED) == 0
+    }
+
+    /// dat_ep_post_send (C positions: num_segments 2, local_iov 3, cookie 4, flags 5).
+    pub fn post_send(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
+        self.post_send_op(iov, cookie, flags, SendOp::Send)
+    }
+
+    /// dat_ep_post_send_with_invalidate with invalidation (positions as post_send; the
+    /// rmr_context 7): a send that, once the peer placed it, ends the binding of the peer's RMR
+    /// `rmr_context`; the peer's receive completes as DAT_DTO_RECEIVE_WITH_INVALIDATE naming
+    /// it. Without invalidation the call is a plain send.
+    pub fn post_send_with_invalidate(
+        &self,
+        iov: &[Sge],
+        cookie: u64,
+        flags: u32,
+        rmr_context: u32,
+    ) -> DatResult<()> {
+        self.post_send_op(iov, cookie, flags, SendOp::SendInv { rkey: rmr_context })
+    }
+
+    fn post_send_op(&self, iov: &[Sge], cookie: u64, flags: u32, op: SendOp) -> DatResult<()> {
+        let pz = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
+        // Transfers are bounded by the IA's limits; an EP's max_message_size
+        // and max_rdma_size are kept and reported but, as in OFED's
+        // provider, not enforced (dtest writes 4 MiB through an EP that
+        // says 64 KiB).
+        if total > u64::from(self.ia.device().attr().max_msg_size) {
+            return Err(DatError::length());
+        }
+        self.post_tracked(
+            SendWr {
+                wr_id: 0,
+                op,
+                sgl,
+                signaled: Self::report_success(flags),
+                solicited: flags & completion_flags::SOLICITED_WAIT != 0,
+                fence: flags & completion_flags::BARRIER_FENCE != 0,
+            },
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: dto_op::SEND,
+                report_success: Self::report_success(flags),
+                rmr: None,
+                ext: None,
+            },
+        )?;
+        self.count_post(counters::ep::POST_SEND, total);
+        Ok(())
+    }
+
+    /// dat_ep_post_rdma_write (positions: num_segments 2, local_iov 3, cookie 4, remote 5,
+    /// flags 6).
+    pub fn post_rdma_write(
+        &self,
+        iov: &[Sge],
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let pz = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 3)?;
+        if total > u64::from(self.ia.device().attr().max_rdma_size)
+            || total > u64::from(remote.length)
+        {
+            return Err(DatError::length());
+        }
+        self.post_tracked(
+            SendWr {
+                wr_id: 0,
+                op: SendOp::RdmaWrite {
+                    remote_addr: remote.address,
+                    rkey: remote.rmr_context,
+                },
+                sgl,
+                signaled: Self::report_success(flags),
+                solicited: false,
+                fence: flags & completion_flags::BARRIER_FENCE != 0,
+            },
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: dto_op::RDMA_WRITE,
+                report_success: Self::report_success(flags),
+                rmr: None,
+                ext: None,
+            },
+        )?;
+        self.count_post(counters::ep::POST_WRITE, total);
+        Ok(())
+    }
+
+    /// dat_ep_post_rdma_read_to_rmr (positions: local 2, cookie 3, remote 4, flags 5): an RDMA
+    /// read whose sink is an RMR of ours, named by its triplet (rmr_context of its current
+    /// binding, address, length) instead of an LMR triplet. The range must lie inside the
+    /// binding, which must grant write (local or remote); the read then lands in the LMR the
+    /// RMR is bound into, exactly as dat_ep_post_rdma_read into that range.
+    pub fn post_rdma_read_to_rmr(
+        &self,
+        local: RemoteBuffer,
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let rmr = self
+            .ia
+            .rmr_by_context(local.rmr_context)
+            .ok_or(DatError::new(
+                ErrorType::PrivilegesViolation,
+                SubType::PrivilegesWrite,
+            ))?;
+        let sge = rmr
+            .local_segment(
+                local.rmr_context,
+                local.address,
+                local.length,
+                mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE,
+            )
+            .ok_or(DatError::invalid_arg(2))?;
+        if !Arc::ptr_eq(rmr.pz(), &self.pz_or_err()?) {
+            return Err(DatError::new(
+                ErrorType::ProtectionViolation,
+                SubType::ProtectionWrite,
+            ));
+        }
+        self.post_rdma_read(&[sge], cookie, remote, flags)
+    }
+
+    /// dat_ep_post_rdma_read: reads `remote.length` bytes, filling the local IOV front to back.
+    pub fn post_rdma_read(
+        &self,
+        iov: &[Sge],
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let pz = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
+        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let want = u64::from(remote.length);
+        if want > u64::from(self.ia.device().attr().max_rdma_size) || total < want {
+            return Err(DatError::length());
+        }
+        // Only as much of the IOV as the remote buffer fills: front segments completely.
+        let mut trimmed = sgl;
+        let mut left = want;
+        let mut keep = 0;
+        for seg in trimmed.iter_mut() {
+            if left == 0 {
+                break;
+            }
+            let take = u64::from(seg.length).min(left);
+            seg.length = take as u32;
+            left -= take;
+            keep += 1;
+        }
+        trimmed.truncate(keep);
+        self.post_tracked(
+            SendWr {
+                wr_id: 0,
+                op: SendOp::RdmaRead {
+                    remote_addr: remote.address,
+                    rkey: remote.rmr_context,
+                },
+                sgl: trimmed,
+                signaled: Self::report_success(flags),
+                solicited: false,
+                fence: flags & completion_flags::BARRIER_FENCE != 0,
+            },
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: dto_op::RDMA_READ,
+                report_success: Self::report_success(flags),
+                rmr: None,
+                ext: None,
+            },
+        )?;
+        self.count_post(counters::ep::POST_READ, want);
+        Ok(())
+    }
+
+    /// dat_ep_post_recv (positions: num_segments 2, local_iov 3, cookie 4, flags 5). Valid in
+    /// every configured state; on a DISCONNECTED EP it is flushed.
+    pub fn post_recv(&self, iov: &[Sge], cookie: u64, flags: u32) -> DatResult<()> {
+        let known = completion_flags::SUPPRESS
+            | completion_flags::UNSIGNALLED
+            | completion_flags::EVD_THRESHOLD
+            | completion_flags::SOLICITED_WAIT;
+        if flags & !known != 0 {
+            return Err(DatError::invalid_arg(5));
+        }
+        let (pz, attr, qp, has_srq, state) = {
+            let i = self.inner.lock();
+            (i.pz.clone(), i.attr, i.qp.clone(), i.srq.is_some(), i.state)
+        };
+        if flags & completion_flags::UNSIGNALLED != 0
+            && attr.recv_completion_flags & completion_flags::UNSIGNALLED == 0
+        {
+            return Err(DatError::invalid_arg(5));
+        }
+        if has_srq {
+            return Err(state_error(state));
+        }
+        let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        let qp = qp.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        if iov.len() > attr.max_recv_iov as usize {
+            return Err(DatError::invalid_arg(2));
+        }
+        let (sgl, _) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
+        let (op, ext) = ud::recv_kind(attr.service_type);
+        let wr_id = self.ia.track(PendingDto {
+            ep: self.handle,
+            cookie,
+            op,
+            report_success: Self::report_success(flags),
+            rmr: None,
+            ext,
+        });
+        let total: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
+        if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
+            self.ia.untrack(wr_id);
+            return Err(from_backend(e, Some(2)));
+        }
+        self.count_post(counters::ep::POST_RECV, total);
+        self.check_recv_watermarks();
+        Ok(())
+    }
+
+    /// dat_ep_recv_query: (nbufs_allocated, bufs_alloc_span): the Recv buffers at the EP
+    /// (posted and not completed; see `Watermarks`) and their span, which on our in-order
+    /// transports is the same count (DAT: never fewer than the buffers).
+    pub fn recv_query(&self) -> DatResult<(i32, i32)> {
+        let posted = self.recv_buffers() as i32;
+        Ok((posted, posted))
+    }
+
+    /// The Recv buffers at the EP (see `Watermarks`).
+    fn recv_buffers(&self) -> u32 {
+        self.qp().map(|q| q.posted_recvs()).unwrap_or(0)
+    }
+
+    /// dat_ep_set_watermark (positions: soft 2, hard 3): sets both watermarks and re-arms the
+    /// soft one (see `Watermarks`); a count already above either fires during the call. Valid
+    /// in every EP state. DAT_WATERMARK_INFINITE (-1) sets none; other negative values are
+    /// DAT_INVALID_PARAMETER.
+    pub fn set_watermark(&self, soft_high: i32, hard_high: i32) -> DatResult<()> {
+        let level = |v: i32, arg: u32| match v {
+            WATERMARK_INFINITE => Ok(None),
+            v => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| DatError::invalid_arg(arg)),
+        };
+        let soft = level(soft_high, 2)?;
+        let hard = level(hard_high, 3)?;
+        {
+            let mut i = self.inner.lock();
+            i.watermarks = Watermarks {
+                soft,
+                soft_armed: soft.is_some(),
+                hard,
+                breaking: i.watermarks.breaking,
+            };
+        }
+        self.check_recv_watermarks();
+        Ok(())
+    }
+
+    /// Fires what the Recv buffers at the EP now exceed (see `Watermarks`). Called with no
+    /// lock held: it posts events and may tear the connection down.
+    fn check_recv_watermarks(&self) {
+        let (soft_fires, hard_breaks) = {
+            let mut i = self.inner.lock();
+            let w = i.watermarks;
+            let connected = i.state == ep_state::CONNECTED;
+            if !(w.soft_armed || (w.hard.is_some() && connected)) {
+                return;
+            }
+            let n = i.qp.as_ref().map(|q| q.posted_recvs()).unwrap_or(0);
+            let soft_fires = w.soft_armed && w.soft.is_some_and(|s| n > s);
+            if soft_fires {
+                i.watermarks.soft_armed = false;
+            }
+            let hard_breaks = connected && w.hard.is_some_and(|h| n > h);
+            if hard_breaks {
+                // As dat_ep_disconnect: DISCONNECT_PENDING until the backend reports the
+                // teardown (it must have let go of the QP before a reset), then reported as
+                // BROKEN (see `on_connection_lost`).
+                i.state = ep_state::DISCONNECT_PENDING;
+                i.watermarks.breaking = true;
+            }
+            (soft_fires, hard_breaks.then(|| i.qp.clone()).flatten())
+        };
+        if soft_fires {
+            self.ia.post_async_reason(
+                event_number::ASYNC_EP_BROKEN,
+                self.handle,
+                async_reason::EP_SOFT_HIGH_WATERMARK,
+            );
+        }
+        if let Some(qp) = hard_breaks {
+            log::debug!(
+                "EP {:?}: Recv buffers above the hard high watermark",
+                self.handle
+            );
+            if let Err(e) = self.ia.device().disconnect(&qp, true) {
+                log::warn!("EP {:?}: abrupt disconnect: {e}", self.handle);
+                self.on_connection_lost(event_number::CONNECTION_BROKEN, Vec::new());
+            }
+        }
+    }
+
+    /// dat_ep_free: any state; a connection is torn down abruptly and outstanding requests are
+    /// flushed.
+    pub fn free(self: &Arc<Self>) -> DatResult<()> {
+        handle::remove(self.handle, HandleKind::Ep)?;
+        self.destroy();
+        Ok(())
+    }
+
+    /// Tears the EP down. The EP lock is never held across backend calls: those deliver
+    /// connection events synchronously, and the event path takes the EP lock.
+    pub(crate) fn destroy(&self) {
+        let (qp, was_connecting) = {
+            let mut i = self.inner.lock();
+            if i.freed {
+                return;
+            }
+            i.freed = true;
+            let was = matches!(
+                i.state,
+                ep_state::CONNECTED
+                    | ep_state::ACTIVE_CONNECTION_PENDING
+                    | ep_state::PASSIVE_CONNECTION_PENDING
+                    | ep_state::DISCONNECT_PENDING
+            );
+            // A freed EP reports no more connection events.
+            i.state = ep_state::DISCONNECTED;
+            (i.qp.take(), was)
+        };
+        if let Some(qp) = qp {
+            self.ia.eps_by_qp.lock().remove(&qp.qp_num());
+            if was_connecting {
+                let _ = self.ia.device().disconnect(&qp, true);
+            }
+            qp.destroy();
+        }
+        // Address handles go with their EP, before its PZ is released.
+        self.ud.lock().clear();
+        let mut i = self.inner.lock();
+        // Deliver what the flush produced while the EVDs are still ours.
+        for evd in [&i.request_evd, &i.recv_evd].into_iter().flatten() {
+            evd.drain_cq();
+        }
+        if let Some(p) = i.pz.take() {
+            p.users.release();
+        }
+        release_evd(&i.recv_evd);
+        release_evd(&i.request_evd);
+        release_evd(&i.connect_evd);
+        if let Some(s) = i.srq.take() {
+            s.users.release();
+        }
+    }
+}
+
+/// The private CQ standing in for a NULL EVD, if one was needed.
+type SinkCq = Option<Arc<dyn CompletionQueue>>;
+
+/// Creates the QP of an EP: CQs of its EVDs (or a private sink CQ for a missing one).
+fn build_qp(
+    ia: &Arc<Ia>,
+    pz: &Arc<Pz>,
+    recv_evd: &Option<Arc<Evd>>,
+    request_evd: &Option<Arc<Evd>>,
+    srq: &Option<Arc<Srq>>,
+    attr: &EpAttr,
+) -> DatResult<(Arc<dyn QueuePair>, SinkCq)> {
+    let dev = ia.device();
+    let mut sink: Option<Arc<dyn CompletionQueue>> = None;
+    let mut cq_for = |evd: &Option<Arc<Evd>>| -> DatResult<Arc<dyn CompletionQueue>> {
+        if let Some(cq) = evd.as_ref().and_then(|e| e.cq().cloned()) {
+            return Ok(cq);
+        }
+        if let Some(s) = &sink {
+            return Ok(s.clone());
+        }
+        let s = dev.create_cq(attr.max_request_dtos.max(attr.max_recv_dtos).max(1))?;
+        // Nobody waits on a sink: drop its completions and their tracking entries as they come.
+        let weak_ia = Arc::downgrade(ia);
+        let weak_cq = Arc::downgrade(&s);
+        s.set_notify(Some(Arc::new(move || {
+            let (Some(ia), Some(cq)) = (weak_ia.upgrade(), weak_cq.upgrade()) else {
+                return;
+            };
+            let mut batch = Vec::new();
+            while cq.poll(64, &mut batch) > 0 {
+                for wc in batch.drain(..) {
+                    ia.retire(wc.wr_id);
+                }
+            }
+        })));
+        sink = Some(s.clone());
+        Ok(s)
+    };
+    let send_cq = cq_for(request_evd)?;
+    let recv_cq = cq_for(recv_evd)?;
+    let init = QpInit {
+        pd: pz.pd().clone(),
+        send_cq,
+        recv_cq,
+        srq: srq.as_ref().map(|s| s.backend().clone()),
+        cap: QpCap {
+            max_send_wr: attr.max_request_dtos.max(1),
+            max_recv_wr: attr.max_recv_dtos,
+            max_send_sge: attr
+                .max_request_iov
+                .max(attr.max_rdma_read_iov)
+                .max(attr.max_rdma_write_iov),
+            max_recv_sge: attr.max_recv_iov,
+            max_rd_atomic: attr.max_rdma_read_out,
+            max_inline: 0,
+        },
+    };
+    let qp = if attr.service_type == super::consts::ib_ext::SERVICE_TYPE_UD {
+        dev.create_ud_qp(init)
+    } else {
+        dev.create_qp(init)
+    };
+    // A CQ or SRQ the device does not take is position 1's (the IA or EP) as ever.
+    let qp = qp.map_err(|e| from_backend(e, Some(1)))?;
+    Ok((qp, sink))
+}

@@ -1,0 +1,683 @@
+//! EVD: the event queue of DAT. Provider events (DTO and bind completions drained from the EVD's
+//! completion queue, connection events, CR arrivals, async errors) and software events land here;
+//! consumers wait with a threshold and timeout, or dequeue.
+//!
+//! Overflow: provider-generated events are never dropped (dropping a completion would lose the
+//! consumer's posted work silently). When the queue holds more than `qlen` events the EVD is
+//! marked overflowed and one DAT_ASYNC_ERROR_EVD_OVERFLOW is sent to the IA's async EVD.
+//! Software events (dat_evd_post_se) are refused with DAT_QUEUE_FULL instead.
+//!
+//! Notification. Every queued event is either a notification event or not. Only a notification
+//! event wakes a waiter (whose threshold must also be met) or triggers the EVD's CNO; every
+//! event, either kind, is counted in the queue (threshold, `nmore`) and returned by
+//! dat_evd_dequeue and dat_evd_wait in arrival order. By default every event is a notification
+//! event. The exception is DAT_COMPLETION_SOLICITED_WAIT_FLAG in an EP's
+//! recv_completion_flags: then a successful receive completion of that EP (a send or a write
+//! with immediate data consumed a receive) is a notification event only if the peer posted it
+//! with DAT_COMPLETION_SOLICITED_WAIT_FLAG; an unsolicited one is queued without waking anyone,
+//! and a failed or flushed receive always notifies (as an InfiniBand CQ armed for solicited
+//! completions reports errors). A waiter, whenever it checks, returns when at least
+//! `threshold` events are queued and at least one notification event is among them (the
+//! newest one has not been dequeued yet): so an unsolicited receive, queued before the wait or
+//! during it, is returned once a solicited one follows it, and not before.
+//!
+//! Threshold. With DAT_COMPLETION_DEFAULT_FLAG or DAT_COMPLETION_EVD_THRESHOLD_FLAG every
+//! completion notifies, and the waiter's threshold decides when it unblocks (the two flags
+//! behave alike here; EVD_THRESHOLD excludes the consumer-controlled modes, see
+//! `EpAttr::validate`). DAT requires threshold 1 on an EVD that a DTO stream with
+//! consumer-controlled notification feeds (the receive EVD of an EP whose
+//! recv_completion_flags are SOLICITED_WAIT or UNSIGNALLED, the request EVD of an EP whose
+//! request_completion_flags are UNSIGNALLED): a larger threshold is DAT_INVALID_STATE
+//! (DAT_INVALID_STATE_EVD_CONFIG_SOLICITED, DAT_INVALID_STATE_EVD_CONFIG_NOTIFY for
+//! UNSIGNALLED).
+//!
+//! Backends: the TCP backend carries the sender's solicited bit with the message. An ibverbs
+//! work completion carries no such bit, so the verbs backend reports every receive as
+//! solicited: on verbs a SOLICITED_WAIT receive EVD notifies on every receive, as the default.
+
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::cno::{deadline_from, Cno};
+use super::consts::{completion_flags, evd_flags, evd_state, event_number};
+use super::counters::{self, Counters};
+use super::error::{DatError, DatResult, SubType};
+use super::handle::{self, Handle, HandleKind, Object, UseCount};
+use super::ia::Ia;
+use daplrs_backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+
+/// The payload of an event; handles are the values C sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventData {
+    Dto {
+        ep: Handle,
+        cookie: u64,
+        status: u32,
+        transferred: u32,
+        op: u32,
+        rmr_context: u32,
+        /// The IB extension's data of a DAT_IB_DTO_EVENT.
+        ext: Option<DtoExt>,
+    },
+    RmrBind {
+        rmr: Handle,
+        cookie: u64,
+        status: u32,
+    },
+    CrArrival {
+        sp: Handle,
+        local_addr: Ipv4Addr,
+        conn_qual: u64,
+        cr: Handle,
+    },
+    /// The private data stays owned by the EP (see `Ep::peer_private_data`) for as long as the
+    /// ffi layer needs a stable pointer to it.
+    Connection {
+        ep: Handle,
+        private_data: Arc<[u8]>,
+    },
+    /// A datagram EP's address resolution ended (DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED,
+    /// _REJECT_EVENT, _ERROR_EVENT; see `ep::ud`). The private data is owned by the
+    /// resolution's record (`ext.cm`) until dat_ib_ud_cm_free.
+    UdConnection {
+        ep: Handle,
+        private_data: Arc<[u8]>,
+        ext: UdConnExt,
+    },
+    Async {
+        handle: Handle,
+        reason: u32,
+    },
+    Software {
+        pointer: u64,
+    },
+}
+
+/// What a datagram EP's connection event adds (DAT_IB_EXTENSION_EVENT_DATA): the extension
+/// type, the remote address handle (DAT_IB_ADDR_HANDLE: our token for it, the remote QP
+/// number and IA address) and the resolution's record (its `context`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdConnExt {
+    /// DAT_IB_EXT_TYPE: DAT_IB_UD_REMOTE_AH, _PASSIVE_REMOTE_AH, _CONNECT_REJECT, _ERROR.
+    pub kind: u32,
+    /// The address handle's token (0: none, for a failure).
+    pub ah: u64,
+    pub qpn: u32,
+    pub address: Option<Ipv4Addr>,
+    /// The record's token, for dat_ib_ud_cm_free.
+    pub cm: u64,
+}
+
+/// What a DAT_IB_DTO_EVENT adds to a DTO completion (DAT_IB_EXTENSION_EVENT_DATA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DtoExt {
+    /// DAT_IB_EXT_TYPE.
+    pub kind: u32,
+    /// The immediate data of a write-with-immediate, for the receive it consumed.
+    pub imm: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub number: u32,
+    pub evd: Handle,
+    pub data: EventData,
+}
+
+struct EvdState {
+    queue: VecDeque<Event>,
+    qlen: usize,
+    enabled: bool,
+    waitable: bool,
+    /// A thread is in `wait` (DAT allows one).
+    waiter: bool,
+    /// Threshold of the current waiter.
+    threshold: usize,
+    /// The waiter is in `CompletionQueue::drive`, not on the condition variable: whoever
+    /// queues an event or changes what it waits for must also interrupt the drive.
+    driving: bool,
+    cno: Option<Arc<Cno>>,
+    overflowed: bool,
+    freed: bool,
+    /// Events ever queued and ever removed (dequeued, waited for, cleared): event number k
+    /// (1-based, in arrival order) is still queued iff k > `popped`.
+    pushed: u64,
+    popped: u64,
+    /// The arrival number of the newest notification event (0: none yet). A notification
+    /// event is queued iff `last_notify > popped` (the queue is FIFO).
+    last_notify: u64,
+}
+
+impl EvdState {
+    /// Appends an event; `notify` says whether it is a notification event.
+    fn enqueue(&mut self, event: Event, notify: bool) {
+        self.queue.push_back(event);
+        self.pushed += 1;
+        if notify {
+            self.last_notify = self.pushed;
+        }
+    }
+
+    fn dequeue(&mut self) -> Option<Event> {
+        let ev = self.queue.pop_front()?;
+        self.popped += 1;
+        Some(ev)
+    }
+
+    /// Whether a waiter with the current threshold may return now (see the module's
+    /// notification rules).
+    fn ready(&self) -> bool {
+        self.queue.len() >= self.threshold && self.last_notify > self.popped
+    }
+}
+
+pub struct Evd {
+    handle: Handle,
+    ia: Arc<Ia>,
+    flags: u32,
+    state: Mutex<EvdState>,
+    cond: Condvar,
+    /// Completion queue feeding DTO/RMR-bind events; created for EVDs with those flags.
+    cq: Option<Arc<dyn CompletionQueue>>,
+    /// Serialises CQ drains so completions enter the queue in CQ order.
+    drain_lock: Mutex<Vec<WorkCompletion>>,
+    /// EPs, PSPs, RSPs using this EVD.
+    pub(crate) users: UseCount,
+    /// DCNT_EVD_* (see `counters`).
+    pub(crate) counters: Counters,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvdParam {
+    pub ia: Handle,
+    pub qlen: usize,
+    /// evd_state bits: ENABLED/DISABLED | WAITABLE/UNWAITABLE.
+    pub state: u32,
+    pub cno: Handle,
+    pub flags: u32,
+}
+
+impl Evd {
+    /// dat_evd_create.
+    pub fn create(
+        ia: &Arc<Ia>,
+        qlen: i32,
+        cno: Option<Arc<Cno>>,
+        flags: u32,
+    ) -> DatResult<Arc<Evd>> {
+        ia.check_open()?;
+        if qlen <= 0 || qlen as u32 > ia.device().attr().max_cqe {
+            return Err(DatError::invalid_arg(2));
+        }
+        if flags == 0 || flags & !evd_flags::ALL != 0 {
+            return Err(DatError::invalid_arg(4));
+        }
+        ia.check_room(
+            HandleKind::Evd,
+            ia.device().attr().max_cq,
+            SubType::ResourceTevd,
+        )?;
+        if let Some(c) = &cno {
+            if !c.users.acquire() {
+                return Err(HandleKind::Cno.invalid());
+            }
+        }
+        let cq = if flags & (evd_flags::DTO | evd_flags::RMR_BIND) != 0 {
+            match ia.device().create_cq(qlen as u32) {
+                Ok(cq) => Some(cq),
+                Err(e) => {
+                    if let Some(c) = &cno {
+                        c.users.release();
+                    }
+                    return Err(e.into());
+                }
+            }
+        } else {
+            None
+        };
+        let reservation = handle::reserve(HandleKind::Evd, ia.dispatch());
+        let evd = Arc::new(Evd {
+            handle: reservation.handle(),
+            ia: ia.clone(),
+            counters: Counters::new(counters::evd::ALL),
+            flags,
+            state: Mutex::new(EvdState {
+                queue: VecDeque::with_capacity(qlen as usize),
+                qlen: qlen as usize,
+                enabled: true,
+                waitable: true,
+                waiter: false,
+                threshold: 1,
+                driving: false,
+                cno,
+                overflowed: false,
+                freed: false,
+                pushed: 0,
+                popped: 0,
+                last_notify: 0,
+            }),
+            cond: Condvar::new(),
+            cq,
+            drain_lock: Mutex::new(Vec::new()),
+            users: UseCount::default(),
+        });
+        if let Some(cq) = &evd.cq {
+            let weak: Weak<Evd> = Arc::downgrade(&evd);
+            cq.set_notify(Some(Arc::new(move || {
+                if let Some(evd) = weak.upgrade() {
+                    evd.drain_cq();
+                }
+            })));
+            // A CNO's waiter learns of completions only if they reach the EVD by themselves.
+            cq.set_events_wanted(evd.state.lock().cno.is_some());
+        }
+        reservation.commit(Object::Evd(evd.clone()), ia.handle());
+        if flags & evd_flags::ASYNC != 0 {
+            ia.adopt_async_evd(&evd);
+        }
+        Ok(evd)
+    }
+
+    pub fn handle(&self) -> Handle {
+        self.handle
+    }
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+    pub fn ia(&self) -> &Arc<Ia> {
+        &self.ia
+    }
+    pub(crate) fn cq(&self) -> Option<&Arc<dyn CompletionQueue>> {
+        self.cq.as_ref()
+    }
+
+    pub fn query(&self) -> EvdParam {
+        let s = self.state.lock();
+        EvdParam {
+            ia: self.ia.handle(),
+            qlen: s.qlen,
+            state: (if s.enabled {
+                evd_state::ENABLED
+            } else {
+                evd_state::DISABLED
+            }) | (if s.waitable {
+                evd_state::WAITABLE
+            } else {
+                evd_state::UNWAITABLE
+            }),
+            cno: s.cno.as_ref().map(|c| c.handle()).unwrap_or(Handle::NULL),
+            flags: self.flags,
+        }
+    }
+
+    /// Events currently queued (the ffi fills `nmore` from this after a timeout).
+    pub fn len(&self) -> usize {
+        self.drain_cq();
+        self.state.lock().queue.len()
+    }
+
+    /// Whether a thread is blocked in `wait` (DAT allows one waiter).
+    pub fn has_waiter(&self) -> bool {
+        self.state.lock().waiter
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Moves completions from the CQ into the event queue.
+    pub(crate) fn drain_cq(&self) {
+        let Some(cq) = &self.cq else { return };
+        const BATCH: usize = 64;
+        let mut batch = self.drain_lock.lock();
+        loop {
+            batch.clear();
+            let n = cq.poll(BATCH, &mut batch);
+            for wc in batch.drain(..) {
+                let notify = self.completion_notifies(&wc);
+                if let Some(ev) = self.ia.dto_event(&wc, self.handle) {
+                    self.push(ev, notify);
+                }
+            }
+            // A short batch emptied the CQ as it was: no second look (a poll of an empty
+            // hardware queue each time).
+            if n < BATCH {
+                break;
+            }
+        }
+    }
+
+    /// Whether a work completion's event is a notification event (see the module's rules):
+    /// not for a successful receive of an EP whose recv_completion_flags ask for
+    /// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
+    /// notification. The EP's flags are read without its lock (drains run under EP locks).
+    fn completion_notifies(&self, wc: &WorkCompletion) -> bool {
+        if wc.solicited
+            || wc.status != WcStatus::Success
+            || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
+        {
+            return true;
+        }
+        let ep = self
+            .ia
+            .eps_by_qp
+            .lock()
+            .get(&wc.qp_num)
+            .and_then(|w| w.upgrade());
+        ep.is_none_or(|ep| ep.recv_completion_flags() & completion_flags::SOLICITED_WAIT == 0)
+    }
+
+    /// Which consumer-controlled notification mode, if any, a DTO stream feeding this EVD
+    /// uses: the INVALID_STATE subtype a wait with a threshold above 1 gets. Called without
+    /// the EVD's state lock (it takes EP locks).
+    fn consumer_controlled(&self) -> Option<SubType> {
+        for (_, obj) in handle::children(self.ia.handle()) {
+            let Object::Ep(ep) = obj else { continue };
+            let p = ep.query();
+            let recv = p.attr.recv_completion_flags;
+            let request = p.attr.request_completion_flags;
+            if p.recv_evd == self.handle && recv & completion_flags::SOLICITED_WAIT != 0 {
+                return Some(SubType::EvdConfigSolicited);
+            }
+            if (p.recv_evd == self.handle && recv & completion_flags::UNSIGNALLED != 0)
+                || (p.request_evd == self.handle && request & completion_flags::UNSIGNALLED != 0)
+            {
+                return Some(SubType::EvdConfigNotify);
+            }
+        }
+        None
+    }
+
+    /// Queues a provider-generated notification event (never dropped).
+    pub(crate) fn push_provider(&self, event: Event) {
+        self.push(event, true);
+    }
+
+    /// Queues a provider-generated event (never dropped); `notify`: whether it is a
+    /// notification event (wakes the waiter, triggers the CNO).
+    pub(crate) fn push(&self, event: Event, notify: bool) {
+        let mut overflow_now = false;
+        let cno_to_trigger;
+        let driving;
+        {
+            let mut s = self.state.lock();
+            if s.freed {
+                return;
+            }
+            if s.queue.len() >= s.qlen && !s.overflowed {
+                s.overflowed = true;
+                overflow_now = true;
+            }
+            s.enqueue(event, notify);
+            cno_to_trigger = if notify { self.after_push(&s) } else { None };
+            driving = s.driving;
+        }
+        if notify {
+            self.wake_waiter(driving);
+        }
+        if let Some(cno) = cno_to_trigger {
+            cno.trigger(self.handle);
+        }
+        if overflow_now {
+            log::warn!("EVD {:?} overflowed its queue length", self.handle);
+            self.ia
+                .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
+        }
+    }
+
+    /// Wakes the waiter, wherever it waits.
+    fn wake_waiter(&self, driving: bool) {
+        self.cond.notify_all();
+        if driving {
+            if let Some(cq) = &self.cq {
+                cq.interrupt();
+            }
+        }
+    }
+
+    /// The CNO to notify after a push: DAT notifies the CNO of an enabled EVD that has no
+    /// waiter of its own.
+    fn after_push(&self, s: &EvdState) -> Option<Arc<Cno>> {
+        if s.enabled && !s.waiter {
+            s.cno.clone()
+        } else {
+            None
+        }
+    }
+
+    /// dat_evd_post_se.
+    pub fn post_se(&self, pointer: u64) -> DatResult<()> {
+        let cno;
+        let driving;
+        {
+            let mut s = self.state.lock();
+            if s.freed {
+                return Err(HandleKind::Evd.invalid());
+            }
+            if s.queue.len() >= s.qlen {
+                return Err(DatError::queue_full());
+            }
+            s.enqueue(
+                Event {
+                    number: event_number::SOFTWARE,
+                    evd: self.handle,
+                    data: EventData::Software { pointer },
+                },
+                true,
+            );
+            cno = self.after_push(&s);
+            driving = s.driving;
+        }
+        self.wake_waiter(driving);
+        if let Some(c) = cno {
+            c.trigger(self.handle);
+        }
+        Ok(())
+    }
+
+    /// dat_evd_dequeue.
+    pub fn dequeue(&self) -> DatResult<Event> {
+        self.counters.inc(counters::evd::DEQUEUE);
+        self.drain_cq();
+        let mut s = self.state.lock();
+        if s.queue.is_empty() {
+            if let Some(cq) = &self.cq {
+                // A poller: let the transport read what arrived on this thread (see
+                // `CompletionQueue::progress`), then look once more.
+                if MutexGuard::unlocked(&mut s, || cq.progress()) {
+                    MutexGuard::unlocked(&mut s, || self.drain_cq());
+                }
+            }
+        }
+        let Some(ev) = s.dequeue() else {
+            self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
+            return Err(DatError::queue_empty());
+        };
+        self.counters.inc(counters::evd::DEQUEUE_FOUND);
+        if s.queue.len() < s.qlen {
+            s.overflowed = false;
+        }
+        Ok(ev)
+    }
+
+    /// dat_evd_wait: waits until `threshold` events are queued with a notification event among
+    /// them (see the module's rules) or `timeout_us` passes, then returns the first event and
+    /// how many remain. A threshold above 1 on an EVD a consumer-controlled DTO stream feeds is
+    /// DAT_INVALID_STATE.
+    pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
+        self.counters.inc(counters::evd::WAIT);
+        self.drain_cq();
+        let deadline = deadline_from(timeout_us);
+        let controlled = if threshold > 1 {
+            self.consumer_controlled()
+        } else {
+            None
+        };
+        let mut s = self.state.lock();
+        if threshold <= 0 || threshold as usize > s.qlen {
+            return Err(DatError::invalid_arg(3));
+        }
+        if let Some(sub) = controlled {
+            return Err(DatError::invalid_state(sub));
+        }
+        if !s.waitable {
+            return Err(DatError::invalid_state(SubType::EvdUnwaitable));
+        }
+        if s.waiter {
+            return Err(DatError::invalid_state(SubType::EvdWaiter));
+        }
+        s.waiter = true;
+        s.threshold = threshold as usize;
+        // Whether to try `drive` before the next condition-variable wait.
+        let mut drive = true;
+        // Whether `drive` ran: `end_drive` is then owed before this thread leaves or blocks.
+        let mut drove = false;
+        let result = loop {
+            if s.freed {
+                break Err(DatError::invalid_handle(SubType::InvalidHandle1));
+            }
+            if s.ready() {
+                let ev = s.dequeue();
+                match ev {
+                    Some(ev) => break Ok((ev, s.queue.len())),
+                    None => break Err(DatError::internal()),
+                }
+            }
+            if !s.waitable {
+                break Err(DatError::invalid_state(SubType::EvdUnwaitable));
+            }
+            if let (Some(cq), true) = (&self.cq, drive) {
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    break Err(DatError::timeout());
+                }
+                // Wait by running the transport for our own connections (see
+                // `CompletionQueue::drive`); the condition variable when it cannot. Either
+                // way the state lock was released meanwhile: look at the queue again first.
+                s.driving = true;
+                drive = MutexGuard::unlocked(&mut s, || cq.drive(deadline));
+                s.driving = false;
+                drove = true;
+                continue;
+            }
+            if let (Some(cq), true) = (&self.cq, drove) {
+                drove = false;
+                MutexGuard::unlocked(&mut s, || cq.end_drive());
+                continue;
+            }
+            self.counters.inc(counters::evd::WAIT_BLOCKED);
+            match deadline {
+                None => self.cond.wait(&mut s),
+                Some(d) => {
+                    if self.cond.wait_until(&mut s, d).timed_out() && !s.ready() {
+                        break Err(DatError::timeout());
+                    }
+                }
+            }
+            drive = true;
+        };
+        if let (Some(cq), true) = (&self.cq, drove) {
+            MutexGuard::unlocked(&mut s, || cq.end_drive());
+        }
+        s.waiter = false;
+        s.threshold = 1;
+        if s.queue.len() < s.qlen {
+            s.overflowed = false;
+        }
+        result
+    }
+
+    /// dat_evd_enable / dat_evd_disable.
+    pub fn set_enabled(&self, enabled: bool) {
+        self.state.lock().enabled = enabled;
+    }
+
+    /// dat_evd_set_unwaitable / dat_evd_clear_unwaitable. Setting wakes a current waiter, which
+    /// returns DAT_INVALID_STATE.
+    pub fn set_waitable(&self, waitable: bool) {
+        let driving = {
+            let mut s = self.state.lock();
+            s.waitable = waitable;
+            s.driving
+        };
+        self.wake_waiter(driving);
+    }
+
+    /// dat_evd_resize.
+    pub fn resize(&self, qlen: i32) -> DatResult<()> {
+        if qlen <= 0 || qlen as u32 > self.ia.device().attr().max_cqe {
+            return Err(DatError::invalid_arg(2));
+        }
+        self.drain_cq();
+        let mut s = self.state.lock();
+        if (qlen as usize) < s.queue.len() {
+            return Err(DatError::invalid_state(SubType::None));
+        }
+        if s.waiter && (qlen as usize) < s.threshold {
+            return Err(DatError::invalid_state(SubType::EvdWaiter));
+        }
+        if let Some(cq) = &self.cq {
+            cq.resize(qlen as u32)?;
+        }
+        s.qlen = qlen as usize;
+        s.overflowed = s.queue.len() > s.qlen;
+        Ok(())
+    }
+
+    /// dat_evd_modify_cno (None detaches).
+    pub fn modify_cno(&self, cno: Option<Arc<Cno>>) -> DatResult<()> {
+        if let Some(c) = &cno {
+            if !c.users.acquire() {
+                return Err(HandleKind::Cno.invalid());
+            }
+        }
+        let wanted = cno.is_some();
+        let old = std::mem::replace(&mut self.state.lock().cno, cno);
+        if let Some(old) = old {
+            old.users.release();
+        }
+        if let Some(cq) = &self.cq {
+            cq.set_events_wanted(wanted);
+        }
+        Ok(())
+    }
+
+    /// dat_evd_free: refused while an EP, PSP or RSP uses the EVD.
+    pub fn free(self: &Arc<Self>) -> DatResult<()> {
+        if !handle::is_live(self.handle) {
+            return Err(HandleKind::Evd.invalid());
+        }
+        if self.users.retire().is_err() {
+            return Err(DatError::invalid_state(SubType::EvdInUse));
+        }
+        if self.state.lock().waiter {
+            // Undo the retirement: the EVD stays usable.
+            self.users.release_retire();
+            return Err(DatError::invalid_state(SubType::EvdWaiter));
+        }
+        handle::remove(self.handle, HandleKind::Evd)?;
+        self.destroy();
+        Ok(())
+    }
+
+    pub(crate) fn destroy(&self) {
+        self.users.force_retire();
+        if let Some(cq) = &self.cq {
+            cq.set_notify(None);
+        }
+        let (cno, driving) = {
+            let mut s = self.state.lock();
+            s.freed = true;
+            s.queue.clear();
+            s.popped = s.pushed;
+            (s.cno.take(), s.driving)
+        };
+        self.wake_waiter(driving);
+        if let Some(c) = cno {
+            c.users.release();
+        }
+        self.ia.forget_async_evd(self.handle);
+    }
+}
