@@ -18,21 +18,42 @@ use crate::device::{getinfo, opened, OfiDevice};
 use crate::qp::OfiQp;
 use crate::{sockaddr_v4, Fid, Info};
 
-/// "DRSO", version 1.
-const HEADER: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 1, 0, 0];
+/// "DRSO", version 1; then the sender's key table: its key and the address
+/// of its entry 0 (zero when the device needs no table), little-endian.
+const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 1, 0, 0];
+const HEADER_BYTES: usize = 24;
+
+/// A peer's key table, as its handshake announced it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeerTable {
+    pub key: u64,
+    pub address: u64,
+}
 
 /// The consumer's share of a connection message (what the device advertises).
 pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
 
-fn with_header(private_data: &[u8]) -> Vec<u8> {
-    let mut v = HEADER.to_vec();
+fn with_header(dev: &OfiDevice, private_data: &[u8]) -> Vec<u8> {
+    let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(&key.to_le_bytes());
+    v.extend_from_slice(&address.to_le_bytes());
     v.extend_from_slice(private_data);
     v
 }
 
-/// The consumer's private data of a message of ours (None: not from this backend).
-fn strip_header(data: &[u8]) -> Option<Vec<u8>> {
-    data.strip_prefix(&HEADER[..]).map(<[u8]>::to_vec)
+/// The peer's table and the consumer's private data of a message of ours
+/// (None: not from this backend).
+fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
+    if data.len() < HEADER_BYTES || data[..8] != MAGIC {
+        return None;
+    }
+    let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+    let table = PeerTable {
+        key: word(8),
+        address: word(16),
+    };
+    Some((table, data[HEADER_BYTES..].to_vec()))
 }
 
 pub(crate) struct OfiListener {
@@ -62,6 +83,7 @@ impl Listener for OfiListener {
 /// A connection request not yet accepted or rejected.
 pub(crate) struct Request {
     info: Info,
+    peer: PeerTable,
     listener: Arc<OfiListener>,
     local: Option<SocketAddrV4>,
     remote: Option<SocketAddrV4>,
@@ -150,7 +172,7 @@ impl OfiDevice {
         })?;
         qp.open_endpoint(self, &info)?;
         qp.set_addresses(None, Some(remote));
-        let data = with_header(private_data);
+        let data = with_header(self, private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint; the provider's destination address; `data` lives for the call.
         let rc = unsafe {
@@ -178,7 +200,8 @@ impl OfiDevice {
             .ok_or(Error::BadState)?;
         qp.open_endpoint(self, &request.info)?;
         qp.set_addresses(request.local, request.remote);
-        let data = with_header(private_data);
+        qp.set_peer_table(request.peer);
+        let data = with_header(self, private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
         let rc = unsafe { fi::fi_accept(ep, data.as_ptr().cast(), data.len()) };
@@ -199,7 +222,7 @@ impl OfiDevice {
             .as_ref()
             .map(Fid::ptr)
             .ok_or(Error::BadState)?;
-        let data = with_header(private_data);
+        let data = with_header(self, private_data);
         // SAFETY: the listener's open passive endpoint and the request's handle.
         let rc = unsafe {
             fi::fi_reject(
@@ -259,7 +282,11 @@ impl OfiDevice {
             fi::FI_CONNECTED => {
                 if let Some(qp) = self.qp_of(entry.fid) {
                     if qp.on_connected() {
-                        let private_data = strip_header(data).unwrap_or_default();
+                        // The active side learns the passive side's table here.
+                        let (peer, private_data) = strip_header(data).unwrap_or_default();
+                        if peer.key != 0 || peer.address != 0 {
+                            qp.set_peer_table(peer);
+                        }
                         self.emit(CmEvent::Established {
                             qp_num: qp.num(),
                             private_data,
@@ -287,7 +314,7 @@ impl OfiDevice {
             .get(&(entry.fid as usize))
             .and_then(Weak::upgrade);
         let Some(listener) = listener else { return };
-        let Some(private_data) = strip_header(data) else {
+        let Some((peer, private_data)) = strip_header(data) else {
             // Not this backend's peer: refused at once, the consumer never sees it.
             // SAFETY: the listener's open passive endpoint and the request's handle.
             unsafe {
@@ -311,6 +338,7 @@ impl OfiDevice {
             req,
             Request {
                 info,
+                peer,
                 listener: listener.clone(),
                 local,
                 remote,
@@ -342,6 +370,7 @@ impl OfiDevice {
             strip_header(unsafe {
                 std::slice::from_raw_parts(err.err_data.cast::<u8>(), err.err_data_size)
             })
+            .map(|(_, data)| data)
         };
         let qp_num = qp.num();
         if !qp.end() {

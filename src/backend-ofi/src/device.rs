@@ -43,11 +43,15 @@ pub struct OfiDevice {
     address: Ipv4Addr,
     /// The provider's description of the domain (endpoints are opened from it).
     pub(crate) info: Info,
+    /// The exported key table (providers that address by offset: see `keys`).
+    /// Declared before the domain: fields drop in order, the domain last.
+    pub(crate) keys: Option<crate::keys::KeyTable>,
     pub(crate) eq: Fid<fi::fid_eq>,
     pub(crate) domain: Fid<fi::fid_domain>,
     pub(crate) fabric: Fid<fi::fid_fabric>,
     /// The provider addresses remote memory by virtual address (else by offset).
     pub(crate) virt_addr: bool,
+
     pub(crate) tables: Mutex<Tables>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
     next_id: AtomicU64,
@@ -182,6 +186,15 @@ impl OfiDevice {
         };
         // SAFETY: the domain attributes of our fi_info.
         let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
+        let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
+        let keys = if virt_addr {
+            None
+        } else {
+            Some(
+                crate::keys::KeyTable::open(domain.ptr(), true)
+                    .map_err(|e| format!("key table: {e}"))?,
+            )
+        };
         let dev = Arc::new_cyclic(|me| OfiDevice {
             me: me.clone(),
             name: format!(
@@ -193,7 +206,8 @@ impl OfiDevice {
             eq,
             domain,
             fabric,
-            virt_addr: mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0,
+            virt_addr,
+            keys,
             tables: Mutex::new(Tables::default()),
             cm_handler: Mutex::new(None),
             next_id: AtomicU64::new(1),

@@ -5,14 +5,14 @@
 //! tcp and verbs providers), sends, receives, RDMA reads and writes; no memory
 //! windows, atomics, immediate data, shared receive queues or datagrams (the
 //! device says so in its attributes, and the trait's defaults refuse them).
-//! Remote addresses are given to the provider as they come: right for providers
-//! that address by virtual address, and for zero-based DAT addresses on the
-//! others; the per-connection translation docs/libfabric.md describes is next.
+//! Remote virtual addresses are translated for providers that address
+//! registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cm;
 mod cq;
 mod device;
+mod keys;
 mod mem;
 mod qp;
 

@@ -80,6 +80,9 @@ impl ProtectionDomain for OfiPd {
             Error::NoResource(Resource::Key)
         })?;
         dev.tables.lock().descs.insert(rkey, desc as usize);
+        if let Some(keys) = &dev.keys {
+            keys.publish(rkey, addr, length);
+        }
         Ok(Arc::new(OfiMr {
             pd: self.id,
             addr,
@@ -132,6 +135,9 @@ impl MemoryRegion for OfiMr {
     fn deregister(&self) {
         if let Some(dev) = self.dev.upgrade() {
             dev.tables.lock().descs.remove(&self.key);
+            if let Some(keys) = &dev.keys {
+                keys.withdraw(self.key);
+            }
         }
         // Closing the registration (Fid's drop) makes its key invalid for every peer.
         self.mr.lock().take();

@@ -10,6 +10,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
@@ -19,12 +20,18 @@ use daplrs_backend::{
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
+use crate::cm::PeerTable;
 use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
+use crate::keys::{self, ENTRY_BYTES};
 use crate::{Fid, Info};
 
 /// A receive's token carries this bit; a request's does not.
 const RECV_BIT: u32 = 1 << 31;
+/// The token of the backend's own read of a peer's key table entry.
+const LOOKUP_TOKEN: u32 = 1 << 30;
+/// How long a post waits for a peer's key table entry.
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct Slot {
     wr_id: u64,
@@ -89,7 +96,23 @@ struct Inner {
     remote: Option<SocketAddrV4>,
     /// The disconnection was reported (once per connection).
     ended: bool,
+    /// The peer's key table, and the start of each of its keys read so far
+    /// (see `keys`).
+    peer: PeerTable,
+    starts: std::collections::HashMap<u32, u64>,
 }
+
+/// Where the backend's own read of a peer's key table entry lands: memory of
+/// the QP, registered when first needed.
+struct Lookup {
+    buf: Box<[u8; ENTRY_BYTES]>,
+    mr: Option<Fid<fi::fid_mr>>,
+}
+
+/// A lookup's state (`OfiQp::lookup_state`).
+const LOOKUP_PENDING: u8 = 0;
+const LOOKUP_DONE: u8 = 1;
+const LOOKUP_FAILED: u8 = 2;
 
 pub(crate) struct OfiQp {
     num: u32,
@@ -98,6 +121,10 @@ pub(crate) struct OfiQp {
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
     inner: Mutex<Inner>,
+    /// One lookup at a time (posts that need one wait for each other).
+    lookup: Mutex<Lookup>,
+    /// The lookup in flight: set by whoever reads its completion.
+    lookup_state: AtomicU8,
 }
 
 fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
@@ -129,7 +156,14 @@ impl OfiQp {
                 local: None,
                 remote: None,
                 ended: false,
+                peer: PeerTable::default(),
+                starts: std::collections::HashMap::new(),
             }),
+            lookup: Mutex::new(Lookup {
+                buf: Box::new([0; ENTRY_BYTES]),
+                mr: None,
+            }),
+            lookup_state: AtomicU8::new(LOOKUP_PENDING),
         }))
     }
 
@@ -274,6 +308,16 @@ impl OfiQp {
         result: Result<u32, WcStatus>,
         out: &mut VecDeque<WorkCompletion>,
     ) {
+        if token == LOOKUP_TOKEN {
+            // Not the consumer's: the lookup's waiter reads the outcome.
+            let done = if result.is_ok() {
+                LOOKUP_DONE
+            } else {
+                LOOKUP_FAILED
+            };
+            self.lookup_state.store(done, Ordering::Release);
+            return;
+        }
         let mut inner = self.inner.lock();
         let num = self.num;
         let wc = |slot: &Slot, len: u32| match result {
@@ -290,6 +334,89 @@ impl OfiQp {
         } else {
             inner.sends.mark(token, |s| wc(s, s.len));
             inner.sends.release(out);
+        }
+    }
+
+    pub(crate) fn set_peer_table(&self, peer: PeerTable) {
+        let mut inner = self.inner.lock();
+        inner.peer = peer;
+        inner.starts.clear();
+    }
+
+    /// The offset the provider wants for the peer's virtual address `va` of
+    /// `rkey` (the address itself on providers that address by it).
+    fn remote_offset(&self, dev: &OfiDevice, va: u64, rkey: u32) -> Result<u64> {
+        if dev.keys.is_none() {
+            return Ok(va);
+        }
+        if let Some(start) = self.inner.lock().starts.get(&rkey) {
+            return Ok(va.wrapping_sub(*start));
+        }
+        // Not known here: read the peer's entry. An unknown key gives an offset
+        // the provider refuses (the request then fails as a remote access error).
+        let start = self.look_up(dev, rkey)?.unwrap_or(u64::MAX);
+        if start != u64::MAX {
+            self.inner.lock().starts.insert(rkey, start);
+        }
+        Ok(va.wrapping_sub(start))
+    }
+
+    /// Reads the peer's key table entry for `rkey`: the start of its memory, or
+    /// None when the peer has no such key.
+    fn look_up(&self, dev: &OfiDevice, rkey: u32) -> Result<Option<u64>> {
+        let mut lookup = self.lookup.lock();
+        let (ep, peer) = {
+            let inner = self.inner.lock();
+            (
+                inner.ep.as_ref().map(Fid::ptr).ok_or(Error::NotConnected)?,
+                inner.peer,
+            )
+        };
+        if lookup.mr.is_none() {
+            lookup.mr = Some(register_lookup(dev, &mut lookup.buf)?);
+        }
+        let mut desc = lookup.mr.as_ref().map_or(null_mut(), |m| {
+            // SAFETY: the lookup buffer's registration.
+            unsafe { fi::fi_mr_desc(m.ptr()) }
+        });
+        let iov = libc::iovec {
+            iov_base: lookup.buf.as_mut_ptr().cast(),
+            iov_len: ENTRY_BYTES,
+        };
+        let rma = fi::fi_rma_iov {
+            addr: keys::KeyTable::remote_slot(peer.address, rkey),
+            len: ENTRY_BYTES,
+            key: peer.key,
+        };
+        let msg = fi::fi_msg_rma {
+            msg_iov: (&iov as *const libc::iovec).cast(),
+            desc: &mut desc,
+            iov_count: 1,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: self.context(LOOKUP_TOKEN),
+            ..Default::default()
+        };
+        self.lookup_state.store(LOOKUP_PENDING, Ordering::Release);
+        // SAFETY: an enabled endpoint; the buffer is registered and stays borrowed
+        // (the lookup lock is held) until the read's completion is seen below.
+        let rc = unsafe { fi::fi_readmsg(ep, &msg, fi::FI_COMPLETION as u64) };
+        crate::check(
+            rc,
+            "fi_readmsg (key lookup)",
+            Error::NoResource(Resource::WorkQueue),
+        )?;
+        let deadline = std::time::Instant::now() + LOOKUP_TIMEOUT;
+        loop {
+            match self.lookup_state.load(Ordering::Acquire) {
+                LOOKUP_DONE => return Ok(keys::start_of(&lookup.buf, rkey)),
+                LOOKUP_FAILED => return Ok(None),
+                _ if std::time::Instant::now() > deadline => return Err(Error::NotConnected),
+                _ => {
+                    self.send_cq.reap_and_notify();
+                    std::thread::yield_now();
+                }
+            }
         }
     }
 
@@ -310,16 +437,15 @@ impl OfiQp {
         crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue)).map(|_| ())
     }
 
-    fn post_request(&self, inner: &mut Inner, wr: &SendWr) -> Result<()> {
+    /// Posts `wr`; `offset`: the provider's remote address of an RDMA request.
+    fn post_request(&self, inner: &mut Inner, wr: &SendWr, offset: u64) -> Result<()> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
         let len: u64 = wr.sgl.iter().map(|s| s.length as u64).sum();
         let (remote, rkey) = match wr.op {
             SendOp::Send => (None, 0),
-            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey } => {
-                (Some(remote_addr), rkey)
-            }
+            SendOp::RdmaWrite { rkey, .. } | SendOp::RdmaRead { rkey, .. } => (Some(offset), rkey),
             _ => return Err(Error::Unsupported),
         };
         let token = inner.sends.push(Slot {
@@ -375,6 +501,31 @@ impl OfiQp {
     }
 }
 
+/// Registers a lookup buffer for the QP's reads of peer key tables.
+fn register_lookup(dev: &OfiDevice, buf: &mut [u8; ENTRY_BYTES]) -> Result<Fid<fi::fid_mr>> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: ENTRY_BYTES,
+    };
+    let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
+    let attr = fi::fi_mr_attr {
+        mr_iov: (&iov as *const libc::iovec).cast(),
+        iov_count: 1,
+        access: (fi::FI_READ | fi::FI_RECV) as u64,
+        requested_key: key as u64,
+        ..Default::default()
+    };
+    let mut mr = null_mut();
+    // SAFETY: an open domain; the buffer is the QP's, alive while the registration is.
+    let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut mr) };
+    opened(
+        rc,
+        "fi_mr_regattr (lookup)",
+        Error::NoResource(Resource::Key),
+    )?;
+    Ok(Fid(mr))
+}
+
 /// The iovec and descriptor arrays of a scatter-gather list.
 fn io_vectors(dev: &OfiDevice, sgl: &[Sge]) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
     let tables = dev.tables.lock();
@@ -407,9 +558,19 @@ impl QueuePair for OfiQp {
         if wr.sgl.len() > self.cap.max_send_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
+        // The remote address first: finding it may wait for the peer (no lock held).
+        let offset = match wr.op {
+            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey }
+                if self.state() == QpState::Connected =>
+            {
+                let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+                self.remote_offset(&dev, remote_addr, rkey)?
+            }
+            _ => 0,
+        };
         let mut inner = self.inner.lock();
         match inner.state {
-            QpState::Connected => self.post_request(&mut inner, &wr),
+            QpState::Connected => self.post_request(&mut inner, &wr, offset),
             QpState::Error => {
                 drop(inner);
                 let wc = WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num);
