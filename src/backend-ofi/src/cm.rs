@@ -296,6 +296,10 @@ impl OfiDevice {
             }
             fi::FI_SHUTDOWN => {
                 if let Some(qp) = self.qp_of(entry.fid) {
+                    // A request that failed before the connection closed makes
+                    // this a broken connection, not a disconnection: read the
+                    // QP's completions first (`OfiQp::broken` ends it then).
+                    qp.reap_completions();
                     if qp.end() {
                         self.emit(CmEvent::Disconnected { qp_num: qp.num() });
                     }

@@ -86,6 +86,15 @@ impl OfiCq {
         let Some(dev) = self.dev.upgrade() else {
             return false;
         };
+        let mut broken = Vec::new();
+        let added = self.reap_locked(&dev, &mut broken);
+        for qp in broken {
+            qp.broken();
+        }
+        added
+    }
+
+    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<crate::qp::OfiQp>>) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
         let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
@@ -94,7 +103,7 @@ impl OfiCq {
             let n = unsafe { fi::fi_cq_read(self.cq.ptr(), entries.as_mut_ptr().cast(), BATCH) };
             if n > 0 {
                 for e in &entries[..n as usize] {
-                    complete(&dev, e.op_context as u64, Ok(e.len as u32), &mut q);
+                    complete(dev, e.op_context as u64, Ok(e.len as u32), &mut q, broken);
                 }
                 if (n as usize) < BATCH {
                     break;
@@ -105,7 +114,8 @@ impl OfiCq {
                 let mut err = fi::fi_cq_err_entry::default();
                 // SAFETY: the same CQ; one error entry.
                 if unsafe { fi::fi_cq_readerr(self.cq.ptr(), &mut err, 0) } == 1 {
-                    complete(&dev, err.op_context as u64, Err(status_of(err.err)), &mut q);
+                    let status = Err(status_of(err.err));
+                    complete(dev, err.op_context as u64, status, &mut q, broken);
                 }
                 continue;
             }
@@ -121,10 +131,15 @@ fn complete(
     context: u64,
     result: Result<u32, WcStatus>,
     q: &mut VecDeque<WorkCompletion>,
+    broken: &mut Vec<Arc<crate::qp::OfiQp>>,
 ) {
     let qp_num = (context >> 32) as u32;
     match dev.qp(qp_num) {
-        Some(qp) => qp.completed(context as u32, result, q),
+        Some(qp) => {
+            if qp.completed(context as u32, result, q) {
+                broken.push(qp);
+            }
+        }
         None => log::debug!("completion for QP {qp_num}, gone"),
     }
 }

@@ -100,6 +100,8 @@ struct Inner {
     /// (see `keys`).
     peer: PeerTable,
     starts: std::collections::HashMap<u32, u64>,
+    /// Requests behind a fence (see `post_request`), oldest first.
+    held: VecDeque<Request>,
 }
 
 /// Where the backend's own read of a peer's key table entry lands: memory of
@@ -158,6 +160,7 @@ impl OfiQp {
                 ended: false,
                 peer: PeerTable::default(),
                 starts: std::collections::HashMap::new(),
+                held: VecDeque::new(),
             }),
             lookup: Mutex::new(Lookup {
                 buf: Box::new([0; ENTRY_BYTES]),
@@ -262,6 +265,7 @@ impl OfiQp {
         {
             let mut inner = self.inner.lock();
             inner.state = QpState::Error;
+            inner.held.clear();
             sends = inner.sends.flush(self.num);
             recvs = inner.recvs.flush(self.num);
             let pending: Vec<_> = inner.pending.drain(..).collect();
@@ -301,13 +305,37 @@ impl OfiQp {
         }
     }
 
-    /// A provider completion (or error) of slot `token`.
+    /// The connection failed under a request (a remote access error, a
+    /// transport failure): as on an RDMA NIC the QP goes to Error, the rest is
+    /// flushed, and the consumer learns the connection broke.
+    pub(crate) fn broken(&self) {
+        if let Some(ep) = self.endpoint() {
+            // SAFETY: the QP's open endpoint; the peer learns the connection ended.
+            unsafe { fi::fi_shutdown(ep, 0) };
+        }
+        if self.end() {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.emit(daplrs_backend::CmEvent::Broken { qp_num: self.num });
+            }
+        }
+    }
+
+    /// A provider completion (or error) of slot `token`. Returns whether the
+    /// connection broke under it (the caller calls `broken` once it holds no
+    /// queue lock).
     pub(crate) fn completed(
         &self,
         token: u32,
         result: Result<u32, WcStatus>,
         out: &mut VecDeque<WorkCompletion>,
-    ) {
+    ) -> bool {
+        let fatal = matches!(
+            result,
+            Err(WcStatus::RemoteAccess
+                | WcStatus::RemoteInvalidRequest
+                | WcStatus::Transport
+                | WcStatus::RemoteOp)
+        );
         if token == LOOKUP_TOKEN {
             // Not the consumer's: the lookup's waiter reads the outcome.
             let done = if result.is_ok() {
@@ -316,7 +344,7 @@ impl OfiQp {
                 LOOKUP_FAILED
             };
             self.lookup_state.store(done, Ordering::Release);
-            return;
+            return false;
         }
         let mut inner = self.inner.lock();
         let num = self.num;
@@ -334,6 +362,16 @@ impl OfiQp {
         } else {
             inner.sends.mark(token, |s| wc(s, s.len));
             inner.sends.release(out);
+            self.release_held(&mut inner, out);
+        }
+        fatal && inner.state == QpState::Connected
+    }
+
+    /// Reads the QP's CQs (what the provider completed before an event).
+    pub(crate) fn reap_completions(&self) {
+        self.send_cq.reap_and_notify();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.reap_and_notify();
         }
     }
 
@@ -438,28 +476,81 @@ impl OfiQp {
     }
 
     /// Posts `wr`; `offset`: the provider's remote address of an RDMA request.
+    /// A fenced request waits (in `held`, its slot taken) until every earlier
+    /// one completed, and so does everything posted after it.
     fn post_request(&self, inner: &mut Inner, wr: &SendWr, offset: u64) -> Result<()> {
-        let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
-        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-        let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
-        let len: u64 = wr.sgl.iter().map(|s| s.length as u64).sum();
-        let (remote, rkey) = match wr.op {
-            SendOp::Send => (None, 0),
-            SendOp::RdmaWrite { rkey, .. } | SendOp::RdmaRead { rkey, .. } => (Some(offset), rkey),
+        let kind = match wr.op {
+            SendOp::Send => Kind::Send,
+            SendOp::RdmaWrite { rkey, .. } => Kind::Write { offset, rkey },
+            SendOp::RdmaRead { rkey, .. } => Kind::Read { offset, rkey },
             _ => return Err(Error::Unsupported),
         };
+        if !self.send_room(inner) {
+            return Err(Error::NoResource(Resource::WorkQueue));
+        }
+        let len: u64 = wr.sgl.iter().map(|s| s.length as u64).sum();
         let token = inner.sends.push(Slot {
             wr_id: wr.wr_id,
             opcode: wr.op.opcode(),
             len: len as u32,
             done: None,
         });
-        let context = self.context(token);
+        let request = Request {
+            token,
+            kind,
+            fence: wr.fence,
+            sgl: wr.sgl.to_vec(),
+            len,
+        };
+        if !inner.held.is_empty() || (wr.fence && inner.sends.slots.len() > 1) {
+            inner.held.push_back(request);
+            return Ok(());
+        }
+        if let Err(e) = self.issue(inner, &request) {
+            // Not posted: the slot goes (it is the newest).
+            inner.sends.slots.pop_back();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn send_room(&self, inner: &Inner) -> bool {
+        inner.sends.slots.len() < self.cap.max_send_wr.max(1) as usize
+    }
+
+    /// Posts the held requests whose turn came: a fenced one once nothing
+    /// before it is outstanding. One the provider refuses completes in error.
+    fn release_held(&self, inner: &mut Inner, out: &mut VecDeque<WorkCompletion>) {
+        while let Some(front) = inner.held.front() {
+            let first = front.token.wrapping_sub(inner.sends.base) & !RECV_BIT == 0;
+            if front.fence && !first {
+                return;
+            }
+            let request = inner.held.pop_front().expect("front checked");
+            if self.issue(inner, &request).is_err() {
+                let num = self.num;
+                inner.sends.mark(request.token, |s| {
+                    WorkCompletion::new(s.wr_id, WcStatus::LocalQpOp, s.opcode, 0, num)
+                });
+                inner.sends.release(out);
+            }
+        }
+    }
+
+    /// One request to the provider.
+    fn issue(&self, inner: &Inner, request: &Request) -> Result<()> {
+        let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let (iov, mut desc) = io_vectors(&dev, &request.sgl);
+        let context = self.context(request.token);
         let flags = fi::FI_COMPLETION as u64;
+        // Sends and writes complete once their data is placed at the target,
+        // as on an RDMA NIC (not merely once it left).
+        let placed = flags | fi::FI_DELIVERY_COMPLETE as u64;
         // SAFETY: an enabled endpoint; the message structs and vectors live for the call.
         let rc = unsafe {
-            match remote {
-                None => {
+            match request.kind {
+                Kind::Send => {
                     let msg = fi::fi_msg {
                         msg_iov: iov.as_ptr().cast(),
                         desc: desc.as_mut_ptr(),
@@ -467,12 +558,12 @@ impl OfiQp {
                         context,
                         ..Default::default()
                     };
-                    fi::fi_sendmsg(ep, &msg, flags)
+                    fi::fi_sendmsg(ep, &msg, placed)
                 }
-                Some(addr) => {
+                Kind::Write { offset, rkey } | Kind::Read { offset, rkey } => {
                     let rma = fi::fi_rma_iov {
-                        addr,
-                        len: len as usize,
+                        addr: offset,
+                        len: request.len as usize,
                         key: rkey as u64,
                     };
                     let msg = fi::fi_msg_rma {
@@ -484,21 +575,32 @@ impl OfiQp {
                         context,
                         ..Default::default()
                     };
-                    if matches!(wr.op, SendOp::RdmaRead { .. }) {
+                    if matches!(request.kind, Kind::Read { .. }) {
                         fi::fi_readmsg(ep, &msg, flags)
                     } else {
-                        fi::fi_writemsg(ep, &msg, flags)
+                        fi::fi_writemsg(ep, &msg, placed)
                     }
                 }
             }
         };
-        if rc < 0 {
-            // Not posted: the slot goes (it is the newest).
-            inner.sends.slots.pop_back();
-            return crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| ());
-        }
-        Ok(())
+        crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| ())
     }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Send,
+    Write { offset: u64, rkey: u32 },
+    Read { offset: u64, rkey: u32 },
+}
+
+/// A request on its way to the provider (kept while held behind a fence).
+struct Request {
+    token: u32,
+    kind: Kind,
+    fence: bool,
+    sgl: Vec<Sge>,
+    len: u64,
 }
 
 /// Registers a lookup buffer for the QP's reads of peer key tables.
@@ -558,6 +660,9 @@ impl QueuePair for OfiQp {
         if wr.sgl.len() > self.cap.max_send_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
+        if self.state() == QpState::Connected && !self.send_room(&self.inner.lock()) {
+            return Err(Error::NoResource(Resource::WorkQueue));
+        }
         // The remote address first: finding it may wait for the peer (no lock held).
         let offset = match wr.op {
             SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey }
@@ -591,6 +696,9 @@ impl QueuePair for OfiQp {
             self.recv_cq
                 .push([WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, self.num)]);
             return Ok(());
+        }
+        if inner.recvs.slots.len() >= self.cap.max_recv_wr.max(1) as usize {
+            return Err(Error::NoResource(Resource::WorkQueue));
         }
         let token = inner.recvs.push(Slot {
             wr_id: wr.wr_id,
