@@ -42,7 +42,7 @@ $(BUILD)/bin/datinfo: FORCE
 	cp $(TARGET)/datinfo $@
 
 libs: $(LIB)/libdat2.so.2 $(LIB)/libdat2.so $(LIB)/libdat.so.1 $(LIB)/libdat.so \
-      $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2
+      $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2 $(LIB)/libdaplrs-ofi.so.2
 
 # Rust is built by cargo (which tracks its own dependencies); the .so is
 # linked here with cc so that a version script can give every export the
@@ -107,6 +107,18 @@ $(LIB)/libdaplrs-verbs.so.2: $(TARGET)/libdaplrs_verbs.a src/provider-ffi/libdap
 		-Wl,--version-script=src/provider-ffi/libdaplrs.map -Wl,--gc-sections \
 		-Wl,--whole-archive $(TARGET)/libdaplrs_verbs.a -Wl,--no-whole-archive \
 		-libverbs -lrdmacm -ldl -lpthread
+
+# The same provider with the libfabric backend (docs/libfabric.md), likewise
+# a library of its own: only entries naming it need libfabric's runtime.
+$(TARGET)/libdaplrs_ofi.a: FORCE
+	$(CARGO) build $(CARGO_FLAGS) -p daplrs-ofi
+
+$(LIB)/libdaplrs-ofi.so.2: $(TARGET)/libdaplrs_ofi.a src/provider-ffi/libdaplrs.map
+	@mkdir -p $(LIB)
+	$(CC) -shared -o $@ -Wl,-soname,libdaplrs-ofi.so.2 \
+		-Wl,--version-script=src/provider-ffi/libdaplrs.map -Wl,--gc-sections \
+		-Wl,--whole-archive $(TARGET)/libdaplrs_ofi.a -Wl,--no-whole-archive \
+		-lfabric -ldl -lpthread
 
 FORCE:
 

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "ofi")]
+use crate::backend::ofi;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs;
 use crate::backend::{tcp, Device, Error, Result};
@@ -22,7 +24,9 @@ pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
 }
 
 /// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
-/// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1".
+/// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1", and
+/// in one built with the libfabric backend "ofi tcp lo", "ofi tcp 127.0.0.1", "ofi verbs rxe0"
+/// (a libfabric provider and where: an interface, an address or the provider's domain).
 pub fn open_device(ia_params: &str) -> Result<Arc<dyn Device>> {
     match parse_ia_params(ia_params) {
         ("tcp", target, _) => {
@@ -32,6 +36,11 @@ pub fn open_device(ia_params: &str) -> Result<Arc<dyn Device>> {
         #[cfg(feature = "verbs")]
         ("verbs", target, port) => {
             let device = verbs::VerbsDevice::open(target, port)?;
+            Ok(device)
+        }
+        #[cfg(feature = "ofi")]
+        ("ofi", provider, place) => {
+            let device = ofi::OfiDevice::open(provider, place)?;
             Ok(device)
         }
         _ => Err(Error::NoDevice),
@@ -52,9 +61,18 @@ pub fn diagnose(ia_params: &str) -> Option<String> {
              for \"verbs ...\" entries"
                 .to_string(),
         ),
+        #[cfg(feature = "ofi")]
+        ("ofi", provider, place) => ofi::OfiDevice::diagnose(provider, place),
+        #[cfg(not(feature = "ofi"))]
+        ("ofi", _, _) => Some(
+            "this provider library has no libfabric backend: name libdaplrs-ofi.so.2 in dat.conf \
+             for \"ofi ...\" entries"
+                .to_string(),
+        ),
         (other, _, _) => Some(format!(
             "unknown transport '{other}' in ia_params (expected \"tcp <interface or IPv4 \
-             address>\" or \"verbs <device> [port] | <netdev> | <IPv4 address>\")"
+             address>\", \"verbs <device> [port] | <netdev> | <IPv4 address>\" or \"ofi <libfabric \
+             provider> [interface | IPv4 address | domain]\")"
         )),
     }
 }

@@ -12,6 +12,8 @@ pub use daplrs_core as core;
 /// The backend contract and the backends, under one path.
 pub mod backend {
     pub use daplrs_backend::*;
+    #[cfg(feature = "ofi")]
+    pub use daplrs_libfabric as ofi;
     #[cfg(feature = "verbs")]
     pub use daplrs_ibverbs as verbs;
     pub use daplrs_tcp as tcp;

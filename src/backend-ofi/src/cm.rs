@@ -1,0 +1,404 @@
+//! Connections over FI_EP_MSG: passive endpoints, connect, accept, reject,
+//! and the device's event queue turned into the trait's connection events.
+//!
+//! Every connect, accept and reject carries our header before the consumer's
+//! private data: a peer that is not this backend (another program on the
+//! port, another wire) is told apart, and a reject always says it came from
+//! a consumer (DAT's PEER_REJECTED) rather than from nobody listening.
+
+use std::net::SocketAddrV4;
+use std::ptr::null_mut;
+use std::sync::{Arc, Weak};
+
+use daplrs_backend::{CmEvent, Error, Listener, Resource, Result};
+use ofi_sys as fi;
+use parking_lot::Mutex;
+
+use crate::device::{getinfo, opened, OfiDevice};
+use crate::qp::OfiQp;
+use crate::{sockaddr_v4, Fid, Info};
+
+/// "DRSO", version 1; then the sender's key table: its key and the address
+/// of its entry 0 (zero when the device needs no table), little-endian.
+const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 1, 0, 0];
+const HEADER_BYTES: usize = 24;
+
+/// A peer's key table, as its handshake announced it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeerTable {
+    pub key: u64,
+    pub address: u64,
+}
+
+/// The consumer's share of a connection message (what the device advertises).
+pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
+
+fn with_header(dev: &OfiDevice, private_data: &[u8]) -> Vec<u8> {
+    let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
+    let mut v = MAGIC.to_vec();
+    v.extend_from_slice(&key.to_le_bytes());
+    v.extend_from_slice(&address.to_le_bytes());
+    v.extend_from_slice(private_data);
+    v
+}
+
+/// The peer's table and the consumer's private data of a message of ours
+/// (None: not from this backend).
+fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
+    if data.len() < HEADER_BYTES || data[..8] != MAGIC {
+        return None;
+    }
+    let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+    let table = PeerTable {
+        key: word(8),
+        address: word(16),
+    };
+    Some((table, data[HEADER_BYTES..].to_vec()))
+}
+
+pub(crate) struct OfiListener {
+    id: u64,
+    port: u16,
+    dev: Weak<OfiDevice>,
+    pep: Mutex<Option<Fid<fi::fid_pep>>>,
+}
+
+impl Listener for OfiListener {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn close(&self) {
+        let pep = self.pep.lock().take();
+        if let (Some(pep), Some(dev)) = (pep, self.dev.upgrade()) {
+            dev.tables.lock().listeners.remove(&(pep.ptr() as usize));
+        }
+    }
+}
+
+/// A connection request not yet accepted or rejected.
+pub(crate) struct Request {
+    info: Info,
+    peer: PeerTable,
+    listener: Arc<OfiListener>,
+    local: Option<SocketAddrV4>,
+    remote: Option<SocketAddrV4>,
+}
+
+impl OfiDevice {
+    pub(crate) fn target(&self) -> crate::Target {
+        // SAFETY: the provider and domain names of our fi_info are NUL-terminated strings.
+        let (provider, domain) = unsafe {
+            let i = &*self.info.ptr();
+            let p = std::ffi::CStr::from_ptr((*i.fabric_attr).prov_name)
+                .to_string_lossy()
+                .into_owned();
+            let d = std::ffi::CStr::from_ptr((*i.domain_attr).name)
+                .to_string_lossy()
+                .into_owned();
+            (p, d)
+        };
+        crate::Target {
+            provider,
+            domain: Some(domain),
+            address: daplrs_backend::Device::address(self),
+        }
+    }
+
+    pub(crate) fn listen_on(&self, port: u16) -> Result<Arc<OfiListener>> {
+        let target = self.target();
+        let info = getinfo(&target, target.address, Some(port), true).map_err(|why| {
+            log::warn!("listen: {why}");
+            Error::NoResource(Resource::Host)
+        })?;
+        let mut pep = null_mut();
+        // SAFETY: an open fabric and a provider fi_info; `pep` receives the endpoint.
+        let rc = unsafe { fi::fi_passive_ep(self.fabric.ptr(), info.ptr(), &mut pep, null_mut()) };
+        opened(rc, "fi_passive_ep", Error::NoResource(Resource::Host))?;
+        let pep = Fid(pep);
+        let mut name = libc::sockaddr_in {
+            sin_family: 0,
+            sin_port: 0,
+            sin_addr: libc::in_addr { s_addr: 0 },
+            sin_zero: [0; 8],
+        };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>();
+        // SAFETY: the passive endpoint just opened, the device's EQ; `name` has `len` bytes.
+        unsafe {
+            opened(
+                fi::fi_pep_bind(pep.ptr(), self.eq.fid(), 0),
+                "bind EQ",
+                Error::Internal,
+            )?;
+            opened(fi::fi_listen(pep.ptr()), "fi_listen", Error::AddrInUse)?;
+            opened(
+                fi::fi_pep_getname(
+                    pep.ptr(),
+                    (&mut name as *mut libc::sockaddr_in).cast(),
+                    &mut len,
+                ),
+                "fi_getname",
+                Error::Internal,
+            )?;
+        }
+        let listener = Arc::new(OfiListener {
+            id: self.next_id(),
+            port: u16::from_be(name.sin_port),
+            dev: self.me.clone(),
+            pep: Mutex::new(Some(pep)),
+        });
+        let key = listener.pep.lock().as_ref().map_or(0, |p| p.ptr() as usize);
+        self.tables
+            .lock()
+            .listeners
+            .insert(key, Arc::downgrade(&listener));
+        Ok(listener)
+    }
+
+    pub(crate) fn connect_qp(
+        &self,
+        qp: Arc<OfiQp>,
+        remote: SocketAddrV4,
+        private_data: &[u8],
+    ) -> Result<()> {
+        let target = self.target();
+        let info = getinfo(&target, *remote.ip(), Some(remote.port()), false).map_err(|why| {
+            log::warn!("connect: {why}");
+            Error::NoDevice
+        })?;
+        qp.open_endpoint(self, &info)?;
+        qp.set_addresses(None, Some(remote));
+        let data = with_header(self, private_data);
+        let ep = qp.endpoint().ok_or(Error::BadState)?;
+        // SAFETY: the QP's enabled endpoint; the provider's destination address; `data` lives for the call.
+        let rc = unsafe {
+            fi::fi_connect(
+                ep,
+                (*info.ptr()).dest_addr,
+                data.as_ptr().cast(),
+                data.len(),
+            )
+        };
+        opened(rc, "fi_connect", Error::NoResource(Resource::Qp))
+    }
+
+    pub(crate) fn accept_request(
+        &self,
+        req: u64,
+        qp: Arc<OfiQp>,
+        private_data: &[u8],
+    ) -> Result<()> {
+        let request = self
+            .tables
+            .lock()
+            .requests
+            .remove(&req)
+            .ok_or(Error::BadState)?;
+        qp.open_endpoint(self, &request.info)?;
+        qp.set_addresses(request.local, request.remote);
+        qp.set_peer_table(request.peer);
+        let data = with_header(self, private_data);
+        let ep = qp.endpoint().ok_or(Error::BadState)?;
+        // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
+        let rc = unsafe { fi::fi_accept(ep, data.as_ptr().cast(), data.len()) };
+        opened(rc, "fi_accept", Error::BadState)
+    }
+
+    pub(crate) fn reject_request(&self, req: u64, private_data: &[u8]) -> Result<()> {
+        let request = self
+            .tables
+            .lock()
+            .requests
+            .remove(&req)
+            .ok_or(Error::BadState)?;
+        let pep = request
+            .listener
+            .pep
+            .lock()
+            .as_ref()
+            .map(Fid::ptr)
+            .ok_or(Error::BadState)?;
+        let data = with_header(self, private_data);
+        // SAFETY: the listener's open passive endpoint and the request's handle.
+        let rc = unsafe {
+            fi::fi_reject(
+                pep,
+                (*request.info.ptr()).handle,
+                data.as_ptr().cast(),
+                data.len(),
+            )
+        };
+        opened(rc, "fi_reject", Error::BadState)
+    }
+
+    /// Reads the event queue: waits up to `wait_ms` for the first event.
+    pub(crate) fn handle_cm_events(&self, wait_ms: i32) {
+        let mut buf = vec![0u64; 128];
+        let bytes = buf.len() * 8;
+        let mut first = true;
+        loop {
+            let mut event = 0u32;
+            // SAFETY: an open EQ; `buf` has `bytes` writable bytes, 8-aligned.
+            let n = unsafe {
+                if first {
+                    fi::fi_eq_sread(
+                        self.eq.ptr(),
+                        &mut event,
+                        buf.as_mut_ptr().cast(),
+                        bytes,
+                        wait_ms,
+                        0,
+                    )
+                } else {
+                    fi::fi_eq_read(self.eq.ptr(), &mut event, buf.as_mut_ptr().cast(), bytes, 0)
+                }
+            };
+            first = false;
+            if n == -(fi::FI_EAVAIL as isize) {
+                self.cm_error();
+                continue;
+            }
+            if n < std::mem::size_of::<fi::fi_eq_cm_entry>() as isize {
+                return;
+            }
+            // SAFETY: the provider wrote an fi_eq_cm_entry followed by its data.
+            let entry = unsafe { std::ptr::read(buf.as_ptr().cast::<fi::fi_eq_cm_entry>()) };
+            let head = std::mem::size_of::<fi::fi_eq_cm_entry>();
+            // SAFETY: `n` bytes were written into `buf`.
+            let data = unsafe {
+                std::slice::from_raw_parts(buf.as_ptr().cast::<u8>().add(head), n as usize - head)
+            };
+            self.cm_event(event, entry, data);
+        }
+    }
+
+    fn cm_event(&self, event: u32, entry: fi::fi_eq_cm_entry, data: &[u8]) {
+        match event {
+            fi::FI_CONNREQ => self.connection_request(entry, data),
+            fi::FI_CONNECTED => {
+                if let Some(qp) = self.qp_of(entry.fid) {
+                    if qp.on_connected() {
+                        // The active side learns the passive side's table here.
+                        let (peer, private_data) = strip_header(data).unwrap_or_default();
+                        if peer.key != 0 || peer.address != 0 {
+                            qp.set_peer_table(peer);
+                        }
+                        self.emit(CmEvent::Established {
+                            qp_num: qp.num(),
+                            private_data,
+                        });
+                    }
+                }
+            }
+            fi::FI_SHUTDOWN => {
+                if let Some(qp) = self.qp_of(entry.fid) {
+                    // A request that failed before the connection closed makes
+                    // this a broken connection, not a disconnection: read the
+                    // QP's completions first (`OfiQp::broken` ends it then).
+                    qp.reap_completions();
+                    if qp.end() {
+                        self.emit(CmEvent::Disconnected { qp_num: qp.num() });
+                    }
+                }
+            }
+            other => log::debug!("event {other} on the EQ"),
+        }
+    }
+
+    fn connection_request(&self, entry: fi::fi_eq_cm_entry, data: &[u8]) {
+        let info = Info(entry.info);
+        let listener = self
+            .tables
+            .lock()
+            .listeners
+            .get(&(entry.fid as usize))
+            .and_then(Weak::upgrade);
+        let Some(listener) = listener else { return };
+        let Some((peer, private_data)) = strip_header(data) else {
+            // Not this backend's peer: refused at once, the consumer never sees it.
+            // SAFETY: the listener's open passive endpoint and the request's handle.
+            unsafe {
+                if let Some(pep) = listener.pep.lock().as_ref() {
+                    fi::fi_reject(pep.ptr(), (*info.ptr()).handle, std::ptr::null(), 0);
+                }
+            }
+            return;
+        };
+        // SAFETY: the request's addresses, as the provider filled them.
+        let (local, remote) = unsafe {
+            let i = &*info.ptr();
+            (
+                sockaddr_v4(i.src_addr, i.src_addrlen),
+                sockaddr_v4(i.dest_addr, i.dest_addrlen),
+            )
+        };
+        let req = self.next_id();
+        let unspecified = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+        self.tables.lock().requests.insert(
+            req,
+            Request {
+                info,
+                peer,
+                listener: listener.clone(),
+                local,
+                remote,
+            },
+        );
+        self.emit(CmEvent::ConnectRequest {
+            listener: listener.id,
+            req,
+            private_data,
+            remote: remote.unwrap_or(unspecified),
+            local: local.unwrap_or(unspecified),
+        });
+    }
+
+    fn cm_error(&self) {
+        let mut err = fi::fi_eq_err_entry::default();
+        // SAFETY: an open EQ with an error entry available.
+        if unsafe { fi::fi_eq_readerr(self.eq.ptr(), &mut err, 0) } < 0 {
+            return;
+        }
+        let Some(qp) = self.qp_of(err.fid) else {
+            return;
+        };
+        let connecting = qp.was_connecting();
+        let peer_data = if err.err_data.is_null() || err.err_data_size == 0 {
+            None
+        } else {
+            // SAFETY: the provider's error data, err_data_size bytes.
+            strip_header(unsafe {
+                std::slice::from_raw_parts(err.err_data.cast::<u8>(), err.err_data_size)
+            })
+            .map(|(_, data)| data)
+        };
+        let qp_num = qp.num();
+        if !qp.end() {
+            return;
+        }
+        let event = match (connecting, err.err.unsigned_abs()) {
+            (false, _) => CmEvent::Broken { qp_num },
+            (true, fi::FI_ECONNREFUSED) => match peer_data {
+                Some(private_data) => CmEvent::Rejected {
+                    qp_num,
+                    private_data,
+                    by_peer: true,
+                },
+                None => CmEvent::rejected_not_by_peer(qp_num),
+            },
+            (true, fi::FI_ETIMEDOUT) => CmEvent::TimedOut { qp_num },
+            (true, fi::FI_EHOSTUNREACH | fi::FI_ENETUNREACH) => CmEvent::Unreachable { qp_num },
+            (true, _) => CmEvent::rejected_not_by_peer(qp_num),
+        };
+        self.emit(event);
+    }
+
+    fn qp_of(&self, fid: *mut fi::fid) -> Option<Arc<OfiQp>> {
+        let num = *self.tables.lock().eps.get(&(fid as usize))?;
+        self.qp(num)
+    }
+}

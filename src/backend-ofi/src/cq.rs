@@ -1,0 +1,192 @@
+//! Completion queues: an fid_cq whose entries are turned into work
+//! completions, in each QP's posting order (see `qp`), in a software queue the
+//! core polls. Reading the fid_cq is also what moves the provider forward.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use daplrs_backend::{
+    CompletionQueue, Error, NotifyFn, Resource, Result, WcStatus, WorkCompletion,
+};
+use ofi_sys as fi;
+use parking_lot::Mutex;
+
+use crate::device::{opened, OfiDevice};
+use crate::Fid;
+
+/// Entries read from the fid_cq at a time.
+const BATCH: usize = 16;
+
+pub(crate) struct OfiCq {
+    id: u64,
+    pub(crate) cq: Fid<fi::fid_cq>,
+    dev: Weak<OfiDevice>,
+    /// Completions ready for the core, in order. Held while the fid_cq is read,
+    /// so that two readers cannot reorder what they read.
+    queue: Mutex<VecDeque<WorkCompletion>>,
+    notify: Mutex<Option<NotifyFn>>,
+    depth: AtomicU32,
+}
+
+impl OfiCq {
+    pub(crate) fn open(dev: &OfiDevice, depth: u32) -> Result<Arc<OfiCq>> {
+        let mut attr = fi::fi_cq_attr {
+            size: (depth.max(64) as usize) * 4,
+            format: fi::fi_cq_format_FI_CQ_FORMAT_DATA,
+            wait_obj: fi::fi_wait_obj_FI_WAIT_NONE,
+            ..Default::default()
+        };
+        let mut cq = null_mut();
+        // SAFETY: an open domain; `cq` receives the new object.
+        let rc = unsafe { fi::fi_cq_open(dev.domain.ptr(), &mut attr, &mut cq, null_mut()) };
+        opened(rc, "fi_cq_open", Error::NoResource(Resource::Memory))?;
+        Ok(Arc::new(OfiCq {
+            id: dev.next_id(),
+            cq: Fid(cq),
+            dev: dev.me.clone(),
+            queue: Mutex::new(VecDeque::new()),
+            notify: Mutex::new(None),
+            depth: AtomicU32::new(depth),
+        }))
+    }
+
+    /// Queues a completion the backend makes itself (a flush).
+    pub(crate) fn push(&self, wcs: impl IntoIterator<Item = WorkCompletion>) {
+        let before;
+        {
+            let mut q = self.queue.lock();
+            before = q.len();
+            q.extend(wcs);
+            if q.len() == before {
+                return;
+            }
+        }
+        self.fire();
+    }
+
+    fn fire(&self) {
+        let notify = self.notify.lock().clone();
+        if let Some(n) = notify {
+            n();
+        }
+    }
+
+    /// Reads the fid_cq; notifies the consumer when completions were added.
+    pub(crate) fn reap_and_notify(&self) {
+        if self.reap() {
+            self.fire();
+        }
+    }
+
+    /// Reads every entry the provider has; returns whether completions were added.
+    fn reap(&self) -> bool {
+        let Some(dev) = self.dev.upgrade() else {
+            return false;
+        };
+        let mut broken = Vec::new();
+        let added = self.reap_locked(&dev, &mut broken);
+        for qp in broken {
+            qp.broken();
+        }
+        added
+    }
+
+    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<crate::qp::OfiQp>>) -> bool {
+        let mut q = self.queue.lock();
+        let before = q.len();
+        let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
+        loop {
+            // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
+            let n = unsafe { fi::fi_cq_read(self.cq.ptr(), entries.as_mut_ptr().cast(), BATCH) };
+            if n > 0 {
+                for e in &entries[..n as usize] {
+                    complete(dev, e.op_context as u64, Ok(e.len as u32), &mut q, broken);
+                }
+                if (n as usize) < BATCH {
+                    break;
+                }
+                continue;
+            }
+            if n == -(fi::FI_EAVAIL as isize) {
+                let mut err = fi::fi_cq_err_entry::default();
+                // SAFETY: the same CQ; one error entry.
+                if unsafe { fi::fi_cq_readerr(self.cq.ptr(), &mut err, 0) } == 1 {
+                    let status = Err(status_of(err.err));
+                    complete(dev, err.op_context as u64, status, &mut q, broken);
+                }
+                continue;
+            }
+            break;
+        }
+        q.len() > before
+    }
+}
+
+/// Hands one entry to the QP its context names.
+fn complete(
+    dev: &OfiDevice,
+    context: u64,
+    result: Result<u32, WcStatus>,
+    q: &mut VecDeque<WorkCompletion>,
+    broken: &mut Vec<Arc<crate::qp::OfiQp>>,
+) {
+    let qp_num = (context >> 32) as u32;
+    match dev.qp(qp_num) {
+        Some(qp) => {
+            if qp.completed(context as u32, result, q) {
+                broken.push(qp);
+            }
+        }
+        None => log::debug!("completion for QP {qp_num}, gone"),
+    }
+}
+
+/// A libfabric error entry's status.
+fn status_of(err: i32) -> WcStatus {
+    match err.unsigned_abs() {
+        fi::FI_ECANCELED => WcStatus::Flushed,
+        fi::FI_EACCES | fi::FI_EPERM | fi::FI_EKEYREJECTED => WcStatus::RemoteAccess,
+        fi::FI_ETRUNC | fi::FI_EMSGSIZE => WcStatus::LocalLength,
+        fi::FI_EINVAL => WcStatus::RemoteInvalidRequest,
+        _ => WcStatus::Transport,
+    }
+}
+
+impl CompletionQueue for OfiCq {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        self.reap();
+        let mut q = self.queue.lock();
+        let n = max.min(q.len());
+        out.extend(q.drain(..n));
+        n
+    }
+
+    fn set_notify(&self, notify: Option<NotifyFn>) {
+        *self.notify.lock() = notify;
+    }
+
+    fn resize(&self, depth: u32) -> Result<()> {
+        self.depth.store(depth, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn depth(&self) -> u32 {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    fn progress(&self) -> bool {
+        self.reap();
+        true
+    }
+}

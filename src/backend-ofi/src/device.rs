@@ -1,0 +1,417 @@
+//! The device: one libfabric fabric and domain, an event queue for connection
+//! events, and the thread that moves the provider forward (libfabric 1.17's tcp
+//! provider moves nothing while nobody calls it: docs/libfabric.md, Progress).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::net::Ipv4Addr;
+use std::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+use daplrs_backend::{
+    CmHandler, CompletionQueue, Device, DeviceAttr, Error, ProtectionDomain, QpInit, QueuePair,
+    Result, SharedReceiveQueue,
+};
+use ofi_sys as fi;
+use parking_lot::Mutex;
+
+use crate::cm::Request;
+use crate::cq::OfiCq;
+use crate::mem::OfiPd;
+use crate::qp::OfiQp;
+use crate::{check, Fid, Info, Target};
+
+/// What the device's objects find each other by.
+#[derive(Default)]
+pub(crate) struct Tables {
+    pub qps: HashMap<u32, Weak<OfiQp>>,
+    /// An endpoint's `fid_ep` address -> its QP, for connection events.
+    pub eps: HashMap<usize, u32>,
+    pub cqs: Vec<Weak<OfiCq>>,
+    /// A passive endpoint's address -> its listener.
+    pub listeners: HashMap<usize, Weak<crate::cm::OfiListener>>,
+    pub requests: HashMap<u64, Request>,
+    /// A registration's lkey -> its descriptor (`fi_mr_desc`), for FI_MR_LOCAL providers.
+    pub descs: HashMap<u32, usize>,
+}
+
+pub struct OfiDevice {
+    pub(crate) me: Weak<OfiDevice>,
+    name: String,
+    address: Ipv4Addr,
+    /// The provider's description of the domain (endpoints are opened from it).
+    pub(crate) info: Info,
+    /// The exported key table (providers that address by offset: see `keys`).
+    /// Declared before the domain: fields drop in order, the domain last.
+    pub(crate) keys: Option<crate::keys::KeyTable>,
+    pub(crate) eq: Fid<fi::fid_eq>,
+    pub(crate) domain: Fid<fi::fid_domain>,
+    pub(crate) fabric: Fid<fi::fid_fabric>,
+    /// The provider addresses remote memory by virtual address (else by offset).
+    pub(crate) virt_addr: bool,
+
+    pub(crate) tables: Mutex<Tables>,
+    pub(crate) cm_handler: Mutex<Option<CmHandler>>,
+    next_id: AtomicU64,
+    next_qp: AtomicU32,
+    pub(crate) next_key: AtomicU32,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The capabilities every entry needs (docs/libfabric.md, Opening an IA).
+fn caps() -> u64 {
+    (fi::FI_MSG | fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_RECV | fi::FI_SEND) as u64
+        | (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64
+}
+
+/// The hints of an entry: its provider and domain, connected endpoints,
+/// send-after-send order, every MR mode the backend honours.
+pub(crate) fn hints(target: &Target) -> Info {
+    // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs
+    // (or NULL, checked); the strings given to it are strdup'ed (fi_freeinfo frees them).
+    unsafe {
+        let h = fi::fi_allocinfo();
+        assert!(!h.is_null(), "fi_allocinfo");
+        (*h).caps = caps();
+        (*(*h).ep_attr).type_ = fi::fi_ep_type_FI_EP_MSG;
+        let prov = CString::new(target.provider.as_str()).unwrap_or_default();
+        (*(*h).fabric_attr).prov_name = libc::strdup(prov.as_ptr());
+        if let Some(d) = &target.domain {
+            let d = CString::new(d.as_str()).unwrap_or_default();
+            (*(*h).domain_attr).name = libc::strdup(d.as_ptr());
+        }
+        (*(*h).domain_attr).mr_mode =
+            (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
+                as i32;
+        (*(*h).domain_attr).threading = fi::fi_threading_FI_THREAD_SAFE;
+        (*(*h).tx_attr).msg_order = (fi::FI_ORDER_SAS | fi::FI_ORDER_RAW | fi::FI_ORDER_WAW) as u64
+            | (fi::FI_ORDER_WAS | fi::FI_ORDER_SAW) as u64;
+        Info(h)
+    }
+}
+
+/// fi_getinfo for `node`:`service` (`source`: they are ours, to listen on).
+pub(crate) fn getinfo(
+    target: &Target,
+    node: Ipv4Addr,
+    service: Option<u16>,
+    source: bool,
+) -> Result<Info, String> {
+    let hints = hints(target);
+    let node = CString::new(node.to_string()).unwrap_or_default();
+    let service = service.map(|p| CString::new(p.to_string()).unwrap_or_default());
+    let mut info = null_mut();
+    let flags = if source { fi::FI_SOURCE } else { 0 };
+    // SAFETY: valid strings and hints; `info` receives a list we own.
+    let rc = unsafe {
+        fi::fi_getinfo(
+            fi::API_VERSION,
+            node.as_ptr(),
+            service.as_ref().map_or(null(), |s| s.as_ptr()),
+            flags,
+            hints.ptr(),
+            &mut info,
+        )
+    };
+    if rc != 0 || info.is_null() {
+        return Err(format!(
+            "libfabric provider '{}' offers no connected endpoint with sends, RDMA and \
+             send-after-send order{}: fi_getinfo: {}",
+            target.provider,
+            target
+                .domain
+                .as_ref()
+                .map_or(String::new(), |d| format!(" on domain '{d}'")),
+            fi::strerror(rc)
+        ));
+    }
+    Ok(Info(info))
+}
+
+impl OfiDevice {
+    /// Opens "ofi <provider> [where]".
+    pub fn open(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>> {
+        Self::open_described(provider, place).map_err(|why| {
+            log::warn!("{why}");
+            Error::NoDevice
+        })
+    }
+
+    /// Why "ofi <provider> [where]" cannot open, in words (None when it can).
+    pub fn diagnose(provider: &str, place: Option<&str>) -> Option<String> {
+        Self::open_described(provider, place)
+            .map(|d| d.close())
+            .err()
+    }
+
+    fn open_described(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>, String> {
+        let target = crate::parse_target(provider, place)?;
+        let info = getinfo(&target, target.address, None, true)?;
+        let address = if target.address.is_unspecified() {
+            // SAFETY: src_addr/src_addrlen describe the provider's source address.
+            unsafe { crate::sockaddr_v4((*info.ptr()).src_addr, (*info.ptr()).src_addrlen) }
+                .map_or(Ipv4Addr::UNSPECIFIED, |a| *a.ip())
+        } else {
+            target.address
+        };
+        let fail = |what: &str, rc: i32| format!("{what}: {}", fi::strerror(rc));
+        // SAFETY: the fi_info of fi_getinfo above; each object opened is owned by a Fid.
+        let (fabric, domain, eq) = unsafe {
+            let mut fabric = null_mut();
+            let rc = fi::fi_fabric((*info.ptr()).fabric_attr, &mut fabric, null_mut());
+            if rc != 0 {
+                return Err(fail("fi_fabric", rc));
+            }
+            let fabric = Fid(fabric);
+            let mut domain = null_mut();
+            let rc = fi::fi_domain(fabric.ptr(), info.ptr(), &mut domain, null_mut());
+            if rc != 0 {
+                return Err(fail("fi_domain", rc));
+            }
+            let domain = Fid(domain);
+            let mut attr = fi::fi_eq_attr {
+                size: 256,
+                wait_obj: fi::fi_wait_obj_FI_WAIT_UNSPEC,
+                ..Default::default()
+            };
+            let mut eq = null_mut();
+            let rc = fi::fi_eq_open(fabric.ptr(), &mut attr, &mut eq, null_mut());
+            if rc != 0 {
+                return Err(fail("fi_eq_open", rc));
+            }
+            (fabric, domain, Fid(eq))
+        };
+        // SAFETY: the domain attributes of our fi_info.
+        let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
+        let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
+        let keys = if virt_addr {
+            None
+        } else {
+            Some(
+                crate::keys::KeyTable::open(domain.ptr(), true)
+                    .map_err(|e| format!("key table: {e}"))?,
+            )
+        };
+        let dev = Arc::new_cyclic(|me| OfiDevice {
+            me: me.clone(),
+            name: format!(
+                "ofi {provider}{}",
+                place.map_or(String::new(), |p| format!(" {p}"))
+            ),
+            address,
+            info,
+            eq,
+            domain,
+            fabric,
+            virt_addr,
+            keys,
+            tables: Mutex::new(Tables::default()),
+            cm_handler: Mutex::new(None),
+            next_id: AtomicU64::new(1),
+            next_qp: AtomicU32::new(1),
+            next_key: AtomicU32::new(1),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        dev.start_progress()
+            .map_err(|e| format!("progress thread: {e}"))?;
+        Ok(dev)
+    }
+
+    /// Whether RDMA addresses given to this device are offsets from the start
+    /// of the target's registration (the provider's MR mode has no
+    /// FI_MR_VIRT_ADDR) rather than virtual addresses.
+    pub fn addresses_by_offset(&self) -> bool {
+        !self.virt_addr
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_qp_num(&self) -> u32 {
+        self.next_qp.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn start_progress(self: &Arc<Self>) -> std::io::Result<()> {
+        let me = Arc::downgrade(self);
+        let handle = std::thread::Builder::new()
+            .name("daplrs-ofi".into())
+            .spawn(move || progress_loop(me))?;
+        *self.thread.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// One turn of the progress thread: connection events (waiting up to a
+    /// millisecond for one), then every CQ read, which is what moves the
+    /// provider's transfers.
+    fn progress_once(&self) {
+        self.handle_cm_events(1);
+        let cqs: Vec<Arc<OfiCq>> = {
+            let mut t = self.tables.lock();
+            t.cqs.retain(|w| w.strong_count() > 0);
+            t.cqs.iter().filter_map(Weak::upgrade).collect()
+        };
+        for cq in cqs {
+            cq.reap_and_notify();
+        }
+    }
+
+    pub(crate) fn qp(&self, qp_num: u32) -> Option<Arc<OfiQp>> {
+        self.tables.lock().qps.get(&qp_num).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn emit(&self, event: daplrs_backend::CmEvent) {
+        let handler = self.cm_handler.lock().clone();
+        match handler {
+            Some(h) => h(event),
+            None => log::debug!("connection event with no handler: {event:?}"),
+        }
+    }
+
+    fn attributes(&self) -> DeviceAttr {
+        // SAFETY: the attribute structs of our fi_info, read only.
+        let (ep, tx, rx, dom) = unsafe {
+            let i = &*self.info.ptr();
+            (&*i.ep_attr, &*i.tx_attr, &*i.rx_attr, &*i.domain_attr)
+        };
+        let clamp = |v: usize| v.min(u32::MAX as usize) as u32;
+        DeviceAttr {
+            max_qp: clamp(dom.ep_cnt),
+            max_qp_wr: clamp(tx.size.min(rx.size)),
+            max_sge: clamp(tx.iov_limit.min(rx.iov_limit).max(1)),
+            max_cq: clamp(dom.cq_cnt),
+            max_cqe: 65536,
+            max_mr: clamp(dom.mr_cnt.max(1 << 16)),
+            max_mr_size: u64::MAX,
+            max_pd: 1 << 16,
+            max_mw: 0,
+            max_srq: 0,
+            max_srq_wr: 0,
+            max_msg_size: clamp(ep.max_msg_size),
+            max_rdma_size: clamp(ep.max_msg_size),
+            max_rd_atomic: 16,
+            max_private_data: crate::cm::MAX_PRIVATE_DATA,
+            mtu: 4096,
+            ud: false,
+        }
+    }
+}
+
+fn progress_loop(me: Weak<OfiDevice>) {
+    loop {
+        let Some(dev) = me.upgrade() else { return };
+        if dev.stop.load(Ordering::Acquire) {
+            return;
+        }
+        dev.progress_once();
+    }
+}
+
+impl Device for OfiDevice {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn address(&self) -> Ipv4Addr {
+        self.address
+    }
+
+    fn attr(&self) -> DeviceAttr {
+        self.attributes()
+    }
+
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>> {
+        Ok(OfiPd::new(self))
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
+        let cq = OfiCq::open(self, depth)?;
+        self.tables.lock().cqs.push(Arc::downgrade(&cq));
+        Ok(cq)
+    }
+
+    fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
+        if init.srq.is_some() {
+            return Err(Error::Unsupported);
+        }
+        let qp = OfiQp::new(self, init)?;
+        self.tables.lock().qps.insert(qp.num(), Arc::downgrade(&qp));
+        Ok(qp)
+    }
+
+    fn create_srq(
+        &self,
+        _pd: &Arc<dyn ProtectionDomain>,
+        _max_wr: u32,
+        _max_sge: u32,
+    ) -> Result<Arc<dyn SharedReceiveQueue>> {
+        Err(Error::Unsupported)
+    }
+
+    fn set_cm_handler(&self, handler: Option<CmHandler>) {
+        *self.cm_handler.lock() = handler;
+    }
+
+    fn listen(&self, port: u16) -> Result<Arc<dyn daplrs_backend::Listener>> {
+        Ok(self.listen_on(port)?)
+    }
+
+    fn connect(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: std::net::SocketAddrV4,
+        private_data: &[u8],
+        _timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
+        self.connect_qp(OfiQp::of(qp)?, remote, private_data)
+    }
+
+    fn accept(&self, req: u64, qp: &Arc<dyn QueuePair>, private_data: &[u8]) -> Result<()> {
+        self.accept_request(req, OfiQp::of(qp)?, private_data)
+    }
+
+    fn reject(&self, req: u64, private_data: &[u8]) -> Result<()> {
+        self.reject_request(req, private_data)
+    }
+
+    fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> Result<()> {
+        OfiQp::of(qp)?.disconnect(abrupt);
+        Ok(())
+    }
+
+    fn close(&self) {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        let qps: Vec<Arc<OfiQp>> = self
+            .tables
+            .lock()
+            .qps
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for qp in qps {
+            qp.destroy_now();
+        }
+    }
+}
+
+impl Drop for OfiDevice {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.tables.lock().requests.clear();
+    }
+}
+
+/// Checks a libfabric call made while opening an object.
+pub(crate) fn opened(rc: i32, what: &str, otherwise: Error) -> Result<()> {
+    check(rc as isize, what, otherwise).map(|_| ())
+}

@@ -1,0 +1,126 @@
+//! Virtual addresses on providers that address registrations by offset.
+//!
+//! DAT programs name remote memory by (rmr_context, virtual address); tcp,
+//! shm and ofi_rxm take (key, offset from the registration's start). Each
+//! device exports a table, registered for remote reads, with one entry per
+//! key slot: (key, start, length). The connection handshake carries the
+//! table's key and address; an initiator reads a context's entry once per
+//! connection (one RDMA read, no CPU on the target) and keeps its start.
+//! A freed registration's key is never reused (keys come from a counter), so
+//! a cached start never applies to other memory: an access through a freed
+//! key fails at the provider's key check.
+
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use daplrs_backend::{Error, Resource, Result};
+use ofi_sys as fi;
+
+use crate::device::opened;
+use crate::Fid;
+
+/// Key slots of the table (an entry per slot: at most this many registrations
+/// are findable at once; a key whose slot a newer key took reads as gone).
+pub(crate) const SLOTS: usize = 1 << 16;
+
+/// One entry as the peer reads it: the key last registered in the slot, the
+/// start and the length of its memory.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Entry {
+    key: AtomicU64,
+    start: AtomicU64,
+    length: AtomicU64,
+}
+
+pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+
+/// The device's exported table.
+pub(crate) struct KeyTable {
+    /// Held for the registration's life, and declared before the entries:
+    /// fields drop in order, so the registration closes before the memory goes.
+    #[allow(dead_code)]
+    mr: Fid<fi::fid_mr>,
+    entries: Box<[Entry]>,
+    /// What a peer passes as the RMA key and the address of entry 0.
+    pub key: u64,
+    pub address: u64,
+}
+
+impl KeyTable {
+    /// Registers the table for remote reads; `by_offset`: the provider
+    /// addresses registrations by offset (the table's entry 0 is then at 0).
+    pub(crate) fn open(domain: *mut fi::fid_domain, by_offset: bool) -> Result<KeyTable> {
+        let entries: Box<[Entry]> = (0..SLOTS).map(|_| Entry::default()).collect();
+        let iov = libc::iovec {
+            iov_base: entries.as_ptr() as *mut libc::c_void,
+            iov_len: SLOTS * ENTRY_BYTES,
+        };
+        let attr = fi::fi_mr_attr {
+            mr_iov: (&iov as *const libc::iovec).cast(),
+            iov_count: 1,
+            access: fi::FI_REMOTE_READ as u64,
+            // Our registrations' keys count up from 1; the table's is apart.
+            requested_key: u32::MAX as u64,
+            ..Default::default()
+        };
+        let mut mr = null_mut();
+        // SAFETY: an open domain; `entries` stays allocated while the registration lives
+        // (both are fields of the table, the registration dropped first).
+        let rc = unsafe { fi::fi_mr_regattr(domain, &attr, 0, &mut mr) };
+        opened(
+            rc,
+            "fi_mr_regattr (key table)",
+            Error::NoResource(Resource::Key),
+        )?;
+        let mr = Fid(mr);
+        // SAFETY: the registration just made.
+        let key = unsafe { fi::fi_mr_key(mr.ptr()) };
+        let address = if by_offset {
+            0
+        } else {
+            entries.as_ptr() as u64
+        };
+        Ok(KeyTable {
+            entries,
+            mr,
+            key,
+            address,
+        })
+    }
+
+    fn entry(&self, key: u32) -> &Entry {
+        &self.entries[key as usize % SLOTS]
+    }
+
+    /// A registration made: findable by its key from now on.
+    pub(crate) fn publish(&self, key: u32, start: u64, length: u64) {
+        let e = self.entry(key);
+        // The key last: a peer that reads the slot while it changes sees the
+        // old key (gone) or the new one with its start.
+        e.key.store(0, Ordering::Release);
+        e.start.store(start, Ordering::Release);
+        e.length.store(length, Ordering::Release);
+        e.key.store(key as u64, Ordering::Release);
+    }
+
+    /// A registration freed.
+    pub(crate) fn withdraw(&self, key: u32) {
+        let e = self.entry(key);
+        let _ = e
+            .key
+            .compare_exchange(key as u64, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// The RMA address of entry `key`'s slot in a peer's table at `table_address`.
+    pub(crate) fn remote_slot(table_address: u64, key: u32) -> u64 {
+        table_address + (key as usize % SLOTS * ENTRY_BYTES) as u64
+    }
+}
+
+/// What a read of a peer's entry says: the start of `key`'s memory, or None
+/// when the slot holds another key (freed, or never registered).
+pub(crate) fn start_of(raw: &[u8; ENTRY_BYTES], key: u32) -> Option<u64> {
+    let word = |i: usize| u64::from_ne_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    (word(0) == key as u64).then(|| word(1))
+}

@@ -1,0 +1,175 @@
+//! The libfabric (OFI) backend: the verbs-shaped backend trait over libfabric
+//! endpoints. The mapping, and why, is docs/libfabric.md.
+//!
+//! First step (this crate today): connected endpoints (`FI_EP_MSG`: libfabric's
+//! tcp and verbs providers), sends, receives, RDMA reads and writes; no memory
+//! windows, atomics, immediate data, shared receive queues or datagrams (the
+//! device says so in its attributes, and the trait's defaults refuse them).
+//! Remote virtual addresses are translated for providers that address
+//! registrations by offset (`keys`).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod cm;
+mod cq;
+mod device;
+mod keys;
+mod mem;
+mod qp;
+
+pub use device::OfiDevice;
+
+use std::ffi::CStr;
+use std::net::Ipv4Addr;
+
+use daplrs_backend::{Error, Resource};
+use ofi_sys as fi;
+
+/// An open libfabric object, closed when dropped. libfabric objects of a
+/// `FI_THREAD_SAFE` domain may be used from any thread.
+pub(crate) struct Fid<T>(*mut T);
+
+// SAFETY: the domain is opened FI_THREAD_SAFE: its objects may be used and
+// closed from any thread.
+unsafe impl<T> Send for Fid<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Fid<T> {}
+
+impl<T> Fid<T> {
+    pub(crate) fn ptr(&self) -> *mut T {
+        self.0
+    }
+
+    /// The object's `struct fid` (every libfabric object begins with one).
+    pub(crate) fn fid(&self) -> *mut fi::fid {
+        self.0.cast()
+    }
+}
+
+impl<T> Drop for Fid<T> {
+    fn drop(&mut self) {
+        // SAFETY: the object is open (Fid owns it) and closed exactly once, here.
+        let rc = unsafe { fi::fi_close(self.fid()) };
+        if rc != 0 {
+            log::warn!("fi_close: {}", fi::strerror(rc));
+        }
+    }
+}
+
+/// An `fi_info` list we own, freed when dropped.
+pub(crate) struct Info(*mut fi::fi_info);
+
+// SAFETY: an fi_info is plain data; we only read it after fi_getinfo returned it.
+unsafe impl Send for Info {}
+// SAFETY: as above.
+unsafe impl Sync for Info {}
+
+impl Info {
+    pub(crate) fn ptr(&self) -> *mut fi::fi_info {
+        self.0
+    }
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        // SAFETY: the list came from fi_getinfo (or a CM event) and is freed once.
+        unsafe { fi::fi_freeinfo(self.0) };
+    }
+}
+
+/// A libfabric return code as the backend's error, logging what failed.
+pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Error> {
+    if rc >= 0 {
+        return Ok(rc);
+    }
+    log::warn!("{what}: {}", fi::strerror(rc as i32));
+    Err(match -rc as u32 {
+        fi::FI_ENOMEM => Error::NoResource(Resource::Memory),
+        fi::FI_EAGAIN => Error::NoResource(Resource::WorkQueue),
+        fi::FI_ENOSYS | fi::FI_EOPNOTSUPP => Error::Unsupported,
+        fi::FI_EADDRINUSE => Error::AddrInUse,
+        fi::FI_ENODATA | fi::FI_ENODEV => Error::NoDevice,
+        _ => otherwise,
+    })
+}
+
+/// The words of an ofi entry's ia_params after "ofi": the libfabric provider
+/// ("tcp", "verbs", "tcp;ofi_rxm") and where ("lo", "eth0", an IPv4 address,
+/// or a verbs device such as "rxe0" for the provider's domain name).
+pub(crate) struct Target {
+    pub provider: String,
+    pub domain: Option<String>,
+    pub address: Ipv4Addr,
+}
+
+/// Resolves "ofi <provider> [interface|address|domain]".
+pub(crate) fn parse_target(provider: &str, place: Option<&str>) -> Result<Target, String> {
+    let (domain, address) = match place {
+        None => (None, Ipv4Addr::LOCALHOST),
+        Some(p) => match p.parse::<Ipv4Addr>() {
+            Ok(a) => (None, a),
+            Err(_) => match interface_address(p) {
+                Some(a) => (None, a),
+                // Not an interface here: the provider's own domain name (verbs: rxe0);
+                // its address is the interface the device sits on.
+                None => (Some(p.to_string()), Ipv4Addr::UNSPECIFIED),
+            },
+        },
+    };
+    Ok(Target {
+        provider: provider.to_string(),
+        domain,
+        address,
+    })
+}
+
+/// The first IPv4 address of interface `name`.
+fn interface_address(name: &str) -> Option<Ipv4Addr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list`, freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() && found.is_none() {
+        // SAFETY: a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        // SAFETY: ifa_name is a NUL-terminated string of the node.
+        let matches = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_bytes() == name.as_bytes();
+        // SAFETY: ifa_addr is NULL or a sockaddr of the node.
+        if matches
+            && !ifa.ifa_addr.is_null()
+            && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET
+        {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs above.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
+/// A sockaddr_in in libfabric's address fields, as a Rust address.
+///
+/// # Safety
+/// `addr` is NULL or points to `len` readable bytes.
+pub(crate) unsafe fn sockaddr_v4(
+    addr: *const libc::c_void,
+    len: usize,
+) -> Option<std::net::SocketAddrV4> {
+    if addr.is_null() || len < std::mem::size_of::<libc::sockaddr_in>() {
+        return None;
+    }
+    // SAFETY: at least a sockaddr_in's bytes are readable (checked above).
+    let sin = unsafe { std::ptr::read_unaligned(addr as *const libc::sockaddr_in) };
+    if sin.sin_family as i32 != libc::AF_INET {
+        return None;
+    }
+    Some(std::net::SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+        u16::from_be(sin.sin_port),
+    ))
+}

@@ -1,0 +1,750 @@
+//! Queue pairs: one libfabric endpoint each, opened when the connection is
+//! made (a passive side's endpoint must come from the connection request).
+//!
+//! libfabric does not promise completions in posting order; DAT reports an
+//! EP's requests in that order. Each request and receive takes the next slot
+//! of its ring; a completion marks its slot, and completions leave the ring
+//! only from the oldest slot on (`Ring::release`).
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
+
+use daplrs_backend::{
+    Error, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result, SendOp, SendWr, Sge,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use ofi_sys as fi;
+use parking_lot::Mutex;
+
+use crate::cm::PeerTable;
+use crate::cq::OfiCq;
+use crate::device::{opened, OfiDevice};
+use crate::keys::{self, ENTRY_BYTES};
+use crate::{Fid, Info};
+
+/// A receive's token carries this bit; a request's does not.
+const RECV_BIT: u32 = 1 << 31;
+/// The token of the backend's own read of a peer's key table entry.
+const LOOKUP_TOKEN: u32 = 1 << 30;
+/// How long a post waits for a peer's key table entry.
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+struct Slot {
+    wr_id: u64,
+    opcode: WcOpcode,
+    /// A request's length (libfabric reports lengths for receives only).
+    len: u32,
+    done: Option<WorkCompletion>,
+}
+
+/// Outstanding requests (or receives) of a QP, oldest first.
+#[derive(Default)]
+struct Ring {
+    /// The token of the oldest slot.
+    base: u32,
+    slots: VecDeque<Slot>,
+}
+
+impl Ring {
+    fn push(&mut self, slot: Slot) -> u32 {
+        let token = self.base.wrapping_add(self.slots.len() as u32) & !RECV_BIT;
+        self.slots.push_back(slot);
+        token
+    }
+
+    fn mark(&mut self, token: u32, wc: impl FnOnce(&Slot) -> WorkCompletion) {
+        let idx = (token.wrapping_sub(self.base) & !RECV_BIT) as usize;
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.done = Some(wc(slot));
+        }
+    }
+
+    /// Moves the completed slots at the front to `out`, in order.
+    fn release(&mut self, out: &mut VecDeque<WorkCompletion>) {
+        while self.slots.front().is_some_and(|s| s.done.is_some()) {
+            let slot = self.slots.pop_front().expect("front checked");
+            self.base = self.base.wrapping_add(1) & !RECV_BIT;
+            out.extend(slot.done);
+        }
+    }
+
+    /// Every slot, completed or flushed, in order.
+    fn flush(&mut self, qp_num: u32) -> Vec<WorkCompletion> {
+        self.base = self.base.wrapping_add(self.slots.len() as u32) & !RECV_BIT;
+        self.slots
+            .drain(..)
+            .map(|s| {
+                s.done
+                    .unwrap_or_else(|| WorkCompletion::flushed(s.wr_id, s.opcode, qp_num))
+            })
+            .collect()
+    }
+}
+
+struct Inner {
+    state: QpState,
+    ep: Option<Fid<fi::fid_ep>>,
+    sends: Ring,
+    recvs: Ring,
+    /// Receives posted before the endpoint exists: (token, request).
+    pending: Vec<(u32, RecvWr)>,
+    local: Option<SocketAddrV4>,
+    remote: Option<SocketAddrV4>,
+    /// The disconnection was reported (once per connection).
+    ended: bool,
+    /// The peer's key table, and the start of each of its keys read so far
+    /// (see `keys`).
+    peer: PeerTable,
+    starts: std::collections::HashMap<u32, u64>,
+    /// Requests behind a fence (see `post_request`), oldest first.
+    held: VecDeque<Request>,
+}
+
+/// Where the backend's own read of a peer's key table entry lands: memory of
+/// the QP, registered when first needed.
+struct Lookup {
+    buf: Box<[u8; ENTRY_BYTES]>,
+    mr: Option<Fid<fi::fid_mr>>,
+}
+
+/// A lookup's state (`OfiQp::lookup_state`).
+const LOOKUP_PENDING: u8 = 0;
+const LOOKUP_DONE: u8 = 1;
+const LOOKUP_FAILED: u8 = 2;
+
+pub(crate) struct OfiQp {
+    num: u32,
+    dev: Weak<OfiDevice>,
+    send_cq: Arc<OfiCq>,
+    recv_cq: Arc<OfiCq>,
+    cap: QpCap,
+    inner: Mutex<Inner>,
+    /// One lookup at a time (posts that need one wait for each other).
+    lookup: Mutex<Lookup>,
+    /// The lookup in flight: set by whoever reads its completion.
+    lookup_state: AtomicU8,
+}
+
+fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
+    // The core hands back CQs this device made; anything else is foreign.
+    let any: &dyn Any = cq.as_any();
+    let ours = any.downcast_ref::<OfiCq>().ok_or(Error::Foreign)?;
+    // Rebuild an Arc from the trait object's: same allocation, the concrete type.
+    let raw = Arc::into_raw(cq.clone()) as *const OfiCq;
+    debug_assert!(std::ptr::eq(raw, ours));
+    // SAFETY: `raw` came from Arc::into_raw of an Arc whose value is this OfiCq
+    // (checked by the downcast), so it is rebuilt with the same count.
+    Ok(unsafe { Arc::from_raw(raw) })
+}
+
+impl OfiQp {
+    pub(crate) fn new(dev: &OfiDevice, init: QpInit) -> Result<Arc<OfiQp>> {
+        Ok(Arc::new(OfiQp {
+            num: dev.next_qp_num(),
+            dev: dev.me.clone(),
+            send_cq: ofi_cq(&init.send_cq)?,
+            recv_cq: ofi_cq(&init.recv_cq)?,
+            cap: init.cap,
+            inner: Mutex::new(Inner {
+                state: QpState::Init,
+                ep: None,
+                sends: Ring::default(),
+                recvs: Ring::default(),
+                pending: Vec::new(),
+                local: None,
+                remote: None,
+                ended: false,
+                peer: PeerTable::default(),
+                starts: std::collections::HashMap::new(),
+                held: VecDeque::new(),
+            }),
+            lookup: Mutex::new(Lookup {
+                buf: Box::new([0; ENTRY_BYTES]),
+                mr: None,
+            }),
+            lookup_state: AtomicU8::new(LOOKUP_PENDING),
+        }))
+    }
+
+    pub(crate) fn num(&self) -> u32 {
+        self.num
+    }
+
+    /// Our QP behind a trait object the core hands back.
+    pub(crate) fn of(qp: &Arc<dyn QueuePair>) -> Result<Arc<OfiQp>> {
+        qp.as_any().downcast_ref::<OfiQp>().ok_or(Error::Foreign)?;
+        let raw = Arc::into_raw(qp.clone()) as *const OfiQp;
+        // SAFETY: as in `ofi_cq`: the value is an OfiQp (downcast checked).
+        Ok(unsafe { Arc::from_raw(raw) })
+    }
+
+    fn context(&self, token: u32) -> *mut libc::c_void {
+        (((self.num as u64) << 32) | token as u64) as *mut libc::c_void
+    }
+
+    /// Opens the endpoint from `info` (the device's for an active side, the
+    /// request's for a passive one), binds the device's EQ and the QP's CQs,
+    /// enables it and posts the receives waiting for it.
+    pub(crate) fn open_endpoint(&self, dev: &OfiDevice, info: &Info) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.state != QpState::Init || inner.ep.is_some() {
+            return Err(Error::BadState);
+        }
+        let mut ep = null_mut();
+        // SAFETY: an open domain and a provider fi_info; `ep` receives the endpoint.
+        let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
+        opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
+        let ep = Fid(ep);
+        let same = Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        // SAFETY: the endpoint just opened; the EQ and CQs are open objects of its domain.
+        unsafe {
+            opened(
+                fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0),
+                "bind EQ",
+                Error::Internal,
+            )?;
+            let tx = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
+            opened(
+                fi::fi_ep_bind(ep.ptr(), self.send_cq.cq.fid(), tx),
+                "bind CQ",
+                Error::Internal,
+            )?;
+            if !same {
+                let rx = fi::FI_RECV as u64;
+                opened(
+                    fi::fi_ep_bind(ep.ptr(), self.recv_cq.cq.fid(), rx),
+                    "bind CQ",
+                    Error::Internal,
+                )?;
+            }
+            opened(
+                fi::fi_enable(ep.ptr()),
+                "fi_enable",
+                Error::NoResource(Resource::Qp),
+            )?;
+        }
+        dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
+        inner.ep = Some(ep);
+        inner.state = QpState::Connecting;
+        for (token, wr) in std::mem::take(&mut inner.pending) {
+            self.post_recv_now(&inner, token, &wr)?;
+        }
+        Ok(())
+    }
+
+    /// The endpoint's fid_ep (for connect and accept).
+    pub(crate) fn endpoint(&self) -> Option<*mut fi::fid_ep> {
+        self.inner.lock().ep.as_ref().map(Fid::ptr)
+    }
+
+    pub(crate) fn set_addresses(&self, local: Option<SocketAddrV4>, remote: Option<SocketAddrV4>) {
+        let mut inner = self.inner.lock();
+        inner.local = local.or(inner.local);
+        inner.remote = remote.or(inner.remote);
+    }
+
+    /// FI_CONNECTED: whether the QP was connecting (the event is then reported).
+    pub(crate) fn on_connected(&self) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.state != QpState::Connecting {
+            return false;
+        }
+        inner.state = QpState::Connected;
+        true
+    }
+
+    /// The connection ended (either side, or failed): the QP goes to Error and
+    /// everything outstanding is flushed. Returns whether this is the first
+    /// end of the connection (to report once).
+    pub(crate) fn end(&self) -> bool {
+        let (sends, recvs, first);
+        {
+            let mut inner = self.inner.lock();
+            inner.state = QpState::Error;
+            inner.held.clear();
+            sends = inner.sends.flush(self.num);
+            recvs = inner.recvs.flush(self.num);
+            let pending: Vec<_> = inner.pending.drain(..).collect();
+            drop(pending);
+            first = !std::mem::replace(&mut inner.ended, true);
+        }
+        self.send_cq.push(sends);
+        self.recv_cq.push(recvs);
+        first
+    }
+
+    pub(crate) fn was_connecting(&self) -> bool {
+        self.inner.lock().state == QpState::Connecting
+    }
+
+    pub(crate) fn disconnect(&self, abrupt: bool) {
+        let ep = self.endpoint();
+        if let Some(ep) = ep {
+            // SAFETY: the QP's open endpoint.
+            let rc = unsafe { fi::fi_shutdown(ep, 0) };
+            if rc != 0 && !abrupt {
+                log::debug!("fi_shutdown: {}", fi::strerror(rc));
+            }
+        }
+        if self.end() {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.emit(daplrs_backend::CmEvent::Disconnected { qp_num: self.num });
+            }
+        }
+    }
+
+    pub(crate) fn destroy_now(&self) {
+        self.end();
+        let ep = self.inner.lock().ep.take();
+        if let (Some(ep), Some(dev)) = (ep, self.dev.upgrade()) {
+            dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+        }
+    }
+
+    /// The connection failed under a request (a remote access error, a
+    /// transport failure): as on an RDMA NIC the QP goes to Error, the rest is
+    /// flushed, and the consumer learns the connection broke.
+    pub(crate) fn broken(&self) {
+        if let Some(ep) = self.endpoint() {
+            // SAFETY: the QP's open endpoint; the peer learns the connection ended.
+            unsafe { fi::fi_shutdown(ep, 0) };
+        }
+        if self.end() {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.emit(daplrs_backend::CmEvent::Broken { qp_num: self.num });
+            }
+        }
+    }
+
+    /// A provider completion (or error) of slot `token`. Returns whether the
+    /// connection broke under it (the caller calls `broken` once it holds no
+    /// queue lock).
+    pub(crate) fn completed(
+        &self,
+        token: u32,
+        result: Result<u32, WcStatus>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) -> bool {
+        let fatal = matches!(
+            result,
+            Err(WcStatus::RemoteAccess
+                | WcStatus::RemoteInvalidRequest
+                | WcStatus::Transport
+                | WcStatus::RemoteOp)
+        );
+        if token == LOOKUP_TOKEN {
+            // Not the consumer's: the lookup's waiter reads the outcome.
+            let done = if result.is_ok() {
+                LOOKUP_DONE
+            } else {
+                LOOKUP_FAILED
+            };
+            self.lookup_state.store(done, Ordering::Release);
+            return false;
+        }
+        let mut inner = self.inner.lock();
+        let num = self.num;
+        let wc = |slot: &Slot, len: u32| match result {
+            Ok(_) => WorkCompletion::new(slot.wr_id, WcStatus::Success, slot.opcode, len, num),
+            Err(status) => WorkCompletion::new(slot.wr_id, status, slot.opcode, 0, num),
+        };
+        if token & RECV_BIT != 0 {
+            let got = *result.as_ref().unwrap_or(&0);
+            inner.recvs.mark(token, |s| WorkCompletion {
+                solicited: true,
+                ..wc(s, got)
+            });
+            inner.recvs.release(out);
+        } else {
+            inner.sends.mark(token, |s| wc(s, s.len));
+            inner.sends.release(out);
+            self.release_held(&mut inner, out);
+        }
+        fatal && inner.state == QpState::Connected
+    }
+
+    /// Reads the QP's CQs (what the provider completed before an event).
+    pub(crate) fn reap_completions(&self) {
+        self.send_cq.reap_and_notify();
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.reap_and_notify();
+        }
+    }
+
+    pub(crate) fn set_peer_table(&self, peer: PeerTable) {
+        let mut inner = self.inner.lock();
+        inner.peer = peer;
+        inner.starts.clear();
+    }
+
+    /// The offset the provider wants for the peer's virtual address `va` of
+    /// `rkey` (the address itself on providers that address by it).
+    fn remote_offset(&self, dev: &OfiDevice, va: u64, rkey: u32) -> Result<u64> {
+        if dev.keys.is_none() {
+            return Ok(va);
+        }
+        if let Some(start) = self.inner.lock().starts.get(&rkey) {
+            return Ok(va.wrapping_sub(*start));
+        }
+        // Not known here: read the peer's entry. An unknown key gives an offset
+        // the provider refuses (the request then fails as a remote access error).
+        let start = self.look_up(dev, rkey)?.unwrap_or(u64::MAX);
+        if start != u64::MAX {
+            self.inner.lock().starts.insert(rkey, start);
+        }
+        Ok(va.wrapping_sub(start))
+    }
+
+    /// Reads the peer's key table entry for `rkey`: the start of its memory, or
+    /// None when the peer has no such key.
+    fn look_up(&self, dev: &OfiDevice, rkey: u32) -> Result<Option<u64>> {
+        let mut lookup = self.lookup.lock();
+        let (ep, peer) = {
+            let inner = self.inner.lock();
+            (
+                inner.ep.as_ref().map(Fid::ptr).ok_or(Error::NotConnected)?,
+                inner.peer,
+            )
+        };
+        if lookup.mr.is_none() {
+            lookup.mr = Some(register_lookup(dev, &mut lookup.buf)?);
+        }
+        let mut desc = lookup.mr.as_ref().map_or(null_mut(), |m| {
+            // SAFETY: the lookup buffer's registration.
+            unsafe { fi::fi_mr_desc(m.ptr()) }
+        });
+        let iov = libc::iovec {
+            iov_base: lookup.buf.as_mut_ptr().cast(),
+            iov_len: ENTRY_BYTES,
+        };
+        let rma = fi::fi_rma_iov {
+            addr: keys::KeyTable::remote_slot(peer.address, rkey),
+            len: ENTRY_BYTES,
+            key: peer.key,
+        };
+        let msg = fi::fi_msg_rma {
+            msg_iov: (&iov as *const libc::iovec).cast(),
+            desc: &mut desc,
+            iov_count: 1,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: self.context(LOOKUP_TOKEN),
+            ..Default::default()
+        };
+        self.lookup_state.store(LOOKUP_PENDING, Ordering::Release);
+        // SAFETY: an enabled endpoint; the buffer is registered and stays borrowed
+        // (the lookup lock is held) until the read's completion is seen below.
+        let rc = unsafe { fi::fi_readmsg(ep, &msg, fi::FI_COMPLETION as u64) };
+        crate::check(
+            rc,
+            "fi_readmsg (key lookup)",
+            Error::NoResource(Resource::WorkQueue),
+        )?;
+        let deadline = std::time::Instant::now() + LOOKUP_TIMEOUT;
+        loop {
+            match self.lookup_state.load(Ordering::Acquire) {
+                LOOKUP_DONE => return Ok(keys::start_of(&lookup.buf, rkey)),
+                LOOKUP_FAILED => return Ok(None),
+                _ if std::time::Instant::now() > deadline => return Err(Error::NotConnected),
+                _ => {
+                    self.send_cq.reap_and_notify();
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    fn post_recv_now(&self, inner: &Inner, token: u32, wr: &RecvWr) -> Result<()> {
+        let ep = inner.ep.as_ref().ok_or(Error::BadState)?;
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
+        let msg = fi::fi_msg {
+            msg_iov: iov.as_ptr().cast(),
+            desc: desc.as_mut_ptr(),
+            iov_count: iov.len(),
+            context: self.context(token | RECV_BIT),
+            ..Default::default()
+        };
+        // SAFETY: an enabled endpoint; the vectors live for the call (the provider
+        // copies the message description, not the buffers, which stay registered).
+        let rc = unsafe { fi::fi_recvmsg(ep.ptr(), &msg, fi::FI_COMPLETION as u64) };
+        crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue)).map(|_| ())
+    }
+
+    /// Posts `wr`; `offset`: the provider's remote address of an RDMA request.
+    /// A fenced request waits (in `held`, its slot taken) until every earlier
+    /// one completed, and so does everything posted after it.
+    fn post_request(&self, inner: &mut Inner, wr: &SendWr, offset: u64) -> Result<()> {
+        let kind = match wr.op {
+            SendOp::Send => Kind::Send,
+            SendOp::RdmaWrite { rkey, .. } => Kind::Write { offset, rkey },
+            SendOp::RdmaRead { rkey, .. } => Kind::Read { offset, rkey },
+            _ => return Err(Error::Unsupported),
+        };
+        if !self.send_room(inner) {
+            return Err(Error::NoResource(Resource::WorkQueue));
+        }
+        let len: u64 = wr.sgl.iter().map(|s| s.length as u64).sum();
+        let token = inner.sends.push(Slot {
+            wr_id: wr.wr_id,
+            opcode: wr.op.opcode(),
+            len: len as u32,
+            done: None,
+        });
+        let request = Request {
+            token,
+            kind,
+            fence: wr.fence,
+            sgl: wr.sgl.to_vec(),
+            len,
+        };
+        if !inner.held.is_empty() || (wr.fence && inner.sends.slots.len() > 1) {
+            inner.held.push_back(request);
+            return Ok(());
+        }
+        if let Err(e) = self.issue(inner, &request) {
+            // Not posted: the slot goes (it is the newest).
+            inner.sends.slots.pop_back();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn send_room(&self, inner: &Inner) -> bool {
+        inner.sends.slots.len() < self.cap.max_send_wr.max(1) as usize
+    }
+
+    /// Posts the held requests whose turn came: a fenced one once nothing
+    /// before it is outstanding. One the provider refuses completes in error.
+    fn release_held(&self, inner: &mut Inner, out: &mut VecDeque<WorkCompletion>) {
+        while let Some(front) = inner.held.front() {
+            let first = front.token.wrapping_sub(inner.sends.base) & !RECV_BIT == 0;
+            if front.fence && !first {
+                return;
+            }
+            let request = inner.held.pop_front().expect("front checked");
+            if self.issue(inner, &request).is_err() {
+                let num = self.num;
+                inner.sends.mark(request.token, |s| {
+                    WorkCompletion::new(s.wr_id, WcStatus::LocalQpOp, s.opcode, 0, num)
+                });
+                inner.sends.release(out);
+            }
+        }
+    }
+
+    /// One request to the provider.
+    fn issue(&self, inner: &Inner, request: &Request) -> Result<()> {
+        let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let (iov, mut desc) = io_vectors(&dev, &request.sgl);
+        let context = self.context(request.token);
+        let flags = fi::FI_COMPLETION as u64;
+        // Sends and writes complete once their data is placed at the target,
+        // as on an RDMA NIC (not merely once it left).
+        let placed = flags | fi::FI_DELIVERY_COMPLETE as u64;
+        // SAFETY: an enabled endpoint; the message structs and vectors live for the call.
+        let rc = unsafe {
+            match request.kind {
+                Kind::Send => {
+                    let msg = fi::fi_msg {
+                        msg_iov: iov.as_ptr().cast(),
+                        desc: desc.as_mut_ptr(),
+                        iov_count: iov.len(),
+                        context,
+                        ..Default::default()
+                    };
+                    fi::fi_sendmsg(ep, &msg, placed)
+                }
+                Kind::Write { offset, rkey } | Kind::Read { offset, rkey } => {
+                    let rma = fi::fi_rma_iov {
+                        addr: offset,
+                        len: request.len as usize,
+                        key: rkey as u64,
+                    };
+                    let msg = fi::fi_msg_rma {
+                        msg_iov: iov.as_ptr().cast(),
+                        desc: desc.as_mut_ptr(),
+                        iov_count: iov.len(),
+                        rma_iov: &rma,
+                        rma_iov_count: 1,
+                        context,
+                        ..Default::default()
+                    };
+                    if matches!(request.kind, Kind::Read { .. }) {
+                        fi::fi_readmsg(ep, &msg, flags)
+                    } else {
+                        fi::fi_writemsg(ep, &msg, placed)
+                    }
+                }
+            }
+        };
+        crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| ())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Send,
+    Write { offset: u64, rkey: u32 },
+    Read { offset: u64, rkey: u32 },
+}
+
+/// A request on its way to the provider (kept while held behind a fence).
+struct Request {
+    token: u32,
+    kind: Kind,
+    fence: bool,
+    sgl: Vec<Sge>,
+    len: u64,
+}
+
+/// Registers a lookup buffer for the QP's reads of peer key tables.
+fn register_lookup(dev: &OfiDevice, buf: &mut [u8; ENTRY_BYTES]) -> Result<Fid<fi::fid_mr>> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: ENTRY_BYTES,
+    };
+    let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
+    let attr = fi::fi_mr_attr {
+        mr_iov: (&iov as *const libc::iovec).cast(),
+        iov_count: 1,
+        access: (fi::FI_READ | fi::FI_RECV) as u64,
+        requested_key: key as u64,
+        ..Default::default()
+    };
+    let mut mr = null_mut();
+    // SAFETY: an open domain; the buffer is the QP's, alive while the registration is.
+    let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut mr) };
+    opened(
+        rc,
+        "fi_mr_regattr (lookup)",
+        Error::NoResource(Resource::Key),
+    )?;
+    Ok(Fid(mr))
+}
+
+/// The iovec and descriptor arrays of a scatter-gather list.
+fn io_vectors(dev: &OfiDevice, sgl: &[Sge]) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
+    let tables = dev.tables.lock();
+    sgl.iter()
+        .map(|s| {
+            let iov = libc::iovec {
+                iov_base: s.addr as *mut libc::c_void,
+                iov_len: s.length as usize,
+            };
+            let desc = tables.descs.get(&s.lkey).copied().unwrap_or(0) as *mut libc::c_void;
+            (iov, desc)
+        })
+        .unzip()
+}
+
+impl QueuePair for OfiQp {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn qp_num(&self) -> u32 {
+        self.num
+    }
+
+    fn state(&self) -> QpState {
+        self.inner.lock().state
+    }
+
+    fn post_send(&self, wr: SendWr) -> Result<()> {
+        if wr.sgl.len() > self.cap.max_send_sge.max(1) as usize {
+            return Err(Error::TooLong);
+        }
+        if self.state() == QpState::Connected && !self.send_room(&self.inner.lock()) {
+            return Err(Error::NoResource(Resource::WorkQueue));
+        }
+        // The remote address first: finding it may wait for the peer (no lock held).
+        let offset = match wr.op {
+            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey }
+                if self.state() == QpState::Connected =>
+            {
+                let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+                self.remote_offset(&dev, remote_addr, rkey)?
+            }
+            _ => 0,
+        };
+        let mut inner = self.inner.lock();
+        match inner.state {
+            QpState::Connected => self.post_request(&mut inner, &wr, offset),
+            QpState::Error => {
+                drop(inner);
+                let wc = WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num);
+                self.send_cq.push([wc]);
+                Ok(())
+            }
+            _ => Err(Error::NotConnected),
+        }
+    }
+
+    fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        if wr.sgl.len() > self.cap.max_recv_sge.max(1) as usize {
+            return Err(Error::TooLong);
+        }
+        let mut inner = self.inner.lock();
+        if inner.state == QpState::Error {
+            drop(inner);
+            self.recv_cq
+                .push([WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, self.num)]);
+            return Ok(());
+        }
+        if inner.recvs.slots.len() >= self.cap.max_recv_wr.max(1) as usize {
+            return Err(Error::NoResource(Resource::WorkQueue));
+        }
+        let token = inner.recvs.push(Slot {
+            wr_id: wr.wr_id,
+            opcode: WcOpcode::Recv,
+            len: 0,
+            done: None,
+        });
+        if inner.ep.is_none() {
+            inner.pending.push((token, wr));
+            return Ok(());
+        }
+        let posted = self.post_recv_now(&inner, token, &wr);
+        if posted.is_err() {
+            inner.recvs.slots.pop_back();
+        }
+        posted
+    }
+
+    fn reset(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if !matches!(inner.state, QpState::Error | QpState::Init) {
+            return Err(Error::BadState);
+        }
+        if let Some(ep) = inner.ep.take() {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+            }
+        }
+        inner.state = QpState::Init;
+        inner.ended = false;
+        Ok(())
+    }
+
+    fn posted_recvs(&self) -> u32 {
+        self.inner.lock().recvs.slots.len() as u32
+    }
+
+    fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.inner.lock().local
+    }
+
+    fn remote_addr(&self) -> Option<SocketAddrV4> {
+        self.inner.lock().remote
+    }
+
+    fn destroy(&self) {
+        self.destroy_now();
+    }
+}
