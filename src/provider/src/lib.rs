@@ -12,10 +12,10 @@ pub use daplrs_core as core;
 /// The backend contract and the backends, under one path.
 pub mod backend {
     pub use daplrs_backend::*;
-    #[cfg(feature = "ofi")]
-    pub use daplrs_libfabric as ofi;
     #[cfg(feature = "verbs")]
     pub use daplrs_ibverbs as verbs;
+    #[cfg(feature = "ofi")]
+    pub use daplrs_libfabric as ofi;
     pub use daplrs_tcp as tcp;
 }
 
