@@ -235,7 +235,7 @@ install: all
 	ln -sf libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
 	install -m 0755 $(LIB)/libdat.so.1 $(DESTDIR)$(LIBDIR)/libdat.so.1
 	ln -sf libdat.so.1 $(DESTDIR)$(LIBDIR)/libdat.so
-	install -m 0755 $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2 $(DESTDIR)$(LIBDIR)/
+	install -m 0755 $(LIB)/libdaplrs.so.2 $(LIB)/libdaplrs-verbs.so.2 $(LIB)/libdaplrs-ofi.so.2 $(DESTDIR)$(LIBDIR)/
 	install -m 0755 $(BUILD)/bin/datinfo $(DESTDIR)$(BINDIR)/datinfo
 	install -m 0644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
 	install -m 0644 include/dat/*.h $(DESTDIR)$(INCLUDEDIR)/dat/
@@ -263,7 +263,7 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libdat2.so.2 $(DESTDIR)$(LIBDIR)/libdat2.so
 	rm -f $(DESTDIR)$(LIBDIR)/libdat.so.1 $(DESTDIR)$(LIBDIR)/libdat.so
-	rm -f $(DESTDIR)$(LIBDIR)/libdaplrs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs-verbs.so.2
+	rm -f $(DESTDIR)$(LIBDIR)/libdaplrs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs-verbs.so.2 $(DESTDIR)$(LIBDIR)/libdaplrs-ofi.so.2
 	rm -f $(DESTDIR)$(BINDIR)/datinfo
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat2/,$(notdir $(wildcard include/dat2/*.h)))
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat2 2>/dev/null

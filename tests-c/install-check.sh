@@ -43,7 +43,7 @@ if ! make -s -C "$top" install DESTDIR="$root" PREFIX=/usr/local > "$work/instal
 	summary
 fi
 grep -q ldconfig "$work/install.log" && bad "ldconfig ran for a DESTDIR install" || ok
-for f in lib/libdat2.so.2 lib/libdat2.so lib/libdaplrs.so.2 lib/libdaplrs-verbs.so.2 bin/datinfo \
+for f in lib/libdat2.so.2 lib/libdat2.so lib/libdaplrs.so.2 lib/libdaplrs-verbs.so.2 lib/libdaplrs-ofi.so.2 bin/datinfo \
 	include/dat2/udat.h include/dat2/dat_types.h include/dat2/dat_ib_extensions.h lib/pkgconfig/dat2.pc \
 	lib/libdat.so.1 lib/libdat.so include/dat/udat.h include/dat/dat_types.h include/dat/dat_api.h \
 	lib/pkgconfig/dat.pc; do
