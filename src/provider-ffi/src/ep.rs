@@ -385,7 +385,7 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_request_iov), 2, 3) }?;
     ep.post_send(&iov, cookie.as_u64(), flags)
 }
 
@@ -409,7 +409,7 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
         let ep = ep(ep_handle)?;
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
-        let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov, 2, 3) }?;
+        let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_request_iov), 2, 3) }?;
         ep.post_send_with_invalidate(&iov, cookie.as_u64(), flags, rmr_context)
     })
 }
@@ -464,7 +464,7 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_recv_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_recv_iov), 2, 3) }?;
     ep.post_recv(&iov, cookie.as_u64(), flags)
 }
 
@@ -492,7 +492,7 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_read_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_rdma_read_iov), 2, 3) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_read(
         &iov,
@@ -526,7 +526,7 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_write_iov, 2, 3) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_rdma_write_iov), 2, 3) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_write(
         &iov,

@@ -47,7 +47,7 @@ use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
-use crate::backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use crate::backend::{CompletionQueue, WorkCompletion};
 
 /// The payload of an event; handles are the values C sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +172,27 @@ impl EvdState {
     fn ready(&self) -> bool {
         self.queue.len() >= self.threshold && self.last_notify > self.popped
     }
+}
+
+/// Whether a drain may hand its first event straight to its caller rather than queue it:
+/// only with the queue empty (so the event is the next one in arrival order) and only when the
+/// caller would return that event at once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Take {
+    None,
+    /// dat_evd_dequeue: any event.
+    Dequeue,
+    /// dat_evd_wait with threshold 1: a notification event, on a waitable EVD with no waiter
+    /// (the checks the wait would make before returning it).
+    Wait,
+}
+
+/// What `Evd::queue_event` did with an event.
+enum Queued {
+    /// Handed back to the caller as dequeued.
+    Taken(Event),
+    /// Queued; the queue's length after it.
+    Queued(usize),
 }
 
 pub struct Evd {
@@ -330,16 +351,33 @@ impl Evd {
 
     /// Moves completions from the CQ into the event queue.
     pub(crate) fn drain_cq(&self) {
-        let Some(cq) = &self.cq else { return };
+        self.drain(Take::None);
+    }
+
+    /// Moves completions from the CQ into the event queue, in CQ order. With `take`, the
+    /// first event goes straight to the caller instead when the queue is empty and the caller
+    /// would dequeue it at once (see `Take`): the same event, in the same order, without its
+    /// round trip through the queue. Returns it and how many events are queued behind it.
+    fn drain(&self, mut take: Take) -> Option<(Event, usize)> {
+        let cq = self.cq.as_ref()?;
         const BATCH: usize = 64;
+        let mut taken = None;
         let mut batch = self.drain_lock.lock();
         loop {
             batch.clear();
             let n = cq.poll(BATCH, &mut batch);
             for wc in batch.drain(..) {
-                let notify = self.completion_notifies(&wc);
-                if let Some(ev) = self.ia.dto_event(&wc, self.handle) {
-                    self.push(ev, notify);
+                let Some((ev, notify)) = self.ia.dto_event(&wc, self.handle) else {
+                    continue;
+                };
+                // Only the first event may be taken: a later one would overtake it.
+                match self.queue_event(ev, notify, std::mem::replace(&mut take, Take::None)) {
+                    Queued::Taken(ev) => taken = Some((ev, 0)),
+                    Queued::Queued(len) => {
+                        if let Some((_, behind)) = taken.as_mut() {
+                            *behind = len;
+                        }
+                    }
                 }
             }
             // A short batch emptied the CQ as it was: no second look (a poll of an empty
@@ -348,26 +386,7 @@ impl Evd {
                 break;
             }
         }
-    }
-
-    /// Whether a work completion's event is a notification event (see the module's rules):
-    /// not for a successful receive of an EP whose recv_completion_flags ask for
-    /// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
-    /// notification. The EP's flags are read without its lock (drains run under EP locks).
-    fn completion_notifies(&self, wc: &WorkCompletion) -> bool {
-        if wc.solicited
-            || wc.status != WcStatus::Success
-            || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
-        {
-            return true;
-        }
-        let ep = self
-            .ia
-            .eps_by_qp
-            .lock()
-            .get(&wc.qp_num)
-            .and_then(|w| w.upgrade());
-        ep.is_none_or(|ep| ep.recv_completion_flags() & completion_flags::SOLICITED_WAIT == 0)
+        taken
     }
 
     /// Which consumer-controlled notification mode, if any, a DTO stream feeding this EVD
@@ -399,13 +418,44 @@ impl Evd {
     /// Queues a provider-generated event (never dropped); `notify`: whether it is a
     /// notification event (wakes the waiter, triggers the CNO).
     pub(crate) fn push(&self, event: Event, notify: bool) {
+        self.queue_event(event, notify, Take::None);
+    }
+
+    /// Queues a provider-generated event, or hands it back as dequeued when `take` allows (see
+    /// `Take`). A taken event is accounted for as one queued and removed at once: it counts
+    /// as a notification event that was dequeued, and triggers the CNO as a queued one does.
+    fn queue_event(&self, event: Event, notify: bool, take: Take) -> Queued {
         let mut overflow_now = false;
         let cno_to_trigger;
         let driving;
+        let len;
         {
             let mut s = self.state.lock();
             if s.freed {
-                return;
+                return Queued::Queued(0);
+            }
+            let taking = s.queue.is_empty()
+                && match take {
+                    Take::None => false,
+                    Take::Dequeue => true,
+                    Take::Wait => notify && s.waitable && !s.waiter,
+                };
+            if taking {
+                s.pushed += 1;
+                s.popped += 1;
+                if notify {
+                    s.last_notify = s.pushed;
+                }
+                // What the dequeue or wait does when it leaves the queue below its length.
+                s.overflowed = false;
+                let cno = if notify { self.after_push(&s) } else { None };
+                drop(s);
+                // No waiter to wake: the event is gone already (a waiter of another thread,
+                // under dat_evd_dequeue's race, would find the queue empty).
+                if let Some(cno) = cno {
+                    cno.trigger(self.handle);
+                }
+                return Queued::Taken(event);
             }
             if s.queue.len() >= s.qlen && !s.overflowed {
                 s.overflowed = true;
@@ -414,6 +464,7 @@ impl Evd {
             s.enqueue(event, notify);
             cno_to_trigger = if notify { self.after_push(&s) } else { None };
             driving = s.driving;
+            len = s.queue.len();
         }
         if notify {
             self.wake_waiter(driving);
@@ -426,6 +477,7 @@ impl Evd {
             self.ia
                 .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
         }
+        Queued::Queued(len)
     }
 
     /// Wakes the waiter, wherever it waits.
@@ -481,7 +533,10 @@ impl Evd {
     /// dat_evd_dequeue.
     pub fn dequeue(&self) -> DatResult<Event> {
         self.counters.inc(counters::evd::DEQUEUE);
-        self.drain_cq();
+        if let Some((ev, _)) = self.drain(Take::Dequeue) {
+            self.counters.inc(counters::evd::DEQUEUE_FOUND);
+            return Ok(ev);
+        }
         let mut s = self.state.lock();
         if s.queue.is_empty() {
             if let Some(cq) = &self.cq {
@@ -509,7 +564,15 @@ impl Evd {
     /// DAT_INVALID_STATE.
     pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
         self.counters.inc(counters::evd::WAIT);
-        self.drain_cq();
+        if threshold == 1 {
+            // Threshold 1 returns the first notification event: one the drain finds with
+            // the queue empty is returned as it comes (see `Take::Wait`).
+            if let Some(found) = self.drain(Take::Wait) {
+                return Ok(found);
+            }
+        } else {
+            self.drain_cq();
+        }
         let deadline = deadline_from(timeout_us);
         let controlled = if threshold > 1 {
             self.consumer_controlled()

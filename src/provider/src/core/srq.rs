@@ -155,7 +155,13 @@ impl Srq {
         if iov.len() > attr.max_recv_iov as usize {
             return Err(DatError::invalid_arg(2));
         }
-        let (sgl, _) = Ep::check_local_iov(&self.ia, &self.pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let (sgl, _) = Ep::check_local_iov(
+            &self.ia,
+            Arc::as_ptr(&self.pz) as usize,
+            iov,
+            mem_priv::LOCAL_WRITE,
+            3,
+        )?;
         let wr_id = self.ia.track(PendingDto {
             ep: Handle::NULL,
             cookie,
@@ -163,6 +169,7 @@ impl Srq {
             report_success: true,
             rmr: None,
             ext: None,
+            recv: None,
         });
         if let Err(e) = self.srq.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);

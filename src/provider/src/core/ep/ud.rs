@@ -276,7 +276,13 @@ impl Ep {
             .get(&ah)
             .cloned()
             .ok_or(DatError::invalid_arg(5))?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ, 4)?;
+        let (sgl, total) = Self::check_local_iov(
+            &self.ia,
+            Arc::as_ptr(&pz) as usize,
+            iov,
+            mem_priv::LOCAL_READ,
+            4,
+        )?;
         if total > u64::from(self.ia.device().attr().mtu) {
             return Err(DatError::length());
         }
@@ -288,6 +294,7 @@ impl Ep {
             report_success: report,
             rmr: None,
             ext: Some(ib_ext::TYPE_UD_SEND),
+            recv: None,
         });
         let wr = SendWr {
             wr_id,
