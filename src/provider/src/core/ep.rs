@@ -1008,20 +1008,36 @@ impl Ep {
         iov_arg: u32,
     ) -> DatResult<(SgeList, u64)> {
         let mut out = SgeList::new();
+        let total = Self::check_local_iov_into(ia, pz, iov, need, iov_arg, &mut out)?;
+        Ok((out, total))
+    }
+
+    /// `check_local_iov`, appending the segments to post to `out` (the work request's own list:
+    /// no copy of it on the post path); returns the total length.
+    pub(crate) fn check_local_iov_into(
+        ia: &Ia,
+        pz: usize,
+        iov: &[Sge],
+        need: u32,
+        iov_arg: u32,
+        out: &mut SgeList,
+    ) -> DatResult<u64> {
         let mut total: u64 = 0;
         let lmrs = ia.lmrs_by_context.lock();
         for seg in iov {
             if seg.length == 0 {
                 continue;
             }
-            let lmr = lmrs.get(&seg.lkey).ok_or(DatError::new(
-                ErrorType::PrivilegesViolation,
-                if need == mem_priv::LOCAL_READ {
-                    SubType::PrivilegesRead
-                } else {
-                    SubType::PrivilegesWrite
-                },
-            ))?;
+            let lmr = lmrs.get(&seg.lkey).ok_or_else(|| {
+                DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                )
+            })?;
             if lmr.pz != pz {
                 return Err(DatError::new(
                     ErrorType::ProtectionViolation,
@@ -1056,7 +1072,7 @@ impl Ep {
             total += u64::from(seg.length);
             out.push(*seg);
         }
-        Ok((out, total))
+        Ok(total)
     }
 
     /// Posts a send-queue request with its tracking entry on `qp` (the EP's, from
@@ -1144,7 +1160,16 @@ impl Ep {
 
     fn post_send_op(&self, iov: &[Sge], cookie: u64, flags: u32, op: SendOp) -> DatResult<()> {
         let (pz, qp) = self.request_common(flags, 5, iov.len(), |a| a.max_request_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, pz, iov, mem_priv::LOCAL_READ, 3)?;
+        let mut wr = SendWr {
+            wr_id: 0,
+            op,
+            sgl: SgeList::new(),
+            signaled: Self::report_success(flags),
+            solicited: flags & completion_flags::SOLICITED_WAIT != 0,
+            fence: flags & completion_flags::BARRIER_FENCE != 0,
+        };
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_READ, 3, &mut wr.sgl)?;
         // Transfers are bounded by the IA's limits; an EP's max_message_size
         // and max_rdma_size are kept and reported but, as in OFED's
         // provider, not enforced (dtest writes 4 MiB through an EP that
@@ -1154,14 +1179,7 @@ impl Ep {
         }
         self.post_tracked(
             Some(qp),
-            SendWr {
-                wr_id: 0,
-                op,
-                sgl,
-                signaled: Self::report_success(flags),
-                solicited: flags & completion_flags::SOLICITED_WAIT != 0,
-                fence: flags & completion_flags::BARRIER_FENCE != 0,
-            },
+            wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1186,23 +1204,25 @@ impl Ep {
         flags: u32,
     ) -> DatResult<()> {
         let (pz, qp) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_write_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, pz, iov, mem_priv::LOCAL_READ, 3)?;
+        let mut wr = SendWr {
+            wr_id: 0,
+            op: SendOp::RdmaWrite {
+                remote_addr: remote.address,
+                rkey: remote.rmr_context,
+            },
+            sgl: SgeList::new(),
+            signaled: Self::report_success(flags),
+            solicited: false,
+            fence: flags & completion_flags::BARRIER_FENCE != 0,
+        };
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_READ, 3, &mut wr.sgl)?;
         if total > u64::from(self.ia.max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
         self.post_tracked(
             Some(qp),
-            SendWr {
-                wr_id: 0,
-                op: SendOp::RdmaWrite {
-                    remote_addr: remote.address,
-                    rkey: remote.rmr_context,
-                },
-                sgl,
-                signaled: Self::report_success(flags),
-                solicited: false,
-                fence: flags & completion_flags::BARRIER_FENCE != 0,
-            },
+            wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1262,38 +1282,41 @@ impl Ep {
         flags: u32,
     ) -> DatResult<()> {
         let (pz, qp) = self.request_common(flags, 6, iov.len(), |a| a.max_rdma_read_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let mut wr = SendWr {
+            wr_id: 0,
+            op: SendOp::RdmaRead {
+                remote_addr: remote.address,
+                rkey: remote.rmr_context,
+            },
+            sgl: SgeList::new(),
+            signaled: Self::report_success(flags),
+            solicited: false,
+            fence: flags & completion_flags::BARRIER_FENCE != 0,
+        };
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, 3, &mut wr.sgl)?;
         let want = u64::from(remote.length);
         if want > u64::from(self.ia.max_rdma_size) || total < want {
             return Err(DatError::length());
         }
-        // Only as much of the IOV as the remote buffer fills: front segments completely.
-        let mut trimmed = sgl;
-        let mut left = want;
-        let mut keep = 0;
-        for seg in trimmed.iter_mut() {
-            if left == 0 {
-                break;
+        if total > want {
+            // Only as much of the IOV as the remote buffer fills: front segments completely.
+            let mut left = want;
+            let mut keep = 0;
+            for seg in wr.sgl.iter_mut() {
+                if left == 0 {
+                    break;
+                }
+                let take = u64::from(seg.length).min(left);
+                seg.length = take as u32;
+                left -= take;
+                keep += 1;
             }
-            let take = u64::from(seg.length).min(left);
-            seg.length = take as u32;
-            left -= take;
-            keep += 1;
+            wr.sgl.truncate(keep);
         }
-        trimmed.truncate(keep);
         self.post_tracked(
             Some(qp),
-            SendWr {
-                wr_id: 0,
-                op: SendOp::RdmaRead {
-                    remote_addr: remote.address,
-                    rkey: remote.rmr_context,
-                },
-                sgl: trimmed,
-                signaled: Self::report_success(flags),
-                solicited: false,
-                fence: flags & completion_flags::BARRIER_FENCE != 0,
-            },
+            wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1344,7 +1367,9 @@ impl Ep {
             let watermarked = w.soft_armed || w.hard.is_some();
             (pz, qp, i.attr.service_type, watermarked)
         };
-        let (sgl, total) = Self::check_local_iov(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, 3)?;
+        let mut sgl = SgeList::new();
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, 3, &mut sgl)?;
         // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
         let (op, ext) = ud::recv_kind(service_type);
         let wr_id = self.ia.track(PendingDto {

@@ -37,6 +37,7 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -139,6 +140,10 @@ struct EvdState {
     /// The waiter is in `CompletionQueue::drive`, not on the condition variable: whoever
     /// queues an event or changes what it waits for must also interrupt the drive.
     driving: bool,
+    /// The thread in `drive` (see `thread_token`): events it queues itself, from the drive
+    /// (a completion the drive's own poll found), need no interrupt; it looks at the queue
+    /// as soon as the drive returns.
+    driver: u64,
     cno: Option<Arc<Cno>>,
     overflowed: bool,
     freed: bool,
@@ -172,6 +177,13 @@ impl EvdState {
     fn ready(&self) -> bool {
         self.queue.len() >= self.threshold && self.last_notify > self.popped
     }
+}
+
+/// A small id of the calling thread (never 0).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static ME: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    ME.with(|m| *m)
 }
 
 /// Whether a drain may hand its first event straight to its caller rather than queue it:
@@ -273,6 +285,7 @@ impl Evd {
                 waiter: false,
                 threshold: 1,
                 driving: false,
+                driver: 0,
                 cno,
                 overflowed: false,
                 freed: false,
@@ -463,7 +476,7 @@ impl Evd {
             }
             s.enqueue(event, notify);
             cno_to_trigger = if notify { self.after_push(&s) } else { None };
-            driving = s.driving;
+            driving = s.driving && s.driver != thread_token();
             len = s.queue.len();
         }
         if notify {
@@ -620,6 +633,7 @@ impl Evd {
                 // `CompletionQueue::drive`); the condition variable when it cannot. Either
                 // way the state lock was released meanwhile: look at the queue again first.
                 s.driving = true;
+                s.driver = thread_token();
                 drive = MutexGuard::unlocked(&mut s, || cq.drive(deadline));
                 s.driving = false;
                 drove = true;
