@@ -197,6 +197,9 @@ enum Take {
     /// dat_evd_wait with threshold 1: a notification event, on a waitable EVD with no waiter
     /// (the checks the wait would make before returning it).
     Wait,
+    /// The waiter of a dat_evd_wait with threshold 1, after its drive: a notification event
+    /// on a waitable EVD.
+    Waiter,
 }
 
 /// What `Evd::queue_event` did with an event.
@@ -217,6 +220,10 @@ pub struct Evd {
     cq: Option<Arc<dyn CompletionQueue>>,
     /// Serialises CQ drains so completions enter the queue in CQ order.
     drain_lock: Mutex<Vec<WorkCompletion>>,
+    /// The thread whose `wait` is in `CompletionQueue::drive` now (0: none), readable without
+    /// the state lock: the CQ's notification, when that thread's own drive raises it, leaves
+    /// the completions to the wait, which drains them as the drive returns (see `wait`).
+    driven_by: AtomicU64,
     /// EPs, PSPs, RSPs using this EVD.
     pub(crate) users: UseCount,
     /// DCNT_EVD_* (see `counters`).
@@ -296,12 +303,17 @@ impl Evd {
             cond: Condvar::new(),
             cq,
             drain_lock: Mutex::new(Vec::new()),
+            driven_by: AtomicU64::new(0),
             users: UseCount::default(),
         });
         if let Some(cq) = &evd.cq {
             let weak: Weak<Evd> = Arc::downgrade(&evd);
             cq.set_notify(Some(Arc::new(move || {
                 if let Some(evd) = weak.upgrade() {
+                    // The waiter's own drive: it drains as soon as the drive returns.
+                    if evd.driven_by.load(Ordering::Relaxed) == thread_token() {
+                        return;
+                    }
                     evd.drain_cq();
                 }
             })));
@@ -452,6 +464,7 @@ impl Evd {
                     Take::None => false,
                     Take::Dequeue => true,
                     Take::Wait => notify && s.waitable && !s.waiter,
+                    Take::Waiter => notify && s.waitable,
                 };
             if taking {
                 s.pushed += 1;
@@ -632,11 +645,24 @@ impl Evd {
                 // Wait by running the transport for our own connections (see
                 // `CompletionQueue::drive`); the condition variable when it cannot. Either
                 // way the state lock was released meanwhile: look at the queue again first.
+                let me = thread_token();
                 s.driving = true;
-                s.driver = thread_token();
+                s.driver = me;
+                self.driven_by.store(me, Ordering::Relaxed);
                 drive = MutexGuard::unlocked(&mut s, || cq.drive(deadline));
+                self.driven_by.store(0, Ordering::Relaxed);
                 s.driving = false;
                 drove = true;
+                // What the drive found on this thread was left in the CQ for this wait (see the
+                // CQ's notification in `create`): drained now, with threshold 1 the first
+                // event straight to this waiter when the queue is empty.
+                if s.threshold == 1 {
+                    if let Some(found) = MutexGuard::unlocked(&mut s, || self.drain(Take::Waiter)) {
+                        break Ok(found);
+                    }
+                } else {
+                    MutexGuard::unlocked(&mut s, || self.drain_cq());
+                }
                 continue;
             }
             if let (Some(cq), true) = (&self.cq, drove) {
