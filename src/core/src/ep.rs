@@ -217,15 +217,29 @@ struct Watermarks {
 /// DAT_WATERMARK_INFINITE.
 const WATERMARK_INFINITE: i32 = -1;
 
+/// What the completion of one of the EP's receives needs of the EP, shared with the receive's
+/// tracking entry (`PendingDto::recv`): the completion is counted and its notification decided
+/// without finding the EP by its QP number (a map under a lock) on the reap path.
+pub(crate) struct EpShared {
+    /// DCNT_EP_* (see `counters`).
+    pub(crate) counters: Counters,
+    /// `attr.recv_completion_flags`, readable without the EP lock (the EVD reads it while it
+    /// drains completions, which happens under EP locks).
+    recv_flags: AtomicU32,
+}
+
+impl EpShared {
+    /// The EP's recv_completion_flags, without taking its lock.
+    pub(crate) fn recv_completion_flags(&self) -> u32 {
+        self.recv_flags.load(Ordering::Relaxed)
+    }
+}
+
 pub struct Ep {
     handle: Handle,
     ia: Arc<Ia>,
     inner: Mutex<EpInner>,
-    /// `attr.recv_completion_flags`, readable without the EP lock (the EVD reads it while it
-    /// drains completions, which happens under EP locks).
-    recv_flags: AtomicU32,
-    /// DCNT_EP_* (see `counters`).
-    pub(crate) counters: Counters,
+    pub(crate) shared: Arc<EpShared>,
     /// A datagram EP's address handles and resolution records (empty otherwise).
     ud: Mutex<ud::UdTables>,
 }
@@ -384,8 +398,10 @@ impl Ep {
         let ep = Arc::new(Ep {
             handle: reservation.handle(),
             ia: ia.clone(),
-            counters: Counters::new(counters::ep::ALL),
-            recv_flags: AtomicU32::new(attr.recv_completion_flags),
+            shared: Arc::new(EpShared {
+                counters: Counters::new(counters::ep::ALL),
+                recv_flags: AtomicU32::new(attr.recv_completion_flags),
+            }),
             ud: Mutex::new(ud::UdTables::default()),
             inner: Mutex::new(EpInner {
                 state,
@@ -423,9 +439,14 @@ impl Ep {
     pub fn attr(&self) -> EpAttr {
         self.inner.lock().attr
     }
+    /// One IOV limit of the EP's attributes (`limit` picks it), without copying them all: the
+    /// post path's bound on the triplets it reads.
+    pub fn iov_limit(&self, limit: impl FnOnce(&EpAttr) -> u32) -> u32 {
+        limit(&self.inner.lock().attr)
+    }
     /// The EP's recv_completion_flags, without taking its lock.
     pub(crate) fn recv_completion_flags(&self) -> u32 {
-        self.recv_flags.load(Ordering::Relaxed)
+        self.shared.recv_completion_flags()
     }
     /// The private data of the peer's request or accept; stays valid while the EP lives.
     pub fn peer_private_data(&self) -> Arc<[u8]> {
@@ -604,7 +625,8 @@ impl Ep {
         i.request_evd = request_evd;
         i.connect_evd = connect_evd;
         i.attr = attr;
-        self.recv_flags
+        self.shared
+            .recv_flags
             .store(attr.recv_completion_flags, Ordering::Relaxed);
         if let Some((qp, sink)) = rebuilt {
             self.ia
@@ -986,26 +1008,41 @@ impl Ep {
     /// post and the total length.
     pub(crate) fn check_local_iov(
         ia: &Ia,
-        pz: &Arc<Pz>,
+        pz: usize,
         iov: &[Sge],
         need: u32,
     ) -> DatResult<(SgeList, u64)> {
         let mut out = SgeList::new();
+        let total = Self::check_local_iov_into(ia, pz, iov, need, &mut out)?;
+        Ok((out, total))
+    }
+
+    /// `check_local_iov`, appending the segments to post to `out` (the work request's own list:
+    /// no copy of it on the post path); returns the total length.
+    pub(crate) fn check_local_iov_into(
+        ia: &Ia,
+        pz: usize,
+        iov: &[Sge],
+        need: u32,
+        out: &mut SgeList,
+    ) -> DatResult<u64> {
         let mut total: u64 = 0;
         let lmrs = ia.lmrs_by_context.lock();
         for seg in iov {
             if seg.length == 0 {
                 continue;
             }
-            let lmr = lmrs.get(&seg.lkey).ok_or(DatError::new(
-                ErrorType::PrivilegesViolation,
-                if need == mem_priv::LOCAL_READ {
-                    SubType::PrivilegesRead
-                } else {
-                    SubType::PrivilegesWrite
-                },
-            ))?;
-            if lmr.pz != Arc::as_ptr(pz) as usize {
+            let lmr = lmrs.get(&seg.lkey).ok_or_else(|| {
+                DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                )
+            })?;
+            if lmr.pz != pz {
                 return Err(DatError::new(
                     ErrorType::ProtectionViolation,
                     if need == mem_priv::LOCAL_READ {
@@ -1039,13 +1076,19 @@ impl Ep {
             total += u64::from(seg.length);
             out.push(*seg);
         }
-        Ok((out, total))
+        Ok(total)
     }
 
-    /// Posts a send-queue request with its tracking entry.
-    pub(crate) fn post_tracked(&self, mut wr: SendWr, pending: PendingDto) -> DatResult<()> {
-        let qp = self
-            .qp()
+    /// Posts a send-queue request with its tracking entry on `qp` (the EP's, from
+    /// `request_common`, or None to look it up).
+    pub(crate) fn post_tracked(
+        &self,
+        qp: Option<Arc<dyn QueuePair>>,
+        mut wr: SendWr,
+        pending: PendingDto,
+    ) -> DatResult<()> {
+        let qp = qp
+            .or_else(|| self.qp())
             .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         let wr_id = self.ia.track(pending);
         wr.wr_id = wr_id;
@@ -1062,7 +1105,7 @@ impl Ep {
         flags: u32,
         num_segments: usize,
         max_iov: impl Fn(&EpAttr) -> u32,
-    ) -> DatResult<Arc<Pz>> {
+    ) -> DatResult<(usize, Arc<dyn QueuePair>)> {
         let known = completion_flags::SUPPRESS
             | completion_flags::SOLICITED_WAIT
             | completion_flags::UNSIGNALLED
@@ -1076,19 +1119,23 @@ impl Ep {
         Self::request_flags_allowed(&i, flags)?;
         Self::request_state_allowed(&i)?;
         let pz =
-            i.pz.clone()
+            i.pz.as_ref()
+                .map(|p| Arc::as_ptr(p) as usize)
                 .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
         if num_segments > max_iov(&i.attr) as usize {
             return Err(DatError::bad(Param::NumSegments));
         }
-        Ok(pz)
+        let qp =
+            i.qp.clone()
+                .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+        Ok((pz, qp))
     }
 
     /// Counts a posted request: DCNT_EP_POST_x, and its bytes in DCNT_EP_POST_x_DATA (the
     /// counter after it).
     pub(crate) fn count_post(&self, counter: usize, bytes: u64) {
-        self.counters.inc(counter);
-        self.counters.add(counter + 1, bytes);
+        self.shared.counters.inc(counter);
+        self.shared.counters.add(counter + 1, bytes);
     }
 
     pub(crate) fn report_success(flags: u32) -> bool {
@@ -1114,24 +1161,27 @@ impl Ep {
     }
 
     fn post_send_op(&self, iov: &[Sge], cookie: u64, flags: u32, op: SendOp) -> DatResult<()> {
-        let pz = self.request_common(flags, iov.len(), |a| a.max_request_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ)?;
+        let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_request_iov)?;
+        let mut wr = SendWr {
+            wr_id: 0,
+            op,
+            sgl: SgeList::new(),
+            signaled: Self::report_success(flags),
+            solicited: flags & completion_flags::SOLICITED_WAIT != 0,
+            fence: flags & completion_flags::BARRIER_FENCE != 0,
+        };
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_READ, &mut wr.sgl)?;
         // Transfers are bounded by the IA's limits; an EP's max_message_size
         // and max_rdma_size are kept and reported but, as in OFED's
         // provider, not enforced (dtest writes 4 MiB through an EP that
         // says 64 KiB).
-        if total > u64::from(self.ia.device().attr().max_msg_size) {
+        if total > u64::from(self.ia.max_msg_size) {
             return Err(DatError::length());
         }
         self.post_tracked(
-            SendWr {
-                wr_id: 0,
-                op,
-                sgl,
-                signaled: Self::report_success(flags),
-                solicited: flags & completion_flags::SOLICITED_WAIT != 0,
-                fence: flags & completion_flags::BARRIER_FENCE != 0,
-            },
+            Some(qp),
+            wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1139,6 +1189,7 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: None,
+                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_SEND, total);
@@ -1153,25 +1204,26 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ)?;
-        if total > u64::from(self.ia.device().attr().max_rdma_size)
-            || total > u64::from(remote.length)
-        {
+        let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
+        let mut wr = SendWr {
+            wr_id: 0,
+            op: SendOp::RdmaWrite {
+                remote_addr: remote.address,
+                rkey: remote.rmr_context,
+            },
+            sgl: SgeList::new(),
+            signaled: Self::report_success(flags),
+            solicited: false,
+            fence: flags & completion_flags::BARRIER_FENCE != 0,
+        };
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_READ, &mut wr.sgl)?;
+        if total > u64::from(self.ia.max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
         self.post_tracked(
-            SendWr {
-                wr_id: 0,
-                op: SendOp::RdmaWrite {
-                    remote_addr: remote.address,
-                    rkey: remote.rmr_context,
-                },
-                sgl,
-                signaled: Self::report_success(flags),
-                solicited: false,
-                fence: flags & completion_flags::BARRIER_FENCE != 0,
-            },
+            Some(qp),
+            wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1179,6 +1231,7 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: None,
+                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_WRITE, total);
@@ -1235,38 +1288,42 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, iov.len(), |a| a.max_rdma_read_iov)?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE)?;
+        let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_read_iov)?;
+        let mut wr = SendWr {
+            wr_id: 0,
+            op: SendOp::RdmaRead {
+                remote_addr: remote.address,
+                rkey: remote.rmr_context,
+            },
+            sgl: SgeList::new(),
+            signaled: Self::report_success(flags),
+            solicited: false,
+            fence: flags & completion_flags::BARRIER_FENCE != 0,
+        };
+        let total =
+            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, &mut wr.sgl)?;
         let want = u64::from(remote.length);
-        if want > u64::from(self.ia.device().attr().max_rdma_size) || total < want {
+        if want > u64::from(self.ia.max_rdma_size) || total < want {
             return Err(DatError::length());
         }
-        // Only as much of the IOV as the remote buffer fills: front segments completely.
-        let mut trimmed = sgl;
-        let mut left = want;
-        let mut keep = 0;
-        for seg in trimmed.iter_mut() {
-            if left == 0 {
-                break;
+        if total > want {
+            // Only as much of the IOV as the remote buffer fills: front segments completely.
+            let mut left = want;
+            let mut keep = 0;
+            for seg in wr.sgl.iter_mut() {
+                if left == 0 {
+                    break;
+                }
+                let take = u64::from(seg.length).min(left);
+                seg.length = take as u32;
+                left -= take;
+                keep += 1;
             }
-            let take = u64::from(seg.length).min(left);
-            seg.length = take as u32;
-            left -= take;
-            keep += 1;
+            wr.sgl.truncate(keep);
         }
-        trimmed.truncate(keep);
         self.post_tracked(
-            SendWr {
-                wr_id: 0,
-                op: SendOp::RdmaRead {
-                    remote_addr: remote.address,
-                    rkey: remote.rmr_context,
-                },
-                sgl: trimmed,
-                signaled: Self::report_success(flags),
-                solicited: false,
-                fence: flags & completion_flags::BARRIER_FENCE != 0,
-            },
+            Some(qp),
+            wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1274,6 +1331,7 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: None,
+                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_READ, want);
@@ -1290,26 +1348,36 @@ impl Ep {
         if flags & !known != 0 {
             return Err(DatError::bad(Param::CompletionFlags));
         }
-        let (pz, attr, qp, has_srq, state) = {
+        // One look at the EP: what the post checks, its QP, and whether a watermark is set
+        // (with none, the count of Recv buffers is not looked at after the post).
+        let (pz, qp, service_type, watermarked) = {
             let i = self.inner.lock();
-            (i.pz.clone(), i.attr, i.qp.clone(), i.srq.is_some(), i.state)
+            if flags & completion_flags::UNSIGNALLED != 0
+                && i.attr.recv_completion_flags & completion_flags::UNSIGNALLED == 0
+            {
+                return Err(DatError::bad(Param::CompletionFlags));
+            }
+            if i.srq.is_some() {
+                return Err(state_error(i.state));
+            }
+            let pz =
+                i.pz.as_ref()
+                    .map(|p| Arc::as_ptr(p) as usize)
+                    .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+            let qp =
+                i.qp.clone()
+                    .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
+            if iov.len() > i.attr.max_recv_iov as usize {
+                return Err(DatError::bad(Param::NumSegments));
+            }
+            let w = &i.watermarks;
+            let watermarked = w.soft_armed || w.hard.is_some();
+            (pz, qp, i.attr.service_type, watermarked)
         };
-        if flags & completion_flags::UNSIGNALLED != 0
-            && attr.recv_completion_flags & completion_flags::UNSIGNALLED == 0
-        {
-            return Err(DatError::bad(Param::CompletionFlags));
-        }
-        if has_srq {
-            return Err(state_error(state));
-        }
-        let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        let qp = qp.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        if iov.len() > attr.max_recv_iov as usize {
-            return Err(DatError::bad(Param::NumSegments));
-        }
-        let (sgl, _) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_WRITE)?;
+        let mut sgl = SgeList::new();
+        let total = Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, &mut sgl)?;
         // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
-        let (op, ext) = ud::recv_kind(attr.service_type);
+        let (op, ext) = ud::recv_kind(service_type);
         let wr_id = self.ia.track(PendingDto {
             ep: self.handle,
             cookie,
@@ -1317,14 +1385,16 @@ impl Ep {
             report_success: Self::report_success(flags),
             rmr: None,
             ext,
+            recv: Some(self.shared.clone()),
         });
-        let total: u64 = sgl.iter().map(|s| u64::from(s.length)).sum();
         if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
             return Err(from_backend(e, Some(Param::NumSegments)));
         }
         self.count_post(counters::ep::POST_RECV, total);
-        self.check_recv_watermarks();
+        if watermarked {
+            self.check_recv_watermarks();
+        }
         Ok(())
     }
 

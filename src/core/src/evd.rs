@@ -37,6 +37,7 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -47,7 +48,7 @@ use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, Param, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
 use super::ia::Ia;
-use daplrs_backend::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use daplrs_backend::{CompletionQueue, WorkCompletion};
 
 /// The payload of an event; handles are the values C sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +140,10 @@ struct EvdState {
     /// The waiter is in `CompletionQueue::drive`, not on the condition variable: whoever
     /// queues an event or changes what it waits for must also interrupt the drive.
     driving: bool,
+    /// The thread in `drive` (see `thread_token`): events it queues itself, from the drive
+    /// (a completion the drive's own poll found), need no interrupt; it looks at the queue
+    /// as soon as the drive returns.
+    driver: u64,
     cno: Option<Arc<Cno>>,
     overflowed: bool,
     freed: bool,
@@ -174,6 +179,37 @@ impl EvdState {
     }
 }
 
+/// A small id of the calling thread (never 0).
+fn thread_token() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static ME: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
+    ME.with(|m| *m)
+}
+
+/// Whether a drain may hand its first event straight to its caller rather than queue it:
+/// only with the queue empty (so the event is the next one in arrival order) and only when the
+/// caller would return that event at once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Take {
+    None,
+    /// dat_evd_dequeue: any event.
+    Dequeue,
+    /// dat_evd_wait with threshold 1: a notification event, on a waitable EVD with no waiter
+    /// (the checks the wait would make before returning it).
+    Wait,
+    /// The waiter of a dat_evd_wait with threshold 1, after its drive: a notification event
+    /// on a waitable EVD.
+    Waiter,
+}
+
+/// What `Evd::queue_event` did with an event.
+enum Queued {
+    /// Handed back to the caller as dequeued.
+    Taken(Event),
+    /// Queued; the queue's length after it.
+    Queued(usize),
+}
+
 pub struct Evd {
     handle: Handle,
     ia: Arc<Ia>,
@@ -184,6 +220,10 @@ pub struct Evd {
     cq: Option<Arc<dyn CompletionQueue>>,
     /// Serialises CQ drains so completions enter the queue in CQ order.
     drain_lock: Mutex<Vec<WorkCompletion>>,
+    /// The thread whose `wait` is in `CompletionQueue::drive` now (0: none), readable without
+    /// the state lock: the CQ's notification, when that thread's own drive raises it, leaves
+    /// the completions to the wait, which drains them as the drive returns (see `wait`).
+    driven_by: AtomicU64,
     /// EPs, PSPs, RSPs using this EVD.
     pub(crate) users: UseCount,
     /// DCNT_EVD_* (see `counters`).
@@ -252,6 +292,7 @@ impl Evd {
                 waiter: false,
                 threshold: 1,
                 driving: false,
+                driver: 0,
                 cno,
                 overflowed: false,
                 freed: false,
@@ -262,12 +303,17 @@ impl Evd {
             cond: Condvar::new(),
             cq,
             drain_lock: Mutex::new(Vec::new()),
+            driven_by: AtomicU64::new(0),
             users: UseCount::default(),
         });
         if let Some(cq) = &evd.cq {
             let weak: Weak<Evd> = Arc::downgrade(&evd);
             cq.set_notify(Some(Arc::new(move || {
                 if let Some(evd) = weak.upgrade() {
+                    // The waiter's own drive: it drains as soon as the drive returns.
+                    if evd.driven_by.load(Ordering::Relaxed) == thread_token() {
+                        return;
+                    }
                     evd.drain_cq();
                 }
             })));
@@ -330,16 +376,33 @@ impl Evd {
 
     /// Moves completions from the CQ into the event queue.
     pub(crate) fn drain_cq(&self) {
-        let Some(cq) = &self.cq else { return };
+        self.drain(Take::None);
+    }
+
+    /// Moves completions from the CQ into the event queue, in CQ order. With `take`, the
+    /// first event goes straight to the caller instead when the queue is empty and the caller
+    /// would dequeue it at once (see `Take`): the same event, in the same order, without its
+    /// round trip through the queue. Returns it and how many events are queued behind it.
+    fn drain(&self, mut take: Take) -> Option<(Event, usize)> {
+        let cq = self.cq.as_ref()?;
         const BATCH: usize = 64;
+        let mut taken = None;
         let mut batch = self.drain_lock.lock();
         loop {
             batch.clear();
             let n = cq.poll(BATCH, &mut batch);
             for wc in batch.drain(..) {
-                let notify = self.completion_notifies(&wc);
-                if let Some(ev) = self.ia.dto_event(&wc, self.handle) {
-                    self.push(ev, notify);
+                let Some((ev, notify)) = self.ia.dto_event(&wc, self.handle) else {
+                    continue;
+                };
+                // Only the first event may be taken: a later one would overtake it.
+                match self.queue_event(ev, notify, std::mem::replace(&mut take, Take::None)) {
+                    Queued::Taken(ev) => taken = Some((ev, 0)),
+                    Queued::Queued(len) => {
+                        if let Some((_, behind)) = taken.as_mut() {
+                            *behind = len;
+                        }
+                    }
                 }
             }
             // A short batch emptied the CQ as it was: no second look (a poll of an empty
@@ -348,26 +411,7 @@ impl Evd {
                 break;
             }
         }
-    }
-
-    /// Whether a work completion's event is a notification event (see the module's rules):
-    /// not for a successful receive of an EP whose recv_completion_flags ask for
-    /// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
-    /// notification. The EP's flags are read without its lock (drains run under EP locks).
-    fn completion_notifies(&self, wc: &WorkCompletion) -> bool {
-        if wc.solicited
-            || wc.status != WcStatus::Success
-            || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
-        {
-            return true;
-        }
-        let ep = self
-            .ia
-            .eps_by_qp
-            .lock()
-            .get(&wc.qp_num)
-            .and_then(|w| w.upgrade());
-        ep.is_none_or(|ep| ep.recv_completion_flags() & completion_flags::SOLICITED_WAIT == 0)
+        taken
     }
 
     /// Which consumer-controlled notification mode, if any, a DTO stream feeding this EVD
@@ -399,13 +443,45 @@ impl Evd {
     /// Queues a provider-generated event (never dropped); `notify`: whether it is a
     /// notification event (wakes the waiter, triggers the CNO).
     pub(crate) fn push(&self, event: Event, notify: bool) {
+        self.queue_event(event, notify, Take::None);
+    }
+
+    /// Queues a provider-generated event, or hands it back as dequeued when `take` allows (see
+    /// `Take`). A taken event is accounted for as one queued and removed at once: it counts
+    /// as a notification event that was dequeued, and triggers the CNO as a queued one does.
+    fn queue_event(&self, event: Event, notify: bool, take: Take) -> Queued {
         let mut overflow_now = false;
         let cno_to_trigger;
         let driving;
+        let len;
         {
             let mut s = self.state.lock();
             if s.freed {
-                return;
+                return Queued::Queued(0);
+            }
+            let taking = s.queue.is_empty()
+                && match take {
+                    Take::None => false,
+                    Take::Dequeue => true,
+                    Take::Wait => notify && s.waitable && !s.waiter,
+                    Take::Waiter => notify && s.waitable,
+                };
+            if taking {
+                s.pushed += 1;
+                s.popped += 1;
+                if notify {
+                    s.last_notify = s.pushed;
+                }
+                // What the dequeue or wait does when it leaves the queue below its length.
+                s.overflowed = false;
+                let cno = if notify { self.after_push(&s) } else { None };
+                drop(s);
+                // No waiter to wake: the event is gone already (a waiter of another thread,
+                // under dat_evd_dequeue's race, would find the queue empty).
+                if let Some(cno) = cno {
+                    cno.trigger(self.handle);
+                }
+                return Queued::Taken(event);
             }
             if s.queue.len() >= s.qlen && !s.overflowed {
                 s.overflowed = true;
@@ -413,7 +489,8 @@ impl Evd {
             }
             s.enqueue(event, notify);
             cno_to_trigger = if notify { self.after_push(&s) } else { None };
-            driving = s.driving;
+            driving = s.driving && s.driver != thread_token();
+            len = s.queue.len();
         }
         if notify {
             self.wake_waiter(driving);
@@ -426,6 +503,7 @@ impl Evd {
             self.ia
                 .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
         }
+        Queued::Queued(len)
     }
 
     /// Wakes the waiter, wherever it waits.
@@ -481,7 +559,10 @@ impl Evd {
     /// dat_evd_dequeue.
     pub fn dequeue(&self) -> DatResult<Event> {
         self.counters.inc(counters::evd::DEQUEUE);
-        self.drain_cq();
+        if let Some((ev, _)) = self.drain(Take::Dequeue) {
+            self.counters.inc(counters::evd::DEQUEUE_FOUND);
+            return Ok(ev);
+        }
         let mut s = self.state.lock();
         if s.queue.is_empty() {
             if let Some(cq) = &self.cq {
@@ -509,7 +590,15 @@ impl Evd {
     /// DAT_INVALID_STATE.
     pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
         self.counters.inc(counters::evd::WAIT);
-        self.drain_cq();
+        if threshold == 1 {
+            // Threshold 1 returns the first notification event: one the drain finds with
+            // the queue empty is returned as it comes (see `Take::Wait`).
+            if let Some(found) = self.drain(Take::Wait) {
+                return Ok(found);
+            }
+        } else {
+            self.drain_cq();
+        }
         let deadline = deadline_from(timeout_us);
         let controlled = if threshold > 1 {
             self.consumer_controlled()
@@ -556,10 +645,24 @@ impl Evd {
                 // Wait by running the transport for our own connections (see
                 // `CompletionQueue::drive`); the condition variable when it cannot. Either
                 // way the state lock was released meanwhile: look at the queue again first.
+                let me = thread_token();
                 s.driving = true;
+                s.driver = me;
+                self.driven_by.store(me, Ordering::Relaxed);
                 drive = MutexGuard::unlocked(&mut s, || cq.drive(deadline));
+                self.driven_by.store(0, Ordering::Relaxed);
                 s.driving = false;
                 drove = true;
+                // What the drive found on this thread was left in the CQ for this wait (see the
+                // CQ's notification in `create`): drained now, with threshold 1 the first
+                // event straight to this waiter when the queue is empty.
+                if s.threshold == 1 {
+                    if let Some(found) = MutexGuard::unlocked(&mut s, || self.drain(Take::Waiter)) {
+                        break Ok(found);
+                    }
+                } else {
+                    MutexGuard::unlocked(&mut s, || self.drain_cq());
+                }
                 continue;
             }
             if let (Some(cq), true) = (&self.cq, drove) {

@@ -34,14 +34,13 @@ impl Ep {
         imm: u32,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
-        let (sgl, total) = Self::check_local_iov(self.ia(), &pz, iov, mem_priv::LOCAL_READ)?;
-        if total > u64::from(self.ia().device().attr().max_rdma_size)
-            || total > u64::from(remote.length)
-        {
+        let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
+        let (sgl, total) = Self::check_local_iov(self.ia(), pz, iov, mem_priv::LOCAL_READ)?;
+        if total > u64::from(self.ia().max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
         self.post_tracked(
+            Some(qp),
             SendWr {
                 wr_id: 0,
                 op: SendOp::RdmaWriteImm {
@@ -61,6 +60,7 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: Some(ib_ext::TYPE_RDMA_WRITE_IMMED),
+                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_WRITE_IMM, total);
@@ -78,10 +78,10 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
-        let pz = self.request_common(flags, 1, |a| a.max_rdma_read_iov)?;
+        let (pz, qp) = self.request_common(flags, 1, |a| a.max_rdma_read_iov)?;
         let (sgl, total) = Self::check_local_iov(
             self.ia(),
-            &pz,
+            pz,
             std::slice::from_ref(local),
             mem_priv::LOCAL_WRITE,
         )?;
@@ -117,6 +117,7 @@ impl Ep {
             ),
         };
         self.post_tracked(
+            Some(qp),
             SendWr {
                 wr_id: 0,
                 op: send_op,
@@ -132,9 +133,10 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: Some(kind),
+                recv: None,
             },
         )?;
-        self.counters.inc(counter);
+        self.shared.counters.inc(counter);
         Ok(())
     }
 }
@@ -148,7 +150,7 @@ pub fn query_counters(object: &Object, counter: usize, reset: bool) -> Option<Ve
             ia.sync_device_counters();
             &ia.counters
         }
-        Object::Ep(ep) => &ep.counters,
+        Object::Ep(ep) => &ep.shared.counters,
         Object::Evd(evd) => &evd.counters,
         _ => return None,
     };

@@ -305,22 +305,41 @@ impl<T> LastLookup<T> {
     };
 
     /// The cached object if `handle` is the one cached and no handle was removed since.
-    fn get(&self, handle: Handle) -> Option<Arc<T>> {
-        if self.handle != handle.0 || self.removals != REMOVALS.load(Ordering::Acquire) {
+    fn get(&self, handle: Handle, removals: u64) -> Option<Arc<T>> {
+        if self.handle != handle.0 || self.removals != removals {
             return None;
         }
         self.object.upgrade()
     }
 }
 
+/// A thread's last two lookups of one kind, the latest first: a program that alternates
+/// between two objects of a kind (a send ping-pong waits on its request EVD, then on its
+/// receive EVD) finds both.
+struct LastLookups<T>([LastLookup<T>; 2]);
+
+impl<T> LastLookups<T> {
+    const EMPTY: LastLookups<T> = LastLookups([LastLookup::EMPTY, LastLookup::EMPTY]);
+
+    fn get(&self, handle: Handle) -> Option<Arc<T>> {
+        let removals = REMOVALS.load(Ordering::Acquire);
+        self.0.iter().find_map(|l| l.get(handle, removals))
+    }
+
+    fn remember(&mut self, latest: LastLookup<T>) {
+        self.0.swap(0, 1);
+        self.0[0] = latest;
+    }
+}
+
 macro_rules! cached_lookup {
     ($fn_name:ident, $cache:ident, $variant:ident, $ty:ty, $kind:expr) => {
         thread_local! {
-            static $cache: RefCell<LastLookup<$ty>> = const { RefCell::new(LastLookup::EMPTY) };
+            static $cache: RefCell<LastLookups<$ty>> = const { RefCell::new(LastLookups::EMPTY) };
         }
 
-        /// Typed lookup, first through this thread's last lookup of the kind (see
-        /// `LastLookup`); a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with
+        /// Typed lookup, first through this thread's last lookups of the kind (see
+        /// `LastLookups`); a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with
         /// `bad`.
         pub fn $fn_name(handle: Handle, bad: SubType) -> DatResult<Arc<$ty>> {
             if let Some(o) = $cache.with(|c| c.borrow().get(handle)) {
@@ -331,11 +350,11 @@ macro_rules! cached_lookup {
             match lookup(handle, $kind, bad)? {
                 Object::$variant(o) => {
                     $cache.with(|c| {
-                        *c.borrow_mut() = LastLookup {
+                        c.borrow_mut().remember(LastLookup {
                             handle: handle.0,
                             removals,
                             object: Arc::downgrade(&o),
-                        }
+                        })
                     });
                     Ok(o)
                 }

@@ -8,9 +8,11 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use super::consts::{close_flags, dto_op, dto_status, evd_flags, event_number, ib_ext};
+use super::consts::{
+    close_flags, completion_flags, dto_op, dto_status, evd_flags, event_number, ib_ext,
+};
 use super::counters::{self, Counters};
-use super::ep::Ep;
+use super::ep::{Ep, EpShared};
 use super::error::{DatError, DatResult, Param, SubType};
 use super::evd::{DtoExt, Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
@@ -64,6 +66,9 @@ pub(crate) struct PendingDto {
     pub rmr: Option<(Arc<Rmr>, u32)>,
     /// For an IB-extension request: the DAT_IB_EXT_TYPE its DAT_IB_DTO_EVENT reports.
     pub ext: Option<u32>,
+    /// For a receive of an EP's own queue (not an SRQ's): the EP's counters and
+    /// recv_completion_flags, for its completion (see `EpShared`).
+    pub recv: Option<Arc<EpShared>>,
 }
 
 /// The requests posted and not completed yet, by wr_id: a slab whose wr_id is a slot's index
@@ -139,6 +144,10 @@ pub struct Ia {
     /// core only stores it: one core serves both ABIs, each IA through its own table.
     dispatch: usize,
     device: Arc<dyn Device>,
+    /// The device's max_msg_size and max_rdma_size, the bounds every post checks (kept here:
+    /// no call through the device for its whole attribute set per post).
+    pub(crate) max_msg_size: u32,
+    pub(crate) max_rdma_size: u32,
     closed: AtomicBool,
     /// The IA's async EVD (implicit ones are freed by graceful close).
     async_evd: Mutex<Option<(Weak<Evd>, bool)>>,
@@ -224,11 +233,14 @@ impl Ia {
         };
         let device = open_device(ia_params)?;
         let reservation = handle::reserve(HandleKind::Ia, dispatch);
+        let dev = device.attr();
         let ia = Arc::new(Ia {
             handle: reservation.handle(),
             name: name.to_string(),
             dispatch,
             device: device.clone(),
+            max_msg_size: dev.max_msg_size,
+            max_rdma_size: dev.max_rdma_size,
             closed: AtomicBool::new(false),
             async_evd: Mutex::new(None),
             eps_by_qp: Mutex::new(IntMap::default()),
@@ -462,21 +474,23 @@ impl Ia {
         Some(p)
     }
 
-    /// Converts a work completion into the DAT event for the EVD `evd`, or None when the
-    /// consumer asked not to see it.
-    pub(crate) fn dto_event(&self, wc: &WorkCompletion, evd: Handle) -> Option<Event> {
+    /// Converts a work completion into the DAT event for the EVD `evd` and whether it is a
+    /// notification event (see `evd`'s module notes), or None when the consumer asked not to
+    /// see it.
+    pub(crate) fn dto_event(&self, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
         let pending = self.retire(wc.wr_id)?;
         let status = dto_status_of(wc.status);
         if status == dto_status::SUCCESS && !pending.report_success {
             return None;
         }
+        let notify = self.completion_notifies(wc, &pending);
         // A bind is known by its tracking entry, not by the completion's opcode: verbs leaves
         // the opcode of a failed or flushed completion undefined.
         if let Some((rmr, rmr_context)) = pending.rmr.as_ref() {
             if status != dto_status::SUCCESS {
                 rmr.bind_failed(*rmr_context);
             }
-            return Some(Event {
+            let event = Event {
                 number: event_number::RMR_BIND_COMPLETION,
                 evd,
                 data: EventData::RmrBind {
@@ -484,7 +498,8 @@ impl Ia {
                     cookie: pending.cookie,
                     status,
                 },
-            });
+            };
+            return Some((event, notify));
         }
         let ep = if pending.ep.is_null() {
             self.eps_by_qp
@@ -514,15 +529,24 @@ impl Ia {
         if status == dto_status::SUCCESS
             && (pending.op == dto_op::RECEIVE || pending.op == ib_ext::DTO_RECV_UD)
         {
-            if let Some(e) = self.ep_by_qp(wc.qp_num) {
-                let counter = if wc.opcode == WcOpcode::RecvRdmaImm {
-                    counters::ep::RECV_RDMA_IMM
-                } else if pending.op == ib_ext::DTO_RECV_UD {
-                    counters::ep::RECV_UD
-                } else {
-                    counters::ep::RECV
-                };
-                e.count_post(counter, u64::from(wc.byte_len));
+            let counter = if wc.opcode == WcOpcode::RecvRdmaImm {
+                counters::ep::RECV_RDMA_IMM
+            } else if pending.op == ib_ext::DTO_RECV_UD {
+                counters::ep::RECV_UD
+            } else {
+                counters::ep::RECV
+            };
+            // An EP's own receive names its counters; an SRQ's is known by the QP it reached.
+            match &pending.recv {
+                Some(shared) => {
+                    shared.counters.inc(counter);
+                    shared.counters.add(counter + 1, u64::from(wc.byte_len));
+                }
+                None => {
+                    if let Some(e) = self.ep_by_qp(wc.qp_num) {
+                        e.count_post(counter, u64::from(wc.byte_len));
+                    }
+                }
             }
         }
         // An extended request, or a receive the peer's write-with-immediate consumed, is a
@@ -539,7 +563,7 @@ impl Ia {
             ),
             _ => (event_number::DTO_COMPLETION, recv_op, None),
         };
-        Some(Event {
+        let event = Event {
             number,
             evd,
             data: EventData::Dto {
@@ -551,7 +575,30 @@ impl Ia {
                 rmr_context: invalidated,
                 ext,
             },
-        })
+        };
+        Some((event, notify))
+    }
+
+    /// Whether a work completion's event is a notification event (see `evd`'s module rules):
+    /// not for a successful receive of an EP whose recv_completion_flags ask for
+    /// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
+    /// notification. The EP's flags are read without its lock (drains run under EP locks):
+    /// through the receive's tracking entry, or for an SRQ's receive through the QP it reached.
+    fn completion_notifies(&self, wc: &WorkCompletion, pending: &PendingDto) -> bool {
+        if wc.solicited
+            || wc.status != WcStatus::Success
+            || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
+        {
+            return true;
+        }
+        let flags = match &pending.recv {
+            Some(shared) => shared.recv_completion_flags(),
+            None => match self.ep_by_qp(wc.qp_num) {
+                Some(ep) => ep.recv_completion_flags(),
+                None => return true,
+            },
+        };
+        flags & completion_flags::SOLICITED_WAIT == 0
     }
 
     /// The live LMR of this IA whose lmr_context is `lmr_context` (DAT 1.2's dat_rmr_bind
@@ -785,6 +832,7 @@ mod pending_tests {
             report_success: true,
             rmr: None,
             ext: None,
+            recv: None,
         }
     }
 

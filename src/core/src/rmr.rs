@@ -231,6 +231,7 @@ impl Rmr {
             report_success: report,
             rmr: Some((self.clone(), new_rkey)),
             ext: None,
+            recv: None,
         };
         let new_binding = lmr.map(|l| Binding {
             lmr: l,
@@ -247,7 +248,7 @@ impl Rmr {
             (std::mem::replace(&mut st.binding, new_binding), old_posted)
         };
         // No lock of this RMR is held here but `bind_order` (see the module comment).
-        if let Err(e) = ep.post_tracked(wr, pending) {
+        if let Err(e) = ep.post_tracked(None, wr, pending) {
             // Nothing was posted, so nothing of this bind was delivered: put the old state back.
             let mine = {
                 let mut st = self.state.lock();

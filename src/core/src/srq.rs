@@ -155,7 +155,12 @@ impl Srq {
         if iov.len() > attr.max_recv_iov as usize {
             return Err(DatError::bad(Param::NumSegments));
         }
-        let (sgl, _) = Ep::check_local_iov(&self.ia, &self.pz, iov, mem_priv::LOCAL_WRITE)?;
+        let (sgl, _) = Ep::check_local_iov(
+            &self.ia,
+            Arc::as_ptr(&self.pz) as usize,
+            iov,
+            mem_priv::LOCAL_WRITE,
+        )?;
         let wr_id = self.ia.track(PendingDto {
             ep: Handle::NULL,
             cookie,
@@ -163,6 +168,7 @@ impl Srq {
             report_success: true,
             rmr: None,
             ext: None,
+            recv: None,
         });
         if let Err(e) = self.srq.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);

@@ -168,6 +168,8 @@ pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(p: *const T) -> DatResult<R
 ///
 /// # Safety
 /// `p` is NULL or points to `n` readable triplets.
+// Inlined so the copy is built in the caller's frame (no move of the returned array).
+#[inline(always)]
 pub(crate) unsafe fn lmr_iov<T: LocalTriplet>(
     p: *const T,
     n: DAT_COUNT,

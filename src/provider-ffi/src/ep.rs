@@ -387,7 +387,7 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
     ep.post_send(&iov, cookie.as_u64(), flags)
 }
 
@@ -411,7 +411,7 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
         let ep = ep(ep_handle)?;
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
-        let iov = unsafe { lmr_iov(iov, n, ep.attr().max_request_iov) }?;
+        let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
         ep.post_send_with_invalidate(&iov, cookie.as_u64(), flags, rmr_context)
     })
 }
@@ -468,7 +468,7 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_recv_iov) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_recv_iov)) }?;
     ep.post_recv(&iov, cookie.as_u64(), flags)
 }
 
@@ -498,7 +498,7 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_read_iov) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_rdma_read_iov)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_read(
         &iov,
@@ -534,7 +534,7 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.attr().max_rdma_write_iov) }?;
+    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_write(
         &iov,

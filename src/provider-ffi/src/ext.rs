@@ -100,7 +100,7 @@ unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> 
     let flags = unsafe { a.u32() }?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_rdma_write_iov) }?;
+    let iov = unsafe { lmr_iov(iov, segments, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
     ep.post_rdma_write_immed(&iov, cookie, unsafe { remote(rmr) }?, imm, flags)
 }
@@ -120,7 +120,7 @@ unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let flags = unsafe { a.u32() }?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, segments, ep.attr().max_request_iov) }?;
+    let iov = unsafe { lmr_iov(iov, segments, ep.iov_limit(|a| a.max_request_iov)) }?;
     // SAFETY: `ah` is NULL or points to a readable struct (the C caller's contract).
     let ah = unsafe { input(ah, Param::AddressHandle) }?;
     ep.post_send_ud(&iov, ah.ah as usize as u64, ah.qpn, cookie, flags)

@@ -275,7 +275,12 @@ impl Ep {
             .get(&ah)
             .cloned()
             .ok_or(DatError::bad(Param::AddressHandle))?;
-        let (sgl, total) = Self::check_local_iov(&self.ia, &pz, iov, mem_priv::LOCAL_READ)?;
+        let (sgl, total) = Self::check_local_iov(
+            &self.ia,
+            Arc::as_ptr(&pz) as usize,
+            iov,
+            mem_priv::LOCAL_READ,
+        )?;
         if total > u64::from(self.ia.device().attr().mtu) {
             return Err(DatError::length());
         }
@@ -287,6 +292,7 @@ impl Ep {
             report_success: report,
             rmr: None,
             ext: Some(ib_ext::TYPE_UD_SEND),
+            recv: None,
         });
         let wr = SendWr {
             wr_id,
