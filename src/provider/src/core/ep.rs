@@ -67,7 +67,7 @@ impl EpAttr {
             max_rdma_read_in: 4.min(dev.max_rd_atomic),
             max_rdma_read_out: 4.min(dev.max_rd_atomic),
             srq_soft_hw: 0,
-            max_rdma_read_iov: 4.min(dev.max_sge),
+            max_rdma_read_iov: 4.min(dev.max_rdma_read_sge),
             max_rdma_write_iov: 4.min(dev.max_sge),
         }
     }
@@ -1246,6 +1246,12 @@ impl Ep {
             keep += 1;
         }
         trimmed.truncate(keep);
+        // The device reads into fewer segments than it takes for other requests (siw: one;
+        // the IA's max_iov_segments_per_rdma_read says): more would be read into the first
+        // alone, so they are refused here.
+        if keep > self.ia.device().attr().max_rdma_read_sge as usize {
+            return Err(DatError::invalid_arg(2));
+        }
         self.post_tracked(
             SendWr {
                 wr_id: 0,

@@ -788,7 +788,7 @@ impl QueuePair for VerbsQp {
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
             return Err(DatError::resources(SubType::ResourceTep));
         }
-        let sges = &wr.sgl;
+        let sges = recv_sges(&self.shared, &wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
@@ -924,6 +924,25 @@ impl Drop for VerbsQp {
     }
 }
 
+/// One empty segment, for a receive of zero-length messages where the device wants one.
+static EMPTY_SGE: [crate::backend::Sge; 1] = [crate::backend::Sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+}];
+
+/// A receive's scatter list as the device takes it: libsiw refuses a receive with no
+/// segment (EINVAL, providers/siw push_recv_wqe), so there it gets one empty segment, which
+/// takes a zero-length message just the same (siw skips empty segments and looks at no key)
+/// and fails a longer one with a length error, as no segment does.
+fn recv_sges<'a>(shared: &Shared, sgl: &'a [crate::backend::Sge]) -> &'a [crate::backend::Sge] {
+    if sgl.is_empty() && shared.recv_needs_sge {
+        &EMPTY_SGE
+    } else {
+        sgl
+    }
+}
+
 /// Shared receive queue.
 pub(crate) struct VerbsSrq {
     pub(super) id: u64,
@@ -983,7 +1002,7 @@ impl SharedReceiveQueue for VerbsSrq {
         self.id
     }
     fn post_recv(&self, wr: RecvWr) -> DatResult<()> {
-        let sges = &wr.sgl;
+        let sges = recv_sges(&self._pd.shared, &wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
