@@ -136,6 +136,12 @@ impl Drop for VerbsAh {
 struct SendQueue {
     posted: VecDeque<u64>,
     unsignaled_run: u32,
+    /// An unsignaled RDMA read was posted on an iWARP QP and nothing fenced after it yet.
+    /// siw completes a later request before an earlier read has its data (the read waits in
+    /// its ORQ), so the core, which retires a suppressed read with the next completion, would
+    /// find its data missing (test_dto_rules "data of a suppressed RDMA read"): the next
+    /// request is posted with a read fence.
+    read_unfenced: bool,
 }
 
 impl VerbsQp {
@@ -729,6 +735,11 @@ impl QueuePair for VerbsQp {
         if signaled {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
+        let unsignaled_read =
+            self.shared.iwarp && !signaled && matches!(wr.op, SendOp::RdmaRead { .. });
+        if sq.read_unfenced {
+            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
         w.send_flags = flags;
         let with_inv = inv.is_some();
         let posted = if with_inv { 2 } else { 1 };
@@ -758,6 +769,7 @@ impl QueuePair for VerbsQp {
             return Err(DatError::resources(SubType::ResourceTep));
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        sq.read_unfenced = unsignaled_read;
         drop(sq);
         if !bound_mw.is_null() {
             // The device names a window by its current rkey in the next bind request; verbs
