@@ -456,6 +456,11 @@ pub trait QueuePair: Send + Sync {
     fn post_recv(&self, wr: RecvWr) -> DatResult<()>;
     /// Flushes everything outstanding and returns to Init (only from Error or Init).
     fn reset(&self) -> DatResult<()>;
+    /// After `reset` this QP cannot connect again, so the EP replaces it with a new one
+    /// (soft-iWARP: a QP never leaves ERROR; its modify to RESET does nothing).
+    fn replaced_after_reset(&self) -> bool {
+        false
+    }
     /// Receives posted and not yet completed.
     fn posted_recvs(&self) -> u32;
     fn local_addr(&self) -> Option<SocketAddrV4>;

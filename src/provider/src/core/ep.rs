@@ -760,7 +760,7 @@ impl Ep {
     }
 
     /// dat_ep_reset: DISCONNECTED (or UNCONNECTED) -> UNCONNECTED with empty queues.
-    pub fn reset(&self) -> DatResult<()> {
+    pub fn reset(self: &Arc<Self>) -> DatResult<()> {
         let qp = {
             let i = self.inner.lock();
             match i.state {
@@ -773,6 +773,22 @@ impl Ep {
             qp.reset()?;
         }
         let mut i = self.inner.lock();
+        // A QP the device cannot connect again (siw's never leaves ERROR): a new one, as
+        // dat_ep_modify makes, with the same PZ, EVDs, SRQ and attributes.
+        if let Some(old) = qp.filter(|q| q.replaced_after_reset()) {
+            if let Some(pz) = i.pz.clone() {
+                let (new, sink) =
+                    build_qp(&self.ia, &pz, &i.recv_evd, &i.request_evd, &i.srq, &i.attr)?;
+                self.ia.eps_by_qp.lock().remove(&old.qp_num());
+                old.destroy();
+                self.ia
+                    .eps_by_qp
+                    .lock()
+                    .insert(new.qp_num(), Arc::downgrade(self));
+                i.qp = Some(new);
+                i.sink_cq = sink;
+            }
+        }
         i.state = ep_state::UNCONNECTED;
         i.remote = None;
         i.peer_private_data = Arc::from(Vec::new());
