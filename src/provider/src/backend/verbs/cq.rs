@@ -260,11 +260,22 @@ impl VerbsCq {
         if wc.wr_id & INTERNAL_BIT != 0 {
             return;
         }
+        let byte_len = match &qp {
+            Some(q) if !is_recv && wc.opcode == ibv_wc_opcode::IBV_WC_RDMA_READ => {
+                let len = q.read_len(wc.wr_id, wc.byte_len);
+                if status == WcStatus::Success {
+                    len
+                } else {
+                    wc.byte_len
+                }
+            }
+            _ => wc.byte_len,
+        };
         queue.push_back(WorkCompletion {
             wr_id: wc.wr_id & !RECV_BIT,
             status,
             opcode,
-            byte_len: wc.byte_len,
+            byte_len,
             qp_num: wc.qp_num,
             new_rkey,
             imm,

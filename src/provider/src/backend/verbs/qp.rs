@@ -71,6 +71,9 @@ pub(crate) struct VerbsQp {
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
     binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
+    /// Signaled RDMA reads by wr_id and their length, on siw, whose read completions say
+    /// byte_len 0: `read_len` gives the length read.
+    read_lens: Mutex<IntMap<u64, u32>>,
     /// A non-flush error completion was seen: the connection is broken (reported once).
     pub(super) broken: AtomicBool,
     /// Windows bound through this QP.
@@ -287,6 +290,7 @@ impl VerbsQp {
             sends_out: AtomicU32::new(0),
             recvs_out: AtomicU32::new(0),
             binds: Mutex::new(IntMap::default()),
+            read_lens: Mutex::new(IntMap::default()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
@@ -550,6 +554,17 @@ fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> DatResult<Arc<V
         .ok_or(DatError::internal())
 }
 
+impl VerbsQp {
+    /// The length of a completed signaled RDMA read where the device reports none (siw), else
+    /// what it reported; forgets the read either way.
+    pub(super) fn read_len(&self, wr_id: u64, reported: u32) -> u32 {
+        if !self.shared.recv_needs_sge {
+            return reported;
+        }
+        self.read_lens.lock().remove(&wr_id).unwrap_or(reported)
+    }
+}
+
 impl QueuePair for VerbsQp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -735,10 +750,15 @@ impl QueuePair for VerbsQp {
         if signaled {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
-        let unsignaled_read =
-            self.shared.iwarp && !signaled && matches!(wr.op, SendOp::RdmaRead { .. });
-        if sq.read_unfenced {
+        let is_read = matches!(wr.op, SendOp::RdmaRead { .. });
+        let unsignaled_read = self.shared.iwarp && !signaled && is_read;
+        // siw refuses a fenced read ("a READ cannot be fenced", siw_qp.c); reads complete in
+        // order among themselves, so the fence waits for the next request that is not one.
+        if sq.read_unfenced && !is_read {
             flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        if is_read && signaled && self.shared.recv_needs_sge {
+            self.read_lens.lock().insert(wr.wr_id, total as u32);
         }
         w.send_flags = flags;
         let with_inv = inv.is_some();
@@ -769,7 +789,11 @@ impl QueuePair for VerbsQp {
             return Err(DatError::resources(SubType::ResourceTep));
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
-        sq.read_unfenced = unsignaled_read;
+        sq.read_unfenced = if is_read {
+            sq.read_unfenced || unsignaled_read
+        } else {
+            false
+        };
         drop(sq);
         if !bound_mw.is_null() {
             // The device names a window by its current rkey in the next bind request; verbs
@@ -816,6 +840,10 @@ impl QueuePair for VerbsQp {
             return Err(DatError::resources(SubType::ResourceTep));
         }
         Ok(())
+    }
+    fn replaced_after_reset(&self) -> bool {
+        // siw_qp_modify has no transition out of ERROR (drivers/infiniband/sw/siw/siw_qp.c).
+        self.shared.recv_needs_sge
     }
     fn reset(&self) -> DatResult<()> {
         if self.ud {
