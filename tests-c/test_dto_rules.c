@@ -687,7 +687,13 @@ static void test_resources(void)
 
 	/* A's request queue holds 2. B posts no receive, so A's two sends stay
 	 * outstanding (a TCP target holds a send until a receive comes; an RDMA
-	 * one answers RNR and the sender retries). */
+	 * one answers RNR and the sender retries). iWARP has no RNR retry: a send
+	 * that finds no receive is a fatal error at the target (RFC 5040 TERMINATE)
+	 * and the sender's send completed when it left, so this is not iWARP's. */
+	if (strstr(ia_attr_of(ia_a).adapter_name, "iWARP")) {
+		printf("SKIP full request queue held by a receiver not ready: iWARP has no RNR retry\n");
+		return;
+	}
 	new_eps(0, 2);
 	if (!connect_pair(&A, &B)) {
 		free_eps();
