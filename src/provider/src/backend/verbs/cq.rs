@@ -261,8 +261,8 @@ impl VerbsCq {
             return;
         }
         let byte_len = match &qp {
-            Some(q) if !is_recv && wc.opcode == ibv_wc_opcode::IBV_WC_RDMA_READ => {
-                let len = q.read_len(wc.wr_id, wc.byte_len);
+            Some(q) if !is_recv => {
+                let len = q.sent_len(wc.wr_id, wc.byte_len);
                 if status == WcStatus::Success {
                     len
                 } else {

@@ -71,9 +71,10 @@ pub(crate) struct VerbsQp {
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
     binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
-    /// Signaled RDMA reads by wr_id and their length, on siw, whose read completions say
-    /// byte_len 0: `read_len` gives the length read.
-    read_lens: Mutex<IntMap<u64, u32>>,
+    /// Signaled sends, RDMA writes and reads by wr_id and their length, on siw, whose
+    /// completions of them say byte_len 0 (ibverbs defines byte_len for receives, reads and
+    /// atomics; DAT reports every request's length): `sent_len` gives it.
+    sent_lens: Mutex<IntMap<u64, u32>>,
     /// A non-flush error completion was seen: the connection is broken (reported once).
     pub(super) broken: AtomicBool,
     /// Windows bound through this QP.
@@ -290,7 +291,7 @@ impl VerbsQp {
             sends_out: AtomicU32::new(0),
             recvs_out: AtomicU32::new(0),
             binds: Mutex::new(IntMap::default()),
-            read_lens: Mutex::new(IntMap::default()),
+            sent_lens: Mutex::new(IntMap::default()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
@@ -555,13 +556,13 @@ fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> DatResult<Arc<V
 }
 
 impl VerbsQp {
-    /// The length of a completed signaled RDMA read where the device reports none (siw), else
-    /// what it reported; forgets the read either way.
-    pub(super) fn read_len(&self, wr_id: u64, reported: u32) -> u32 {
+    /// The length of a completed signaled send, write or read where the device reports none
+    /// (siw), else what it reported; forgets the request either way.
+    pub(super) fn sent_len(&self, wr_id: u64, reported: u32) -> u32 {
         if !self.shared.recv_needs_sge {
             return reported;
         }
-        self.read_lens.lock().remove(&wr_id).unwrap_or(reported)
+        self.sent_lens.lock().remove(&wr_id).unwrap_or(reported)
     }
 }
 
@@ -757,8 +758,17 @@ impl QueuePair for VerbsQp {
         if sq.read_unfenced && !is_read {
             flags |= ibv_send_flags::IBV_SEND_FENCE.0;
         }
-        if is_read && signaled && self.shared.recv_needs_sge {
-            self.read_lens.lock().insert(wr.wr_id, total as u32);
+        if signaled
+            && self.shared.recv_needs_sge
+            && matches!(
+                wr.op,
+                SendOp::Send
+                    | SendOp::SendInv { .. }
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaRead { .. }
+            )
+        {
+            self.sent_lens.lock().insert(wr.wr_id, total as u32);
         }
         w.send_flags = flags;
         let with_inv = inv.is_some();
