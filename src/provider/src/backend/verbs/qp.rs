@@ -588,8 +588,17 @@ impl QueuePair for VerbsQp {
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
-        w.sg_list = super::sys::sge_ptr(&wr.sgl);
-        w.num_sge = wr.sgl.len() as i32;
+        // A zero-byte read on siw gets one empty segment: siw reads into exactly one
+        // (siw_qp.c sets num_sge 1 for every read), and with none it would use what a former
+        // request left in the slot of its mapped send queue.
+        let sgl: &[crate::backend::Sge] =
+            if wr.sgl.is_empty() && matches!(wr.op, SendOp::RdmaRead { .. }) {
+                recv_sges(&self.shared, &wr.sgl)
+            } else {
+                &wr.sgl
+            };
+        w.sg_list = super::sys::sge_ptr(sgl);
+        w.num_sge = sgl.len() as i32;
         let mut flags = 0u32;
         if wr.solicited {
             flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
