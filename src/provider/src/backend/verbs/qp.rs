@@ -146,11 +146,6 @@ struct SendQueue {
     /// find its data missing (test_dto_rules "data of a suppressed RDMA read"): the next
     /// request is posted with a read fence.
     read_unfenced: bool,
-    /// iWARP: the signaled requests posted and not completed. siw completes a signaled read
-    /// after later requests (the read waits for its response); one of those completions must
-    /// not retire the read as if it had been unsignaled (the read's own completion, with its
-    /// status, comes later).
-    signaled: IntSet<u64>,
 }
 
 impl VerbsQp {
@@ -466,19 +461,11 @@ impl VerbsQp {
             }
         } else {
             let mut sq = self.sq.lock();
-            let mut pending = Vec::new();
             while let Some(front) = sq.posted.pop_front() {
+                self.sends_out.fetch_sub(1, Ordering::SeqCst);
                 if front == wr_id {
-                    self.sends_out.fetch_sub(1, Ordering::SeqCst);
-                    sq.signaled.remove(&front);
                     break;
                 }
-                if sq.signaled.contains(&front) {
-                    // Its own completion is still to come (iWARP, see `SendQueue::signaled`).
-                    pending.push(front);
-                    continue;
-                }
-                self.sends_out.fetch_sub(1, Ordering::SeqCst);
                 if front & INTERNAL_BIT == 0 {
                     queue.push_back(WorkCompletion::new(
                         front,
@@ -488,9 +475,6 @@ impl VerbsQp {
                         self.qp_num,
                     ));
                 }
-            }
-            for w in pending.into_iter().rev() {
-                sq.posted.push_front(w);
             }
         }
         // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
@@ -803,9 +787,6 @@ impl QueuePair for VerbsQp {
             sq.posted.push_back(INTERNAL_BIT);
         }
         sq.posted.push_back(wr.wr_id);
-        if signaled && self.shared.iwarp {
-            sq.signaled.insert(wr.wr_id);
-        }
         let head: *mut ibv_send_wr = match inv.as_mut() {
             Some(i) => {
                 i.next = &mut w;
@@ -822,7 +803,6 @@ impl QueuePair for VerbsQp {
             for _ in 0..posted {
                 sq.posted.pop_back();
             }
-            sq.signaled.remove(&wr.wr_id);
             self.binds.lock().remove(&wr.wr_id);
             log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
             return Err(DatError::resources(SubType::ResourceTep));
