@@ -30,7 +30,7 @@
 #
 # Env: VERBS_IA=ofa-v2-rxe runs everything named "ours" on OFED's
 #      libdaplofa.so.2 instead (to validate this harness while our verbs
-#      provider is incomplete); VERBS_VM_TIMEOUT (default 900 s) bounds the
+#      provider is incomplete); VERBS_VM_TIMEOUT (default 2700 s) bounds the
 #      guest; DTESTCM_CONNS (default 100) is dtestcm's connection count.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,11 +65,11 @@ if [ "${1:-}" != --inside ]; then
 	rm -rf "$out"
 	mkdir -p "$out"
 	start=$(date +%s)
-	"$top/scripts/rxe-vm" -t "${VERBS_VM_TIMEOUT:-900}" -w "$out" -- "$top/tests-c/verbs-guest.sh" --inside
+	"$top/scripts/rxe-vm" -t "${VERBS_VM_TIMEOUT:-2700}" -w "$out" -- "$top/tests-c/verbs-guest.sh" --inside
 	rc=$?
 	secs=$(($(date +%s) - start))
 	if [ ! -s "$out/result" ]; then
-		echo "verbs-guest: FAIL: the soft-RoCE guest did not boot or did not finish (scripts/rxe-vm exit status $rc after ${secs}s; 124: its timeout, VERBS_VM_TIMEOUT)"
+		echo "verbs-guest: FAIL: the soft-RoCE/soft-iWARP guest did not boot or did not finish (scripts/rxe-vm exit status $rc after ${secs}s; 124: its timeout, VERBS_VM_TIMEOUT)"
 		echo "verbs-guest: 0 passed, 1 failed"
 		exit 1
 	fi
@@ -279,9 +279,15 @@ for suite in hwconn endpoint pz mem connmgt queryinfo; do
 	ours_env dapltest -T F -D $OURS -f $suite > "$log" 2>&1
 	rc=$?
 	bads=$(awk '/case: *[0-9]+/ {c=$NF} /^Result:/ {print c, $2}' "$log" |
-		awk -v s=$suite '$2 != "PASS" && !(s == "queryinfo" && $1 == 5 && $2 == "UNSUPP") {printf " case %s %s", $1, $2}')
+		awk -v s=$suite -v k=$k '$2 != "PASS" && !(s == "queryinfo" && $1 == 5 && $2 == "UNSUPP") &&
+			!(k == "siw" && s == "queryinfo" && $1 == 9) {printf " case %s %s", $1, $2}')
+	# queryinfo case 9 queries an RMR: soft-iWARP has none (max_rmrs 0)
+	[ $k = siw ] && [ $suite = queryinfo ] && echo "  skip $tag""ours-fft-queryinfo case 9 (dat_rmr_query): siw0 has no RMRs"
 	n=$(grep -c '^Result:' "$log")
-	if [ $rc -eq 0 ] && [ "$n" -gt 0 ] && [ -z "$bads" ] && ! grep -q 'failed in file' "$log"; then
+	failed_in=$(grep 'failed in file' "$log")
+	# (case 9's assertion on siw, see above)
+	[ $k = siw ] && [ $suite = queryinfo ] && failed_in=$(grep 'failed in file' "$log" | grep -v 'dapl_fft_queryinfo.c, line 286')
+	if [ $rc -eq 0 ] && [ "$n" -gt 0 ] && [ -z "$bads" ] && [ -z "$failed_in" ]; then
 		ok "ours-fft-$suite ($n cases)"
 	else
 		bad "ours-fft-$suite: exit $rc, $n cases,${bads:- } $(grep -m1 'failed in file' "$log") (see $log)"
@@ -325,8 +331,14 @@ dtestx_pair() {
 		bad "$name: client exit $rc, server exit $src (see $clog, $slog)"
 	fi
 }
-dtestx_pair ours-dtestx "-s" ""
-dtestx_pair ours-dtestx-counters "-s -p" "-p"
+# dtestx moves data with write-with-immediate and atomics, which iWARP has
+# not (the provider refuses them, DAT_NOT_IMPLEMENTED; test_ib_ext checks that)
+if [ $k = siw ]; then
+	echo "  skip $tag""ours-dtestx, ours-dtestx-counters: write with immediate data and atomics, which iWARP has not"
+else
+	dtestx_pair ours-dtestx "-s" ""
+	dtestx_pair ours-dtestx-counters "-s -p" "-p"
+fi
 # dtestsrq: connections sharing one SRQ, its low-watermark event, EP_BROKEN on
 # the async EVD at disconnect. It can exit 0 after an error, so both logs must
 # say "Test Complete" and neither an error.
@@ -350,7 +362,11 @@ dtestsrq_pair ours-dtestsrq
 # dtestx -u: unreliable datagrams (UD QPs); with -u a client needs -c (the
 # server's trailing -s makes it the server again). OFED's provider fails this
 # mode on soft-RoCE ("create_qp Invalid argument").
-dtestx_pair ours-dtestx-ud "-s -u" "-c -u"
+if [ $k = siw ]; then
+	echo "  skip $tag""ours-dtestx-ud: iWARP has no datagram QPs"
+else
+	dtestx_pair ours-dtestx-ud "-s -u" "-c -u"
+fi
 
 # --- 4. library mixes
 transactions libdat2-ours+ofa-provider ours_env $OFA ours_env $OFA
