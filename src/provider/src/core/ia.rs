@@ -377,7 +377,7 @@ impl Ia {
             max_srqs: a.max_srq,
             max_ep_per_srq: a.max_qp,
             max_recv_per_srq: a.max_srq_wr,
-            max_iov_segments_per_rdma_read: a.max_sge,
+            max_iov_segments_per_rdma_read: a.max_rdma_read_sge,
             max_iov_segments_per_rdma_write: a.max_sge,
             max_rdma_read_in: a.max_rd_atomic,
             max_rdma_read_out: a.max_rd_atomic,

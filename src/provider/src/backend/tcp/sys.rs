@@ -427,7 +427,7 @@ pub(super) fn interface_mtu(addr: Ipv4Addr) -> Option<u32> {
 }
 
 /// Every (interface name, IPv4 address) pair of this host.
-fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
+pub(crate) fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {

@@ -45,6 +45,9 @@ const RECV_BIT: u64 = 1 << 63;
 /// again): its completion is accounted for and never reaches the core.
 const INTERNAL_BIT: u64 = 1 << 62;
 
+/// siw's vendor id ("bmt", drivers/infiniband/sw/siw/siw.h SIW_VENDOR_ID).
+const SIW_VENDOR_ID: u32 = 0x626d74;
+
 /// Private data an IB connect request carries (92 bytes minus rdma_cm's header).
 const MAX_PRIVATE_DATA: u32 = 56;
 
@@ -80,6 +83,18 @@ pub(crate) struct Shared {
     attr: DeviceAttr,
     max_inline: u32,
     mw_type2: bool,
+    /// The sink of an RDMA read needs remote write access: on iWARP the read response is
+    /// placed through the sink's STag like an RDMA write (RFC 5040), and iWARP NICs check
+    /// remote write on it (the kernel's rdma_rw registers read sinks so on every iWARP
+    /// device). siw checks only local write: not there (see `mem.rs`).
+    read_sink_remote_write: bool,
+    /// An iWARP device: connections are TCP streams with MPA (see `cm.rs` for how their
+    /// failures read).
+    iwarp: bool,
+    /// The device refuses receives with no segment (libsiw): see `qp::recv_sges`.
+    recv_needs_sge: bool,
+    /// The device resizes CQs (ibv_resize_cq); siw does not (see `cq::NO_RESIZE_CQE`).
+    cq_resize: bool,
     comp_channel: Ptr<ibv_comp_channel>,
     cm_channel: Ptr<rdma_event_channel>,
     wake: OwnedFd,
@@ -264,6 +279,18 @@ impl VerbsDevice {
             != 0
             && da.max_mw > 0;
         let u = |x: i32| x.max(0) as u32;
+        // SAFETY: a live context and its device.
+        let iwarp =
+            unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
+        let transport = if iwarp {
+            "iWARP"
+        } else if pa.link_layer == 2
+        /* IBV_LINK_LAYER_ETHERNET */
+        {
+            "RoCE"
+        } else {
+            "InfiniBand"
+        };
         let attr = DeviceAttr {
             max_qp: u(da.max_qp),
             max_qp_wr: u(da.max_qp_wr),
@@ -283,9 +310,20 @@ impl VerbsDevice {
             // The port's active MTU (enum ibv_mtu: 1 = 256 bytes ... 5 = 4096), the path MTU
             // rdma_cm gives our connections on this port.
             mtu: 128u32 << pa.active_mtu,
-            // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space.
-            ud: true,
+            // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space; iWARP
+            // is connections only.
+            ud: !iwarp,
+            // 0 on devices that do not say: then as for the other requests.
+            max_rdma_read_sge: if da.max_sge_rd > 0 {
+                u(da.max_sge_rd.min(da.max_sge))
+            } else {
+                u(da.max_sge)
+            },
+            atomics: da.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
+            write_imm: !iwarp,
+            transport,
         };
+        let cq_resize = probe_cq_resize(ctx);
         // SAFETY: a live context.
         let comp_channel = unsafe { ibv_create_comp_channel(ctx.0) };
         if comp_channel.is_null() {
@@ -328,8 +366,18 @@ impl VerbsDevice {
         let shared = Arc::new(Shared {
             // What datinfo shows as the adapter: device, port, interface, GID, link.
             name: format!(
-                "{} port {} ({}, GID[{}] {}, link active, MTU {})",
-                p.device, p.port, p.netdev, p.gid_index, gid, attr.mtu
+                "{} port {} ({}, {}, {}link active, MTU {})",
+                p.device,
+                p.port,
+                p.netdev,
+                transport,
+                // iWARP has no GID table to address by (its "GID" is the MAC address).
+                if iwarp {
+                    String::new()
+                } else {
+                    format!("GID[{}] {}, ", p.gid_index, gid)
+                },
+                attr.mtu
             ),
             addr: p.addr.unwrap_or(Ipv4Addr::UNSPECIFIED),
             port: p.port,
@@ -337,6 +385,10 @@ impl VerbsDevice {
             attr,
             max_inline: MAX_INLINE,
             mw_type2,
+            read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
+            cq_resize,
+            recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
+            iwarp,
             comp_channel: Ptr(comp_channel),
             cm_channel: Ptr(cm_channel),
             wake,
@@ -364,6 +416,21 @@ impl VerbsDevice {
             thread: Mutex::new(Some(thread)),
         }))
     }
+}
+
+/// Whether the device resizes a CQ: a CQ of one entry is grown to two. soft-iWARP (siw) has
+/// no resize (libibverbs answers EOPNOTSUPP).
+fn probe_cq_resize(ctx: Ptr<ibv_context>) -> bool {
+    // SAFETY: a live context; the CQ is destroyed below.
+    let cq = unsafe { ibv_create_cq(ctx.0, 1, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    if cq.is_null() {
+        return false;
+    }
+    // SAFETY: the CQ just created, used by nobody else.
+    let ok = unsafe { ibv_resize_cq(cq, 2) } == 0;
+    // SAFETY: as above.
+    unsafe { ibv_destroy_cq(cq) };
+    ok
 }
 
 /// The event thread: completion notifications, connection events, async events, deferred work.

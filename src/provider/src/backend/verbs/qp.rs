@@ -71,6 +71,10 @@ pub(crate) struct VerbsQp {
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
     binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
+    /// Signaled sends, RDMA writes and reads by wr_id and their length, on siw, whose
+    /// completions of them say byte_len 0 (ibverbs defines byte_len for receives, reads and
+    /// atomics; DAT reports every request's length): `sent_len` gives it.
+    sent_lens: Mutex<IntMap<u64, u32>>,
     /// A non-flush error completion was seen: the connection is broken (reported once).
     pub(super) broken: AtomicBool,
     /// Windows bound through this QP.
@@ -136,6 +140,12 @@ impl Drop for VerbsAh {
 struct SendQueue {
     posted: VecDeque<u64>,
     unsignaled_run: u32,
+    /// An unsignaled RDMA read was posted on an iWARP QP and nothing fenced after it yet.
+    /// siw completes a later request before an earlier read has its data (the read waits in
+    /// its ORQ), so the core, which retires a suppressed read with the next completion, would
+    /// find its data missing (test_dto_rules "data of a suppressed RDMA read"): the next
+    /// request is posted with a read fence.
+    read_unfenced: bool,
 }
 
 impl VerbsQp {
@@ -281,6 +291,7 @@ impl VerbsQp {
             sends_out: AtomicU32::new(0),
             recvs_out: AtomicU32::new(0),
             binds: Mutex::new(IntMap::default()),
+            sent_lens: Mutex::new(IntMap::default()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
@@ -544,6 +555,17 @@ fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> Result<Arc<Verb
         .ok_or(Error::Internal)
 }
 
+impl VerbsQp {
+    /// The length of a completed signaled send, write or read where the device reports none
+    /// (siw), else what it reported; forgets the request either way.
+    pub(super) fn sent_len(&self, wr_id: u64, reported: u32) -> u32 {
+        if !self.shared.recv_needs_sge {
+            return reported;
+        }
+        self.sent_lens.lock().remove(&wr_id).unwrap_or(reported)
+    }
+}
+
 impl QueuePair for VerbsQp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -566,8 +588,17 @@ impl QueuePair for VerbsQp {
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
-        w.sg_list = super::sys::sge_ptr(&wr.sgl);
-        w.num_sge = wr.sgl.len() as i32;
+        // A zero-byte read on siw gets one empty segment: siw reads into exactly one
+        // (siw_qp.c sets num_sge 1 for every read), and with none it would use what a former
+        // request left in the slot of its mapped send queue.
+        let sgl: &[crate::backend::Sge] =
+            if wr.sgl.is_empty() && matches!(wr.op, SendOp::RdmaRead { .. }) {
+                recv_sges(&self.shared, &wr.sgl)
+            } else {
+                &wr.sgl
+            };
+        w.sg_list = super::sys::sge_ptr(sgl);
+        w.num_sge = sgl.len() as i32;
         let mut flags = 0u32;
         if wr.solicited {
             flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
@@ -729,6 +760,25 @@ impl QueuePair for VerbsQp {
         if signaled {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
+        let is_read = matches!(wr.op, SendOp::RdmaRead { .. });
+        let unsignaled_read = self.shared.iwarp && !signaled && is_read;
+        // siw refuses a fenced read ("a READ cannot be fenced", siw_qp.c); reads complete in
+        // order among themselves, so the fence waits for the next request that is not one.
+        if sq.read_unfenced && !is_read {
+            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        if signaled
+            && self.shared.recv_needs_sge
+            && matches!(
+                wr.op,
+                SendOp::Send
+                    | SendOp::SendInv { .. }
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaRead { .. }
+            )
+        {
+            self.sent_lens.lock().insert(wr.wr_id, total as u32);
+        }
         w.send_flags = flags;
         let with_inv = inv.is_some();
         let posted = if with_inv { 2 } else { 1 };
@@ -758,6 +808,11 @@ impl QueuePair for VerbsQp {
             return Err(Error::NoResource(Resource::Qp));
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        sq.read_unfenced = if is_read {
+            sq.read_unfenced || unsignaled_read
+        } else {
+            false
+        };
         drop(sq);
         if !bound_mw.is_null() {
             // The device names a window by its current rkey in the next bind request; verbs
@@ -788,7 +843,7 @@ impl QueuePair for VerbsQp {
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
             return Err(Error::NoResource(Resource::Qp));
         }
-        let sges = &wr.sgl;
+        let sges = recv_sges(&self.shared, &wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
@@ -804,6 +859,10 @@ impl QueuePair for VerbsQp {
             return Err(Error::NoResource(Resource::Qp));
         }
         Ok(())
+    }
+    fn replaced_after_reset(&self) -> bool {
+        // siw_qp_modify has no transition out of ERROR (drivers/infiniband/sw/siw/siw_qp.c).
+        self.shared.recv_needs_sge
     }
     fn reset(&self) -> Result<()> {
         if self.ud {
@@ -919,6 +978,25 @@ impl Drop for VerbsQp {
     }
 }
 
+/// One empty segment, for a receive of zero-length messages where the device wants one.
+static EMPTY_SGE: [crate::backend::Sge; 1] = [crate::backend::Sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+}];
+
+/// A receive's scatter list as the device takes it: libsiw refuses a receive with no
+/// segment (EINVAL, providers/siw push_recv_wqe), so there it gets one empty segment, which
+/// takes a zero-length message just the same (siw skips empty segments and looks at no key)
+/// and fails a longer one with a length error, as no segment does.
+fn recv_sges<'a>(shared: &Shared, sgl: &'a [crate::backend::Sge]) -> &'a [crate::backend::Sge] {
+    if sgl.is_empty() && shared.recv_needs_sge {
+        &EMPTY_SGE
+    } else {
+        sgl
+    }
+}
+
 /// Shared receive queue.
 pub(crate) struct VerbsSrq {
     pub(super) id: u64,
@@ -978,7 +1056,7 @@ impl SharedReceiveQueue for VerbsSrq {
         self.id
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        let sges = &wr.sgl;
+        let sges = recv_sges(&self._pd.shared, &wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
