@@ -307,17 +307,16 @@ int main(void)
 	 * sent, the target answers a violation with a TERMINATE that breaks the
 	 * connection later, and what the initiator posted in between may already
 	 * have executed at the target (RFC 5040). A read the target refuses is
-	 * completed by siw as a success (length 0), the requests after it still
-	 * execute, and the connection then ends DISCONNECTED, not BROKEN (seen on
-	 * Linux 6.1's siw). What these cases check, an error completion of the
-	 * violating request and nothing after it executed, is neither: on iWARP
-	 * they are skipped, saying why. */
+	 * flushed by siw (DAT_DTO_ERR_FLUSHED, not REMOTE_ACCESS: the TERMINATE
+	 * that says why ends the connection; seen on Linux 6.1's siw). What these
+	 * cases check, the violating request's REMOTE_ACCESS and nothing after it
+	 * executed, is neither: on iWARP they are skipped, saying why. */
 	int iwarp = strstr(ia_attr_of(ia_b).adapter_name, "iWARP") != NULL;
 	for (int k = 0; k < KINDS; k++) {
 		if (iwarp) {
 			printf("SKIP %s: %s\n", kind_name[k],
 			       is_read((enum kind)k)
-				       ? "siw completes a read its target refused as successful (then TERMINATE)"
+				       ? "siw flushes a read its target refused (its TERMINATE ends the connection), no REMOTE_ACCESS"
 				       : "iWARP reports a write's violation asynchronously (TERMINATE), not on the write");
 			continue;
 		}
