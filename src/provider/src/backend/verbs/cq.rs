@@ -258,9 +258,6 @@ impl VerbsCq {
                 new_rkey = rkey;
             }
         }
-        if wc.wr_id & INTERNAL_BIT != 0 {
-            return;
-        }
         let byte_len = match &qp {
             Some(q) if !is_recv => {
                 let len = q.sent_len(wc.wr_id, wc.byte_len);
@@ -272,7 +269,7 @@ impl VerbsCq {
             }
             _ => wc.byte_len,
         };
-        queue.push_back(WorkCompletion {
+        let wc_out = WorkCompletion {
             wr_id: wc.wr_id & !RECV_BIT,
             status,
             opcode,
@@ -285,7 +282,13 @@ impl VerbsCq {
             // a CQ armed for solicited completions, not in the completion): every receive is
             // reported as solicited, so it notifies as under DAT's default notification.
             solicited: is_recv,
-        });
+        };
+        match &qp {
+            // iWARP: in posting order (see `VerbsQp::completed_in_order`).
+            Some(q) if !is_recv && q.iwarp() => q.completed_in_order(wc_out, &mut queue.wcs),
+            _ if wc.wr_id & INTERNAL_BIT != 0 => {}
+            _ => queue.push_back(wc_out),
+        }
     }
 
     /// Reaps the hardware CQ (the backend's own progress: QP teardown waiting for flushes).

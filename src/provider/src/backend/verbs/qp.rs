@@ -140,12 +140,11 @@ impl Drop for VerbsAh {
 struct SendQueue {
     posted: VecDeque<u64>,
     unsignaled_run: u32,
-    /// An unsignaled RDMA read was posted on an iWARP QP and nothing fenced after it yet.
-    /// siw completes a later request before an earlier read has its data (the read waits in
-    /// its ORQ), so the core, which retires a suppressed read with the next completion, would
-    /// find its data missing (test_dto_rules "data of a suppressed RDMA read"): the next
-    /// request is posted with a read fence.
-    read_unfenced: bool,
+    /// iWARP: the requests posted that the device completes with their own completion (the
+    /// signaled ones, every read among them), and the completions that came before those of
+    /// requests posted earlier (`VerbsQp::completed_in_order`).
+    signaled: IntSet<u64>,
+    early: IntMap<u64, WorkCompletion>,
 }
 
 impl VerbsQp {
@@ -249,6 +248,14 @@ impl VerbsQp {
                 max_inline = ia.cap.max_inline_data;
                 break;
             }
+            log::debug!(
+                "ibv_create_qp (send {} x {}, recv {} x {}, inline {inline}): errno {}",
+                cap.max_send_wr,
+                cap.max_send_sge,
+                cap.max_recv_wr,
+                cap.max_recv_sge,
+                super::sys::errno()
+            );
         }
         if qp.is_null() {
             return Err(Error::NoResource(Resource::Qp));
@@ -459,22 +466,29 @@ impl VerbsQp {
                     self.recvs_out.fetch_sub(1, Ordering::SeqCst);
                 }
             }
+        } else if self.shared.iwarp {
+            // Retired in posting order by `completed_in_order`, given the completion itself.
         } else {
             let mut sq = self.sq.lock();
-            while let Some(front) = sq.posted.pop_front() {
-                self.sends_out.fetch_sub(1, Ordering::SeqCst);
-                if front == wr_id {
-                    break;
+            // A request no longer posted (a device completing one twice, or out of posting
+            // order after it was retired) retires nothing: without this check it would retire
+            // every request still outstanding, each as a success.
+            match sq.posted.iter().position(|&w| w == wr_id) {
+                Some(at) => {
+                    for front in sq.posted.drain(..=at) {
+                        self.sends_out.fetch_sub(1, Ordering::SeqCst);
+                        if front != wr_id && front & INTERNAL_BIT == 0 {
+                            queue.push_back(WorkCompletion::new(
+                                front,
+                                WcStatus::Success,
+                                WcOpcode::Send,
+                                0,
+                                self.qp_num,
+                            ));
+                        }
+                    }
                 }
-                if front & INTERNAL_BIT == 0 {
-                    queue.push_back(WorkCompletion::new(
-                        front,
-                        WcStatus::Success,
-                        WcOpcode::Send,
-                        0,
-                        self.qp_num,
-                    ));
-                }
+                None => log::warn!("QP {}: completion of {wr_id:#x}, not posted", self.qp_num),
             }
         }
         // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
@@ -556,6 +570,56 @@ fn downcast_cq(cq: &Arc<dyn crate::backend::CompletionQueue>) -> Result<Arc<Verb
 }
 
 impl VerbsQp {
+    /// An iWARP QP: its send queue completes out of posting order (`completed_in_order`).
+    pub(super) fn iwarp(&self) -> bool {
+        self.shared.iwarp
+    }
+
+    /// iWARP: queues the completion `wc` of a send-queue request, and with it, in posting
+    /// order, the requests it lets retire. siw completes a send or RDMA write once it is sent
+    /// but an RDMA read only when its response is in, so a read's completion may come after
+    /// those of requests posted behind it; DAT reports an EP's requests in posting order,
+    /// each once, with its own status and length. So a completion that comes early waits in
+    /// `SendQueue::early` for those of the signaled requests before it; an unsignaled request
+    /// (never a read here: `post_send` signals every read) has no completion of its own and
+    /// retires, as a success, once a request after it has completed (sends and writes
+    /// complete in posting order). On error the device completes every request, unsignaled
+    /// ones too, in posting order.
+    pub(super) fn completed_in_order(
+        &self,
+        wc: WorkCompletion,
+        queue: &mut VecDeque<WorkCompletion>,
+    ) {
+        let mut sq = self.sq.lock();
+        let sq = &mut *sq;
+        if !sq.posted.contains(&wc.wr_id) {
+            log::warn!(
+                "QP {}: completion of {:#x}, not posted",
+                self.qp_num,
+                wc.wr_id
+            );
+            return;
+        }
+        sq.early.insert(wc.wr_id, wc);
+        while let Some(&front) = sq.posted.front() {
+            let done = match sq.early.remove(&front) {
+                Some(wc) => Some(wc),
+                // Unsignaled: done once anything after it is.
+                None if !sq.signaled.contains(&front) && !sq.early.is_empty() => None,
+                None => break,
+            };
+            sq.posted.pop_front();
+            sq.signaled.remove(&front);
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            if front & INTERNAL_BIT != 0 {
+                continue;
+            }
+            queue.push_back(done.unwrap_or_else(|| {
+                WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
+            }));
+        }
+    }
+
     /// The length of a completed signaled send, write or read where the device reports none
     /// (siw), else what it reported; forgets the request either way.
     pub(super) fn sent_len(&self, wr_id: u64, reported: u32) -> u32 {
@@ -603,7 +667,9 @@ impl QueuePair for VerbsQp {
         if wr.solicited {
             flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
         }
-        if wr.fence {
+        // siw refuses a fenced read ("a READ cannot be fenced", siw_qp.c): on iWARP a read
+        // asked to wait for earlier reads needs no fence, reads complete in order.
+        if wr.fence && !(self.shared.iwarp && matches!(wr.op, SendOp::RdmaRead { .. })) {
             flags |= ibv_send_flags::IBV_SEND_FENCE.0;
         }
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
@@ -754,18 +820,14 @@ impl QueuePair for VerbsQp {
         // signaled completion is reaped). The lock is held across the post so the queue's
         // record is in posting order.
         let mut sq = self.sq.lock();
+        // On iWARP every read is signaled: a later request may complete before it (see
+        // `completed_in_order`), so only its own completion says it is done.
         let signaled = wr.signaled
             || matches!(wr.op, SendOp::BindMw { .. })
+            || (self.shared.iwarp && matches!(wr.op, SendOp::RdmaRead { .. }))
             || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
         if signaled {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        let is_read = matches!(wr.op, SendOp::RdmaRead { .. });
-        let unsignaled_read = self.shared.iwarp && !signaled && is_read;
-        // siw refuses a fenced read ("a READ cannot be fenced", siw_qp.c); reads complete in
-        // order among themselves, so the fence waits for the next request that is not one.
-        if sq.read_unfenced && !is_read {
-            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
         }
         if signaled
             && self.shared.recv_needs_sge
@@ -787,6 +849,9 @@ impl QueuePair for VerbsQp {
             sq.posted.push_back(INTERNAL_BIT);
         }
         sq.posted.push_back(wr.wr_id);
+        if self.shared.iwarp && signaled {
+            sq.signaled.insert(wr.wr_id);
+        }
         let head: *mut ibv_send_wr = match inv.as_mut() {
             Some(i) => {
                 i.next = &mut w;
@@ -803,16 +868,15 @@ impl QueuePair for VerbsQp {
             for _ in 0..posted {
                 sq.posted.pop_back();
             }
+            sq.signaled.remove(&wr.wr_id);
             self.binds.lock().remove(&wr.wr_id);
+            if self.shared.recv_needs_sge {
+                self.sent_lens.lock().remove(&wr.wr_id);
+            }
             log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
             return Err(Error::NoResource(Resource::Qp));
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
-        sq.read_unfenced = if is_read {
-            sq.read_unfenced || unsignaled_read
-        } else {
-            false
-        };
         drop(sq);
         if !bound_mw.is_null() {
             // The device names a window by its current rkey in the next bind request; verbs
