@@ -620,6 +620,181 @@ impl VerbsQp {
         }
     }
 
+    /// Fills the work request of a window bind (or unbind) `op` into `w`: what it adds to the
+    /// post (`BindPost`), or None when it completed here (the unbind of a window that is not
+    /// bound: no work request).
+    fn prepare_bind(
+        &self,
+        wr_id: u64,
+        op: &SendOp,
+        w: &mut ibv_send_wr,
+    ) -> Result<Option<BindPost>> {
+        let SendOp::BindMw {
+            mw,
+            mr,
+            addr,
+            length,
+            access,
+            new_rkey,
+        } = op
+        else {
+            return Err(Error::Internal);
+        };
+        let mut post = BindPost::default();
+        let mw_any = mw
+            .as_any()
+            .downcast_ref::<VerbsMw>()
+            .ok_or(Error::Internal)?;
+        let mw_arc = mw_any.me.upgrade().ok_or(Error::Internal)?;
+        let live = mw_any.live.load(Ordering::SeqCst);
+        match mr {
+            Some(mr) if *length > 0 => {
+                let vmr = mr
+                    .as_any()
+                    .downcast_ref::<VerbsMr>()
+                    .ok_or(Error::Internal)?;
+                if live != 0 {
+                    if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
+                        return Err(Error::NoResource(Resource::Qp));
+                    }
+                    // SAFETY: plain data.
+                    let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
+                    i.wr_id = INTERNAL_BIT;
+                    i.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                    i.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                    i.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                    post.inv = Some(i);
+                }
+                w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+                w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
+                w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
+                w.bind_mw_tso_union.bind_mw.bind_info.mr = vmr.mr.lock().0;
+                w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
+                w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
+                w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
+                mw_any.live.store(*new_rkey, Ordering::SeqCst);
+                post.bind = Some((mw_arc, *new_rkey));
+                post.bound = Some((mw_any.raw(), *new_rkey));
+                mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
+                let mut windows = self.windows.lock();
+                windows.retain(|w| w.strong_count() > 0);
+                if !windows.iter().any(|w| w.ptr_eq(&mw_any.me)) {
+                    windows.push(mw_any.me.clone());
+                }
+                drop(windows);
+            }
+            _ => {
+                if live == 0 {
+                    // Not bound: nothing to invalidate. Complete the unbind here, as
+                    // the hardware would (no data moves).
+                    self.send_cq.push_synthetic(vec![WorkCompletion {
+                        new_rkey: *new_rkey,
+                        ..WorkCompletion::new(
+                            wr_id,
+                            WcStatus::Success,
+                            WcOpcode::BindMw,
+                            0,
+                            self.qp_num,
+                        )
+                    }]);
+                    return Ok(None);
+                }
+                w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                w.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                mw_any.live.store(0, Ordering::SeqCst);
+                // After the invalidation the window grants nothing.
+                post.bind = Some((mw_arc, 0));
+            }
+        }
+        Ok(Some(post))
+    }
+
+    /// Posts the work request `w` of `wr` (after the invalidation a bind may bring) with the
+    /// send flags `flags`, signaled where it must be, and records it in the send queue.
+    fn post_wr(
+        &self,
+        wr: &SendWr,
+        mut w: ibv_send_wr,
+        mut flags: u32,
+        total: u64,
+        mut bind: BindPost,
+    ) -> Result<()> {
+        if let Some(b) = bind.bind.take() {
+            self.binds.lock().insert(wr.wr_id, b);
+        }
+        // Unsignaled only for a request whose success nobody waits for, and never so many
+        // in a row that the device could not reclaim its send queue (it frees slots when a
+        // signaled completion is reaped). The lock is held across the post so the queue's
+        // record is in posting order.
+        let mut sq = self.sq.lock();
+        // On iWARP every read is signaled: a later request may complete before it (see
+        // `completed_in_order`), so only its own completion says it is done.
+        let signaled = wr.signaled
+            || matches!(wr.op, SendOp::BindMw { .. })
+            || (self.shared.iwarp && matches!(wr.op, SendOp::RdmaRead { .. }))
+            || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
+        if signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if signaled
+            && self.shared.recv_needs_sge
+            && matches!(
+                wr.op,
+                SendOp::Send
+                    | SendOp::SendInv { .. }
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaRead { .. }
+            )
+        {
+            self.sent_lens.lock().insert(wr.wr_id, total as u32);
+        }
+        w.send_flags = flags;
+        let with_inv = bind.inv.is_some();
+        let posted = if with_inv { 2 } else { 1 };
+        self.sends_out.fetch_add(posted, Ordering::SeqCst);
+        if with_inv {
+            sq.posted.push_back(INTERNAL_BIT);
+        }
+        sq.posted.push_back(wr.wr_id);
+        if self.shared.iwarp && signaled {
+            sq.signaled.insert(wr.wr_id);
+        }
+        let head: *mut ibv_send_wr = match bind.inv.as_mut() {
+            Some(i) => {
+                i.next = &mut w;
+                i
+            }
+            None => &mut w,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
+        // copies them, or the inline payload, before returning).
+        let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
+        if rc != 0 {
+            self.sends_out.fetch_sub(posted, Ordering::SeqCst);
+            for _ in 0..posted {
+                sq.posted.pop_back();
+            }
+            sq.signaled.remove(&wr.wr_id);
+            self.binds.lock().remove(&wr.wr_id);
+            if self.shared.recv_needs_sge {
+                self.sent_lens.lock().remove(&wr.wr_id);
+            }
+            log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        drop(sq);
+        if let Some((mw, rkey)) = bind.bound {
+            // The device names a window by its current rkey in the next bind request; verbs
+            // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
+            // this QP; if it fails, `invalidate` replaces the window).
+            // SAFETY: our window, alive while the core holds its RMR.
+            unsafe { (*mw).rkey = rkey };
+        }
+        Ok(())
+    }
+
     /// The length of a completed signaled send, write or read where the device reports none
     /// (siw), else what it reported; forgets the request either way.
     pub(super) fn sent_len(&self, wr_id: u64, reported: u32) -> u32 {
@@ -627,6 +802,73 @@ impl VerbsQp {
             return reported;
         }
         self.sent_lens.lock().remove(&wr_id).unwrap_or(reported)
+    }
+}
+
+/// What a window bind adds to its post: the invalidation posted before it (a type 2 window
+/// bound again), the window and the rkey it gives (0 for an unbind) for the completion, and
+/// the window whose rkey the post updates.
+#[derive(Default)]
+struct BindPost {
+    inv: Option<ibv_send_wr>,
+    bind: Option<(Arc<VerbsMw>, u32)>,
+    bound: Option<(*mut ibv_mw, u32)>,
+}
+
+/// Fills the opcode and operands of `op`, any request but a window bind, into `w`.
+fn set_opcode(op: &SendOp, w: &mut ibv_send_wr) {
+    match op {
+        SendOp::Send => {
+            w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        }
+        SendOp::SendInv { rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+            w.imm_data_invalidated_rkey_union.invalidated_rkey = *rkey;
+        }
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            w.wr.rdma.remote_addr = *remote_addr;
+            w.wr.rdma.rkey = *rkey;
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            w.wr.rdma.remote_addr = *remote_addr;
+            w.wr.rdma.rkey = *rkey;
+        }
+        SendOp::RdmaWriteImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+            w.wr.rdma.remote_addr = *remote_addr;
+            w.wr.rdma.rkey = *rkey;
+            // Immediate data travels in network order (verbs' imm_data is __be32).
+            w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        }
+        SendOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+            w.wr.atomic.remote_addr = *remote_addr;
+            w.wr.atomic.rkey = *rkey;
+            w.wr.atomic.compare_add = *add;
+        }
+        SendOp::CmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+            w.wr.atomic.remote_addr = *remote_addr;
+            w.wr.atomic.rkey = *rkey;
+            w.wr.atomic.compare_add = *compare;
+            w.wr.atomic.swap = *swap;
+        }
+        SendOp::BindMw { .. } => unreachable!("binds are prepared by VerbsQp::prepare_bind"),
     }
 }
 
@@ -673,219 +915,23 @@ impl QueuePair for VerbsQp {
             flags |= ibv_send_flags::IBV_SEND_FENCE.0;
         }
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
-        let mut bind: Option<(Arc<VerbsMw>, u32)> = None;
-        // A type 2 window is invalidated before it is bound again (posted first, same chain).
-        // Made (zeroed) only for a bind that needs it: most posts are not binds.
-        let mut inv: Option<ibv_send_wr> = None;
-        let mut bound_mw: *mut ibv_mw = std::ptr::null_mut();
-        let mut bind_rkey = 0u32;
-        match &wr.op {
-            SendOp::Send => {
-                w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        let bind = if matches!(wr.op, SendOp::BindMw { .. }) {
+            match self.prepare_bind(wr.wr_id, &wr.op, &mut w)? {
+                Some(b) => b,
+                // Completed here (the unbind of a window that is not bound).
+                None => return Ok(()),
             }
-            SendOp::SendInv { rkey } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                w.imm_data_invalidated_rkey_union.invalidated_rkey = *rkey;
-            }
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                w.wr.rdma.remote_addr = *remote_addr;
-                w.wr.rdma.rkey = *rkey;
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                w.wr.rdma.remote_addr = *remote_addr;
-                w.wr.rdma.rkey = *rkey;
-            }
-            SendOp::RdmaWriteImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-                w.wr.rdma.remote_addr = *remote_addr;
-                w.wr.rdma.rkey = *rkey;
-                // Immediate data travels in network order (verbs' imm_data is __be32).
-                w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-            }
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                w.wr.atomic.remote_addr = *remote_addr;
-                w.wr.atomic.rkey = *rkey;
-                w.wr.atomic.compare_add = *add;
-            }
-            SendOp::CmpSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
-                w.wr.atomic.remote_addr = *remote_addr;
-                w.wr.atomic.rkey = *rkey;
-                w.wr.atomic.compare_add = *compare;
-                w.wr.atomic.swap = *swap;
-            }
-            SendOp::BindMw {
-                mw,
-                mr,
-                addr,
-                length,
-                access,
-                new_rkey,
-            } => {
-                let mw_any = mw
-                    .as_any()
-                    .downcast_ref::<VerbsMw>()
-                    .ok_or(Error::Internal)?;
-                let mw_arc = mw_any.me.upgrade().ok_or(Error::Internal)?;
-                let live = mw_any.live.load(Ordering::SeqCst);
-                match mr {
-                    Some(mr) if *length > 0 => {
-                        let vmr = mr
-                            .as_any()
-                            .downcast_ref::<VerbsMr>()
-                            .ok_or(Error::Internal)?;
-                        if live != 0 {
-                            if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
-                                return Err(Error::NoResource(Resource::Qp));
-                            }
-                            // SAFETY: plain data.
-                            let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
-                            i.wr_id = INTERNAL_BIT;
-                            i.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                            i.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-                            i.imm_data_invalidated_rkey_union.invalidated_rkey = live;
-                            inv = Some(i);
-                        }
-                        w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
-                        w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
-                        w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
-                        w.bind_mw_tso_union.bind_mw.bind_info.mr = vmr.mr.lock().0;
-                        w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
-                        w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
-                        w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
-                        mw_any.live.store(*new_rkey, Ordering::SeqCst);
-                        bind = Some((mw_arc, *new_rkey));
-                        bound_mw = mw_any.raw();
-                        mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
-                        let mut windows = self.windows.lock();
-                        windows.retain(|w| w.strong_count() > 0);
-                        if !windows.iter().any(|w| w.ptr_eq(&mw_any.me)) {
-                            windows.push(mw_any.me.clone());
-                        }
-                        drop(windows);
-                        bind_rkey = *new_rkey;
-                    }
-                    _ => {
-                        if live == 0 {
-                            // Not bound: nothing to invalidate. Complete the unbind here, as
-                            // the hardware would (no data moves).
-                            self.send_cq.push_synthetic(vec![WorkCompletion {
-                                new_rkey: *new_rkey,
-                                ..WorkCompletion::new(
-                                    wr.wr_id,
-                                    WcStatus::Success,
-                                    WcOpcode::BindMw,
-                                    0,
-                                    self.qp_num,
-                                )
-                            }]);
-                            return Ok(());
-                        }
-                        w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                        w.imm_data_invalidated_rkey_union.invalidated_rkey = live;
-                        mw_any.live.store(0, Ordering::SeqCst);
-                        // After the invalidation the window grants nothing.
-                        bind = Some((mw_arc, 0));
-                    }
-                }
-            }
-        }
+        } else {
+            set_opcode(&wr.op, &mut w);
+            BindPost::default()
+        };
         if matches!(wr.op, SendOp::Send | SendOp::RdmaWrite { .. })
             && total > 0
             && total <= u64::from(self.max_inline)
         {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        if let Some(b) = bind {
-            self.binds.lock().insert(wr.wr_id, b);
-        }
-        // Unsignaled only for a request whose success nobody waits for, and never so many
-        // in a row that the device could not reclaim its send queue (it frees slots when a
-        // signaled completion is reaped). The lock is held across the post so the queue's
-        // record is in posting order.
-        let mut sq = self.sq.lock();
-        // On iWARP every read is signaled: a later request may complete before it (see
-        // `completed_in_order`), so only its own completion says it is done.
-        let signaled = wr.signaled
-            || matches!(wr.op, SendOp::BindMw { .. })
-            || (self.shared.iwarp && matches!(wr.op, SendOp::RdmaRead { .. }))
-            || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
-        if signaled {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        if signaled
-            && self.shared.recv_needs_sge
-            && matches!(
-                wr.op,
-                SendOp::Send
-                    | SendOp::SendInv { .. }
-                    | SendOp::RdmaWrite { .. }
-                    | SendOp::RdmaRead { .. }
-            )
-        {
-            self.sent_lens.lock().insert(wr.wr_id, total as u32);
-        }
-        w.send_flags = flags;
-        let with_inv = inv.is_some();
-        let posted = if with_inv { 2 } else { 1 };
-        self.sends_out.fetch_add(posted, Ordering::SeqCst);
-        if with_inv {
-            sq.posted.push_back(INTERNAL_BIT);
-        }
-        sq.posted.push_back(wr.wr_id);
-        if self.shared.iwarp && signaled {
-            sq.signaled.insert(wr.wr_id);
-        }
-        let head: *mut ibv_send_wr = match inv.as_mut() {
-            Some(i) => {
-                i.next = &mut w;
-                i
-            }
-            None => &mut w,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
-        // copies them, or the inline payload, before returning).
-        let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
-        if rc != 0 {
-            self.sends_out.fetch_sub(posted, Ordering::SeqCst);
-            for _ in 0..posted {
-                sq.posted.pop_back();
-            }
-            sq.signaled.remove(&wr.wr_id);
-            self.binds.lock().remove(&wr.wr_id);
-            if self.shared.recv_needs_sge {
-                self.sent_lens.lock().remove(&wr.wr_id);
-            }
-            log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
-            return Err(Error::NoResource(Resource::Qp));
-        }
-        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
-        drop(sq);
-        if !bound_mw.is_null() {
-            // The device names a window by its current rkey in the next bind request; verbs
-            // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
-            // this QP; if it fails, `invalidate` replaces the window).
-            // SAFETY: our window, alive while the core holds its RMR.
-            unsafe { (*bound_mw).rkey = bind_rkey };
-        }
-        Ok(())
+        self.post_wr(&wr, w, flags, total, bind)
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if self.srq.is_some() {
