@@ -56,6 +56,23 @@ static DAT_RMR_CONTEXT rc_a, rc_b;
  * dat_rmr_create is DAT_INSUFFICIENT_RESOURCES (past the IA's maximum, as
  * any object) and the bind checks are skipped, saying so. */
 static int no_rmrs;
+/* The IA is an iWARP one (see marker_read). */
+static int iwarp;
+
+/* A signalled marker on A's EP: a zero-byte RDMA read, which completes after
+ * everything A posted before it. On iWARP 8 bytes into the end of A's
+ * buffer instead, saying so: siw (Linux 6.1) may answer a zero-byte read queued behind
+ * another read with that read's length, then TERMINATE. */
+static void marker_read(uint64_t cookie, const char *what)
+{
+	DAT_VLEN len = iwarp ? 8 : 0;
+	DAT_LMR_TRIPLET m = seg(lc_a, abuf + BUF - 8, 8);
+	DAT_RMR_TRIPLET rem = rseg(rc_b, bbuf, len);
+	if (iwarp)
+		printf("SKIP zero-byte marker read (%s): siw answers a zero-byte read queued behind a read with that read's length\n", what);
+	CHECK_RC(dat_ep_post_rdma_read(A.ep, iwarp ? 1 : 0, iwarp ? &m : NULL, ck(cookie), &rem, 0), DAT_SUCCESS);
+	expect_dto(A.req, A.ep, cookie, DAT_DTO_SUCCESS, len, DAT_DTO_RDMA_READ, what);
+}
 
 static DAT_RMR_HANDLE rmr_new(DAT_PZ_HANDLE pz)
 {
@@ -666,9 +683,7 @@ static void test_unsignalled(void)
 				      DAT_COMPLETION_UNSIGNALLED_FLAG, &ctx),
 			 DAT_SUCCESS);
 	/* a signalled marker: the only event */
-	rem = rseg(rc_b, bbuf, 0);
-	CHECK_RC(dat_ep_post_rdma_read(A.ep, 0, NULL, ck(0x7005), &rem, 0), DAT_SUCCESS);
-	expect_dto(A.req, A.ep, 0x7005, DAT_DTO_SUCCESS, 0, DAT_DTO_RDMA_READ, "signalled marker");
+	marker_read(0x7005, "signalled marker");
 	expect_empty(A.req, "unsignalled completions");
 	expect_dto(B.rcv, B.ep, 0x7001, DAT_DTO_SUCCESS, 8, DAT_DTO_RECEIVE, "receive of an unsignalled send");
 	CHECK(memcmp(bbuf, "unsignal", 8) == 0 && memcmp(bbuf + 32, "unsignal", 8) == 0,
@@ -1018,6 +1033,7 @@ int main(void)
 		return check_summary("test_dto_rules");
 
 	no_rmrs = ia_attr_of(ia_a).max_rmrs == 0;
+	iwarp = strstr(ia_attr_of(ia_a).adapter_name, "iWARP") != NULL;
 	test_states();
 	test_local_checks();
 	test_transfers();
