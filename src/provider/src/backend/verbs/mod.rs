@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     recv_needs_sge: bool,
     /// The device resizes CQs (ibv_resize_cq); siw does not (see `cq::NO_RESIZE_CQE`).
     cq_resize: bool,
+    /// The CQ `probe_cq_resize` made, kept until the device closes (null if none).
+    probe_cq: Ptr<ibv_cq>,
     comp_channel: Ptr<ibv_comp_channel>,
     cm_channel: Ptr<rdma_event_channel>,
     wake: OwnedFd,
@@ -282,7 +284,7 @@ impl VerbsDevice {
         let iwarp =
             unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
         let attr = device_attr(&da, &pa, iwarp);
-        let cq_resize = probe_cq_resize(ctx);
+        let (cq_resize, probe_cq) = probe_cq_resize(ctx);
         let (comp_channel, cm_channel, wake) = channels(ctx)?;
         let shared = Arc::new(Shared {
             // What datinfo shows as the adapter: device, port, interface, GID, link.
@@ -295,6 +297,7 @@ impl VerbsDevice {
             mw_type2,
             read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
             cq_resize,
+            probe_cq,
             recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
             iwarp,
             comp_channel,
@@ -444,18 +447,19 @@ fn adapter_name(
 }
 
 /// Whether the device resizes a CQ: a CQ of one entry is grown to two. soft-iWARP (siw) has
-/// no resize (libibverbs answers EOPNOTSUPP).
-fn probe_cq_resize(ctx: Ptr<ibv_context>) -> bool {
-    // SAFETY: a live context; the CQ is destroyed below.
+/// no resize (libibverbs answers EOPNOTSUPP). The CQ is returned, to be kept while the device
+/// is open: destroyed at once, it left a hole at the start of the context's mmap offsets, and
+/// with it siw0 refused the fourth QP on a process's second CQ (ibv_create_qp: EINVAL;
+/// test_handle_types, dtestcm -c 100; a 1-page hole, then 65-page CQs).
+fn probe_cq_resize(ctx: Ptr<ibv_context>) -> (bool, Ptr<ibv_cq>) {
+    // SAFETY: a live context; the caller destroys the CQ when the device closes.
     let cq = unsafe { ibv_create_cq(ctx.0, 1, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
     if cq.is_null() {
-        return false;
+        return (false, Ptr::null());
     }
     // SAFETY: the CQ just created, used by nobody else.
     let ok = unsafe { ibv_resize_cq(cq, 2) } == 0;
-    // SAFETY: as above.
-    unsafe { ibv_destroy_cq(cq) };
-    ok
+    (ok, Ptr(cq))
 }
 
 /// The event thread: completion notifications, connection events, async events, deferred work.
@@ -677,8 +681,12 @@ impl Drop for VerbsDevice {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us).
+        // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us); the
+        // probe CQ is ours alone.
         unsafe {
+            if !self.probe_cq.0.is_null() {
+                ibv_destroy_cq(self.probe_cq.0);
+            }
             rdma_destroy_event_channel(self.cm_channel.0);
             ibv_destroy_comp_channel(self.comp_channel.0);
         }
