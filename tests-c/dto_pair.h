@@ -269,6 +269,18 @@ static UNUSED int accept_next(struct side *b)
 	return rc == DAT_SUCCESS;
 }
 
+/* The IA's attributes (what the device under it has: max_rmrs 0 on an
+ * iWARP device without memory windows, max_iov_segments_per_rdma_read). */
+static UNUSED DAT_IA_ATTR ia_attr_of(DAT_IA_HANDLE ia)
+{
+	DAT_IA_ATTR a;
+	DAT_PROVIDER_ATTR p;
+	DAT_EVD_HANDLE evd;
+	memset(&a, 0, sizeof(a));
+	CHECK_RC(dat_ia_query(ia, &evd, DAT_IA_FIELD_ALL, &a, DAT_PROVIDER_FIELD_ALL, &p), DAT_SUCCESS);
+	return a;
+}
+
 /* Connects a->ep to b->ep through a PSP of b's IA; returns 1 when both sides
  * saw ESTABLISHED. */
 static UNUSED int connect_pair(struct side *a, struct side *b)

@@ -252,6 +252,18 @@ static UNUSED int ia_is_tcp(DAT_IA_HANDLE ia)
 	return ia_adapter_is(ia, "tcp:");
 }
 
+/* The IA's attributes (max_rmrs 0 on an iWARP device without memory
+ * windows; the adapter name says the transport, e.g. "iWARP"). */
+static UNUSED DAT_IA_ATTR ia_attr_of(DAT_IA_HANDLE ia)
+{
+	DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
+	DAT_IA_ATTR ia_attr;
+	DAT_PROVIDER_ATTR pr_attr;
+	memset(&ia_attr, 0, sizeof(ia_attr));
+	CHECK_RC(dat_ia_query(ia, &async, DAT_IA_FIELD_ALL, &ia_attr, 0, &pr_attr), DAT_SUCCESS);
+	return ia_attr;
+}
+
 /* The passive side's PSP: dat_psp_create_any picks the port. */
 static UNUSED DAT_PSP_HANDLE listen_any(struct side *b, DAT_CONN_QUAL *qual)
 {

@@ -17,6 +17,12 @@
  * - a CNO made with dat_cno_fd_create: its fd turns readable when an event
  *   reaches an attached EVD, and dat_cno_trigger names that EVD; an RMR from
  *   dat_rmr_create_for_ep binds and grants access as any RMR.
+ *
+ * On an IA without RMRs (max_rmrs 0: an iWARP device without memory
+ * windows, e.g. soft-iWARP) dat_rmr_create and dat_rmr_create_for_ep are
+ * DAT_INSUFFICIENT_RESOURCES and every case that needs a bound RMR is
+ * skipped, saying so; the plain send of dat_ep_post_send_with_invalidate and
+ * the parameter checks of dat_ep_post_rdma_read_to_rmr still run.
  */
 #define _GNU_SOURCE
 #include <dat2/udat.h>
@@ -37,6 +43,8 @@ static char abuf[BUF], bbuf[BUF];
 static DAT_LMR_HANDLE lmr_a, lmr_b;
 static DAT_LMR_CONTEXT lc_a, lc_b;
 static DAT_RMR_CONTEXT rc_a, rc_b;
+/* The IA has no RMRs (max_rmrs 0). */
+static int no_rmrs;
 
 static void new_pair(void)
 {
@@ -68,6 +76,23 @@ static void test_send_with_invalidate(void)
 	DAT_RMR_HANDLE rmr;
 	DAT_EVENT ev;
 	int tcp = ia_is_tcp(ia_a);
+	if (no_rmrs) {
+		/* Nothing to invalidate: the plain send alone (its context is not looked at). */
+		printf("SKIP send with invalidate of an RMR context: %s has no RMRs (max_rmrs 0)\n", dat_test_ia());
+		CHECK_TYPE(dat_rmr_create(pz_b, &rmr), DAT_INSUFFICIENT_RESOURCES);
+		new_pair();
+		memset(abuf, 'i', 64);
+		DAT_LMR_TRIPLET l = seg(lc_a, abuf, 64);
+		DAT_LMR_TRIPLET rcv = seg(lc_b, bbuf + 8192, 64);
+		CHECK_RC(dat_ep_post_recv(B.ep, 1, &rcv, ck(0x12), 0), DAT_SUCCESS);
+		CHECK_RC(dat_ep_post_send_with_invalidate(A.ep, 1, &l, ck(0x13), 0, DAT_FALSE, rc_b), DAT_SUCCESS);
+		expect_dto(A.req, A.ep, 0x13, DAT_DTO_SUCCESS, 64, DAT_DTO_SEND, "send without invalidation");
+		if (expect_dto(B.rcv, B.ep, 0x12, DAT_DTO_SUCCESS, 64, DAT_DTO_RECEIVE, "receive without invalidation"))
+			CHECK(memcmp(bbuf + 8192, abuf, 64) == 0, "data of a send without invalidation");
+		disconnect_pair(&A, &B);
+		free_pair();
+		return;
+	}
 	new_pair();
 	CHECK_RC(dat_rmr_create(pz_b, &rmr), DAT_SUCCESS);
 	DAT_RMR_CONTEXT ctx = rmr_bind_now(&B, rmr, lmr_b, lc_b, bbuf, 4096,
@@ -144,6 +169,22 @@ static void test_read_to_rmr(void)
 {
 	DAT_RMR_HANDLE rmr;
 	new_pair();
+	if (no_rmrs) {
+		/* No RMR to read into: what is refused before one is looked at still is. */
+		printf("SKIP read to RMR: %s has no RMRs (max_rmrs 0)\n", dat_test_ia());
+		CHECK_TYPE(dat_rmr_create(pz_a, &rmr), DAT_INSUFFICIENT_RESOURCES);
+		DAT_RMR_TRIPLET remote = rseg(rc_b, bbuf, 1024);
+		DAT_RMR_TRIPLET stranger = rseg(rc_a, abuf, 64);
+		CHECK_TYPE(dat_ep_post_rdma_read_to_rmr(A.ep, &stranger, ck(0x23), &remote, 0), DAT_PRIVILEGES_VIOLATION);
+		CHECK_TYPE(dat_ep_post_rdma_read_to_rmr(A.ep, NULL, ck(0x24), &remote, 0), DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_rdma_read_to_rmr(A.ep, &stranger, ck(0x25), NULL, 0), DAT_INVALID_PARAMETER);
+		CHECK_TYPE(dat_ep_post_rdma_read_to_rmr(DAT_HANDLE_NULL, &stranger, ck(0x26), &remote, 0),
+			   DAT_INVALID_HANDLE);
+		expect_empty(A.req, "refused reads to an RMR");
+		disconnect_pair(&A, &B);
+		free_pair();
+		return;
+	}
 	CHECK_RC(dat_rmr_create(pz_a, &rmr), DAT_SUCCESS);
 	DAT_RMR_CONTEXT ctx = rmr_bind_now(&A, rmr, lmr_a, lc_a, abuf + 4096, 4096, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, 0x20);
 	for (int i = 0; i < 1024; i++)
@@ -262,6 +303,12 @@ static void test_cno_fd(void)
 static void test_rmr_for_ep(void)
 {
 	DAT_RMR_HANDLE rmr = DAT_HANDLE_NULL;
+	if (no_rmrs) {
+		printf("SKIP RMR for EP: %s has no RMRs (max_rmrs 0)\n", dat_test_ia());
+		CHECK_TYPE(dat_rmr_create_for_ep(pz_b, &rmr), DAT_INSUFFICIENT_RESOURCES);
+		CHECK_TYPE(dat_rmr_create_for_ep(DAT_HANDLE_NULL, &rmr), DAT_INVALID_HANDLE);
+		return;
+	}
 	new_pair();
 	CHECK_RC(dat_rmr_create_for_ep(pz_b, &rmr), DAT_SUCCESS);
 	DAT_RMR_CONTEXT ctx = rmr_bind_now(&B, rmr, lmr_b, lc_b, bbuf + 512, 256,
@@ -296,6 +343,7 @@ int main(void)
 	side_evds(&B, ia_b, pz_b);
 	if (check_failed)
 		return check_summary("test_dat2_ops");
+	no_rmrs = ia_attr_of(ia_a).max_rmrs == 0;
 
 	test_send_with_invalidate();
 	test_read_to_rmr();

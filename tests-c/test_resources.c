@@ -71,16 +71,6 @@ static void bystanders_talk(const char *when)
 	expect_dto(A.rcv, A.ep, n + 1, DAT_DTO_SUCCESS, 64, DAT_DTO_RECEIVE, what);
 }
 
-static DAT_IA_ATTR ia_attr_of(DAT_IA_HANDLE ia)
-{
-	DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
-	DAT_IA_ATTR attr;
-	DAT_PROVIDER_ATTR pattr;
-	memset(&attr, 0, sizeof(attr));
-	CHECK_RC(dat_ia_query(ia, &async, DAT_IA_FIELD_ALL, &attr, 0, &pattr), DAT_SUCCESS);
-	return attr;
-}
-
 /* A receive EVD of queue length q gets q + 2 completions. */
 static void test_evd_overflow(void)
 {

@@ -297,6 +297,10 @@ impl OfiDevice {
             max_private_data: crate::cm::MAX_PRIVATE_DATA,
             mtu: 4096,
             ud: false,
+            max_rdma_read_sge: clamp(tx.rma_iov_limit.max(1)).min(clamp(tx.iov_limit.max(1))),
+            atomics: false,
+            write_imm: false,
+            transport: "libfabric",
         }
     }
 }

@@ -27,7 +27,7 @@ mod engine;
 mod guarded;
 mod keys;
 mod samehost;
-mod sys;
+pub(crate) mod sys;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
 #[cfg(feature = "fuzzing")]
 pub use sys::connect_reusable;
@@ -296,6 +296,10 @@ impl TcpDevice {
             mtu: wire::ud_max_message(sys::interface_mtu(addr).unwrap_or(1500)),
             // Datagram QPs are UDP sockets (engine/datagram.rs).
             ud: true,
+            max_rdma_read_sge: 32,
+            atomics: true,
+            write_imm: true,
+            transport: "TCP",
         };
         let max_keys = (attr.max_mr + attr.max_mw) as usize;
         let samehost = samehost::Local::new(samehost::Mode::for_new_device(), max_keys, target);

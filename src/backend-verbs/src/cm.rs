@@ -1097,7 +1097,19 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
             let mut p = conn_param(&qp, &pd, None);
             // SAFETY: the QP's live id; `pd` lives across the call.
             if unsafe { rdma_connect(id, &mut p) } != 0 {
-                fail_locked(s, &qp, &mut c, CmEvent::Unreachable { qp_num });
+                // iWARP connects the TCP stream inside rdma_connect: nobody listening at the
+                // port is a refused connect there (on IB, a REJ from the peer's CM), which
+                // DAT reports as NON_PEER_REJECTED on every transport.
+                let ev = if sys::errno() == libc::ECONNREFUSED {
+                    CmEvent::Rejected {
+                        qp_num,
+                        private_data: Vec::new(),
+                        by_peer: false,
+                    }
+                } else {
+                    CmEvent::Unreachable { qp_num }
+                };
+                fail_locked(s, &qp, &mut c, ev);
             }
         }
         RDMA_CM_EVENT_CONNECT_RESPONSE => {
@@ -1124,10 +1136,19 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
             fail_locked(s, &qp, &mut c, CmEvent::Unreachable { qp_num });
         }
         RDMA_CM_EVENT_REJECTED => {
+            // IB: the peer's consumer rejects with the reason "consumer defined". iWARP: an
+            // MPA reply with the reject bit (the peer's rdma_reject) reads -ECONNRESET
+            // (siw_cm.c; the same as a stream reset before the MPA reply), a refused
+            // connection -ECONNREFUSED.
+            let by_peer = if s.iwarp {
+                e.status == -libc::ECONNRESET
+            } else {
+                e.status == REJ_CONSUMER_DEFINED
+            };
             let ev = CmEvent::Rejected {
                 qp_num,
                 private_data: e.private_data,
-                by_peer: e.status == REJ_CONSUMER_DEFINED,
+                by_peer,
             };
             fail_locked(s, &qp, &mut c, ev);
         }

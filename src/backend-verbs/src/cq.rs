@@ -91,10 +91,19 @@ fn thread_token() -> u64 {
     ME.with(|m| *m)
 }
 
+/// The entries of a CQ on a device that cannot resize CQs (siw): the EPs that share an EVD add
+/// their send and receive depths to it, and none of them may find it too small. siw keeps 32
+/// bytes per entry: 256 KiB a CQ.
+pub(super) const NO_RESIZE_CQE: u32 = 8192;
+
 impl VerbsCq {
     pub(super) fn create(shared: &Arc<Shared>, depth: u32) -> Result<Arc<VerbsCq>> {
         let id = shared.next_id();
-        let cqe = depth.max(1);
+        let mut cqe = depth.max(1);
+        if !shared.cq_resize {
+            // It cannot grow when EPs attach their queues: room for them from the start.
+            cqe = cqe.max(NO_RESIZE_CQE).min(shared.attr.max_cqe.max(cqe));
+        }
         // SAFETY: the context and channel live as long as `shared`; the cq_context is a token
         // the event loop maps back to this CQ.
         let cq = unsafe {
@@ -249,14 +258,22 @@ impl VerbsCq {
                 new_rkey = rkey;
             }
         }
-        if wc.wr_id & INTERNAL_BIT != 0 {
-            return;
-        }
-        queue.push_back(WorkCompletion {
+        let byte_len = match &qp {
+            Some(q) if !is_recv => {
+                let len = q.sent_len(wc.wr_id, wc.byte_len);
+                if status == WcStatus::Success {
+                    len
+                } else {
+                    wc.byte_len
+                }
+            }
+            _ => wc.byte_len,
+        };
+        let wc_out = WorkCompletion {
             wr_id: wc.wr_id & !RECV_BIT,
             status,
             opcode,
-            byte_len: wc.byte_len,
+            byte_len,
             qp_num: wc.qp_num,
             new_rkey,
             imm,
@@ -265,7 +282,13 @@ impl VerbsCq {
             // a CQ armed for solicited completions, not in the completion): every receive is
             // reported as solicited, so it notifies as under DAT's default notification.
             solicited: is_recv,
-        });
+        };
+        match &qp {
+            // iWARP: in posting order (see `VerbsQp::completed_in_order`).
+            Some(q) if !is_recv && q.iwarp() => q.completed_in_order(wc_out, &mut queue.wcs),
+            _ if wc.wr_id & INTERNAL_BIT != 0 => {}
+            _ => queue.push_back(wc_out),
+        }
     }
 
     /// Reaps the hardware CQ (the backend's own progress: QP teardown waiting for flushes).

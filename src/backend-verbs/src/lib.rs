@@ -49,6 +49,9 @@ const RECV_BIT: u64 = 1 << 63;
 /// again): its completion is accounted for and never reaches the core.
 const INTERNAL_BIT: u64 = 1 << 62;
 
+/// siw's vendor id ("bmt", drivers/infiniband/sw/siw/siw.h SIW_VENDOR_ID).
+const SIW_VENDOR_ID: u32 = 0x626d74;
+
 /// Private data an IB connect request carries (92 bytes minus rdma_cm's header).
 const MAX_PRIVATE_DATA: u32 = 56;
 
@@ -84,6 +87,20 @@ pub(crate) struct Shared {
     attr: DeviceAttr,
     max_inline: u32,
     mw_type2: bool,
+    /// The sink of an RDMA read needs remote write access: on iWARP the read response is
+    /// placed through the sink's STag like an RDMA write (RFC 5040), and iWARP NICs check
+    /// remote write on it (the kernel's rdma_rw registers read sinks so on every iWARP
+    /// device). siw checks only local write: not there (see `mem.rs`).
+    read_sink_remote_write: bool,
+    /// An iWARP device: connections are TCP streams with MPA (see `cm.rs` for how their
+    /// failures read).
+    iwarp: bool,
+    /// The device refuses receives with no segment (libsiw): see `qp::recv_sges`.
+    recv_needs_sge: bool,
+    /// The device resizes CQs (ibv_resize_cq); siw does not (see `cq::NO_RESIZE_CQE`).
+    cq_resize: bool,
+    /// The CQ `probe_cq_resize` made, kept until the device closes (null if none).
+    probe_cq: Ptr<ibv_cq>,
     comp_channel: Ptr<ibv_comp_channel>,
     cm_channel: Ptr<rdma_event_channel>,
     wake: OwnedFd,
@@ -267,82 +284,28 @@ impl VerbsDevice {
         let mw_type2 = da.device_cap_flags & ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0
             != 0
             && da.max_mw > 0;
-        let u = |x: i32| x.max(0) as u32;
-        let attr = DeviceAttr {
-            max_qp: u(da.max_qp),
-            max_qp_wr: u(da.max_qp_wr),
-            max_sge: u(da.max_sge),
-            max_cq: u(da.max_cq),
-            max_cqe: u(da.max_cqe),
-            max_mr: u(da.max_mr),
-            max_mr_size: da.max_mr_size,
-            max_pd: u(da.max_pd),
-            max_mw: u(da.max_mw),
-            max_srq: u(da.max_srq),
-            max_srq_wr: u(da.max_srq_wr),
-            max_msg_size: pa.max_msg_sz,
-            max_rdma_size: pa.max_msg_sz,
-            max_rd_atomic: u(da.max_qp_rd_atom.min(da.max_qp_init_rd_atom)),
-            max_private_data: MAX_PRIVATE_DATA,
-            // The port's active MTU (enum ibv_mtu: 1 = 256 bytes ... 5 = 4096), the path MTU
-            // rdma_cm gives our connections on this port.
-            mtu: 128u32 << pa.active_mtu,
-            // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space.
-            ud: true,
-        };
-        // SAFETY: a live context.
-        let comp_channel = unsafe { ibv_create_comp_channel(ctx.0) };
-        if comp_channel.is_null() {
-            return Err(Error::NoResource(Resource::Device));
-        }
-        // SAFETY: plain constructor.
-        let cm_channel = unsafe { rdma_create_event_channel() };
-        if cm_channel.is_null() {
-            // SAFETY: the channel we just created.
-            unsafe { ibv_destroy_comp_channel(comp_channel) };
-            return Err(Error::NoResource(Resource::Device));
-        }
-        let Some(wake) = sys::eventfd() else {
-            // SAFETY: the channels we just created, used by nobody.
-            unsafe {
-                rdma_destroy_event_channel(cm_channel);
-                ibv_destroy_comp_channel(comp_channel);
-            }
-            return Err(Error::NoResource(Resource::Device));
-        };
-        // SAFETY: descriptors of the objects above.
-        unsafe {
-            sys::set_nonblocking((*comp_channel).fd);
-            sys::set_nonblocking((*cm_channel).fd);
-            sys::set_nonblocking((*ctx.0).async_fd);
-        }
-        // SAFETY: plain data; a live context.
-        let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let gid = if unsafe { ibv_query_gid(ctx.0, p.port, p.gid_index as i32, &mut gid) } == 0 {
-            // SAFETY: the raw view of the union.
-            let raw = unsafe { gid.raw };
-            raw.chunks(2)
-                .map(|c| format!("{:x}", u16::from_be_bytes([c[0], c[1]])))
-                .collect::<Vec<_>>()
-                .join(":")
-        } else {
-            "?".to_string()
-        };
+        // SAFETY: a live context and its device.
+        let iwarp =
+            unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
+        let attr = device_attr(&da, &pa, iwarp);
+        let (cq_resize, probe_cq) = probe_cq_resize(ctx);
+        let (comp_channel, cm_channel, wake) = channels(ctx)?;
         let shared = Arc::new(Shared {
             // What datinfo shows as the adapter: device, port, interface, GID, link.
-            name: format!(
-                "{} port {} ({}, GID[{}] {}, link active, MTU {})",
-                p.device, p.port, p.netdev, p.gid_index, gid, attr.mtu
-            ),
+            name: adapter_name(ctx, &p, &attr, iwarp),
             addr: p.addr.unwrap_or(Ipv4Addr::UNSPECIFIED),
             port: p.port,
             ctx,
             attr,
             max_inline: MAX_INLINE,
             mw_type2,
-            comp_channel: Ptr(comp_channel),
-            cm_channel: Ptr(cm_channel),
+            read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
+            cq_resize,
+            probe_cq,
+            recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
+            iwarp,
+            comp_channel,
+            cm_channel,
             wake,
             cm_handler: Mutex::new(None),
             deferred: Mutex::new(Vec::new()),
@@ -368,6 +331,139 @@ impl VerbsDevice {
             thread: Mutex::new(Some(thread)),
         }))
     }
+}
+
+/// What the device and its port offer (`ibv_query_device`, `ibv_query_port`), as the core
+/// sees it: iWARP has no datagrams, no immediate data, and reads into `max_sge_rd` segments.
+fn device_attr(da: &ibv_device_attr, pa: &ibv_port_attr, iwarp: bool) -> DeviceAttr {
+    let u = |x: i32| x.max(0) as u32;
+    let transport = if iwarp {
+        "iWARP"
+    } else if pa.link_layer == 2
+    /* IBV_LINK_LAYER_ETHERNET */
+    {
+        "RoCE"
+    } else {
+        "InfiniBand"
+    };
+    DeviceAttr {
+        max_qp: u(da.max_qp),
+        max_qp_wr: u(da.max_qp_wr),
+        max_sge: u(da.max_sge),
+        max_cq: u(da.max_cq),
+        max_cqe: u(da.max_cqe),
+        max_mr: u(da.max_mr),
+        max_mr_size: da.max_mr_size,
+        max_pd: u(da.max_pd),
+        max_mw: u(da.max_mw),
+        max_srq: u(da.max_srq),
+        max_srq_wr: u(da.max_srq_wr),
+        max_msg_size: pa.max_msg_sz,
+        max_rdma_size: pa.max_msg_sz,
+        max_rd_atomic: u(da.max_qp_rd_atom.min(da.max_qp_init_rd_atom)),
+        max_private_data: MAX_PRIVATE_DATA,
+        // The port's active MTU (enum ibv_mtu: 1 = 256 bytes ... 5 = 4096), the path MTU
+        // rdma_cm gives our connections on this port.
+        mtu: 128u32 << pa.active_mtu,
+        // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space; iWARP
+        // is connections only.
+        ud: !iwarp,
+        // 0 on devices that do not say: then as for the other requests.
+        max_rdma_read_sge: if da.max_sge_rd > 0 {
+            u(da.max_sge_rd.min(da.max_sge))
+        } else {
+            u(da.max_sge)
+        },
+        atomics: da.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
+        write_imm: !iwarp,
+        transport,
+    }
+}
+
+/// The IA's channels: completions (EVDs with a CNO), rdma_cm events, and the event thread's
+/// wake-up eventfd; each nonblocking, as the device context's async fd is made too.
+fn channels(
+    ctx: Ptr<ibv_context>,
+) -> Result<(Ptr<ibv_comp_channel>, Ptr<rdma_event_channel>, OwnedFd)> {
+    // SAFETY: a live context.
+    let comp_channel = unsafe { ibv_create_comp_channel(ctx.0) };
+    if comp_channel.is_null() {
+        return Err(Error::NoResource(Resource::Device));
+    }
+    // SAFETY: plain constructor.
+    let cm_channel = unsafe { rdma_create_event_channel() };
+    if cm_channel.is_null() {
+        // SAFETY: the channel we just created.
+        unsafe { ibv_destroy_comp_channel(comp_channel) };
+        return Err(Error::NoResource(Resource::Device));
+    }
+    let Some(wake) = sys::eventfd() else {
+        // SAFETY: the channels we just created, used by nobody.
+        unsafe {
+            rdma_destroy_event_channel(cm_channel);
+            ibv_destroy_comp_channel(comp_channel);
+        }
+        return Err(Error::NoResource(Resource::Device));
+    };
+    // SAFETY: descriptors of the objects above.
+    unsafe {
+        sys::set_nonblocking((*comp_channel).fd);
+        sys::set_nonblocking((*cm_channel).fd);
+        sys::set_nonblocking((*ctx.0).async_fd);
+    }
+    Ok((Ptr(comp_channel), Ptr(cm_channel), wake))
+}
+
+/// What datinfo shows as the adapter: device, port, interface, transport, GID (not on iWARP,
+/// whose "GID" is its MAC address), link, MTU.
+fn adapter_name(
+    ctx: Ptr<ibv_context>,
+    p: &sys::PortInfo,
+    attr: &DeviceAttr,
+    iwarp: bool,
+) -> String {
+    // SAFETY: plain data; a live context.
+    let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let gid = if unsafe { ibv_query_gid(ctx.0, p.port, p.gid_index as i32, &mut gid) } == 0 {
+        // SAFETY: the raw view of the union.
+        let raw = unsafe { gid.raw };
+        raw.chunks(2)
+            .map(|c| format!("{:x}", u16::from_be_bytes([c[0], c[1]])))
+            .collect::<Vec<_>>()
+            .join(":")
+    } else {
+        "?".to_string()
+    };
+    format!(
+        "{} port {} ({}, {}, {}link active, MTU {})",
+        p.device,
+        p.port,
+        p.netdev,
+        attr.transport,
+        if iwarp {
+            String::new()
+        } else {
+            format!("GID[{}] {}, ", p.gid_index, gid)
+        },
+        attr.mtu
+    )
+}
+
+/// Whether the device resizes a CQ: a CQ of one entry is grown to two. soft-iWARP (siw) has
+/// no resize (libibverbs answers EOPNOTSUPP). The CQ is returned, to be kept while the device
+/// is open: destroyed at once, it left a hole at the start of the context's mmap offsets, and
+/// with it siw0 refused the fourth QP on a process's second CQ (ibv_create_qp: EINVAL;
+/// test_handle_types, dtestcm -c 100; a 1-page hole, then 65-page CQs).
+fn probe_cq_resize(ctx: Ptr<ibv_context>) -> (bool, Ptr<ibv_cq>) {
+    // SAFETY: a live context; the caller destroys the CQ when the device closes.
+    let cq = unsafe { ibv_create_cq(ctx.0, 1, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    if cq.is_null() {
+        return (false, Ptr::null());
+    }
+    // SAFETY: the CQ just created, used by nobody else.
+    let ok = unsafe { ibv_resize_cq(cq, 2) } == 0;
+    (ok, Ptr(cq))
 }
 
 /// The event thread: completion notifications, connection events, async events, deferred work.
@@ -589,8 +685,12 @@ impl Drop for VerbsDevice {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us).
+        // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us); the
+        // probe CQ is ours alone.
         unsafe {
+            if !self.probe_cq.0.is_null() {
+                ibv_destroy_cq(self.probe_cq.0);
+            }
             rdma_destroy_event_channel(self.cm_channel.0);
             ibv_destroy_comp_channel(self.comp_channel.0);
         }

@@ -56,14 +56,22 @@ impl ProtectionDomain for VerbsPd {
         self.inner.id
     }
     fn reg_mr(&self, addr: u64, length: u64, access: u32) -> Result<Arc<dyn MemoryRegion>> {
-        // The backend's access bits are the IBV_ACCESS_* values.
+        // The backend's access bits are the IBV_ACCESS_* values. Memory that may be written
+        // locally may be the sink of an RDMA read: on iWARP NICs that takes remote write too
+        // (`Shared::read_sink_remote_write`); the LMR keeps the privileges asked for.
+        let mut hw_access = access;
+        if self.inner.shared.read_sink_remote_write
+            && access & ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 != 0
+        {
+            hw_access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        }
         // SAFETY: the caller guarantees [addr, addr+length) is valid memory until deregister.
         let mr = unsafe {
             ibv_reg_mr(
                 self.inner.pd.0,
                 addr as usize as *mut libc::c_void,
                 length as usize,
-                access as i32,
+                hw_access as i32,
             )
         };
         if mr.is_null() {

@@ -71,6 +71,10 @@ pub(crate) struct VerbsQp {
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
     binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
+    /// Signaled sends, RDMA writes and reads by wr_id and their length, on siw, whose
+    /// completions of them say byte_len 0 (ibverbs defines byte_len for receives, reads and
+    /// atomics; DAT reports every request's length): `sent_len` gives it.
+    sent_lens: Mutex<IntMap<u64, u32>>,
     /// A non-flush error completion was seen: the connection is broken (reported once).
     pub(super) broken: AtomicBool,
     /// Windows bound through this QP.
@@ -136,6 +140,11 @@ impl Drop for VerbsAh {
 struct SendQueue {
     posted: VecDeque<u64>,
     unsignaled_run: u32,
+    /// iWARP: the requests posted that the device completes with their own completion (the
+    /// signaled ones, every read among them), and the completions that came before those of
+    /// requests posted earlier (`VerbsQp::completed_in_order`).
+    signaled: IntSet<u64>,
+    early: IntMap<u64, WorkCompletion>,
 }
 
 impl VerbsQp {
@@ -239,6 +248,14 @@ impl VerbsQp {
                 max_inline = ia.cap.max_inline_data;
                 break;
             }
+            log::debug!(
+                "ibv_create_qp (send {} x {}, recv {} x {}, inline {inline}): errno {}",
+                cap.max_send_wr,
+                cap.max_send_sge,
+                cap.max_recv_wr,
+                cap.max_recv_sge,
+                super::sys::errno()
+            );
         }
         if qp.is_null() {
             return Err(Error::NoResource(Resource::Qp));
@@ -281,6 +298,7 @@ impl VerbsQp {
             sends_out: AtomicU32::new(0),
             recvs_out: AtomicU32::new(0),
             binds: Mutex::new(IntMap::default()),
+            sent_lens: Mutex::new(IntMap::default()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
@@ -448,22 +466,29 @@ impl VerbsQp {
                     self.recvs_out.fetch_sub(1, Ordering::SeqCst);
                 }
             }
+        } else if self.shared.iwarp {
+            // Retired in posting order by `completed_in_order`, given the completion itself.
         } else {
             let mut sq = self.sq.lock();
-            while let Some(front) = sq.posted.pop_front() {
-                self.sends_out.fetch_sub(1, Ordering::SeqCst);
-                if front == wr_id {
-                    break;
+            // A request no longer posted (a device completing one twice, or out of posting
+            // order after it was retired) retires nothing: without this check it would retire
+            // every request still outstanding, each as a success.
+            match sq.posted.iter().position(|&w| w == wr_id) {
+                Some(at) => {
+                    for front in sq.posted.drain(..=at) {
+                        self.sends_out.fetch_sub(1, Ordering::SeqCst);
+                        if front != wr_id && front & INTERNAL_BIT == 0 {
+                            queue.push_back(WorkCompletion::new(
+                                front,
+                                WcStatus::Success,
+                                WcOpcode::Send,
+                                0,
+                                self.qp_num,
+                            ));
+                        }
+                    }
                 }
-                if front & INTERNAL_BIT == 0 {
-                    queue.push_back(WorkCompletion::new(
-                        front,
-                        WcStatus::Success,
-                        WcOpcode::Send,
-                        0,
-                        self.qp_num,
-                    ));
-                }
+                None => log::warn!("QP {}: completion of {wr_id:#x}, not posted", self.qp_num),
             }
         }
         // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
@@ -544,6 +569,309 @@ fn downcast_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<Verb
         .ok_or(Error::Internal)
 }
 
+impl VerbsQp {
+    /// An iWARP QP: its send queue completes out of posting order (`completed_in_order`).
+    pub(super) fn iwarp(&self) -> bool {
+        self.shared.iwarp
+    }
+
+    /// iWARP: queues the completion `wc` of a send-queue request, and with it, in posting
+    /// order, the requests it lets retire. siw completes a send or RDMA write once it is sent
+    /// but an RDMA read only when its response is in, so a read's completion may come after
+    /// those of requests posted behind it; DAT reports an EP's requests in posting order,
+    /// each once, with its own status and length. So a completion that comes early waits in
+    /// `SendQueue::early` for those of the signaled requests before it; an unsignaled request
+    /// (never a read here: `post_send` signals every read) has no completion of its own and
+    /// retires, as a success, once a request after it has completed (sends and writes
+    /// complete in posting order). On error the device completes every request, unsignaled
+    /// ones too, in posting order.
+    pub(super) fn completed_in_order(
+        &self,
+        wc: WorkCompletion,
+        queue: &mut VecDeque<WorkCompletion>,
+    ) {
+        let mut sq = self.sq.lock();
+        let sq = &mut *sq;
+        if !sq.posted.contains(&wc.wr_id) {
+            log::warn!(
+                "QP {}: completion of {:#x}, not posted",
+                self.qp_num,
+                wc.wr_id
+            );
+            return;
+        }
+        sq.early.insert(wc.wr_id, wc);
+        while let Some(&front) = sq.posted.front() {
+            let done = match sq.early.remove(&front) {
+                Some(wc) => Some(wc),
+                // Unsignaled: done once anything after it is.
+                None if !sq.signaled.contains(&front) && !sq.early.is_empty() => None,
+                None => break,
+            };
+            sq.posted.pop_front();
+            sq.signaled.remove(&front);
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            if front & INTERNAL_BIT != 0 {
+                continue;
+            }
+            queue.push_back(done.unwrap_or_else(|| {
+                WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
+            }));
+        }
+    }
+
+    /// Fills the work request of a window bind (or unbind) `op` into `w`: what it adds to the
+    /// post (`BindPost`), or None when it completed here (the unbind of a window that is not
+    /// bound: no work request).
+    fn prepare_bind(
+        &self,
+        wr_id: u64,
+        op: &SendOp,
+        w: &mut ibv_send_wr,
+    ) -> Result<Option<BindPost>> {
+        let SendOp::BindMw {
+            mw,
+            mr,
+            addr,
+            length,
+            access,
+            new_rkey,
+        } = op
+        else {
+            return Err(Error::Internal);
+        };
+        let mut post = BindPost::default();
+        let mw_any = mw
+            .as_any()
+            .downcast_ref::<VerbsMw>()
+            .ok_or(Error::Internal)?;
+        let mw_arc = mw_any.me.upgrade().ok_or(Error::Internal)?;
+        let live = mw_any.live.load(Ordering::SeqCst);
+        match mr {
+            Some(mr) if *length > 0 => {
+                let vmr = mr
+                    .as_any()
+                    .downcast_ref::<VerbsMr>()
+                    .ok_or(Error::Internal)?;
+                if live != 0 {
+                    if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
+                        return Err(Error::NoResource(Resource::Qp));
+                    }
+                    // SAFETY: plain data.
+                    let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
+                    i.wr_id = INTERNAL_BIT;
+                    i.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                    i.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                    i.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                    post.inv = Some(i);
+                }
+                w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+                w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
+                w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
+                w.bind_mw_tso_union.bind_mw.bind_info.mr = vmr.mr.lock().0;
+                w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
+                w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
+                w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
+                mw_any.live.store(*new_rkey, Ordering::SeqCst);
+                post.bind = Some((mw_arc, *new_rkey));
+                post.bound = Some((mw_any.raw(), *new_rkey));
+                mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
+                let mut windows = self.windows.lock();
+                windows.retain(|w| w.strong_count() > 0);
+                if !windows.iter().any(|w| w.ptr_eq(&mw_any.me)) {
+                    windows.push(mw_any.me.clone());
+                }
+                drop(windows);
+            }
+            _ => {
+                if live == 0 {
+                    // Not bound: nothing to invalidate. Complete the unbind here, as
+                    // the hardware would (no data moves).
+                    self.send_cq.push_synthetic(vec![WorkCompletion {
+                        new_rkey: *new_rkey,
+                        ..WorkCompletion::new(
+                            wr_id,
+                            WcStatus::Success,
+                            WcOpcode::BindMw,
+                            0,
+                            self.qp_num,
+                        )
+                    }]);
+                    return Ok(None);
+                }
+                w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+                w.imm_data_invalidated_rkey_union.invalidated_rkey = live;
+                mw_any.live.store(0, Ordering::SeqCst);
+                // After the invalidation the window grants nothing.
+                post.bind = Some((mw_arc, 0));
+            }
+        }
+        Ok(Some(post))
+    }
+
+    /// Posts the work request `w` of `wr` (after the invalidation a bind may bring) with the
+    /// send flags `flags`, signaled where it must be, and records it in the send queue.
+    fn post_wr(
+        &self,
+        wr: &SendWr,
+        mut w: ibv_send_wr,
+        mut flags: u32,
+        total: u64,
+        mut bind: BindPost,
+    ) -> Result<()> {
+        if let Some(b) = bind.bind.take() {
+            self.binds.lock().insert(wr.wr_id, b);
+        }
+        // Unsignaled only for a request whose success nobody waits for, and never so many
+        // in a row that the device could not reclaim its send queue (it frees slots when a
+        // signaled completion is reaped). The lock is held across the post so the queue's
+        // record is in posting order.
+        let mut sq = self.sq.lock();
+        // On iWARP every read is signaled: a later request may complete before it (see
+        // `completed_in_order`), so only its own completion says it is done.
+        let signaled = wr.signaled
+            || matches!(wr.op, SendOp::BindMw { .. })
+            || (self.shared.iwarp && matches!(wr.op, SendOp::RdmaRead { .. }))
+            || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
+        if signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if signaled
+            && self.shared.recv_needs_sge
+            && matches!(
+                wr.op,
+                SendOp::Send
+                    | SendOp::SendInv { .. }
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaRead { .. }
+            )
+        {
+            self.sent_lens.lock().insert(wr.wr_id, total as u32);
+        }
+        w.send_flags = flags;
+        let with_inv = bind.inv.is_some();
+        let posted = if with_inv { 2 } else { 1 };
+        self.sends_out.fetch_add(posted, Ordering::SeqCst);
+        if with_inv {
+            sq.posted.push_back(INTERNAL_BIT);
+        }
+        sq.posted.push_back(wr.wr_id);
+        if self.shared.iwarp && signaled {
+            sq.signaled.insert(wr.wr_id);
+        }
+        let head: *mut ibv_send_wr = match bind.inv.as_mut() {
+            Some(i) => {
+                i.next = &mut w;
+                i
+            }
+            None => &mut w,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
+        // copies them, or the inline payload, before returning).
+        let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
+        if rc != 0 {
+            self.sends_out.fetch_sub(posted, Ordering::SeqCst);
+            for _ in 0..posted {
+                sq.posted.pop_back();
+            }
+            sq.signaled.remove(&wr.wr_id);
+            self.binds.lock().remove(&wr.wr_id);
+            if self.shared.recv_needs_sge {
+                self.sent_lens.lock().remove(&wr.wr_id);
+            }
+            log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
+        drop(sq);
+        if let Some((mw, rkey)) = bind.bound {
+            // The device names a window by its current rkey in the next bind request; verbs
+            // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
+            // this QP; if it fails, `invalidate` replaces the window).
+            // SAFETY: our window, alive while the core holds its RMR.
+            unsafe { (*mw).rkey = rkey };
+        }
+        Ok(())
+    }
+
+    /// The length of a completed signaled send, write or read where the device reports none
+    /// (siw), else what it reported; forgets the request either way.
+    pub(super) fn sent_len(&self, wr_id: u64, reported: u32) -> u32 {
+        if !self.shared.recv_needs_sge {
+            return reported;
+        }
+        self.sent_lens.lock().remove(&wr_id).unwrap_or(reported)
+    }
+}
+
+/// What a window bind adds to its post: the invalidation posted before it (a type 2 window
+/// bound again), the window and the rkey it gives (0 for an unbind) for the completion, and
+/// the window whose rkey the post updates.
+#[derive(Default)]
+struct BindPost {
+    inv: Option<ibv_send_wr>,
+    bind: Option<(Arc<VerbsMw>, u32)>,
+    bound: Option<(*mut ibv_mw, u32)>,
+}
+
+/// Fills the opcode and operands of `op`, any request but a window bind, into `w`.
+fn set_opcode(op: &SendOp, w: &mut ibv_send_wr) {
+    match op {
+        SendOp::Send => {
+            w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        }
+        SendOp::SendInv { rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+            w.imm_data_invalidated_rkey_union.invalidated_rkey = *rkey;
+        }
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            w.wr.rdma.remote_addr = *remote_addr;
+            w.wr.rdma.rkey = *rkey;
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            w.wr.rdma.remote_addr = *remote_addr;
+            w.wr.rdma.rkey = *rkey;
+        }
+        SendOp::RdmaWriteImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+            w.wr.rdma.remote_addr = *remote_addr;
+            w.wr.rdma.rkey = *rkey;
+            // Immediate data travels in network order (verbs' imm_data is __be32).
+            w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        }
+        SendOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+            w.wr.atomic.remote_addr = *remote_addr;
+            w.wr.atomic.rkey = *rkey;
+            w.wr.atomic.compare_add = *add;
+        }
+        SendOp::CmpSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+            w.wr.atomic.remote_addr = *remote_addr;
+            w.wr.atomic.rkey = *rkey;
+            w.wr.atomic.compare_add = *compare;
+            w.wr.atomic.swap = *swap;
+        }
+        SendOp::BindMw { .. } => unreachable!("binds are prepared by VerbsQp::prepare_bind"),
+    }
+}
+
 impl QueuePair for VerbsQp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -566,207 +894,44 @@ impl QueuePair for VerbsQp {
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
-        w.sg_list = super::sys::sge_ptr(&wr.sgl);
-        w.num_sge = wr.sgl.len() as i32;
+        // A zero-byte read on siw gets one empty segment: siw reads into exactly one
+        // (siw_qp.c sets num_sge 1 for every read), and with none it would use what a former
+        // request left in the slot of its mapped send queue.
+        let sgl: &[daplrs_backend::Sge] =
+            if wr.sgl.is_empty() && matches!(wr.op, SendOp::RdmaRead { .. }) {
+                recv_sges(&self.shared, &wr.sgl)
+            } else {
+                &wr.sgl
+            };
+        w.sg_list = super::sys::sge_ptr(sgl);
+        w.num_sge = sgl.len() as i32;
         let mut flags = 0u32;
         if wr.solicited {
             flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
         }
-        if wr.fence {
+        // siw refuses a fenced read ("a READ cannot be fenced", siw_qp.c): on iWARP a read
+        // asked to wait for earlier reads needs no fence, reads complete in order.
+        if wr.fence && !(self.shared.iwarp && matches!(wr.op, SendOp::RdmaRead { .. })) {
             flags |= ibv_send_flags::IBV_SEND_FENCE.0;
         }
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
-        let mut bind: Option<(Arc<VerbsMw>, u32)> = None;
-        // A type 2 window is invalidated before it is bound again (posted first, same chain).
-        // Made (zeroed) only for a bind that needs it: most posts are not binds.
-        let mut inv: Option<ibv_send_wr> = None;
-        let mut bound_mw: *mut ibv_mw = std::ptr::null_mut();
-        let mut bind_rkey = 0u32;
-        match &wr.op {
-            SendOp::Send => {
-                w.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        let bind = if matches!(wr.op, SendOp::BindMw { .. }) {
+            match self.prepare_bind(wr.wr_id, &wr.op, &mut w)? {
+                Some(b) => b,
+                // Completed here (the unbind of a window that is not bound).
+                None => return Ok(()),
             }
-            SendOp::SendInv { rkey } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                w.imm_data_invalidated_rkey_union.invalidated_rkey = *rkey;
-            }
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                w.wr.rdma.remote_addr = *remote_addr;
-                w.wr.rdma.rkey = *rkey;
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                w.wr.rdma.remote_addr = *remote_addr;
-                w.wr.rdma.rkey = *rkey;
-            }
-            SendOp::RdmaWriteImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-                w.wr.rdma.remote_addr = *remote_addr;
-                w.wr.rdma.rkey = *rkey;
-                // Immediate data travels in network order (verbs' imm_data is __be32).
-                w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-            }
-            SendOp::FetchAdd {
-                remote_addr,
-                rkey,
-                add,
-            } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                w.wr.atomic.remote_addr = *remote_addr;
-                w.wr.atomic.rkey = *rkey;
-                w.wr.atomic.compare_add = *add;
-            }
-            SendOp::CmpSwap {
-                remote_addr,
-                rkey,
-                compare,
-                swap,
-            } => {
-                w.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
-                w.wr.atomic.remote_addr = *remote_addr;
-                w.wr.atomic.rkey = *rkey;
-                w.wr.atomic.compare_add = *compare;
-                w.wr.atomic.swap = *swap;
-            }
-            SendOp::BindMw {
-                mw,
-                mr,
-                addr,
-                length,
-                access,
-                new_rkey,
-            } => {
-                let mw_any = mw
-                    .as_any()
-                    .downcast_ref::<VerbsMw>()
-                    .ok_or(Error::Internal)?;
-                let mw_arc = mw_any.me.upgrade().ok_or(Error::Internal)?;
-                let live = mw_any.live.load(Ordering::SeqCst);
-                match mr {
-                    Some(mr) if *length > 0 => {
-                        let vmr = mr
-                            .as_any()
-                            .downcast_ref::<VerbsMr>()
-                            .ok_or(Error::Internal)?;
-                        if live != 0 {
-                            if self.sends_out.load(Ordering::SeqCst) + 2 > self.cap.max_send_wr {
-                                return Err(Error::NoResource(Resource::Qp));
-                            }
-                            // SAFETY: plain data.
-                            let mut i: ibv_send_wr = unsafe { std::mem::zeroed() };
-                            i.wr_id = INTERNAL_BIT;
-                            i.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                            i.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-                            i.imm_data_invalidated_rkey_union.invalidated_rkey = live;
-                            inv = Some(i);
-                        }
-                        w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
-                        w.bind_mw_tso_union.bind_mw.mw = mw_any.raw();
-                        w.bind_mw_tso_union.bind_mw.rkey = *new_rkey;
-                        w.bind_mw_tso_union.bind_mw.bind_info.mr = vmr.mr.lock().0;
-                        w.bind_mw_tso_union.bind_mw.bind_info.addr = *addr;
-                        w.bind_mw_tso_union.bind_mw.bind_info.length = *length;
-                        w.bind_mw_tso_union.bind_mw.bind_info.mw_access_flags = *access;
-                        mw_any.live.store(*new_rkey, Ordering::SeqCst);
-                        bind = Some((mw_arc, *new_rkey));
-                        bound_mw = mw_any.raw();
-                        mw_any.bound_qp.store(self.qp_num, Ordering::SeqCst);
-                        let mut windows = self.windows.lock();
-                        windows.retain(|w| w.strong_count() > 0);
-                        if !windows.iter().any(|w| w.ptr_eq(&mw_any.me)) {
-                            windows.push(mw_any.me.clone());
-                        }
-                        drop(windows);
-                        bind_rkey = *new_rkey;
-                    }
-                    _ => {
-                        if live == 0 {
-                            // Not bound: nothing to invalidate. Complete the unbind here, as
-                            // the hardware would (no data moves).
-                            self.send_cq.push_synthetic(vec![WorkCompletion {
-                                new_rkey: *new_rkey,
-                                ..WorkCompletion::new(
-                                    wr.wr_id,
-                                    WcStatus::Success,
-                                    WcOpcode::BindMw,
-                                    0,
-                                    self.qp_num,
-                                )
-                            }]);
-                            return Ok(());
-                        }
-                        w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                        w.imm_data_invalidated_rkey_union.invalidated_rkey = live;
-                        mw_any.live.store(0, Ordering::SeqCst);
-                        // After the invalidation the window grants nothing.
-                        bind = Some((mw_arc, 0));
-                    }
-                }
-            }
-        }
+        } else {
+            set_opcode(&wr.op, &mut w);
+            BindPost::default()
+        };
         if matches!(wr.op, SendOp::Send | SendOp::RdmaWrite { .. })
             && total > 0
             && total <= u64::from(self.max_inline)
         {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        if let Some(b) = bind {
-            self.binds.lock().insert(wr.wr_id, b);
-        }
-        // Unsignaled only for a request whose success nobody waits for, and never so many
-        // in a row that the device could not reclaim its send queue (it frees slots when a
-        // signaled completion is reaped). The lock is held across the post so the queue's
-        // record is in posting order.
-        let mut sq = self.sq.lock();
-        let signaled = wr.signaled
-            || matches!(wr.op, SendOp::BindMw { .. })
-            || sq.unsignaled_run + 1 >= self.cap.max_send_wr / 2;
-        if signaled {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        w.send_flags = flags;
-        let with_inv = inv.is_some();
-        let posted = if with_inv { 2 } else { 1 };
-        self.sends_out.fetch_add(posted, Ordering::SeqCst);
-        if with_inv {
-            sq.posted.push_back(INTERNAL_BIT);
-        }
-        sq.posted.push_back(wr.wr_id);
-        let head: *mut ibv_send_wr = match inv.as_mut() {
-            Some(i) => {
-                i.next = &mut w;
-                i
-            }
-            None => &mut w,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: our QP; the work requests and their scatter list live across the call (verbs
-        // copies them, or the inline payload, before returning).
-        let rc = unsafe { ibv_post_send(self.qp.0, head, &mut bad) };
-        if rc != 0 {
-            self.sends_out.fetch_sub(posted, Ordering::SeqCst);
-            for _ in 0..posted {
-                sq.posted.pop_back();
-            }
-            self.binds.lock().remove(&wr.wr_id);
-            log::debug!("QP {}: ibv_post_send: error {rc}", self.qp_num);
-            return Err(Error::NoResource(Resource::Qp));
-        }
-        sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
-        drop(sq);
-        if !bound_mw.is_null() {
-            // The device names a window by its current rkey in the next bind request; verbs
-            // does not update ibv_mw.rkey for a type 2 bind, so we do (the bind is in order on
-            // this QP; if it fails, `invalidate` replaces the window).
-            // SAFETY: our window, alive while the core holds its RMR.
-            unsafe { (*bound_mw).rkey = bind_rkey };
-        }
-        Ok(())
+        self.post_wr(&wr, w, flags, total, bind)
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if self.srq.is_some() {
@@ -788,7 +953,7 @@ impl QueuePair for VerbsQp {
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
             return Err(Error::NoResource(Resource::Qp));
         }
-        let sges = &wr.sgl;
+        let sges = recv_sges(&self.shared, &wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;
@@ -804,6 +969,10 @@ impl QueuePair for VerbsQp {
             return Err(Error::NoResource(Resource::Qp));
         }
         Ok(())
+    }
+    fn replaced_after_reset(&self) -> bool {
+        // siw_qp_modify has no transition out of ERROR (drivers/infiniband/sw/siw/siw_qp.c).
+        self.shared.recv_needs_sge
     }
     fn reset(&self) -> Result<()> {
         if self.ud {
@@ -919,6 +1088,25 @@ impl Drop for VerbsQp {
     }
 }
 
+/// One empty segment, for a receive of zero-length messages where the device wants one.
+static EMPTY_SGE: [daplrs_backend::Sge; 1] = [daplrs_backend::Sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+}];
+
+/// A receive's scatter list as the device takes it: libsiw refuses a receive with no
+/// segment (EINVAL, providers/siw push_recv_wqe), so there it gets one empty segment, which
+/// takes a zero-length message just the same (siw skips empty segments and looks at no key)
+/// and fails a longer one with a length error, as no segment does.
+fn recv_sges<'a>(shared: &Shared, sgl: &'a [daplrs_backend::Sge]) -> &'a [daplrs_backend::Sge] {
+    if sgl.is_empty() && shared.recv_needs_sge {
+        &EMPTY_SGE
+    } else {
+        sgl
+    }
+}
+
 /// Shared receive queue.
 pub(crate) struct VerbsSrq {
     pub(super) id: u64,
@@ -978,7 +1166,7 @@ impl SharedReceiveQueue for VerbsSrq {
         self.id
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        let sges = &wr.sgl;
+        let sges = recv_sges(&self._pd.shared, &wr.sgl);
         // SAFETY: plain data.
         let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id | RECV_BIT;

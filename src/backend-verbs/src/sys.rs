@@ -133,9 +133,69 @@ pub(super) struct PortInfo {
 
 const SYS_IB: &str = "/sys/class/infiniband";
 
-/// Every (device, port, netdev) the kernel lists, from sysfs (RoCE/iWARP ports name their
-/// netdev per GID entry; the first GID entry that has one is taken).
+/// The (device, port) rdma_cm binds each local IPv4 address to, with that address's interface.
+/// iWARP ports have no GID table in sysfs (their netdev is only in the RDMA netlink), so this
+/// asks rdma_cm itself: the device it picks for an address is the one our connections get.
+fn cm_bound_ports() -> Vec<(String, u8, String, Ipv4Addr)> {
+    use rdma_sys::*;
+    let mut out = Vec::new();
+    let Ok(ifs) = daplrs_backend::netif::ipv4_interfaces() else {
+        return out;
+    };
+    for (ifname, ip) in ifs {
+        if ip.is_loopback() {
+            continue;
+        }
+        let mut id: *mut rdma_cm_id = std::ptr::null_mut();
+        // SAFETY: a synchronous id (no channel), destroyed below.
+        if unsafe {
+            rdma_create_id(
+                std::ptr::null_mut(),
+                &mut id,
+                std::ptr::null_mut(),
+                rdma_port_space::RDMA_PS_TCP,
+            )
+        } != 0
+        {
+            return out;
+        }
+        let mut sin = sockaddr_in(SocketAddrV4::new(ip, 0));
+        // SAFETY: a live id and a sockaddr_in that outlives the call.
+        let bound =
+            unsafe { rdma_bind_addr(id, &mut sin as *mut libc::sockaddr_in as *mut _) } == 0;
+        // SAFETY: a live id; verbs is set when the address is on an RDMA device.
+        let verbs = unsafe { (*id).verbs };
+        if bound && !verbs.is_null() {
+            // SAFETY: a live context of librdmacm's.
+            let dev = cstr(unsafe { rdma_sys::ibv_get_device_name((*verbs).device) });
+            // SAFETY: a live id.
+            let port = unsafe { (*id).port_num };
+            out.push((dev, port, ifname.to_string_lossy().into_owned(), ip));
+        }
+        // SAFETY: the id created above, with no events outstanding.
+        unsafe { rdma_destroy_id(id) };
+    }
+    out
+}
+
+/// Every (device, port, netdev) the kernel lists, from sysfs (RoCE ports name their netdev per
+/// GID entry; the first GID entry that has one is taken); ports without one (iWARP) take the
+/// interface rdma_cm binds to them (`cm_bound_ports`).
 pub(super) fn ports() -> Vec<PortInfo> {
+    let mut out = ports_sysfs();
+    if out.iter().any(|p| p.netdev.is_empty()) {
+        let bound = cm_bound_ports();
+        for p in out.iter_mut().filter(|p| p.netdev.is_empty()) {
+            if let Some((_, _, n, a)) = bound.iter().find(|b| b.0 == p.device && b.1 == p.port) {
+                p.netdev = n.clone();
+                p.addr = Some(*a);
+            }
+        }
+    }
+    out
+}
+
+fn ports_sysfs() -> Vec<PortInfo> {
     let mut out = Vec::new();
     let Ok(devs) = std::fs::read_dir(SYS_IB) else {
         return out;

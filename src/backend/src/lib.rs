@@ -61,6 +61,16 @@ pub struct DeviceAttr {
     /// The device provides unreliable datagram QPs (`Device::create_ud_qp`, `ud_resolve`,
     /// `ud_accept`, `QueuePair::post_send_ud`).
     pub ud: bool,
+    /// Local segments of an RDMA read (the device's max_sge_rd: siw reads into one).
+    pub max_rdma_read_sge: u32,
+    /// 64-bit atomics (fetch-and-add, compare-and-swap): `SendOp::FetchAdd`/`CmpSwap`. iWARP
+    /// devices mostly have none (siw: atomic_cap ATOMIC_NONE).
+    pub atomics: bool,
+    /// RDMA write with immediate data (`SendOp::WriteImm`); iWARP has no immediate data.
+    pub write_imm: bool,
+    /// The transport under the device, as datinfo shows it: "TCP", "InfiniBand", "RoCE",
+    /// "iWARP".
+    pub transport: &'static str,
 }
 
 /// Bytes a datagram receive reserves before the payload: on InfiniBand and RoCE the Global
@@ -452,6 +462,11 @@ pub trait QueuePair: Send + Sync {
     fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// Flushes everything outstanding and returns to Init (only from Error or Init).
     fn reset(&self) -> Result<()>;
+    /// After `reset` this QP cannot connect again, so the EP replaces it with a new one
+    /// (soft-iWARP: a QP never leaves ERROR; its modify to RESET does nothing).
+    fn replaced_after_reset(&self) -> bool {
+        false
+    }
     /// Receives posted and not yet completed.
     fn posted_recvs(&self) -> u32;
     fn local_addr(&self) -> Option<SocketAddrV4>;

@@ -67,7 +67,7 @@ impl EpAttr {
             max_rdma_read_in: 4.min(dev.max_rd_atomic),
             max_rdma_read_out: 4.min(dev.max_rd_atomic),
             srq_soft_hw: 0,
-            max_rdma_read_iov: 4.min(dev.max_sge),
+            max_rdma_read_iov: 4.min(dev.max_rdma_read_sge),
             max_rdma_write_iov: 4.min(dev.max_sge),
         }
     }
@@ -788,7 +788,7 @@ impl Ep {
     }
 
     /// dat_ep_reset: DISCONNECTED (or UNCONNECTED) -> UNCONNECTED with empty queues.
-    pub fn reset(&self) -> DatResult<()> {
+    pub fn reset(self: &Arc<Self>) -> DatResult<()> {
         let qp = {
             let i = self.inner.lock();
             match i.state {
@@ -801,6 +801,29 @@ impl Ep {
             qp.reset()?;
         }
         let mut i = self.inner.lock();
+        // A QP the device cannot connect again (siw's never leaves ERROR): a new one, as
+        // dat_ep_modify makes, with the same PZ, EVDs, SRQ and attributes.
+        if let Some(old) = qp.filter(|q| q.replaced_after_reset()) {
+            if let Some(pz) = i.pz.clone() {
+                let (new, sink) = build_qp(
+                    &self.ia,
+                    &pz,
+                    &i.recv_evd,
+                    &i.request_evd,
+                    &i.srq,
+                    &i.attr,
+                    Param::EpHandle,
+                )?;
+                self.ia.eps_by_qp.lock().remove(&old.qp_num());
+                old.destroy();
+                self.ia
+                    .eps_by_qp
+                    .lock()
+                    .insert(new.qp_num(), Arc::downgrade(self));
+                i.qp = Some(new);
+                i.sink_cq = sink;
+            }
+        }
         i.state = ep_state::UNCONNECTED;
         i.remote = None;
         i.peer_private_data = Arc::from(Vec::new());
@@ -1320,6 +1343,12 @@ impl Ep {
                 keep += 1;
             }
             wr.sgl.truncate(keep);
+        }
+        // The device reads into fewer segments than it takes for other requests (siw: one;
+        // the IA's max_iov_segments_per_rdma_read says): more would be read into the first
+        // alone, so they are refused here.
+        if wr.sgl.len() > self.ia.max_rdma_read_sge as usize {
+            return Err(DatError::bad(Param::NumSegments));
         }
         self.post_tracked(
             Some(qp),

@@ -34,6 +34,11 @@ impl Ep {
         imm: u32,
         flags: u32,
     ) -> DatResult<()> {
+        // Not on this device (iWARP has no immediate data): DAT_NOT_IMPLEMENTED, as for an
+        // extension the provider does not have; DAT_IB_ATTR_IMMED_DATA is not reported.
+        if !self.ia().device().attr().write_imm {
+            return Err(DatError::not_implemented());
+        }
         let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
         let (sgl, total) = Self::check_local_iov(self.ia(), pz, iov, mem_priv::LOCAL_READ)?;
         if total > u64::from(self.ia().max_rdma_size) || total > u64::from(remote.length) {
@@ -78,6 +83,11 @@ impl Ep {
         remote: RemoteBuffer,
         flags: u32,
     ) -> DatResult<()> {
+        // Not on this device (siw and most iWARP NICs): DAT_NOT_IMPLEMENTED, and the
+        // DAT_IB_ATTR_FETCH_AND_ADD / CMP_AND_SWAP attributes are not reported.
+        if !self.ia().device().attr().atomics {
+            return Err(DatError::not_implemented());
+        }
         let (pz, qp) = self.request_common(flags, 1, |a| a.max_rdma_read_iov)?;
         let (sgl, total) = Self::check_local_iov(
             self.ia(),

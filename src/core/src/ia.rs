@@ -148,6 +148,8 @@ pub struct Ia {
     /// no call through the device for its whole attribute set per post).
     pub(crate) max_msg_size: u32,
     pub(crate) max_rdma_size: u32,
+    /// Segments the device reads into (siw: one), which an RDMA read's checks look at.
+    pub(crate) max_rdma_read_sge: u32,
     closed: AtomicBool,
     /// The IA's async EVD (implicit ones are freed by graceful close).
     async_evd: Mutex<Option<(Weak<Evd>, bool)>>,
@@ -241,6 +243,7 @@ impl Ia {
             device: device.clone(),
             max_msg_size: dev.max_msg_size,
             max_rdma_size: dev.max_rdma_size,
+            max_rdma_read_sge: dev.max_rdma_read_sge,
             closed: AtomicBool::new(false),
             async_evd: Mutex::new(None),
             eps_by_qp: Mutex::new(IntMap::default()),
@@ -396,7 +399,7 @@ impl Ia {
             max_srqs: a.max_srq,
             max_ep_per_srq: a.max_qp,
             max_recv_per_srq: a.max_srq_wr,
-            max_iov_segments_per_rdma_read: a.max_sge,
+            max_iov_segments_per_rdma_read: a.max_rdma_read_sge,
             max_iov_segments_per_rdma_write: a.max_sge,
             max_rdma_read_in: a.max_rd_atomic,
             max_rdma_read_out: a.max_rd_atomic,

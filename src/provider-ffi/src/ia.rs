@@ -302,16 +302,22 @@ fn provider_specific_attrs(ia: &Ia) -> Vec<(&'static str, String)> {
         // The IB extensions dat_extension_op serves (provider-ffi/src/ext.rs): fetch-and-add,
         // compare-and-swap, RDMA write with immediate data, and the counters.
         ("DAT_EXTENSION_INTERFACE", yes()),
-        (DAT_IB_ATTR_FETCH_AND_ADD, yes()),
-        (DAT_IB_ATTR_CMP_AND_SWAP, yes()),
-        (DAT_IB_ATTR_IMMED_DATA, yes()),
         (DAT_IB_ATTR_COUNTERS, yes()),
         // Left out what has no true value here: DAT_IB_PROVIDER_NAME (OFED's
         // connection-manager flavour), DAT_IB_NODE_GUID, DAT_IB_GID, DAT_IB_PORT_STATUS and
         // DAT_IB_PORT_NUMBER (an InfiniBand port's).
     ];
+    // What the device under the IA has (iWARP: no atomics, no immediate data, no datagrams).
+    let dev = ia.device().attr();
+    if dev.atomics {
+        attrs.push((DAT_IB_ATTR_FETCH_AND_ADD, yes()));
+        attrs.push((DAT_IB_ATTR_CMP_AND_SWAP, yes()));
+    }
+    if dev.write_imm {
+        attrs.push((DAT_IB_ATTR_IMMED_DATA, yes()));
+    }
     // Unreliable datagrams (core/ep/ud.rs), where the backend has datagram QPs.
-    if ia.device().attr().ud {
+    if dev.ud {
         attrs.push((DAT_IB_ATTR_UD, yes()));
     }
     attrs

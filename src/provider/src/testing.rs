@@ -290,6 +290,40 @@ impl Side {
         }
     }
 
+    /// Whether (part of) a test must not run on this side's device: true, after printing why,
+    /// when its transport is iWARP (soft-iWARP siw, ...) and `reason` says what iWARP does not
+    /// do (no RNR retry: a send without a receive ends the connection; a remote access
+    /// violation comes back as a TERMINATE that ends the connection, not as the request's
+    /// error). Never silent.
+    pub(crate) fn skip_on_iwarp(&self, what: &str, reason: &str) -> bool {
+        let attr = self.ia.device().attr();
+        if attr.transport == "iWARP" {
+            println!("SKIP {what} on {}: {reason}", self.ia.device().name());
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether a test of RMRs must not run: true, after printing why, when this side's device
+    /// has no memory windows (max_rmrs 0: siw), where Rmr::create is refused.
+    pub(crate) fn skip_without_rmrs(&self, what: &str) -> bool {
+        if self.ia.device().attr().max_mw == 0 {
+            println!(
+                "SKIP {what} on {}: no RMRs (the device has no memory windows)",
+                self.ia.device().name()
+            );
+            true
+        } else {
+            false
+        }
+    }
+
+    /// How many local segments an RDMA read fills on this side's device (siw: one).
+    pub(crate) fn read_segments(&self) -> u32 {
+        self.ia.device().attr().max_rdma_read_sge
+    }
+
     /// Where peers connect to this side's service points: its IA's address.
     pub(crate) fn addr(&self) -> Ipv4Addr {
         self.ia.address()

@@ -84,6 +84,8 @@ struct Summary {
     max_evds: DAT_COUNT,
     max_evd_qlen: DAT_COUNT,
     max_lmrs: DAT_COUNT,
+    max_rmrs: DAT_COUNT,
+    max_iov_segments_per_rdma_read: DAT_COUNT,
     max_message_size: u64,
     max_rdma_size: u64,
     max_iov_segments_per_dto: DAT_COUNT,
@@ -109,6 +111,8 @@ macro_rules! summary {
             max_evds: attr.max_evds,
             max_evd_qlen: attr.max_evd_qlen,
             max_lmrs: attr.max_lmrs,
+            max_rmrs: attr.max_rmrs,
+            max_iov_segments_per_rdma_read: attr.max_iov_segments_per_rdma_read,
             max_message_size: u64::from(attr.max_message_size),
             max_rdma_size: u64::from(attr.max_rdma_size),
             max_iov_segments_per_dto: attr.max_iov_segments_per_dto,
@@ -152,6 +156,16 @@ impl Summary {
                 self.max_iov_segments_per_dto,
                 self.max_rdma_read_in,
                 self.max_rdma_read_out
+            ),
+            format!(
+                "max RMRs {}{}, RDMA read into {} segments",
+                self.max_rmrs,
+                if self.max_rmrs == 0 {
+                    " (no memory windows: dat_rmr_create refused)"
+                } else {
+                    ""
+                },
+                self.max_iov_segments_per_rdma_read
             ),
             format!(
                 "SRQ {}, max private data {} B, thread safe {}, DAT API {}.{}",
@@ -225,7 +239,9 @@ fn describe20(e: &conf::ConfEntry) -> Result<Vec<String>, Failure> {
         )
     };
     let mut lines = if rc == DAT_SUCCESS {
-        summary!(attr, pattr).lines()
+        let mut l = summary!(attr, pattr).lines();
+        l.push(provider_specific(&pattr));
+        l
     } else {
         vec![format!(
             "opened, but dat_ia_query failed: {}",
@@ -238,6 +254,41 @@ fn describe20(e: &conf::ConfEntry) -> Result<Vec<String>, Failure> {
         lines.push(format!("dat_ia_close failed: {}", code_name(rc)));
     }
     Ok(lines)
+}
+
+/// The provider's named attributes on one line: what the IB extensions offer on this IA
+/// (DAT_IB_ATTR_FETCH_AND_ADD, _CMP_AND_SWAP, _IMMED_DATA, _UD: present only where the
+/// device has them), the transport MTU, ...
+fn provider_specific(p: &DAT_PROVIDER_ATTR) -> String {
+    let mut pairs = Vec::new();
+    for i in 0..p.num_provider_specific_attr.max(0) as usize {
+        if p.provider_specific_attr.is_null() {
+            break;
+        }
+        // SAFETY: the provider's array of num_provider_specific_attr entries, valid while
+        // the IA is open.
+        let a = unsafe { &*p.provider_specific_attr.add(i) };
+        let s = |c: *const c_char| {
+            if c.is_null() {
+                String::new()
+            } else {
+                // SAFETY: a NUL-terminated string of the provider's.
+                unsafe { std::ffi::CStr::from_ptr(c) }
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        };
+        let (n, v) = (s(a.name), s(a.value));
+        if n == "DAT_IB_DEVICE_NAME" {
+            continue; // the adapter above
+        }
+        pairs.push(if v == "TRUE" { n } else { format!("{n}={v}") });
+    }
+    if pairs.is_empty() {
+        "provider attributes: none".to_string()
+    } else {
+        format!("provider attributes: {}", pairs.join(" "))
+    }
 }
 
 type IaOpenvFn = unsafe extern "C" fn(
