@@ -18,7 +18,6 @@ mod qp;
 
 pub use device::OfiDevice;
 
-use std::ffi::CStr;
 use std::net::Ipv4Addr;
 
 use daplrs_backend::{Error, Resource};
@@ -122,34 +121,13 @@ pub(crate) fn parse_target(provider: &str, place: Option<&str>) -> Result<Target
     })
 }
 
-/// The first IPv4 address of interface `name`.
+/// The IPv4 address of interface `name` (the host's list is `daplrs_backend::netif`'s).
 fn interface_address(name: &str) -> Option<Ipv4Addr> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list`, freed below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() && found.is_none() {
-        // SAFETY: a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        // SAFETY: ifa_name is a NUL-terminated string of the node.
-        let matches = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_bytes() == name.as_bytes();
-        // SAFETY: ifa_addr is NULL or a sockaddr of the node.
-        if matches
-            && !ifa.ifa_addr.is_null()
-            && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET
-        {
-            // SAFETY: an AF_INET address is a sockaddr_in.
-            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: the list from getifaddrs above.
-    unsafe { libc::freeifaddrs(list) };
-    found
+    daplrs_backend::netif::ipv4_interfaces()
+        .ok()?
+        .into_iter()
+        .find(|(n, _)| n.to_bytes() == name.as_bytes())
+        .map(|(_, a)| a)
 }
 
 /// A sockaddr_in in libfabric's address fields, as a Rust address.
