@@ -67,6 +67,22 @@ impl OfiCq {
         self.fire();
     }
 
+    /// Runs `f` on the queue of completions ready for the core, with its lock
+    /// held (before any QP's lock, as a reader of the fid_cq takes them), and
+    /// notifies the consumer when completions were added.
+    pub(crate) fn deliver<R>(&self, f: impl FnOnce(&mut VecDeque<WorkCompletion>) -> R) -> R {
+        let (r, added) = {
+            let mut q = self.queue.lock();
+            let before = q.len();
+            let r = f(&mut q);
+            (r, q.len() > before)
+        };
+        if added {
+            self.fire();
+        }
+        r
+    }
+
     fn fire(&self) {
         let notify = self.notify.lock().clone();
         if let Some(n) = notify {

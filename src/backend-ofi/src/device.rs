@@ -228,6 +228,15 @@ impl OfiDevice {
         !self.virt_addr
     }
 
+    /// Whether memory windows can be offered: a bind's key is announced before
+    /// the bind registers (`MemoryWindow::next_rkey`), so the backend must
+    /// choose keys, which a provider requiring FI_MR_PROV_KEY does not allow.
+    pub(crate) fn windows(&self) -> bool {
+        // SAFETY: the domain attributes of our fi_info.
+        let mr_mode = unsafe { (*(*self.info.ptr()).domain_attr).mr_mode };
+        mr_mode & fi::FI_MR_PROV_KEY as i32 == 0
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -288,7 +297,7 @@ impl OfiDevice {
             max_mr: clamp(dom.mr_cnt.max(1 << 16)),
             max_mr_size: u64::MAX,
             max_pd: 1 << 16,
-            max_mw: 0,
+            max_mw: if self.windows() { 1 << 16 } else { 0 },
             max_srq: 0,
             max_srq_wr: 0,
             max_msg_size: clamp(ep.max_msg_size),

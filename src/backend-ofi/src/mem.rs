@@ -7,11 +7,11 @@
 
 use std::any::Any;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
-    access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Resource, Result,
+    access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Resource, Result, WcStatus,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -50,29 +50,9 @@ impl ProtectionDomain for OfiPd {
             return Err(Error::BadAddress);
         }
         let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
-        let iov = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: length as usize,
-        };
         let mut fi_access = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE) as u64;
-        if rights & access::REMOTE_READ != 0 {
-            fi_access |= fi::FI_REMOTE_READ as u64;
-        }
-        if rights & access::REMOTE_WRITE != 0 {
-            fi_access |= fi::FI_REMOTE_WRITE as u64;
-        }
-        let attr = fi::fi_mr_attr {
-            mr_iov: (&iov as *const libc::iovec).cast(),
-            iov_count: 1,
-            access: fi_access,
-            requested_key: key as u64,
-            ..Default::default()
-        };
-        let mut mr = null_mut();
-        // SAFETY: an open domain; the attributes point at `iov`, alive for the call.
-        let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut mr) };
-        opened(rc, "fi_mr_regattr", Error::NoResource(Resource::Key))?;
-        let mr = Fid(mr);
+        fi_access |= remote_access(rights);
+        let mr = register(&dev, addr, length, fi_access, key)?;
         // SAFETY: the registration just made.
         let (prov_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
         let rkey = u32::try_from(prov_key).map_err(|_| {
@@ -95,8 +75,56 @@ impl ProtectionDomain for OfiPd {
     }
 
     fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
-        Err(Error::Unsupported)
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        if !dev.windows() {
+            return Err(Error::Unsupported);
+        }
+        Ok(Arc::new(OfiMw {
+            pd: self.id,
+            dev: self.dev.clone(),
+            bound: Mutex::new(None),
+            live: AtomicBool::new(true),
+        }))
     }
+}
+
+/// The remote rights of DAT access bits, as libfabric access flags.
+fn remote_access(rights: u32) -> u64 {
+    let mut fi_access = 0;
+    if rights & access::REMOTE_READ != 0 {
+        fi_access |= fi::FI_REMOTE_READ as u64;
+    }
+    if rights & access::REMOTE_WRITE != 0 {
+        fi_access |= fi::FI_REMOTE_WRITE as u64;
+    }
+    fi_access
+}
+
+/// Registers [addr, addr+length) with `fi_access`, asking for `key` (the
+/// provider's own key where it picks them: FI_MR_PROV_KEY).
+fn register(
+    dev: &OfiDevice,
+    addr: u64,
+    length: u64,
+    fi_access: u64,
+    key: u32,
+) -> Result<Fid<fi::fid_mr>> {
+    let iov = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: length as usize,
+    };
+    let attr = fi::fi_mr_attr {
+        mr_iov: (&iov as *const libc::iovec).cast(),
+        iov_count: 1,
+        access: fi_access,
+        requested_key: key as u64,
+        ..Default::default()
+    };
+    let mut mr = null_mut();
+    // SAFETY: an open domain; the attributes point at `iov`, alive for the call.
+    let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut mr) };
+    opened(rc, "fi_mr_regattr", Error::NoResource(Resource::Key))?;
+    Ok(Fid(mr))
 }
 
 pub(crate) struct OfiMr {
@@ -141,5 +169,116 @@ impl MemoryRegion for OfiMr {
         }
         // Closing the registration (Fid's drop) makes its key invalid for every peer.
         self.mr.lock().take();
+    }
+}
+
+impl OfiMr {
+    /// Whether a window may expose [addr, addr+length) of this region: still
+    /// registered, and the range inside it.
+    fn may_expose(&self, addr: u64, length: u64) -> bool {
+        let end = addr.checked_add(length);
+        addr >= self.addr
+            && end.is_some_and(|e| e <= self.addr + self.length)
+            && self.mr.lock().is_some()
+    }
+}
+
+/// A memory window: libfabric has none, so a bind registers the bound range
+/// anew with the window's remote rights (the pages are pinned already by the
+/// region's registration) and its key is the window's rkey; an unbind or
+/// rebind closes that registration, so the old key grants nothing from then
+/// on (docs/libfabric.md, RMR bind).
+pub(crate) struct OfiMw {
+    pd: u32,
+    dev: Weak<OfiDevice>,
+    /// The current binding's registration and key (None: grants nothing).
+    bound: Mutex<Option<(u32, Fid<fi::fid_mr>)>>,
+    live: AtomicBool,
+}
+
+impl OfiMw {
+    /// Executes a bind (or, `mr` None, an unbind) in the QP's order; its
+    /// completion's status. `new_rkey` came from `next_rkey`.
+    pub(crate) fn bind(
+        &self,
+        mr: Option<&Arc<dyn MemoryRegion>>,
+        addr: u64,
+        length: u64,
+        rights: u32,
+        new_rkey: u32,
+    ) -> WcStatus {
+        self.unbind();
+        let Some(mr) = mr else {
+            return WcStatus::Success;
+        };
+        let region = mr.as_any().downcast_ref::<OfiMr>();
+        let dev = self.dev.upgrade();
+        let (Some(region), Some(dev)) = (region, dev) else {
+            return WcStatus::MwBind;
+        };
+        if !self.live.load(Ordering::Acquire)
+            || region.pd != self.pd
+            || !region.may_expose(addr, length)
+        {
+            return WcStatus::MwBind;
+        }
+        let Ok(reg) = register(&dev, addr, length, remote_access(rights), new_rkey) else {
+            return WcStatus::MwBind;
+        };
+        // SAFETY: the registration just made.
+        if unsafe { fi::fi_mr_key(reg.ptr()) } != new_rkey as u64 {
+            // The consumer was told new_rkey already: a provider picking its own
+            // keys cannot bind (alloc_mw refuses such providers).
+            return WcStatus::MwBind;
+        }
+        if let Some(keys) = &dev.keys {
+            keys.publish(new_rkey, addr, length);
+        }
+        *self.bound.lock() = Some((new_rkey, reg));
+        WcStatus::Success
+    }
+
+    /// Ends the current binding: its key is withdrawn and its registration
+    /// closed, so every later access through it fails at the provider.
+    fn unbind(&self) {
+        let Some((key, reg)) = self.bound.lock().take() else {
+            return;
+        };
+        if let Some(keys) = self.dev.upgrade().as_ref().and_then(|d| d.keys.as_ref()) {
+            keys.withdraw(key);
+        }
+        drop(reg);
+    }
+}
+
+impl MemoryWindow for OfiMw {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn rkey(&self) -> u32 {
+        self.bound.lock().as_ref().map_or(0, |(k, _)| *k)
+    }
+    fn next_rkey(&self) -> u32 {
+        // A fresh key from the device's counter: keys are never reused, so a
+        // peer's cached start of an old key never applies to new memory.
+        self.dev
+            .upgrade()
+            .map_or(0, |d| d.next_key.fetch_add(1, Ordering::Relaxed))
+    }
+    fn pd_id(&self) -> u32 {
+        self.pd
+    }
+    fn invalidate(&self) {
+        self.unbind();
+    }
+    fn dealloc(&self) {
+        self.live.store(false, Ordering::Release);
+        self.unbind();
+    }
+}
+
+impl Drop for OfiMw {
+    fn drop(&mut self) {
+        self.dealloc();
     }
 }

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
-    Error, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result, SendOp, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion,
+    Error, MemoryRegion, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result,
+    SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -24,6 +24,7 @@ use crate::cm::PeerTable;
 use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
 use crate::keys::{self, ENTRY_BYTES};
+use crate::mem::OfiMw;
 use crate::{Fid, Info};
 
 /// A receive's token carries this bit; a request's does not.
@@ -478,11 +479,39 @@ impl OfiQp {
     /// Posts `wr`; `offset`: the provider's remote address of an RDMA request.
     /// A fenced request waits (in `held`, its slot taken) until every earlier
     /// one completed, and so does everything posted after it.
-    fn post_request(&self, inner: &mut Inner, wr: &SendWr, offset: u64) -> Result<()> {
-        let kind = match wr.op {
+    /// A bind issued at once completes here, into `out`.
+    fn post_request(
+        &self,
+        inner: &mut Inner,
+        wr: &SendWr,
+        offset: u64,
+        out: &mut VecDeque<WorkCompletion>,
+    ) -> Result<()> {
+        let kind = match &wr.op {
             SendOp::Send => Kind::Send,
-            SendOp::RdmaWrite { rkey, .. } => Kind::Write { offset, rkey },
-            SendOp::RdmaRead { rkey, .. } => Kind::Read { offset, rkey },
+            SendOp::RdmaWrite { rkey, .. } => Kind::Write {
+                offset,
+                rkey: *rkey,
+            },
+            SendOp::RdmaRead { rkey, .. } => Kind::Read {
+                offset,
+                rkey: *rkey,
+            },
+            SendOp::BindMw {
+                mw,
+                mr,
+                addr,
+                length,
+                access,
+                new_rkey,
+            } => Kind::Bind {
+                mw: mw.clone(),
+                mr: mr.clone(),
+                addr: *addr,
+                length: *length,
+                access: *access,
+                new_rkey: *new_rkey,
+            },
             _ => return Err(Error::Unsupported),
         };
         if !self.send_room(inner) {
@@ -506,12 +535,57 @@ impl OfiQp {
             inner.held.push_back(request);
             return Ok(());
         }
-        if let Err(e) = self.issue(inner, &request) {
-            // Not posted: the slot goes (it is the newest).
-            inner.sends.slots.pop_back();
-            return Err(e);
+        match self.issue(inner, &request) {
+            Err(e) => {
+                // Not posted: the slot goes (it is the newest).
+                inner.sends.slots.pop_back();
+                Err(e)
+            }
+            Ok(done) => {
+                self.complete_local(inner, &request, done, out);
+                Ok(())
+            }
         }
-        Ok(())
+    }
+
+    /// A request the backend executed itself (a bind) completes in order.
+    fn complete_local(
+        &self,
+        inner: &mut Inner,
+        request: &Request,
+        done: Option<WcStatus>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) {
+        let Some(status) = done else { return };
+        let new_rkey = match request.kind {
+            Kind::Bind { new_rkey, .. } => new_rkey,
+            _ => 0,
+        };
+        let num = self.num;
+        inner.sends.mark(request.token, |s| WorkCompletion {
+            new_rkey,
+            ..WorkCompletion::new(s.wr_id, status, s.opcode, 0, num)
+        });
+        inner.sends.release(out);
+        self.release_held(inner, out);
+    }
+
+    /// Posts `wr` under the QP's lock; what completes at once goes to `out`.
+    fn post_locked(
+        &self,
+        wr: &SendWr,
+        offset: u64,
+        out: &mut VecDeque<WorkCompletion>,
+    ) -> Result<()> {
+        let mut inner = self.inner.lock();
+        match inner.state {
+            QpState::Connected => self.post_request(&mut inner, wr, offset, out),
+            QpState::Error => {
+                out.push_back(WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num));
+                Ok(())
+            }
+            _ => Err(Error::NotConnected),
+        }
     }
 
     fn send_room(&self, inner: &Inner) -> bool {
@@ -527,19 +601,44 @@ impl OfiQp {
                 return;
             }
             let request = inner.held.pop_front().expect("front checked");
-            if self.issue(inner, &request).is_err() {
+            let done = self.issue(inner, &request).unwrap_or_else(|e| {
+                log::debug!("a held request failed at post: {e:?}");
+                Some(WcStatus::LocalQpOp)
+            });
+            if let Some(status) = done {
                 let num = self.num;
                 inner.sends.mark(request.token, |s| {
-                    WorkCompletion::new(s.wr_id, WcStatus::LocalQpOp, s.opcode, 0, num)
+                    WorkCompletion::new(s.wr_id, status, s.opcode, 0, num)
                 });
                 inner.sends.release(out);
             }
         }
     }
 
-    /// One request to the provider.
-    fn issue(&self, inner: &Inner, request: &Request) -> Result<()> {
+    /// One request to the provider; a bind the backend executes now, giving
+    /// its completion's status (None: the provider completes the request).
+    fn issue(&self, inner: &Inner, request: &Request) -> Result<Option<WcStatus>> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
+        if let Kind::Bind {
+            mw,
+            mr,
+            addr,
+            length,
+            access,
+            new_rkey,
+        } = &request.kind
+        {
+            let Some(mw) = mw.as_any().downcast_ref::<OfiMw>() else {
+                return Ok(Some(WcStatus::MwBind));
+            };
+            return Ok(Some(mw.bind(
+                mr.as_ref(),
+                *addr,
+                *length,
+                *access,
+                *new_rkey,
+            )));
+        }
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         let (iov, mut desc) = io_vectors(&dev, &request.sgl);
         let context = self.context(request.token);
@@ -581,17 +680,32 @@ impl OfiQp {
                         fi::fi_writemsg(ep, &msg, placed)
                     }
                 }
+                Kind::Bind { .. } => unreachable!("executed above"),
             }
         };
-        crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| ())
+        crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| None)
     }
 }
 
-#[derive(Clone, Copy)]
 enum Kind {
     Send,
-    Write { offset: u64, rkey: u32 },
-    Read { offset: u64, rkey: u32 },
+    Write {
+        offset: u64,
+        rkey: u32,
+    },
+    Read {
+        offset: u64,
+        rkey: u32,
+    },
+    /// A memory window bind, executed by the backend (`OfiMw::bind`).
+    Bind {
+        mw: Arc<dyn MemoryWindow>,
+        mr: Option<Arc<dyn MemoryRegion>>,
+        addr: u64,
+        length: u64,
+        access: u32,
+        new_rkey: u32,
+    },
 }
 
 /// A request on its way to the provider (kept while held behind a fence).
@@ -673,17 +787,16 @@ impl QueuePair for OfiQp {
             }
             _ => 0,
         };
-        let mut inner = self.inner.lock();
-        match inner.state {
-            QpState::Connected => self.post_request(&mut inner, &wr, offset),
-            QpState::Error => {
-                drop(inner);
-                let wc = WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num);
-                self.send_cq.push([wc]);
-                Ok(())
-            }
-            _ => Err(Error::NotConnected),
+        if matches!(wr.op, SendOp::BindMw { .. }) {
+            // A bind may complete right here: the CQ's queue is taken before the
+            // QP's lock, as the reaper does, so nothing the provider completes
+            // after it can be queued before it.
+            return self.send_cq.deliver(|q| self.post_locked(&wr, offset, q));
         }
+        let mut out = VecDeque::new();
+        let posted = self.post_locked(&wr, offset, &mut out);
+        self.send_cq.push(out);
+        posted
     }
 
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
