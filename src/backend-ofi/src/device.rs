@@ -302,7 +302,8 @@ impl OfiDevice {
             max_srq_wr: 0,
             max_msg_size: clamp(ep.max_msg_size),
             max_rdma_size: clamp(ep.max_msg_size),
-            max_rd_atomic: 16,
+            // libfabric bounds RDMA reads in flight only by the transmit queue.
+            max_rd_atomic: clamp(tx.size),
             max_private_data: crate::cm::MAX_PRIVATE_DATA,
             mtu: 4096,
             ud: false,
