@@ -130,6 +130,12 @@ impl OfiCq {
                 let mut err = fi::fi_cq_err_entry::default();
                 // SAFETY: the same CQ; one error entry.
                 if unsafe { fi::fi_cq_readerr(self.cq.ptr(), &mut err, 0) } == 1 {
+                    log::debug!(
+                        "completion error {} (provider {}): {}",
+                        err.err,
+                        err.prov_errno,
+                        fi::strerror(err.err)
+                    );
                     let status = Err(status_of(err.err));
                     complete(dev, err.op_context as u64, status, &mut q, broken);
                 }
@@ -163,7 +169,11 @@ fn complete(
 /// A libfabric error entry's status.
 fn status_of(err: i32) -> WcStatus {
     match err.unsigned_abs() {
-        fi::FI_ECANCELED => WcStatus::Flushed,
+        // The connection ended under the request (the peer went, or closed it):
+        // what the connection's end reports, as our TCP transport flushes.
+        fi::FI_ECANCELED | fi::FI_ENOTCONN | fi::FI_ECONNRESET | fi::FI_ECONNABORTED => {
+            WcStatus::Flushed
+        }
         fi::FI_EACCES | fi::FI_EPERM | fi::FI_EKEYREJECTED => WcStatus::RemoteAccess,
         fi::FI_ETRUNC | fi::FI_EMSGSIZE => WcStatus::LocalLength,
         fi::FI_EINVAL => WcStatus::RemoteInvalidRequest,

@@ -10,7 +10,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
@@ -31,8 +31,9 @@ use crate::{Fid, Info};
 const RECV_BIT: u32 = 1 << 31;
 /// The token of the backend's own read of a peer's key table entry.
 const LOOKUP_TOKEN: u32 = 1 << 30;
-/// How long a post waits for a peer's key table entry.
-const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A key the peer's table does not have (cached as its "start": the provider
+/// then refuses the request at the key check, as a remote access error).
+const NOT_AT_PEER: u64 = u64::MAX;
 
 struct Slot {
     wr_id: u64,
@@ -97,10 +98,15 @@ struct Inner {
     remote: Option<SocketAddrV4>,
     /// The disconnection was reported (once per connection).
     ended: bool,
+    /// A request failed so that the connection broke: later errors are flushes.
+    broke: bool,
     /// The peer's key table, and the start of each of its keys read so far
     /// (see `keys`).
     peer: PeerTable,
     starts: std::collections::HashMap<u32, u64>,
+    /// The key whose entry is being read from the peer's table (one at a time:
+    /// the requests needing it wait in `held`, so a post never waits on the peer).
+    lookup: Option<u32>,
     /// Requests behind a fence (see `post_request`), oldest first.
     held: VecDeque<Request>,
 }
@@ -112,11 +118,6 @@ struct Lookup {
     mr: Option<Fid<fi::fid_mr>>,
 }
 
-/// A lookup's state (`OfiQp::lookup_state`).
-const LOOKUP_PENDING: u8 = 0;
-const LOOKUP_DONE: u8 = 1;
-const LOOKUP_FAILED: u8 = 2;
-
 pub(crate) struct OfiQp {
     num: u32,
     dev: Weak<OfiDevice>,
@@ -124,10 +125,8 @@ pub(crate) struct OfiQp {
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
     inner: Mutex<Inner>,
-    /// One lookup at a time (posts that need one wait for each other).
+    /// Taken under `inner` (never the other way round).
     lookup: Mutex<Lookup>,
-    /// The lookup in flight: set by whoever reads its completion.
-    lookup_state: AtomicU8,
 }
 
 fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
@@ -159,15 +158,16 @@ impl OfiQp {
                 local: None,
                 remote: None,
                 ended: false,
+                broke: false,
                 peer: PeerTable::default(),
                 starts: std::collections::HashMap::new(),
+                lookup: None,
                 held: VecDeque::new(),
             }),
             lookup: Mutex::new(Lookup {
                 buf: Box::new([0; ENTRY_BYTES]),
                 mr: None,
             }),
-            lookup_state: AtomicU8::new(LOOKUP_PENDING),
         }))
     }
 
@@ -337,17 +337,23 @@ impl OfiQp {
                 | WcStatus::Transport
                 | WcStatus::RemoteOp)
         );
-        if token == LOOKUP_TOKEN {
-            // Not the consumer's: the lookup's waiter reads the outcome.
-            let done = if result.is_ok() {
-                LOOKUP_DONE
-            } else {
-                LOOKUP_FAILED
-            };
-            self.lookup_state.store(done, Ordering::Release);
-            return false;
-        }
         let mut inner = self.inner.lock();
+        if token == LOOKUP_TOKEN {
+            // Not the consumer's: the requests waiting for the entry go on.
+            self.looked_up(&mut inner, result.is_ok());
+            self.release_held(&mut inner, out);
+            inner.broke |= fatal;
+            return fatal && inner.state == QpState::Connected;
+        }
+        // libfabric fails every request outstanding when a connection ends; as
+        // on an RDMA NIC, only the first error is the QP's, what follows it (and
+        // a receive, which sees no transport) is flushed.
+        let result = match result {
+            Err(WcStatus::LocalLength) => result,
+            Err(_) if inner.broke || token & RECV_BIT != 0 => Err(WcStatus::Flushed),
+            _ => result,
+        };
+        inner.broke |= fatal;
         let num = self.num;
         let wc = |slot: &Slot, len: u32| match result {
             Ok(_) => WorkCompletion::new(slot.wr_id, WcStatus::Success, slot.opcode, len, num),
@@ -380,39 +386,39 @@ impl OfiQp {
         let mut inner = self.inner.lock();
         inner.peer = peer;
         inner.starts.clear();
+        inner.lookup = None;
     }
 
-    /// The offset the provider wants for the peer's virtual address `va` of
-    /// `rkey` (the address itself on providers that address by it).
-    fn remote_offset(&self, dev: &OfiDevice, va: u64, rkey: u32) -> Result<u64> {
-        if dev.keys.is_none() {
-            return Ok(va);
-        }
-        if let Some(start) = self.inner.lock().starts.get(&rkey) {
-            return Ok(va.wrapping_sub(*start));
-        }
-        // Not known here: read the peer's entry. An unknown key gives an offset
-        // the provider refuses (the request then fails as a remote access error).
-        let start = self.look_up(dev, rkey)?.unwrap_or(u64::MAX);
-        if start != u64::MAX {
-            self.inner.lock().starts.insert(rkey, start);
-        }
-        Ok(va.wrapping_sub(start))
+    /// Whether a request to `rkey` must wait for the peer's table entry.
+    fn needs_lookup(&self, dev: &OfiDevice, inner: &Inner, rkey: Option<u32>) -> bool {
+        rkey.is_some_and(|k| dev.keys.is_some() && !inner.starts.contains_key(&k))
     }
 
-    /// Reads the peer's key table entry for `rkey`: the start of its memory, or
-    /// None when the peer has no such key.
-    fn look_up(&self, dev: &OfiDevice, rkey: u32) -> Result<Option<u64>> {
-        let mut lookup = self.lookup.lock();
-        let (ep, peer) = {
-            let inner = self.inner.lock();
-            (
-                inner.ep.as_ref().map(Fid::ptr).ok_or(Error::NotConnected)?,
-                inner.peer,
-            )
+    /// The lookup of `rkey`'s entry completed (`ok`) or failed: its start is
+    /// cached (NOT_AT_PEER when the peer has no such key or it could not be read).
+    fn looked_up(&self, inner: &mut Inner, ok: bool) {
+        let Some(rkey) = inner.lookup.take() else {
+            return;
         };
+        let start = if ok {
+            keys::start_of(&self.lookup.lock().buf, rkey)
+        } else {
+            None
+        };
+        inner.starts.insert(rkey, start.unwrap_or(NOT_AT_PEER));
+    }
+
+    /// Reads the peer's key table entry for `rkey` (one RDMA read, completed
+    /// through the send CQ as LOOKUP_TOKEN), unless a lookup is in flight.
+    fn start_lookup(&self, inner: &mut Inner, rkey: u32) -> Result<()> {
+        if inner.lookup.is_some() {
+            return Ok(());
+        }
+        let ep = inner.ep.as_ref().map(Fid::ptr).ok_or(Error::NotConnected)?;
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let mut lookup = self.lookup.lock();
         if lookup.mr.is_none() {
-            lookup.mr = Some(register_lookup(dev, &mut lookup.buf)?);
+            lookup.mr = Some(register_lookup(&dev, &mut lookup.buf)?);
         }
         let mut desc = lookup.mr.as_ref().map_or(null_mut(), |m| {
             // SAFETY: the lookup buffer's registration.
@@ -423,9 +429,9 @@ impl OfiQp {
             iov_len: ENTRY_BYTES,
         };
         let rma = fi::fi_rma_iov {
-            addr: keys::KeyTable::remote_slot(peer.address, rkey),
+            addr: keys::KeyTable::remote_slot(inner.peer.address, rkey),
             len: ENTRY_BYTES,
-            key: peer.key,
+            key: inner.peer.key,
         };
         let msg = fi::fi_msg_rma {
             msg_iov: (&iov as *const libc::iovec).cast(),
@@ -436,27 +442,16 @@ impl OfiQp {
             context: self.context(LOOKUP_TOKEN),
             ..Default::default()
         };
-        self.lookup_state.store(LOOKUP_PENDING, Ordering::Release);
-        // SAFETY: an enabled endpoint; the buffer is registered and stays borrowed
-        // (the lookup lock is held) until the read's completion is seen below.
+        // SAFETY: an enabled endpoint; the buffer is registered, and no other
+        // lookup writes it until this one's completion (`inner.lookup`).
         let rc = unsafe { fi::fi_readmsg(ep, &msg, fi::FI_COMPLETION as u64) };
         crate::check(
             rc,
             "fi_readmsg (key lookup)",
             Error::NoResource(Resource::WorkQueue),
         )?;
-        let deadline = std::time::Instant::now() + LOOKUP_TIMEOUT;
-        loop {
-            match self.lookup_state.load(Ordering::Acquire) {
-                LOOKUP_DONE => return Ok(keys::start_of(&lookup.buf, rkey)),
-                LOOKUP_FAILED => return Ok(None),
-                _ if std::time::Instant::now() > deadline => return Err(Error::NotConnected),
-                _ => {
-                    self.send_cq.reap_and_notify();
-                    std::thread::yield_now();
-                }
-            }
-        }
+        inner.lookup = Some(rkey);
+        Ok(())
     }
 
     fn post_recv_now(&self, inner: &Inner, token: u32, wr: &RecvWr) -> Result<()> {
@@ -476,25 +471,24 @@ impl OfiQp {
         crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue)).map(|_| ())
     }
 
-    /// Posts `wr`; `offset`: the provider's remote address of an RDMA request.
-    /// A fenced request waits (in `held`, its slot taken) until every earlier
-    /// one completed, and so does everything posted after it.
+    /// Posts `wr`. A fenced request waits (in `held`, its slot taken) until
+    /// every earlier one completed, an RDMA request until the peer's entry of
+    /// its key was read, and everything posted after either waits behind it.
     /// A bind issued at once completes here, into `out`.
     fn post_request(
         &self,
         inner: &mut Inner,
         wr: &SendWr,
-        offset: u64,
         out: &mut VecDeque<WorkCompletion>,
     ) -> Result<()> {
         let kind = match &wr.op {
             SendOp::Send => Kind::Send,
-            SendOp::RdmaWrite { rkey, .. } => Kind::Write {
-                offset,
+            SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
+                va: *remote_addr,
                 rkey: *rkey,
             },
-            SendOp::RdmaRead { rkey, .. } => Kind::Read {
-                offset,
+            SendOp::RdmaRead { remote_addr, rkey } => Kind::Read {
+                va: *remote_addr,
                 rkey: *rkey,
             },
             SendOp::BindMw {
@@ -531,6 +525,12 @@ impl OfiQp {
             sgl: wr.sgl.to_vec(),
             len,
         };
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        if self.needs_lookup(&dev, inner, request.kind.rkey()) {
+            inner.held.push_back(request);
+            self.release_held(inner, out);
+            return Ok(());
+        }
         if !inner.held.is_empty() || (wr.fence && inner.sends.slots.len() > 1) {
             inner.held.push_back(request);
             return Ok(());
@@ -571,15 +571,10 @@ impl OfiQp {
     }
 
     /// Posts `wr` under the QP's lock; what completes at once goes to `out`.
-    fn post_locked(
-        &self,
-        wr: &SendWr,
-        offset: u64,
-        out: &mut VecDeque<WorkCompletion>,
-    ) -> Result<()> {
+    fn post_locked(&self, wr: &SendWr, out: &mut VecDeque<WorkCompletion>) -> Result<()> {
         let mut inner = self.inner.lock();
         match inner.state {
-            QpState::Connected => self.post_request(&mut inner, wr, offset, out),
+            QpState::Connected => self.post_request(&mut inner, wr, out),
             QpState::Error => {
                 out.push_back(WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num));
                 Ok(())
@@ -600,19 +595,47 @@ impl OfiQp {
             if front.fence && !first {
                 return;
             }
+            let Some(dev) = self.dev.upgrade() else {
+                return;
+            };
+            if self.needs_lookup(&dev, inner, front.kind.rkey()) {
+                let rkey = front.kind.rkey().expect("an RDMA request");
+                match self.start_lookup(inner, rkey) {
+                    // Its completion calls this again.
+                    Ok(()) => return,
+                    Err(e) => {
+                        // The request cannot learn where to go: it fails, the rest go on.
+                        log::debug!("key lookup: {e:?}");
+                        let request = inner.held.pop_front().expect("front checked");
+                        self.fail_request(inner, &request, WcStatus::LocalQpOp, out);
+                        continue;
+                    }
+                }
+            }
             let request = inner.held.pop_front().expect("front checked");
             let done = self.issue(inner, &request).unwrap_or_else(|e| {
                 log::debug!("a held request failed at post: {e:?}");
                 Some(WcStatus::LocalQpOp)
             });
             if let Some(status) = done {
-                let num = self.num;
-                inner.sends.mark(request.token, |s| {
-                    WorkCompletion::new(s.wr_id, status, s.opcode, 0, num)
-                });
-                inner.sends.release(out);
+                self.fail_request(inner, &request, status, out);
             }
         }
+    }
+
+    /// Completes `request` now with `status` (in order: its slot is marked).
+    fn fail_request(
+        &self,
+        inner: &mut Inner,
+        request: &Request,
+        status: WcStatus,
+        out: &mut VecDeque<WorkCompletion>,
+    ) {
+        let num = self.num;
+        inner.sends.mark(request.token, |s| {
+            WorkCompletion::new(s.wr_id, status, s.opcode, 0, num)
+        });
+        inner.sends.release(out);
     }
 
     /// One request to the provider; a bind the backend executes now, giving
@@ -659,9 +682,9 @@ impl OfiQp {
                     };
                     fi::fi_sendmsg(ep, &msg, placed)
                 }
-                Kind::Write { offset, rkey } | Kind::Read { offset, rkey } => {
+                Kind::Write { va, rkey } | Kind::Read { va, rkey } => {
                     let rma = fi::fi_rma_iov {
-                        addr: offset,
+                        addr: remote_address(&dev, inner, va, rkey),
                         len: request.len as usize,
                         key: rkey as u64,
                     };
@@ -690,11 +713,11 @@ impl OfiQp {
 enum Kind {
     Send,
     Write {
-        offset: u64,
+        va: u64,
         rkey: u32,
     },
     Read {
-        offset: u64,
+        va: u64,
         rkey: u32,
     },
     /// A memory window bind, executed by the backend (`OfiMw::bind`).
@@ -708,7 +731,29 @@ enum Kind {
     },
 }
 
-/// A request on its way to the provider (kept while held behind a fence).
+impl Kind {
+    /// The remote key of an RDMA request.
+    fn rkey(&self) -> Option<u32> {
+        match self {
+            Kind::Write { rkey, .. } | Kind::Read { rkey, .. } => Some(*rkey),
+            _ => None,
+        }
+    }
+}
+
+/// The address the provider wants for the peer's virtual address `va` of
+/// `rkey`: the offset from the start of its registration where the provider
+/// addresses by offset (the start known: `needs_lookup`), else `va` itself.
+fn remote_address(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> u64 {
+    if dev.keys.is_none() {
+        return va;
+    }
+    let start = inner.starts.get(&rkey).copied().unwrap_or(NOT_AT_PEER);
+    va.wrapping_sub(start)
+}
+
+/// A request on its way to the provider (kept while held behind a fence or
+/// a key lookup).
 struct Request {
     token: u32,
     kind: Kind,
@@ -777,24 +822,17 @@ impl QueuePair for OfiQp {
         if self.state() == QpState::Connected && !self.send_room(&self.inner.lock()) {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
-        // The remote address first: finding it may wait for the peer (no lock held).
-        let offset = match wr.op {
-            SendOp::RdmaWrite { remote_addr, rkey } | SendOp::RdmaRead { remote_addr, rkey }
-                if self.state() == QpState::Connected =>
-            {
-                let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-                self.remote_offset(&dev, remote_addr, rkey)?
-            }
-            _ => 0,
-        };
-        if matches!(wr.op, SendOp::BindMw { .. }) {
-            // A bind may complete right here: the CQ's queue is taken before the
-            // QP's lock, as the reaper does, so nothing the provider completes
-            // after it can be queued before it.
-            return self.send_cq.deliver(|q| self.post_locked(&wr, offset, q));
+        if matches!(
+            wr.op,
+            SendOp::BindMw { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaRead { .. }
+        ) {
+            // A bind, or a request whose key lookup fails, may complete right
+            // here: the CQ's queue is taken before the QP's lock, as the reaper
+            // does, so nothing the provider completes after it is queued before it.
+            return self.send_cq.deliver(|q| self.post_locked(&wr, q));
         }
         let mut out = VecDeque::new();
-        let posted = self.post_locked(&wr, offset, &mut out);
+        let posted = self.post_locked(&wr, &mut out);
         self.send_cq.push(out);
         posted
     }
@@ -842,6 +880,9 @@ impl QueuePair for OfiQp {
         }
         inner.state = QpState::Init;
         inner.ended = false;
+        inner.broke = false;
+        // The endpoint that was reading a key table entry is closed.
+        inner.lookup = None;
         Ok(())
     }
 
