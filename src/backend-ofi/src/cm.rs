@@ -18,26 +18,32 @@ use crate::device::{getinfo, opened, OfiDevice};
 use crate::qp::OfiQp;
 use crate::{sockaddr_v4, Fid, Info};
 
-/// "DRSO", version 1; then the sender's key table: its key and the address
-/// of its entry 0 (zero when the device needs no table), little-endian.
-const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 1, 0, 0];
-const HEADER_BYTES: usize = 24;
+/// "DRSO", version 2; then the sender's key table: its key and the address
+/// of its entry 0 (zero when the device needs no table), and its QP's
+/// farewell word's key and address (see `farewell`), little-endian.
+const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 2, 0, 0];
+const HEADER_BYTES: usize = 40;
 
-/// A peer's key table, as its handshake announced it.
+/// What a peer's handshake announced: its key table and its farewell word.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct PeerTable {
     pub key: u64,
     pub address: u64,
+    pub farewell_key: u64,
+    pub farewell_address: u64,
 }
 
 /// The consumer's share of a connection message (what the device advertises).
 pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
 
-fn with_header(dev: &OfiDevice, private_data: &[u8]) -> Vec<u8> {
+/// Our header (`qp`: the connection's QP, None for a reject) and `private_data`.
+fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
     let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
+    let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
     let mut v = MAGIC.to_vec();
-    v.extend_from_slice(&key.to_le_bytes());
-    v.extend_from_slice(&address.to_le_bytes());
+    for word in [key, address, fw_key, fw_address] {
+        v.extend_from_slice(&word.to_le_bytes());
+    }
     v.extend_from_slice(private_data);
     v
 }
@@ -52,6 +58,8 @@ fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
     let table = PeerTable {
         key: word(8),
         address: word(16),
+        farewell_key: word(24),
+        farewell_address: word(32),
     };
     Some((table, data[HEADER_BYTES..].to_vec()))
 }
@@ -172,7 +180,7 @@ impl OfiDevice {
         })?;
         qp.open_endpoint(self, &info)?;
         qp.set_addresses(None, Some(remote));
-        let data = with_header(self, private_data);
+        let data = with_header(self, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint; the provider's destination address; `data` lives for the call.
         let rc = unsafe {
@@ -201,7 +209,7 @@ impl OfiDevice {
         qp.open_endpoint(self, &request.info)?;
         qp.set_addresses(request.local, request.remote);
         qp.set_peer_table(request.peer);
-        let data = with_header(self, private_data);
+        let data = with_header(self, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
         let rc = unsafe { fi::fi_accept(ep, data.as_ptr().cast(), data.len()) };
@@ -222,7 +230,7 @@ impl OfiDevice {
             .as_ref()
             .map(Fid::ptr)
             .ok_or(Error::BadState)?;
-        let data = with_header(self, private_data);
+        let data = with_header(self, None, private_data);
         // SAFETY: the listener's open passive endpoint and the request's handle.
         let rc = unsafe {
             fi::fi_reject(
@@ -282,11 +290,16 @@ impl OfiDevice {
             fi::FI_CONNECTED => {
                 if let Some(qp) = self.qp_of(entry.fid) {
                     if qp.on_connected() {
-                        // The active side learns the passive side's table here.
-                        let (peer, private_data) = strip_header(data).unwrap_or_default();
-                        if peer.key != 0 || peer.address != 0 {
-                            qp.set_peer_table(peer);
-                        }
+                        // The active side learns the passive side's table here (the
+                        // passive side's event carries no header: it learnt the
+                        // active side's from the request).
+                        let private_data = match strip_header(data) {
+                            Some((peer, data)) => {
+                                qp.set_peer_table(peer);
+                                data
+                            }
+                            None => Vec::new(),
+                        };
                         self.emit(CmEvent::Established {
                             qp_num: qp.num(),
                             private_data,
@@ -300,8 +313,16 @@ impl OfiDevice {
                     // this a broken connection, not a disconnection: read the
                     // QP's completions first (`OfiQp::broken` ends it then).
                     qp.reap_completions();
+                    // Without the peer's farewell the connection broke (see
+                    // `farewell`): the peer went, or a provider dropped it.
+                    let graceful = qp.ended_gracefully();
                     if qp.end() {
-                        self.emit(CmEvent::Disconnected { qp_num: qp.num() });
+                        let qp_num = qp.num();
+                        self.emit(if graceful {
+                            CmEvent::Disconnected { qp_num }
+                        } else {
+                            CmEvent::Broken { qp_num }
+                        });
                     }
                 }
             }

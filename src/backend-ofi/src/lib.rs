@@ -12,6 +12,7 @@
 mod cm;
 mod cq;
 mod device;
+mod farewell;
 mod keys;
 mod mem;
 mod qp;

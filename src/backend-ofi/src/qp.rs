@@ -29,6 +29,12 @@ use crate::{Fid, Info};
 
 /// A receive's token carries this bit; a request's does not.
 const RECV_BIT: u32 = 1 << 31;
+/// The bits of a ring's tokens (below the backend's own tokens).
+const TOKEN_MASK: u32 = (1 << 29) - 1;
+/// The token of the farewell write (see `farewell`).
+const FAREWELL_TOKEN: u32 = 1 << 29;
+/// How long a disconnect waits for its farewell to be delivered.
+const FAREWELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// The token of the backend's own read of a peer's key table entry.
 const LOOKUP_TOKEN: u32 = 1 << 30;
 /// A key the peer's table does not have (cached as its "start": the provider
@@ -53,13 +59,13 @@ struct Ring {
 
 impl Ring {
     fn push(&mut self, slot: Slot) -> u32 {
-        let token = self.base.wrapping_add(self.slots.len() as u32) & !RECV_BIT;
+        let token = self.base.wrapping_add(self.slots.len() as u32) & TOKEN_MASK;
         self.slots.push_back(slot);
         token
     }
 
     fn mark(&mut self, token: u32, wc: impl FnOnce(&Slot) -> WorkCompletion) {
-        let idx = (token.wrapping_sub(self.base) & !RECV_BIT) as usize;
+        let idx = (token.wrapping_sub(self.base) & TOKEN_MASK) as usize;
         if let Some(slot) = self.slots.get_mut(idx) {
             slot.done = Some(wc(slot));
         }
@@ -69,14 +75,14 @@ impl Ring {
     fn release(&mut self, out: &mut VecDeque<WorkCompletion>) {
         while self.slots.front().is_some_and(|s| s.done.is_some()) {
             let slot = self.slots.pop_front().expect("front checked");
-            self.base = self.base.wrapping_add(1) & !RECV_BIT;
+            self.base = self.base.wrapping_add(1) & TOKEN_MASK;
             out.extend(slot.done);
         }
     }
 
     /// Every slot, completed or flushed, in order.
     fn flush(&mut self, qp_num: u32) -> Vec<WorkCompletion> {
-        self.base = self.base.wrapping_add(self.slots.len() as u32) & !RECV_BIT;
+        self.base = self.base.wrapping_add(self.slots.len() as u32) & TOKEN_MASK;
         self.slots
             .drain(..)
             .map(|s| {
@@ -127,6 +133,12 @@ pub(crate) struct OfiQp {
     inner: Mutex<Inner>,
     /// Taken under `inner` (never the other way round).
     lookup: Mutex<Lookup>,
+    pub(crate) farewell: crate::farewell::Farewell,
+    /// Our farewell write completed (or failed).
+    farewell_done: std::sync::atomic::AtomicBool,
+    /// This side is disconnecting: the provider's FI_SHUTDOWN for our own
+    /// `fi_shutdown` may be read before `disconnect` ends the QP.
+    leaving: std::sync::atomic::AtomicBool,
 }
 
 fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
@@ -164,6 +176,9 @@ impl OfiQp {
                 lookup: None,
                 held: VecDeque::new(),
             }),
+            farewell: crate::farewell::Farewell::new(),
+            farewell_done: std::sync::atomic::AtomicBool::new(false),
+            leaving: std::sync::atomic::AtomicBool::new(false),
             lookup: Mutex::new(Lookup {
                 buf: Box::new([0; ENTRY_BYTES]),
                 mr: None,
@@ -195,6 +210,9 @@ impl OfiQp {
         if inner.state != QpState::Init || inner.ep.is_some() {
             return Err(Error::BadState);
         }
+        self.farewell.arm(dev)?;
+        self.farewell_done.store(false, Ordering::Release);
+        self.leaving.store(false, Ordering::Release);
         let mut ep = null_mut();
         // SAFETY: an open domain and a provider fi_info; `ep` receives the endpoint.
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
@@ -283,6 +301,8 @@ impl OfiQp {
     }
 
     pub(crate) fn disconnect(&self, abrupt: bool) {
+        self.leaving.store(true, Ordering::Release);
+        self.say_farewell();
         let ep = self.endpoint();
         if let Some(ep) = ep {
             // SAFETY: the QP's open endpoint.
@@ -296,6 +316,39 @@ impl OfiQp {
                 dev.emit(daplrs_backend::CmEvent::Disconnected { qp_num: self.num });
             }
         }
+    }
+
+    /// Whether the connection's end is a disconnection: ours, or the peer's
+    /// (its farewell arrived); otherwise it broke.
+    pub(crate) fn ended_gracefully(&self) -> bool {
+        self.leaving.load(Ordering::Acquire) || self.farewell.received()
+    }
+
+    /// Writes our farewell into the peer's word and waits (bounded) for its
+    /// delivery, so that the peer reports a disconnection, not a broken
+    /// connection (see `farewell`).
+    fn say_farewell(&self) {
+        let (ep, peer) = {
+            let inner = self.inner.lock();
+            match (&inner.ep, inner.state) {
+                (Some(ep), QpState::Connected) => (ep.ptr(), inner.peer),
+                _ => return,
+            }
+        };
+        if !self.farewell.send(ep, &peer, self.context(FAREWELL_TOKEN)) {
+            log::debug!("QP {}: no farewell to send", self.num);
+            return;
+        }
+        let deadline = std::time::Instant::now() + FAREWELL_TIMEOUT;
+        while !self.farewell_done.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            self.send_cq.reap_and_notify();
+            std::thread::yield_now();
+        }
+        log::debug!(
+            "QP {}: farewell delivered: {}",
+            self.num,
+            self.farewell_done.load(Ordering::Acquire)
+        );
     }
 
     pub(crate) fn destroy_now(&self) {
@@ -337,6 +390,11 @@ impl OfiQp {
                 | WcStatus::Transport
                 | WcStatus::RemoteOp)
         );
+        if token == FAREWELL_TOKEN {
+            // The connection ends next either way.
+            self.farewell_done.store(true, Ordering::Release);
+            return false;
+        }
         let mut inner = self.inner.lock();
         if token == LOOKUP_TOKEN {
             // Not the consumer's: the requests waiting for the entry go on.
@@ -591,7 +649,7 @@ impl OfiQp {
     /// before it is outstanding. One the provider refuses completes in error.
     fn release_held(&self, inner: &mut Inner, out: &mut VecDeque<WorkCompletion>) {
         while let Some(front) = inner.held.front() {
-            let first = front.token.wrapping_sub(inner.sends.base) & !RECV_BIT == 0;
+            let first = front.token.wrapping_sub(inner.sends.base) & TOKEN_MASK == 0;
             if front.fence && !first {
                 return;
             }

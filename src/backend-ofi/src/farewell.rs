@@ -1,0 +1,130 @@
+//! Telling a disconnection from a broken connection.
+//!
+//! libfabric's tcp provider ends a connection the same way whatever the
+//! reason: the consumer's `fi_shutdown`, the peer's process gone, or the
+//! provider itself dropping it on a remote access error (a bad key, a range
+//! outside the registration, a right it lacks). Each side sees FI_SHUTDOWN.
+//! DAT tells the first (DISCONNECTED) from the others (BROKEN, on both sides).
+//! So a QP's disconnect first writes a word into the peer's farewell word (one
+//! RDMA write, delivered before the shutdown that follows it on the same
+//! connection), and a connection that ends with no farewell written broke.
+
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use daplrs_backend::{Error, Resource, Result};
+use ofi_sys as fi;
+use parking_lot::Mutex;
+
+use crate::cm::PeerTable;
+use crate::device::{opened, OfiDevice};
+use crate::Fid;
+
+/// Word 0: where the peer's farewell lands; word 1: what ours is written from.
+pub(crate) struct Farewell {
+    /// Registered when the QP first opens an endpoint. Declared before the
+    /// words: fields drop in order, so the registration closes first.
+    mr: Mutex<Option<Fid<fi::fid_mr>>>,
+    words: Box<[AtomicU64; 2]>,
+}
+
+impl Farewell {
+    pub(crate) fn new() -> Farewell {
+        Farewell {
+            mr: Mutex::new(None),
+            words: Box::new([AtomicU64::new(0), AtomicU64::new(1)]),
+        }
+    }
+
+    /// Readies the word for a new connection: registered (once), cleared.
+    pub(crate) fn arm(&self, dev: &OfiDevice) -> Result<()> {
+        self.words[0].store(0, Ordering::Release);
+        let mut mr = self.mr.lock();
+        if mr.is_some() {
+            return Ok(());
+        }
+        let iov = libc::iovec {
+            iov_base: self.words.as_ptr() as *mut libc::c_void,
+            iov_len: std::mem::size_of::<[AtomicU64; 2]>(),
+        };
+        let attr = fi::fi_mr_attr {
+            mr_iov: (&iov as *const libc::iovec).cast(),
+            iov_count: 1,
+            access: (fi::FI_WRITE | fi::FI_REMOTE_WRITE) as u64,
+            requested_key: dev.next_key.fetch_add(1, Ordering::Relaxed) as u64,
+            ..Default::default()
+        };
+        let mut reg = null_mut();
+        // SAFETY: an open domain; the words are boxed, alive while the QP (and so
+        // this registration) is.
+        let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut reg) };
+        opened(
+            rc,
+            "fi_mr_regattr (farewell)",
+            Error::NoResource(Resource::Key),
+        )?;
+        *mr = Some(Fid(reg));
+        Ok(())
+    }
+
+    /// What the handshake announces: the word's key and RMA address (0 where
+    /// the provider addresses registrations by offset), or zeros unregistered.
+    pub(crate) fn announce(&self, dev: &OfiDevice) -> (u64, u64) {
+        let Some(key) = self.mr.lock().as_ref().map(|m| {
+            // SAFETY: the word's open registration.
+            unsafe { fi::fi_mr_key(m.ptr()) }
+        }) else {
+            return (0, 0);
+        };
+        let address = if dev.keys.is_some() {
+            0
+        } else {
+            self.words.as_ptr() as u64
+        };
+        (key, address)
+    }
+
+    /// Whether the peer wrote its farewell before the connection ended.
+    pub(crate) fn received(&self) -> bool {
+        self.words[0].load(Ordering::Acquire) != 0
+    }
+
+    /// Writes our farewell into the peer's word (completing as `context`);
+    /// false when the peer announced none or the write could not be posted.
+    pub(crate) fn send(
+        &self,
+        ep: *mut fi::fid_ep,
+        peer: &PeerTable,
+        context: *mut libc::c_void,
+    ) -> bool {
+        if peer.farewell_key == 0 {
+            return false;
+        }
+        let mut desc = self.mr.lock().as_ref().map_or(null_mut(), |m| {
+            // SAFETY: the word's open registration.
+            unsafe { fi::fi_mr_desc(m.ptr()) }
+        });
+        let iov = libc::iovec {
+            iov_base: self.words[1].as_ptr().cast(),
+            iov_len: 8,
+        };
+        let rma = fi::fi_rma_iov {
+            addr: peer.farewell_address,
+            len: 8,
+            key: peer.farewell_key,
+        };
+        let msg = fi::fi_msg_rma {
+            msg_iov: (&iov as *const libc::iovec).cast(),
+            desc: &mut desc,
+            iov_count: 1,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context,
+            ..Default::default()
+        };
+        let flags = (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE) as u64;
+        // SAFETY: an enabled endpoint; word 1 is registered and never changes.
+        let rc = unsafe { fi::fi_writemsg(ep, &msg, flags) };
+        rc == 0
+    }
+}
