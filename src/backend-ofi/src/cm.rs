@@ -20,9 +20,10 @@ use crate::{sockaddr_v4, Fid, Info};
 
 /// "DRSO", version 2; then the sender's key table: its key and the address
 /// of its entry 0 (zero when the device needs no table), and its QP's
-/// farewell word's key and address (see `farewell`), little-endian.
+/// farewell word's key and address (see `farewell`), and its QP's protection
+/// domain (`keys::Remote`), little-endian.
 const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 2, 0, 0];
-const HEADER_BYTES: usize = 40;
+const HEADER_BYTES: usize = 48;
 
 /// What a peer's handshake announced: its key table and its farewell word.
 #[derive(Clone, Copy, Debug, Default)]
@@ -31,6 +32,8 @@ pub(crate) struct PeerTable {
     pub address: u64,
     pub farewell_key: u64,
     pub farewell_address: u64,
+    /// The peer QP's protection domain (0: not said).
+    pub pd: u32,
 }
 
 /// The consumer's share of a connection message (what the device advertises).
@@ -40,8 +43,9 @@ pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
 fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
     let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
+    let pd = qp.map_or(0, |q| q.pd() as u64);
     let mut v = MAGIC.to_vec();
-    for word in [key, address, fw_key, fw_address] {
+    for word in [key, address, fw_key, fw_address, pd] {
         v.extend_from_slice(&word.to_le_bytes());
     }
     v.extend_from_slice(private_data);
@@ -60,6 +64,7 @@ fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
         address: word(16),
         farewell_key: word(24),
         farewell_address: word(32),
+        pd: word(40) as u32,
     };
     Some((table, data[HEADER_BYTES..].to_vec()))
 }

@@ -24,13 +24,27 @@ use crate::Fid;
 pub(crate) const SLOTS: usize = 1 << 16;
 
 /// One entry as the peer reads it: the key last registered in the slot, the
-/// start and the length of its memory.
+/// start and the length of its memory, and its remote rights (low half) and
+/// protection domain (high half): the initiator checks those itself, since
+/// the provider sees no protection domains and drops a connection on a
+/// refused access without saying why (docs/libfabric.md, Where it stands).
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Entry {
     key: AtomicU64,
     start: AtomicU64,
     length: AtomicU64,
+    scope: AtomicU64,
+}
+
+/// What a peer's entry says of one of its keys.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Remote {
+    pub start: u64,
+    pub length: u64,
+    /// `daplrs_backend::access` bits.
+    pub rights: u32,
+    pub pd: u32,
 }
 
 pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
@@ -94,13 +108,15 @@ impl KeyTable {
     }
 
     /// A registration made: findable by its key from now on.
-    pub(crate) fn publish(&self, key: u32, start: u64, length: u64) {
+    pub(crate) fn publish(&self, key: u32, start: u64, length: u64, rights: u32, pd: u32) {
         let e = self.entry(key);
         // The key last: a peer that reads the slot while it changes sees the
         // old key (gone) or the new one with its start.
         e.key.store(0, Ordering::Release);
         e.start.store(start, Ordering::Release);
         e.length.store(length, Ordering::Release);
+        e.scope
+            .store(((pd as u64) << 32) | rights as u64, Ordering::Release);
         e.key.store(key as u64, Ordering::Release);
     }
 
@@ -118,9 +134,14 @@ impl KeyTable {
     }
 }
 
-/// What a read of a peer's entry says: the start of `key`'s memory, or None
-/// when the slot holds another key (freed, or never registered).
-pub(crate) fn start_of(raw: &[u8; ENTRY_BYTES], key: u32) -> Option<u64> {
+/// What a read of a peer's entry says of `key`, or None when the slot holds
+/// another key (freed, or never registered).
+pub(crate) fn remote_of(raw: &[u8; ENTRY_BYTES], key: u32) -> Option<Remote> {
     let word = |i: usize| u64::from_ne_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    (word(0) == key as u64).then(|| word(1))
+    (word(0) == key as u64).then(|| Remote {
+        start: word(1),
+        length: word(2),
+        rights: word(3) as u32,
+        pd: (word(3) >> 32) as u32,
+    })
 }

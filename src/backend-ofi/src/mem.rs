@@ -61,7 +61,7 @@ impl ProtectionDomain for OfiPd {
         })?;
         dev.tables.lock().descs.insert(rkey, desc as usize);
         if let Some(keys) = &dev.keys {
-            keys.publish(rkey, addr, length);
+            keys.publish(rkey, addr, length, rights, self.id);
         }
         Ok(Arc::new(OfiMr {
             pd: self.id,
@@ -232,7 +232,7 @@ impl OfiMw {
             return WcStatus::MwBind;
         }
         if let Some(keys) = &dev.keys {
-            keys.publish(new_rkey, addr, length);
+            keys.publish(new_rkey, addr, length, rights, self.pd);
         }
         *self.bound.lock() = Some((new_rkey, reg));
         WcStatus::Success

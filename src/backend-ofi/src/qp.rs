@@ -37,8 +37,8 @@ const FAREWELL_TOKEN: u32 = 1 << 29;
 const FAREWELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// The token of the backend's own read of a peer's key table entry.
 const LOOKUP_TOKEN: u32 = 1 << 30;
-/// A key the peer's table does not have (cached as its "start": the provider
-/// then refuses the request at the key check, as a remote access error).
+/// The "start" of a key the peer's table does not have (such a request is
+/// refused before it reaches the provider: `OfiQp::refused`).
 const NOT_AT_PEER: u64 = u64::MAX;
 
 struct Slot {
@@ -106,10 +106,13 @@ struct Inner {
     ended: bool,
     /// A request failed so that the connection broke: later errors are flushes.
     broke: bool,
+    /// The backend refused a request as a remote access error: the connection
+    /// is to be broken once no queue lock is held (`OfiQp::broken`).
+    break_pending: bool,
     /// The peer's key table, and the start of each of its keys read so far
     /// (see `keys`).
     peer: PeerTable,
-    starts: std::collections::HashMap<u32, u64>,
+    starts: std::collections::HashMap<u32, Option<keys::Remote>>,
     /// The key whose entry is being read from the peer's table (one at a time:
     /// the requests needing it wait in `held`, so a post never waits on the peer).
     lookup: Option<u32>,
@@ -130,6 +133,7 @@ pub(crate) struct OfiQp {
     send_cq: Arc<OfiCq>,
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
+    pd: u32,
     inner: Mutex<Inner>,
     /// Taken under `inner` (never the other way round).
     lookup: Mutex<Lookup>,
@@ -161,6 +165,7 @@ impl OfiQp {
             send_cq: ofi_cq(&init.send_cq)?,
             recv_cq: ofi_cq(&init.recv_cq)?,
             cap: init.cap,
+            pd: init.pd.id(),
             inner: Mutex::new(Inner {
                 state: QpState::Init,
                 ep: None,
@@ -171,6 +176,7 @@ impl OfiQp {
                 remote: None,
                 ended: false,
                 broke: false,
+                break_pending: false,
                 peer: PeerTable::default(),
                 starts: std::collections::HashMap::new(),
                 lookup: None,
@@ -188,6 +194,11 @@ impl OfiQp {
 
     pub(crate) fn num(&self) -> u32 {
         self.num
+    }
+
+    /// The protection domain of the QP (announced to the peer: `keys::Remote`).
+    pub(crate) fn pd(&self) -> u32 {
+        self.pd
     }
 
     /// Our QP behind a trait object the core hands back.
@@ -397,11 +408,15 @@ impl OfiQp {
         }
         let mut inner = self.inner.lock();
         if token == LOOKUP_TOKEN {
-            // Not the consumer's: the requests waiting for the entry go on.
+            // Not the consumer's: the requests waiting for the entry go on. A
+            // lookup fails only as its connection ends: they wait for the flush.
             self.looked_up(&mut inner, result.is_ok());
-            self.release_held(&mut inner, out);
+            if result.is_ok() {
+                self.release_held(&mut inner, out);
+            }
             inner.broke |= fatal;
-            return fatal && inner.state == QpState::Connected;
+            let refused = std::mem::take(&mut inner.break_pending);
+            return (fatal || refused) && inner.state == QpState::Connected;
         }
         // libfabric fails every request outstanding when a connection ends; as
         // on an RDMA NIC, only the first error is the QP's, what follows it (and
@@ -429,7 +444,8 @@ impl OfiQp {
             inner.sends.release(out);
             self.release_held(&mut inner, out);
         }
-        fatal && inner.state == QpState::Connected
+        let refused = std::mem::take(&mut inner.break_pending);
+        (fatal || refused) && inner.state == QpState::Connected
     }
 
     /// Reads the QP's CQs (what the provider completed before an event).
@@ -447,23 +463,46 @@ impl OfiQp {
         inner.lookup = None;
     }
 
+    /// Whether the peer's entry of an RDMA request's key refuses it: no such
+    /// key, the range outside its memory, a right it lacks, or its memory in
+    /// another protection domain than the peer QP's. The provider would drop
+    /// the connection without saying why (or, across protection domains,
+    /// which it does not have, allow it): the backend fails the request as
+    /// the remote access error it is (`keys::Entry`).
+    fn refused(&self, inner: &Inner, request: &Request) -> bool {
+        let (va, rkey, right) = match request.kind {
+            Kind::Write { va, rkey } => (va, rkey, daplrs_backend::access::REMOTE_WRITE),
+            Kind::Read { va, rkey } => (va, rkey, daplrs_backend::access::REMOTE_READ),
+            _ => return false,
+        };
+        let Some(found) = inner.starts.get(&rkey) else {
+            // Not looked up: the provider addresses by virtual address and checks.
+            return false;
+        };
+        let Some(r) = found else { return true };
+        let inside = va >= r.start
+            && va
+                .checked_add(request.len)
+                .is_some_and(|end| end <= r.start.saturating_add(r.length));
+        let same_pd = inner.peer.pd == 0 || r.pd == inner.peer.pd;
+        !inside || r.rights & right == 0 || !same_pd
+    }
+
     /// Whether a request to `rkey` must wait for the peer's table entry.
     fn needs_lookup(&self, dev: &OfiDevice, inner: &Inner, rkey: Option<u32>) -> bool {
         rkey.is_some_and(|k| dev.keys.is_some() && !inner.starts.contains_key(&k))
     }
 
-    /// The lookup of `rkey`'s entry completed (`ok`) or failed: its start is
-    /// cached (NOT_AT_PEER when the peer has no such key or it could not be read).
+    /// The lookup in flight completed (`ok`: what the peer's entry says is
+    /// cached, None where the peer has no such key) or failed.
     fn looked_up(&self, inner: &mut Inner, ok: bool) {
         let Some(rkey) = inner.lookup.take() else {
             return;
         };
-        let start = if ok {
-            keys::start_of(&self.lookup.lock().buf, rkey)
-        } else {
-            None
-        };
-        inner.starts.insert(rkey, start.unwrap_or(NOT_AT_PEER));
+        if ok {
+            let remote = keys::remote_of(&self.lookup.lock().buf, rkey);
+            inner.starts.insert(rkey, remote);
+        }
     }
 
     /// Reads the peer's key table entry for `rkey` (one RDMA read, completed
@@ -615,6 +654,10 @@ impl OfiQp {
         out: &mut VecDeque<WorkCompletion>,
     ) {
         let Some(status) = done else { return };
+        if status == WcStatus::RemoteAccess {
+            self.fail_request(inner, request, status, out);
+            return;
+        }
         let new_rkey = match request.kind {
             Kind::Bind { new_rkey, .. } => new_rkey,
             _ => 0,
@@ -677,6 +720,10 @@ impl OfiQp {
             });
             if let Some(status) = done {
                 self.fail_request(inner, &request, status, out);
+                if inner.break_pending {
+                    // What follows is flushed when the connection breaks.
+                    return;
+                }
             }
         }
     }
@@ -694,12 +741,20 @@ impl OfiQp {
             WorkCompletion::new(s.wr_id, status, s.opcode, 0, num)
         });
         inner.sends.release(out);
+        if status == WcStatus::RemoteAccess {
+            // As on an RDMA NIC, a remote access error breaks the connection.
+            inner.broke = true;
+            inner.break_pending = true;
+        }
     }
 
     /// One request to the provider; a bind the backend executes now, giving
     /// its completion's status (None: the provider completes the request).
     fn issue(&self, inner: &Inner, request: &Request) -> Result<Option<WcStatus>> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
+        if self.refused(inner, request) {
+            return Ok(Some(WcStatus::RemoteAccess));
+        }
         if let Kind::Bind {
             mw,
             mr,
@@ -806,8 +861,8 @@ fn remote_address(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> u64 {
     if dev.keys.is_none() {
         return va;
     }
-    let start = inner.starts.get(&rkey).copied().unwrap_or(NOT_AT_PEER);
-    va.wrapping_sub(start)
+    let start = inner.starts.get(&rkey).copied().flatten();
+    va.wrapping_sub(start.map_or(NOT_AT_PEER, |r| r.start))
 }
 
 /// A request on its way to the provider (kept while held behind a fence or
@@ -887,7 +942,11 @@ impl QueuePair for OfiQp {
             // A bind, or a request whose key lookup fails, may complete right
             // here: the CQ's queue is taken before the QP's lock, as the reaper
             // does, so nothing the provider completes after it is queued before it.
-            return self.send_cq.deliver(|q| self.post_locked(&wr, q));
+            let posted = self.send_cq.deliver(|q| self.post_locked(&wr, q));
+            if std::mem::take(&mut self.inner.lock().break_pending) {
+                self.broken();
+            }
+            return posted;
         }
         let mut out = VecDeque::new();
         let posted = self.post_locked(&wr, &mut out);
@@ -939,6 +998,7 @@ impl QueuePair for OfiQp {
         inner.state = QpState::Init;
         inner.ended = false;
         inner.broke = false;
+        inner.break_pending = false;
         // The endpoint that was reading a key table entry is closed.
         inner.lookup = None;
         Ok(())
