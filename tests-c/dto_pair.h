@@ -281,6 +281,23 @@ static UNUSED DAT_IA_ATTR ia_attr_of(DAT_IA_HANDLE ia)
 	return a;
 }
 
+/* The status of a write through a stale RMR context (after an unbind, or the
+ * previous one after a rebind) that the initiator used before: DAT's
+ * REMOTE_ACCESS, except over libfabric's tcp provider ("ofi tcp" entries),
+ * which drops the connection on the refused write without saying why, so
+ * that the initiator's request is flushed (its first use of a context is
+ * checked at the initiator and fails as REMOTE_ACCESS: docs/libfabric.md,
+ * "Where it stands"). Says SKIP for that one check. */
+static UNUSED DAT_DTO_COMPLETION_STATUS stale_context_status(DAT_IA_HANDLE ia, const char *what)
+{
+	if (strncmp(ia_attr_of(ia).adapter_name, "ofi tcp", 7) != 0)
+		return DAT_DTO_ERR_REMOTE_ACCESS;
+	printf("SKIP %s: REMOTE_ACCESS status (libfabric's tcp provider drops the connection "
+	       "without saying why: the request is flushed; the rest of the row is checked)\n",
+	       what);
+	return DAT_DTO_ERR_FLUSHED;
+}
+
 /* Connects a->ep to b->ep through a PSP of b's IA; returns 1 when both sides
  * saw ESTABLISHED. */
 static UNUSED int connect_pair(struct side *a, struct side *b)
