@@ -61,6 +61,9 @@ pub struct OfiDevice {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// The deepest DAT queue an EP may have (uDAPL benchmarks ask for 20,000).
+const MAX_QUEUE_DEPTH: u32 = 1 << 16;
+
 /// The capabilities every entry needs (docs/libfabric.md, Opening an IA).
 fn caps() -> u64 {
     (fi::FI_MSG | fi::FI_RMA | fi::FI_READ | fi::FI_WRITE | fi::FI_RECV | fi::FI_SEND) as u64
@@ -237,6 +240,16 @@ impl OfiDevice {
         mr_mode & fi::FI_MR_PROV_KEY as i32 == 0
     }
 
+    /// The provider's receive and transmit queue depths.
+    pub(crate) fn queue_depths(&self) -> (usize, usize) {
+        // SAFETY: the attribute structs of our fi_info, read only.
+        let (rx, tx) = unsafe {
+            let i = &*self.info.ptr();
+            ((*i.rx_attr).size, (*i.tx_attr).size)
+        };
+        (rx.max(1), tx.max(1))
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -290,7 +303,9 @@ impl OfiDevice {
         let clamp = |v: usize| v.min(u32::MAX as usize) as u32;
         DeviceAttr {
             max_qp: clamp(dom.ep_cnt),
-            max_qp_wr: clamp(tx.size.min(rx.size)),
+            // Deeper than the provider's queues: the QP holds what they cannot
+            // take and feeds it as they complete (`qp`).
+            max_qp_wr: MAX_QUEUE_DEPTH,
             max_sge: clamp(tx.iov_limit.min(rx.iov_limit).max(1)),
             max_cq: clamp(dom.cq_cnt),
             max_cqe: 65536,

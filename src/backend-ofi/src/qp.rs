@@ -98,8 +98,13 @@ struct Inner {
     ep: Option<Fid<fi::fid_ep>>,
     sends: Ring,
     recvs: Ring,
-    /// Receives posted before the endpoint exists: (token, request).
-    pending: Vec<(u32, RecvWr)>,
+    /// Receives the provider does not hold yet, oldest first: posted before
+    /// the endpoint exists, or beyond the provider's receive depth (fed to it
+    /// as earlier ones complete, so DAT's deeper queues lose nothing).
+    pending: VecDeque<(u32, RecvWr)>,
+    /// Receives and requests the provider holds now (at most its depths).
+    recvs_given: usize,
+    sends_given: usize,
     local: Option<SocketAddrV4>,
     remote: Option<SocketAddrV4>,
     /// The disconnection was reported (once per connection).
@@ -133,6 +138,8 @@ pub(crate) struct OfiQp {
     send_cq: Arc<OfiCq>,
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
+    /// The provider's receive and transmit depths (what it takes at once).
+    depths: (usize, usize),
     pd: u32,
     inner: Mutex<Inner>,
     /// Taken under `inner` (never the other way round).
@@ -166,12 +173,15 @@ impl OfiQp {
             recv_cq: ofi_cq(&init.recv_cq)?,
             cap: init.cap,
             pd: init.pd.id(),
+            depths: dev.queue_depths(),
             inner: Mutex::new(Inner {
                 state: QpState::Init,
                 ep: None,
                 sends: Ring::default(),
                 recvs: Ring::default(),
-                pending: Vec::new(),
+                pending: VecDeque::new(),
+                recvs_given: 0,
+                sends_given: 0,
                 local: None,
                 remote: None,
                 ended: false,
@@ -260,8 +270,23 @@ impl OfiQp {
         dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
         inner.ep = Some(ep);
         inner.state = QpState::Connecting;
-        for (token, wr) in std::mem::take(&mut inner.pending) {
-            self.post_recv_now(&inner, token, &wr)?;
+        inner.recvs_given = 0;
+        inner.sends_given = 0;
+        self.feed_recvs(&mut inner)
+    }
+
+    /// Gives the provider the waiting receives it has room for, in order.
+    fn feed_recvs(&self, inner: &mut Inner) -> Result<()> {
+        while inner.recvs_given < self.depths.0 {
+            let Some((token, wr)) = inner.pending.pop_front() else {
+                return Ok(());
+            };
+            if let Err(e) = self.post_recv_now(inner, token, &wr) {
+                // Kept, in its place, for the next completion to retry.
+                inner.pending.push_front((token, wr));
+                return Err(e);
+            }
+            inner.recvs_given += 1;
         }
         Ok(())
     }
@@ -439,7 +464,14 @@ impl OfiQp {
                 ..wc(s, got)
             });
             inner.recvs.release(out);
+            inner.recvs_given = inner.recvs_given.saturating_sub(1);
+            if inner.state == QpState::Connected {
+                if let Err(e) = self.feed_recvs(&mut inner) {
+                    log::debug!("QP {num}: receives wait for room: {e:?}");
+                }
+            }
         } else {
+            inner.sends_given = inner.sends_given.saturating_sub(1);
             inner.sends.mark(token, |s| wc(s, s.len));
             inner.sends.release(out);
             self.release_held(&mut inner, out);
@@ -628,7 +660,10 @@ impl OfiQp {
             self.release_held(inner, out);
             return Ok(());
         }
-        if !inner.held.is_empty() || (wr.fence && inner.sends.slots.len() > 1) {
+        if !inner.held.is_empty()
+            || (wr.fence && inner.sends.slots.len() > 1)
+            || !self.provider_room(inner)
+        {
             inner.held.push_back(request);
             return Ok(());
         }
@@ -684,6 +719,12 @@ impl OfiQp {
         }
     }
 
+    /// Whether the provider has room for one more request (two places are
+    /// kept for the backend's own reads and writes: a lookup, a farewell).
+    fn provider_room(&self, inner: &Inner) -> bool {
+        inner.sends_given < self.depths.1.saturating_sub(2).max(1)
+    }
+
     fn send_room(&self, inner: &Inner) -> bool {
         inner.sends.slots.len() < self.cap.max_send_wr.max(1) as usize
     }
@@ -712,6 +753,11 @@ impl OfiQp {
                         continue;
                     }
                 }
+            }
+            let local = matches!(front.kind, Kind::Bind { .. });
+            if !local && !self.provider_room(inner) {
+                // A completion makes room, and comes back here.
+                return;
             }
             let request = inner.held.pop_front().expect("front checked");
             let done = self.issue(inner, &request).unwrap_or_else(|e| {
@@ -750,7 +796,7 @@ impl OfiQp {
 
     /// One request to the provider; a bind the backend executes now, giving
     /// its completion's status (None: the provider completes the request).
-    fn issue(&self, inner: &Inner, request: &Request) -> Result<Option<WcStatus>> {
+    fn issue(&self, inner: &mut Inner, request: &Request) -> Result<Option<WcStatus>> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
         if self.refused(inner, request) {
             return Ok(Some(WcStatus::RemoteAccess));
@@ -819,7 +865,9 @@ impl OfiQp {
                 Kind::Bind { .. } => unreachable!("executed above"),
             }
         };
-        crate::check(rc, "post", Error::NoResource(Resource::WorkQueue)).map(|_| None)
+        crate::check(rc, "post", Error::NoResource(Resource::WorkQueue))?;
+        inner.sends_given += 1;
+        Ok(None)
     }
 }
 
@@ -974,13 +1022,16 @@ impl QueuePair for OfiQp {
             len: 0,
             done: None,
         });
-        if inner.ep.is_none() {
-            inner.pending.push((token, wr));
+        if inner.ep.is_none() || !inner.pending.is_empty() || inner.recvs_given >= self.depths.0 {
+            inner.pending.push_back((token, wr));
             return Ok(());
         }
         let posted = self.post_recv_now(&inner, token, &wr);
-        if posted.is_err() {
-            inner.recvs.slots.pop_back();
+        match posted {
+            Ok(()) => inner.recvs_given += 1,
+            Err(_) => {
+                inner.recvs.slots.pop_back();
+            }
         }
         posted
     }
