@@ -30,7 +30,7 @@ TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest \
                libfabric-dev
 
-.PHONY: all libs tools header test test-rust test-c test-verbs deps install uninstall clean
+.PHONY: all libs tools header test test-rust test-c test-ofi test-verbs deps install uninstall clean
 
 all: libs tools
 
@@ -166,6 +166,11 @@ test-rust:
 
 test-c: all
 	$(MAKE) -C tests-c test
+
+# The C programs that pass over the libfabric backend's tcp entry (also a
+# pass of test-c; docs/libfabric.md lists the others and why).
+test-ofi: all
+	$(MAKE) -C tests-c test-ofi
 
 # The verbs layer: the RDMA-applicable tests in a soft-RoCE qemu guest
 # (tests-c/verbs-guest.sh; scripts/rxe-vm installs qemu and the guest kernel
