@@ -119,7 +119,13 @@ impl OfiCq {
             let n = unsafe { fi::fi_cq_read(self.cq.ptr(), entries.as_mut_ptr().cast(), BATCH) };
             if n > 0 {
                 for e in &entries[..n as usize] {
-                    complete(dev, e.op_context as u64, Ok(e.len as u32), &mut q, broken);
+                    let data = (e.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(e.data);
+                    let done = Done {
+                        context: e.op_context as u64,
+                        result: Ok(e.len as u32),
+                        data,
+                    };
+                    complete(dev, done, &mut q, broken);
                 }
                 if (n as usize) < BATCH {
                     break;
@@ -137,7 +143,12 @@ impl OfiCq {
                         fi::strerror(err.err)
                     );
                     let status = Err(status_of(err.err));
-                    complete(dev, err.op_context as u64, status, &mut q, broken);
+                    let done = Done {
+                        context: err.op_context as u64,
+                        result: status,
+                        data: None,
+                    };
+                    complete(dev, done, &mut q, broken);
                 }
                 continue;
             }
@@ -148,17 +159,24 @@ impl OfiCq {
 }
 
 /// Hands one entry to the QP its context names.
-fn complete(
-    dev: &OfiDevice,
+/// One entry of the fid_cq: its context (QP number and token), the length
+/// or error, and the remote CQ data a receive carries (see `qp::INVALIDATE`).
+struct Done {
     context: u64,
     result: Result<u32, WcStatus>,
+    data: Option<u64>,
+}
+
+fn complete(
+    dev: &OfiDevice,
+    done: Done,
     q: &mut VecDeque<WorkCompletion>,
     broken: &mut Vec<Arc<crate::qp::OfiQp>>,
 ) {
-    let qp_num = (context >> 32) as u32;
+    let qp_num = (done.context >> 32) as u32;
     match dev.qp(qp_num) {
         Some(qp) => {
-            if qp.completed(context as u32, result, q) {
+            if qp.completed(done.context as u32, done.result, done.data, q) {
                 broken.push(qp);
             }
         }

@@ -35,6 +35,8 @@ pub(crate) struct Tables {
     pub requests: HashMap<u64, Request>,
     /// A registration's lkey -> its descriptor (`fi_mr_desc`), for FI_MR_LOCAL providers.
     pub descs: HashMap<u32, usize>,
+    /// A bound window's rkey -> the window (for a peer's send with invalidate).
+    pub windows: HashMap<u32, Weak<crate::mem::OfiMw>>,
 }
 
 pub struct OfiDevice {
@@ -238,6 +240,25 @@ impl OfiDevice {
         // SAFETY: the domain attributes of our fi_info.
         let mr_mode = unsafe { (*(*self.info.ptr()).domain_attr).mr_mode };
         mr_mode & fi::FI_MR_PROV_KEY as i32 == 0
+    }
+
+    /// Whether the provider carries 8 bytes of remote CQ data (what a send
+    /// with invalidate needs: `qp::INVALIDATE`).
+    pub(crate) fn remote_data(&self) -> bool {
+        // SAFETY: the domain attributes of our fi_info.
+        unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size >= 8 }
+    }
+
+    /// A peer's send invalidates `rkey`: if that is a bound window of
+    /// protection domain `pd`, its binding ends. Returns whether it did.
+    pub(crate) fn invalidate_window(&self, rkey: u32, pd: u32) -> bool {
+        let window = self
+            .tables
+            .lock()
+            .windows
+            .get(&rkey)
+            .and_then(Weak::upgrade);
+        window.is_some_and(|w| w.invalidate_as(rkey, pd))
     }
 
     /// The provider's receive and transmit queue depths.

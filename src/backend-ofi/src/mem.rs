@@ -79,7 +79,8 @@ impl ProtectionDomain for OfiPd {
         if !dev.windows() {
             return Err(Error::Unsupported);
         }
-        Ok(Arc::new(OfiMw {
+        Ok(Arc::new_cyclic(|me| OfiMw {
+            me: me.clone(),
             pd: self.id,
             dev: self.dev.clone(),
             bound: Mutex::new(None),
@@ -189,6 +190,7 @@ impl OfiMr {
 /// rebind closes that registration, so the old key grants nothing from then
 /// on (docs/libfabric.md, RMR bind).
 pub(crate) struct OfiMw {
+    me: Weak<OfiMw>,
     pd: u32,
     dev: Weak<OfiDevice>,
     /// The current binding's registration and key (None: grants nothing).
@@ -234,6 +236,7 @@ impl OfiMw {
         if let Some(keys) = &dev.keys {
             keys.publish(new_rkey, addr, length, rights, self.pd);
         }
+        dev.tables.lock().windows.insert(new_rkey, self.me.clone());
         *self.bound.lock() = Some((new_rkey, reg));
         WcStatus::Success
     }
@@ -241,13 +244,38 @@ impl OfiMw {
     /// Ends the current binding: its key is withdrawn and its registration
     /// closed, so every later access through it fails at the provider.
     fn unbind(&self) {
-        let Some((key, reg)) = self.bound.lock().take() else {
-            return;
-        };
-        if let Some(keys) = self.dev.upgrade().as_ref().and_then(|d| d.keys.as_ref()) {
-            keys.withdraw(key);
+        let taken = self.bound.lock().take();
+        if let Some((key, reg)) = taken {
+            self.release(key, reg);
+        }
+    }
+
+    /// Withdraws binding `key` and closes its registration.
+    fn release(&self, key: u32, reg: Fid<fi::fid_mr>) {
+        if let Some(dev) = self.dev.upgrade() {
+            dev.tables.lock().windows.remove(&key);
+            if let Some(keys) = &dev.keys {
+                keys.withdraw(key);
+            }
         }
         drop(reg);
+    }
+
+    /// A peer's send invalidates `rkey` on a QP of protection domain `pd`:
+    /// the binding ends if it is this window's current one, in that domain.
+    pub(crate) fn invalidate_as(&self, rkey: u32, pd: u32) -> bool {
+        let taken = {
+            let mut bound = self.bound.lock();
+            let current = bound.as_ref().map(|(k, _)| *k);
+            if pd != self.pd || current != Some(rkey) {
+                return false;
+            }
+            bound.take()
+        };
+        if let Some((key, reg)) = taken {
+            self.release(key, reg);
+        }
+        true
     }
 }
 

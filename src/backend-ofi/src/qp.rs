@@ -33,6 +33,9 @@ const RECV_BIT: u32 = 1 << 31;
 const TOKEN_MASK: u32 = (1 << 29) - 1;
 /// The token of the farewell write (see `farewell`).
 const FAREWELL_TOKEN: u32 = 1 << 29;
+/// The remote CQ data of a send with invalidate: this bit and the rkey the
+/// receiver is to invalidate (libfabric has no invalidation of its own).
+pub(crate) const INVALIDATE: u64 = 1 << 32;
 /// How long a disconnect waits for its farewell to be delivered.
 const FAREWELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// The token of the backend's own read of a peer's key table entry.
@@ -417,6 +420,7 @@ impl OfiQp {
         &self,
         token: u32,
         result: Result<u32, WcStatus>,
+        data: Option<u64>,
         out: &mut VecDeque<WorkCompletion>,
     ) -> bool {
         let fatal = matches!(
@@ -459,10 +463,20 @@ impl OfiQp {
         };
         if token & RECV_BIT != 0 {
             let got = *result.as_ref().unwrap_or(&0);
-            inner.recvs.mark(token, |s| WorkCompletion {
-                solicited: true,
-                ..wc(s, got)
+            let (invalidated, refused) = self.invalidation(data);
+            inner.recvs.mark(token, |s| match refused {
+                false => WorkCompletion {
+                    solicited: true,
+                    invalidated,
+                    ..wc(s, got)
+                },
+                true => WorkCompletion::new(s.wr_id, WcStatus::LocalProtection, s.opcode, 0, num),
             });
+            if refused {
+                // As on an RDMA NIC, the receive fails and the connection breaks.
+                inner.broke = true;
+                inner.break_pending = true;
+            }
             inner.recvs.release(out);
             inner.recvs_given = inner.recvs_given.saturating_sub(1);
             if inner.state == QpState::Connected {
@@ -518,6 +532,20 @@ impl OfiQp {
                 .is_some_and(|end| end <= r.start.saturating_add(r.length));
         let same_pd = inner.peer.pd == 0 || r.pd == inner.peer.pd;
         !inside || r.rights & right == 0 || !same_pd
+    }
+
+    /// What a receive's remote CQ data asks: the rkey of a window of ours
+    /// invalidated (Some), and whether it named none of this QP's protection
+    /// domain (the receive then fails).
+    fn invalidation(&self, data: Option<u64>) -> (Option<u32>, bool) {
+        let Some(rkey) = data.filter(|d| d & INVALIDATE != 0).map(|d| d as u32) else {
+            return (None, false);
+        };
+        let done = self
+            .dev
+            .upgrade()
+            .is_some_and(|d| d.invalidate_window(rkey, self.pd));
+        (done.then_some(rkey), !done)
     }
 
     /// Whether a request to `rkey` must wait for the peer's table entry.
@@ -611,7 +639,15 @@ impl OfiQp {
         out: &mut VecDeque<WorkCompletion>,
     ) -> Result<()> {
         let kind = match &wr.op {
-            SendOp::Send => Kind::Send,
+            SendOp::Send => Kind::Send { data: None },
+            SendOp::SendInv { rkey } => {
+                if !self.dev.upgrade().is_some_and(|d| d.remote_data()) {
+                    return Err(Error::Unsupported);
+                }
+                Kind::Send {
+                    data: Some(INVALIDATE | *rkey as u64),
+                }
+            }
             SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
                 va: *remote_addr,
                 rkey: *rkey,
@@ -831,15 +867,17 @@ impl OfiQp {
         // SAFETY: an enabled endpoint; the message structs and vectors live for the call.
         let rc = unsafe {
             match request.kind {
-                Kind::Send => {
+                Kind::Send { data } => {
                     let msg = fi::fi_msg {
                         msg_iov: iov.as_ptr().cast(),
                         desc: desc.as_mut_ptr(),
                         iov_count: iov.len(),
                         context,
+                        data: data.unwrap_or(0),
                         ..Default::default()
                     };
-                    fi::fi_sendmsg(ep, &msg, placed)
+                    let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
+                    fi::fi_sendmsg(ep, &msg, placed | with_data)
                 }
                 Kind::Write { va, rkey } | Kind::Read { va, rkey } => {
                     let rma = fi::fi_rma_iov {
@@ -872,7 +910,10 @@ impl OfiQp {
 }
 
 enum Kind {
-    Send,
+    /// A send; `data`: its remote CQ data (a send with invalidate).
+    Send {
+        data: Option<u64>,
+    },
     Write {
         va: u64,
         rkey: u32,
