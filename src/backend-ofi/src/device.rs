@@ -53,6 +53,9 @@ pub struct OfiDevice {
     pub(crate) fabric: Fid<fi::fid_fabric>,
     /// The provider addresses remote memory by virtual address (else by offset).
     pub(crate) virt_addr: bool,
+    /// The provider wants registrations' descriptors with local buffers
+    /// (FI_MR_LOCAL); otherwise posts pass none.
+    pub(crate) local_descs: bool,
 
     pub(crate) tables: Mutex<Tables>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
@@ -192,6 +195,7 @@ impl OfiDevice {
         // SAFETY: the domain attributes of our fi_info.
         let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
         let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
+        let local_descs = mr_mode & fi::FI_MR_LOCAL as i32 != 0;
         let keys = if virt_addr {
             None
         } else {
@@ -212,6 +216,7 @@ impl OfiDevice {
             domain,
             fabric,
             virt_addr,
+            local_descs,
             keys,
             tables: Mutex::new(Tables::default()),
             cm_handler: Mutex::new(None),

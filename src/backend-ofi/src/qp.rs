@@ -155,16 +155,21 @@ pub(crate) struct OfiQp {
     leaving: std::sync::atomic::AtomicBool,
 }
 
-fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
-    // The core hands back CQs this device made; anything else is foreign.
-    let any: &dyn Any = cq.as_any();
-    let ours = any.downcast_ref::<OfiCq>().ok_or(Error::Foreign)?;
+/// Our object behind a trait object the core hands back (`any` is its
+/// `as_any()`): the core hands back objects this device made, anything else
+/// is foreign.
+fn ours<T: Any, D: ?Sized>(object: &Arc<D>, any: &dyn Any) -> Result<Arc<T>> {
+    let concrete = any.downcast_ref::<T>().ok_or(Error::Foreign)?;
     // Rebuild an Arc from the trait object's: same allocation, the concrete type.
-    let raw = Arc::into_raw(cq.clone()) as *const OfiCq;
-    debug_assert!(std::ptr::eq(raw, ours));
-    // SAFETY: `raw` came from Arc::into_raw of an Arc whose value is this OfiCq
+    let raw = Arc::into_raw(object.clone()) as *const T;
+    debug_assert!(std::ptr::eq(raw, concrete));
+    // SAFETY: `raw` came from Arc::into_raw of an Arc whose value is this T
     // (checked by the downcast), so it is rebuilt with the same count.
     Ok(unsafe { Arc::from_raw(raw) })
+}
+
+fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
+    ours(cq, cq.as_any())
 }
 
 impl OfiQp {
@@ -216,10 +221,7 @@ impl OfiQp {
 
     /// Our QP behind a trait object the core hands back.
     pub(crate) fn of(qp: &Arc<dyn QueuePair>) -> Result<Arc<OfiQp>> {
-        qp.as_any().downcast_ref::<OfiQp>().ok_or(Error::Foreign)?;
-        let raw = Arc::into_raw(qp.clone()) as *const OfiQp;
-        // SAFETY: as in `ofi_cq`: the value is an OfiQp (downcast checked).
-        Ok(unsafe { Arc::from_raw(raw) })
+        ours(qp, qp.as_any())
     }
 
     fn context(&self, token: u32) -> *mut libc::c_void {
@@ -989,17 +991,22 @@ fn register_lookup(dev: &OfiDevice, buf: &mut [u8; ENTRY_BYTES]) -> Result<Fid<f
     Ok(Fid(mr))
 }
 
-/// The iovec and descriptor arrays of a scatter-gather list.
+/// The iovec and descriptor arrays of a scatter-gather list. Descriptors
+/// only where the provider wants them (FI_MR_LOCAL): otherwise the device's
+/// tables are not locked on the posting path at all.
 fn io_vectors(dev: &OfiDevice, sgl: &[Sge]) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
+    let iov = |s: &Sge| libc::iovec {
+        iov_base: s.addr as *mut libc::c_void,
+        iov_len: s.length as usize,
+    };
+    if !dev.local_descs {
+        return sgl.iter().map(|s| (iov(s), null_mut())).unzip();
+    }
     let tables = dev.tables.lock();
     sgl.iter()
         .map(|s| {
-            let iov = libc::iovec {
-                iov_base: s.addr as *mut libc::c_void,
-                iov_len: s.length as usize,
-            };
             let desc = tables.descs.get(&s.lkey).copied().unwrap_or(0) as *mut libc::c_void;
-            (iov, desc)
+            (iov(s), desc)
         })
         .unzip()
 }

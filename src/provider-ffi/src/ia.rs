@@ -263,7 +263,8 @@ fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
     p.pz_support = DAT_PZ_UNIQUE;
     p.optimal_buffer_alignment = DAT_OPTIMAL_ALIGNMENT;
     p.evd_stream_merging_supported = [[DAT_TRUE; 6]; 6];
-    p.srq_supported = DAT_TRUE;
+    // What the device has (the libfabric backend has no SRQs yet: max_srqs 0).
+    p.srq_supported = boolean(q.max_srqs > 0);
     p.srq_watermarks_supported = 0;
     p.srq_ep_pz_difference_supported = DAT_FALSE;
     p.srq_info_supported = 0;
