@@ -1,6 +1,8 @@
 //! The backend through the trait, on libfabric's tcp provider over loopback:
 //! connect with private data, accept, reject, nobody listening, sends,
-//! RDMA write and read, completions in order, disconnect on both sides.
+//! RDMA write and read, completions in order, disconnect on both sides;
+//! queues deeper than the provider's, memory windows, and a refused access
+//! breaking the connection on both sides.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::mpsc::{channel, Receiver};
@@ -33,9 +35,18 @@ fn qp(
     pd: &Arc<dyn daplrs_backend::ProtectionDomain>,
     cq: &Arc<dyn CompletionQueue>,
 ) -> Arc<dyn QueuePair> {
+    qp_of_depth(dev, pd, cq, 16)
+}
+
+fn qp_of_depth(
+    dev: &Arc<OfiDevice>,
+    pd: &Arc<dyn daplrs_backend::ProtectionDomain>,
+    cq: &Arc<dyn CompletionQueue>,
+    depth: u32,
+) -> Arc<dyn QueuePair> {
     let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
+        max_send_wr: depth,
+        max_recv_wr: depth,
         max_send_sge: 2,
         max_recv_sge: 2,
         max_rd_atomic: 4,
@@ -229,6 +240,138 @@ fn connect_transfer_reject_disconnect() {
     assert_eq!(ended, vec![a.qp_num(), b.qp_num()]);
     let wc = completion(&cq_b);
     assert_eq!((wc.wr_id, wc.status), (101, WcStatus::Flushed));
+    mr_a.deregister();
+    mr_b.deregister();
+    dev.close();
+}
+
+/// Connects `a` to `b` through a new listener of `dev`; both see Established.
+fn connect_pair(
+    dev: &Arc<OfiDevice>,
+    rx: &Receiver<CmEvent>,
+    a: &Arc<dyn QueuePair>,
+    b: &Arc<dyn QueuePair>,
+) {
+    let listener = dev.listen(0).unwrap();
+    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
+    dev.connect(a, at, b"", None).unwrap();
+    let req = match event(rx) {
+        CmEvent::ConnectRequest { req, .. } => req,
+        e => panic!("{e:?}"),
+    };
+    dev.accept(req, b, b"").unwrap();
+    for _ in 0..2 {
+        match event(rx) {
+            CmEvent::Established { .. } => {}
+            e => panic!("{e:?}"),
+        }
+    }
+    listener.close();
+}
+
+#[test]
+fn deep_queues_windows_and_a_refused_access() {
+    let dev = OfiDevice::open("tcp", Some("127.0.0.1")).expect("ofi tcp on 127.0.0.1");
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    dev.set_cm_handler(Some(Arc::new(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    })));
+    let pd = dev.alloc_pd().unwrap();
+    let cq_a = dev.create_cq(2048).unwrap();
+    let cq_b = dev.create_cq(2048).unwrap();
+    // Deeper than tcp's 256 on both queues.
+    const N: u64 = 600;
+    let a = qp_of_depth(&dev, &pd, &cq_a, N as u32 + 4);
+    let b = qp_of_depth(&dev, &pd, &cq_b, N as u32 + 4);
+    let mut mine = vec![0u8; 4096];
+    let mut theirs = vec![0u8; 8192];
+    let rights = access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE;
+    let mr_a = pd.reg_mr(mine.as_ptr() as u64, 4096, rights).unwrap();
+    let mr_b = pd.reg_mr(theirs.as_ptr() as u64, 8192, rights).unwrap();
+    connect_pair(&dev, &rx, &a, &b);
+
+    // N receives and N sends: every one completes, in posting order.
+    for i in 0..N {
+        let sgl = vec![sge(&mut theirs, 0, 8, mr_b.lkey())];
+        b.post_recv(RecvWr {
+            wr_id: i,
+            sgl: sgl.into(),
+        })
+        .unwrap();
+    }
+    assert_eq!(b.posted_recvs(), N as u32);
+    for i in 0..N {
+        let sgl = vec![sge(&mut mine, 0, 8, mr_a.lkey())];
+        a.post_send(send_wr(i, SendOp::Send, sgl)).unwrap();
+    }
+    for i in 0..N {
+        let wc = completion(&cq_a);
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+        let wc = completion(&cq_b);
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.byte_len),
+            (i, WcStatus::Success, 8)
+        );
+    }
+
+    // A window over 256 bytes of b's region: a writes through its key.
+    let base = theirs.as_ptr() as u64;
+    let mw = pd.alloc_mw().unwrap();
+    let rkey = mw.next_rkey();
+    let bind = SendOp::BindMw {
+        mw: mw.clone(),
+        mr: Some(mr_b.clone()),
+        addr: base + 1024,
+        length: 256,
+        access: access::REMOTE_WRITE,
+        new_rkey: rkey,
+    };
+    b.post_send(SendWr {
+        fence: true,
+        ..send_wr(7, bind, Vec::new())
+    })
+    .unwrap();
+    let wc = completion(&cq_b);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.new_rkey),
+        (7, WcStatus::Success, WcOpcode::BindMw, rkey)
+    );
+    assert_eq!(mw.rkey(), rkey);
+    mine[..6].copy_from_slice(b"window");
+    let write = SendOp::RdmaWrite {
+        remote_addr: base + 1100,
+        rkey,
+    };
+    a.post_send(send_wr(8, write, vec![sge(&mut mine, 0, 6, mr_a.lkey())]))
+        .unwrap();
+    let wc = completion(&cq_a);
+    assert_eq!((wc.wr_id, wc.status), (8, WcStatus::Success));
+    assert_eq!(&theirs[1100..1106], b"window");
+
+    // Past the window's end: a remote access error, and the connection
+    // breaks on both sides; the memory is left alone.
+    let write = SendOp::RdmaWrite {
+        remote_addr: base + 1024 + 254,
+        rkey,
+    };
+    a.post_send(send_wr(9, write, vec![sge(&mut mine, 0, 6, mr_a.lkey())]))
+        .unwrap();
+    let wc = completion(&cq_a);
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RemoteAccess));
+    let mut ended = Vec::new();
+    for _ in 0..2 {
+        match event(&rx) {
+            CmEvent::Broken { qp_num } => ended.push(qp_num),
+            e => panic!("{e:?}"),
+        }
+    }
+    ended.sort();
+    let mut want = vec![a.qp_num(), b.qp_num()];
+    want.sort();
+    assert_eq!(ended, want);
+    assert_eq!(&theirs[1278..1284], &[0u8; 6]);
+    mw.dealloc();
     mr_a.deregister();
     mr_b.deregister();
     dev.close();
