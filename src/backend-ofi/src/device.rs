@@ -350,7 +350,7 @@ impl OfiDevice {
             ud: false,
             max_rdma_read_sge: clamp(tx.rma_iov_limit.max(1)).min(clamp(tx.iov_limit.max(1))),
             atomics: false,
-            write_imm: false,
+            write_imm: self.remote_data(),
             transport: "libfabric",
         }
     }

@@ -30,12 +30,21 @@ use crate::{Fid, Info};
 /// A receive's token carries this bit; a request's does not.
 const RECV_BIT: u32 = 1 << 31;
 /// The bits of a ring's tokens (below the backend's own tokens).
-const TOKEN_MASK: u32 = (1 << 29) - 1;
+const TOKEN_MASK: u32 = (1 << 28) - 1;
+/// With a request's token: the write of an RDMA write with immediate data
+/// (the send that follows it completes the request).
+const WRITE_PART: u32 = 1 << 28;
 /// The token of the farewell write (see `farewell`).
 const FAREWELL_TOKEN: u32 = 1 << 29;
 /// The remote CQ data of a send with invalidate: this bit and the rkey the
 /// receiver is to invalidate (libfabric has no invalidation of its own).
 pub(crate) const INVALIDATE: u64 = 1 << 32;
+/// The remote CQ data of the send closing an RDMA write with immediate data
+/// (libfabric's tcp consumes no receive for a write's own CQ data, DAT does):
+/// this bit, the immediate data (low 32 bits) and the write's length (from
+/// bit 34: at most MAX_IMM_WRITE bytes).
+const WRITE_IMM: u64 = 1 << 33;
+const MAX_IMM_WRITE: u64 = (1 << 30) - 1;
 /// How long a disconnect waits for its farewell to be delivered.
 const FAREWELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// The token of the backend's own read of a peer's key table entry.
@@ -69,7 +78,9 @@ impl Ring {
 
     fn mark(&mut self, token: u32, wc: impl FnOnce(&Slot) -> WorkCompletion) {
         let idx = (token.wrapping_sub(self.base) & TOKEN_MASK) as usize;
-        if let Some(slot) = self.slots.get_mut(idx) {
+        // The first result stands (a write with immediate data may fail in
+        // its write and then be flushed in its send).
+        if let Some(slot) = self.slots.get_mut(idx).filter(|s| s.done.is_none()) {
             slot.done = Some(wc(slot));
         }
     }
@@ -438,6 +449,18 @@ impl OfiQp {
             return false;
         }
         let mut inner = self.inner.lock();
+        let mut token = token;
+        if token != LOOKUP_TOKEN && token & (RECV_BIT | WRITE_PART) == WRITE_PART {
+            inner.sends_given = inner.sends_given.saturating_sub(1);
+            if result.is_ok() {
+                // Its send completes the request (or did, failing at post).
+                inner.sends.release(out);
+                self.release_held(&mut inner, out);
+                return false;
+            }
+            // Its failure is the request's.
+            token &= !WRITE_PART;
+        }
         if token == LOOKUP_TOKEN {
             // Not the consumer's: the requests waiting for the entry go on. A
             // lookup fails only as its connection ends: they wait for the flush.
@@ -466,11 +489,14 @@ impl OfiQp {
         if token & RECV_BIT != 0 {
             let got = *result.as_ref().unwrap_or(&0);
             let (invalidated, refused) = self.invalidation(data);
+            let imm = data.filter(|d| d & WRITE_IMM != 0);
             inner.recvs.mark(token, |s| match refused {
                 false => WorkCompletion {
                     solicited: true,
                     invalidated,
-                    ..wc(s, got)
+                    imm: imm.map(|d| d as u32),
+                    opcode: imm.map_or(s.opcode, |_| WcOpcode::RecvRdmaImm),
+                    ..wc(s, imm.map_or(got, |d| (d >> 34) as u32))
                 },
                 true => WorkCompletion::new(s.wr_id, WcStatus::LocalProtection, s.opcode, 0, num),
             });
@@ -519,7 +545,7 @@ impl OfiQp {
     /// the remote access error it is (`keys::Entry`).
     fn refused(&self, inner: &Inner, request: &Request) -> bool {
         let (va, rkey, right) = match request.kind {
-            Kind::Write { va, rkey } => (va, rkey, daplrs_backend::access::REMOTE_WRITE),
+            Kind::Write { va, rkey, .. } => (va, rkey, daplrs_backend::access::REMOTE_WRITE),
             Kind::Read { va, rkey } => (va, rkey, daplrs_backend::access::REMOTE_READ),
             _ => return false,
         };
@@ -653,7 +679,25 @@ impl OfiQp {
             SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
                 va: *remote_addr,
                 rkey: *rkey,
+                imm: None,
             },
+            SendOp::RdmaWriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                if !self.dev.upgrade().is_some_and(|d| d.remote_data()) {
+                    return Err(Error::Unsupported);
+                }
+                if wr.sgl.iter().map(|s| s.length as u64).sum::<u64>() > MAX_IMM_WRITE {
+                    return Err(Error::TooLong);
+                }
+                Kind::Write {
+                    va: *remote_addr,
+                    rkey: *rkey,
+                    imm: Some(*imm),
+                }
+            }
             SendOp::RdmaRead { remote_addr, rkey } => Kind::Read {
                 va: *remote_addr,
                 rkey: *rkey,
@@ -700,7 +744,7 @@ impl OfiQp {
         }
         if !inner.held.is_empty()
             || (wr.fence && inner.sends.slots.len() > 1)
-            || !self.provider_room(inner)
+            || !self.provider_room(inner, &request.kind)
         {
             inner.held.push_back(request);
             return Ok(());
@@ -759,8 +803,12 @@ impl OfiQp {
 
     /// Whether the provider has room for one more request (two places are
     /// kept for the backend's own reads and writes: a lookup, a farewell).
-    fn provider_room(&self, inner: &Inner) -> bool {
-        inner.sends_given < self.depths.1.saturating_sub(2).max(1)
+    fn provider_room(&self, inner: &Inner, kind: &Kind) -> bool {
+        let need = match kind {
+            Kind::Write { imm: Some(_), .. } => 2,
+            _ => 1,
+        };
+        inner.sends_given + need <= self.depths.1.saturating_sub(2).max(need)
     }
 
     fn send_room(&self, inner: &Inner) -> bool {
@@ -793,7 +841,7 @@ impl OfiQp {
                 }
             }
             let local = matches!(front.kind, Kind::Bind { .. });
-            if !local && !self.provider_room(inner) {
+            if !local && !self.provider_room(inner, &front.kind) {
                 // A completion makes room, and comes back here.
                 return;
             }
@@ -881,7 +929,7 @@ impl OfiQp {
                     let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
                     fi::fi_sendmsg(ep, &msg, placed | with_data)
                 }
-                Kind::Write { va, rkey } | Kind::Read { va, rkey } => {
+                Kind::Write { va, rkey, .. } | Kind::Read { va, rkey } => {
                     let rma = fi::fi_rma_iov {
                         addr: remote_address(&dev, inner, va, rkey),
                         len: request.len as usize,
@@ -896,10 +944,16 @@ impl OfiQp {
                         context,
                         ..Default::default()
                     };
-                    if matches!(request.kind, Kind::Read { .. }) {
-                        fi::fi_readmsg(ep, &msg, flags)
-                    } else {
-                        fi::fi_writemsg(ep, &msg, placed)
+                    match request.kind {
+                        Kind::Read { .. } => fi::fi_readmsg(ep, &msg, flags),
+                        Kind::Write { imm: Some(_), .. } => {
+                            let msg = fi::fi_msg_rma {
+                                context: self.context(request.token | WRITE_PART),
+                                ..msg
+                            };
+                            fi::fi_writemsg(ep, &msg, placed)
+                        }
+                        _ => fi::fi_writemsg(ep, &msg, placed),
                     }
                 }
                 Kind::Bind { .. } => unreachable!("executed above"),
@@ -907,7 +961,34 @@ impl OfiQp {
         };
         crate::check(rc, "post", Error::NoResource(Resource::WorkQueue))?;
         inner.sends_given += 1;
+        if let Kind::Write { imm: Some(imm), .. } = request.kind {
+            self.close_write_imm(inner, ep, request, imm);
+        }
         Ok(None)
+    }
+
+    /// The send that follows the write of an RDMA write with immediate data:
+    /// no payload, the immediate data and the write's length in its remote CQ
+    /// data; it consumes the target's receive, after the write's data (send
+    /// after write order), and its completion is the request's. Should the
+    /// provider refuse it, the request fails (its write is posted already).
+    fn close_write_imm(&self, inner: &mut Inner, ep: *mut fi::fid_ep, request: &Request, imm: u32) {
+        let msg = fi::fi_msg {
+            context: self.context(request.token),
+            data: WRITE_IMM | imm as u64 | (request.len << 34),
+            ..Default::default()
+        };
+        let flags = (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE | fi::FI_REMOTE_CQ_DATA) as u64;
+        // SAFETY: an enabled endpoint; no buffers.
+        let rc = unsafe { fi::fi_sendmsg(ep, &msg, flags) };
+        if crate::check(rc, "post (immediate data)", Error::Internal).is_ok() {
+            inner.sends_given += 1;
+        } else {
+            let num = self.num;
+            inner.sends.mark(request.token, |s| {
+                WorkCompletion::new(s.wr_id, WcStatus::LocalQpOp, s.opcode, 0, num)
+            });
+        }
     }
 }
 
@@ -916,9 +997,11 @@ enum Kind {
     Send {
         data: Option<u64>,
     },
+    /// `imm`: an RDMA write with immediate data (a write, then a send).
     Write {
         va: u64,
         rkey: u32,
+        imm: Option<u32>,
     },
     Read {
         va: u64,

@@ -1,8 +1,8 @@
 //! The backend through the trait, on libfabric's tcp provider over loopback:
 //! connect with private data, accept, reject, nobody listening, sends,
 //! RDMA write and read, completions in order, disconnect on both sides;
-//! queues deeper than the provider's, memory windows, and a refused access
-//! breaking the connection on both sides.
+//! queues deeper than the provider's, memory windows, a write with immediate
+//! data, and a refused access breaking the connection on both sides.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::mpsc::{channel, Receiver};
@@ -348,6 +348,40 @@ fn deep_queues_windows_and_a_refused_access() {
     let wc = completion(&cq_a);
     assert_eq!((wc.wr_id, wc.status), (8, WcStatus::Success));
     assert_eq!(&theirs[1100..1106], b"window");
+
+    // A write with immediate data consumes a receive, which carries the
+    // data and the write's length.
+    let sgl = vec![sge(&mut theirs, 4096, 8, mr_b.lkey())];
+    b.post_recv(RecvWr {
+        wr_id: 20,
+        sgl: sgl.into(),
+    })
+    .unwrap();
+    mine[..5].copy_from_slice(b"immed");
+    let write = SendOp::RdmaWriteImm {
+        remote_addr: base + 2048,
+        rkey: mr_b.rkey(),
+        imm: 0x1234,
+    };
+    a.post_send(send_wr(21, write, vec![sge(&mut mine, 0, 5, mr_a.lkey())]))
+        .unwrap();
+    let wc = completion(&cq_a);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+        (21, WcStatus::Success, WcOpcode::RdmaWriteImm, 5)
+    );
+    let wc = completion(&cq_b);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm),
+        (
+            20,
+            WcStatus::Success,
+            WcOpcode::RecvRdmaImm,
+            5,
+            Some(0x1234)
+        )
+    );
+    assert_eq!(&theirs[2048..2053], b"immed");
 
     // Past the window's end: a remote access error, and the connection
     // breaks on both sides; the memory is left alone.
