@@ -481,45 +481,64 @@ impl OfiQp {
             _ => result,
         };
         inner.broke |= fatal;
-        let num = self.num;
-        let wc = |slot: &Slot, len: u32| match result {
-            Ok(_) => WorkCompletion::new(slot.wr_id, WcStatus::Success, slot.opcode, len, num),
-            Err(status) => WorkCompletion::new(slot.wr_id, status, slot.opcode, 0, num),
-        };
         if token & RECV_BIT != 0 {
-            let got = *result.as_ref().unwrap_or(&0);
-            let (invalidated, refused) = self.invalidation(data);
-            let imm = data.filter(|d| d & WRITE_IMM != 0);
-            inner.recvs.mark(token, |s| match refused {
-                false => WorkCompletion {
-                    solicited: true,
-                    invalidated,
-                    imm: imm.map(|d| d as u32),
-                    opcode: imm.map_or(s.opcode, |_| WcOpcode::RecvRdmaImm),
-                    ..wc(s, imm.map_or(got, |d| (d >> 34) as u32))
-                },
-                true => WorkCompletion::new(s.wr_id, WcStatus::LocalProtection, s.opcode, 0, num),
-            });
-            if refused {
-                // As on an RDMA NIC, the receive fails and the connection breaks.
-                inner.broke = true;
-                inner.break_pending = true;
-            }
-            inner.recvs.release(out);
-            inner.recvs_given = inner.recvs_given.saturating_sub(1);
-            if inner.state == QpState::Connected {
-                if let Err(e) = self.feed_recvs(&mut inner) {
-                    log::debug!("QP {num}: receives wait for room: {e:?}");
-                }
-            }
+            self.received(&mut inner, token, result, data, out);
         } else {
             inner.sends_given = inner.sends_given.saturating_sub(1);
-            inner.sends.mark(token, |s| wc(s, s.len));
+            let num = self.num;
+            inner.sends.mark(token, |s| match result {
+                Ok(_) => WorkCompletion::new(s.wr_id, WcStatus::Success, s.opcode, s.len, num),
+                Err(status) => WorkCompletion::new(s.wr_id, status, s.opcode, 0, num),
+            });
             inner.sends.release(out);
             self.release_held(&mut inner, out);
         }
         let refused = std::mem::take(&mut inner.break_pending);
         (fatal || refused) && inner.state == QpState::Connected
+    }
+
+    /// A receive's completion: its length (or error) and remote CQ data (an
+    /// invalidation, or a write with immediate data); then the receives
+    /// waiting for the provider's room get it.
+    fn received(
+        &self,
+        inner: &mut Inner,
+        token: u32,
+        result: Result<u32, WcStatus>,
+        data: Option<u64>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) {
+        let num = self.num;
+        let (invalidated, refused) = self.invalidation(data);
+        let imm = data.filter(|d| d & WRITE_IMM != 0);
+        inner.recvs.mark(token, |s| match (refused, result) {
+            (true, _) => WorkCompletion::new(s.wr_id, WcStatus::LocalProtection, s.opcode, 0, num),
+            (false, Err(status)) => WorkCompletion::new(s.wr_id, status, s.opcode, 0, num),
+            (false, Ok(got)) => WorkCompletion {
+                solicited: true,
+                invalidated,
+                imm: imm.map(|d| d as u32),
+                ..WorkCompletion::new(
+                    s.wr_id,
+                    WcStatus::Success,
+                    imm.map_or(s.opcode, |_| WcOpcode::RecvRdmaImm),
+                    imm.map_or(got, |d| (d >> 34) as u32),
+                    num,
+                )
+            },
+        });
+        if refused {
+            // As on an RDMA NIC, the receive fails and the connection breaks.
+            inner.broke = true;
+            inner.break_pending = true;
+        }
+        inner.recvs.release(out);
+        inner.recvs_given = inner.recvs_given.saturating_sub(1);
+        if inner.state == QpState::Connected {
+            if let Err(e) = self.feed_recvs(inner) {
+                log::debug!("QP {num}: receives wait for room: {e:?}");
+            }
+        }
     }
 
     /// Reads the QP's CQs (what the provider completed before an event).
@@ -666,59 +685,8 @@ impl OfiQp {
         wr: &SendWr,
         out: &mut VecDeque<WorkCompletion>,
     ) -> Result<()> {
-        let kind = match &wr.op {
-            SendOp::Send => Kind::Send { data: None },
-            SendOp::SendInv { rkey } => {
-                if !self.dev.upgrade().is_some_and(|d| d.remote_data()) {
-                    return Err(Error::Unsupported);
-                }
-                Kind::Send {
-                    data: Some(INVALIDATE | *rkey as u64),
-                }
-            }
-            SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
-                va: *remote_addr,
-                rkey: *rkey,
-                imm: None,
-            },
-            SendOp::RdmaWriteImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => {
-                if !self.dev.upgrade().is_some_and(|d| d.remote_data()) {
-                    return Err(Error::Unsupported);
-                }
-                if wr.sgl.iter().map(|s| s.length as u64).sum::<u64>() > MAX_IMM_WRITE {
-                    return Err(Error::TooLong);
-                }
-                Kind::Write {
-                    va: *remote_addr,
-                    rkey: *rkey,
-                    imm: Some(*imm),
-                }
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => Kind::Read {
-                va: *remote_addr,
-                rkey: *rkey,
-            },
-            SendOp::BindMw {
-                mw,
-                mr,
-                addr,
-                length,
-                access,
-                new_rkey,
-            } => Kind::Bind {
-                mw: mw.clone(),
-                mr: mr.clone(),
-                addr: *addr,
-                length: *length,
-                access: *access,
-                new_rkey: *new_rkey,
-            },
-            _ => return Err(Error::Unsupported),
-        };
+        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        let kind = Kind::of(wr, dev.remote_data())?;
         if !self.send_room(inner) {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
@@ -736,7 +704,6 @@ impl OfiQp {
             sgl: wr.sgl.to_vec(),
             len,
         };
-        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         if self.needs_lookup(&dev, inner, request.kind.rkey()) {
             inner.held.push_back(request);
             self.release_held(inner, out);
@@ -1019,6 +986,63 @@ enum Kind {
 }
 
 impl Kind {
+    /// What `wr` asks (`remote_data`: the provider carries remote CQ data).
+    fn of(wr: &SendWr, remote_data: bool) -> Result<Kind> {
+        Ok(match &wr.op {
+            SendOp::Send => Kind::Send { data: None },
+            SendOp::SendInv { rkey } => {
+                if !remote_data {
+                    return Err(Error::Unsupported);
+                }
+                Kind::Send {
+                    data: Some(INVALIDATE | *rkey as u64),
+                }
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
+                va: *remote_addr,
+                rkey: *rkey,
+                imm: None,
+            },
+            SendOp::RdmaWriteImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                if !remote_data {
+                    return Err(Error::Unsupported);
+                }
+                if wr.sgl.iter().map(|s| s.length as u64).sum::<u64>() > MAX_IMM_WRITE {
+                    return Err(Error::TooLong);
+                }
+                Kind::Write {
+                    va: *remote_addr,
+                    rkey: *rkey,
+                    imm: Some(*imm),
+                }
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => Kind::Read {
+                va: *remote_addr,
+                rkey: *rkey,
+            },
+            SendOp::BindMw {
+                mw,
+                mr,
+                addr,
+                length,
+                access,
+                new_rkey,
+            } => Kind::Bind {
+                mw: mw.clone(),
+                mr: mr.clone(),
+                addr: *addr,
+                length: *length,
+                access: *access,
+                new_rkey: *new_rkey,
+            },
+            _ => return Err(Error::Unsupported),
+        })
+    }
+
     /// The remote key of an RDMA request.
     fn rkey(&self) -> Option<u32> {
         match self {
