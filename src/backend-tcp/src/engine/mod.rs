@@ -33,6 +33,7 @@ mod initiator;
 mod liveness;
 mod progress;
 mod samehost;
+mod signalled;
 mod sockets;
 mod target;
 
@@ -237,6 +238,10 @@ struct Conn {
     quiet: bool,
     /// The socket's receive buffer size, read at the first raise (0: not yet).
     rcvbuf: i32,
+    /// Armed for the target signal (../sigio.rs): its input is read by signal handlers, by
+    /// a thread driving it, or by the progress thread when a handler left something
+    /// (`Engine::sweep_signalled`), not watched in the progress thread's poll set.
+    signalled: bool,
 }
 
 /// How a peer's stream ended while messages were held (`Conn::peer_end`).
@@ -336,6 +341,7 @@ impl Conn {
             last_look: None,
             quiet: false,
             rcvbuf: 0,
+            signalled: false,
         }
     }
 
@@ -395,7 +401,10 @@ impl Conn {
     /// not coming through our same-host ring (watched through its bells; a peer that has not
     /// switched to it sends SWITCH on the socket first: `same_host_switch`).
     fn returnable(&self) -> bool {
-        self.out.is_empty() && self.wants_input() && self.same_host.reading_ring().is_none()
+        !self.signalled
+            && self.out.is_empty()
+            && self.wants_input()
+            && self.same_host.reading_ring().is_none()
     }
 
     fn is_closing(&self) -> bool {
@@ -420,6 +429,15 @@ impl Conn {
             wake_ring_reader(ring, fd);
         }
         result
+    }
+
+    /// Makes the peer's frames raise the target signal, if it is on (../sigio.rs), with the
+    /// room a handler's ACK may need.
+    fn arm_signal(&mut self) {
+        if crate::sigio::signal().is_some() {
+            self.signalled = crate::sigio::arm(self.stream.as_raw_fd());
+            self.out.keep_spare();
+        }
     }
 
     /// Ends the connection after what is queued has been sent: the peer reads everything up
@@ -475,6 +493,13 @@ pub(crate) struct Engine {
     next_qp: u32,
     pub(crate) deferred: Vec<Deferred>,
     pub(crate) wake_needed: bool,
+    /// Frames served by signal handlers (../sigio.rs), and what they left for the next
+    /// ordinary holder: CQs to notify, spent receives to free (`take_signalled`).
+    pub(crate) signalled_frames: u64,
+    /// A handler left a frame (or a driver a connection) for the progress thread to read.
+    pub(crate) signal_sweep: bool,
+    signalled_cqs: Vec<Arc<TcpCq>>,
+    signalled_rqs: Vec<RecvWr>,
     /// Connections whose last write failed, to be read out and then reported lost.
     failed_writes: Vec<u64>,
     /// The progress thread's set of returned connections (`release_cq_claims`); None if
@@ -551,7 +576,7 @@ fn reads_allowed(cap: &QpCap) -> usize {
 impl Engine {
     /// An engine whose connects advertise the same-host path if `same_host_hello`.
     pub(crate) fn new(same_host_hello: bool) -> Engine {
-        Engine {
+        let mut eng = Engine {
             same_host_hello,
             returned_set: sys::Epoll::new()
                 .map_err(|e| {
@@ -560,7 +585,9 @@ impl Engine {
                 .ok()
                 .map(Arc::new),
             ..Engine::default()
-        }
+        };
+        eng.reserve_signalled();
+        eng
     }
 
     pub(super) fn token(&mut self) -> u64 {
@@ -702,6 +729,8 @@ impl Engine {
                 continue;
             }
             c.driven = None;
+            // What came while it was driven and the driver left is the progress thread's.
+            self.signal_sweep |= c.signalled;
             if let Some(set) = self.returned_set.as_ref().filter(|_| c.returnable()) {
                 let fd = c.stream.as_raw_fd();
                 match set.add(fd, *token) {
