@@ -148,13 +148,19 @@ impl Shared {
     /// allocates. Whether the connection is this device's (or maybe is: the engine was busy,
     /// and its holder or the progress thread, woken here, serves it).
     pub(crate) fn serve_signalled(&self, fd: i32) -> bool {
-        let Some(mut eng) = self.engine.try_lock() else {
+        #[cfg(test)]
+        let busy = sigio::test_hooks::FORCE_BUSY.load(Ordering::Relaxed);
+        #[cfg(not(test))]
+        let busy = false;
+        let Some(mut eng) = self.engine.try_lock().filter(|_| !busy) else {
             // The holder reads the armed connections before it lets go (`run_locked`), or
             // just after; the progress thread at its next wake-up or tick otherwise.
             self.signal_sweep.store(true, Ordering::SeqCst);
             return false;
         };
         let served = eng.serve_signalled(self, fd);
+        #[cfg(test)]
+        sigio::test_hooks::SERVED.fetch_add(served.unwrap_or(0) as u64, Ordering::Relaxed);
         // Completions to notify, an ACK left queued, a frame left: the progress thread.
         let wake =
             std::mem::take(&mut eng.wake_needed) || eng.signalled_pending() || eng.signal_sweep;
@@ -443,7 +449,8 @@ impl Device for TcpDevice {
     fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
         let cq = Arc::new(TcpCq {
             id: self.shared.next_id(),
-            queue: Mutex::new(VecDeque::new()),
+            // Room a signal handler may fill without allocating (sigio.rs).
+            queue: Mutex::new(VecDeque::with_capacity(64)),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
             shared: Arc::downgrade(&self.shared),
