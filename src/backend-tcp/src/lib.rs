@@ -225,9 +225,10 @@ impl Shared {
     /// Reads the connections armed for the target signal if a signal handler found the
     /// engine held (sigio.rs): the holder serves what the handler could not.
     fn sweep_if_asked(&self, eng: &mut Engine) {
-        if self.signal_sweep.load(Ordering::Relaxed)
-            && self.signal_sweep.swap(false, Ordering::SeqCst)
-        {
+        let asked = self.signal_sweep.load(Ordering::Relaxed)
+            && self.signal_sweep.swap(false, Ordering::SeqCst);
+        // Or the engine's own request: a driver gave back an armed connection.
+        if asked || eng.signal_sweep {
             let mut buf = [0u8; 16 << 10];
             eng.sweep_signalled(self, &mut buf);
         }

@@ -150,6 +150,25 @@ pub(crate) fn arm(fd: i32) -> bool {
     ok
 }
 
+/// Turns the signal of armed socket `fd` off (while a thread of ours waits in poll on it)
+/// or on again.
+pub(crate) fn set_async(fd: i32, on: bool) {
+    // SAFETY: fcntl on a descriptor the caller owns.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            let want = if on {
+                fl | libc::O_ASYNC
+            } else {
+                fl & !libc::O_ASYNC
+            };
+            if want != fl {
+                libc::fcntl(fd, libc::F_SETFL, want);
+            }
+        }
+    }
+}
+
 /// Makes a device's connections reachable from the handler (false: no slot free, or off).
 pub(crate) fn register(sh: &std::sync::Arc<Shared>) -> bool {
     if signal().is_none() {

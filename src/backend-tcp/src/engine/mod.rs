@@ -688,6 +688,10 @@ impl Engine {
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `PollSet::add_conn`)
             }
+            if c.driven.is_none() && c.signalled {
+                // The driver sleeps in poll on it: a signal would only interrupt that poll.
+                crate::sigio::set_async(c.stream.as_raw_fd(), false);
+            }
             c.driven = Some(cq);
             // Out of the progress thread's set of returned connections (without waking it):
             // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
@@ -729,8 +733,13 @@ impl Engine {
                 continue;
             }
             c.driven = None;
-            // What came while it was driven and the driver left is the progress thread's.
-            self.signal_sweep |= c.signalled;
+            if c.signalled {
+                // Signalled again; what came since the driver's last read is read by this
+                // thread before it lets go of the engine (`Shared::sweep_if_asked`).
+                crate::sigio::set_async(c.stream.as_raw_fd(), true);
+                self.signal_sweep = true;
+                continue;
+            }
             if let Some(set) = self.returned_set.as_ref().filter(|_| c.returnable()) {
                 let fd = c.stream.as_raw_fd();
                 match set.add(fd, *token) {

@@ -127,7 +127,8 @@ fn busy_engine_body() {
 
 /// N sends and N RDMA writes of 8 bytes from a client thread (which blocks the signal) to a
 /// target whose thread only spins on its memory; then the data and the target's completions
-/// (each receive exactly once, in order) are checked. Returns the frames handlers served.
+/// (each receive exactly once, in order) are checked, then sends to a target that waits in
+/// `dat_evd_wait`. Returns the frames handlers served in the spinning part.
 fn exchange() -> u64 {
     let server = Side::new("sig-srv", mem_priv::ALL);
     let client = Side::new("sig-cli", mem_priv::ALL);
@@ -208,8 +209,43 @@ fn exchange() -> u64 {
         matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
         "each receive completes once: {extra:?}"
     );
+    blocking_phase(&server, &client.0);
     close(&[&client.0, &server]);
     served
+}
+
+/// Sends to a target that waits in `dat_evd_wait` (its thread drives the connection, whose
+/// signal is off meanwhile and on again after): each arrives, once.
+fn blocking_phase(server: &Side, client: &Side) {
+    for i in 0..N {
+        server
+            .ep
+            .post_recv(&[server.seg(i * 8, 8)], 100 + i as u64, 0)
+            .expect("recv");
+    }
+    for i in 0..N {
+        client.buf.write(i * 8, &marker(b'b', i));
+        client
+            .ep
+            .post_send(&[client.seg(i * 8, 8)], 3000 + i as u64, 0)
+            .expect("send");
+        let (cookie, status, len, _) = super::dto(&next(&server.dto));
+        assert_eq!(
+            (cookie, status, len),
+            (100 + i as u64, dto_status::SUCCESS, 8)
+        );
+        assert_eq!(
+            server.buf.read(i * 8, 8),
+            marker(b'b', i),
+            "blocking send {i}"
+        );
+        assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    }
+    let extra = server.dto.dequeue();
+    assert!(
+        matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
+        "each receive completes once: {extra:?}"
+    );
 }
 
 fn marker(kind: u8, i: usize) -> [u8; 8] {
