@@ -460,6 +460,7 @@ impl Device for TcpDevice {
             buf: Mutex::new(Vec::new()),
             spin_misses: AtomicU32::new(0),
             keeps_claims: AtomicBool::new(false),
+            disarmed: AtomicBool::new(false),
         });
         self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
         Ok(cq)
@@ -959,6 +960,9 @@ pub(crate) struct TcpCq {
     spin_misses: AtomicU32,
     /// Connections stay claimed between the drives of one wait (see `end_drive`).
     keeps_claims: AtomicBool,
+    /// A poller's look turned the target signal of a connection off (sigio.rs): the next
+    /// completion found turns it on again (`rearm`).
+    disarmed: AtomicBool,
 }
 
 /// Read buffer of a driving application thread (large payloads are read past it, straight
@@ -978,6 +982,20 @@ impl TcpCq {
     /// reports the overflow).
     pub(crate) fn push(&self, wc: WorkCompletion) {
         self.queue.lock().push_back(wc);
+    }
+
+    /// A consumer that polled found a completion: its connections get their target signal
+    /// back (`Engine::rearm_for_cq`) before it goes back to spinning on its memory.
+    fn rearm(&self) {
+        let Some(sh) = self.shared.upgrade() else {
+            return;
+        };
+        // No `run`: what it delivers could call back into the consumer's EVD, which polls.
+        self.disarmed.store(false, Ordering::Relaxed);
+        sh.engine.lock().rearm_for_cq(self.id);
+        if sh.sweep_asked() {
+            sh.wake(); // a signal handler came meanwhile: left to the progress thread
+        }
     }
 
     /// The queue, unless another thread holds it (for a signal handler: sigio.rs).
@@ -1016,9 +1034,15 @@ impl CompletionQueue for TcpCq {
         self.id
     }
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let mut q = self.queue.lock();
-        let n = max.min(q.len());
-        out.extend(q.drain(..n));
+        let n = {
+            let mut q = self.queue.lock();
+            let n = max.min(q.len());
+            out.extend(q.drain(..n));
+            n
+        };
+        if n > 0 && self.disarmed.load(Ordering::Relaxed) {
+            self.rearm();
+        }
         n
     }
     fn set_notify(&self, notify: Option<NotifyFn>) {
@@ -1169,7 +1193,9 @@ impl CompletionQueue for TcpCq {
                 return false;
             }
             for token in conns {
-                eng.note_poller(token);
+                if eng.note_poller(token) {
+                    self.disarmed.store(true, Ordering::Relaxed);
+                }
                 eng.look_at_conn(sh, token, &mut buf);
                 eng.try_write(token);
                 eng.settle_quiet(token);

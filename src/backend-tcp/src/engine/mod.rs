@@ -242,6 +242,10 @@ struct Conn {
     /// a thread driving it, or by the progress thread when a handler left something
     /// (`Engine::sweep_signalled`), not watched in the progress thread's poll set.
     signalled: bool,
+    /// The signal is on now (O_ASYNC): off while a thread of ours polls or waits on the
+    /// connection itself, which reads its input anyway and which a signal only interrupts.
+    /// Off, the connection is watched and kept quiet as any other.
+    armed: bool,
 }
 
 /// How a peer's stream ended while messages were held (`Conn::peer_end`).
@@ -342,6 +346,7 @@ impl Conn {
             quiet: false,
             rcvbuf: 0,
             signalled: false,
+            armed: false,
         }
     }
 
@@ -436,8 +441,22 @@ impl Conn {
     fn arm_signal(&mut self) {
         if crate::sigio::signal().is_some() {
             self.signalled = crate::sigio::arm(self.stream.as_raw_fd());
+            self.armed = self.signalled;
             self.out.keep_spare();
         }
+    }
+
+    /// Turns the target signal of a signalled connection on or off (`armed`); on, its socket
+    /// is no longer quiet, or the kernel would raise no signal for small frames.
+    fn set_armed(&mut self, on: bool) {
+        if !self.signalled || self.armed == on {
+            return;
+        }
+        if on {
+            self.set_quiet(false);
+        }
+        crate::sigio::set_async(self.stream.as_raw_fd(), on);
+        self.armed = on;
     }
 
     /// Ends the connection after what is queued has been sent: the peer reads everything up
@@ -688,10 +707,8 @@ impl Engine {
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `PollSet::add_conn`)
             }
-            if c.driven.is_none() && c.signalled {
-                // The driver sleeps in poll on it: a signal would only interrupt that poll.
-                crate::sigio::set_async(c.stream.as_raw_fd(), false);
-            }
+            // The driver sleeps in poll on it: a signal would only interrupt that poll.
+            c.set_armed(false);
             c.driven = Some(cq);
             // Out of the progress thread's set of returned connections (without waking it):
             // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
@@ -736,7 +753,7 @@ impl Engine {
             if c.signalled {
                 // Signalled again; what came since the driver's last read is read by this
                 // thread before it lets go of the engine (`Shared::sweep_if_asked`).
-                crate::sigio::set_async(c.stream.as_raw_fd(), true);
+                c.set_armed(true);
                 self.signal_sweep = true;
                 continue;
             }

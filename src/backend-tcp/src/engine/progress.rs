@@ -356,7 +356,14 @@ impl PollSet {
             c.returned = None;
         }
         let mut ev = 0;
-        if c.wants_input() && c.signalled {
+        // A poller that stopped looking gets the target signal back (../sigio.rs).
+        if c.signalled && !c.armed && c.driven.is_none() {
+            match c.lease_left(QUIET_LEASE, now) {
+                Some(left) => self.lease_ends(left),
+                None => c.set_armed(true),
+            }
+        }
+        if c.wants_input() && c.armed {
             // Its input raises the target signal (../sigio.rs); only its end is ours to see.
             ev |= POLLRDHUP;
         } else if c.wants_input() {
@@ -585,12 +592,28 @@ const QUIET_LEASE: Duration = Duration::from_millis(2);
 const QUIET_LOW_WATER: i32 = 16 << 10;
 
 impl Engine {
-    /// A polling consumer reads connection `token` now and will again soon.
-    pub(crate) fn note_poller(&mut self, token: u64) {
-        if let Some(c) = self.conns.get_mut(&token) {
-            c.last_look = Some(Instant::now());
-            if let Some(ring) = c.same_host.incoming.as_ref() {
-                ring.note_poller();
+    /// A polling consumer reads connection `token` now and will again soon: it reads what
+    /// arrives itself, so the target signal is off until it finds a completion
+    /// (`rearm_for_cq`) or stops looking (`PollSet::add_conn`). Whether it was on.
+    pub(crate) fn note_poller(&mut self, token: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let armed = c.armed;
+        c.set_armed(false);
+        c.last_look = Some(Instant::now());
+        if let Some(ring) = c.same_host.incoming.as_ref() {
+            ring.note_poller();
+        }
+        armed
+    }
+
+    /// The consumer of CQ `cq` found a completion: it may go back to spinning on its memory
+    /// (or do anything but look), so its connections get their target signal back.
+    pub(crate) fn rearm_for_cq(&mut self, cq: u64) {
+        for token in self.pollable_for_cq(cq) {
+            if let Some(c) = self.conns.get_mut(&token).filter(|c| c.driven.is_none()) {
+                c.set_armed(true);
             }
         }
     }
@@ -611,9 +634,7 @@ impl Engine {
         };
         let busy = match c.phase {
             // A quiet socket raises no target signal either (../sigio.rs).
-            Phase::Established { qp }
-                if c.same_host.reading_ring().is_none() && crate::sigio::signal().is_none() =>
-            {
+            Phase::Established { qp } if c.same_host.reading_ring().is_none() && !c.armed => {
                 self.qps.get(&qp).is_some_and(|e| !e.outstanding.is_empty())
             }
             _ => false,
