@@ -20,6 +20,12 @@
 //! * it keeps `errno`, and serves only what is cheap and certain (see `serve_signalled`):
 //!   everything else is left in the socket for the usual readers.
 //!
+//! Input on an armed socket is not watched by the progress thread: handlers read it, or the
+//! holder of the engine when a handler found it busy (`Shared::sweep_if_asked`), or the
+//! progress thread when a handler left a frame or at its tick. A thread of ours that reads
+//! the connection itself turns the signal off meanwhile: a waiter driving it, a poller from
+//! its look until it finds a completion (engine/progress.rs, `note_poller`, `rearm_for_cq`).
+//!
 //! Off unless asked for: a signal interrupts the application's own blocking calls (poll,
 //! nanosleep, ... return EINTR whatever SA_RESTART says), and a polling or waiting consumer,
 //! which reads its connections itself, gains nothing from it (docs/performance.md).
