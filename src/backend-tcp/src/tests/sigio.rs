@@ -95,12 +95,16 @@ fn busy_engine_leaves_the_frame_to_the_progress_thread() {
 #[test]
 #[ignore = "run in a child process by spinning_target_gets_writes_and_sends"]
 fn spinning_target_body() {
-    let served = exchange();
+    let (first, second) = exchange();
     assert!(
         HANDLED.load(Ordering::Relaxed) > 0,
         "the signal reached the target"
     );
-    assert!(served > 0, "handlers served frames");
+    assert!(first > 0, "handlers served frames");
+    assert!(
+        second > 0,
+        "handlers served frames after a poller and a waiter"
+    );
     assert_eq!(
         HANDLER_ALLOCS.load(Ordering::Relaxed),
         0,
@@ -113,6 +117,7 @@ fn spinning_target_body() {
 fn busy_engine_body() {
     FORCE_BUSY.store(true, Ordering::Relaxed);
     let served = exchange();
+    let served = served.0 + served.1;
     assert!(
         HANDLED.load(Ordering::Relaxed) > 0,
         "the signal reached the target"
@@ -125,14 +130,32 @@ fn busy_engine_body() {
     );
 }
 
-/// N sends and N RDMA writes of 8 bytes from a client thread (which blocks the signal) to a
-/// target whose thread only spins on its memory; then the data and the target's completions
-/// (each receive exactly once, in order) are checked, then sends to a target that waits in
-/// `dat_evd_wait`. Returns the frames handlers served in the spinning part.
-fn exchange() -> u64 {
+/// The target spins (served by handlers), then waits in `dat_evd_wait`, then polls with
+/// `dat_evd_dequeue`, then spins again (its connection's signal back on after the poller
+/// found its completion). Returns the frames handlers served in each spinning phase.
+fn exchange() -> (u64, u64) {
     let server = Side::new("sig-srv", mem_priv::ALL);
     let client = Side::new("sig-cli", mem_priv::ALL);
     let _psp = connect_pair(&server, &client);
+    let (client, first) = spinning_phase(&server, Moved(client), 0);
+    blocking_phase(&server, &client.0);
+    polled_phase(&server, &client.0);
+    let (client, second) = spinning_phase(&server, client, 1);
+    eprintln!(
+        "sigio: {} signals handled, frames served by handlers: {first}, then {second}",
+        HANDLED.load(Ordering::Relaxed)
+    );
+    close(&[&client.0, &server]);
+    (first, second)
+}
+
+/// N sends and N RDMA writes of 8 bytes from a client thread (which blocks the signal) to a
+/// target whose thread only spins on its memory, no DAT call; then the data and the target's
+/// completions (each receive exactly once, in order) are checked. Returns the client side and
+/// the frames handlers served meanwhile.
+fn spinning_phase(server: &Side, client: Moved, round: u8) -> (Moved, u64) {
+    server.buf.write(0, &[0u8; N * 8]);
+    server.buf.write(WRITES_AT, &[0u8; N * 8]);
     for i in 0..N {
         server
             .ep
@@ -143,15 +166,15 @@ fn exchange() -> u64 {
         .map(|i| server.remote(WRITES_AT + i * 8, 8))
         .collect();
     let base = server.buf.addr() as *const u8;
-    let client = Moved(client);
+    let served_before = SERVED.load(Ordering::Relaxed);
     let client = std::thread::scope(|s| {
         let initiator = s.spawn(move || {
             let moved = client;
             let client = &moved.0;
             super::super::sigio::block_here();
             for (i, &remote) in remotes.iter().enumerate() {
-                client.buf.write(i * 16, &marker(b'w', i));
-                client.buf.write(i * 16 + 8, &marker(b's', i));
+                client.buf.write(i * 16, &marker(b'w' + round, i));
+                client.buf.write(i * 16 + 8, &marker(b's' + round, i));
                 let w = client.seg(i * 16, 8);
                 client
                     .ep
@@ -183,18 +206,12 @@ fn exchange() -> u64 {
         }
         initiator.join().expect("initiator")
     });
-    let served = SERVED.load(Ordering::Relaxed);
-    eprintln!(
-        "sigio: {} signals handled, {served} frames served by handlers",
-        HANDLED.load(Ordering::Relaxed)
-    );
+    let served = SERVED.load(Ordering::Relaxed) - served_before;
     for i in 0..N {
-        assert_eq!(server.buf.read(i * 8, 8), marker(b's', i), "send {i}");
-        assert_eq!(
-            server.buf.read(WRITES_AT + i * 8, 8),
-            marker(b'w', i),
-            "write {i}"
-        );
+        let sent = server.buf.read(i * 8, 8);
+        assert_eq!(sent, marker(b's' + round, i), "send {i}");
+        let written = server.buf.read(WRITES_AT + i * 8, 8);
+        assert_eq!(written, marker(b'w' + round, i), "write {i}");
     }
     for i in 0..N {
         let (cookie, status, len, _) = super::dto(&next(&server.dto));
@@ -204,14 +221,55 @@ fn exchange() -> u64 {
             "receive {i}"
         );
     }
+    assert_drained(server);
+    (client, served)
+}
+
+/// Sends to a target that polls with `dat_evd_dequeue` (its looks read the connection and
+/// turn its signal off until it finds a completion): each arrives, once.
+fn polled_phase(server: &Side, client: &Side) {
+    for i in 0..N {
+        server
+            .ep
+            .post_recv(&[server.seg(i * 8, 8)], 200 + i as u64, 0)
+            .expect("recv");
+    }
+    let end = Instant::now() + Duration::from_secs(30);
+    for i in 0..N {
+        client.buf.write(i * 8, &marker(b'p', i));
+        client
+            .ep
+            .post_send(&[client.seg(i * 8, 8)], 4000 + i as u64, 0)
+            .expect("send");
+        let ev = loop {
+            match server.dto.dequeue() {
+                Ok(ev) => break ev,
+                Err(e) => assert_eq!(e.kind, ErrorType::QueueEmpty),
+            }
+            assert!(Instant::now() < end, "the polled send came within 30 s");
+        };
+        let (cookie, status, len, _) = super::dto(&ev);
+        assert_eq!(
+            (cookie, status, len),
+            (200 + i as u64, dto_status::SUCCESS, 8)
+        );
+        assert_eq!(
+            server.buf.read(i * 8, 8),
+            marker(b'p', i),
+            "polled send {i}"
+        );
+        assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    }
+    assert_drained(server);
+}
+
+/// Nothing more on the target's DTO EVD: each receive completed once.
+fn assert_drained(server: &Side) {
     let extra = server.dto.dequeue();
     assert!(
         matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
         "each receive completes once: {extra:?}"
     );
-    blocking_phase(&server, &client.0);
-    close(&[&client.0, &server]);
-    served
 }
 
 /// Sends to a target that waits in `dat_evd_wait` (its thread drives the connection, whose
@@ -241,11 +299,7 @@ fn blocking_phase(server: &Side, client: &Side) {
         );
         assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
     }
-    let extra = server.dto.dequeue();
-    assert!(
-        matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
-        "each receive completes once: {extra:?}"
-    );
+    assert_drained(server);
 }
 
 fn marker(kind: u8, i: usize) -> [u8; 8] {
