@@ -270,7 +270,9 @@ impl Engine {
         }
         match c.flush_out() {
             Ok(()) => {
-                c.out.keep_spare(); // for a signal handler (signalled.rs)
+                if c.signalled {
+                    c.out.keep_spare(); // for a signal handler (signalled.rs)
+                }
                 if c.answer_bytes > 0 {
                     c.recharge(); // answers the peer took no longer count (budget.rs)
                 }
