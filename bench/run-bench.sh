@@ -209,10 +209,12 @@ m_reg() {
 # sides spinning on their buffers' last byte with no DAT call and no sched_yield (and
 # reaping with a dequeue loop without yield), both processes' threads competing for the
 # machine's CPUs. One-way (RTT/2) median and p99. VARIANT realtime: progress threads
-# SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime).
+# SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime); signal: the kernel interrupts the spinning
+# thread and a signal handler places the data (DAPLRS_TARGET_SIGNAL=on).
 m_spin() {
 	local s=$1 r=$2 variant=${3:-} log=$raw/$1-r$2-spin${3:+-$3} env=() p=${3:+${3}_} n=$SPIN_ITERS
 	[ "$variant" = realtime ] && env=(env DAPLRS_PROGRESS_PRIORITY=realtime)
+	[ "$variant" = signal ] && env=(env DAPLRS_TARGET_SIGNAL=on)
 	# Over TCP an ordinary progress thread takes milliseconds a message here: fewer of them.
 	[ "$s" = host ] && n=$LAT_ITERS
 	start_server "$s" "$log-server.txt" "server listening" "${env[@]}" "$bin/datperf" -P rs-tcp -s \
@@ -297,7 +299,7 @@ print_table() {
 			row("  reg " label "dat_lmr_free " (z == 1 ? "4 KiB" : "1 MiB") ", median", s, med(s, p "free_" k), "us", "", "", "", 2)
 		}
 	}
-	# The spinning waiters rows of setting s (prefix p: "" or "realtime_"), as ratios of the
+	# The spinning waiters rows of setting s (prefix p: "", "realtime_" or "signal_"), as ratios of the
 	# setting'"'"'s busy-polled round trip (issue 22: a one-way within it over TCP; 2 us on the
 	# same host).
 	function spin_rows(s, p, label, rtt,   t, op, tgt) {
@@ -357,13 +359,15 @@ print_table() {
 			reg_rows(s, "", "")
 			spin_rows(s, "", "", rtt)
 			spin_rows(s, "realtime_", "(realtime) ", rtt)
+			spin_rows(s, "signal_", "(signal) ", rtt)
 		}
 		printf "\nmedians of %d interleaved round(s); MB/s = 10^6 B/s; latency of a read = the whole read,\n", rounds
 		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
 		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median). reg: a round"
 		print "registers on both sides, moves the data once, sends a finish and frees (datperf reg_*, polled)."
 		print "spin: both sides spin on their buffers, no DAT call, no sched_yield (datperf -p -y spin); realtime:"
-		print "progress threads SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime)."
+		print "progress threads SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime); signal: a signal handler"
+		print "places the data (DAPLRS_TARGET_SIGNAL=on)."
 		print "Timings on a shared 2-CPU host move by tens of percent: read the ratios, taken side by side."
 	}' SETTINGS="$SETTINGS" "$results"
 }
@@ -389,6 +393,7 @@ for r in $(seq "$ROUNDS"); do
 		[ "$s" = host ] && m_reg "$s" "$r" nomap
 		m_spin "$s" "$r"
 		[ "$s" = host ] || m_spin "$s" "$r" realtime
+		[ "$s" = host ] || m_spin "$s" "$r" signal
 		m_dapltest "$s" "$r"
 	done
 	case " $SETTINGS " in *" host "*) ;; *) m_pvm "$r" ;; esac

@@ -27,6 +27,7 @@ mod engine;
 mod guarded;
 mod keys;
 mod samehost;
+mod sigio;
 pub(crate) mod sys;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
 #[cfg(feature = "fuzzing")]
@@ -84,6 +85,9 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     limits: wire::Limits,
     stopped: AtomicBool,
+    /// A signal handler found the engine busy: the progress thread reads the connections
+    /// armed for the target signal (sigio.rs).
+    signal_sweep: AtomicBool,
     /// Datagrams dropped on arrival for lack of a posted receive (`Device::ud_dropped`).
     ud_dropped: AtomicU64,
     /// The same-host path: our published key table, mode and counters (samehost/).
@@ -140,6 +144,38 @@ impl Shared {
         let _ = (&self.wake_tx).write(&[1u8]);
     }
 
+    /// A signal handler's service of connection `fd` (sigio.rs): nothing that blocks or
+    /// allocates. Whether the connection is this device's (or maybe is: the engine was busy,
+    /// and its holder or the progress thread, woken here, serves it).
+    pub(crate) fn serve_signalled(&self, fd: i32) -> bool {
+        #[cfg(test)]
+        let busy = sigio::test_hooks::FORCE_BUSY.load(Ordering::Relaxed);
+        #[cfg(not(test))]
+        let busy = false;
+        let Some(mut eng) = self.engine.try_lock().filter(|_| !busy) else {
+            // The holder reads the armed connections before it lets go (`run_locked`), or
+            // just after; the progress thread at its next wake-up or tick otherwise.
+            self.signal_sweep.store(true, Ordering::SeqCst);
+            return false;
+        };
+        let served = eng.serve_signalled(self, fd);
+        #[cfg(test)]
+        sigio::test_hooks::SERVED.fetch_add(served.unwrap_or(0) as u64, Ordering::Relaxed);
+        // Completions to notify, an ACK left queued, a frame left: the progress thread.
+        let wake =
+            std::mem::take(&mut eng.wake_needed) || eng.signalled_pending() || eng.signal_sweep;
+        drop(eng);
+        if wake {
+            self.wake();
+        }
+        served.is_some()
+    }
+
+    /// Whether a signal handler found the engine held and left its connection to the holder.
+    pub(crate) fn sweep_asked(&self) -> bool {
+        self.signal_sweep.load(Ordering::Relaxed)
+    }
+
     /// Runs `f` on the engine, then delivers what it produced with no lock held.
     pub(crate) fn run<T>(&self, f: impl FnOnce(&mut Engine, &Shared) -> T) -> T {
         self.run_locked(self.engine.lock(), f)
@@ -156,6 +192,7 @@ impl Shared {
         f: impl FnOnce(&mut Engine, &Shared) -> T,
     ) -> T {
         let result = f(&mut eng, self);
+        self.sweep_if_asked(&mut eng);
         let wake = std::mem::take(&mut eng.wake_needed);
         let deferred = self.take_deferred(&mut eng);
         drop(eng);
@@ -163,14 +200,46 @@ impl Shared {
             self.wake();
         }
         self.deliver(deferred);
+        self.sweep_after_release();
         result
+    }
+
+    /// A signal handler that found the engine held after our look, before our release:
+    /// served now unless another thread holds the engine (which serves it on release).
+    fn sweep_after_release(&self) {
+        while self.signal_sweep.load(Ordering::SeqCst) {
+            let Some(mut eng) = self.engine.try_lock() else {
+                return;
+            };
+            self.sweep_if_asked(&mut eng);
+            let wake = std::mem::take(&mut eng.wake_needed);
+            let deferred = self.take_deferred(&mut eng);
+            drop(eng);
+            if wake {
+                self.wake();
+            }
+            self.deliver(deferred);
+        }
+    }
+
+    /// Reads the connections armed for the target signal if a signal handler found the
+    /// engine held (sigio.rs): the holder serves what the handler could not.
+    fn sweep_if_asked(&self, eng: &mut Engine) {
+        let asked = self.signal_sweep.load(Ordering::Relaxed)
+            && self.signal_sweep.swap(false, Ordering::SeqCst);
+        // Or the engine's own request: a driver gave back an armed connection.
+        if asked || eng.signal_sweep {
+            let mut buf = [0u8; 16 << 10];
+            eng.sweep_signalled(self, &mut buf);
+        }
     }
 
     /// What the engine left to do once its lock is released, taken while it is held: the
     /// connection events go to the shared queue there, so that they reach the consumer in the
     /// engine's order whichever thread hands them over (see `deliver_cm`).
     pub(crate) fn take_deferred(&self, eng: &mut Engine) -> Vec<Deferred> {
-        let all = std::mem::take(&mut eng.deferred);
+        let mut all = std::mem::take(&mut eng.deferred);
+        eng.take_signalled(&mut all);
         if !all.iter().any(|d| matches!(d, Deferred::Cm(_))) {
             return all; // the common case: completions only
         }
@@ -322,6 +391,7 @@ impl TcpDevice {
                 max_message: MAX_MESSAGE,
             },
             stopped: AtomicBool::new(false),
+            signal_sweep: AtomicBool::new(false),
             ud_dropped: AtomicU64::new(0),
             samehost,
             arenas: Mutex::new(IntMap::default()),
@@ -335,8 +405,12 @@ impl TcpDevice {
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("daplrs-tcp-{target}"))
-            .spawn(move || engine::progress_loop(s2))
+            .spawn(move || {
+                sigio::block_here();
+                engine::progress_loop(s2)
+            })
             .map_err(|_| Error::NoResource(Resource::Device))?;
+        sigio::register(&shared);
         Ok(Arc::new(TcpDevice {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -376,7 +450,8 @@ impl Device for TcpDevice {
     fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
         let cq = Arc::new(TcpCq {
             id: self.shared.next_id(),
-            queue: Mutex::new(VecDeque::new()),
+            // Room a signal handler may fill without allocating (sigio.rs).
+            queue: Mutex::new(VecDeque::with_capacity(64)),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
             shared: Arc::downgrade(&self.shared),
@@ -385,6 +460,7 @@ impl Device for TcpDevice {
             buf: Mutex::new(Vec::new()),
             spin_misses: AtomicU32::new(0),
             keeps_claims: AtomicBool::new(false),
+            disarmed: AtomicBool::new(false),
         });
         self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
         Ok(cq)
@@ -481,6 +557,7 @@ impl Device for TcpDevice {
         std::thread::Builder::new()
             .name("daplrs-connect".into())
             .spawn(move || {
+                sigio::block_here();
                 let result = sys::connect_reusable(remote, limit);
                 if let Some(shared) = weak.upgrade() {
                     shared.run(|eng, _| {
@@ -558,6 +635,7 @@ impl Device for TcpDevice {
         std::thread::Builder::new()
             .name("daplrs-ud-resolve".into())
             .spawn(move || {
+                sigio::block_here();
                 let result = sys::connect_reusable(remote, limit);
                 if let Some(shared) = weak.upgrade() {
                     shared.run(|eng, _| {
@@ -589,6 +667,7 @@ impl Device for TcpDevice {
         if self.shared.stopped.swap(true, Ordering::SeqCst) {
             return;
         }
+        sigio::unregister(&self.shared);
         self.shared.run(|eng, sh| eng.shutdown(sh));
         self.shared.wake();
         let handle = self.thread.lock().take();
@@ -881,6 +960,9 @@ pub(crate) struct TcpCq {
     spin_misses: AtomicU32,
     /// Connections stay claimed between the drives of one wait (see `end_drive`).
     keeps_claims: AtomicBool,
+    /// A poller's look turned the target signal of a connection off (sigio.rs): the next
+    /// completion found turns it on again (`rearm`).
+    disarmed: AtomicBool,
 }
 
 /// Read buffer of a driving application thread (large payloads are read past it, straight
@@ -900,6 +982,27 @@ impl TcpCq {
     /// reports the overflow).
     pub(crate) fn push(&self, wc: WorkCompletion) {
         self.queue.lock().push_back(wc);
+    }
+
+    /// A consumer that polled found a completion: its connections get their target signal
+    /// back (`Engine::rearm_for_cq`) before it goes back to spinning on its memory.
+    fn rearm(&self) {
+        let Some(sh) = self.shared.upgrade() else {
+            return;
+        };
+        // No `run`: what it delivers could call back into the consumer's EVD, which polls.
+        self.disarmed.store(false, Ordering::Relaxed);
+        sh.engine.lock().rearm_for_cq(self.id);
+        if sh.sweep_asked() {
+            sh.wake(); // a signal handler came meanwhile: left to the progress thread
+        }
+    }
+
+    /// The queue, unless another thread holds it (for a signal handler: sigio.rs).
+    pub(crate) fn try_queue(
+        &self,
+    ) -> Option<parking_lot::MutexGuard<'_, VecDeque<WorkCompletion>>> {
+        self.queue.try_lock()
     }
 
     /// The pair that wakes a driver, made at first use (by `drive` or by `interrupt`, which
@@ -931,9 +1034,15 @@ impl CompletionQueue for TcpCq {
         self.id
     }
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let mut q = self.queue.lock();
-        let n = max.min(q.len());
-        out.extend(q.drain(..n));
+        let n = {
+            let mut q = self.queue.lock();
+            let n = max.min(q.len());
+            out.extend(q.drain(..n));
+            n
+        };
+        if n > 0 && self.disarmed.load(Ordering::Relaxed) {
+            self.rearm();
+        }
         n
     }
     fn set_notify(&self, notify: Option<NotifyFn>) {
@@ -965,7 +1074,7 @@ impl CompletionQueue for TcpCq {
         let Some((_, wake_rx)) = self.waker() else {
             return false;
         };
-        let claimed = sh.engine.lock().claim_for_cq(self.id);
+        let claimed = sh.run(|eng, _| eng.claim_for_cq(self.id));
         if claimed.is_empty() {
             return false;
         }
@@ -1084,7 +1193,9 @@ impl CompletionQueue for TcpCq {
                 return false;
             }
             for token in conns {
-                eng.note_poller(token);
+                if eng.note_poller(token) {
+                    self.disarmed.store(true, Ordering::Relaxed);
+                }
                 eng.look_at_conn(sh, token, &mut buf);
                 eng.try_write(token);
                 eng.settle_quiet(token);

@@ -806,4 +806,5 @@ fn connection_events_keep_the_engines_order_across_threads() {
 
 mod hostile;
 mod samehost;
+mod sigio;
 mod ud;

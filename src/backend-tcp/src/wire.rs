@@ -417,6 +417,11 @@ impl Decoder {
         self.start = 0;
     }
 
+    /// Whether nothing is buffered: no frame begun (a signal handler serves only then).
+    pub fn is_idle(&self) -> bool {
+        self.buf.len() == self.start && self.pending.is_none()
+    }
+
     /// Bytes buffered and not yet returned as frames (tests and fuzzers).
     #[cfg(any(test, feature = "fuzzing"))]
     pub fn buffered(&self) -> usize {
@@ -522,6 +527,9 @@ pub struct OutQueue {
     /// Bytes queued and bytes written since the queue was made: positions in the stream.
     pushed: u64,
     written: u64,
+    /// Room for one frame header kept ready for a signal handler, which may not allocate
+    /// (engine/signalled.rs): `keep_spare`, `push_spare`.
+    spare: Vec<u8>,
 }
 
 /// Small payloads are appended to the previous chunk instead of queued on their own.
@@ -530,6 +538,30 @@ const COALESCE_MAX: usize = 4096;
 impl OutQueue {
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty()
+    }
+
+    /// Makes sure `push_spare` can queue a header without allocating (this may allocate).
+    pub fn keep_spare(&mut self) {
+        if self.spare.capacity() < HEADER_LEN {
+            self.spare = Vec::with_capacity(HEADER_LEN);
+        }
+        if self.chunks.len() >= self.chunks.capacity() {
+            self.chunks.reserve(1);
+        }
+    }
+
+    /// Whether `push_spare` would allocate nothing.
+    pub fn has_spare(&self) -> bool {
+        self.spare.capacity() >= HEADER_LEN && self.chunks.len() < self.chunks.capacity()
+    }
+
+    /// Queues up to a header's worth of bytes in the room `keep_spare` made (no allocation
+    /// if `has_spare`). Only on an empty queue, as `push_bytes`.
+    pub fn push_spare(&mut self, bytes: &[u8]) {
+        let mut v = std::mem::take(&mut self.spare);
+        v.clear();
+        v.extend_from_slice(&bytes[..bytes.len().min(HEADER_LEN)]);
+        self.push_bytes(v);
     }
 
     /// The stream position just after the last byte queued.

@@ -131,6 +131,7 @@ impl Engine {
         };
         let (local, remote) = (v4(c.stream.local_addr()), v4(c.stream.peer_addr()));
         c.phase = Phase::Established { qp };
+        c.arm_signal();
         let mut h = wire::handshake(Kind::Accept);
         h.flags = flags;
         c.out.push_frame(h, private_data.to_vec());

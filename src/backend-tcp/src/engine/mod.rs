@@ -33,6 +33,7 @@ mod initiator;
 mod liveness;
 mod progress;
 mod samehost;
+mod signalled;
 mod sockets;
 mod target;
 
@@ -237,6 +238,14 @@ struct Conn {
     quiet: bool,
     /// The socket's receive buffer size, read at the first raise (0: not yet).
     rcvbuf: i32,
+    /// Armed for the target signal (../sigio.rs): its input is read by signal handlers, by
+    /// a thread driving it, or by the progress thread when a handler left something
+    /// (`Engine::sweep_signalled`), not watched in the progress thread's poll set.
+    signalled: bool,
+    /// The signal is on now (O_ASYNC): off while a thread of ours polls or waits on the
+    /// connection itself, which reads its input anyway and which a signal only interrupts.
+    /// Off, the connection is watched and kept quiet as any other.
+    armed: bool,
 }
 
 /// How a peer's stream ended while messages were held (`Conn::peer_end`).
@@ -336,6 +345,8 @@ impl Conn {
             last_look: None,
             quiet: false,
             rcvbuf: 0,
+            signalled: false,
+            armed: false,
         }
     }
 
@@ -395,7 +406,10 @@ impl Conn {
     /// not coming through our same-host ring (watched through its bells; a peer that has not
     /// switched to it sends SWITCH on the socket first: `same_host_switch`).
     fn returnable(&self) -> bool {
-        self.out.is_empty() && self.wants_input() && self.same_host.reading_ring().is_none()
+        !self.signalled
+            && self.out.is_empty()
+            && self.wants_input()
+            && self.same_host.reading_ring().is_none()
     }
 
     fn is_closing(&self) -> bool {
@@ -420,6 +434,29 @@ impl Conn {
             wake_ring_reader(ring, fd);
         }
         result
+    }
+
+    /// Makes the peer's frames raise the target signal, if it is on (../sigio.rs), with the
+    /// room a handler's ACK may need.
+    fn arm_signal(&mut self) {
+        if crate::sigio::signal().is_some() {
+            self.signalled = crate::sigio::arm(self.stream.as_raw_fd());
+            self.armed = self.signalled;
+            self.out.keep_spare();
+        }
+    }
+
+    /// Turns the target signal of a signalled connection on or off (`armed`); on, its socket
+    /// is no longer quiet, or the kernel would raise no signal for small frames.
+    fn set_armed(&mut self, on: bool) {
+        if !self.signalled || self.armed == on {
+            return;
+        }
+        if on {
+            self.set_quiet(false);
+        }
+        crate::sigio::set_async(self.stream.as_raw_fd(), on);
+        self.armed = on;
     }
 
     /// Ends the connection after what is queued has been sent: the peer reads everything up
@@ -475,6 +512,13 @@ pub(crate) struct Engine {
     next_qp: u32,
     pub(crate) deferred: Vec<Deferred>,
     pub(crate) wake_needed: bool,
+    /// Frames served by signal handlers (../sigio.rs), and what they left for the next
+    /// ordinary holder: CQs to notify, spent receives to free (`take_signalled`).
+    pub(crate) signalled_frames: u64,
+    /// A handler left a frame (or a driver a connection) for the progress thread to read.
+    pub(crate) signal_sweep: bool,
+    signalled_cqs: Vec<Arc<TcpCq>>,
+    signalled_rqs: Vec<RecvWr>,
     /// Connections whose last write failed, to be read out and then reported lost.
     failed_writes: Vec<u64>,
     /// The progress thread's set of returned connections (`release_cq_claims`); None if
@@ -551,7 +595,7 @@ fn reads_allowed(cap: &QpCap) -> usize {
 impl Engine {
     /// An engine whose connects advertise the same-host path if `same_host_hello`.
     pub(crate) fn new(same_host_hello: bool) -> Engine {
-        Engine {
+        let mut eng = Engine {
             same_host_hello,
             returned_set: sys::Epoll::new()
                 .map_err(|e| {
@@ -560,7 +604,9 @@ impl Engine {
                 .ok()
                 .map(Arc::new),
             ..Engine::default()
-        }
+        };
+        eng.reserve_signalled();
+        eng
     }
 
     pub(super) fn token(&mut self) -> u64 {
@@ -661,6 +707,8 @@ impl Engine {
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `PollSet::add_conn`)
             }
+            // The driver sleeps in poll on it: a signal would only interrupt that poll.
+            c.set_armed(false);
             c.driven = Some(cq);
             // Out of the progress thread's set of returned connections (without waking it):
             // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
@@ -702,6 +750,13 @@ impl Engine {
                 continue;
             }
             c.driven = None;
+            if c.signalled {
+                // Signalled again; what came since the driver's last read is read by this
+                // thread before it lets go of the engine (`Shared::sweep_if_asked`).
+                c.set_armed(true);
+                self.signal_sweep = true;
+                continue;
+            }
             if let Some(set) = self.returned_set.as_ref().filter(|_| c.returnable()) {
                 let fd = c.stream.as_raw_fd();
                 match set.add(fd, *token) {

@@ -64,6 +64,9 @@ impl ProgressThread {
                 self.last_traffic = Some(Instant::now());
             }
             let (polled, returned_ready) = self.sleep(shared, &mut set);
+            // A tick with nothing ready also reads the connections armed for the target
+            // signal: a signal no application thread took (all block it) waits no longer.
+            let tick = matches!(polled, Ok(0));
             if self.realtime.as_mut().is_some_and(|r| r.hogging()) {
                 self.realtime = None;
             }
@@ -84,7 +87,7 @@ impl ProgressThread {
             // A panic not caught around one connection (a bug) costs this iteration's work,
             // not the thread: every other connection of the IA is still served.
             let iteration = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.serve(shared, &set, returned_ready)
+                self.serve(shared, &set, returned_ready, tick)
             }));
             match iteration {
                 Ok(true) => self.last_traffic = Some(Instant::now()),
@@ -107,7 +110,9 @@ impl ProgressThread {
         let spin_until = self.last_traffic.map(|t| t + self.spin);
         let rings_ready = set.rings.begin();
         let mut polled = match spin_until {
-            _ if rings_ready => sys::poll(&mut set.fds, 0),
+            // A signal handler left a connection to the engine's holder (us) while we
+            // gathered: look at once.
+            _ if rings_ready || shared.sweep_asked() => sys::poll(&mut set.fds, 0),
             // Spinning for a polled target: at the window's end look again whether it still
             // is one, instead of falling asleep.
             Some(until) if !self.spin.is_zero() => {
@@ -130,7 +135,13 @@ impl ProgressThread {
 
     /// Serves what `set`'s poll found ready, under the engine lock; whether that was traffic
     /// worth a spin window.
-    fn serve(&mut self, shared: &Shared, set: &PollSet, mut returned_ready: Vec<u64>) -> bool {
+    fn serve(
+        &mut self,
+        shared: &Shared,
+        set: &PollSet,
+        mut returned_ready: Vec<u64>,
+        tick: bool,
+    ) -> bool {
         let buf = &mut self.buf;
         shared.run(|eng, sh| {
             let frames_before = eng.frames_served;
@@ -175,6 +186,9 @@ impl ProgressThread {
                         }
                     }
                 }
+            }
+            if tick || std::mem::take(&mut eng.signal_sweep) {
+                eng.sweep_signalled(sh, buf);
             }
             eng.retry_drained(sh);
             eng.settle_failed_writes(sh, buf);
@@ -342,7 +356,17 @@ impl PollSet {
             c.returned = None;
         }
         let mut ev = 0;
-        if c.wants_input() {
+        // A poller that stopped looking gets the target signal back (../sigio.rs).
+        if c.signalled && !c.armed && c.driven.is_none() {
+            match c.lease_left(QUIET_LEASE, now) {
+                Some(left) => self.lease_ends(left),
+                None => c.set_armed(true),
+            }
+        }
+        if c.wants_input() && c.armed {
+            // Its input raises the target signal (../sigio.rs); only its end is ours to see.
+            ev |= POLLRDHUP;
+        } else if c.wants_input() {
             ev |= POLLIN;
         } else if c.watch_for_end() {
             // Held back: only its peer's end is looked for (see `peer_ended`).
@@ -568,12 +592,28 @@ const QUIET_LEASE: Duration = Duration::from_millis(2);
 const QUIET_LOW_WATER: i32 = 16 << 10;
 
 impl Engine {
-    /// A polling consumer reads connection `token` now and will again soon.
-    pub(crate) fn note_poller(&mut self, token: u64) {
-        if let Some(c) = self.conns.get_mut(&token) {
-            c.last_look = Some(Instant::now());
-            if let Some(ring) = c.same_host.incoming.as_ref() {
-                ring.note_poller();
+    /// A polling consumer reads connection `token` now and will again soon: it reads what
+    /// arrives itself, so the target signal is off until it finds a completion
+    /// (`rearm_for_cq`) or stops looking (`PollSet::add_conn`). Whether it was on.
+    pub(crate) fn note_poller(&mut self, token: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let armed = c.armed;
+        c.set_armed(false);
+        c.last_look = Some(Instant::now());
+        if let Some(ring) = c.same_host.incoming.as_ref() {
+            ring.note_poller();
+        }
+        armed
+    }
+
+    /// The consumer of CQ `cq` found a completion: it may go back to spinning on its memory
+    /// (or do anything but look), so its connections get their target signal back.
+    pub(crate) fn rearm_for_cq(&mut self, cq: u64) {
+        for token in self.pollable_for_cq(cq) {
+            if let Some(c) = self.conns.get_mut(&token).filter(|c| c.driven.is_none()) {
+                c.set_armed(true);
             }
         }
     }
@@ -593,7 +633,8 @@ impl Engine {
             return;
         };
         let busy = match c.phase {
-            Phase::Established { qp } if c.same_host.reading_ring().is_none() => {
+            // A quiet socket raises no target signal either (../sigio.rs).
+            Phase::Established { qp } if c.same_host.reading_ring().is_none() && !c.armed => {
                 self.qps.get(&qp).is_some_and(|e| !e.outstanding.is_empty())
             }
             _ => false,

@@ -162,6 +162,7 @@ impl Engine {
                 if let Some(c) = self.conns.get_mut(&token) {
                     c.phase = Phase::Established { qp };
                     c.deadline = None;
+                    c.arm_signal();
                 }
                 if !self.same_host_accepted(sh, token, qp, h.flags) {
                     return false;
@@ -269,6 +270,9 @@ impl Engine {
         }
         match c.flush_out() {
             Ok(()) => {
+                if c.signalled {
+                    c.out.keep_spare(); // for a signal handler (signalled.rs)
+                }
                 if c.answer_bytes > 0 {
                     c.recharge(); // answers the peer took no longer count (budget.rs)
                 }

@@ -198,6 +198,7 @@ impl Keeper {
             // The promoter moves pages (arena.rs) on this thread.
             .stack_size(256 * 1024)
             .spawn(move || {
+                crate::sigio::block_here();
                 let held = t.map.lock(OFF_ALIVE, None);
                 let ok = held.is_ok();
                 let _ = ready_tx.send(held);

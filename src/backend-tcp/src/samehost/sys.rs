@@ -725,6 +725,7 @@ fn on_mover_thread(job: MoveJob) -> io::Result<()> {
             .name("daplrs-mover".into())
             .stack_size(64 * 1024)
             .spawn(move || {
+                crate::sigio::block_here();
                 for (job, done) in rx {
                     let _ = done.send(job());
                 }

@@ -1,0 +1,278 @@
+//! Signal-driven target service (`DAPLRS_TARGET_SIGNAL`): the kernel interrupts an
+//! application thread when a peer's frame arrives on a connection, and a handler of ours
+//! places small RDMA writes and sends into registered memory right there. A program that
+//! spins on its memory with no DAT call holds its CPU until its time slice ends; without
+//! this, the progress thread that must place the data waits for that (milliseconds).
+//!
+//! How: every established connection's socket gets O_ASYNC, F_SETSIG (a real-time signal,
+//! so that each event carries its descriptor) and F_SETOWN_EX with F_OWNER_PID (the kernel
+//! picks a thread of the process that does not block the signal; our own threads block it).
+//! The handler is async-signal-safe with respect to whatever the interrupted thread does:
+//!
+//! * it never blocks on a lock: the engine, the key table and a CQ's queue are taken with
+//!   `try_lock`; if any is held (by the interrupted thread or another), it returns and the
+//!   frame is served as without it (the socket stays in a poll set of the progress thread or
+//!   of a waiting thread, which its data wakes; the progress thread is woken besides);
+//! * it does not allocate or free (the interrupted thread may be inside malloc): the path it
+//!   runs (`Engine::serve_signalled`) uses a stack buffer and capacity reserved beforehand,
+//!   and parks what it would free for the next ordinary engine holder; tests count
+//!   allocations on a thread that runs it (`tests::sigio`);
+//! * it keeps `errno`, and serves only what is cheap and certain (see `serve_signalled`):
+//!   everything else is left in the socket for the usual readers.
+//!
+//! Input on an armed socket is not watched by the progress thread: handlers read it, or the
+//! holder of the engine when a handler found it busy (`Shared::sweep_if_asked`), or the
+//! progress thread when a handler left a frame or at its tick. A thread of ours that reads
+//! the connection itself turns the signal off meanwhile: a waiter driving it, a poller from
+//! its look until it finds a completion (engine/progress.rs, `note_poller`, `rearm_for_cq`).
+//!
+//! Off unless asked for: a signal interrupts the application's own blocking calls (poll,
+//! nanosleep, ... return EINTR whatever SA_RESTART says), and a polling or waiting consumer,
+//! which reads its connections itself, gains nothing from it (docs/performance.md).
+
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::Shared;
+
+/// Devices whose connections may be signalled: the handler looks for the descriptor in each.
+const SLOTS: usize = 16;
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+static DEVICES: [AtomicPtr<Shared>; SLOTS] = [EMPTY; SLOTS];
+/// Handlers running now: a device leaving waits for them to finish with it.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// The signal, once installed (None: off, or it could not be installed).
+static SIGNAL: OnceLock<Option<i32>> = OnceLock::new();
+
+/// Which signal `DAPLRS_TARGET_SIGNAL` names: unset, empty, `off` or `0`: none; `on`: the
+/// default real-time signal; a number between SIGRTMIN and SIGRTMAX; `rtmin+N`.
+pub(crate) fn parse_signal(v: Option<&str>, rtmin: i32, rtmax: i32) -> Option<i32> {
+    let v = v?.trim().to_ascii_lowercase();
+    let n = match v.as_str() {
+        "" | "off" | "0" | "no" => return None,
+        "on" | "1" | "yes" => rtmin + 4,
+        s => match s.strip_prefix("rtmin+") {
+            Some(k) => rtmin + k.parse::<i32>().ok()?,
+            None => s.parse().ok()?,
+        },
+    };
+    if (rtmin..=rtmax).contains(&n) {
+        Some(n)
+    } else {
+        log::warn!("DAPLRS_TARGET_SIGNAL={v}: not a real-time signal ({rtmin}..={rtmax}); off");
+        None
+    }
+}
+
+/// The signal in use, installing the handler at the first call; None: off.
+pub(crate) fn signal() -> Option<i32> {
+    *SIGNAL.get_or_init(|| {
+        let v = std::env::var("DAPLRS_TARGET_SIGNAL").ok();
+        let sig = parse_signal(v.as_deref(), libc::SIGRTMIN(), libc::SIGRTMAX())?;
+        install(sig).then_some(sig)
+    })
+}
+
+/// Installs the handler for `sig`, and for SIGIO (which the kernel sends instead when the
+/// real-time signal queue is full: its default action would end the process), each only
+/// where its disposition is still the default. False: `sig` is the application's.
+fn install(sig: i32) -> bool {
+    let ours = |s: i32| {
+        // SAFETY: sigaction with a zeroed struct (SIG_DFL, no flags) to read the current one,
+        // then with our handler; both structs are ours.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(s, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                return false;
+            }
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_signal as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaddset(&mut act.sa_mask, sig);
+            libc::sigaddset(&mut act.sa_mask, libc::SIGIO);
+            libc::sigaction(s, &act, std::ptr::null_mut()) == 0
+        }
+    };
+    if !ours(sig) {
+        log::warn!("DAPLRS_TARGET_SIGNAL: signal {sig} has a handler already; off");
+        return false;
+    }
+    if !ours(libc::SIGIO) {
+        log::info!("DAPLRS_TARGET_SIGNAL: SIGIO has a handler already; kept");
+    }
+    true
+}
+
+/// Blocks the signal on the calling thread (ours: the progress thread and helpers), so
+/// that the kernel delivers it to an application thread.
+pub(crate) fn block_here() {
+    let Some(sig) = signal() else {
+        return;
+    };
+    // SAFETY: a sigset of ours, initialised by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigaddset(&mut set, libc::SIGIO);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+// Linux's fcntl(2) values the libc crate does not carry.
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_PID: libc::c_int = 1;
+#[repr(C)]
+struct FOwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// Arms socket `fd` (an established connection's): its input raises the signal. Whether
+/// it is armed.
+pub(crate) fn arm(fd: i32) -> bool {
+    let Some(sig) = signal() else {
+        return false;
+    };
+    let owner = FOwnerEx {
+        kind: F_OWNER_PID,
+        pid: std::process::id() as i32,
+    };
+    // SAFETY: fcntl on a descriptor the caller owns, with a struct of ours.
+    let ok = unsafe {
+        libc::fcntl(fd, F_SETOWN_EX, &owner) == 0 && libc::fcntl(fd, F_SETSIG, sig) == 0 && {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC) == 0
+        }
+    };
+    if !ok {
+        log::debug!("DAPLRS_TARGET_SIGNAL: socket {fd} not armed");
+    }
+    ok
+}
+
+/// Turns the signal of armed socket `fd` off (while a thread of ours waits in poll on it)
+/// or on again.
+pub(crate) fn set_async(fd: i32, on: bool) {
+    // SAFETY: fcntl on a descriptor the caller owns.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            let want = if on {
+                fl | libc::O_ASYNC
+            } else {
+                fl & !libc::O_ASYNC
+            };
+            if want != fl {
+                libc::fcntl(fd, libc::F_SETFL, want);
+            }
+        }
+    }
+}
+
+/// Makes a device's connections reachable from the handler (false: no slot free, or off).
+pub(crate) fn register(sh: &std::sync::Arc<Shared>) -> bool {
+    if signal().is_none() {
+        return false;
+    }
+    let p = std::sync::Arc::as_ptr(sh) as *mut Shared;
+    DEVICES.iter().any(|s| {
+        s.compare_exchange(std::ptr::null_mut(), p, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
+}
+
+/// The device leaves: once this returns, no handler uses it.
+pub(crate) fn unregister(sh: &Shared) {
+    let p = sh as *const Shared as *mut Shared;
+    for s in &DEVICES {
+        let _ = s.compare_exchange(p, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst);
+    }
+    while ACTIVE.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// The part of a SIGIO/real-time siginfo_t the kernel fills for descriptor events
+/// (`si_band`, `si_fd` after the three ints and the union's alignment).
+#[repr(C)]
+struct PollInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    band: libc::c_long,
+    fd: i32,
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local to the interrupted thread, which resumes after us.
+    let saved = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a siginfo_t of at least this size to an SA_SIGINFO handler;
+    // for a SIGIO or F_SETSIG signal it filled si_fd (another sender: any value, harmless:
+    // the descriptor is only compared with our connections').
+    let fd = unsafe { info.cast::<PollInfo>().as_ref() }.map_or(-1, |i| i.fd);
+    ACTIVE.fetch_add(1, Ordering::SeqCst);
+    #[cfg(test)]
+    let _in = test_hooks::InHandler::enter();
+    // No unwinding out of a signal handler (and nothing on this path panics: see the
+    // module's documentation).
+    let _ = std::panic::catch_unwind(|| serve(sig, fd));
+    ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+/// Serves connection `fd` of whichever device has it. A plain SIGIO (the real-time queue
+/// was full: no descriptor) wakes every progress thread instead.
+fn serve(sig: i32, fd: i32) {
+    for slot in &DEVICES {
+        let p = slot.load(Ordering::SeqCst);
+        // SAFETY: a registered device stays alive until `unregister` saw ACTIVE at zero, and
+        // we counted ourselves in ACTIVE before loading the pointer.
+        let Some(sh) = (unsafe { p.as_ref() }) else {
+            continue;
+        };
+        if sig == libc::SIGIO {
+            sh.wake();
+        } else if sh.serve_signalled(fd) {
+            return;
+        }
+    }
+}
+
+/// What the tests (tests/sigio.rs) see of the handler: whether the current thread runs it
+/// (their allocator counts what it allocates there), how often it ran and served, and a
+/// switch that makes it find every engine busy.
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    thread_local! {
+        pub(crate) static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+    }
+    pub(crate) static HANDLED: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static SERVED: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static FORCE_BUSY: AtomicBool = AtomicBool::new(false);
+
+    pub(crate) struct InHandler;
+
+    impl InHandler {
+        pub(crate) fn enter() -> InHandler {
+            IN_HANDLER.with(|f| f.set(true));
+            HANDLED.fetch_add(1, Ordering::Relaxed);
+            InHandler
+        }
+    }
+
+    impl Drop for InHandler {
+        fn drop(&mut self) {
+            IN_HANDLER.with(|f| f.set(false));
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Signal-driven target service (../../sigio.rs): a target whose thread only spins on its
+//! memory, with no DAT call, still receives RDMA writes and sends; the handler allocates
+//! nothing; a handler that finds the engine busy leaves the frame to the progress thread and
+//! nothing is lost. The signal is chosen once per process (DAPLRS_TARGET_SIGNAL), so each test
+//! runs its body in a child process of this test binary with the variable set.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::super::sigio::test_hooks::{FORCE_BUSY, HANDLED, IN_HANDLER, SERVED};
+use super::{close, connect_pair, next, Side};
+use daplrs_core::consts::{dto_status, mem_priv};
+use daplrs_core::error::ErrorType;
+
+/// Counts the allocations made by a thread inside the signal handler (any would be a bug:
+/// the interrupted thread may be inside malloc).
+struct Counting;
+
+static HANDLER_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; the count is an atomic.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if IN_HANDLER.try_with(|f| f.get()).unwrap_or(false) {
+            HANDLER_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if IN_HANDLER.try_with(|f| f.get()).unwrap_or(false) {
+            HANDLER_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Messages of each kind per test (the target's DTO EVD holds 64 events).
+const N: usize = 20;
+/// Where the writes land in the target's buffer (the receives take the first N * 8 bytes).
+const WRITES_AT: usize = 1024;
+
+/// Runs test `name` (one of the ignored bodies below) in a child process with the signal on.
+fn in_child(name: &str) {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("DAPLRS_TARGET_SIGNAL", "on")
+        .env("DAPLRS_SAME_HOST", "never")
+        .output()
+        .expect("child test");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} failed:\n{text}");
+    assert!(text.contains("1 passed"), "{name} did not run:\n{text}");
+}
+
+#[test]
+fn the_signal_is_named_or_off() {
+    use super::super::sigio::parse_signal;
+    let (min, max) = (34, 64);
+    for off in [None, Some(""), Some("off"), Some("0"), Some("no")] {
+        assert_eq!(parse_signal(off, min, max), None, "{off:?}");
+    }
+    assert_eq!(parse_signal(Some("on"), min, max), Some(38));
+    assert_eq!(parse_signal(Some("40"), min, max), Some(40));
+    assert_eq!(parse_signal(Some("RTMIN+2"), min, max), Some(36));
+    for bad in ["10", "65", "rtmin+40", "sigusr1", "rtmin+x"] {
+        assert_eq!(parse_signal(Some(bad), min, max), None, "{bad}");
+    }
+}
+
+#[test]
+fn spinning_target_gets_writes_and_sends() {
+    in_child("tests::sigio::spinning_target_body");
+}
+
+#[test]
+fn busy_engine_leaves_the_frame_to_the_progress_thread() {
+    in_child("tests::sigio::busy_engine_body");
+}
+
+#[test]
+#[ignore = "run in a child process by spinning_target_gets_writes_and_sends"]
+fn spinning_target_body() {
+    let (first, second) = exchange();
+    assert!(
+        HANDLED.load(Ordering::Relaxed) > 0,
+        "the signal reached the target"
+    );
+    assert!(first > 0, "handlers served frames");
+    assert!(
+        second > 0,
+        "handlers served frames after a poller and a waiter"
+    );
+    assert_eq!(
+        HANDLER_ALLOCS.load(Ordering::Relaxed),
+        0,
+        "the handler allocated"
+    );
+}
+
+#[test]
+#[ignore = "run in a child process by busy_engine_leaves_the_frame_to_the_progress_thread"]
+fn busy_engine_body() {
+    FORCE_BUSY.store(true, Ordering::Relaxed);
+    let served = exchange();
+    let served = served.0 + served.1;
+    assert!(
+        HANDLED.load(Ordering::Relaxed) > 0,
+        "the signal reached the target"
+    );
+    assert_eq!(served, 0, "a busy engine is left alone");
+    assert_eq!(
+        HANDLER_ALLOCS.load(Ordering::Relaxed),
+        0,
+        "the handler allocated"
+    );
+}
+
+/// The target spins (served by handlers), then waits in `dat_evd_wait`, then polls with
+/// `dat_evd_dequeue`, then spins again (its connection's signal back on after the poller
+/// found its completion). Returns the frames handlers served in each spinning phase.
+fn exchange() -> (u64, u64) {
+    let server = Side::new("sig-srv", mem_priv::ALL);
+    let client = Side::new("sig-cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let (client, first) = spinning_phase(&server, Moved(client), 0);
+    blocking_phase(&server, &client.0);
+    polled_phase(&server, &client.0);
+    let (client, second) = spinning_phase(&server, client, 1);
+    eprintln!(
+        "sigio: {} signals handled, frames served by handlers: {first}, then {second}",
+        HANDLED.load(Ordering::Relaxed)
+    );
+    close(&[&client.0, &server]);
+    (first, second)
+}
+
+/// N sends and N RDMA writes of 8 bytes from a client thread (which blocks the signal) to a
+/// target whose thread only spins on its memory, no DAT call; then the data and the target's
+/// completions (each receive exactly once, in order) are checked. Returns the client side and
+/// the frames handlers served meanwhile.
+fn spinning_phase(server: &Side, client: Moved, round: u8) -> (Moved, u64) {
+    server.buf.write(0, &[0u8; N * 8]);
+    server.buf.write(WRITES_AT, &[0u8; N * 8]);
+    for i in 0..N {
+        server
+            .ep
+            .post_recv(&[server.seg(i * 8, 8)], i as u64, 0)
+            .expect("recv");
+    }
+    let remotes: Vec<_> = (0..N)
+        .map(|i| server.remote(WRITES_AT + i * 8, 8))
+        .collect();
+    let base = server.buf.addr() as *const u8;
+    let served_before = SERVED.load(Ordering::Relaxed);
+    let client = std::thread::scope(|s| {
+        let initiator = s.spawn(move || {
+            let moved = client;
+            let client = &moved.0;
+            super::super::sigio::block_here();
+            for (i, &remote) in remotes.iter().enumerate() {
+                client.buf.write(i * 16, &marker(b'w' + round, i));
+                client.buf.write(i * 16 + 8, &marker(b's' + round, i));
+                let w = client.seg(i * 16, 8);
+                client
+                    .ep
+                    .post_rdma_write(&[w], 1000 + i as u64, remote, 0)
+                    .expect("write");
+                client
+                    .ep
+                    .post_send(&[client.seg(i * 16 + 8, 8)], 2000 + i as u64, 0)
+                    .expect("send");
+                for _ in 0..2 {
+                    assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+                }
+            }
+            moved
+        });
+        // The target: no DAT call, no yield, until the last byte of every message is there.
+        let last = |off: usize| {
+            // SAFETY: inside the server's registered 4 KiB buffer, alive for the test; written
+            // by the transport, hence the volatile read.
+            unsafe { std::ptr::read_volatile(base.add(off + 7)) }
+        };
+        let end = Instant::now() + Duration::from_secs(30);
+        while (0..N).any(|i| last(i * 8) != 0xee || last(WRITES_AT + i * 8) != 0xee) {
+            assert!(
+                Instant::now() < end,
+                "the spinning target got its data within 30 s"
+            );
+            std::hint::spin_loop();
+        }
+        initiator.join().expect("initiator")
+    });
+    let served = SERVED.load(Ordering::Relaxed) - served_before;
+    for i in 0..N {
+        let sent = server.buf.read(i * 8, 8);
+        assert_eq!(sent, marker(b's' + round, i), "send {i}");
+        let written = server.buf.read(WRITES_AT + i * 8, 8);
+        assert_eq!(written, marker(b'w' + round, i), "write {i}");
+    }
+    for i in 0..N {
+        let (cookie, status, len, _) = super::dto(&next(&server.dto));
+        assert_eq!(
+            (cookie, status, len),
+            (i as u64, dto_status::SUCCESS, 8),
+            "receive {i}"
+        );
+    }
+    assert_drained(server);
+    (client, served)
+}
+
+/// Sends to a target that polls with `dat_evd_dequeue` (its looks read the connection and
+/// turn its signal off until it finds a completion): each arrives, once.
+fn polled_phase(server: &Side, client: &Side) {
+    for i in 0..N {
+        server
+            .ep
+            .post_recv(&[server.seg(i * 8, 8)], 200 + i as u64, 0)
+            .expect("recv");
+    }
+    let end = Instant::now() + Duration::from_secs(30);
+    for i in 0..N {
+        client.buf.write(i * 8, &marker(b'p', i));
+        client
+            .ep
+            .post_send(&[client.seg(i * 8, 8)], 4000 + i as u64, 0)
+            .expect("send");
+        let ev = loop {
+            match server.dto.dequeue() {
+                Ok(ev) => break ev,
+                Err(e) => assert_eq!(e.kind, ErrorType::QueueEmpty),
+            }
+            assert!(Instant::now() < end, "the polled send came within 30 s");
+        };
+        let (cookie, status, len, _) = super::dto(&ev);
+        assert_eq!(
+            (cookie, status, len),
+            (200 + i as u64, dto_status::SUCCESS, 8)
+        );
+        assert_eq!(
+            server.buf.read(i * 8, 8),
+            marker(b'p', i),
+            "polled send {i}"
+        );
+        assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    }
+    assert_drained(server);
+}
+
+/// Nothing more on the target's DTO EVD: each receive completed once.
+fn assert_drained(server: &Side) {
+    let extra = server.dto.dequeue();
+    assert!(
+        matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
+        "each receive completes once: {extra:?}"
+    );
+}
+
+/// Sends to a target that waits in `dat_evd_wait` (its thread drives the connection, whose
+/// signal is off meanwhile and on again after): each arrives, once.
+fn blocking_phase(server: &Side, client: &Side) {
+    for i in 0..N {
+        server
+            .ep
+            .post_recv(&[server.seg(i * 8, 8)], 100 + i as u64, 0)
+            .expect("recv");
+    }
+    for i in 0..N {
+        client.buf.write(i * 8, &marker(b'b', i));
+        client
+            .ep
+            .post_send(&[client.seg(i * 8, 8)], 3000 + i as u64, 0)
+            .expect("send");
+        let (cookie, status, len, _) = super::dto(&next(&server.dto));
+        assert_eq!(
+            (cookie, status, len),
+            (100 + i as u64, dto_status::SUCCESS, 8)
+        );
+        assert_eq!(
+            server.buf.read(i * 8, 8),
+            marker(b'b', i),
+            "blocking send {i}"
+        );
+        assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    }
+    assert_drained(server);
+}
+
+fn marker(kind: u8, i: usize) -> [u8; 8] {
+    [kind, i as u8, 1, 2, 3, 4, 5, 0xee]
+}
+
+/// The client's side, handed to its thread and back: its buffer is plain memory of ours that
+/// only that thread touches meanwhile.
+struct Moved(Side);
+// SAFETY: see above; the side's other parts are handles the DAT calls lock themselves.
+unsafe impl Send for Moved {}
