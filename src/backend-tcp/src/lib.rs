@@ -171,6 +171,13 @@ impl Shared {
         served.is_some()
     }
 
+    /// A signal handler that may not serve now leaves its connection to the engine's next
+    /// holder, or the progress thread, woken for it.
+    pub(crate) fn leave_to_others(&self) {
+        self.signal_sweep.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
     /// Whether a signal handler found the engine held and left its connection to the holder.
     pub(crate) fn sweep_asked(&self) -> bool {
         self.signal_sweep.load(Ordering::Relaxed)

@@ -44,6 +44,9 @@ static DEVICES: [AtomicPtr<Shared>; SLOTS] = [EMPTY; SLOTS];
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 /// The signal, once installed (None: off, or it could not be installed).
 static SIGNAL: OnceLock<Option<i32>> = OnceLock::new();
+/// This library's code, [start, end): a thread interrupted there may be halfway through
+/// parking_lot's lock table (a lock's slow path), which our unlock could need.
+static OUR_CODE: OnceLock<(usize, usize)> = OnceLock::new();
 
 /// Which signal `DAPLRS_TARGET_SIGNAL` names: unset, empty, `off` or `0`: none; `on`: the
 /// default real-time signal; a number between SIGRTMIN and SIGRTMAX; `rtmin+N`.
@@ -104,6 +107,7 @@ fn install(sig: i32) -> bool {
     if !ours(libc::SIGIO) {
         log::info!("DAPLRS_TARGET_SIGNAL: SIGIO has a handler already; kept");
     }
+    OUR_CODE.get_or_init(our_code);
     true
 }
 
@@ -209,7 +213,7 @@ struct PollInfo {
     fd: i32,
 }
 
-extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: errno is thread-local to the interrupted thread, which resumes after us.
     let saved = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a siginfo_t of at least this size to an SA_SIGINFO handler;
@@ -221,7 +225,8 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
     let _in = test_hooks::InHandler::enter();
     // No unwinding out of a signal handler (and nothing on this path panics: see the
     // module's documentation).
-    let _ = std::panic::catch_unwind(|| serve(sig, fd));
+    let in_our_code = interrupted_in_our_code(ctx);
+    let _ = std::panic::catch_unwind(|| serve(sig, fd, in_our_code));
     ACTIVE.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved };
@@ -229,7 +234,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
 
 /// Serves connection `fd` of whichever device has it. A plain SIGIO (the real-time queue
 /// was full: no descriptor) wakes every progress thread instead.
-fn serve(sig: i32, fd: i32) {
+fn serve(sig: i32, fd: i32, in_our_code: bool) {
     for slot in &DEVICES {
         let p = slot.load(Ordering::SeqCst);
         // SAFETY: a registered device stays alive until `unregister` saw ACTIVE at zero, and
@@ -237,12 +242,75 @@ fn serve(sig: i32, fd: i32) {
         let Some(sh) = (unsafe { p.as_ref() }) else {
             continue;
         };
-        if sig == libc::SIGIO {
+        if in_our_code {
+            sh.leave_to_others();
+        } else if sig == libc::SIGIO {
             sh.wake();
         } else if sh.serve_signalled(fd) {
             return;
         }
     }
+}
+
+/// Whether the thread this handler interrupted was running this library's code (or where
+/// that cannot be told). Only then can it hold parking_lot's lock table, which an unlock of
+/// ours that finds a waiter parked takes: the work is left to an ordinary thread.
+fn interrupted_in_our_code(ctx: *mut libc::c_void) -> bool {
+    let &(start, end) = OUR_CODE.get().unwrap_or(&(0, usize::MAX));
+    let ctx = ctx.cast::<libc::ucontext_t>();
+    // SAFETY: an SA_SIGINFO handler's third argument is the interrupted context.
+    #[cfg(target_arch = "x86_64")]
+    let pc = unsafe { ctx.as_ref() }.map(|c| c.uc_mcontext.gregs[libc::REG_RIP as usize] as usize);
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    let pc = unsafe { ctx.as_ref() }.map(|c| c.uc_mcontext.pc as usize);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let pc: Option<usize> = {
+        let _ = ctx;
+        None
+    };
+    pc.is_none_or(|pc| (start..end).contains(&pc))
+}
+
+/// The executable segment of the object that holds this code (our provider library), found
+/// once at installation (dl_iterate_phdr takes the loader's lock: never in the handler).
+/// In this crate's own tests the object is the test program, spinner included: empty there.
+fn our_code() -> (usize, usize) {
+    if cfg!(test) {
+        return (0, 0);
+    }
+    const PT_LOAD: u32 = 1;
+    const PF_X: u32 = 1;
+    struct Find {
+        addr: usize,
+        found: (usize, usize),
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our `Find`.
+        let (info, find) = unsafe { (&*info, &mut *data.cast::<Find>()) };
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr has dlpi_phnum entries.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+            let end = start + ph.p_memsz as usize;
+            if ph.p_type == PT_LOAD && ph.p_flags & PF_X != 0 && (start..end).contains(&find.addr) {
+                find.found = (start, end);
+                return 1;
+            }
+        }
+        0
+    }
+    let mut find = Find {
+        addr: on_signal as *const () as usize,
+        found: (0, usize::MAX),
+    };
+    // SAFETY: `each` only reads the headers it is given and writes our `find`.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut find).cast()) };
+    find.found
 }
 
 /// What the tests (tests/sigio.rs) see of the handler: whether the current thread runs it
