@@ -17,6 +17,8 @@
 //!   runs (`Engine::serve_signalled`) uses a stack buffer and capacity reserved beforehand,
 //!   and parks what it would free for the next ordinary engine holder; tests count
 //!   allocations on a thread that runs it (`tests::sigio`);
+//! * it serves nothing if it interrupted this library's own code (which may be inside a
+//!   lock's slow path, holding parking_lot's lock table that our unlock could need);
 //! * it keeps `errno`, and serves only what is cheap and certain (see `serve_signalled`):
 //!   everything else is left in the socket for the usual readers.
 //!
