@@ -23,6 +23,8 @@ const BATCH: usize = 16;
 pub(crate) struct OfiCq {
     id: u64,
     pub(crate) cq: Fid<fi::fid_cq>,
+    /// The provider's descriptor for this CQ (FI_WAIT_FD), if it gave one.
+    pub(crate) wait_fd: Option<std::os::fd::RawFd>,
     dev: Weak<OfiDevice>,
     /// Completions ready for the core, in order. Held while the fid_cq is read,
     /// so that two readers cannot reorder what they read.
@@ -33,24 +35,41 @@ pub(crate) struct OfiCq {
 
 impl OfiCq {
     pub(crate) fn open(dev: &OfiDevice, depth: u32) -> Result<Arc<OfiCq>> {
+        // A descriptor to sleep on where the provider offers one (see `wait`);
+        // a CQ without one is read by the progress thread every millisecond.
+        let (cq, wait_fd) = match Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD) {
+            Ok(cq) => {
+                let fd = crate::wait::wait_fd(cq.fid());
+                (cq, fd)
+            }
+            Err(_) => (
+                Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_NONE)?,
+                None,
+            ),
+        };
+        Ok(Arc::new(OfiCq {
+            id: dev.next_id(),
+            cq,
+            wait_fd,
+            dev: dev.me.clone(),
+            queue: Mutex::new(VecDeque::new()),
+            notify: Mutex::new(None),
+            depth: AtomicU32::new(depth),
+        }))
+    }
+
+    fn open_fid(dev: &OfiDevice, depth: u32, wait: fi::fi_wait_obj) -> Result<Fid<fi::fid_cq>> {
         let mut attr = fi::fi_cq_attr {
             size: (depth.max(64) as usize) * 4,
             format: fi::fi_cq_format_FI_CQ_FORMAT_DATA,
-            wait_obj: fi::fi_wait_obj_FI_WAIT_NONE,
+            wait_obj: wait,
             ..Default::default()
         };
         let mut cq = null_mut();
         // SAFETY: an open domain; `cq` receives the new object.
         let rc = unsafe { fi::fi_cq_open(dev.domain.ptr(), &mut attr, &mut cq, null_mut()) };
         opened(rc, "fi_cq_open", Error::NoResource(Resource::Memory))?;
-        Ok(Arc::new(OfiCq {
-            id: dev.next_id(),
-            cq: Fid(cq),
-            dev: dev.me.clone(),
-            queue: Mutex::new(VecDeque::new()),
-            notify: Mutex::new(None),
-            depth: AtomicU32::new(depth),
-        }))
+        Ok(Fid(cq))
     }
 
     /// Queues a completion the backend makes itself (a flush).

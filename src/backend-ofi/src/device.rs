@@ -64,6 +64,12 @@ pub struct OfiDevice {
     pub(crate) next_key: AtomicU32,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Where the progress thread sleeps (shared with it, so that it can sleep
+    /// without holding the device).
+    waiter: Arc<crate::wait::Waiter>,
+    /// Some object has no wait descriptor: the progress thread then looks at
+    /// everything each millisecond instead of sleeping.
+    polled: AtomicBool,
 }
 
 /// The deepest DAT queue an EP may have (uDAPL benchmarks ask for 20,000).
@@ -180,17 +186,30 @@ impl OfiDevice {
                 return Err(fail("fi_domain", rc));
             }
             let domain = Fid(domain);
-            let mut attr = fi::fi_eq_attr {
-                size: 256,
-                wait_obj: fi::fi_wait_obj_FI_WAIT_UNSPEC,
-                ..Default::default()
-            };
             let mut eq = null_mut();
-            let rc = fi::fi_eq_open(fabric.ptr(), &mut attr, &mut eq, null_mut());
+            let mut rc = -1;
+            // A descriptor to sleep on (see `wait`), else whatever the provider has.
+            for wait_obj in [fi::fi_wait_obj_FI_WAIT_FD, fi::fi_wait_obj_FI_WAIT_UNSPEC] {
+                let mut attr = fi::fi_eq_attr {
+                    size: 256,
+                    wait_obj,
+                    ..Default::default()
+                };
+                rc = fi::fi_eq_open(fabric.ptr(), &mut attr, &mut eq, null_mut());
+                if rc == 0 {
+                    break;
+                }
+            }
             if rc != 0 {
                 return Err(fail("fi_eq_open", rc));
             }
             (fabric, domain, Fid(eq))
+        };
+        let waiter = crate::wait::Waiter::new().map_err(|e| format!("epoll: {e}"))?;
+        let eq_fd = crate::wait::wait_fd(eq.fid());
+        let polled = match eq_fd {
+            Some(fd) => waiter.watch(fd).is_err(),
+            None => true,
         };
         // SAFETY: the domain attributes of our fi_info.
         let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
@@ -225,6 +244,8 @@ impl OfiDevice {
             next_key: AtomicU32::new(1),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            waiter: Arc::new(waiter),
+            polled: AtomicBool::new(polled),
         });
         dev.start_progress()
             .map_err(|e| format!("progress thread: {e}"))?;
@@ -286,26 +307,42 @@ impl OfiDevice {
 
     fn start_progress(self: &Arc<Self>) -> std::io::Result<()> {
         let me = Arc::downgrade(self);
+        let waiter = self.waiter.clone();
         let handle = std::thread::Builder::new()
             .name("daplrs-ofi".into())
-            .spawn(move || progress_loop(me))?;
+            .spawn(move || progress_loop(me, waiter))?;
         *self.thread.lock() = Some(handle);
         Ok(())
     }
 
-    /// One turn of the progress thread: connection events (waiting up to a
-    /// millisecond for one), then every CQ read, which is what moves the
-    /// provider's transfers.
-    fn progress_once(&self) {
-        self.handle_cm_events(1);
+    /// A new CQ's wait descriptor joins the progress thread's set; a CQ
+    /// without one makes the thread poll. The thread is woken either way: the
+    /// provider arms a descriptor only in `fi_trywait`, which the sleeping
+    /// thread made before this CQ existed.
+    fn watch_cq(&self, cq: &OfiCq) {
+        let watched = cq.wait_fd.is_some_and(|fd| self.waiter.watch(fd).is_ok());
+        if !watched {
+            self.polled.store(true, Ordering::Release);
+        }
+        self.waiter.wake();
+    }
+
+    /// One turn of the progress thread: connection events, then every CQ read
+    /// (which is what moves the provider's transfers). Returns the CQs read,
+    /// for `fi_trywait` before the thread sleeps.
+    fn progress_once(&self) -> Vec<Arc<OfiCq>> {
+        let polled = self.polled.load(Ordering::Acquire);
+        // Polling, the EQ's timed read is the thread's millisecond tick.
+        self.handle_cm_events(if polled { 1 } else { 0 });
         let cqs: Vec<Arc<OfiCq>> = {
             let mut t = self.tables.lock();
             t.cqs.retain(|w| w.strong_count() > 0);
             t.cqs.iter().filter_map(Weak::upgrade).collect()
         };
-        for cq in cqs {
+        for cq in &cqs {
             cq.reap_and_notify();
         }
+        cqs
     }
 
     pub(crate) fn qp(&self, qp_num: u32) -> Option<Arc<OfiQp>> {
@@ -356,13 +393,28 @@ impl OfiDevice {
     }
 }
 
-fn progress_loop(me: Weak<OfiDevice>) {
+/// Reads the EQ and CQs, then sleeps on their descriptors until one is ready.
+fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
     loop {
         let Some(dev) = me.upgrade() else { return };
         if dev.stop.load(Ordering::Acquire) {
             return;
         }
-        dev.progress_once();
+        let cqs = dev.progress_once();
+        if dev.polled.load(Ordering::Acquire) {
+            continue;
+        }
+        let mut fids: Vec<*mut fi::fid> = Vec::with_capacity(cqs.len() + 1);
+        fids.push(dev.eq.fid());
+        fids.extend(cqs.iter().map(|cq| cq.cq.fid()));
+        // Armed with the device and CQs held (their objects stay open); the
+        // sleep holds neither, so that they can be dropped (a drop wakes us).
+        let sleep = waiter.may_sleep(dev.fabric.ptr(), &mut fids);
+        drop(cqs);
+        drop(dev);
+        if sleep {
+            waiter.sleep();
+        }
     }
 }
 
@@ -386,6 +438,7 @@ impl Device for OfiDevice {
     fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
         let cq = OfiCq::open(self, depth)?;
         self.tables.lock().cqs.push(Arc::downgrade(&cq));
+        self.watch_cq(&cq);
         Ok(cq)
     }
 
@@ -440,6 +493,7 @@ impl Device for OfiDevice {
 
     fn close(&self) {
         self.stop.store(true, Ordering::Release);
+        self.waiter.wake();
         let thread = self.thread.lock().take();
         if let Some(t) = thread {
             if t.thread().id() != std::thread::current().id() {
@@ -462,6 +516,7 @@ impl Device for OfiDevice {
 impl Drop for OfiDevice {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.waiter.wake();
         self.tables.lock().requests.clear();
     }
 }

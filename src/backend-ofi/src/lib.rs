@@ -16,6 +16,7 @@ mod farewell;
 mod keys;
 mod mem;
 mod qp;
+mod wait;
 
 pub use device::OfiDevice;
 
