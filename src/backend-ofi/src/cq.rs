@@ -15,6 +15,7 @@ use ofi_sys as fi;
 use parking_lot::Mutex;
 
 use crate::device::{opened, OfiDevice};
+use crate::qp::OfiQp;
 use crate::Fid;
 
 /// Entries read from the fid_cq at a time.
@@ -31,6 +32,9 @@ pub(crate) struct OfiCq {
     queue: Mutex<VecDeque<WorkCompletion>>,
     notify: Mutex<Option<NotifyFn>>,
     depth: AtomicU32,
+    /// The receive fid_cqs of SRQ QPs whose receive CQ this is (`add_feed`).
+    #[allow(clippy::type_complexity)]
+    feeds: Mutex<Vec<(Weak<OfiQp>, Weak<Fid<fi::fid_cq>>)>>,
 }
 
 impl OfiCq {
@@ -55,10 +59,15 @@ impl OfiCq {
             queue: Mutex::new(VecDeque::new()),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
+            feeds: Mutex::new(Vec::new()),
         }))
     }
 
-    fn open_fid(dev: &OfiDevice, depth: u32, wait: fi::fi_wait_obj) -> Result<Fid<fi::fid_cq>> {
+    pub(crate) fn open_fid(
+        dev: &OfiDevice,
+        depth: u32,
+        wait: fi::fi_wait_obj,
+    ) -> Result<Fid<fi::fid_cq>> {
         let mut attr = fi::fi_cq_attr {
             size: (depth.max(64) as usize) * 4,
             format: fi::fi_cq_format_FI_CQ_FORMAT_DATA,
@@ -129,51 +138,78 @@ impl OfiCq {
         added
     }
 
-    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<crate::qp::OfiQp>>) -> bool {
+    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
-        let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
-        loop {
-            // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
-            let n = unsafe { fi::fi_cq_read(self.cq.ptr(), entries.as_mut_ptr().cast(), BATCH) };
-            if n > 0 {
-                for e in &entries[..n as usize] {
-                    let data = (e.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(e.data);
-                    let done = Done {
-                        context: e.op_context as u64,
-                        result: Ok(e.len as u32),
-                        data,
-                    };
-                    complete(dev, done, &mut q, broken);
+        drain(self.cq.ptr(), |done| complete(dev, done, &mut q, broken));
+        for (qp, cq) in self.feeds() {
+            drain(cq.ptr(), |done| {
+                if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
+                    broken.push(qp.clone());
                 }
-                if (n as usize) < BATCH {
-                    break;
-                }
-                continue;
-            }
-            if n == -(fi::FI_EAVAIL as isize) {
-                let mut err = fi::fi_cq_err_entry::default();
-                // SAFETY: the same CQ; one error entry.
-                if unsafe { fi::fi_cq_readerr(self.cq.ptr(), &mut err, 0) } == 1 {
-                    log::debug!(
-                        "completion error {} (provider {}): {}",
-                        err.err,
-                        err.prov_errno,
-                        fi::strerror(err.err)
-                    );
-                    let status = Err(status_of(err.err));
-                    let done = Done {
-                        context: err.op_context as u64,
-                        result: status,
-                        data: None,
-                    };
-                    complete(dev, done, &mut q, broken);
-                }
-                continue;
-            }
-            break;
+            });
         }
         q.len() > before
+    }
+
+    /// A QP of an SRQ reads its receives from `cq` (see `srq`): this CQ reads
+    /// it with its own, as long as the QP keeps it.
+    pub(crate) fn add_feed(&self, qp: &Arc<OfiQp>, cq: &Arc<Fid<fi::fid_cq>>) {
+        self.feeds
+            .lock()
+            .push((Arc::downgrade(qp), Arc::downgrade(cq)));
+    }
+
+    /// The fid_cqs of the QPs that feed this CQ (held, so that they stay open
+    /// while read or armed).
+    pub(crate) fn feeds(&self) -> Vec<(Arc<OfiQp>, Arc<Fid<fi::fid_cq>>)> {
+        let mut feeds = self.feeds.lock();
+        feeds.retain(|(qp, cq)| qp.strong_count() > 0 && cq.strong_count() > 0);
+        feeds
+            .iter()
+            .filter_map(|(qp, cq)| Some((qp.upgrade()?, cq.upgrade()?)))
+            .collect()
+    }
+}
+
+/// Reads every entry of `cq` (its errors included) into `each`.
+fn drain(cq: *mut fi::fid_cq, mut each: impl FnMut(Done)) {
+    let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
+    loop {
+        // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
+        let n = unsafe { fi::fi_cq_read(cq, entries.as_mut_ptr().cast(), BATCH) };
+        if n > 0 {
+            for e in &entries[..n as usize] {
+                let data = (e.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(e.data);
+                each(Done {
+                    context: e.op_context as u64,
+                    result: Ok(e.len as u32),
+                    data,
+                });
+            }
+            if (n as usize) < BATCH {
+                return;
+            }
+            continue;
+        }
+        if n != -(fi::FI_EAVAIL as isize) {
+            return;
+        }
+        let mut err = fi::fi_cq_err_entry::default();
+        // SAFETY: the same CQ; one error entry.
+        if unsafe { fi::fi_cq_readerr(cq, &mut err, 0) } == 1 {
+            log::debug!(
+                "completion error {} (provider {}): {}",
+                err.err,
+                err.prov_errno,
+                fi::strerror(err.err)
+            );
+            each(Done {
+                context: err.op_context as u64,
+                result: Err(status_of(err.err)),
+                data: None,
+            });
+        }
     }
 }
 
@@ -190,7 +226,7 @@ fn complete(
     dev: &OfiDevice,
     done: Done,
     q: &mut VecDeque<WorkCompletion>,
-    broken: &mut Vec<Arc<crate::qp::OfiQp>>,
+    broken: &mut Vec<Arc<OfiQp>>,
 ) {
     let qp_num = (done.context >> 32) as u32;
     match dev.qp(qp_num) {

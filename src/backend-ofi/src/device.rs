@@ -287,6 +287,12 @@ impl OfiDevice {
         window.is_some_and(|w| w.invalidate_as(rkey, pd))
     }
 
+    /// Whether the provider has shared receive contexts (see `srq`).
+    pub(crate) fn shared_rx(&self) -> bool {
+        // SAFETY: the domain attributes of our fi_info.
+        unsafe { (*(*self.info.ptr()).domain_attr).max_ep_srx_ctx > 0 }
+    }
+
     /// The provider's receive and transmit queue depths.
     pub(crate) fn queue_depths(&self) -> (usize, usize) {
         // SAFETY: the attribute structs of our fi_info, read only.
@@ -320,7 +326,12 @@ impl OfiDevice {
     /// provider arms a descriptor only in `fi_trywait`, which the sleeping
     /// thread made before this CQ existed.
     fn watch_cq(&self, cq: &OfiCq) {
-        let watched = cq.wait_fd.is_some_and(|fd| self.waiter.watch(fd).is_ok());
+        self.watch_fd(cq.wait_fd);
+    }
+
+    /// As `watch_cq`, for a wait descriptor of another CQ (an SRQ QP's own).
+    pub(crate) fn watch_fd(&self, fd: Option<std::os::fd::RawFd>) {
+        let watched = fd.is_some_and(|fd| self.waiter.watch(fd).is_ok());
         if !watched {
             self.polled.store(true, Ordering::Release);
         }
@@ -376,8 +387,12 @@ impl OfiDevice {
             max_mr_size: u64::MAX,
             max_pd: 1 << 16,
             max_mw: if self.windows() { 1 << 16 } else { 0 },
-            max_srq: 0,
-            max_srq_wr: 0,
+            max_srq: if self.shared_rx() {
+                clamp(dom.max_ep_srx_ctx)
+            } else {
+                0
+            },
+            max_srq_wr: if self.shared_rx() { MAX_QUEUE_DEPTH } else { 0 },
             max_msg_size: clamp(ep.max_msg_size),
             max_rdma_size: clamp(ep.max_msg_size),
             // libfabric bounds RDMA reads in flight only by the transmit queue.
@@ -407,10 +422,12 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         let mut fids: Vec<*mut fi::fid> = Vec::with_capacity(cqs.len() + 1);
         fids.push(dev.eq.fid());
         fids.extend(cqs.iter().map(|cq| cq.cq.fid()));
+        let feeds: Vec<_> = cqs.iter().flat_map(|cq| cq.feeds()).collect();
+        fids.extend(feeds.iter().map(|(_, cq)| cq.fid()));
         // Armed with the device and CQs held (their objects stay open); the
         // sleep holds neither, so that they can be dropped (a drop wakes us).
         let sleep = waiter.may_sleep(dev.fabric.ptr(), &mut fids);
-        drop(cqs);
+        drop((feeds, cqs));
         drop(dev);
         if sleep {
             waiter.sleep();
@@ -443,7 +460,7 @@ impl Device for OfiDevice {
     }
 
     fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
-        if init.srq.is_some() {
+        if init.srq.is_some() && !self.shared_rx() {
             return Err(Error::Unsupported);
         }
         let qp = OfiQp::new(self, init)?;
@@ -454,10 +471,13 @@ impl Device for OfiDevice {
     fn create_srq(
         &self,
         _pd: &Arc<dyn ProtectionDomain>,
-        _max_wr: u32,
-        _max_sge: u32,
+        max_wr: u32,
+        max_sge: u32,
     ) -> Result<Arc<dyn SharedReceiveQueue>> {
-        Err(Error::Unsupported)
+        if !self.shared_rx() {
+            return Err(Error::Unsupported);
+        }
+        Ok(crate::srq::OfiSrq::open(self, max_wr, max_sge)?)
     }
 
     fn set_cm_handler(&self, handler: Option<CmHandler>) {

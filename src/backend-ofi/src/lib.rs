@@ -16,6 +16,7 @@ mod farewell;
 mod keys;
 mod mem;
 mod qp;
+mod srq;
 mod wait;
 
 pub use device::OfiDevice;
