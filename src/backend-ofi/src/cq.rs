@@ -130,40 +130,22 @@ impl OfiCq {
         let Some(dev) = self.dev.upgrade() else {
             return false;
         };
-        let mut after = After::default();
-        let added = self.reap_locked(&dev, &mut after);
-        for qp in after.broken {
+        let mut broken = Vec::new();
+        let added = self.reap_locked(&dev, &mut broken);
+        for qp in broken {
             qp.broken();
-        }
-        if after.orphan {
-            after.blamed.extend(dev.sole_connection_of(self));
-        }
-        for qp in after.blamed {
-            qp.peer_access_failed();
         }
         added
     }
 
-    fn reap_locked(&self, dev: &OfiDevice, after: &mut After) -> bool {
+    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
-        drain(self.cq.ptr(), |done| {
-            if done.context == 0 {
-                // The provider failed a transfer it made for the peer (a read
-                // response): no request of ours names the connection.
-                after.orphan |= done.result.is_err();
-                return;
-            }
-            complete(dev, done, &mut q, &mut after.broken)
-        });
+        drain(self.cq.ptr(), |done| complete(dev, done, &mut q, broken));
         for (qp, cq) in self.feeds() {
             drain(cq.ptr(), |done| {
-                if done.context == 0 {
-                    if done.result.is_err() {
-                        after.blamed.push(qp.clone());
-                    }
-                } else if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
-                    after.broken.push(qp.clone());
+                if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
+                    broken.push(qp.clone());
                 }
             });
         }
@@ -188,17 +170,6 @@ impl OfiCq {
             .filter_map(|(qp, cq)| Some((qp.upgrade()?, cq.upgrade()?)))
             .collect()
     }
-}
-
-/// What a read of the CQs leaves to do once no queue lock is held.
-#[derive(Default)]
-struct After {
-    /// Connections that broke under a request.
-    broken: Vec<Arc<OfiQp>>,
-    /// Connections where the provider failed the peer's access (`OfiQp::peer_access_failed`).
-    blamed: Vec<Arc<OfiQp>>,
-    /// An error with no context on this CQ (see `OfiDevice::sole_connection_of`).
-    orphan: bool,
 }
 
 /// Reads every entry of `cq` (its errors included) into `each`.

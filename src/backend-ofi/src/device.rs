@@ -356,27 +356,6 @@ impl OfiDevice {
         cqs
     }
 
-    /// The connection an error with no context on `cq` belongs to: the one
-    /// connected QP using `cq`. With several, the error cannot be placed: it
-    /// is logged, and a peer's read it failed stays unanswered (docs/libfabric.md).
-    pub(crate) fn sole_connection_of(&self, cq: &OfiCq) -> Option<Arc<OfiQp>> {
-        let qps: Vec<Arc<OfiQp>> = self
-            .tables
-            .lock()
-            .qps
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
-        let mut using = qps.into_iter().filter(|qp| qp.connected_on(cq));
-        match (using.next(), using.next()) {
-            (Some(qp), None) => Some(qp),
-            _ => {
-                log::warn!("a transfer failed on a CQ of several connections: not placed");
-                None
-            }
-        }
-    }
-
     pub(crate) fn qp(&self, qp_num: u32) -> Option<Arc<OfiQp>> {
         self.tables.lock().qps.get(&qp_num).and_then(Weak::upgrade)
     }

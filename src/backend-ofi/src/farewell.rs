@@ -20,31 +20,19 @@ use crate::cm::PeerTable;
 use crate::device::{opened, OfiDevice};
 use crate::Fid;
 
-/// What a farewell says: a disconnection, or that the peer's last RDMA access
-/// failed at this side (libfabric's tcp fails a read response from memory
-/// gone from under its registration, "Bad address", and keeps the
-/// connection up, so the initiator's read would never complete: this side
-/// tells it, then breaks the connection).
-#[derive(Clone, Copy)]
-pub(crate) enum Word {
-    Goodbye = 1,
-    AccessFailed = 2,
-}
-
-/// Word 0: where the peer's farewell lands; words 1 and 2: what ours is
-/// written from (a `Word` each).
+/// Word 0: where the peer's farewell lands; word 1: what ours is written from.
 pub(crate) struct Farewell {
     /// Registered when the QP first opens an endpoint. Declared before the
     /// words: fields drop in order, so the registration closes first.
     mr: Mutex<Option<Fid<fi::fid_mr>>>,
-    words: Box<[AtomicU64; 3]>,
+    words: Box<[AtomicU64; 2]>,
 }
 
 impl Farewell {
     pub(crate) fn new() -> Farewell {
         Farewell {
             mr: Mutex::new(None),
-            words: Box::new([AtomicU64::new(0), AtomicU64::new(1), AtomicU64::new(2)]),
+            words: Box::new([AtomicU64::new(0), AtomicU64::new(1)]),
         }
     }
 
@@ -57,7 +45,7 @@ impl Farewell {
         }
         let iov = libc::iovec {
             iov_base: self.words.as_ptr() as *mut libc::c_void,
-            iov_len: std::mem::size_of::<[AtomicU64; 3]>(),
+            iov_len: std::mem::size_of::<[AtomicU64; 2]>(),
         };
         let attr = fi::fi_mr_attr {
             mr_iov: (&iov as *const libc::iovec).cast(),
@@ -96,24 +84,18 @@ impl Farewell {
         (key, address)
     }
 
-    /// Whether the peer wrote its goodbye before the connection ended.
+    /// Whether the peer wrote its farewell before the connection ended.
     pub(crate) fn received(&self) -> bool {
-        self.words[0].load(Ordering::Acquire) == Word::Goodbye as u64
+        self.words[0].load(Ordering::Acquire) != 0
     }
 
-    /// Whether the peer told us our RDMA access failed at its side.
-    pub(crate) fn access_failed(&self) -> bool {
-        self.words[0].load(Ordering::Acquire) == Word::AccessFailed as u64
-    }
-
-    /// Writes `word` into the peer's farewell word (completing as `context`);
+    /// Writes our farewell into the peer's word (completing as `context`);
     /// false when the peer announced none or the write could not be posted.
     pub(crate) fn send(
         &self,
         ep: *mut fi::fid_ep,
         peer: &PeerTable,
         context: *mut libc::c_void,
-        word: Word,
     ) -> bool {
         if peer.farewell_key == 0 {
             return false;
@@ -123,7 +105,7 @@ impl Farewell {
             unsafe { fi::fi_mr_desc(m.ptr()) }
         });
         let iov = libc::iovec {
-            iov_base: self.words[word as usize].as_ptr().cast(),
+            iov_base: self.words[1].as_ptr().cast(),
             iov_len: 8,
         };
         let rma = fi::fi_rma_iov {
@@ -141,7 +123,7 @@ impl Farewell {
             ..Default::default()
         };
         let flags = (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE) as u64;
-        // SAFETY: an enabled endpoint; words 1 and 2 are registered and never change.
+        // SAFETY: an enabled endpoint; word 1 is registered and never changes.
         let rc = unsafe { fi::fi_writemsg(ep, &msg, flags) };
         rc == 0
     }

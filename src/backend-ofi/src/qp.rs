@@ -23,7 +23,6 @@ use parking_lot::Mutex;
 use crate::cm::PeerTable;
 use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
-use crate::farewell::Word;
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::OfiMw;
 use crate::srq::OfiSrq;
@@ -93,22 +92,6 @@ impl Ring {
             let slot = self.slots.pop_front().expect("front checked");
             self.base = self.base.wrapping_add(1) & TOKEN_MASK;
             out.extend(slot.done);
-        }
-    }
-
-    /// The oldest RDMA request not completed fails as a remote access error
-    /// (the peer said an access failed at its side: `farewell::Word`).
-    fn fail_first_rdma(&mut self, qp_num: u32) {
-        let rdma = |s: &Slot| matches!(s.opcode, WcOpcode::RdmaRead | WcOpcode::RdmaWrite);
-        if let Some(slot) = self.slots.iter_mut().find(|s| s.done.is_none() && rdma(s)) {
-            let status = WcStatus::RemoteAccess;
-            slot.done = Some(WorkCompletion::new(
-                slot.wr_id,
-                status,
-                slot.opcode,
-                0,
-                qp_num,
-            ));
         }
     }
 
@@ -187,8 +170,6 @@ pub(crate) struct OfiQp {
     /// This side is disconnecting: the provider's FI_SHUTDOWN for our own
     /// `fi_shutdown` may be read before `disconnect` ends the QP.
     leaving: std::sync::atomic::AtomicBool,
-    /// The peer is being told its access failed (`peer_access_failed`).
-    telling: std::sync::atomic::AtomicBool,
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -244,7 +225,6 @@ impl OfiQp {
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
-            telling: std::sync::atomic::AtomicBool::new(false),
             lookup: Mutex::new(Lookup {
                 buf: Box::new([0; ENTRY_BYTES]),
                 mr: None,
@@ -281,7 +261,6 @@ impl OfiQp {
         self.farewell.arm(dev)?;
         self.farewell_done.store(false, Ordering::Release);
         self.leaving.store(false, Ordering::Release);
-        self.telling.store(false, Ordering::Release);
         let mut ep = null_mut();
         // SAFETY: an open domain and a provider fi_info; `ep` receives the endpoint.
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
@@ -430,9 +409,6 @@ impl OfiQp {
             let mut inner = self.inner.lock();
             inner.state = QpState::Error;
             inner.held.clear();
-            if self.farewell.access_failed() {
-                inner.sends.fail_first_rdma(self.num);
-            }
             sends = inner.sends.flush(self.num);
             recvs = inner.recvs.flush(self.num);
             let pending: Vec<_> = inner.pending.drain(..).collect();
@@ -444,19 +420,13 @@ impl OfiQp {
         first
     }
 
-    /// Whether the QP is connected and reports on `cq`.
-    pub(crate) fn connected_on(&self, cq: &OfiCq) -> bool {
-        let uses = std::ptr::eq(&*self.send_cq, cq) || std::ptr::eq(&*self.recv_cq, cq);
-        uses && self.inner.lock().state == QpState::Connected
-    }
-
     pub(crate) fn was_connecting(&self) -> bool {
         self.inner.lock().state == QpState::Connecting
     }
 
     pub(crate) fn disconnect(&self, abrupt: bool) {
         self.leaving.store(true, Ordering::Release);
-        self.say_farewell(Word::Goodbye);
+        self.say_farewell();
         let ep = self.endpoint();
         if let Some(ep) = ep {
             // SAFETY: the QP's open endpoint.
@@ -480,8 +450,8 @@ impl OfiQp {
 
     /// Writes our farewell into the peer's word and waits (bounded) for its
     /// delivery, so that the peer reports a disconnection, not a broken
-    /// connection, or learns its access failed (see `farewell`).
-    fn say_farewell(&self, word: Word) {
+    /// connection (see `farewell`).
+    fn say_farewell(&self) {
         let (ep, peer) = {
             let inner = self.inner.lock();
             match (&inner.ep, inner.state) {
@@ -489,10 +459,7 @@ impl OfiQp {
                 _ => return,
             }
         };
-        if !self
-            .farewell
-            .send(ep, &peer, self.context(FAREWELL_TOKEN), word)
-        {
+        if !self.farewell.send(ep, &peer, self.context(FAREWELL_TOKEN)) {
             log::debug!("QP {}: no farewell to send", self.num);
             return;
         }
@@ -506,19 +473,6 @@ impl OfiQp {
             self.num,
             self.farewell_done.load(Ordering::Acquire)
         );
-    }
-
-    /// The provider failed a transfer of the peer's at this side and kept the
-    /// connection (an error with no request of ours): the peer is told its
-    /// access failed, and the connection breaks.
-    pub(crate) fn peer_access_failed(&self) {
-        // Once per connection (telling reads the CQs, which may hold more).
-        if self.telling.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        log::debug!("QP {}: the peer's access failed here", self.num);
-        self.say_farewell(Word::AccessFailed);
-        self.broken();
     }
 
     pub(crate) fn destroy_now(&self) {

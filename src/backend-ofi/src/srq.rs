@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use crate::device::{opened, OfiDevice};
 use crate::Fid;
 
-/// Tokens wrap below this (a receive's context is its token, never 0).
+/// Tokens wrap below this (a receive's context is its token).
 const TOKENS: u32 = 1 << 30;
 
 #[derive(Default)]
@@ -116,9 +116,8 @@ impl SharedReceiveQueue for OfiSrq {
         if inner.slots.len() >= self.max_wr.load(Ordering::Acquire) as usize {
             return Err(Error::NoResource(Resource::Srq));
         }
-        // Never 0: a completion with no context is the provider's own (`cq`).
-        let token = inner.next.max(1);
-        inner.next = token % (TOKENS - 1) + 1;
+        let token = inner.next;
+        inner.next = (inner.next + 1) % TOKENS;
         inner.slots.insert(token, wr.wr_id);
         if inner.given < self.depth && inner.waiting.is_empty() {
             if let Err(e) = self.post_now(token, &wr) {
