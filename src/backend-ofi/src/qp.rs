@@ -155,8 +155,6 @@ pub(crate) struct OfiQp {
     dev: Weak<OfiDevice>,
     send_cq: Arc<OfiCq>,
     recv_cq: Arc<OfiCq>,
-    /// The shared receive queue the QP receives from, if any.
-    srq: Option<Arc<OfiSrq>>,
     cap: QpCap,
     /// The provider's receive and transmit depths (what it takes at once).
     depths: (usize, usize),
@@ -170,6 +168,10 @@ pub(crate) struct OfiQp {
     /// This side is disconnecting: the provider's FI_SHUTDOWN for our own
     /// `fi_shutdown` may be read before `disconnect` ends the QP.
     leaving: std::sync::atomic::AtomicBool,
+    /// The shared receive queue the QP receives from, if any. After `inner`:
+    /// fields drop in order, and the endpoint must close before the shared
+    /// context it is bound to.
+    srq: Option<Arc<OfiSrq>>,
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
