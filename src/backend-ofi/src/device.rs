@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use daplrs_backend::{
     CmHandler, CompletionQueue, Device, DeviceAttr, Error, ProtectionDomain, QpInit, QueuePair,
-    Result, SharedReceiveQueue,
+    Resource, Result, SharedReceiveQueue,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -150,7 +150,14 @@ impl OfiDevice {
     pub fn open(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>> {
         Self::open_described(provider, place).map_err(|why| {
             log::warn!("{why}");
-            Error::NoDevice
+            // libfabric's calls fail in many ways when the process has no file
+            // descriptor left (often as "no data"): that is a lack of
+            // resources, not a missing provider, as DAT tells them apart.
+            if out_of_descriptors() {
+                Error::NoResource(Resource::Device)
+            } else {
+                Error::NoDevice
+            }
         })
     }
 
@@ -384,7 +391,10 @@ impl OfiDevice {
             max_cq: clamp(dom.cq_cnt),
             max_cqe: 65536,
             max_mr: clamp(dom.mr_cnt.max(1 << 16)),
-            max_mr_size: u64::MAX,
+            // libfabric states no bound; no region exceeds a process's address
+            // space (at most 2^56 bytes, x86-64 with 5-level paging), and a
+            // length beyond it is the caller's error, as on the other backends.
+            max_mr_size: 1 << 56,
             max_pd: 1 << 16,
             max_mw: if self.windows() { 1 << 16 } else { 0 },
             max_srq: if self.shared_rx() {
@@ -539,6 +549,19 @@ impl Drop for OfiDevice {
         self.waiter.wake();
         self.tables.lock().requests.clear();
     }
+}
+
+/// Whether the process can open no more file descriptors.
+fn out_of_descriptors() -> bool {
+    // SAFETY: a plain system call; the descriptor, if any, is closed at once.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd >= 0 {
+        // SAFETY: the descriptor just opened, ours.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    matches!(errno, Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 /// Checks a libfabric call made while opening an object.
