@@ -138,6 +138,21 @@ impl OfiCq {
         added
     }
 
+    /// `reap` for the consumer's own poll: the core calls it with its EVD's
+    /// lock held, and a broken connection's flush would notify that EVD (and
+    /// take that lock) from inside it. The progress thread breaks such
+    /// connections instead, at once.
+    fn reap_for_consumer(&self) {
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        let mut broken = Vec::new();
+        self.reap_locked(&dev, &mut broken);
+        if !broken.is_empty() {
+            dev.defer_broken(broken);
+        }
+    }
+
     fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
@@ -264,7 +279,7 @@ impl CompletionQueue for OfiCq {
     }
 
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        self.reap();
+        self.reap_for_consumer();
         let mut q = self.queue.lock();
         let n = max.min(q.len());
         out.extend(q.drain(..n));
@@ -285,7 +300,7 @@ impl CompletionQueue for OfiCq {
     }
 
     fn progress(&self) -> bool {
-        self.reap();
+        self.reap_for_consumer();
         true
     }
 }

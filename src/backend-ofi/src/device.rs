@@ -67,6 +67,9 @@ pub struct OfiDevice {
     /// Where the progress thread sleeps (shared with it, so that it can sleep
     /// without holding the device).
     waiter: Arc<crate::wait::Waiter>,
+    /// Connections that broke under a consumer's poll, for the progress
+    /// thread to break (`OfiCq::reap_for_consumer`).
+    deferred: Mutex<Vec<Arc<OfiQp>>>,
     /// Some object has no wait descriptor: the progress thread then looks at
     /// everything each millisecond instead of sleeping.
     polled: AtomicBool,
@@ -253,6 +256,7 @@ impl OfiDevice {
             thread: Mutex::new(None),
             waiter: Arc::new(waiter),
             polled: AtomicBool::new(polled),
+            deferred: Mutex::new(Vec::new()),
         });
         dev.start_progress()
             .map_err(|e| format!("progress thread: {e}"))?;
@@ -328,6 +332,12 @@ impl OfiDevice {
         Ok(())
     }
 
+    /// Has the progress thread break these connections (see `deferred`).
+    pub(crate) fn defer_broken(&self, qps: Vec<Arc<OfiQp>>) {
+        self.deferred.lock().extend(qps);
+        self.waiter.wake();
+    }
+
     /// A new CQ's wait descriptor joins the progress thread's set; a CQ
     /// without one makes the thread poll. The thread is woken either way: the
     /// provider arms a descriptor only in `fi_trywait`, which the sleeping
@@ -349,6 +359,10 @@ impl OfiDevice {
     /// (which is what moves the provider's transfers). Returns the CQs read,
     /// for `fi_trywait` before the thread sleeps.
     fn progress_once(&self) -> Vec<Arc<OfiCq>> {
+        let deferred = std::mem::take(&mut *self.deferred.lock());
+        for qp in deferred {
+            qp.broken();
+        }
         let polled = self.polled.load(Ordering::Acquire);
         // Polling, the EQ's timed read is the thread's millisecond tick.
         self.handle_cm_events(if polled { 1 } else { 0 });
