@@ -411,11 +411,9 @@ impl OfiDevice {
             max_mr_size: 1 << 56,
             max_pd: 1 << 16,
             max_mw: if self.windows() { 1 << 16 } else { 0 },
-            max_srq: if self.shared_rx() {
-                clamp(dom.max_ep_srx_ctx)
-            } else {
-                0
-            },
+            // libfabric bounds the endpoints per shared context
+            // (max_ep_srx_ctx), not how many contexts a domain has.
+            max_srq: if self.shared_rx() { 1 << 16 } else { 0 },
             max_srq_wr: if self.shared_rx() { MAX_QUEUE_DEPTH } else { 0 },
             max_msg_size: clamp(ep.max_msg_size),
             max_rdma_size: clamp(ep.max_msg_size),
