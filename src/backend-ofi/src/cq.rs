@@ -15,6 +15,7 @@ use ofi_sys as fi;
 use parking_lot::Mutex;
 
 use crate::device::{opened, OfiDevice};
+use crate::qp::OfiQp;
 use crate::Fid;
 
 /// Entries read from the fid_cq at a time.
@@ -23,34 +24,61 @@ const BATCH: usize = 16;
 pub(crate) struct OfiCq {
     id: u64,
     pub(crate) cq: Fid<fi::fid_cq>,
+    /// The provider's descriptor for this CQ (FI_WAIT_FD), if it gave one.
+    pub(crate) wait_fd: Option<std::os::fd::RawFd>,
     dev: Weak<OfiDevice>,
     /// Completions ready for the core, in order. Held while the fid_cq is read,
     /// so that two readers cannot reorder what they read.
     queue: Mutex<VecDeque<WorkCompletion>>,
     notify: Mutex<Option<NotifyFn>>,
     depth: AtomicU32,
+    /// The receive fid_cqs of SRQ QPs whose receive CQ this is (`add_feed`).
+    #[allow(clippy::type_complexity)]
+    feeds: Mutex<Vec<(Weak<OfiQp>, Weak<Fid<fi::fid_cq>>)>>,
 }
 
 impl OfiCq {
     pub(crate) fn open(dev: &OfiDevice, depth: u32) -> Result<Arc<OfiCq>> {
+        // A descriptor to sleep on where the provider offers one (see `wait`);
+        // a CQ without one is read by the progress thread every millisecond.
+        let (cq, wait_fd) = match Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD) {
+            Ok(cq) => {
+                let fd = crate::wait::wait_fd(cq.fid());
+                (cq, fd)
+            }
+            Err(_) => (
+                Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_NONE)?,
+                None,
+            ),
+        };
+        Ok(Arc::new(OfiCq {
+            id: dev.next_id(),
+            cq,
+            wait_fd,
+            dev: dev.me.clone(),
+            queue: Mutex::new(VecDeque::new()),
+            notify: Mutex::new(None),
+            depth: AtomicU32::new(depth),
+            feeds: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub(crate) fn open_fid(
+        dev: &OfiDevice,
+        depth: u32,
+        wait: fi::fi_wait_obj,
+    ) -> Result<Fid<fi::fid_cq>> {
         let mut attr = fi::fi_cq_attr {
             size: (depth.max(64) as usize) * 4,
             format: fi::fi_cq_format_FI_CQ_FORMAT_DATA,
-            wait_obj: fi::fi_wait_obj_FI_WAIT_NONE,
+            wait_obj: wait,
             ..Default::default()
         };
         let mut cq = null_mut();
         // SAFETY: an open domain; `cq` receives the new object.
         let rc = unsafe { fi::fi_cq_open(dev.domain.ptr(), &mut attr, &mut cq, null_mut()) };
         opened(rc, "fi_cq_open", Error::NoResource(Resource::Memory))?;
-        Ok(Arc::new(OfiCq {
-            id: dev.next_id(),
-            cq: Fid(cq),
-            dev: dev.me.clone(),
-            queue: Mutex::new(VecDeque::new()),
-            notify: Mutex::new(None),
-            depth: AtomicU32::new(depth),
-        }))
+        Ok(Fid(cq))
     }
 
     /// Queues a completion the backend makes itself (a flush).
@@ -110,51 +138,93 @@ impl OfiCq {
         added
     }
 
-    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<crate::qp::OfiQp>>) -> bool {
+    /// `reap` for the consumer's own poll: the core calls it with its EVD's
+    /// lock held, and a broken connection's flush would notify that EVD (and
+    /// take that lock) from inside it. The progress thread breaks such
+    /// connections instead, at once.
+    fn reap_for_consumer(&self) {
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        let mut broken = Vec::new();
+        self.reap_locked(&dev, &mut broken);
+        if !broken.is_empty() {
+            dev.defer_broken(broken);
+        }
+    }
+
+    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
-        let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
-        loop {
-            // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
-            let n = unsafe { fi::fi_cq_read(self.cq.ptr(), entries.as_mut_ptr().cast(), BATCH) };
-            if n > 0 {
-                for e in &entries[..n as usize] {
-                    let data = (e.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(e.data);
-                    let done = Done {
-                        context: e.op_context as u64,
-                        result: Ok(e.len as u32),
-                        data,
-                    };
-                    complete(dev, done, &mut q, broken);
+        drain(self.cq.ptr(), |done| complete(dev, done, &mut q, broken));
+        for (qp, cq) in self.feeds() {
+            drain(cq.ptr(), |done| {
+                if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
+                    broken.push(qp.clone());
                 }
-                if (n as usize) < BATCH {
-                    break;
-                }
-                continue;
-            }
-            if n == -(fi::FI_EAVAIL as isize) {
-                let mut err = fi::fi_cq_err_entry::default();
-                // SAFETY: the same CQ; one error entry.
-                if unsafe { fi::fi_cq_readerr(self.cq.ptr(), &mut err, 0) } == 1 {
-                    log::debug!(
-                        "completion error {} (provider {}): {}",
-                        err.err,
-                        err.prov_errno,
-                        fi::strerror(err.err)
-                    );
-                    let status = Err(status_of(err.err));
-                    let done = Done {
-                        context: err.op_context as u64,
-                        result: status,
-                        data: None,
-                    };
-                    complete(dev, done, &mut q, broken);
-                }
-                continue;
-            }
-            break;
+            });
         }
         q.len() > before
+    }
+
+    /// A QP of an SRQ reads its receives from `cq` (see `srq`): this CQ reads
+    /// it with its own, as long as the QP keeps it.
+    pub(crate) fn add_feed(&self, qp: &Arc<OfiQp>, cq: &Arc<Fid<fi::fid_cq>>) {
+        self.feeds
+            .lock()
+            .push((Arc::downgrade(qp), Arc::downgrade(cq)));
+    }
+
+    /// The fid_cqs of the QPs that feed this CQ (held, so that they stay open
+    /// while read or armed).
+    pub(crate) fn feeds(&self) -> Vec<(Arc<OfiQp>, Arc<Fid<fi::fid_cq>>)> {
+        let mut feeds = self.feeds.lock();
+        feeds.retain(|(qp, cq)| qp.strong_count() > 0 && cq.strong_count() > 0);
+        feeds
+            .iter()
+            .filter_map(|(qp, cq)| Some((qp.upgrade()?, cq.upgrade()?)))
+            .collect()
+    }
+}
+
+/// Reads every entry of `cq` (its errors included) into `each`.
+fn drain(cq: *mut fi::fid_cq, mut each: impl FnMut(Done)) {
+    let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
+    loop {
+        // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
+        let n = unsafe { fi::fi_cq_read(cq, entries.as_mut_ptr().cast(), BATCH) };
+        if n > 0 {
+            for e in &entries[..n as usize] {
+                let data = (e.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(e.data);
+                each(Done {
+                    context: e.op_context as u64,
+                    result: Ok(e.len as u32),
+                    data,
+                });
+            }
+            if (n as usize) < BATCH {
+                return;
+            }
+            continue;
+        }
+        if n != -(fi::FI_EAVAIL as isize) {
+            return;
+        }
+        let mut err = fi::fi_cq_err_entry::default();
+        // SAFETY: the same CQ; one error entry.
+        if unsafe { fi::fi_cq_readerr(cq, &mut err, 0) } == 1 {
+            log::debug!(
+                "completion error {} (provider {}): {}",
+                err.err,
+                err.prov_errno,
+                fi::strerror(err.err)
+            );
+            each(Done {
+                context: err.op_context as u64,
+                result: Err(status_of(err.err)),
+                data: None,
+            });
+        }
     }
 }
 
@@ -171,7 +241,7 @@ fn complete(
     dev: &OfiDevice,
     done: Done,
     q: &mut VecDeque<WorkCompletion>,
-    broken: &mut Vec<Arc<crate::qp::OfiQp>>,
+    broken: &mut Vec<Arc<OfiQp>>,
 ) {
     let qp_num = (done.context >> 32) as u32;
     match dev.qp(qp_num) {
@@ -209,7 +279,7 @@ impl CompletionQueue for OfiCq {
     }
 
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        self.reap();
+        self.reap_for_consumer();
         let mut q = self.queue.lock();
         let n = max.min(q.len());
         out.extend(q.drain(..n));
@@ -230,7 +300,7 @@ impl CompletionQueue for OfiCq {
     }
 
     fn progress(&self) -> bool {
-        self.reap();
+        self.reap_for_consumer();
         true
     }
 }

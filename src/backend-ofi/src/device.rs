@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use daplrs_backend::{
     CmHandler, CompletionQueue, Device, DeviceAttr, Error, ProtectionDomain, QpInit, QueuePair,
-    Result, SharedReceiveQueue,
+    Resource, Result, SharedReceiveQueue,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -64,6 +64,15 @@ pub struct OfiDevice {
     pub(crate) next_key: AtomicU32,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Where the progress thread sleeps (shared with it, so that it can sleep
+    /// without holding the device).
+    waiter: Arc<crate::wait::Waiter>,
+    /// Connections that broke under a consumer's poll, for the progress
+    /// thread to break (`OfiCq::reap_for_consumer`).
+    deferred: Mutex<Vec<Arc<OfiQp>>>,
+    /// Some object has no wait descriptor: the progress thread then looks at
+    /// everything each millisecond instead of sleeping.
+    polled: AtomicBool,
 }
 
 /// The deepest DAT queue an EP may have (uDAPL benchmarks ask for 20,000).
@@ -144,7 +153,14 @@ impl OfiDevice {
     pub fn open(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>> {
         Self::open_described(provider, place).map_err(|why| {
             log::warn!("{why}");
-            Error::NoDevice
+            // libfabric's calls fail in many ways when the process has no file
+            // descriptor left (often as "no data"): that is a lack of
+            // resources, not a missing provider, as DAT tells them apart.
+            if out_of_descriptors() {
+                Error::NoResource(Resource::Device)
+            } else {
+                Error::NoDevice
+            }
         })
     }
 
@@ -180,17 +196,30 @@ impl OfiDevice {
                 return Err(fail("fi_domain", rc));
             }
             let domain = Fid(domain);
-            let mut attr = fi::fi_eq_attr {
-                size: 256,
-                wait_obj: fi::fi_wait_obj_FI_WAIT_UNSPEC,
-                ..Default::default()
-            };
             let mut eq = null_mut();
-            let rc = fi::fi_eq_open(fabric.ptr(), &mut attr, &mut eq, null_mut());
+            let mut rc = -1;
+            // A descriptor to sleep on (see `wait`), else whatever the provider has.
+            for wait_obj in [fi::fi_wait_obj_FI_WAIT_FD, fi::fi_wait_obj_FI_WAIT_UNSPEC] {
+                let mut attr = fi::fi_eq_attr {
+                    size: 256,
+                    wait_obj,
+                    ..Default::default()
+                };
+                rc = fi::fi_eq_open(fabric.ptr(), &mut attr, &mut eq, null_mut());
+                if rc == 0 {
+                    break;
+                }
+            }
             if rc != 0 {
                 return Err(fail("fi_eq_open", rc));
             }
             (fabric, domain, Fid(eq))
+        };
+        let waiter = crate::wait::Waiter::new().map_err(|e| format!("epoll: {e}"))?;
+        let eq_fd = crate::wait::wait_fd(eq.fid());
+        let polled = match eq_fd {
+            Some(fd) => waiter.watch(fd).is_err(),
+            None => true,
         };
         // SAFETY: the domain attributes of our fi_info.
         let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
@@ -225,6 +254,9 @@ impl OfiDevice {
             next_key: AtomicU32::new(1),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
+            waiter: Arc::new(waiter),
+            polled: AtomicBool::new(polled),
+            deferred: Mutex::new(Vec::new()),
         });
         dev.start_progress()
             .map_err(|e| format!("progress thread: {e}"))?;
@@ -266,6 +298,12 @@ impl OfiDevice {
         window.is_some_and(|w| w.invalidate_as(rkey, pd))
     }
 
+    /// Whether the provider has shared receive contexts (see `srq`).
+    pub(crate) fn shared_rx(&self) -> bool {
+        // SAFETY: the domain attributes of our fi_info.
+        unsafe { (*(*self.info.ptr()).domain_attr).max_ep_srx_ctx > 0 }
+    }
+
     /// The provider's receive and transmit queue depths.
     pub(crate) fn queue_depths(&self) -> (usize, usize) {
         // SAFETY: the attribute structs of our fi_info, read only.
@@ -286,26 +324,57 @@ impl OfiDevice {
 
     fn start_progress(self: &Arc<Self>) -> std::io::Result<()> {
         let me = Arc::downgrade(self);
+        let waiter = self.waiter.clone();
         let handle = std::thread::Builder::new()
             .name("daplrs-ofi".into())
-            .spawn(move || progress_loop(me))?;
+            .spawn(move || progress_loop(me, waiter))?;
         *self.thread.lock() = Some(handle);
         Ok(())
     }
 
-    /// One turn of the progress thread: connection events (waiting up to a
-    /// millisecond for one), then every CQ read, which is what moves the
-    /// provider's transfers.
-    fn progress_once(&self) {
-        self.handle_cm_events(1);
+    /// Has the progress thread break these connections (see `deferred`).
+    pub(crate) fn defer_broken(&self, qps: Vec<Arc<OfiQp>>) {
+        self.deferred.lock().extend(qps);
+        self.waiter.wake();
+    }
+
+    /// A new CQ's wait descriptor joins the progress thread's set; a CQ
+    /// without one makes the thread poll. The thread is woken either way: the
+    /// provider arms a descriptor only in `fi_trywait`, which the sleeping
+    /// thread made before this CQ existed.
+    fn watch_cq(&self, cq: &OfiCq) {
+        self.watch_fd(cq.wait_fd);
+    }
+
+    /// As `watch_cq`, for a wait descriptor of another CQ (an SRQ QP's own).
+    pub(crate) fn watch_fd(&self, fd: Option<std::os::fd::RawFd>) {
+        let watched = fd.is_some_and(|fd| self.waiter.watch(fd).is_ok());
+        if !watched {
+            self.polled.store(true, Ordering::Release);
+        }
+        self.waiter.wake();
+    }
+
+    /// One turn of the progress thread: connection events, then every CQ read
+    /// (which is what moves the provider's transfers). Returns the CQs read,
+    /// for `fi_trywait` before the thread sleeps.
+    fn progress_once(&self) -> Vec<Arc<OfiCq>> {
+        let deferred = std::mem::take(&mut *self.deferred.lock());
+        for qp in deferred {
+            qp.broken();
+        }
+        let polled = self.polled.load(Ordering::Acquire);
+        // Polling, the EQ's timed read is the thread's millisecond tick.
+        self.handle_cm_events(if polled { 1 } else { 0 });
         let cqs: Vec<Arc<OfiCq>> = {
             let mut t = self.tables.lock();
             t.cqs.retain(|w| w.strong_count() > 0);
             t.cqs.iter().filter_map(Weak::upgrade).collect()
         };
-        for cq in cqs {
+        for cq in &cqs {
             cq.reap_and_notify();
         }
+        cqs
     }
 
     pub(crate) fn qp(&self, qp_num: u32) -> Option<Arc<OfiQp>> {
@@ -336,11 +405,16 @@ impl OfiDevice {
             max_cq: clamp(dom.cq_cnt),
             max_cqe: 65536,
             max_mr: clamp(dom.mr_cnt.max(1 << 16)),
-            max_mr_size: u64::MAX,
+            // libfabric states no bound; no region exceeds a process's address
+            // space (at most 2^56 bytes, x86-64 with 5-level paging), and a
+            // length beyond it is the caller's error, as on the other backends.
+            max_mr_size: 1 << 56,
             max_pd: 1 << 16,
             max_mw: if self.windows() { 1 << 16 } else { 0 },
-            max_srq: 0,
-            max_srq_wr: 0,
+            // libfabric bounds the endpoints per shared context
+            // (max_ep_srx_ctx), not how many contexts a domain has.
+            max_srq: if self.shared_rx() { 1 << 16 } else { 0 },
+            max_srq_wr: if self.shared_rx() { MAX_QUEUE_DEPTH } else { 0 },
             max_msg_size: clamp(ep.max_msg_size),
             max_rdma_size: clamp(ep.max_msg_size),
             // libfabric bounds RDMA reads in flight only by the transmit queue.
@@ -356,13 +430,30 @@ impl OfiDevice {
     }
 }
 
-fn progress_loop(me: Weak<OfiDevice>) {
+/// Reads the EQ and CQs, then sleeps on their descriptors until one is ready.
+fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
     loop {
         let Some(dev) = me.upgrade() else { return };
         if dev.stop.load(Ordering::Acquire) {
             return;
         }
-        dev.progress_once();
+        let cqs = dev.progress_once();
+        if dev.polled.load(Ordering::Acquire) {
+            continue;
+        }
+        let mut fids: Vec<*mut fi::fid> = Vec::with_capacity(cqs.len() + 1);
+        fids.push(dev.eq.fid());
+        fids.extend(cqs.iter().map(|cq| cq.cq.fid()));
+        let feeds: Vec<_> = cqs.iter().flat_map(|cq| cq.feeds()).collect();
+        fids.extend(feeds.iter().map(|(_, cq)| cq.fid()));
+        // Armed with the device and CQs held (their objects stay open); the
+        // sleep holds neither, so that they can be dropped (a drop wakes us).
+        let sleep = waiter.may_sleep(dev.fabric.ptr(), &mut fids);
+        drop((feeds, cqs));
+        drop(dev);
+        if sleep {
+            waiter.sleep();
+        }
     }
 }
 
@@ -386,11 +477,12 @@ impl Device for OfiDevice {
     fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
         let cq = OfiCq::open(self, depth)?;
         self.tables.lock().cqs.push(Arc::downgrade(&cq));
+        self.watch_cq(&cq);
         Ok(cq)
     }
 
     fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
-        if init.srq.is_some() {
+        if init.srq.is_some() && !self.shared_rx() {
             return Err(Error::Unsupported);
         }
         let qp = OfiQp::new(self, init)?;
@@ -401,10 +493,13 @@ impl Device for OfiDevice {
     fn create_srq(
         &self,
         _pd: &Arc<dyn ProtectionDomain>,
-        _max_wr: u32,
-        _max_sge: u32,
+        max_wr: u32,
+        max_sge: u32,
     ) -> Result<Arc<dyn SharedReceiveQueue>> {
-        Err(Error::Unsupported)
+        if !self.shared_rx() {
+            return Err(Error::Unsupported);
+        }
+        Ok(crate::srq::OfiSrq::open(self, max_wr, max_sge)?)
     }
 
     fn set_cm_handler(&self, handler: Option<CmHandler>) {
@@ -440,6 +535,7 @@ impl Device for OfiDevice {
 
     fn close(&self) {
         self.stop.store(true, Ordering::Release);
+        self.waiter.wake();
         let thread = self.thread.lock().take();
         if let Some(t) = thread {
             if t.thread().id() != std::thread::current().id() {
@@ -462,8 +558,22 @@ impl Device for OfiDevice {
 impl Drop for OfiDevice {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.waiter.wake();
         self.tables.lock().requests.clear();
     }
+}
+
+/// Whether the process can open no more file descriptors.
+fn out_of_descriptors() -> bool {
+    // SAFETY: a plain system call; the descriptor, if any, is closed at once.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd >= 0 {
+        // SAFETY: the descriptor just opened, ours.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    matches!(errno, Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 /// Checks a libfabric call made while opening an object.

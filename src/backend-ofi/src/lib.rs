@@ -1,11 +1,13 @@
 //! The libfabric (OFI) backend: the verbs-shaped backend trait over libfabric
 //! endpoints. The mapping, and why, is docs/libfabric.md.
 //!
-//! First step (this crate today): connected endpoints (`FI_EP_MSG`: libfabric's
-//! tcp and verbs providers), sends, receives, RDMA reads and writes; no memory
-//! windows, atomics, immediate data, shared receive queues or datagrams (the
-//! device says so in its attributes, and the trait's defaults refuse them).
-//! Remote virtual addresses are translated for providers that address
+//! This crate today: connected endpoints (`FI_EP_MSG`: libfabric's tcp and
+//! verbs providers), sends, receives, RDMA reads and writes, memory windows (a
+//! registration per bind), immediate data, shared receive queues where the
+//! provider has shared receive contexts (`srq`), and a progress thread that
+//! sleeps on the provider's wait descriptors (`wait`); no atomics or datagrams
+//! (the device says so in its attributes, and the trait's defaults refuse
+//! them). Remote virtual addresses are translated for providers that address
 //! registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -16,6 +18,8 @@ mod farewell;
 mod keys;
 mod mem;
 mod qp;
+mod srq;
+mod wait;
 
 pub use device::OfiDevice;
 

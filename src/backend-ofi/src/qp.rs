@@ -25,6 +25,7 @@ use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::OfiMw;
+use crate::srq::OfiSrq;
 use crate::{Fid, Info};
 
 /// A receive's token carries this bit; a request's does not.
@@ -137,6 +138,9 @@ struct Inner {
     lookup: Option<u32>,
     /// Requests behind a fence (see `post_request`), oldest first.
     held: VecDeque<Request>,
+    /// With an SRQ, the fid_cq the endpoint's receives complete on (see
+    /// `srq`). Declared after `ep`, which must close first.
+    srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
 }
 
 /// Where the backend's own read of a peer's key table entry lands: memory of
@@ -164,6 +168,10 @@ pub(crate) struct OfiQp {
     /// This side is disconnecting: the provider's FI_SHUTDOWN for our own
     /// `fi_shutdown` may be read before `disconnect` ends the QP.
     leaving: std::sync::atomic::AtomicBool,
+    /// The shared receive queue the QP receives from, if any. After `inner`:
+    /// fields drop in order, and the endpoint must close before the shared
+    /// context it is bound to.
+    srq: Option<Arc<OfiSrq>>,
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -190,6 +198,10 @@ impl OfiQp {
             dev: dev.me.clone(),
             send_cq: ofi_cq(&init.send_cq)?,
             recv_cq: ofi_cq(&init.recv_cq)?,
+            srq: match &init.srq {
+                Some(srq) => Some(ours::<OfiSrq, _>(srq, srq.as_any())?),
+                None => None,
+            },
             cap: init.cap,
             pd: init.pd.id(),
             depths: dev.queue_depths(),
@@ -210,6 +222,7 @@ impl OfiQp {
                 starts: std::collections::HashMap::new(),
                 lookup: None,
                 held: VecDeque::new(),
+                srq_cq: None,
             }),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
@@ -242,7 +255,7 @@ impl OfiQp {
     /// Opens the endpoint from `info` (the device's for an active side, the
     /// request's for a passive one), binds the device's EQ and the QP's CQs,
     /// enables it and posts the receives waiting for it.
-    pub(crate) fn open_endpoint(&self, dev: &OfiDevice, info: &Info) -> Result<()> {
+    pub(crate) fn open_endpoint(self: &Arc<Self>, dev: &OfiDevice, info: &Info) -> Result<()> {
         let mut inner = self.inner.lock();
         if inner.state != QpState::Init || inner.ep.is_some() {
             return Err(Error::BadState);
@@ -255,40 +268,101 @@ impl OfiQp {
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
-        let same = Arc::ptr_eq(&self.send_cq, &self.recv_cq);
-        // SAFETY: the endpoint just opened; the EQ and CQs are open objects of its domain.
-        unsafe {
-            opened(
-                fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0),
-                "bind EQ",
-                Error::Internal,
-            )?;
-            let tx = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
-            opened(
-                fi::fi_ep_bind(ep.ptr(), self.send_cq.cq.fid(), tx),
-                "bind CQ",
-                Error::Internal,
-            )?;
-            if !same {
-                let rx = fi::FI_RECV as u64;
-                opened(
-                    fi::fi_ep_bind(ep.ptr(), self.recv_cq.cq.fid(), rx),
-                    "bind CQ",
-                    Error::Internal,
-                )?;
-            }
-            opened(
-                fi::fi_enable(ep.ptr()),
-                "fi_enable",
-                Error::NoResource(Resource::Qp),
-            )?;
+        // SAFETY: the endpoint just opened; the EQ is an open object of its fabric.
+        opened(
+            unsafe { fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0) },
+            "bind EQ",
+            Error::Internal,
+        )?;
+        let srq_cq = self.bind_cqs(dev, &ep)?;
+        // SAFETY: the endpoint, bound to its EQ and CQs.
+        let rc = unsafe { fi::fi_enable(ep.ptr()) };
+        opened(rc, "fi_enable", Error::NoResource(Resource::Qp))?;
+        if let Some(cq) = &srq_cq {
+            self.recv_cq.add_feed(self, cq);
+            dev.watch_fd(crate::wait::wait_fd(cq.fid()));
         }
         dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
         inner.ep = Some(ep);
+        inner.srq_cq = srq_cq;
         inner.state = QpState::Connecting;
         inner.recvs_given = 0;
         inner.sends_given = 0;
         self.feed_recvs(&mut inner)
+    }
+
+    /// Binds the endpoint's CQs: the request CQ, and the receive CQ, or with
+    /// an SRQ the shared context and a fid_cq of the QP's own for its receives
+    /// (returned: see `srq`).
+    fn bind_cqs(
+        &self,
+        dev: &OfiDevice,
+        ep: &Fid<fi::fid_ep>,
+    ) -> Result<Option<Arc<Fid<fi::fid_cq>>>> {
+        let same = self.srq.is_none() && Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        let bind = |fid: *mut fi::fid, flags: u64| {
+            // SAFETY: the endpoint just opened; `fid` an open object of its domain.
+            opened(
+                unsafe { fi::fi_ep_bind(ep.ptr(), fid, flags) },
+                "bind CQ",
+                Error::Internal,
+            )
+        };
+        let tx = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
+        bind(self.send_cq.cq.fid(), tx)?;
+        let Some(srq) = &self.srq else {
+            if !same {
+                bind(self.recv_cq.cq.fid(), fi::FI_RECV as u64)?;
+            }
+            return Ok(None);
+        };
+        bind(srq.srx.fid(), 0)?;
+        let depth = daplrs_backend::CompletionQueue::depth(&*self.recv_cq);
+        let cq = Arc::new(OfiCq::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD)?);
+        bind(cq.fid(), fi::FI_RECV as u64)?;
+        Ok(Some(cq))
+    }
+
+    /// A receive of the SRQ completed on this QP's endpoint. Returns whether
+    /// the connection broke under it (as `completed`).
+    pub(crate) fn srq_received(
+        &self,
+        token: u32,
+        result: Result<u32, WcStatus>,
+        data: Option<u64>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) -> bool {
+        let Some(wr_id) = self.srq.as_ref().and_then(|srq| srq.take(token)) else {
+            log::debug!("QP {}: completion of SRQ receive {token}, gone", self.num);
+            return false;
+        };
+        let num = self.num;
+        let (invalidated, refused) = self.invalidation(data);
+        let imm = data.filter(|d| d & WRITE_IMM != 0);
+        out.push_back(match (refused, result) {
+            (true, _) => {
+                WorkCompletion::new(wr_id, WcStatus::LocalProtection, WcOpcode::Recv, 0, num)
+            }
+            (false, Err(status)) => WorkCompletion::new(wr_id, status, WcOpcode::Recv, 0, num),
+            (false, Ok(got)) => WorkCompletion {
+                solicited: true,
+                invalidated,
+                imm: imm.map(|d| d as u32),
+                ..WorkCompletion::new(
+                    wr_id,
+                    WcStatus::Success,
+                    imm.map_or(WcOpcode::Recv, |_| WcOpcode::RecvRdmaImm),
+                    imm.map_or(got, |d| (d >> 34) as u32),
+                    num,
+                )
+            },
+        });
+        if refused {
+            let mut inner = self.inner.lock();
+            inner.broke = true;
+            inner.break_pending = true;
+        }
+        refused
     }
 
     /// Gives the provider the waiting receives it has room for, in order.
@@ -405,10 +479,15 @@ impl OfiQp {
 
     pub(crate) fn destroy_now(&self) {
         self.end();
-        let ep = self.inner.lock().ep.take();
+        let (ep, srq_cq) = {
+            let mut inner = self.inner.lock();
+            (inner.ep.take(), inner.srq_cq.take())
+        };
         if let (Some(ep), Some(dev)) = (ep, self.dev.upgrade()) {
             dev.tables.lock().eps.remove(&(ep.ptr() as usize));
         }
+        // The endpoint closed first: its receive CQ may close now.
+        drop(srq_cq);
     }
 
     /// The connection failed under a request (a remote access error, a
@@ -1101,7 +1180,10 @@ fn register_lookup(dev: &OfiDevice, buf: &mut [u8; ENTRY_BYTES]) -> Result<Fid<f
 /// The iovec and descriptor arrays of a scatter-gather list. Descriptors
 /// only where the provider wants them (FI_MR_LOCAL): otherwise the device's
 /// tables are not locked on the posting path at all.
-fn io_vectors(dev: &OfiDevice, sgl: &[Sge]) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
+pub(crate) fn io_vectors(
+    dev: &OfiDevice,
+    sgl: &[Sge],
+) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
     let iov = |s: &Sge| libc::iovec {
         iov_base: s.addr as *mut libc::c_void,
         iov_len: s.length as usize,
@@ -1201,6 +1283,7 @@ impl QueuePair for OfiQp {
                 dev.tables.lock().eps.remove(&(ep.ptr() as usize));
             }
         }
+        inner.srq_cq = None;
         inner.state = QpState::Init;
         inner.ended = false;
         inner.broke = false;

@@ -410,3 +410,100 @@ fn deep_queues_windows_and_a_refused_access() {
     mr_b.deregister();
     dev.close();
 }
+
+/// Two QPs share one SRQ holding more receives than the provider takes at
+/// once: every message lands, each QP consumes receives in posting order, and
+/// each completion names the QP that consumed the receive.
+#[test]
+fn shared_receive_queue() {
+    const N: usize = 300;
+    let dev = OfiDevice::open("tcp", Some("127.0.0.1")).expect("ofi tcp on 127.0.0.1");
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    dev.set_cm_handler(Some(Arc::new(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    })));
+    let pd = dev.alloc_pd().unwrap();
+    let cq_a = dev.create_cq(1024).unwrap();
+    let cq_b = dev.create_cq(1024).unwrap();
+    let srq = dev.create_srq(&pd, 1024, 1).unwrap();
+    let on_srq = |cq: &Arc<dyn CompletionQueue>| {
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_rd_atomic: 1,
+            max_inline: 0,
+        };
+        dev.create_qp(QpInit {
+            pd: pd.clone(),
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            srq: Some(srq.clone()),
+            cap,
+        })
+        .unwrap()
+    };
+    let (b1, b2) = (on_srq(&cq_b), on_srq(&cq_b));
+    let (a1, a2) = (
+        qp_of_depth(&dev, &pd, &cq_a, 512),
+        qp_of_depth(&dev, &pd, &cq_a, 512),
+    );
+    let mut src = vec![0u8; N * 8];
+    let mut dst = vec![0u8; N * 8];
+    let rights = access::LOCAL_WRITE;
+    let mr_a = pd
+        .reg_mr(src.as_ptr() as u64, src.len() as u64, rights)
+        .unwrap();
+    let mr_b = pd
+        .reg_mr(dst.as_ptr() as u64, dst.len() as u64, rights)
+        .unwrap();
+    for i in 0..N {
+        let sgl = vec![sge(&mut dst, i * 8, 8, mr_b.lkey())].into();
+        srq.post_recv(RecvWr {
+            wr_id: i as u64,
+            sgl,
+        })
+        .unwrap();
+    }
+    assert_eq!(srq.posted(), N as u32);
+    connect_pair(&dev, &rx, &a1, &b1);
+    connect_pair(&dev, &rx, &a2, &b2);
+    for i in 0..N {
+        src[i * 8..i * 8 + 2].copy_from_slice(&(i as u16).to_le_bytes());
+        let from = if i % 2 == 0 { &a1 } else { &a2 };
+        let sgl = vec![sge(&mut src, i * 8, 8, mr_a.lkey())];
+        from.post_send(send_wr(i as u64, SendOp::Send, sgl))
+            .unwrap();
+    }
+    let (mut on_b1, mut on_b2) = (0, 0);
+    let mut last_of = std::collections::HashMap::new();
+    for _ in 0..N {
+        let wc = completion(&cq_b);
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::Recv, 8));
+        // Each QP consumes the SRQ's receives in posting order.
+        let last = last_of.entry(wc.qp_num).or_insert(-1i64);
+        assert!(wc.wr_id as i64 > *last, "{wc:?} after {last}");
+        *last = wc.wr_id as i64;
+        if wc.qp_num == b1.qp_num() {
+            on_b1 += 1;
+        } else {
+            assert_eq!(wc.qp_num, b2.qp_num());
+            on_b2 += 1;
+        }
+    }
+    assert_eq!((on_b1, on_b2), (N / 2, N / 2));
+    assert_eq!(srq.posted(), 0);
+    for _ in 0..N {
+        assert_eq!(completion(&cq_a).status, WcStatus::Success);
+    }
+    // Receives are consumed in the order messages arrive, from either QP.
+    let mut got: Vec<u16> = (0..N)
+        .map(|i| u16::from_le_bytes([dst[i * 8], dst[i * 8 + 1]]))
+        .collect();
+    got.sort();
+    assert_eq!(got, (0..N as u16).collect::<Vec<_>>());
+    drop((a1, a2, b1, b2));
+}
