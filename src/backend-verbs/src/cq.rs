@@ -48,37 +48,46 @@ pub(crate) struct VerbsCq {
 #[derive(Default)]
 struct Reaped {
     wcs: VecDeque<WorkCompletion>,
-    last_qp: Option<(u32, Weak<super::qp::VerbsQp>)>,
+    last_qp: LastQp,
 }
 
-impl std::ops::Deref for Reaped {
-    type Target = VecDeque<WorkCompletion>;
-    fn deref(&self) -> &VecDeque<WorkCompletion> {
-        &self.wcs
+/// The QP the last completion came from.
+type LastQp = Option<(u32, Weak<super::qp::VerbsQp>)>;
+
+/// Where converted completions go: the CQ's software queue, or, when nothing waits in it,
+/// the caller's batch itself (no move through the queue on the way).
+pub(super) trait WcSink {
+    fn push_wc(&mut self, wc: WorkCompletion);
+}
+
+impl WcSink for VecDeque<WorkCompletion> {
+    fn push_wc(&mut self, wc: WorkCompletion) {
+        self.push_back(wc);
     }
 }
 
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut VecDeque<WorkCompletion> {
-        &mut self.wcs
+impl WcSink for Vec<WorkCompletion> {
+    fn push_wc(&mut self, wc: WorkCompletion) {
+        self.push(wc);
     }
 }
 
-impl Reaped {
-    /// The QP numbered `qp_num`, from the last one's cache or the process's map.
-    fn qp(&mut self, shared: Option<&Arc<Shared>>, qp_num: u32) -> Option<Arc<super::qp::VerbsQp>> {
-        if let Some(qp) = self
-            .last_qp
-            .as_ref()
-            .filter(|(n, _)| *n == qp_num)
-            .and_then(|(_, w)| w.upgrade())
-        {
-            return Some(qp);
-        }
-        let qp = shared?.qp(qp_num)?;
-        self.last_qp = Some((qp_num, Arc::downgrade(&qp)));
-        Some(qp)
+/// The QP numbered `qp_num`, from the last one's cache or the process's map.
+fn qp_of(
+    last: &mut LastQp,
+    shared: Option<&Arc<Shared>>,
+    qp_num: u32,
+) -> Option<Arc<super::qp::VerbsQp>> {
+    if let Some(qp) = last
+        .as_ref()
+        .filter(|(n, _)| *n == qp_num)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Some(qp);
     }
+    let qp = shared?.qp(qp_num)?;
+    *last = Some((qp_num, Arc::downgrade(&qp)));
+    Some(qp)
 }
 
 /// How long a waiting consumer polls the hardware queue before it sleeps.
@@ -171,37 +180,46 @@ impl VerbsCq {
         Ok(())
     }
 
-    /// Moves everything the hardware CQ holds into the software queue (holding its lock, so
-    /// completions keep their order).
-    fn reap(&self, queue: &mut Reaped) {
+    /// Moves what the hardware CQ holds, up to `limit` of its entries, into `out` (holding
+    /// the software queue's lock, so completions keep their order).
+    fn reap(&self, last: &mut LastQp, out: &mut impl WcSink, limit: usize) {
         const BATCH: usize = 32;
         // Not zeroed (1.5 KiB a call, each poll of an empty queue too): ibv_poll_cq writes
         // the entries it returns, and only those are read.
         let mut wcs = std::mem::MaybeUninit::<[ibv_wc; BATCH]>::uninit();
         let mut shared = None;
-        loop {
+        let mut left = limit;
+        while left > 0 {
+            let want = BATCH.min(left);
             let first = wcs.as_mut_ptr().cast::<ibv_wc>();
-            // SAFETY: our CQ and room for BATCH entries.
-            let n = unsafe { ibv_poll_cq(self.cq.0, BATCH as i32, first) };
+            // SAFETY: our CQ and room for BATCH >= want entries.
+            let n = unsafe { ibv_poll_cq(self.cq.0, want as i32, first) };
             if n <= 0 {
                 break;
             }
-            // SAFETY: ibv_poll_cq wrote the first n entries (n <= BATCH).
+            // SAFETY: ibv_poll_cq wrote the first n entries (n <= want).
             let got = unsafe { std::slice::from_raw_parts(first, n as usize) };
             let shared = shared.get_or_insert_with(|| self.shared.upgrade());
             for wc in got {
-                self.convert(shared.as_ref(), wc, queue);
+                self.convert(shared.as_ref(), wc, last, out);
             }
             // A short batch emptied the queue: no second poll of it.
-            if (n as usize) < BATCH {
+            if (n as usize) < want {
                 break;
             }
+            left -= n as usize;
         }
     }
 
     /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
     /// the backend's own requests are accounted for and not queued).
-    fn convert(&self, shared: Option<&Arc<Shared>>, wc: &ibv_wc, queue: &mut Reaped) {
+    fn convert(
+        &self,
+        shared: Option<&Arc<Shared>>,
+        wc: &ibv_wc,
+        last: &mut LastQp,
+        queue: &mut impl WcSink,
+    ) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
         let status = status_of(wc.status);
         if status != WcStatus::Success && status != WcStatus::Flushed {
@@ -214,7 +232,7 @@ impl VerbsCq {
                 wc.wr_id
             );
         }
-        let qp = queue.qp(shared, wc.qp_num);
+        let qp = qp_of(last, shared, wc.qp_num);
         let mut imm = None;
         let mut invalidated = None;
         // soft-RoCE (rxe) hands user space the kernel's flag value for "with invalidate" (bit 2,
@@ -253,7 +271,7 @@ impl VerbsCq {
         };
         let mut new_rkey = 0;
         if let Some(qp) = &qp {
-            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, &mut queue.wcs) {
+            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, queue) {
                 opcode = WcOpcode::BindMw;
                 new_rkey = rkey;
             }
@@ -285,29 +303,31 @@ impl VerbsCq {
         };
         match &qp {
             // iWARP: in posting order (see `VerbsQp::completed_in_order`).
-            Some(q) if !is_recv && q.iwarp() => q.completed_in_order(wc_out, &mut queue.wcs),
+            Some(q) if !is_recv && q.iwarp() => q.completed_in_order(wc_out, queue),
             _ if wc.wr_id & INTERNAL_BIT != 0 => {}
-            _ => queue.push_back(wc_out),
+            _ => queue.push_wc(wc_out),
         }
     }
 
     /// Reaps the hardware CQ (the backend's own progress: QP teardown waiting for flushes).
     pub(super) fn reap_now(&self) {
         let mut q = self.queue.lock();
-        self.reap(&mut q);
+        let q = &mut *q;
+        self.reap(&mut q.last_qp, &mut q.wcs, usize::MAX);
     }
 
     /// Reaps the hardware CQ; whether that queued anything.
     fn reap_some(&self) -> bool {
         let mut q = self.queue.lock();
-        let before = q.len();
-        self.reap(&mut q);
-        q.len() > before
+        let q = &mut *q;
+        let before = q.wcs.len();
+        self.reap(&mut q.last_qp, &mut q.wcs, usize::MAX);
+        q.wcs.len() > before
     }
 
     /// Queues completions the hardware will never produce (receives of a destroyed SRQ).
     pub(super) fn push_synthetic(&self, wcs: Vec<WorkCompletion>) {
-        self.queue.lock().extend(wcs);
+        self.queue.lock().wcs.extend(wcs);
         self.fire();
     }
 
@@ -343,11 +363,23 @@ impl CompletionQueue for VerbsCq {
     }
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let mut q = self.queue.lock();
-        if q.len() < max {
-            self.reap(&mut q);
+        let q = &mut *q;
+        if q.wcs.is_empty() {
+            // Nothing queued ahead of what the hardware holds: converted straight into the
+            // caller's batch. The unsignaled requests a completion retires may take it past
+            // `max`: those wait in the queue, in order.
+            let start = out.len();
+            self.reap(&mut q.last_qp, out, max);
+            if out.len() > start + max {
+                q.wcs.extend(out.drain(start + max..));
+            }
+            return out.len() - start;
         }
-        let n = q.len().min(max);
-        out.extend(q.drain(..n));
+        if q.wcs.len() < max {
+            self.reap(&mut q.last_qp, &mut q.wcs, usize::MAX);
+        }
+        let n = q.wcs.len().min(max);
+        out.extend(q.wcs.drain(..n));
         n
     }
     fn set_notify(&self, notify: Option<NotifyFn>) {

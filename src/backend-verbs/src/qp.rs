@@ -457,7 +457,7 @@ impl VerbsQp {
         wr_id: u64,
         is_recv: bool,
         status: WcStatus,
-        queue: &mut VecDeque<WorkCompletion>,
+        queue: &mut impl super::cq::WcSink,
     ) -> Option<u32> {
         if is_recv {
             match &self.srq {
@@ -478,7 +478,7 @@ impl VerbsQp {
                     for front in sq.posted.drain(..=at) {
                         self.sends_out.fetch_sub(1, Ordering::SeqCst);
                         if front != wr_id && front & INTERNAL_BIT == 0 {
-                            queue.push_back(WorkCompletion::new(
+                            queue.push_wc(WorkCompletion::new(
                                 front,
                                 WcStatus::Success,
                                 WcOpcode::Send,
@@ -588,7 +588,7 @@ impl VerbsQp {
     pub(super) fn completed_in_order(
         &self,
         wc: WorkCompletion,
-        queue: &mut VecDeque<WorkCompletion>,
+        queue: &mut impl super::cq::WcSink,
     ) {
         let mut sq = self.sq.lock();
         let sq = &mut *sq;
@@ -614,7 +614,7 @@ impl VerbsQp {
             if front & INTERNAL_BIT != 0 {
                 continue;
             }
-            queue.push_back(done.unwrap_or_else(|| {
+            queue.push_wc(done.unwrap_or_else(|| {
                 WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
             }));
         }

@@ -99,10 +99,14 @@ pub struct SgeList {
 impl SgeList {
     pub const INLINE: usize = 4;
 
+    // `#[inline]` here and on the derefs: the core builds the list and the backend reads it
+    // on every post, and without it each use is a call across crates.
+    #[inline]
     pub fn new() -> SgeList {
         SgeList::default()
     }
 
+    #[inline]
     pub fn push(&mut self, s: Sge) {
         if self.heap.is_empty() && self.len < Self::INLINE {
             self.inline[self.len] = s;
@@ -126,6 +130,7 @@ impl SgeList {
 
 impl std::ops::Deref for SgeList {
     type Target = [Sge];
+    #[inline]
     fn deref(&self) -> &[Sge] {
         match self.heap.is_empty() {
             true => &self.inline[..self.len],
@@ -135,6 +140,7 @@ impl std::ops::Deref for SgeList {
 }
 
 impl std::ops::DerefMut for SgeList {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [Sge] {
         match self.heap.is_empty() {
             true => &mut self.inline[..self.len],

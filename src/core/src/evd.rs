@@ -37,7 +37,7 @@
 
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -224,6 +224,10 @@ pub struct Evd {
     /// the state lock: the CQ's notification, when that thread's own drive raises it, leaves
     /// the completions to the wait, which drains them as the drive returns (see `wait`).
     driven_by: AtomicU64,
+    /// The queue's length as last left under the state lock, readable without it: a dequeue
+    /// that finds events queued returns the first of them without polling the CQ (whatever
+    /// the CQ holds arrived after them).
+    backlog: AtomicUsize,
     /// EPs, PSPs, RSPs using this EVD.
     pub(crate) users: UseCount,
     /// DCNT_EVD_* (see `counters`).
@@ -304,6 +308,7 @@ impl Evd {
             cq,
             drain_lock: Mutex::new(Vec::new()),
             driven_by: AtomicU64::new(0),
+            backlog: AtomicUsize::new(0),
             users: UseCount::default(),
         });
         if let Some(cq) = &evd.cq {
@@ -488,6 +493,7 @@ impl Evd {
                 overflow_now = true;
             }
             s.enqueue(event, notify);
+            self.backlog.store(s.queue.len(), Ordering::Relaxed);
             cno_to_trigger = if notify { self.after_push(&s) } else { None };
             driving = s.driving && s.driver != thread_token();
             len = s.queue.len();
@@ -546,6 +552,7 @@ impl Evd {
                 },
                 true,
             );
+            self.backlog.store(s.queue.len(), Ordering::Relaxed);
             cno = self.after_push(&s);
             driving = s.driving;
         }
@@ -559,16 +566,23 @@ impl Evd {
     /// dat_evd_dequeue.
     pub fn dequeue(&self) -> DatResult<Event> {
         self.counters.inc(counters::evd::DEQUEUE);
-        if let Some((ev, _)) = self.drain(Take::Dequeue) {
-            self.counters.inc(counters::evd::DEQUEUE_FOUND);
-            return Ok(ev);
+        // With events queued (the rest of the batch a former poll found), the first of them
+        // is the answer: no poll of the CQ, whose completions all came after them. A stale
+        // count is settled under the lock below.
+        let skipped = self.backlog.load(Ordering::Relaxed) != 0;
+        if !skipped {
+            if let Some((ev, _)) = self.drain(Take::Dequeue) {
+                self.counters.inc(counters::evd::DEQUEUE_FOUND);
+                return Ok(ev);
+            }
         }
         let mut s = self.state.lock();
         if s.queue.is_empty() {
             if let Some(cq) = &self.cq {
                 // A poller: let the transport read what arrived on this thread (see
-                // `CompletionQueue::progress`), then look once more.
-                if MutexGuard::unlocked(&mut s, || cq.progress()) {
+                // `CompletionQueue::progress`), then look once more (at least once, when the
+                // poll above was skipped on a count another thread's dequeue made stale).
+                if MutexGuard::unlocked(&mut s, || cq.progress()) || skipped {
                     MutexGuard::unlocked(&mut s, || self.drain_cq());
                 }
             }
@@ -577,6 +591,7 @@ impl Evd {
             self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
             return Err(DatError::queue_empty());
         };
+        self.backlog.store(s.queue.len(), Ordering::Relaxed);
         self.counters.inc(counters::evd::DEQUEUE_FOUND);
         if s.queue.len() < s.qlen {
             s.overflowed = false;
@@ -630,6 +645,7 @@ impl Evd {
             }
             if s.ready() {
                 let ev = s.dequeue();
+                self.backlog.store(s.queue.len(), Ordering::Relaxed);
                 match ev {
                     Some(ev) => break Ok((ev, s.queue.len())),
                     None => break Err(DatError::internal()),
@@ -774,6 +790,7 @@ impl Evd {
             let mut s = self.state.lock();
             s.freed = true;
             s.queue.clear();
+            self.backlog.store(0, Ordering::Relaxed);
             s.popped = s.pushed;
             (s.cno.take(), s.driving)
         };
