@@ -12,12 +12,13 @@
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use daplrs_backend::{Error, Resource, Result};
+use daplrs_backend::Result;
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
 use crate::cm::PeerTable;
-use crate::device::{opened, OfiDevice};
+use crate::device::OfiDevice;
+use crate::mem::register;
 use crate::Fid;
 
 /// Word 0: where the peer's farewell lands; word 1: what ours is written from.
@@ -43,27 +44,16 @@ impl Farewell {
         if mr.is_some() {
             return Ok(());
         }
-        let iov = libc::iovec {
-            iov_base: self.words.as_ptr() as *mut libc::c_void,
-            iov_len: std::mem::size_of::<[AtomicU64; 2]>(),
-        };
-        let attr = fi::fi_mr_attr {
-            mr_iov: (&iov as *const libc::iovec).cast(),
-            iov_count: 1,
-            access: (fi::FI_WRITE | fi::FI_REMOTE_WRITE) as u64,
-            requested_key: dev.next_key.fetch_add(1, Ordering::Relaxed) as u64,
-            ..Default::default()
-        };
-        let mut reg = null_mut();
-        // SAFETY: an open domain; the words are boxed, alive while the QP (and so
-        // this registration) is.
-        let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut reg) };
-        opened(
-            rc,
+        // The words are boxed, alive while the QP (and so this registration) is.
+        let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
+        *mr = Some(register(
+            dev,
+            self.words.as_ptr() as u64,
+            std::mem::size_of::<[AtomicU64; 2]>() as u64,
+            (fi::FI_WRITE | fi::FI_REMOTE_WRITE) as u64,
+            key,
             "fi_mr_regattr (farewell)",
-            Error::NoResource(Resource::Key),
-        )?;
-        *mr = Some(Fid(reg));
+        )?);
         Ok(())
     }
 

@@ -52,7 +52,7 @@ impl ProtectionDomain for OfiPd {
         let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
         let mut fi_access = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE) as u64;
         fi_access |= remote_access(rights);
-        let mr = register(&dev, addr, length, fi_access, key)?;
+        let mr = register(&dev, addr, length, fi_access, key, "fi_mr_regattr")?;
         // SAFETY: the registration just made.
         let (prov_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
         let rkey = u32::try_from(prov_key).map_err(|_| {
@@ -102,13 +102,15 @@ fn remote_access(rights: u32) -> u64 {
 }
 
 /// Registers [addr, addr+length) with `fi_access`, asking for `key` (the
-/// provider's own key where it picks them: FI_MR_PROV_KEY).
-fn register(
+/// provider's own key where it picks them: FI_MR_PROV_KEY). `what` names the
+/// registration in the log when the provider refuses it.
+pub(crate) fn register(
     dev: &OfiDevice,
     addr: u64,
     length: u64,
     fi_access: u64,
     key: u32,
+    what: &str,
 ) -> Result<Fid<fi::fid_mr>> {
     let iov = libc::iovec {
         iov_base: addr as *mut libc::c_void,
@@ -124,7 +126,7 @@ fn register(
     let mut mr = null_mut();
     // SAFETY: an open domain; the attributes point at `iov`, alive for the call.
     let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut mr) };
-    opened(rc, "fi_mr_regattr", Error::NoResource(Resource::Key))?;
+    opened(rc, what, Error::NoResource(Resource::Key))?;
     Ok(Fid(mr))
 }
 
@@ -224,7 +226,14 @@ impl OfiMw {
         {
             return WcStatus::MwBind;
         }
-        let Ok(reg) = register(&dev, addr, length, remote_access(rights), new_rkey) else {
+        let Ok(reg) = register(
+            &dev,
+            addr,
+            length,
+            remote_access(rights),
+            new_rkey,
+            "fi_mr_regattr (bind)",
+        ) else {
             return WcStatus::MwBind;
         };
         // SAFETY: the registration just made.

@@ -1154,27 +1154,16 @@ struct Request {
 
 /// Registers a lookup buffer for the QP's reads of peer key tables.
 fn register_lookup(dev: &OfiDevice, buf: &mut [u8; ENTRY_BYTES]) -> Result<Fid<fi::fid_mr>> {
-    let iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: ENTRY_BYTES,
-    };
+    // The buffer is the QP's, alive while the registration is.
     let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
-    let attr = fi::fi_mr_attr {
-        mr_iov: (&iov as *const libc::iovec).cast(),
-        iov_count: 1,
-        access: (fi::FI_READ | fi::FI_RECV) as u64,
-        requested_key: key as u64,
-        ..Default::default()
-    };
-    let mut mr = null_mut();
-    // SAFETY: an open domain; the buffer is the QP's, alive while the registration is.
-    let rc = unsafe { fi::fi_mr_regattr(dev.domain.ptr(), &attr, 0, &mut mr) };
-    opened(
-        rc,
+    crate::mem::register(
+        dev,
+        buf.as_mut_ptr() as u64,
+        ENTRY_BYTES as u64,
+        (fi::FI_READ | fi::FI_RECV) as u64,
+        key,
         "fi_mr_regattr (lookup)",
-        Error::NoResource(Resource::Key),
-    )?;
-    Ok(Fid(mr))
+    )
 }
 
 /// The iovec and descriptor arrays of a scatter-gather list. Descriptors
