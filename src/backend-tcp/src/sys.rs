@@ -307,6 +307,15 @@ pub(super) fn set_abortive_close(fd: RawFd, abort: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Stops listening socket `fd` now: a poll() that waits on it holds the socket open until
+/// it returns (the kernel keeps a reference to every file it polls), and until then its port
+/// stays in LISTEN and a new listener on it fails with EADDRINUSE. Shut down, the socket
+/// leaves LISTEN at once, and a SO_REUSEADDR listener may take the port.
+pub(super) fn stop_listening(fd: RawFd) {
+    // SAFETY: shutdown takes no pointer; on an fd that is not a socket it only fails.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
 /// Sets the integer socket option `level`/`name` of socket `fd` to `value` (SO_KEEPALIVE,
 /// TCP_KEEPIDLE, TCP_USER_TIMEOUT, ...).
 pub(super) fn set_int_option(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {

@@ -808,3 +808,23 @@ mod hostile;
 mod samehost;
 mod sigio;
 mod ud;
+
+/// A closed listener's port is free when `close` returns, even though the progress thread
+/// may still be in poll() on its socket (which keeps the socket open until poll returns):
+/// a program that frees a PSP and creates another (or an RSP) on the same qualifier must not
+/// see DAT_CONN_QUAL_IN_USE because our thread has not run yet.
+#[test]
+fn a_closed_listeners_port_is_free_at_once() {
+    let dev = open_device("tcp lo").expect("device");
+    let first = dev.listen(0).expect("listen");
+    let port = first.port();
+    first.close();
+    drop(first);
+    for round in 0..500 {
+        let again = dev
+            .listen(port)
+            .unwrap_or_else(|e| panic!("round {round}: listen on {port} again: {e:?}"));
+        again.close();
+    }
+    dev.close();
+}
