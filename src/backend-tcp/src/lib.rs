@@ -1350,11 +1350,8 @@ impl Listener for TcpListenerHandle {
     fn close(&self) {
         if let Some(shared) = self.shared.upgrade() {
             shared.run(|eng, _| {
-                // The progress thread may be in poll() on it: its port is free only if
-                // stopped here (sys::stop_listening), not when that thread next runs.
-                if let Some(l) = eng.listeners.remove(&self.id) {
-                    sys::stop_listening(l.sock.as_raw_fd());
-                }
+                // Dropped here: the port is free on return (ListenerEntry's drop).
+                eng.listeners.remove(&self.id);
                 eng.wake_needed = true;
             });
         }

@@ -223,9 +223,6 @@ impl Engine {
             let _ = sys::set_abortive_close(c.stream.as_raw_fd(), false);
         }
         self.conns.clear();
-        for l in self.listeners.values() {
-            sys::stop_listening(l.sock.as_raw_fd());
-        }
         self.listeners.clear();
     }
 

@@ -94,6 +94,15 @@ pub(crate) struct ListenerEntry {
     pub sock: TcpListener,
 }
 
+impl Drop for ListenerEntry {
+    /// However a listener leaves the engine (its close, the device's): the progress thread
+    /// may be in poll() on it, so its port is free only if stopped here
+    /// (`sys::stop_listening`), not when that thread next runs.
+    fn drop(&mut self) {
+        sys::stop_listening(self.sock.as_raw_fd());
+    }
+}
+
 struct Outstanding {
     wr_id: u64,
     opcode: WcOpcode,
