@@ -97,16 +97,7 @@ m_raw() {
 }
 
 print_table() {
-	awk -v rounds="$ROUNDS" '
-	{ k = $1 SUBSEP $2; v[k, ++n[k]] = $3 }
-	function med(who, key,   k, c, i, j, a, t) {
-		k = who SUBSEP key; c = n[k]
-		if (!c) return ""
-		for (i = 1; i <= c; i++) a[i] = v[k, i]
-		for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-		return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
-	}
-	function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+	awk -v rounds="$ROUNDS" "$awk_rounds"'
 	function row(what, key, unit, target, d,   o, r) {
 		o = med("datperf", key); r = med("raw", key)
 		printf "%-42s %10s %10s %-5s %8s  %s\n", what, f(r, d), f(o, d), unit,
