@@ -12,6 +12,7 @@
 # every figure is the median of the rounds.
 #
 #   ./run-bench-ofi.sh      ROUNDS=3 LAT_ITERS=5000 ./run-bench-ofi.sh
+#   OFI_LIB=/tmp/other-libdaplrs-ofi.so.2 ./run-bench-ofi.sh    (another build, for A/B runs)
 #
 # Every server runs under `timeout` and is waited for by its ready line;
 # raw outputs are kept in build/bench/ofi/.
@@ -37,7 +38,7 @@ server_pid=""
 trap 'stop_pid "$server_pid"' EXIT
 
 for t in datperf ofi-raw; do [ -x "$bin/$t" ] || { echo "error: $bin/$t missing (make -C bench)" >&2; exit 1; }; done
-lib=$top/build/lib/libdaplrs-ofi.so.2
+lib=${OFI_LIB:-$top/build/lib/libdaplrs-ofi.so.2}
 [ -f "$lib" ] || { echo "error: $lib missing (make at the top)" >&2; exit 1; }
 echo "rs-ofi-tcp u2.0 nonthreadsafe default $lib dapl.2.0 \"ofi tcp 127.0.0.1\" \"\"" >"$conf"
 ours=(env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$conf")
