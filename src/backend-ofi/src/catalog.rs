@@ -180,3 +180,31 @@ unsafe fn cstr(p: *const std::ffi::c_char) -> String {
     // SAFETY: the caller's string.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_names_follow_provider_and_domain() {
+        assert_eq!(ia_name("tcp", "lo"), "rs-ofi-tcp");
+        assert_eq!(ia_name("tcp", "eth0"), "rs-ofi-tcp-eth0");
+        assert_eq!(ia_name("tcp;ofi_rxm", "lo"), "rs-ofi-tcp-rxm");
+        assert_eq!(ia_name("verbs;ofi_rxm", "rxe0"), "rs-ofi-verbs-rxm-rxe0");
+        assert_eq!(ia_name("shm", "shm"), "rs-ofi-shm");
+    }
+
+    #[test]
+    fn tcp_on_loopback_is_installable_and_described() {
+        let entries = installable();
+        assert!(
+            entries
+                .iter()
+                .any(|e| e.ia_name == "rs-ofi-tcp" && e.ia_params == "ofi tcp lo"),
+            "no rs-ofi-tcp entry"
+        );
+        let lines = describe("tcp", Some("lo")).expect("ofi tcp lo opens");
+        assert!(lines[0].contains("libfabric provider tcp") && lines[0].contains("FI_EP_MSG"));
+        assert!(describe("nosuchprov", None).is_err());
+    }
+}
