@@ -113,10 +113,10 @@ $(LIB)/libdaplrs-verbs.so.2: $(TARGET)/libdaplrs_verbs.a src/provider-ffi/libdap
 $(TARGET)/libdaplrs_ofi.a: FORCE
 	$(CARGO) build $(CARGO_FLAGS) -p daplrs-ofi
 
-$(LIB)/libdaplrs-ofi.so.2: $(TARGET)/libdaplrs_ofi.a src/provider-ffi/libdaplrs.map
+$(LIB)/libdaplrs-ofi.so.2: $(TARGET)/libdaplrs_ofi.a src/provider-ofi/libdaplrs-ofi.map
 	@mkdir -p $(LIB)
 	$(CC) -shared -o $@ -Wl,-soname,libdaplrs-ofi.so.2 \
-		-Wl,--version-script=src/provider-ffi/libdaplrs.map -Wl,--gc-sections \
+		-Wl,--version-script=src/provider-ofi/libdaplrs-ofi.map -Wl,--gc-sections \
 		-Wl,--whole-archive $(TARGET)/libdaplrs_ofi.a -Wl,--no-whole-archive \
 		-lfabric -ldl -lpthread
 
@@ -229,6 +229,10 @@ net-faults-long: all
 # `make uninstall` restore that file byte for byte. Each IA gets a u2.0 and
 # a u1.2 entry of the same name (each registry serves its own version), each
 # as nonthreadsafe and threadsafe (programs ask for one or the other).
+# libfabric entries: one per provider and domain fi_info lists that the ofi
+# backend supports and opens on here (`datinfo --ofi-entries`, from the
+# backend's table in src/backend-ofi/src/catalog.rs): today libfabric's tcp
+# (FI_EP_MSG), as rs-ofi-tcp on lo and rs-ofi-tcp-<interface> on the others.
 # Entries name the provider libraries by their installed path, so they load
 # whatever the loader's path. Installing to the live system (no DESTDIR)
 # runs ldconfig, so that the loader finds our libdat2.so.2 and libdat.so.1
@@ -261,6 +265,13 @@ install: all
 			echo "rs-$$d u$$api $$ts default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.$$api \"verbs $$d 1\" \"\""; \
 		done; done; \
 	done; \
+	$(BUILD)/bin/datinfo --ofi-entries $(CURDIR)/$(LIB)/libdaplrs-ofi.so.2 > $(BUILD)/ofi.entries || \
+		echo "make: no libfabric entries: datinfo --ofi-entries failed" >&2; \
+	while IFS='	' read -r name params; do \
+		for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do \
+			echo "$$name u$$api $$ts default $(LIBDIR)/libdaplrs-ofi.so.2 dapl.$$api \"$$params\" \"\""; \
+		done; done; \
+	done < $(BUILD)/ofi.entries; \
 	} > $(BUILD)/dat.conf.entries
 	scripts/datconf-merge add $(DESTDIR)$(DATCONF) $(BUILD)/dat.conf.entries
 	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi

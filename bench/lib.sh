@@ -54,3 +54,18 @@ stop_pid() {
 	fi
 	wait "$pid" 2>/dev/null || true
 }
+
+# awk_rounds: the start of an awk program reading "WHERE KEY VALUE" lines (one figure of
+# one round each) into v[] and n[], with med(where, key), the median of a figure's rounds
+# ("" when none), and f(x, d), x with d decimals ("-" when empty).
+awk_rounds='
+	{ k = $1 SUBSEP $2; v[k, ++n[k]] = $3 }
+	function med(s, key,   k, c, i, j, a, t) {
+		k = s SUBSEP key; c = n[k]
+		if (!c) return ""
+		for (i = 1; i <= c; i++) a[i] = v[k, i]
+		for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+		return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
+	}
+	function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+'

@@ -270,16 +270,7 @@ host_line() {
 
 # ------------------------------------------------------------------ the table
 print_table() {
-	awk -v rounds="$ROUNDS" '
-	{ k = $1 SUBSEP $2; v[k, ++n[k]] = $3 }
-	function med(s, key,   k, c, i, j, a, t) {
-		k = s SUBSEP key; c = n[k]
-		if (!c) return ""
-		for (i = 1; i <= c; i++) a[i] = v[k, i]
-		for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-		return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2
-	}
-	function f(x, d) { return x == "" ? "-" : sprintf("%." d "f", x) }
+	awk -v rounds="$ROUNDS" "$awk_rounds"'
 	function ratio(x, y) { return (x == "" || y == "" || y == 0) ? "-" : sprintf("%.2fx", x / y) }
 	function row(what, s, val, unit, refv, refname, target, d) {
 		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", what, s, f(val, d), unit, ratio(val, refv), refname, target

@@ -23,26 +23,6 @@ ours_env() { env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "
 sed "s|libdaplrs.so.2|$top/build/lib/libdaplrs.so.2|" "$top/dat.conf" > "$out/ofed-dat.conf"
 ofed_env() { env -u LD_LIBRARY_PATH DAT_OVERRIDE="$out/ofed-dat.conf" "$@"; }
 
-# The dapltest server and every client line of the conformance set, then
-# the dtest family's pairs, all through the libdat2 that ENVF selects.
-transactions() {
-	local envf=$1
-	if start_server "$out/$envf-dapltest-server.log" "Service Point Ready" $envf timeout 300 dapltest -T S -D $ia; then
-		client $envf T-SR dapltest -T T -s $addr -D $ia -i 100 -t 1 -w 1 client SR 256 1 server SR 256 1
-		client $envf T-SR-validate dapltest -T T -s $addr -D $ia -i 100 -t 1 -w 1 -V -P client SR 1024 -f server SR 1536 2 -f
-		client $envf T-RW-RR dapltest -T T -P -t 1 -w 1 -i 4096 -s $addr -D $ia client RW 4096 1 server RW 2048 4 \
-			server RR 1024 1 client RR 2048 1 client SR 1024 3 -f server SR 256 3 -f
-		client $envf T-4x4 dapltest -T T -s $addr -D $ia -i 4096 -t 4 -w 4 client SR 8192 3 server SR 8192 3
-		client $envf T-4x4-validate dapltest -T T -s $addr -D $ia -i 256 -t 4 -w 4 -V client SR 8192 3 server SR 8192 3
-		client $envf P-RW dapltest -T P -s $addr -D $ia -i 2048 -m b RW 4096 2
-		client $envf P-RR dapltest -T P -s $addr -D $ia -i 4096 RR 32768 1
-		client $envf Q dapltest -T Q -s $addr -D $ia
-		if wait $server_pid; then ok; else bad "$envf dapltest server exit status (see $out/$envf-dapltest-server.log)"; fi
-	fi
-
-	dtest_family $envf ""
-}
-
 if [ "$which" = ours ] || [ "$which" = all ]; then
 	for suite in hwconn endpoint pz mem connmgt queryinfo; do fft ours_env "$suite"; done
 
@@ -56,7 +36,7 @@ if [ "$which" = ours ] || [ "$which" = all ]; then
 		bad "dapltest -T L: $(grep -Em1 "$limit_errors" "$log") (see $log)"
 	fi
 
-	transactions ours_env
+	dapltest_transactions ours_env ""
 fi
 
 if [ "$which" = ofed ] || [ "$which" = all ]; then
@@ -65,6 +45,6 @@ if [ "$which" = ofed ] || [ "$which" = all ]; then
 	# handle) by dereferencing the small integer IA handle and crashes
 	# before any provider is called; cases up to 12 are checked.
 	fft ofed_env queryinfo 12
-	transactions ofed_env
+	dapltest_transactions ofed_env ""
 fi
 echo "conformance-dapltest: $passed passed, $failed failed"

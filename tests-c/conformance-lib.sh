@@ -193,7 +193,8 @@ dtestx_pair() {
 	done
 }
 
-# dtest_family ENVF DIR: dtest, dtestcm, dtestx, dtestx -p, dtestx -u, dtestx -q (the
+# dtest_family ENVF DIR: dtest, dtestcm, dtestx, dtestx -p, dtestx -u (not run,
+# saying why, where $no_datagrams gives a reason), dtestx -q (the
 # open-query extension, one process) and dtestsrq from
 # DIR (empty: the PATH's, Debian's /usr/bin; a program missing from DIR is
 # skipped, its build failure counted by the caller), server -s and client
@@ -214,7 +215,11 @@ dtest_family() {
 			dtestx_pair $envf dtestx-p ${dir}dtestx -p
 			# -u: unreliable datagrams (a client needs -c with -u; the server's
 			# trailing -s overrides it)
-			dtestx_pair $envf dtestx-u ${dir}dtestx -c -u
+			if [ -n "${no_datagrams:-}" ]; then
+				echo "${conf_name:-conformance}: $envf dtestx -u not run: $no_datagrams"
+			else
+				dtestx_pair $envf dtestx-u ${dir}dtestx -c -u
+			fi
 			# -q: the attributes through dat_ib_open_query/dat_ib_close_query
 			client $envf dtestx-q ${dir}dtestx -P $ia -q
 			if grep -q "Open_Query: $ia num_attrs" "$out/$envf-dtestx-q.log"; then ok; else
@@ -224,4 +229,27 @@ dtest_family() {
 		dtestsrq) dtest_pair $envf dtestsrq "ready on port" - 'FAILED|ERROR|Error|ERR[: ]' "Test Complete" ${dir}dtestsrq ;;
 		esac
 	done
+}
+
+# dapltest_transactions ENVF DIR: the dapltest server and every client line of
+# the conformance set, then the dtest family's pairs (dtest_family ENVF DIR),
+# all through the libdat2 that ENVF selects; the programs from DIR (empty:
+# the PATH's).
+dapltest_transactions() {
+	local envf=$1 dir=${2:+$2/} dt
+	dt=${dir}dapltest
+	if start_server "$out/$envf-dapltest-server.log" "Service Point Ready" $envf timeout 300 $dt -T S -D $ia; then
+		client $envf T-SR $dt -T T -s $addr -D $ia -i 100 -t 1 -w 1 client SR 256 1 server SR 256 1
+		client $envf T-SR-validate $dt -T T -s $addr -D $ia -i 100 -t 1 -w 1 -V -P client SR 1024 -f server SR 1536 2 -f
+		client $envf T-RW-RR $dt -T T -P -t 1 -w 1 -i 4096 -s $addr -D $ia client RW 4096 1 server RW 2048 4 \
+			server RR 1024 1 client RR 2048 1 client SR 1024 3 -f server SR 256 3 -f
+		client $envf T-4x4 $dt -T T -s $addr -D $ia -i 4096 -t 4 -w 4 client SR 8192 3 server SR 8192 3
+		client $envf T-4x4-validate $dt -T T -s $addr -D $ia -i 256 -t 4 -w 4 -V client SR 8192 3 server SR 8192 3
+		client $envf P-RW $dt -T P -s $addr -D $ia -i 2048 -m b RW 4096 2
+		client $envf P-RR $dt -T P -s $addr -D $ia -i 4096 RR 32768 1
+		client $envf Q $dt -T Q -s $addr -D $ia
+		if finish_server 20; then ok; else bad "$envf dapltest server exit status (see $out/$envf-dapltest-server.log)"; fi
+	fi
+
+	dtest_family $envf "$2"
 }

@@ -56,4 +56,24 @@ e=$(entry "$out" "rs-nosuchif12  u1.2")
 expect "$e" "the provider refused to open it: DAT_INSUFFICIENT_RESOURCES"
 expect "$e" "interface nosuchif0 does not exist or has no IPv4 address"
 [ $rc -ne 0 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "datinfo-check: exit status 0 despite failing 1.2 entries"; }
+# ofi entries: libfabric's provider, domain, endpoint type, MR mode and limits, or
+# the exact reason (the fi_* call and fi_strerror, or what the provider lacks).
+ofi_lib="$top/build/lib/libdaplrs-ofi.so.2"
+cat > "$conf" <<CONF
+rs-ofi-tcp u2.0 nonthreadsafe default $ofi_lib dapl.2.0 "ofi tcp lo" ""
+rs-ofi-tcp u1.2 nonthreadsafe default $ofi_lib dapl.1.2 "ofi tcp lo" ""
+rs-ofi-none u2.0 nonthreadsafe default $ofi_lib dapl.2.0 "ofi nosuchprov" ""
+CONF
+out=$(DAT_OVERRIDE="$conf" "$top/build/bin/datinfo" 2>&1)
+for api in 2.0 1.2; do
+	e=$(entry "$out" "rs-ofi-tcp  u$api")
+	expect "$e" "libfabric provider tcp "
+	expect "$e" "domain lo, FI_EP_MSG"
+	expect "$e" "MR mode "
+	expect "$e" "limits: transmit depth "
+done
+e=$(entry "$out" "rs-ofi-none  u2.0")
+expect "$e" "libfabric provider 'nosuchprov' offers no connected endpoint with sends, RDMA and send-after-send order: fi_getinfo: No data available"
+# the entries make install registers: at least tcp on lo
+expect "$("$top/build/bin/datinfo" --ofi-entries "$ofi_lib")" "rs-ofi-tcp	ofi tcp lo"
 echo "datinfo-check: $passed passed, $failed failed"

@@ -128,6 +128,9 @@ for p in $programs; do
 	if [ "$lib" = "$top/build/lib/libdat2.so.2" ]; then ok; else bad "$p: libdat2.so.2 resolves to '$lib', not ours"; fi
 done
 
+# DEBIAN_SOURCES_BUILD_ONLY set: the programs for another script (ofi-dapltest.sh), no runs.
+[ -n "${DEBIAN_SOURCES_BUILD_ONLY:-}" ] && summary
+
 # -------------------------------------------------------------------- run
 src_env() { env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$top/dat.conf" "$@"; }
 if [ -x "$bin/dapltest" ]; then

@@ -63,6 +63,11 @@ for api in 2.0 1.2; do
 	grep -q "^rs-tcp u$api threadsafe default /usr/local/lib/libdaplrs.so.2 dapl.$api \"tcp lo\" \"\"\$" "$root/etc/dat.conf" &&
 		ok || bad "no threadsafe rs-tcp u$api entry in dat.conf"
 done
+# libfabric's tcp on lo (fi_info lists it wherever libfabric is installed): rs-ofi-tcp
+for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do
+	grep -q "^rs-ofi-tcp u$api $ts default /usr/local/lib/libdaplrs-ofi.so.2 dapl.$api \"ofi tcp lo\" \"\"\$" "$root/etc/dat.conf" &&
+		ok || bad "no $ts rs-ofi-tcp u$api entry (\"ofi tcp lo\") in dat.conf"
+done; done
 [ "$(grep -c '^ofa-v2-' "$root/etc/dat.conf")" = "$(grep -c '^ofa-v2-' "$work/dat.conf.before")" ] &&
 	ok || bad "OFED's entries were not all kept"
 # installing again replaces the block, does not add a second

@@ -5,18 +5,25 @@
 # interface ("tcp veth..."), so the IA addresses are the hosts' addresses.
 # Addresses come from TEST-NET-2 (198.51.100.0/24), only inside these
 # namespaces.
+#
+# TWO_HOSTS_BACKEND=ofi (ofi-two-hosts.sh): the same over the libfabric entry
+# rs-ofi-tcp ("ofi tcp veth..."): libfabric's tcp provider over the veth pair.
 set -u
 # Two "hosts" in namespaces of one machine: the TCP path is what is under test, so the
 # same-host path (which would otherwise carry RDMA between them) is turned off.
 export DAPLRS_SAME_HOST=never
 top=$(cd "$(dirname "$0")/.." && pwd)
-out="$top/build/tests/two-hosts"
+name=two-hosts ia=rs-tcp lib=libdaplrs.so.2 where=tcp
+if [ "${TWO_HOSTS_BACKEND:-tcp}" = ofi ]; then
+	name=ofi-two-hosts ia=rs-ofi-tcp lib=$top/build/lib/libdaplrs-ofi.so.2 where="ofi tcp"
+fi
+out="$top/build/tests/$name"
 mkdir -p "$out"
 tag=udrs$$
 a=${tag}a b=${tag}b
 passed=0 failed=0
 ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "two-hosts: FAIL: $*"; }
+bad() { failed=$((failed + 1)); echo "$name: FAIL: $*"; }
 cleanup() {
 	[ -n "${server_pid:-}" ] && kill "$server_pid" 2>/dev/null
 	ip netns del "$a" 2>/dev/null
@@ -25,8 +32,8 @@ cleanup() {
 trap cleanup EXIT
 
 if ! ip netns add "$a" || ! ip netns add "$b"; then
-	echo "two-hosts: cannot create network namespaces (need root and iproute2)"
-	echo "two-hosts: 0 passed, 1 failed"
+	echo "$name: cannot create network namespaces (need root and iproute2)"
+	echo "$name: 0 passed, 1 failed"
 	exit 1
 fi
 ip link add veth-$a netns "$a" type veth peer name veth-$b netns "$b"
@@ -38,7 +45,7 @@ ip -n "$b" link set veth-$b up
 
 for side in a b; do
 	ns=${tag}$side
-	echo "rs-tcp u2.0 nonthreadsafe default libdaplrs.so.2 dapl.2.0 \"tcp veth-$ns\" \"\"" > "$out/dat.conf.$side"
+	echo "$ia u2.0 nonthreadsafe default $lib dapl.2.0 \"$where veth-$ns\" \"\"" > "$out/dat.conf.$side"
 done
 in_ns() {
 	local side=$1; shift
@@ -49,7 +56,7 @@ in_ns() {
 info=$(in_ns a "$top/build/bin/datinfo" 2>&1)
 grep -q "IA address 198.51.100.1" <<<"$info" && ok || bad "host a IA address: $info"
 
-in_ns a timeout 300 dapltest -T S -D rs-tcp > "$out/server.log" 2>&1 &
+in_ns a timeout 300 dapltest -T S -D $ia > "$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do grep -q "Service Point Ready" "$out/server.log" && break; sleep 0.1; done
 grep -q "Service Point Ready" "$out/server.log" && ok || bad "server not ready (see $out/server.log)"
@@ -59,11 +66,11 @@ run() {
 	if in_ns b timeout 120 "$@" > "$out/$name.log" 2>&1; then ok; else bad "$name exit $? (see $out/$name.log)"; fi
 }
 s=198.51.100.1
-run T-SR dapltest -T T -s $s -D rs-tcp -i 100 -t 1 -w 1 client SR 256 1 server SR 256 1
-run T-validate dapltest -T T -s $s -D rs-tcp -i 100 -t 1 -w 1 -V -P client SR 1024 -f server SR 1536 2 -f
-run T-RW-RR dapltest -T T -P -t 1 -w 1 -i 1024 -s $s -D rs-tcp client RW 4096 1 server RW 2048 4 server RR 1024 1 client RR 2048 1 client SR 1024 3 -f server SR 256 3 -f
-run T-4x4 dapltest -T T -s $s -D rs-tcp -i 1024 -t 4 -w 4 client SR 8192 3 server SR 8192 3
-run Q dapltest -T Q -s $s -D rs-tcp
+run T-SR dapltest -T T -s $s -D $ia -i 100 -t 1 -w 1 client SR 256 1 server SR 256 1
+run T-validate dapltest -T T -s $s -D $ia -i 100 -t 1 -w 1 -V -P client SR 1024 -f server SR 1536 2 -f
+run T-RW-RR dapltest -T T -P -t 1 -w 1 -i 1024 -s $s -D $ia client RW 4096 1 server RW 2048 4 server RR 1024 1 client RR 2048 1 client SR 1024 3 -f server SR 256 3 -f
+run T-4x4 dapltest -T T -s $s -D $ia -i 1024 -t 4 -w 4 client SR 8192 3 server SR 8192 3
+run Q dapltest -T Q -s $s -D $ia
 if wait "$server_pid"; then ok; else bad "server exit status (see $out/server.log)"; fi
 server_pid=
-echo "two-hosts: $passed passed, $failed failed"
+echo "$name: $passed passed, $failed failed"

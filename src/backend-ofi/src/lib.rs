@@ -11,6 +11,7 @@
 //! registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod catalog;
 mod cm;
 mod cq;
 mod device;

@@ -508,11 +508,92 @@ fn tempfile() -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
+type OfiDescribeFn = unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> i32;
+type OfiEntriesFn = unsafe extern "C" fn(*mut c_char, usize) -> i32;
+
+/// `symbol` of provider library `library`, loaded as the registry loads it (the same
+/// handle when it already did).
+fn provider_symbol(library: &str, symbol: &CStr) -> Result<*mut c_void, String> {
+    let lib = CString::new(library).map_err(|_| "library name contains a NUL byte".to_string())?;
+    // SAFETY: a valid C string; the library stays loaded (never dlclosed).
+    let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return Err(dlerror_string());
+    }
+    // SAFETY: a handle dlopen returned and a valid C string.
+    let f = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+    if f.is_null() {
+        return Err(format!("{library} has no {}", symbol.to_string_lossy()));
+    }
+    Ok(f)
+}
+
+/// For an ofi entry ("ofi tcp lo") whose library can say (libdaplrs-ofi.so.2's
+/// daplrs_ofi_describe): libfabric's provider, fabric, domain, endpoint type, MR mode and
+/// limits. Nothing for other entries.
+fn ofi_details(e: &conf::ConfEntry) -> Vec<String> {
+    if e.ia_params.split_whitespace().next() != Some("ofi") {
+        return Vec::new();
+    }
+    let Ok(f) = provider_symbol(&e.library, c"daplrs_ofi_describe") else {
+        return Vec::new();
+    };
+    // SAFETY: the library's daplrs_ofi_describe, of this type (src/provider-ofi).
+    let describe: OfiDescribeFn = unsafe { std::mem::transmute(f) };
+    let Ok(params) = CString::new(e.ia_params.as_str()) else {
+        return Vec::new();
+    };
+    let mut buf = vec![0 as c_char; 4096];
+    // SAFETY: a C string and a buffer of buf.len() bytes.
+    let rc = unsafe { describe(params.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: daplrs_ofi_describe NUL-terminates within the buffer.
+    let text = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    match rc {
+        0 => text.lines().map(str::to_string).collect(),
+        _ => vec![format!("libfabric: {text}")],
+    }
+}
+
+/// `datinfo --ofi-entries LIBRARY`: the dat.conf entries (IA name, ia_params) LIBRARY's
+/// libfabric backend supports on this host, one "NAME<TAB>PARAMS" line each (make install).
+fn print_ofi_entries(library: &str) -> ExitCode {
+    let f = match provider_symbol(library, c"daplrs_ofi_entries") {
+        Ok(f) => f,
+        Err(why) => {
+            eprintln!("datinfo: {why}");
+            return ExitCode::from(1);
+        }
+    };
+    // SAFETY: the library's daplrs_ofi_entries, of this type (src/provider-ofi).
+    let entries: OfiEntriesFn = unsafe { std::mem::transmute(f) };
+    let mut buf = vec![0 as c_char; 1 << 16];
+    let (n, said) =
+        // SAFETY: a buffer of buf.len() bytes.
+        capturing_stderr(|| unsafe { entries(buf.as_mut_ptr(), buf.len()) });
+    if n < 0 {
+        eprintln!("datinfo: {library}: daplrs_ofi_entries failed{said}");
+        return ExitCode::from(1);
+    }
+    // SAFETY: NUL-terminated within the buffer.
+    let text = unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    if !text.is_empty() {
+        println!("{text}");
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let only: Vec<String> = std::env::args().skip(1).collect();
+    if only.len() == 2 && only[0] == "--ofi-entries" {
+        return print_ofi_entries(&only[1]);
+    }
     if only.iter().any(|a| a == "-h" || a == "--help") {
         println!(
-            "usage: datinfo [IA_NAME...]\nLists the dat.conf entries in effect and opens each IA as a program of\nits DAT version would: u2.0 entries through the DAT 2.0 registry, u1.2\nentries through libdat.so.1."
+            "usage: datinfo [IA_NAME...] | datinfo --ofi-entries LIBRARY\nLists the dat.conf entries in effect and opens each IA as a program of\nits DAT version would: u2.0 entries through the DAT 2.0 registry, u1.2\nentries through libdat.so.1."
         );
         return ExitCode::SUCCESS;
     }
@@ -548,7 +629,12 @@ fn main() -> ExitCode {
             println!("    not served: only user-level (u) default entries are");
             continue;
         }
-        let (result, said) = capturing_stderr(|| describe(e));
+        let (result, said) = capturing_stderr(|| {
+            describe(e).map(|mut lines| {
+                lines.extend(ofi_details(e));
+                lines
+            })
+        });
         match result {
             Ok(lines) => lines.iter().for_each(|l| println!("    {l}")),
             Err(failure) => {

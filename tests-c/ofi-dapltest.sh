@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Debian's uDAPL test programs over the libfabric entry rs-ofi-tcp ("ofi tcp
+# 127.0.0.1", build/tests/ofi-dat.conf: libfabric's tcp provider, FI_EP_MSG),
+# two processes on this host: dapltest (its FFT suites, the limit test, the
+# transaction and performance lines of the conformance set, as
+# conformance-dapltest.sh runs them over rs-tcp), dtest, dtestcm, dtestx
+# (-p, -q) and dtestsrq (conformance-lib.sh: every server under a timeout,
+# ready by its log line or listening port).
+#
+# The programs are those debian-sources.sh builds from Debian's dapl source
+# against our headers (build/tests/debian-sources/bin); when they are not
+# there, this builds them (DEBIAN_SOURCES_BUILD_ONLY), and without Debian's
+# source (no network) runs Debian's packaged ones (dapl2-utils), saying so.
+#
+# What libfabric's tcp provider lacks is said, not failed: dtestx's atomics
+# (it has none: dtestx reads the provider's attributes and skips them) and
+# dtestx -u (no datagrams in the ofi backend).
+#
+# Prints "ofi-dapltest: N passed, N failed".
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+out="$top/build/tests/ofi-dapltest"
+mkdir -p "$out"
+ia=rs-ofi-tcp addr=127.0.0.1
+conf_name=ofi-dapltest
+no_datagrams="the ofi backend has no datagram endpoints (docs/libfabric.md)"
+. "$top/tests-c/conformance-lib.sh"
+
+conf="$top/build/tests/ofi-dat.conf"
+ofi_env() { env LD_LIBRARY_PATH="$top/build/lib" DAT_OVERRIDE="$conf" "$@"; }
+
+bin="$top/build/tests/debian-sources/bin"
+have_all() { local p; for p in dapltest dtest dtestcm dtestx dtestsrq; do [ -x "$bin/$p" ] || return 1; done; }
+if ! have_all; then
+	DEBIAN_SOURCES_BUILD_ONLY=1 "$top/tests-c/debian-sources.sh" > "$out/build.log" 2>&1
+fi
+if have_all; then
+	echo "ofi-dapltest: Debian's programs built from its source ($bin)"
+else
+	bin=$(dirname "$(command -v dapltest)")
+	echo "ofi-dapltest: NOTE: no build from Debian's source (see $out/build.log): Debian's packaged programs ($bin)"
+fi
+[ -f "$conf" ] || bad "no $conf (make -C tests-c writes it)"
+
+for suite in hwconn endpoint pz mem connmgt queryinfo; do dapltest_bin="$bin/dapltest" fft ofi_env "$suite"; done
+
+# As in conformance-dapltest.sh: the exhaustion loops end in a failing create
+# or post by design; what must not happen is a setup or cleanup failure.
+log="$out/limit.log"
+limit_errors='error occurs|free fails|close \(graceful\) error|reset fails|disconnect.*fails|bogus outputs|Mismatch'
+if ofi_env timeout 300 "$bin/dapltest" -T L -D $ia -w 8 -m 100 > "$log" 2>&1 && ! grep -Eq "$limit_errors" "$log"; then
+	ok
+else
+	bad "dapltest -T L: $(grep -Em1 "$limit_errors" "$log") (see $log)"
+fi
+
+dapltest_transactions ofi_env "$bin"
+
+# dtestx ran its atomics only where the provider says it has them.
+for f in "$out"/ofi_env-dtestx-client.log "$out"/ofi_env-dtestx-p-client.log; do
+	[ -f "$f" ] || continue
+	if grep -q "Skipping CMP and SWAP" "$f" && grep -q "Skipping FETCH and ADD" "$f"; then
+		echo "ofi-dapltest: $(basename "$f" -client.log): atomics skipped by dtestx (libfabric's tcp provider has none)"
+	fi
+done
+echo "ofi-dapltest: $passed passed, $failed failed"
+[ $failed -eq 0 ]
