@@ -18,6 +18,7 @@ mod farewell;
 mod keys;
 mod mem;
 mod qp;
+mod rdm;
 mod srq;
 mod wait;
 

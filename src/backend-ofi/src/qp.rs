@@ -141,6 +141,9 @@ struct Inner {
     /// With an SRQ, the fid_cq the endpoint's receives complete on (see
     /// `srq`). Declared after `ep`, which must close first.
     srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
+    /// The peer endpoint's address in the device's AV (reliable datagrams;
+    /// FI_ADDR_UNSPEC on a connected endpoint or before the handshake).
+    dest: u64,
 }
 
 /// Where the backend's own read of a peer's key table entry lands: memory of
@@ -172,6 +175,10 @@ pub(crate) struct OfiQp {
     /// fields drop in order, and the endpoint must close before the shared
     /// context it is bound to.
     srq: Option<Arc<OfiSrq>>,
+    /// Reliable datagrams: the handshake's connection, open for the DAT
+    /// connection's life (see `rdm`), and the number of the last one.
+    link: Mutex<Option<crate::rdm::Link>>,
+    links: std::sync::atomic::AtomicU64,
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -223,7 +230,10 @@ impl OfiQp {
                 lookup: None,
                 held: VecDeque::new(),
                 srq_cq: None,
+                dest: crate::rdm::FI_ADDR_UNSPEC,
             }),
+            link: Mutex::new(None),
+            links: std::sync::atomic::AtomicU64::new(0),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -268,10 +278,15 @@ impl OfiQp {
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
-        // SAFETY: the endpoint just opened; the EQ is an open object of its fabric.
+        // Connection events come on the EQ; reliable datagrams need the AV.
+        let (events, what) = match &dev.av {
+            Some(av) => (av.fid(), "bind AV"),
+            None => (dev.eq.fid(), "bind EQ"),
+        };
+        // SAFETY: the endpoint just opened; the EQ or AV is an open object of its fabric.
         opened(
-            unsafe { fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0) },
-            "bind EQ",
+            unsafe { fi::fi_ep_bind(ep.ptr(), events, 0) },
+            what,
             Error::Internal,
         )?;
         let srq_cq = self.bind_cqs(dev, &ep)?;
@@ -381,6 +396,59 @@ impl OfiQp {
         Ok(())
     }
 
+    /// The endpoint's fabric address (`fi_getname`), for the peer's AV.
+    pub(crate) fn fabric_name(&self) -> Result<Vec<u8>> {
+        let ep = self.endpoint().ok_or(Error::BadState)?;
+        let mut name = vec![0u8; 256];
+        let mut len = name.len();
+        // SAFETY: an enabled endpoint; `name` has `len` writable bytes.
+        let rc = unsafe { fi::fi_getname(ep.cast(), name.as_mut_ptr().cast(), &mut len) };
+        opened(rc, "fi_getname", Error::Internal)?;
+        name.truncate(len);
+        Ok(name)
+    }
+
+    /// Sends go to the peer endpoint at `dest` of the device's AV.
+    pub(crate) fn set_dest(&self, dest: u64) {
+        self.inner.lock().dest = dest;
+    }
+
+    /// Keeps the handshake's connection for a connection being made; returns
+    /// its number (Err: this side gave up meanwhile).
+    pub(crate) fn attach_link(&self, stream: &std::net::TcpStream) -> Result<u64> {
+        let inner = self.inner.lock();
+        if inner.state != QpState::Connecting || self.is_leaving() {
+            return Err(Error::BadState);
+        }
+        let stream = stream
+            .try_clone()
+            .map_err(|_| Error::NoResource(Resource::Host))?;
+        let generation = self.links.fetch_add(1, Ordering::AcqRel) + 1;
+        *self.link.lock() = Some(crate::rdm::Link { stream, generation });
+        Ok(generation)
+    }
+
+    /// Whether the QP's connection is still the one numbered `generation`.
+    pub(crate) fn is_link(&self, generation: u64) -> bool {
+        self.link
+            .lock()
+            .as_ref()
+            .is_some_and(|l| l.generation == generation)
+    }
+
+    pub(crate) fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::Acquire)
+    }
+
+    /// Ends the handshake's connection (reliable datagrams): with a close, the
+    /// peer reports a disconnection, without, a broken connection.
+    fn end_link(&self, graceful: bool) {
+        let link = self.link.lock().take();
+        if let Some(link) = link {
+            link.end(graceful);
+        }
+    }
+
     /// The endpoint's fid_ep (for connect and accept).
     pub(crate) fn endpoint(&self) -> Option<*mut fi::fid_ep> {
         self.inner.lock().ep.as_ref().map(Fid::ptr)
@@ -428,7 +496,14 @@ impl OfiQp {
 
     pub(crate) fn disconnect(&self, abrupt: bool) {
         self.leaving.store(true, Ordering::Release);
-        self.say_farewell();
+        if self.link.lock().is_some() {
+            if !abrupt {
+                self.drain_requests();
+            }
+            self.end_link(true);
+        } else {
+            self.say_farewell();
+        }
         let ep = self.endpoint();
         if let Some(ep) = ep {
             // SAFETY: the QP's open endpoint.
@@ -441,6 +516,17 @@ impl OfiQp {
             if let Some(dev) = self.dev.upgrade() {
                 dev.emit(daplrs_backend::CmEvent::Disconnected { qp_num: self.num });
             }
+        }
+    }
+
+    /// A graceful disconnect over reliable datagrams: the requests posted
+    /// complete first (bounded, as the farewell is), so that the peer has
+    /// what we sent before it learns of the close.
+    fn drain_requests(&self) {
+        let deadline = std::time::Instant::now() + FAREWELL_TIMEOUT;
+        while !self.inner.lock().sends.slots.is_empty() && std::time::Instant::now() < deadline {
+            self.send_cq.reap_and_notify();
+            std::thread::yield_now();
         }
     }
 
@@ -478,13 +564,19 @@ impl OfiQp {
     }
 
     pub(crate) fn destroy_now(&self) {
+        self.end_link(false);
         self.end();
-        let (ep, srq_cq) = {
+        let (ep, srq_cq, dest) = {
             let mut inner = self.inner.lock();
-            (inner.ep.take(), inner.srq_cq.take())
+            let dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
+            (inner.ep.take(), inner.srq_cq.take(), dest)
         };
         if let (Some(ep), Some(dev)) = (ep, self.dev.upgrade()) {
             dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+            drop(ep);
+            if dest != crate::rdm::FI_ADDR_UNSPEC {
+                dev.remove_peer(dest);
+            }
         }
         // The endpoint closed first: its receive CQ may close now.
         drop(srq_cq);
@@ -494,6 +586,8 @@ impl OfiQp {
     /// transport failure): as on an RDMA NIC the QP goes to Error, the rest is
     /// flushed, and the consumer learns the connection broke.
     pub(crate) fn broken(&self) {
+        // The peer learns the connection broke: its end, with no close.
+        self.end_link(false);
         if let Some(ep) = self.endpoint() {
             // SAFETY: the QP's open endpoint; the peer learns the connection ended.
             unsafe { fi::fi_shutdown(ep, 0) };
@@ -723,6 +817,7 @@ impl OfiQp {
             rma_iov: &rma,
             rma_iov_count: 1,
             context: self.context(LOOKUP_TOKEN),
+            addr: inner.dest,
             ..Default::default()
         };
         // SAFETY: an enabled endpoint; the buffer is registered, and no other
@@ -746,6 +841,7 @@ impl OfiQp {
             desc: desc.as_mut_ptr(),
             iov_count: iov.len(),
             context: self.context(token | RECV_BIT),
+            addr: crate::rdm::FI_ADDR_UNSPEC,
             ..Default::default()
         };
         // SAFETY: an enabled endpoint; the vectors live for the call (the provider
@@ -779,7 +875,7 @@ impl OfiQp {
         let request = Request {
             token,
             kind,
-            fence: wr.fence,
+            fence: wr.fence || self.unordered(&dev, inner),
             sgl: wr.sgl.to_vec(),
             len,
         };
@@ -789,13 +885,21 @@ impl OfiQp {
             return Ok(());
         }
         if !inner.held.is_empty()
-            || (wr.fence && inner.sends.slots.len() > 1)
+            || (request.fence && inner.sends.slots.len() > 1)
             || !self.provider_room(inner, &request.kind)
         {
             inner.held.push_back(request);
             return Ok(());
         }
         match self.issue(inner, &request) {
+            Err(Error::NoResource(Resource::WorkQueue)) if dev.av.is_some() => {
+                // The provider is busy (ofi_rxm: its connection to the peer
+                // is still being made): held, and tried again by the
+                // progress thread, in order.
+                inner.held.push_back(request);
+                dev.retry_later(self.num);
+                Ok(())
+            }
             Err(e) => {
                 // Not posted: the slot goes (it is the newest).
                 inner.sends.slots.pop_back();
@@ -832,6 +936,18 @@ impl OfiQp {
         });
         inner.sends.release(out);
         self.release_held(inner, out);
+    }
+
+    /// Whether the newest request must wait for every earlier one because the
+    /// provider would not keep DAT's order (`OfiDevice::ordered`): all but a
+    /// send following a send (send-after-send order every provider keeps).
+    fn unordered(&self, dev: &OfiDevice, inner: &Inner) -> bool {
+        let n = inner.sends.slots.len();
+        if dev.ordered || n < 2 {
+            return false;
+        }
+        let is_send = |i: usize| inner.sends.slots[i].opcode == WcOpcode::Send;
+        !is_send(n - 1) || !is_send(n - 2)
     }
 
     /// Posts `wr` under the QP's lock; what completes at once goes to `out`.
@@ -892,10 +1008,19 @@ impl OfiQp {
                 return;
             }
             let request = inner.held.pop_front().expect("front checked");
-            let done = self.issue(inner, &request).unwrap_or_else(|e| {
-                log::debug!("a held request failed at post: {e:?}");
-                Some(WcStatus::LocalQpOp)
-            });
+            let done = match self.issue(inner, &request) {
+                Err(Error::NoResource(Resource::WorkQueue)) if dev.av.is_some() => {
+                    // Busy (see `post_request`): it keeps its place.
+                    inner.held.push_front(request);
+                    dev.retry_later(self.num);
+                    return;
+                }
+                Err(e) => {
+                    log::debug!("a held request failed at post: {e:?}");
+                    Some(WcStatus::LocalQpOp)
+                }
+                Ok(done) => done,
+            };
             if let Some(status) = done {
                 self.fail_request(inner, &request, status, out);
                 if inner.break_pending {
@@ -903,6 +1028,19 @@ impl OfiQp {
                     return;
                 }
             }
+        }
+    }
+
+    /// Posts the held requests again (the provider was busy: `retry_later`).
+    pub(crate) fn retry_held(&self) {
+        self.send_cq.deliver(|out| {
+            let mut inner = self.inner.lock();
+            if inner.state == QpState::Connected {
+                self.release_held(&mut inner, out);
+            }
+        });
+        if std::mem::take(&mut self.inner.lock().break_pending) {
+            self.broken();
         }
     }
 
@@ -969,8 +1107,8 @@ impl OfiQp {
                         desc: desc.as_mut_ptr(),
                         iov_count: iov.len(),
                         context,
+                        addr: inner.dest,
                         data: data.unwrap_or(0),
-                        ..Default::default()
                     };
                     let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
                     fi::fi_sendmsg(ep, &msg, placed | with_data)
@@ -988,6 +1126,7 @@ impl OfiQp {
                         rma_iov: &rma,
                         rma_iov_count: 1,
                         context,
+                        addr: inner.dest,
                         ..Default::default()
                     };
                     match request.kind {
@@ -1021,6 +1160,7 @@ impl OfiQp {
     fn close_write_imm(&self, inner: &mut Inner, ep: *mut fi::fid_ep, request: &Request, imm: u32) {
         let msg = fi::fi_msg {
             context: self.context(request.token),
+            addr: inner.dest,
             data: WRITE_IMM | imm as u64 | (request.len << 34),
             ..Default::default()
         };
@@ -1267,11 +1407,17 @@ impl QueuePair for OfiQp {
         if !matches!(inner.state, QpState::Error | QpState::Init) {
             return Err(Error::BadState);
         }
+        let dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
         if let Some(ep) = inner.ep.take() {
             if let Some(dev) = self.dev.upgrade() {
                 dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+                drop(ep);
+                if dest != crate::rdm::FI_ADDR_UNSPEC {
+                    dev.remove_peer(dest);
+                }
             }
         }
+        self.end_link(false);
         inner.srq_cq = None;
         inner.state = QpState::Init;
         inner.ended = false;
