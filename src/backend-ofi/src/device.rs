@@ -56,6 +56,15 @@ pub struct OfiDevice {
     /// The provider orders RDMA against sends as DAT needs (the `msg_order`
     /// asked of FI_EP_MSG); otherwise the QP keeps the order itself.
     pub(crate) ordered: bool,
+    /// Endpoints are kept open while an AV entry of this process names them
+    /// (providers naming endpoints by string, shm: see `rdm::Keeper`).
+    pub(crate) parks: bool,
+    /// Held while a CQ is read and while an endpoint opens or closes:
+    /// ofi_rxm (1.17) reading a CQ progresses every endpoint bound to it, and
+    /// one bound but not yet enabled has no CQ of its own yet (a NULL call,
+    /// SIGSEGV). Reentrant: a QP whose last reference goes in a completion closes its
+    /// endpoint on the reading thread.
+    pub(crate) closing: parking_lot::ReentrantMutex<()>,
     pub(crate) eq: Fid<fi::fid_eq>,
     pub(crate) domain: Fid<fi::fid_domain>,
     pub(crate) fabric: Fid<fi::fid_fabric>,
@@ -286,13 +295,22 @@ impl OfiDevice {
             }
             (fabric, domain, Fid(eq))
         };
+        // SAFETY: the fi_info of fi_getinfo above.
+        let parks =
+            endpoints != Endpoints::Msg && unsafe { (*info.ptr()).addr_format } == fi::FI_ADDR_STR;
         let av = match endpoints {
             Endpoints::Msg => None,
             Endpoints::Rdm { .. } => Some(open_av(&domain).map_err(|rc| fail("fi_av_open", rc))?),
         };
         let waiter = crate::wait::Waiter::new().map_err(|e| format!("epoll: {e}"))?;
         let eq_fd = crate::wait::wait_fd(eq.fid());
+        // SAFETY: the domain attributes of our fi_info.
+        let manual = unsafe { (*(*info.ptr()).domain_attr).data_progress }
+            == fi::fi_progress_FI_PROGRESS_MANUAL;
+        // A provider that moves data only when called (shm: a peer's send lands
+        // in our memory and wakes no descriptor) is read every millisecond.
         let polled = match eq_fd {
+            _ if manual && endpoints != Endpoints::Msg => true,
             Some(fd) => waiter.watch(fd).is_err(),
             None => true,
         };
@@ -324,6 +342,8 @@ impl OfiDevice {
             keys,
             av,
             ordered: endpoints != Endpoints::Rdm { ordered: false },
+            parks,
+            closing: parking_lot::ReentrantMutex::new(()),
             tables: Mutex::new(Tables::default()),
             cm_handler: Mutex::new(None),
             next_id: AtomicU64::new(1),

@@ -144,6 +144,9 @@ struct Inner {
     /// The peer endpoint's address in the device's AV (reliable datagrams;
     /// FI_ADDR_UNSPEC on a connected endpoint or before the handshake).
     dest: u64,
+    /// Reliable datagrams: the peer endpoint's fabric address and ours.
+    dest_name: Vec<u8>,
+    name: Vec<u8>,
 }
 
 /// Where the backend's own read of a peer's key table entry lands: memory of
@@ -179,6 +182,32 @@ pub(crate) struct OfiQp {
     /// connection's life (see `rdm`), and the number of the last one.
     link: Mutex<Option<crate::rdm::Link>>,
     links: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for OfiQp {
+    fn drop(&mut self) {
+        // An endpoint still open goes through the keeper (see `rdm::Keeper`).
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
+        close_endpoint(&self.dev, self.inner.get_mut());
+    }
+}
+
+/// Closes a QP's endpoint (reliable datagrams: through the keeper, see
+/// `rdm::Keeper`), then removes its peer from the device's AV.
+fn close_endpoint(dev: &Weak<OfiDevice>, inner: &mut Inner) {
+    let dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
+    let dest_name = std::mem::take(&mut inner.dest_name);
+    let name = std::mem::take(&mut inner.name);
+    let Some(ep) = inner.ep.take() else { return };
+    let dev = dev.upgrade();
+    if let Some(dev) = &dev {
+        dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+    }
+    crate::rdm::keeper().close(ep, &name);
+    if let (Some(dev), true) = (dev, dest != crate::rdm::FI_ADDR_UNSPEC) {
+        dev.remove_peer(dest, &dest_name);
+    }
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -231,6 +260,8 @@ impl OfiQp {
                 held: VecDeque::new(),
                 srq_cq: None,
                 dest: crate::rdm::FI_ADDR_UNSPEC,
+                dest_name: Vec::new(),
+                name: Vec::new(),
             }),
             link: Mutex::new(None),
             links: std::sync::atomic::AtomicU64::new(0),
@@ -266,6 +297,9 @@ impl OfiQp {
     /// request's for a passive one), binds the device's EQ and the QP's CQs,
     /// enables it and posts the receives waiting for it.
     pub(crate) fn open_endpoint(self: &Arc<Self>, dev: &OfiDevice, info: &Info) -> Result<()> {
+        // Bound to its CQs, an endpoint is progressed by their reads: not
+        // before it is enabled (ofi_rxm's opens its own CQ then).
+        let _opening = dev.closing.lock();
         let mut inner = self.inner.lock();
         if inner.state != QpState::Init || inner.ep.is_some() {
             return Err(Error::BadState);
@@ -405,12 +439,17 @@ impl OfiQp {
         let rc = unsafe { fi::fi_getname(ep.cast(), name.as_mut_ptr().cast(), &mut len) };
         opened(rc, "fi_getname", Error::Internal)?;
         name.truncate(len);
+        if self.dev.upgrade().is_some_and(|d| d.parks) {
+            self.inner.lock().name = name.clone();
+        }
         Ok(name)
     }
 
-    /// Sends go to the peer endpoint at `dest` of the device's AV.
-    pub(crate) fn set_dest(&self, dest: u64) {
-        self.inner.lock().dest = dest;
+    /// Sends go to the peer endpoint at `dest` of the device's AV (`name`).
+    pub(crate) fn set_dest(&self, dest: u64, name: &[u8]) {
+        let mut inner = self.inner.lock();
+        inner.dest = dest;
+        inner.dest_name = name.to_vec();
     }
 
     /// Keeps the handshake's connection for a connection being made; returns
@@ -566,18 +605,13 @@ impl OfiQp {
     pub(crate) fn destroy_now(&self) {
         self.end_link(false);
         self.end();
-        let (ep, srq_cq, dest) = {
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
+        let srq_cq = {
             let mut inner = self.inner.lock();
-            let dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
-            (inner.ep.take(), inner.srq_cq.take(), dest)
+            close_endpoint(&self.dev, &mut inner);
+            inner.srq_cq.take()
         };
-        if let (Some(ep), Some(dev)) = (ep, self.dev.upgrade()) {
-            dev.tables.lock().eps.remove(&(ep.ptr() as usize));
-            drop(ep);
-            if dest != crate::rdm::FI_ADDR_UNSPEC {
-                dev.remove_peer(dest);
-            }
-        }
         // The endpoint closed first: its receive CQ may close now.
         drop(srq_cq);
     }
@@ -1403,20 +1437,13 @@ impl QueuePair for OfiQp {
     }
 
     fn reset(&self) -> Result<()> {
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
         let mut inner = self.inner.lock();
         if !matches!(inner.state, QpState::Error | QpState::Init) {
             return Err(Error::BadState);
         }
-        let dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
-        if let Some(ep) = inner.ep.take() {
-            if let Some(dev) = self.dev.upgrade() {
-                dev.tables.lock().eps.remove(&(ep.ptr() as usize));
-                drop(ep);
-                if dest != crate::rdm::FI_ADDR_UNSPEC {
-                    dev.remove_peer(dest);
-                }
-            }
-        }
+        close_endpoint(&self.dev, &mut inner);
         self.end_link(false);
         inner.srq_cq = None;
         inner.state = QpState::Init;

@@ -212,7 +212,7 @@ impl OfiDevice {
             Some(v4(pending.stream.peer_addr())),
         );
         let peer = self.insert_peer(&pending.name)?;
-        qp.set_dest(peer);
+        qp.set_dest(peer, &pending.name);
         qp.set_peer_table(pending.peer);
         let name = qp.fabric_name()?;
         let header = with_header(self, Some(&qp), private_data);
@@ -253,6 +253,9 @@ impl OfiDevice {
 
     /// Inserts a peer endpoint's fabric address into the address vector.
     fn insert_peer(&self, name: &[u8]) -> Result<u64> {
+        if self.parks {
+            keeper().named(name);
+        }
         let av = self.av.as_ref().ok_or(Error::BadState)?;
         let mut addr = FI_ADDR_UNSPEC;
         // SAFETY: an open AV; `name` is an address of this provider's format
@@ -268,17 +271,26 @@ impl OfiDevice {
             )
         };
         if rc != 1 {
+            if self.parks {
+                drop(keeper().unnamed(name));
+            }
             log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
             return Err(Error::NoResource(Resource::Qp));
         }
         Ok(addr)
     }
 
-    /// Removes a peer's address from the address vector (its connection ended).
-    pub(crate) fn remove_peer(&self, mut addr: u64) {
+    /// Removes a peer's address (`name`, at `addr`) from the address vector
+    /// (its connection ended).
+    pub(crate) fn remove_peer(&self, mut addr: u64, name: &[u8]) {
         if let Some(av) = &self.av {
             // SAFETY: an open AV; `addr` was inserted by `insert_peer`.
             unsafe { fi::fi_av_remove(av.ptr(), &mut addr, 1, 0) };
+        }
+        if self.parks {
+            // A parked endpoint closes outside the keeper's lock.
+            let parked = keeper().unnamed(name);
+            drop(parked);
         }
     }
 }
@@ -384,7 +396,7 @@ fn connect_and_watch(
             let Ok(addr) = d.insert_peer(&f[0]) else {
                 return failed(CmEvent::rejected_not_by_peer(num));
             };
-            qp.set_dest(addr);
+            qp.set_dest(addr, &f[0]);
             qp.set_peer_table(peer);
             if write_frame(&stream, READY, &[]).is_ok() && qp.on_connected() {
                 d.emit(CmEvent::Established {
@@ -454,5 +466,57 @@ fn watch(dev: &Weak<OfiDevice>, qp: &Arc<OfiQp>, stream: &TcpStream, generation:
     };
     if let Some(d) = dev.upgrade() {
         d.emit(event);
+    }
+}
+
+/// Endpoints of this process that an address vector of this process still
+/// names, kept open until it no longer does. libfabric 1.17's shm keeps, in an
+/// AV entry for an endpoint of the same process, a pointer to that endpoint's
+/// memory region (not a mapping of its own, as for another process's), reads
+/// it when any later endpoint of the AV is enabled and writes through it when
+/// the entry is removed (prov/util/src/util_shm.c: smr_map_to_endpoint,
+/// smr_unmap_from_endpoint, smr_map_del). An endpoint closed first frees the
+/// region under the entry, and the process crashes or corrupts memory (seen:
+/// a SIGSEGV in fi_enable). Both sides of a DAT connection in one process is
+/// what most DAT test programs do.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    /// A fabric address -> how many AV entries of this process name it.
+    named: std::collections::HashMap<Vec<u8>, usize>,
+    /// Endpoints closed by their QP while still named.
+    parked: std::collections::HashMap<Vec<u8>, crate::Fid<fi::fid_ep>>,
+}
+
+pub(crate) fn keeper() -> parking_lot::MutexGuard<'static, Keeper> {
+    static KEEPER: std::sync::OnceLock<Mutex<Keeper>> = std::sync::OnceLock::new();
+    KEEPER.get_or_init(Mutex::default).lock()
+}
+
+impl Keeper {
+    fn named(&mut self, name: &[u8]) {
+        *self.named.entry(name.to_vec()).or_insert(0) += 1;
+    }
+
+    /// An AV entry naming `name` was removed: a parked endpoint no longer
+    /// named closes (after the keeper's lock is released: dropped by the caller).
+    #[must_use]
+    fn unnamed(&mut self, name: &[u8]) -> Option<crate::Fid<fi::fid_ep>> {
+        let count = self.named.get_mut(name)?;
+        *count -= 1;
+        if *count > 0 {
+            return None;
+        }
+        self.named.remove(name);
+        self.parked.remove(name)
+    }
+
+    /// Closes a QP's endpoint (`name`: its fabric address), or parks it while
+    /// an AV entry of this process names it.
+    pub(crate) fn close(&mut self, ep: crate::Fid<fi::fid_ep>, name: &[u8]) {
+        if name.is_empty() || !self.named.contains_key(name) {
+            drop(ep);
+            return;
+        }
+        self.parked.insert(name.to_vec(), ep);
     }
 }
