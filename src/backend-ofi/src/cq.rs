@@ -45,7 +45,7 @@ impl OfiCq {
         // data only when called), and ofi_rxm (1.17) leaves a closed
         // endpoint's descriptor in a CQ's wait set ("fd not found in wait
         // list"), which a later read follows to freed memory: no wait object.
-        let wait = if dev.av.is_some() {
+        let wait = if dev.rdm {
             Err(Error::Unsupported)
         } else {
             Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD)

@@ -50,9 +50,9 @@ pub struct OfiDevice {
     /// The exported key table (providers that address by offset: see `keys`).
     /// Declared before the domain: fields drop in order, the domain last.
     pub(crate) keys: Option<crate::keys::KeyTable>,
-    /// Reliable-datagram endpoints (FI_EP_RDM): the peers' addresses, and our
-    /// connection layer (`rdm`) instead of the provider's. None: FI_EP_MSG.
-    pub(crate) av: Option<Fid<fi::fid_av>>,
+    /// Reliable-datagram endpoints (FI_EP_RDM): our connection layer (`rdm`)
+    /// instead of the provider's, an AV per endpoint for its peer.
+    pub(crate) rdm: bool,
     /// The provider orders RDMA against sends as DAT needs (the `msg_order`
     /// asked of FI_EP_MSG); otherwise the QP keeps the order itself.
     pub(crate) ordered: bool,
@@ -298,10 +298,7 @@ impl OfiDevice {
         // SAFETY: the fi_info of fi_getinfo above.
         let parks =
             endpoints != Endpoints::Msg && unsafe { (*info.ptr()).addr_format } == fi::FI_ADDR_STR;
-        let av = match endpoints {
-            Endpoints::Msg => None,
-            Endpoints::Rdm { .. } => Some(open_av(&domain).map_err(|rc| fail("fi_av_open", rc))?),
-        };
+
         let waiter = crate::wait::Waiter::new().map_err(|e| format!("epoll: {e}"))?;
         let eq_fd = crate::wait::wait_fd(eq.fid());
         // SAFETY: the domain attributes of our fi_info.
@@ -340,7 +337,7 @@ impl OfiDevice {
             virt_addr,
             local_descs,
             keys,
-            av,
+            rdm: endpoints != Endpoints::Msg,
             ordered: endpoints != Endpoints::Rdm { ordered: false },
             parks,
             closing: parking_lot::ReentrantMutex::new(()),
@@ -625,7 +622,7 @@ impl Device for OfiDevice {
     }
 
     fn listen(&self, port: u16) -> Result<Arc<dyn daplrs_backend::Listener>> {
-        if self.av.is_some() {
+        if self.rdm {
             return Ok(self.listen_rdm(port)?);
         }
         Ok(self.listen_on(port)?)
@@ -638,21 +635,21 @@ impl Device for OfiDevice {
         private_data: &[u8],
         timeout: Option<std::time::Duration>,
     ) -> Result<()> {
-        if self.av.is_some() {
+        if self.rdm {
             return self.connect_rdm(OfiQp::of(qp)?, remote, private_data, timeout);
         }
         self.connect_qp(OfiQp::of(qp)?, remote, private_data)
     }
 
     fn accept(&self, req: u64, qp: &Arc<dyn QueuePair>, private_data: &[u8]) -> Result<()> {
-        if self.av.is_some() {
+        if self.rdm {
             return self.accept_rdm(req, OfiQp::of(qp)?, private_data);
         }
         self.accept_request(req, OfiQp::of(qp)?, private_data)
     }
 
     fn reject(&self, req: u64, private_data: &[u8]) -> Result<()> {
-        if self.av.is_some() {
+        if self.rdm {
             return self.reject_rdm(req, private_data);
         }
         self.reject_request(req, private_data)
@@ -693,21 +690,6 @@ impl Drop for OfiDevice {
         tables.requests.clear();
         tables.handshakes.clear();
     }
-}
-
-/// The address vector of an RDM device (a table: peers are few, indexes cheap).
-fn open_av(domain: &Fid<fi::fid_domain>) -> Result<Fid<fi::fid_av>, i32> {
-    let mut attr = fi::fi_av_attr {
-        type_: fi::fi_av_type_FI_AV_TABLE,
-        ..Default::default()
-    };
-    let mut av = null_mut();
-    // SAFETY: an open domain; `av` receives the new object.
-    let rc = unsafe { fi::fi_av_open(domain.ptr(), &mut attr, &mut av, null_mut()) };
-    if rc != 0 {
-        return Err(rc);
-    }
-    Ok(Fid(av))
 }
 
 /// Whether the process can open no more file descriptors.

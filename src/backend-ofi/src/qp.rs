@@ -144,6 +144,8 @@ struct Inner {
     /// The peer endpoint's address in the device's AV (reliable datagrams;
     /// FI_ADDR_UNSPEC on a connected endpoint or before the handshake).
     dest: u64,
+    /// The endpoint's AV (reliable datagrams). After `ep`, which closes first.
+    av: Option<Fid<fi::fid_av>>,
     /// Reliable datagrams: the peer endpoint's fabric address and ours.
     dest_name: Vec<u8>,
     name: Vec<u8>,
@@ -193,21 +195,30 @@ impl Drop for OfiQp {
     }
 }
 
-/// Closes a QP's endpoint (reliable datagrams: through the keeper, see
-/// `rdm::Keeper`), then removes its peer from the device's AV.
+/// Closes a QP's endpoint: reliable datagrams first remove the peer from its
+/// AV, and an endpoint a peer of this process still names is parked (see
+/// `rdm::Keeper`).
 fn close_endpoint(dev: &Weak<OfiDevice>, inner: &mut Inner) {
-    let dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
+    let mut dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
     let dest_name = std::mem::take(&mut inner.dest_name);
     let name = std::mem::take(&mut inner.name);
+    let av = inner.av.take();
     let Some(ep) = inner.ep.take() else { return };
-    let dev = dev.upgrade();
-    if let Some(dev) = &dev {
+    if let Some(dev) = dev.upgrade() {
         dev.tables.lock().eps.remove(&(ep.ptr() as usize));
     }
-    crate::rdm::keeper().close(ep, &name);
-    if let (Some(dev), true) = (dev, dest != crate::rdm::FI_ADDR_UNSPEC) {
-        dev.remove_peer(dest, &dest_name);
+    if let (Some(av), true) = (&av, dest != crate::rdm::FI_ADDR_UNSPEC) {
+        // SAFETY: the endpoint's open AV; `dest` was inserted by `insert_peer`.
+        unsafe { fi::fi_av_remove(av.ptr(), &mut dest, 1, 0) };
     }
+    let parked = if dest_name.is_empty() {
+        None
+    } else {
+        crate::rdm::keeper().unnamed(&dest_name)
+    };
+    // The peer's parked endpoint (if it was) closes outside the keeper's lock.
+    drop(parked);
+    crate::rdm::keeper().close(crate::rdm::Parked { _ep: ep, _av: av }, &name);
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -262,6 +273,7 @@ impl OfiQp {
                 dest: crate::rdm::FI_ADDR_UNSPEC,
                 dest_name: Vec::new(),
                 name: Vec::new(),
+                av: None,
             }),
             link: Mutex::new(None),
             links: std::sync::atomic::AtomicU64::new(0),
@@ -313,7 +325,12 @@ impl OfiQp {
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
         // Connection events come on the EQ; reliable datagrams need the AV.
-        let (events, what) = match &dev.av {
+        let av = if dev.rdm {
+            Some(crate::rdm::open_av(&dev.domain)?)
+        } else {
+            None
+        };
+        let (events, what) = match &av {
             Some(av) => (av.fid(), "bind AV"),
             None => (dev.eq.fid(), "bind EQ"),
         };
@@ -333,6 +350,7 @@ impl OfiQp {
         }
         dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
         inner.ep = Some(ep);
+        inner.av = av;
         inner.srq_cq = srq_cq;
         inner.state = QpState::Connecting;
         inner.recvs_given = 0;
@@ -445,11 +463,26 @@ impl OfiQp {
         Ok(name)
     }
 
-    /// Sends go to the peer endpoint at `dest` of the device's AV (`name`).
-    pub(crate) fn set_dest(&self, dest: u64, name: &[u8]) {
+    /// Inserts the peer endpoint's fabric address (`name`) into the
+    /// endpoint's AV: sends go there.
+    pub(crate) fn insert_peer(&self, name: &[u8]) -> Result<()> {
+        let parks = self.dev.upgrade().is_some_and(|d| d.parks);
         let mut inner = self.inner.lock();
-        inner.dest = dest;
-        inner.dest_name = name.to_vec();
+        let av = inner.av.as_ref().ok_or(Error::BadState)?.ptr();
+        let mut addr = crate::rdm::FI_ADDR_UNSPEC;
+        // SAFETY: an open AV; `name` is an address of this provider's format
+        // (from the peer's fi_getname), `addr` receives one fi_addr_t.
+        let rc = unsafe { fi::fi_av_insert(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
+        if rc != 1 {
+            log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        if parks {
+            crate::rdm::keeper().named(name);
+            inner.dest_name = name.to_vec();
+        }
+        inner.dest = addr;
+        Ok(())
     }
 
     /// Keeps the handshake's connection for a connection being made; returns
@@ -926,7 +959,7 @@ impl OfiQp {
             return Ok(());
         }
         match self.issue(inner, &request) {
-            Err(Error::NoResource(Resource::WorkQueue)) if dev.av.is_some() => {
+            Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
                 // The provider is busy (ofi_rxm: its connection to the peer
                 // is still being made): held, and tried again by the
                 // progress thread, in order.
@@ -1043,7 +1076,7 @@ impl OfiQp {
             }
             let request = inner.held.pop_front().expect("front checked");
             let done = match self.issue(inner, &request) {
-                Err(Error::NoResource(Resource::WorkQueue)) if dev.av.is_some() => {
+                Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
                     // Busy (see `post_request`): it keeps its place.
                     inner.held.push_front(request);
                     dev.retry_later(self.num);

@@ -211,8 +211,7 @@ impl OfiDevice {
             Some(v4(pending.stream.local_addr())),
             Some(v4(pending.stream.peer_addr())),
         );
-        let peer = self.insert_peer(&pending.name)?;
-        qp.set_dest(peer, &pending.name);
+        qp.insert_peer(&pending.name)?;
         qp.set_peer_table(pending.peer);
         let name = qp.fabric_name()?;
         let header = with_header(self, Some(&qp), private_data);
@@ -249,49 +248,6 @@ impl OfiDevice {
         let _ = write_frame(&pending.stream, REJECT, &[&header]);
         let _ = pending.stream.shutdown(Shutdown::Write);
         Ok(())
-    }
-
-    /// Inserts a peer endpoint's fabric address into the address vector.
-    fn insert_peer(&self, name: &[u8]) -> Result<u64> {
-        if self.parks {
-            keeper().named(name);
-        }
-        let av = self.av.as_ref().ok_or(Error::BadState)?;
-        let mut addr = FI_ADDR_UNSPEC;
-        // SAFETY: an open AV; `name` is an address of this provider's format
-        // (from the peer's fi_getname), `addr` receives one fi_addr_t.
-        let rc = unsafe {
-            fi::fi_av_insert(
-                av.ptr(),
-                name.as_ptr().cast(),
-                1,
-                &mut addr,
-                0,
-                std::ptr::null_mut(),
-            )
-        };
-        if rc != 1 {
-            if self.parks {
-                drop(keeper().unnamed(name));
-            }
-            log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
-            return Err(Error::NoResource(Resource::Qp));
-        }
-        Ok(addr)
-    }
-
-    /// Removes a peer's address (`name`, at `addr`) from the address vector
-    /// (its connection ended).
-    pub(crate) fn remove_peer(&self, mut addr: u64, name: &[u8]) {
-        if let Some(av) = &self.av {
-            // SAFETY: an open AV; `addr` was inserted by `insert_peer`.
-            unsafe { fi::fi_av_remove(av.ptr(), &mut addr, 1, 0) };
-        }
-        if self.parks {
-            // A parked endpoint closes outside the keeper's lock.
-            let parked = keeper().unnamed(name);
-            drop(parked);
-        }
     }
 }
 
@@ -393,10 +349,9 @@ fn connect_and_watch(
                 return failed(CmEvent::rejected_not_by_peer(num));
             };
             let Some(d) = dev.upgrade() else { return };
-            let Ok(addr) = d.insert_peer(&f[0]) else {
+            if qp.insert_peer(&f[0]).is_err() {
                 return failed(CmEvent::rejected_not_by_peer(num));
-            };
-            qp.set_dest(addr, &f[0]);
+            }
             qp.set_peer_table(peer);
             if write_frame(&stream, READY, &[]).is_ok() && qp.on_connected() {
                 d.emit(CmEvent::Established {
@@ -483,8 +438,8 @@ fn watch(dev: &Weak<OfiDevice>, qp: &Arc<OfiQp>, stream: &TcpStream, generation:
 pub(crate) struct Keeper {
     /// A fabric address -> how many AV entries of this process name it.
     named: std::collections::HashMap<Vec<u8>, usize>,
-    /// Endpoints closed by their QP while still named.
-    parked: std::collections::HashMap<Vec<u8>, crate::Fid<fi::fid_ep>>,
+    /// Endpoints (with their AV) closed by their QP while still named.
+    parked: std::collections::HashMap<Vec<u8>, Parked>,
 }
 
 pub(crate) fn keeper() -> parking_lot::MutexGuard<'static, Keeper> {
@@ -493,14 +448,14 @@ pub(crate) fn keeper() -> parking_lot::MutexGuard<'static, Keeper> {
 }
 
 impl Keeper {
-    fn named(&mut self, name: &[u8]) {
+    pub(crate) fn named(&mut self, name: &[u8]) {
         *self.named.entry(name.to_vec()).or_insert(0) += 1;
     }
 
     /// An AV entry naming `name` was removed: a parked endpoint no longer
     /// named closes (after the keeper's lock is released: dropped by the caller).
     #[must_use]
-    fn unnamed(&mut self, name: &[u8]) -> Option<crate::Fid<fi::fid_ep>> {
+    pub(crate) fn unnamed(&mut self, name: &[u8]) -> Option<Parked> {
         let count = self.named.get_mut(name)?;
         *count -= 1;
         if *count > 0 {
@@ -512,11 +467,35 @@ impl Keeper {
 
     /// Closes a QP's endpoint (`name`: its fabric address), or parks it while
     /// an AV entry of this process names it.
-    pub(crate) fn close(&mut self, ep: crate::Fid<fi::fid_ep>, name: &[u8]) {
+    pub(crate) fn close(&mut self, endpoint: Parked, name: &[u8]) {
         if name.is_empty() || !self.named.contains_key(name) {
-            drop(ep);
+            drop(endpoint);
             return;
         }
-        self.parked.insert(name.to_vec(), ep);
+        self.parked.insert(name.to_vec(), endpoint);
     }
+}
+
+/// An endpoint and its AV, held only to be closed, in that order, when dropped.
+pub(crate) struct Parked {
+    pub _ep: crate::Fid<fi::fid_ep>,
+    pub _av: Option<crate::Fid<fi::fid_av>>,
+}
+
+/// The address vector of an RDM endpoint: its own, naming its one peer, so
+/// that both sides' entries of a connection have the same index (shm resets
+/// the peer's state at our index for it when an entry is removed:
+/// smr_unmap_from_endpoint; with one AV per IA the indexes differ and a later
+/// connection's peer state is stale, its sends refused for ever).
+pub(crate) fn open_av(domain: &crate::Fid<fi::fid_domain>) -> Result<crate::Fid<fi::fid_av>> {
+    let mut attr = fi::fi_av_attr {
+        type_: fi::fi_av_type_FI_AV_TABLE,
+        count: 1,
+        ..Default::default()
+    };
+    let mut av = std::ptr::null_mut();
+    // SAFETY: an open domain; `av` receives the new object.
+    let rc = unsafe { fi::fi_av_open(domain.ptr(), &mut attr, &mut av, std::ptr::null_mut()) };
+    crate::device::opened(rc, "fi_av_open", Error::NoResource(Resource::Qp))?;
+    Ok(crate::Fid(av))
 }
