@@ -1060,6 +1060,11 @@ impl OfiQp {
                 match self.start_lookup(inner, rkey) {
                     // Its completion calls this again.
                     Ok(()) => return,
+                    Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
+                        // Busy (see `post_request`): tried again soon.
+                        dev.retry_later(self.num);
+                        return;
+                    }
                     Err(e) => {
                         // The request cannot learn where to go: it fails, the rest go on.
                         log::debug!("key lookup: {e:?}");
@@ -1159,7 +1164,23 @@ impl OfiQp {
             )));
         }
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        if dev.rdm
+            && request.len == 0
+            && matches!(
+                request.kind,
+                Kind::Read { .. } | Kind::Write { imm: None, .. }
+            )
+        {
+            // Nothing to move (shm never completes an empty RMA): done, in order.
+            return Ok(Some(WcStatus::Success));
+        }
         let (iov, mut desc) = io_vectors(&dev, &request.sgl);
+        // shm never completes a message of one empty segment; of none it does.
+        let segments = if dev.rdm && request.len == 0 {
+            0
+        } else {
+            iov.len()
+        };
         let context = self.context(request.token);
         let flags = fi::FI_COMPLETION as u64;
         // Sends and writes complete once their data is placed at the target,
@@ -1172,13 +1193,16 @@ impl OfiQp {
                     let msg = fi::fi_msg {
                         msg_iov: iov.as_ptr().cast(),
                         desc: desc.as_mut_ptr(),
-                        iov_count: iov.len(),
+                        iov_count: segments,
                         context,
                         addr: inner.dest,
                         data: data.unwrap_or(0),
                     };
                     let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
-                    fi::fi_sendmsg(ep, &msg, placed | with_data)
+                    // An empty message has nothing to place (and shm never
+                    // reports one delivered).
+                    let when = if segments == 0 { flags } else { placed };
+                    fi::fi_sendmsg(ep, &msg, when | with_data)
                 }
                 Kind::Write { va, rkey, .. } | Kind::Read { va, rkey } => {
                     let rma = fi::fi_rma_iov {

@@ -2,7 +2,8 @@
 //! libfabric's shm provider and on tcp with ofi_rxm over loopback: our own
 //! connection layer (docs/libfabric.md, Connections) with private data,
 //! accept, reject, nobody listening, sends, RDMA write and read in order,
-//! disconnect on both sides, and a peer gone without a close (broken).
+//! disconnect on both sides, and a peer gone without a close (broken);
+//! rounds of connections between two IAs of one process, empty sends included.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::mpsc::{channel, Receiver};
@@ -280,4 +281,93 @@ fn over_shm() {
 #[test]
 fn over_tcp_rxm() {
     connect_transfer_reject_disconnect("tcp;ofi_rxm");
+}
+
+/// One connection between the two IAs: a send, a disconnect, the QPs freed.
+fn round(
+    devs: &[Arc<OfiDevice>; 2],
+    rx: &Receiver<CmEvent>,
+    n: u64,
+    cqs: &[Arc<dyn CompletionQueue>; 2],
+) {
+    let pds = [devs[0].alloc_pd().unwrap(), devs[1].alloc_pd().unwrap()];
+    let a = qp(&devs[0], &pds[0], &cqs[0]);
+    let b = qp(&devs[1], &pds[1], &cqs[1]);
+    let mut mine = vec![0u8; 4096];
+    let mut theirs = vec![0u8; 4096];
+    let rights = access::LOCAL_WRITE | access::REMOTE_READ | access::REMOTE_WRITE;
+    let mr_a = pds[0].reg_mr(mine.as_ptr() as u64, 4096, rights).unwrap();
+    let mr_b = pds[1].reg_mr(theirs.as_ptr() as u64, 4096, rights).unwrap();
+    b.post_recv(RecvWr {
+        wr_id: 100,
+        sgl: vec![sge(&mut theirs, 0, 64, mr_b.lkey())].into(),
+    })
+    .unwrap();
+    let listener = devs[1].listen(0).unwrap();
+    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
+    devs[0].connect(&a, at, b"", None).unwrap();
+    let req = match event(rx) {
+        CmEvent::ConnectRequest { req, .. } => req,
+        e => panic!("{e:?}"),
+    };
+    devs[1].accept(req, &b, b"").unwrap();
+    for _ in 0..2 {
+        assert!(matches!(event(rx), CmEvent::Established { .. }));
+    }
+    // Every other round an empty message (shm completes one only without
+    // FI_DELIVERY_COMPLETE and without an empty segment).
+    let len = if n.is_multiple_of(2) { 0 } else { 5 };
+    a.post_send(send_wr(
+        n,
+        SendOp::Send,
+        vec![sge(&mut mine, 0, len, mr_a.lkey())],
+    ))
+    .unwrap();
+    let wc = completion(&cqs[0]);
+    assert_eq!((wc.wr_id, wc.status), (n, WcStatus::Success), "round {n}");
+    let wc = completion(&cqs[1]);
+    assert_eq!((wc.wr_id, wc.status), (100, WcStatus::Success));
+    devs[0].disconnect(&a, false).unwrap();
+    for _ in 0..2 {
+        assert!(matches!(event(rx), CmEvent::Disconnected { .. }));
+    }
+    a.destroy();
+    b.destroy();
+    drop((a, b));
+    mr_a.deregister();
+    mr_b.deregister();
+}
+
+/// Two IAs of one process, as most DAT test programs have them: rounds of
+/// connect, send, disconnect and free on the same CQs (shm and ofi_rxm keep
+/// state across endpoints of one process: see rdm::Keeper, OfiDevice::closing).
+fn two_ias(p: &str) {
+    let devs = [
+        OfiDevice::open(p, Some("127.0.0.1")).unwrap(),
+        OfiDevice::open(p, Some("127.0.0.1")).unwrap(),
+    ];
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    let h: daplrs_backend::CmHandler = Arc::new(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    });
+    devs[0].set_cm_handler(Some(h.clone()));
+    devs[1].set_cm_handler(Some(h));
+    let cqs = [
+        devs[0].create_cq(64).unwrap(),
+        devs[1].create_cq(64).unwrap(),
+    ];
+    for n in 1..5 {
+        round(&devs, &rx, n, &cqs);
+    }
+}
+
+#[test]
+fn two_ias_shm() {
+    two_ias("shm");
+}
+
+#[test]
+fn two_ias_tcp_rxm() {
+    two_ias("tcp;ofi_rxm");
 }
