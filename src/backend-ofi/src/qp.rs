@@ -164,6 +164,8 @@ pub(crate) struct OfiQp {
     send_cq: Arc<OfiCq>,
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
+    /// Reliable datagrams: our connection layer (`rdm`).
+    rdm: bool,
     /// The provider's receive and transmit depths (what it takes at once).
     depths: (usize, usize),
     pd: u32,
@@ -250,6 +252,7 @@ impl OfiQp {
                 None => None,
             },
             cap: init.cap,
+            rdm: dev.rdm,
             pd: init.pd.id(),
             depths: dev.queue_depths(),
             inner: Mutex::new(Inner {
@@ -676,13 +679,15 @@ impl OfiQp {
         data: Option<u64>,
         out: &mut VecDeque<WorkCompletion>,
     ) -> bool {
+        // Over reliable datagrams no connection drops under a failed request
+        // (a stale key, say): as on an RDMA NIC any failed request breaks it.
         let fatal = matches!(
             result,
             Err(WcStatus::RemoteAccess
                 | WcStatus::RemoteInvalidRequest
                 | WcStatus::Transport
                 | WcStatus::RemoteOp)
-        );
+        ) || (self.rdm && result.is_err() && token & RECV_BIT == 0);
         if token == FAREWELL_TOKEN {
             // The connection ends next either way.
             self.farewell_done.store(true, Ordering::Release);
