@@ -40,7 +40,7 @@ pub(crate) struct PeerTable {
 pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
 
 /// Our header (`qp`: the connection's QP, None for a reject) and `private_data`.
-fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
+pub(crate) fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
     let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
     let pd = qp.map_or(0, |q| q.pd() as u64);
@@ -54,7 +54,7 @@ fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<
 
 /// The peer's table and the consumer's private data of a message of ours
 /// (None: not from this backend).
-fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
+pub(crate) fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
     if data.len() < HEADER_BYTES || data[..8] != MAGIC {
         return None;
     }

@@ -41,7 +41,16 @@ impl OfiCq {
     pub(crate) fn open(dev: &OfiDevice, depth: u32) -> Result<Arc<OfiCq>> {
         // A descriptor to sleep on where the provider offers one (see `wait`);
         // a CQ without one is read by the progress thread every millisecond.
-        let (cq, wait_fd) = match Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD) {
+        // Reliable-datagram providers are read every millisecond (they move
+        // data only when called), and ofi_rxm (1.17) leaves a closed
+        // endpoint's descriptor in a CQ's wait set ("fd not found in wait
+        // list"), which a later read follows to freed memory: no wait object.
+        let wait = if dev.rdm {
+            Err(Error::Unsupported)
+        } else {
+            Self::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD)
+        };
+        let (cq, wait_fd) = match wait {
             Ok(cq) => {
                 let fd = crate::wait::wait_fd(cq.fid());
                 (cq, fd)
@@ -156,6 +165,8 @@ impl OfiCq {
     fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
+        // No endpoint of the device closes while its CQ is read (see `OfiDevice::closing`).
+        let _reading = dev.closing.lock();
         drain(self.cq.ptr(), |done| complete(dev, done, &mut q, broken));
         for (qp, cq) in self.feeds() {
             drain(cq.ptr(), |done| {

@@ -37,6 +37,8 @@ pub(crate) struct Tables {
     pub descs: HashMap<u32, usize>,
     /// A bound window's rkey -> the window (for a peer's send with invalidate).
     pub windows: HashMap<u32, Weak<crate::mem::OfiMw>>,
+    /// RDM connection requests not yet accepted or rejected (see `rdm`).
+    pub handshakes: HashMap<u64, crate::rdm::Pending>,
 }
 
 pub struct OfiDevice {
@@ -48,6 +50,21 @@ pub struct OfiDevice {
     /// The exported key table (providers that address by offset: see `keys`).
     /// Declared before the domain: fields drop in order, the domain last.
     pub(crate) keys: Option<crate::keys::KeyTable>,
+    /// Reliable-datagram endpoints (FI_EP_RDM): our connection layer (`rdm`)
+    /// instead of the provider's, an AV per endpoint for its peer.
+    pub(crate) rdm: bool,
+    /// The provider orders RDMA against sends as DAT needs (the `msg_order`
+    /// asked of FI_EP_MSG); otherwise the QP keeps the order itself.
+    pub(crate) ordered: bool,
+    /// Endpoints are kept open while an AV entry of this process names them
+    /// (providers naming endpoints by string, shm: see `rdm::Keeper`).
+    pub(crate) parks: bool,
+    /// Held while a CQ is read and while an endpoint opens or closes:
+    /// ofi_rxm (1.17) reading a CQ progresses every endpoint bound to it, and
+    /// one bound but not yet enabled has no CQ of its own yet (a NULL call,
+    /// SIGSEGV). Reentrant: a QP whose last reference goes in a completion closes its
+    /// endpoint on the reading thread.
+    pub(crate) closing: parking_lot::ReentrantMutex<()>,
     pub(crate) eq: Fid<fi::fid_eq>,
     pub(crate) domain: Fid<fi::fid_domain>,
     pub(crate) fabric: Fid<fi::fid_fabric>,
@@ -70,6 +87,9 @@ pub struct OfiDevice {
     /// Connections that broke under a consumer's poll, for the progress
     /// thread to break (`OfiCq::reap_for_consumer`).
     deferred: Mutex<Vec<Arc<OfiQp>>>,
+    /// QPs whose held requests the provider was too busy to take (their
+    /// numbers): tried again each turn, the thread not sleeping meanwhile.
+    retries: Mutex<Vec<u32>>,
     /// Some object has no wait descriptor: the progress thread then looks at
     /// everything each millisecond instead of sleeping.
     polled: AtomicBool,
@@ -84,16 +104,35 @@ fn caps() -> u64 {
         | (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64
 }
 
-/// The hints of an entry: its provider and domain, connected endpoints,
-/// send-after-send order, every MR mode the backend honours.
-pub(crate) fn hints(target: &Target) -> Info {
+/// The order DAT needs of a provider: a receive for each send in order, and
+/// an RDMA write visible before a later send arrives.
+fn full_order() -> u64 {
+    (fi::FI_ORDER_SAS | fi::FI_ORDER_RAW | fi::FI_ORDER_WAW) as u64
+        | (fi::FI_ORDER_WAS | fi::FI_ORDER_SAW) as u64
+}
+
+/// What an entry may be opened as: connected endpoints, else reliable
+/// datagrams with the full order, else with send-after-send order only (the
+/// QP then orders the rest: `OfiDevice::ordered`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Endpoints {
+    Msg,
+    Rdm { ordered: bool },
+}
+
+/// The hints of an entry: its provider and domain, the endpoints asked, the
+/// order DAT needs, every MR mode the backend honours.
+fn hints_for(target: &Target, endpoints: Endpoints) -> Info {
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs
     // (or NULL, checked); the strings given to it are strdup'ed (fi_freeinfo frees them).
     unsafe {
         let h = fi::fi_allocinfo();
         assert!(!h.is_null(), "fi_allocinfo");
         (*h).caps = caps();
-        (*(*h).ep_attr).type_ = fi::fi_ep_type_FI_EP_MSG;
+        (*(*h).ep_attr).type_ = match endpoints {
+            Endpoints::Msg => fi::fi_ep_type_FI_EP_MSG,
+            Endpoints::Rdm { .. } => fi::fi_ep_type_FI_EP_RDM,
+        };
         let prov = CString::new(target.provider.as_str()).unwrap_or_default();
         (*(*h).fabric_attr).prov_name = libc::strdup(prov.as_ptr());
         if let Some(d) = &target.domain {
@@ -104,8 +143,10 @@ pub(crate) fn hints(target: &Target) -> Info {
             (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
                 as i32;
         (*(*h).domain_attr).threading = fi::fi_threading_FI_THREAD_SAFE;
-        (*(*h).tx_attr).msg_order = (fi::FI_ORDER_SAS | fi::FI_ORDER_RAW | fi::FI_ORDER_WAW) as u64
-            | (fi::FI_ORDER_WAS | fi::FI_ORDER_SAW) as u64;
+        (*(*h).tx_attr).msg_order = match endpoints {
+            Endpoints::Rdm { ordered: false } => fi::FI_ORDER_SAS as u64,
+            _ => full_order(),
+        };
         Info(h)
     }
 }
@@ -117,8 +158,47 @@ pub(crate) fn getinfo(
     service: Option<u16>,
     source: bool,
 ) -> Result<Info, String> {
-    let hints = hints(target);
-    let node = CString::new(node.to_string()).unwrap_or_default();
+    getinfo_for(target, Some(node), service, source, Endpoints::Msg)
+}
+
+/// The device's fi_info: connected endpoints where the provider has them,
+/// else reliable datagrams (on `address`, else wherever the provider is).
+fn device_info(target: &Target) -> Result<(Info, Endpoints), String> {
+    let msg = getinfo_for(target, Some(target.address), None, true, Endpoints::Msg);
+    let Err(why) = msg else {
+        return msg.map(|i| (i, Endpoints::Msg));
+    };
+    for ordered in [true, false] {
+        let rdm = Endpoints::Rdm { ordered };
+        for node in [Some(target.address), None] {
+            let Ok(info) = getinfo_for(target, node, None, node.is_some(), rdm) else {
+                continue;
+            };
+            // SAFETY: the fi_info just returned.
+            let named = unsafe { (*info.ptr()).addr_format } == fi::FI_ADDR_STR;
+            if node.is_none() || !named {
+                return Ok((info, rdm));
+            }
+            // A provider naming endpoints by string (shm) names them after the
+            // source address given, the same in every process: none given, it
+            // names them after the process.
+        }
+    }
+    Err(why.replace(
+        "offers no connected endpoint",
+        "offers no connected or reliable-datagram endpoint",
+    ))
+}
+
+fn getinfo_for(
+    target: &Target,
+    node: Option<Ipv4Addr>,
+    service: Option<u16>,
+    source: bool,
+    endpoints: Endpoints,
+) -> Result<Info, String> {
+    let hints = hints_for(target, endpoints);
+    let node = node.map(|n| CString::new(n.to_string()).unwrap_or_default());
     let service = service.map(|p| CString::new(p.to_string()).unwrap_or_default());
     let mut info = null_mut();
     let flags = if source { fi::FI_SOURCE } else { 0 };
@@ -126,7 +206,7 @@ pub(crate) fn getinfo(
     let rc = unsafe {
         fi::fi_getinfo(
             fi::API_VERSION,
-            node.as_ptr(),
+            node.as_ref().map_or(null(), |n| n.as_ptr()),
             service.as_ref().map_or(null(), |s| s.as_ptr()),
             flags,
             hints.ptr(),
@@ -173,7 +253,7 @@ impl OfiDevice {
 
     fn open_described(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>, String> {
         let target = crate::parse_target(provider, place)?;
-        let info = getinfo(&target, target.address, None, true)?;
+        let (info, endpoints) = device_info(&target)?;
         let address = if target.address.is_unspecified() {
             // SAFETY: src_addr/src_addrlen describe the provider's source address.
             unsafe { crate::sockaddr_v4((*info.ptr()).src_addr, (*info.ptr()).src_addrlen) }
@@ -215,9 +295,19 @@ impl OfiDevice {
             }
             (fabric, domain, Fid(eq))
         };
+        // SAFETY: the fi_info of fi_getinfo above.
+        let parks =
+            endpoints != Endpoints::Msg && unsafe { (*info.ptr()).addr_format } == fi::FI_ADDR_STR;
+
         let waiter = crate::wait::Waiter::new().map_err(|e| format!("epoll: {e}"))?;
         let eq_fd = crate::wait::wait_fd(eq.fid());
+        // SAFETY: the domain attributes of our fi_info.
+        let manual = unsafe { (*(*info.ptr()).domain_attr).data_progress }
+            == fi::fi_progress_FI_PROGRESS_MANUAL;
+        // A provider that moves data only when called (shm: a peer's send lands
+        // in our memory and wakes no descriptor) is read every millisecond.
         let polled = match eq_fd {
+            _ if manual && endpoints != Endpoints::Msg => true,
             Some(fd) => waiter.watch(fd).is_err(),
             None => true,
         };
@@ -247,6 +337,10 @@ impl OfiDevice {
             virt_addr,
             local_descs,
             keys,
+            rdm: endpoints != Endpoints::Msg,
+            ordered: endpoints != Endpoints::Rdm { ordered: false },
+            parks,
+            closing: parking_lot::ReentrantMutex::new(()),
             tables: Mutex::new(Tables::default()),
             cm_handler: Mutex::new(None),
             next_id: AtomicU64::new(1),
@@ -257,6 +351,7 @@ impl OfiDevice {
             waiter: Arc::new(waiter),
             polled: AtomicBool::new(polled),
             deferred: Mutex::new(Vec::new()),
+            retries: Mutex::new(Vec::new()),
         });
         dev.start_progress()
             .map_err(|e| format!("progress thread: {e}"))?;
@@ -338,6 +433,16 @@ impl OfiDevice {
         self.waiter.wake();
     }
 
+    /// Has the progress thread post QP `qp_num`'s held requests again soon.
+    pub(crate) fn retry_later(&self, qp_num: u32) {
+        let mut retries = self.retries.lock();
+        if !retries.contains(&qp_num) {
+            retries.push(qp_num);
+        }
+        drop(retries);
+        self.waiter.wake();
+    }
+
     /// A new CQ's wait descriptor joins the progress thread's set; a CQ
     /// without one makes the thread poll. The thread is woken either way: the
     /// provider arms a descriptor only in `fi_trywait`, which the sleeping
@@ -362,6 +467,10 @@ impl OfiDevice {
         let deferred = std::mem::take(&mut *self.deferred.lock());
         for qp in deferred {
             qp.broken();
+        }
+        let retries = std::mem::take(&mut *self.retries.lock());
+        for qp in retries.into_iter().filter_map(|n| self.qp(n)) {
+            qp.retry_held();
         }
         let polled = self.polled.load(Ordering::Acquire);
         // Polling, the EQ's timed read is the thread's millisecond tick.
@@ -441,6 +550,12 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         if dev.polled.load(Ordering::Acquire) {
             continue;
         }
+        if !dev.retries.lock().is_empty() {
+            // A busy provider is read and tried again soon, not slept on.
+            drop((cqs, dev));
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            continue;
+        }
         let mut fids: Vec<*mut fi::fid> = Vec::with_capacity(cqs.len() + 1);
         fids.push(dev.eq.fid());
         fids.extend(cqs.iter().map(|cq| cq.cq.fid()));
@@ -507,6 +622,9 @@ impl Device for OfiDevice {
     }
 
     fn listen(&self, port: u16) -> Result<Arc<dyn daplrs_backend::Listener>> {
+        if self.rdm {
+            return Ok(self.listen_rdm(port)?);
+        }
         Ok(self.listen_on(port)?)
     }
 
@@ -515,16 +633,25 @@ impl Device for OfiDevice {
         qp: &Arc<dyn QueuePair>,
         remote: std::net::SocketAddrV4,
         private_data: &[u8],
-        _timeout: Option<std::time::Duration>,
+        timeout: Option<std::time::Duration>,
     ) -> Result<()> {
+        if self.rdm {
+            return self.connect_rdm(OfiQp::of(qp)?, remote, private_data, timeout);
+        }
         self.connect_qp(OfiQp::of(qp)?, remote, private_data)
     }
 
     fn accept(&self, req: u64, qp: &Arc<dyn QueuePair>, private_data: &[u8]) -> Result<()> {
+        if self.rdm {
+            return self.accept_rdm(req, OfiQp::of(qp)?, private_data);
+        }
         self.accept_request(req, OfiQp::of(qp)?, private_data)
     }
 
     fn reject(&self, req: u64, private_data: &[u8]) -> Result<()> {
+        if self.rdm {
+            return self.reject_rdm(req, private_data);
+        }
         self.reject_request(req, private_data)
     }
 
@@ -559,7 +686,9 @@ impl Drop for OfiDevice {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.waiter.wake();
-        self.tables.lock().requests.clear();
+        let mut tables = self.tables.lock();
+        tables.requests.clear();
+        tables.handshakes.clear();
     }
 }
 

@@ -2,7 +2,8 @@
 //! endpoints. The mapping, and why, is docs/libfabric.md.
 //!
 //! This crate today: connected endpoints (`FI_EP_MSG`: libfabric's tcp and
-//! verbs providers), sends, receives, RDMA reads and writes, memory windows (a
+//! verbs providers) and reliable datagrams with a connection layer of our own
+//! (`FI_EP_RDM`: shm, tcp;ofi_rxm; `rdm`), sends, receives, RDMA reads and writes, memory windows (a
 //! registration per bind), immediate data, shared receive queues where the
 //! provider has shared receive contexts (`srq`), and a progress thread that
 //! sleeps on the provider's wait descriptors (`wait`); no atomics or datagrams
@@ -19,6 +20,7 @@ mod farewell;
 mod keys;
 mod mem;
 mod qp;
+mod rdm;
 mod srq;
 mod wait;
 

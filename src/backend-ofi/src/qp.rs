@@ -141,6 +141,14 @@ struct Inner {
     /// With an SRQ, the fid_cq the endpoint's receives complete on (see
     /// `srq`). Declared after `ep`, which must close first.
     srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
+    /// The peer endpoint's address in the device's AV (reliable datagrams;
+    /// FI_ADDR_UNSPEC on a connected endpoint or before the handshake).
+    dest: u64,
+    /// The endpoint's AV (reliable datagrams). After `ep`, which closes first.
+    av: Option<Fid<fi::fid_av>>,
+    /// Reliable datagrams: the peer endpoint's fabric address and ours.
+    dest_name: Vec<u8>,
+    name: Vec<u8>,
 }
 
 /// Where the backend's own read of a peer's key table entry lands: memory of
@@ -156,6 +164,8 @@ pub(crate) struct OfiQp {
     send_cq: Arc<OfiCq>,
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
+    /// Reliable datagrams: our connection layer (`rdm`).
+    rdm: bool,
     /// The provider's receive and transmit depths (what it takes at once).
     depths: (usize, usize),
     pd: u32,
@@ -172,6 +182,45 @@ pub(crate) struct OfiQp {
     /// fields drop in order, and the endpoint must close before the shared
     /// context it is bound to.
     srq: Option<Arc<OfiSrq>>,
+    /// Reliable datagrams: the handshake's connection, open for the DAT
+    /// connection's life (see `rdm`), and the number of the last one.
+    link: Mutex<Option<crate::rdm::Link>>,
+    links: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for OfiQp {
+    fn drop(&mut self) {
+        // An endpoint still open goes through the keeper (see `rdm::Keeper`).
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
+        close_endpoint(&self.dev, self.inner.get_mut());
+    }
+}
+
+/// Closes a QP's endpoint: reliable datagrams first remove the peer from its
+/// AV, and an endpoint a peer of this process still names is parked (see
+/// `rdm::Keeper`).
+fn close_endpoint(dev: &Weak<OfiDevice>, inner: &mut Inner) {
+    let mut dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
+    let dest_name = std::mem::take(&mut inner.dest_name);
+    let name = std::mem::take(&mut inner.name);
+    let av = inner.av.take();
+    let Some(ep) = inner.ep.take() else { return };
+    if let Some(dev) = dev.upgrade() {
+        dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+    }
+    if let (Some(av), true) = (&av, dest != crate::rdm::FI_ADDR_UNSPEC) {
+        // SAFETY: the endpoint's open AV; `dest` was inserted by `insert_peer`.
+        unsafe { fi::fi_av_remove(av.ptr(), &mut dest, 1, 0) };
+    }
+    let parked = if dest_name.is_empty() {
+        None
+    } else {
+        crate::rdm::keeper().unnamed(&dest_name)
+    };
+    // The peer's parked endpoint (if it was) closes outside the keeper's lock.
+    drop(parked);
+    crate::rdm::keeper().close(crate::rdm::Parked { _ep: ep, _av: av }, &name);
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -203,6 +252,7 @@ impl OfiQp {
                 None => None,
             },
             cap: init.cap,
+            rdm: dev.rdm,
             pd: init.pd.id(),
             depths: dev.queue_depths(),
             inner: Mutex::new(Inner {
@@ -223,7 +273,13 @@ impl OfiQp {
                 lookup: None,
                 held: VecDeque::new(),
                 srq_cq: None,
+                dest: crate::rdm::FI_ADDR_UNSPEC,
+                dest_name: Vec::new(),
+                name: Vec::new(),
+                av: None,
             }),
+            link: Mutex::new(None),
+            links: std::sync::atomic::AtomicU64::new(0),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -256,6 +312,9 @@ impl OfiQp {
     /// request's for a passive one), binds the device's EQ and the QP's CQs,
     /// enables it and posts the receives waiting for it.
     pub(crate) fn open_endpoint(self: &Arc<Self>, dev: &OfiDevice, info: &Info) -> Result<()> {
+        // Bound to its CQs, an endpoint is progressed by their reads: not
+        // before it is enabled (ofi_rxm's opens its own CQ then).
+        let _opening = dev.closing.lock();
         let mut inner = self.inner.lock();
         if inner.state != QpState::Init || inner.ep.is_some() {
             return Err(Error::BadState);
@@ -268,10 +327,20 @@ impl OfiQp {
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
-        // SAFETY: the endpoint just opened; the EQ is an open object of its fabric.
+        // Connection events come on the EQ; reliable datagrams need the AV.
+        let av = if dev.rdm {
+            Some(crate::rdm::open_av(&dev.domain)?)
+        } else {
+            None
+        };
+        let (events, what) = match &av {
+            Some(av) => (av.fid(), "bind AV"),
+            None => (dev.eq.fid(), "bind EQ"),
+        };
+        // SAFETY: the endpoint just opened; the EQ or AV is an open object of its fabric.
         opened(
-            unsafe { fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0) },
-            "bind EQ",
+            unsafe { fi::fi_ep_bind(ep.ptr(), events, 0) },
+            what,
             Error::Internal,
         )?;
         let srq_cq = self.bind_cqs(dev, &ep)?;
@@ -284,6 +353,7 @@ impl OfiQp {
         }
         dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
         inner.ep = Some(ep);
+        inner.av = av;
         inner.srq_cq = srq_cq;
         inner.state = QpState::Connecting;
         inner.recvs_given = 0;
@@ -381,6 +451,79 @@ impl OfiQp {
         Ok(())
     }
 
+    /// The endpoint's fabric address (`fi_getname`), for the peer's AV.
+    pub(crate) fn fabric_name(&self) -> Result<Vec<u8>> {
+        let ep = self.endpoint().ok_or(Error::BadState)?;
+        let mut name = vec![0u8; 256];
+        let mut len = name.len();
+        // SAFETY: an enabled endpoint; `name` has `len` writable bytes.
+        let rc = unsafe { fi::fi_getname(ep.cast(), name.as_mut_ptr().cast(), &mut len) };
+        opened(rc, "fi_getname", Error::Internal)?;
+        name.truncate(len);
+        if self.dev.upgrade().is_some_and(|d| d.parks) {
+            self.inner.lock().name = name.clone();
+        }
+        Ok(name)
+    }
+
+    /// Inserts the peer endpoint's fabric address (`name`) into the
+    /// endpoint's AV: sends go there.
+    pub(crate) fn insert_peer(&self, name: &[u8]) -> Result<()> {
+        let parks = self.dev.upgrade().is_some_and(|d| d.parks);
+        let mut inner = self.inner.lock();
+        let av = inner.av.as_ref().ok_or(Error::BadState)?.ptr();
+        let mut addr = crate::rdm::FI_ADDR_UNSPEC;
+        // SAFETY: an open AV; `name` is an address of this provider's format
+        // (from the peer's fi_getname), `addr` receives one fi_addr_t.
+        let rc = unsafe { fi::fi_av_insert(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
+        if rc != 1 {
+            log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
+            return Err(Error::NoResource(Resource::Qp));
+        }
+        if parks {
+            crate::rdm::keeper().named(name);
+            inner.dest_name = name.to_vec();
+        }
+        inner.dest = addr;
+        Ok(())
+    }
+
+    /// Keeps the handshake's connection for a connection being made; returns
+    /// its number (Err: this side gave up meanwhile).
+    pub(crate) fn attach_link(&self, stream: &std::net::TcpStream) -> Result<u64> {
+        let inner = self.inner.lock();
+        if inner.state != QpState::Connecting || self.is_leaving() {
+            return Err(Error::BadState);
+        }
+        let stream = stream
+            .try_clone()
+            .map_err(|_| Error::NoResource(Resource::Host))?;
+        let generation = self.links.fetch_add(1, Ordering::AcqRel) + 1;
+        *self.link.lock() = Some(crate::rdm::Link { stream, generation });
+        Ok(generation)
+    }
+
+    /// Whether the QP's connection is still the one numbered `generation`.
+    pub(crate) fn is_link(&self, generation: u64) -> bool {
+        self.link
+            .lock()
+            .as_ref()
+            .is_some_and(|l| l.generation == generation)
+    }
+
+    pub(crate) fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::Acquire)
+    }
+
+    /// Ends the handshake's connection (reliable datagrams): with a close, the
+    /// peer reports a disconnection, without, a broken connection.
+    fn end_link(&self, graceful: bool) {
+        let link = self.link.lock().take();
+        if let Some(link) = link {
+            link.end(graceful);
+        }
+    }
+
     /// The endpoint's fid_ep (for connect and accept).
     pub(crate) fn endpoint(&self) -> Option<*mut fi::fid_ep> {
         self.inner.lock().ep.as_ref().map(Fid::ptr)
@@ -428,7 +571,14 @@ impl OfiQp {
 
     pub(crate) fn disconnect(&self, abrupt: bool) {
         self.leaving.store(true, Ordering::Release);
-        self.say_farewell();
+        if self.link.lock().is_some() {
+            if !abrupt {
+                self.drain_requests();
+            }
+            self.end_link(true);
+        } else {
+            self.say_farewell();
+        }
         let ep = self.endpoint();
         if let Some(ep) = ep {
             // SAFETY: the QP's open endpoint.
@@ -441,6 +591,17 @@ impl OfiQp {
             if let Some(dev) = self.dev.upgrade() {
                 dev.emit(daplrs_backend::CmEvent::Disconnected { qp_num: self.num });
             }
+        }
+    }
+
+    /// A graceful disconnect over reliable datagrams: the requests posted
+    /// complete first (bounded, as the farewell is), so that the peer has
+    /// what we sent before it learns of the close.
+    fn drain_requests(&self) {
+        let deadline = std::time::Instant::now() + FAREWELL_TIMEOUT;
+        while !self.inner.lock().sends.slots.is_empty() && std::time::Instant::now() < deadline {
+            self.send_cq.reap_and_notify();
+            std::thread::yield_now();
         }
     }
 
@@ -478,14 +639,15 @@ impl OfiQp {
     }
 
     pub(crate) fn destroy_now(&self) {
+        self.end_link(false);
         self.end();
-        let (ep, srq_cq) = {
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
+        let srq_cq = {
             let mut inner = self.inner.lock();
-            (inner.ep.take(), inner.srq_cq.take())
+            close_endpoint(&self.dev, &mut inner);
+            inner.srq_cq.take()
         };
-        if let (Some(ep), Some(dev)) = (ep, self.dev.upgrade()) {
-            dev.tables.lock().eps.remove(&(ep.ptr() as usize));
-        }
         // The endpoint closed first: its receive CQ may close now.
         drop(srq_cq);
     }
@@ -494,6 +656,8 @@ impl OfiQp {
     /// transport failure): as on an RDMA NIC the QP goes to Error, the rest is
     /// flushed, and the consumer learns the connection broke.
     pub(crate) fn broken(&self) {
+        // The peer learns the connection broke: its end, with no close.
+        self.end_link(false);
         if let Some(ep) = self.endpoint() {
             // SAFETY: the QP's open endpoint; the peer learns the connection ended.
             unsafe { fi::fi_shutdown(ep, 0) };
@@ -515,13 +679,15 @@ impl OfiQp {
         data: Option<u64>,
         out: &mut VecDeque<WorkCompletion>,
     ) -> bool {
+        // Over reliable datagrams no connection drops under a failed request
+        // (a stale key, say): as on an RDMA NIC any failed request breaks it.
         let fatal = matches!(
             result,
             Err(WcStatus::RemoteAccess
                 | WcStatus::RemoteInvalidRequest
                 | WcStatus::Transport
                 | WcStatus::RemoteOp)
-        );
+        ) || (self.rdm && result.is_err() && token & RECV_BIT == 0);
         if token == FAREWELL_TOKEN {
             // The connection ends next either way.
             self.farewell_done.store(true, Ordering::Release);
@@ -723,6 +889,7 @@ impl OfiQp {
             rma_iov: &rma,
             rma_iov_count: 1,
             context: self.context(LOOKUP_TOKEN),
+            addr: inner.dest,
             ..Default::default()
         };
         // SAFETY: an enabled endpoint; the buffer is registered, and no other
@@ -746,6 +913,7 @@ impl OfiQp {
             desc: desc.as_mut_ptr(),
             iov_count: iov.len(),
             context: self.context(token | RECV_BIT),
+            addr: crate::rdm::FI_ADDR_UNSPEC,
             ..Default::default()
         };
         // SAFETY: an enabled endpoint; the vectors live for the call (the provider
@@ -779,7 +947,7 @@ impl OfiQp {
         let request = Request {
             token,
             kind,
-            fence: wr.fence,
+            fence: wr.fence || self.unordered(&dev, inner),
             sgl: wr.sgl.to_vec(),
             len,
         };
@@ -789,13 +957,21 @@ impl OfiQp {
             return Ok(());
         }
         if !inner.held.is_empty()
-            || (wr.fence && inner.sends.slots.len() > 1)
+            || (request.fence && inner.sends.slots.len() > 1)
             || !self.provider_room(inner, &request.kind)
         {
             inner.held.push_back(request);
             return Ok(());
         }
         match self.issue(inner, &request) {
+            Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
+                // The provider is busy (ofi_rxm: its connection to the peer
+                // is still being made): held, and tried again by the
+                // progress thread, in order.
+                inner.held.push_back(request);
+                dev.retry_later(self.num);
+                Ok(())
+            }
             Err(e) => {
                 // Not posted: the slot goes (it is the newest).
                 inner.sends.slots.pop_back();
@@ -832,6 +1008,18 @@ impl OfiQp {
         });
         inner.sends.release(out);
         self.release_held(inner, out);
+    }
+
+    /// Whether the newest request must wait for every earlier one because the
+    /// provider would not keep DAT's order (`OfiDevice::ordered`): all but a
+    /// send following a send (send-after-send order every provider keeps).
+    fn unordered(&self, dev: &OfiDevice, inner: &Inner) -> bool {
+        let n = inner.sends.slots.len();
+        if dev.ordered || n < 2 {
+            return false;
+        }
+        let is_send = |i: usize| inner.sends.slots[i].opcode == WcOpcode::Send;
+        !is_send(n - 1) || !is_send(n - 2)
     }
 
     /// Posts `wr` under the QP's lock; what completes at once goes to `out`.
@@ -877,6 +1065,11 @@ impl OfiQp {
                 match self.start_lookup(inner, rkey) {
                     // Its completion calls this again.
                     Ok(()) => return,
+                    Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
+                        // Busy (see `post_request`): tried again soon.
+                        dev.retry_later(self.num);
+                        return;
+                    }
                     Err(e) => {
                         // The request cannot learn where to go: it fails, the rest go on.
                         log::debug!("key lookup: {e:?}");
@@ -892,10 +1085,19 @@ impl OfiQp {
                 return;
             }
             let request = inner.held.pop_front().expect("front checked");
-            let done = self.issue(inner, &request).unwrap_or_else(|e| {
-                log::debug!("a held request failed at post: {e:?}");
-                Some(WcStatus::LocalQpOp)
-            });
+            let done = match self.issue(inner, &request) {
+                Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
+                    // Busy (see `post_request`): it keeps its place.
+                    inner.held.push_front(request);
+                    dev.retry_later(self.num);
+                    return;
+                }
+                Err(e) => {
+                    log::debug!("a held request failed at post: {e:?}");
+                    Some(WcStatus::LocalQpOp)
+                }
+                Ok(done) => done,
+            };
             if let Some(status) = done {
                 self.fail_request(inner, &request, status, out);
                 if inner.break_pending {
@@ -903,6 +1105,19 @@ impl OfiQp {
                     return;
                 }
             }
+        }
+    }
+
+    /// Posts the held requests again (the provider was busy: `retry_later`).
+    pub(crate) fn retry_held(&self) {
+        self.send_cq.deliver(|out| {
+            let mut inner = self.inner.lock();
+            if inner.state == QpState::Connected {
+                self.release_held(&mut inner, out);
+            }
+        });
+        if std::mem::take(&mut self.inner.lock().break_pending) {
+            self.broken();
         }
     }
 
@@ -954,7 +1169,23 @@ impl OfiQp {
             )));
         }
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
+        if dev.rdm
+            && request.len == 0
+            && matches!(
+                request.kind,
+                Kind::Read { .. } | Kind::Write { imm: None, .. }
+            )
+        {
+            // Nothing to move (shm never completes an empty RMA): done, in order.
+            return Ok(Some(WcStatus::Success));
+        }
         let (iov, mut desc) = io_vectors(&dev, &request.sgl);
+        // shm never completes a message of one empty segment; of none it does.
+        let segments = if dev.rdm && request.len == 0 {
+            0
+        } else {
+            iov.len()
+        };
         let context = self.context(request.token);
         let flags = fi::FI_COMPLETION as u64;
         // Sends and writes complete once their data is placed at the target,
@@ -967,13 +1198,16 @@ impl OfiQp {
                     let msg = fi::fi_msg {
                         msg_iov: iov.as_ptr().cast(),
                         desc: desc.as_mut_ptr(),
-                        iov_count: iov.len(),
+                        iov_count: segments,
                         context,
+                        addr: inner.dest,
                         data: data.unwrap_or(0),
-                        ..Default::default()
                     };
                     let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
-                    fi::fi_sendmsg(ep, &msg, placed | with_data)
+                    // An empty message has nothing to place (and shm never
+                    // reports one delivered).
+                    let when = if segments == 0 { flags } else { placed };
+                    fi::fi_sendmsg(ep, &msg, when | with_data)
                 }
                 Kind::Write { va, rkey, .. } | Kind::Read { va, rkey } => {
                     let rma = fi::fi_rma_iov {
@@ -988,6 +1222,7 @@ impl OfiQp {
                         rma_iov: &rma,
                         rma_iov_count: 1,
                         context,
+                        addr: inner.dest,
                         ..Default::default()
                     };
                     match request.kind {
@@ -1021,6 +1256,7 @@ impl OfiQp {
     fn close_write_imm(&self, inner: &mut Inner, ep: *mut fi::fid_ep, request: &Request, imm: u32) {
         let msg = fi::fi_msg {
             context: self.context(request.token),
+            addr: inner.dest,
             data: WRITE_IMM | imm as u64 | (request.len << 34),
             ..Default::default()
         };
@@ -1263,15 +1499,14 @@ impl QueuePair for OfiQp {
     }
 
     fn reset(&self) -> Result<()> {
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
         let mut inner = self.inner.lock();
         if !matches!(inner.state, QpState::Error | QpState::Init) {
             return Err(Error::BadState);
         }
-        if let Some(ep) = inner.ep.take() {
-            if let Some(dev) = self.dev.upgrade() {
-                dev.tables.lock().eps.remove(&(ep.ptr() as usize));
-            }
-        }
+        close_endpoint(&self.dev, &mut inner);
+        self.end_link(false);
         inner.srq_cq = None;
         inner.state = QpState::Init;
         inner.ended = false;
