@@ -8,13 +8,22 @@
 //! 2. the whole frame is in the socket: peeked into a stack buffer, not yet consumed;
 //! 3. its data placed (the key table and, for a send, the CQ's queue taken with `try_lock`;
 //!    the completion fits the queue's capacity);
-//! 4. only then is it consumed from the socket and answered (the ACK sent straight, or, if
-//!    the socket does not take it whole, queued in capacity reserved beforehand).
+//! 4. only then is it consumed from the socket and answered: the ACK held in room reserved
+//!    beforehand (`OutQueue::hold_ack`), to go out ahead of our next frame on the connection.
+//!
+//! Why held: sent at once, the ACK is input of its own for the peer, whose spinning thread
+//! then takes a second signal (one per frame on loopback, where our send runs the peer's
+//! receive path); a spinning target answers a ping within microseconds, and that answer
+//! carries the ACK in the same segment, served by the peer's one signal. The bound: a
+//! per-device timer (`sigio::set_ack_timer`, `ACK_HOLD`) whose signal writes what is still
+//! held, so a lone write's initiator waiting on its EVD completes `ACK_HOLD` later at most
+//! (plus a signal); any thread of ours that writes the connection first sends them too.
 //!
 //! Anything else stops the handler before step 4, with the frame still in the socket for
 //! the progress thread (or the thread driving the connection), which its arrival woke.
 
 use super::*;
+use crate::sigio::stats;
 
 /// Largest payload served from a signal handler (its stack buffer holds the frame).
 pub(crate) const SIGNALLED_MAX: usize = 4096;
@@ -22,6 +31,12 @@ pub(crate) const SIGNALLED_MAX: usize = 4096;
 const FRAMES_PER_SIGNAL: usize = 16;
 /// Completions and spent receives a handler may leave for the next engine holder.
 pub(super) const SIGNALLED_SLOTS: usize = 64;
+/// How long a handler's ACK may wait for our next frame before the timer's signal sends it:
+/// above a spinning target's turnaround (it sees its memory change and posts its answer in
+/// a few microseconds; a busy-polled TCP round trip on loopback or veth is 15-25), so a
+/// ping-pong's answer takes the ACK first; short enough that an initiator whose target
+/// never answers still completes within about the signal service's own one-way time.
+pub(crate) const ACK_HOLD: std::time::Duration = std::time::Duration::from_micros(50);
 
 impl Engine {
     /// Serves what the peer sent on the connection whose socket is `fd`, if it is ours:
@@ -44,7 +59,20 @@ impl Engine {
             }
         };
         self.signal_sweep |= left;
+        // Completions to notify wait for the application's next DAT call, which takes them
+        // (`take_signalled`), or the timer: waking the progress thread for each costs the
+        // spinning application a CPU (a thread waiting in `dat_evd_wait` reads its
+        // connections itself: a handler serves none of them).
+        if self.signalled_pending() && !self.arm_ack_timer() {
+            self.wake_needed = true;
+        }
         self.signalled_frames += served as u64;
+        stats::add(&stats::FRAMES, served as u64);
+        match served {
+            0 => stats::add(&stats::IDLE, 1),
+            1 => {}
+            _ => stats::add(&stats::MULTI, 1),
+        }
         Some(served)
     }
 
@@ -56,20 +84,20 @@ impl Engine {
         fd: i32,
         buf: &mut [u8],
     ) -> Signalled {
+        if self.conns.get(&token).is_none_or(|c| c.driven.is_some()) {
+            return Signalled::Nothing; // its driver reads it, woken by the same input
+        }
+        let room = self.room_for_ack(token);
         let Some(c) = self.conns.get(&token) else {
             return Signalled::Nothing;
         };
-        if c.driven.is_some() {
-            return Signalled::Nothing; // its driver reads it, woken by the same input
-        }
         let Phase::Established { qp } = c.phase else {
             return Signalled::Left;
         };
         let idle = c.dec.is_idle()
             && c.held.is_empty()
             && c.sink.is_none()
-            && c.out.is_empty()
-            && c.out.has_spare()
+            && room
             && !c.write_failed
             && !c.draining
             && !c.close_when_flushed
@@ -101,7 +129,7 @@ impl Engine {
         }
         consume(fd, wire::HEADER_LEN + len, buf);
         if h.kind != Kind::Ack {
-            self.ack(token, fd, &h);
+            self.ack(token, &h);
         }
         Signalled::Served
     }
@@ -207,17 +235,116 @@ impl Engine {
         true
     }
 
-    /// Answers the peer's request `h` (consumed from socket `fd`).
-    fn ack(&mut self, token: u64, fd: i32, h: &Header) {
+    /// Whether connection `token` can hold one more ACK, writing those it holds first if
+    /// it is full (nothing else queued: a handler serves an idle connection only).
+    fn room_for_ack(&mut self, token: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        if c.out.holds_acks() && !c.out.can_hold_ack() {
+            let fd = c.stream.as_raw_fd();
+            c.out.write_held(|s| sys::send_nosignal(fd, s));
+        }
+        c.out.can_hold_ack()
+    }
+
+    /// Answers the peer's request `h` (consumed from its connection): the ACK held for our
+    /// next frame, with the device's timer as the bound (module documentation).
+    fn ack(&mut self, token: u64, h: &Header) {
         let mut ack = Header::new(Kind::Ack);
         ack.seq = h.seq;
-        let bytes = ack.encode();
-        let sent = sys::send_nosignal(fd, &[std::io::IoSlice::new(&bytes)]).unwrap_or(0);
-        if sent < bytes.len() {
-            if let Some(c) = self.conns.get_mut(&token) {
-                c.out.push_spare(&bytes[sent..]);
-            }
+        self.hold_ack(token, &ack, false);
+    }
+
+    /// Holds ACK `ack` on signalled connection `token` for our next frame there (false: it
+    /// cannot, send it as any answer), starting the device's ACK timer; `note` counts it
+    /// as an answer pending (budget.rs: not in a handler, which may not allocate). Without
+    /// a timer it is written at once.
+    pub(super) fn hold_ack(&mut self, token: u64, ack: &Header, note: bool) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        // Not on a same-host connection: past its SWITCH its frames go through a ring,
+        // which the timer's flush (straight into the socket) does not write.
+        let plain = c.same_host.outgoing.is_none()
+            && c.same_host.incoming.is_none()
+            && c.same_host.switch_at.is_none();
+        if !c.signalled || !plain || !c.out.can_hold_ack() {
+            return false;
+        }
+        c.out.hold_ack(&ack.encode());
+        c.acks_wait = true;
+        if note {
+            c.note_answer(wire::HEADER_LEN);
+        }
+        stats::add(&stats::ACKS_HELD, 1);
+        if self.arm_ack_timer() {
+            return true;
+        }
+        let Some(c) = self.conns.get_mut(&token) else {
+            return true;
+        };
+        c.acks_wait = false;
+        let fd = c.stream.as_raw_fd();
+        c.out.write_held(|s| sys::send_nosignal(fd, s));
+        if c.out.holds_acks() {
             self.wake_needed = true; // the progress thread writes the rest
+            self.signal_sweep = true;
+        }
+        true
+    }
+
+    /// Starts the device's ACK timer unless it runs: whether it runs.
+    fn arm_ack_timer(&mut self) -> bool {
+        if !self.ack_timer_armed {
+            let hold = ack_hold();
+            self.ack_timer_armed = crate::sigio::set_ack_timer(self.signal_slot, Some(hold));
+            // clock_gettime is async-signal-safe (the vDSO's, or the system call).
+            self.ack_timer_due = Some(std::time::Instant::now() + hold);
+        }
+        self.ack_timer_armed
+    }
+
+    /// Whether the ACK timer should have fired a tick ago: its signal found no thread to
+    /// take it (every application thread blocks it, or none runs), and the progress
+    /// thread's tick writes the held ACKs instead.
+    pub(crate) fn ack_timer_overdue(&self, tick: std::time::Duration) -> bool {
+        self.ack_timer_armed
+            && self
+                .ack_timer_due
+                .is_some_and(|due| std::time::Instant::now() > due + tick)
+    }
+
+    /// The device's ACK timer fired (in a signal handler): writes what connections still
+    /// hold, allocating nothing; what a socket refuses is the progress thread's.
+    pub(crate) fn write_held_acks(&mut self) {
+        self.ack_timer_armed = false;
+        for c in self.conns.values_mut() {
+            c.acks_wait = false;
+            if c.out.holds_acks() {
+                let fd = c.stream.as_raw_fd();
+                c.out.write_held(|s| sys::send_nosignal(fd, s));
+                stats::add(&stats::ACK_TIMER_FLUSHES, 1);
+            }
+            if c.out.holds_acks() {
+                self.wake_needed = true;
+            }
+        }
+        if self.signalled_pending() {
+            self.wake_needed = true; // the progress thread notifies
+        }
+    }
+
+    /// After an ordinary write or a take of what handlers left: once no connection holds an
+    /// ACK and no completion waits to be notified, the timer is stopped (its signal would
+    /// only interrupt the application for nothing).
+    pub(crate) fn stop_ack_timer_if_sent(&mut self) {
+        if self.ack_timer_armed
+            && !self.signalled_pending()
+            && !self.conns.values().any(|c| c.out.holds_acks())
+        {
+            crate::sigio::set_ack_timer(self.signal_slot, None);
+            self.ack_timer_armed = false;
         }
     }
 
@@ -228,11 +355,14 @@ impl Engine {
             deferred.push(Deferred::Notify(cq));
         }
         self.signalled_rqs.clear();
+        self.stop_ack_timer_if_sent();
     }
 
     /// Reads the connections armed for the target signal that no thread drives: what
-    /// handlers left (the progress thread, after a handler or a driver asked for it).
-    pub(crate) fn sweep_signalled(&mut self, sh: &Shared, buf: &mut [u8]) {
+    /// handlers left (the progress thread, after a handler or a driver asked for it); with
+    /// `acks_due` (the ACK timer found the engine held, or is overdue), the ACKs they hold
+    /// are written too.
+    pub(crate) fn sweep_signalled(&mut self, sh: &Shared, buf: &mut [u8], acks_due: bool) {
         self.signal_sweep = false;
         let tokens = self
             .conns
@@ -242,6 +372,22 @@ impl Engine {
             .collect::<Vec<_>>();
         for t in tokens {
             self.read_conn(sh, t, buf);
+        }
+        if acks_due {
+            self.ack_timer_armed = false; // it fired (or, at a tick, is stopped here)
+            crate::sigio::set_ack_timer(self.signal_slot, None);
+            let holding = self
+                .conns
+                .iter_mut()
+                .filter(|(_, c)| c.out.holds_acks())
+                .map(|(t, c)| {
+                    c.acks_wait = false;
+                    *t
+                })
+                .collect::<Vec<_>>();
+            for t in holding {
+                self.try_write(t);
+            }
         }
     }
 
@@ -255,6 +401,18 @@ impl Engine {
         self.signalled_cqs.reserve(SIGNALLED_SLOTS);
         self.signalled_rqs.reserve(SIGNALLED_SLOTS);
     }
+}
+
+/// `ACK_HOLD`, or what a test asks for.
+fn ack_hold() -> std::time::Duration {
+    #[cfg(test)]
+    {
+        let us = crate::sigio::test_hooks::HOLD_US.load(std::sync::atomic::Ordering::Relaxed);
+        if us != 0 {
+            return std::time::Duration::from_micros(us);
+        }
+    }
+    ACK_HOLD
 }
 
 /// Takes the frame of `total` bytes peeked before off socket `fd`. Under the engine lock
