@@ -8,8 +8,9 @@
 //! 2. the whole frame is in the socket: peeked into a stack buffer, not yet consumed;
 //! 3. its data placed (the key table and, for a send, the CQ's queue taken with `try_lock`;
 //!    the completion fits the queue's capacity);
-//! 4. only then is it consumed from the socket and answered: the ACK held in room reserved
-//!    beforehand (`OutQueue::hold_ack`), to go out ahead of our next frame on the connection.
+//! 4. only then is it answered: the ACK held in room reserved beforehand
+//!    (`OutQueue::hold_ack`), to go out ahead of our next frame on the connection; the
+//!    frames one peek showed and the handler served are taken off the socket with one recv.
 //!
 //! Why held: sent at once, the ACK is input of its own for the peer, whose spinning thread
 //! then takes a second signal (one per frame on loopback, where our send runs the peer's
@@ -51,8 +52,11 @@ impl Engine {
         let mut buf = [0u8; wire::HEADER_LEN + SIGNALLED_MAX];
         let mut served = 0;
         let left = loop {
-            match self.serve_one_signalled(sh, token, fd, &mut buf) {
-                Signalled::Served if served + 1 < FRAMES_PER_SIGNAL => served += 1,
+            let (n, stop) = self.serve_peeked(sh, token, fd, &mut buf, FRAMES_PER_SIGNAL - served);
+            served += n;
+            match stop {
+                // The peek filled the buffer: more may be in the socket.
+                Signalled::Served if served < FRAMES_PER_SIGNAL => {}
                 Signalled::Served => break true,
                 Signalled::Nothing => break false,
                 Signalled::Left => break true,
@@ -76,23 +80,80 @@ impl Engine {
         Some(served)
     }
 
-    /// One frame (steps 1-4 above).
-    fn serve_one_signalled(
+    /// Up to `max` frames (steps 1-4 above) of what one peek at socket `fd` shows, then
+    /// taken off the socket with one recv: how many, and why it stopped (Served: the peek
+    /// filled the buffer, or `max`; Nothing: everything peeked was served, or the rest of
+    /// a frame is still to come, which raises the signal again).
+    fn serve_peeked(
         &mut self,
         sh: &Shared,
         token: u64,
         fd: i32,
         buf: &mut [u8],
-    ) -> Signalled {
+        max: usize,
+    ) -> (usize, Signalled) {
+        if let Err(stop) = self.signalled_qp(token) {
+            return (0, stop);
+        }
+        let n = match peek(fd, buf) {
+            Some(0) => return (0, Signalled::Left), // its end: the progress thread sees it
+            Some(n) => n,
+            None => return (0, Signalled::Nothing),
+        };
+        let (mut off, mut served) = (0, 0);
+        let stop = loop {
+            if served == max {
+                break Signalled::Served;
+            }
+            let (h, len) = match frame_at(&buf[off..n], &sh.limits) {
+                Peeked::Frame(h, len) => (h, len),
+                Peeked::Partial if off > 0 && n == buf.len() => break Signalled::Served,
+                Peeked::Partial => break Signalled::Nothing,
+                Peeked::Other => break Signalled::Left,
+            };
+            let qp = match self.signalled_qp(token) {
+                Ok(qp) => qp,
+                Err(stop) => break stop,
+            };
+            let p = &buf[off + wire::HEADER_LEN..off + wire::HEADER_LEN + len];
+            let placed = match h.kind {
+                Kind::Write if h.flags == 0 => self.signalled_write(sh, qp, &h, p),
+                Kind::Send if h.flags == 0 => self.signalled_send(sh, qp, p),
+                // The answer to our write or send, ahead of the peer's next request.
+                Kind::Ack if len == 0 => self.signalled_ack(qp, &h),
+                _ => false,
+            };
+            if !placed {
+                break Signalled::Left;
+            }
+            off += wire::HEADER_LEN + len;
+            served += 1;
+            self.frames_served += 1;
+            if h.kind == Kind::Write {
+                self.requests_served += 1;
+            }
+            if h.kind != Kind::Ack {
+                self.ack(token, &h);
+            }
+        };
+        if off > 0 {
+            consume(fd, off, buf);
+        }
+        (served, stop)
+    }
+
+    /// The QP of connection `token` if a handler may serve it now (steps 1 and 3's room),
+    /// or why not: Nothing (a waiting thread drives it, woken by the same input), Left.
+    fn signalled_qp(&mut self, token: u64) -> Result<u32, Signalled> {
         if self.conns.get(&token).is_none_or(|c| c.driven.is_some()) {
-            return Signalled::Nothing; // its driver reads it, woken by the same input
+            return Err(Signalled::Nothing);
         }
         let room = self.room_for_ack(token);
         let Some(c) = self.conns.get(&token) else {
-            return Signalled::Nothing;
+            return Err(Signalled::Nothing);
         };
         let Phase::Established { qp } = c.phase else {
-            return Signalled::Left;
+            return Err(Signalled::Left);
         };
         let idle = c.dec.is_idle()
             && c.held.is_empty()
@@ -105,33 +166,9 @@ impl Engine {
             && c.same_host.incoming.is_none()
             && c.same_host.outgoing.is_none();
         if !idle || self.signalled_cqs.len() >= SIGNALLED_SLOTS {
-            return Signalled::Left;
+            return Err(Signalled::Left);
         }
-        let (h, len) = match peek_frame(fd, buf, &sh.limits) {
-            Peeked::Frame(h, len) => (h, len),
-            Peeked::Partial => return Signalled::Nothing, // its rest raises the signal again
-            Peeked::Other => return Signalled::Left,
-        };
-        let p = &buf[wire::HEADER_LEN..wire::HEADER_LEN + len];
-        let placed = match h.kind {
-            Kind::Write if h.flags == 0 => self.signalled_write(sh, qp, &h, p),
-            Kind::Send if h.flags == 0 => self.signalled_send(sh, qp, p),
-            // The answer to our write or send, ahead of the peer's next request.
-            Kind::Ack if len == 0 => self.signalled_ack(qp, &h),
-            _ => false,
-        };
-        if !placed {
-            return Signalled::Left;
-        }
-        self.frames_served += 1;
-        if h.kind == Kind::Write {
-            self.requests_served += 1;
-        }
-        consume(fd, wire::HEADER_LEN + len, buf);
-        if h.kind != Kind::Ack {
-            self.ack(token, &h);
-        }
-        Signalled::Served
+        Ok(qp)
     }
 
     /// A WRITE's data placed (nothing else changes: it is answered in `consume_and_ack`).
@@ -429,8 +466,9 @@ fn consume(fd: i32, total: usize, sink: &mut [u8]) {
     };
 }
 
-/// What one frame came to in a handler.
+/// Why a handler stopped serving a connection.
 enum Signalled {
+    /// More may be there to peek.
     Served,
     /// Nothing to read now, or the rest of a frame still to come (which signals again), or
     /// a connection a waiting thread drives.
@@ -439,7 +477,7 @@ enum Signalled {
     Left,
 }
 
-/// What is at the head of a socket.
+/// What is at the head of peeked bytes.
 enum Peeked {
     /// A whole frame small enough for a handler: its header and payload length.
     Frame(Header, usize),
@@ -449,8 +487,9 @@ enum Peeked {
     Other,
 }
 
-/// What is at the head of socket `fd`, peeked (not consumed) into `buf`.
-fn peek_frame(fd: i32, buf: &mut [u8], limits: &wire::Limits) -> Peeked {
+/// What socket `fd` holds, peeked (not consumed) into `buf`: its length (0: the peer's
+/// end), None if nothing (or an error, which the progress thread sees when it reads).
+fn peek(fd: i32, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: recv into a buffer of ours, at most its length.
     let n = unsafe {
         libc::recv(
@@ -460,13 +499,12 @@ fn peek_frame(fd: i32, buf: &mut [u8], limits: &wire::Limits) -> Peeked {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    // An error (EAGAIN) or the end of stream: the progress thread sees an end when it reads.
-    let n = match usize::try_from(n) {
-        Ok(0) => return Peeked::Other,
-        Ok(n) => n,
-        Err(_) => return Peeked::Partial,
-    };
-    let Some(head) = buf
+    usize::try_from(n).ok()
+}
+
+/// The frame at the head of `bytes` (peeked).
+fn frame_at(bytes: &[u8], limits: &wire::Limits) -> Peeked {
+    let Some(head) = bytes
         .get(..wire::HEADER_LEN)
         .and_then(|b| <&[u8; wire::HEADER_LEN]>::try_from(b).ok())
     else {
@@ -477,7 +515,7 @@ fn peek_frame(fd: i32, buf: &mut [u8], limits: &wire::Limits) -> Peeked {
     };
     let len = h.payload_len as usize;
     match len <= SIGNALLED_MAX {
-        true if n >= wire::HEADER_LEN + len => Peeked::Frame(h, len),
+        true if bytes.len() >= wire::HEADER_LEN + len => Peeked::Frame(h, len),
         true => Peeked::Partial,
         false => Peeked::Other,
     }
