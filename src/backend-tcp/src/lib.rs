@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     /// A signal handler found the engine busy: the progress thread reads the connections
     /// armed for the target signal (sigio.rs).
     signal_sweep: AtomicBool,
+    /// The ACK timer fired while the engine was held: the held ACKs are due (sigio.rs).
+    acks_due: AtomicBool,
     /// Datagrams dropped on arrival for lack of a posted receive (`Device::ud_dropped`).
     ud_dropped: AtomicU64,
     /// The same-host path: our published key table, mode and counters (samehost/).
@@ -155,15 +157,15 @@ impl Shared {
         let Some(mut eng) = self.engine.try_lock().filter(|_| !busy) else {
             // The holder reads the armed connections before it lets go (`run_locked`), or
             // just after; the progress thread at its next wake-up or tick otherwise.
+            sigio::stats::add(&sigio::stats::LEFT, 1);
             self.signal_sweep.store(true, Ordering::SeqCst);
             return false;
         };
         let served = eng.serve_signalled(self, fd);
         #[cfg(test)]
         sigio::test_hooks::SERVED.fetch_add(served.unwrap_or(0) as u64, Ordering::Relaxed);
-        // Completions to notify, an ACK left queued, a frame left: the progress thread.
-        let wake =
-            std::mem::take(&mut eng.wake_needed) || eng.signalled_pending() || eng.signal_sweep;
+        // Completions to notify without a timer, a frame left: the progress thread.
+        let wake = std::mem::take(&mut eng.wake_needed) || eng.signal_sweep;
         drop(eng);
         if wake {
             self.wake();
@@ -171,11 +173,39 @@ impl Shared {
         served.is_some()
     }
 
+    /// A signal handler's service of the ACK timer (sigio.rs): the held ACKs written, or,
+    /// with the engine held, left to its holder (which sweeps the armed connections).
+    pub(crate) fn write_held_acks(&self) {
+        let Some(mut eng) = self.engine.try_lock() else {
+            sigio::stats::add(&sigio::stats::LEFT, 1);
+            self.leave_acks_to_others();
+            return;
+        };
+        eng.write_held_acks();
+        let wake = std::mem::take(&mut eng.wake_needed);
+        drop(eng);
+        if wake {
+            self.wake();
+        }
+    }
+
     /// A signal handler that may not serve now leaves its connection to the engine's next
     /// holder, or the progress thread, woken for it.
     pub(crate) fn leave_to_others(&self) {
         self.signal_sweep.store(true, Ordering::SeqCst);
         self.wake();
+    }
+
+    /// The ACK timer's handler may not write the held ACKs now: the engine's holder or the
+    /// progress thread does.
+    pub(crate) fn leave_acks_to_others(&self) {
+        self.acks_due.store(true, Ordering::SeqCst);
+        self.leave_to_others();
+    }
+
+    /// Whether the ACK timer fired with the engine held (taking the request).
+    pub(crate) fn take_acks_due(&self) -> bool {
+        self.acks_due.load(Ordering::Relaxed) && self.acks_due.swap(false, Ordering::SeqCst)
     }
 
     /// Whether a signal handler found the engine held and left its connection to the holder.
@@ -237,7 +267,8 @@ impl Shared {
         // Or the engine's own request: a driver gave back an armed connection.
         if asked || eng.signal_sweep {
             let mut buf = [0u8; 16 << 10];
-            eng.sweep_signalled(self, &mut buf);
+            let acks_due = self.take_acks_due();
+            eng.sweep_signalled(self, &mut buf, acks_due);
         }
     }
 
@@ -399,6 +430,7 @@ impl TcpDevice {
             },
             stopped: AtomicBool::new(false),
             signal_sweep: AtomicBool::new(false),
+            acks_due: AtomicBool::new(false),
             ud_dropped: AtomicU64::new(0),
             samehost,
             arenas: Mutex::new(IntMap::default()),
@@ -417,7 +449,8 @@ impl TcpDevice {
                 engine::progress_loop(s2)
             })
             .map_err(|_| Error::NoResource(Resource::Device))?;
-        sigio::register(&shared);
+        let slot = sigio::register(&shared);
+        shared.engine.lock().signal_slot = slot;
         Ok(Arc::new(TcpDevice {
             shared,
             thread: Mutex::new(Some(thread)),

@@ -42,10 +42,66 @@ const SLOTS: usize = 16;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
 static DEVICES: [AtomicPtr<Shared>; SLOTS] = [EMPTY; SLOTS];
+/// Each device's ACK timer, whose signal carries the slot (`register`): its timer_t plus
+/// one (glibc's first timer is 0), 0 for none.
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_TIMER: AtomicUsize = AtomicUsize::new(0);
+static TIMERS: [AtomicUsize; SLOTS] = [NO_TIMER; SLOTS];
 /// Handlers running now: a device leaving waits for them to finish with it.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 /// The signal, once installed (None: off, or it could not be installed).
 static SIGNAL: OnceLock<Option<i32>> = OnceLock::new();
+/// What handlers did, process-wide (relaxed counters: a handler may not take a lock); logged
+/// at info level when a device closes (`DAT_LOG=daplrs_tcp=info`), read by tests: the
+/// signals a round trip costs is the figure that tells a change of the service apart.
+pub(crate) mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Handlers entered.
+    pub(crate) static SIGNALS: AtomicU64 = AtomicU64::new(0);
+    /// Frames placed or completed by handlers.
+    pub(crate) static FRAMES: AtomicU64 = AtomicU64::new(0);
+    /// ACKs a handler sent itself (a send of its own: the peer's input, another signal).
+    pub(crate) static ACKS_SENT: AtomicU64 = AtomicU64::new(0);
+    /// ACKs a handler held to go out with our next frame (signalled.rs).
+    pub(crate) static ACKS_HELD: AtomicU64 = AtomicU64::new(0);
+    /// Signals of a device's ACK timer, and connections whose held ACKs they wrote.
+    pub(crate) static ACK_TIMER_SIGNALS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static ACK_TIMER_FLUSHES: AtomicU64 = AtomicU64::new(0);
+    /// Writes of held ACKs with a frame of ours, and without.
+    pub(crate) static HELD_WITH_FRAME: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static HELD_ALONE: AtomicU64 = AtomicU64::new(0);
+    /// Handlers that served no frame, and those that served more than one.
+    pub(crate) static IDLE: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static MULTI: AtomicU64 = AtomicU64::new(0);
+    /// Handlers that found the engine held or interrupted our own code: left to others.
+    pub(crate) static LEFT: AtomicU64 = AtomicU64::new(0);
+
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn summary() -> String {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "signals {} (no frame {}, several {}) frames {} acks sent {} held {} \
+             timer signals {} timer flushes {} left {}; held ACKs written with a frame {}, \
+             alone {}",
+            g(&SIGNALS),
+            g(&IDLE),
+            g(&MULTI),
+            g(&FRAMES),
+            g(&ACKS_SENT),
+            g(&ACKS_HELD),
+            g(&ACK_TIMER_SIGNALS),
+            g(&ACK_TIMER_FLUSHES),
+            g(&LEFT),
+            g(&HELD_WITH_FRAME),
+            g(&HELD_ALONE)
+        )
+    }
+}
+
 /// This library's code, [start, end): a thread interrupted there may be halfway through
 /// parking_lot's lock table (a lock's slow path), which our unlock could need.
 static OUR_CODE: OnceLock<(usize, usize)> = OnceLock::new();
@@ -181,28 +237,86 @@ pub(crate) fn set_async(fd: i32, on: bool) {
     }
 }
 
-/// Makes a device's connections reachable from the handler (false: no slot free, or off).
-pub(crate) fn register(sh: &std::sync::Arc<Shared>) -> bool {
-    if signal().is_none() {
-        return false;
-    }
+/// Makes a device's connections reachable from the handler, with a timer of its own for
+/// the ACKs handlers hold (engine/signalled.rs): its slot, None if off or no slot is free.
+pub(crate) fn register(sh: &std::sync::Arc<Shared>) -> Option<usize> {
+    let sig = signal()?;
     let p = std::sync::Arc::as_ptr(sh) as *mut Shared;
-    DEVICES.iter().any(|s| {
+    let slot = DEVICES.iter().position(|s| {
         s.compare_exchange(std::ptr::null_mut(), p, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
-    })
+    })?;
+    // SAFETY: a zeroed sigevent with the fields SIGEV_SIGNAL reads set; the timer id is
+    // written by timer_create.
+    let timer = unsafe {
+        let mut ev: libc::sigevent = std::mem::zeroed();
+        ev.sigev_notify = libc::SIGEV_SIGNAL;
+        ev.sigev_signo = sig;
+        ev.sigev_value.sival_ptr = slot as *mut libc::c_void;
+        let mut t: libc::timer_t = std::ptr::null_mut();
+        (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut t) == 0).then_some(t)
+    };
+    match timer {
+        Some(t) => TIMERS[slot].store(t as usize + 1, Ordering::SeqCst),
+        None => {
+            log::debug!("DAPLRS_TARGET_SIGNAL: no ACK timer; ACKs wait for the progress thread")
+        }
+    }
+    Some(slot)
 }
 
-/// The device leaves: once this returns, no handler uses it.
+/// Starts device `slot`'s ACK timer, one shot after `after`, or stops it (None). Whether it
+/// runs. Async-signal-safe (timer_settime is): handlers start it.
+pub(crate) fn set_ack_timer(slot: Option<usize>, after: Option<std::time::Duration>) -> bool {
+    let Some(t) = slot
+        .and_then(|s| TIMERS.get(s))
+        .map(|t| t.load(Ordering::SeqCst))
+        .and_then(|t| t.checked_sub(1))
+    else {
+        return false;
+    };
+    let d = after.unwrap_or_default();
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        },
+    };
+    // SAFETY: a timer of ours (deleted only in `unregister`, after its device left every
+    // engine that names it), a spec of ours.
+    let ok =
+        unsafe { libc::timer_settime(t as libc::timer_t, 0, &spec, std::ptr::null_mut()) == 0 };
+    ok && after.is_some()
+}
+
+/// The device leaves: once this returns, no handler uses it, and its timer is gone.
 pub(crate) fn unregister(sh: &Shared) {
+    if signal().is_some() {
+        log::info!("DAPLRS_TARGET_SIGNAL: {}", stats::summary());
+    }
     let p = sh as *const Shared as *mut Shared;
-    for s in &DEVICES {
-        let _ = s.compare_exchange(p, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst);
+    for (slot, s) in DEVICES.iter().enumerate() {
+        if s.compare_exchange(p, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            if let Some(t) = TIMERS[slot].swap(0, Ordering::SeqCst).checked_sub(1) {
+                // SAFETY: our timer, taken out of the table: nobody starts it any more (the
+                // engine's slot names no timer now).
+                unsafe { libc::timer_delete(t as libc::timer_t) };
+            }
+        }
     }
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
     }
 }
+
+/// Linux's si_code of a POSIX timer's signal.
+const SI_TIMER: i32 = -2;
 
 /// The part of a SIGIO/real-time siginfo_t the kernel fills for descriptor events
 /// (`si_band`, `si_fd` after the three ints and the union's alignment).
@@ -215,6 +329,21 @@ struct PollInfo {
     fd: i32,
 }
 
+/// The same for a POSIX timer's signal (`si_tid`, `si_overrun`, `si_value`).
+#[repr(C)]
+struct TimerInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    timer: TimerPart,
+}
+#[repr(C)]
+struct TimerPart {
+    tid: i32,
+    overrun: i32,
+    value: *mut libc::c_void,
+}
+
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: errno is thread-local to the interrupted thread, which resumes after us.
     let saved = unsafe { *libc::__errno_location() };
@@ -222,13 +351,21 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // for a SIGIO or F_SETSIG signal it filled si_fd (another sender: any value, harmless:
     // the descriptor is only compared with our connections').
     let fd = unsafe { info.cast::<PollInfo>().as_ref() }.map_or(-1, |i| i.fd);
+    // SAFETY: as above; for a timer's signal the union holds the timer's fields.
+    let timer_slot = unsafe { info.cast::<TimerInfo>().as_ref() }
+        .filter(|i| i.code == SI_TIMER)
+        .map(|i| i.timer.value as usize);
     ACTIVE.fetch_add(1, Ordering::SeqCst);
+    stats::add(&stats::SIGNALS, 1);
     #[cfg(test)]
     let _in = test_hooks::InHandler::enter();
     // No unwinding out of a signal handler (and nothing on this path panics: see the
     // module's documentation).
     let in_our_code = interrupted_in_our_code(ctx);
-    let _ = std::panic::catch_unwind(|| serve(sig, fd, in_our_code));
+    let _ = std::panic::catch_unwind(|| match timer_slot {
+        Some(slot) => serve_timer(slot, in_our_code),
+        None => serve(sig, fd, in_our_code),
+    });
     ACTIVE.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved };
@@ -245,12 +382,31 @@ fn serve(sig: i32, fd: i32, in_our_code: bool) {
             continue;
         };
         if in_our_code {
+            stats::add(&stats::LEFT, 1);
             sh.leave_to_others();
         } else if sig == libc::SIGIO {
             sh.wake();
         } else if sh.serve_signalled(fd) {
             return;
         }
+    }
+}
+
+/// Device `slot`'s ACK timer fired: what its connections hold is written now.
+fn serve_timer(slot: usize, in_our_code: bool) {
+    stats::add(&stats::ACK_TIMER_SIGNALS, 1);
+    let Some(p) = DEVICES.get(slot).map(|s| s.load(Ordering::SeqCst)) else {
+        return;
+    };
+    // SAFETY: as in `serve`.
+    let Some(sh) = (unsafe { p.as_ref() }) else {
+        return;
+    };
+    if in_our_code {
+        stats::add(&stats::LEFT, 1);
+        sh.leave_acks_to_others();
+    } else {
+        sh.write_held_acks();
     }
 }
 
@@ -316,8 +472,8 @@ fn our_code() -> (usize, usize) {
 }
 
 /// What the tests (tests/sigio.rs) see of the handler: whether the current thread runs it
-/// (their allocator counts what it allocates there), how often it ran and served, and a
-/// switch that makes it find every engine busy.
+/// (their allocator counts what it allocates there), how often it ran and served, a
+/// switch that makes it find every engine busy, and how long ACKs are held.
 #[cfg(test)]
 pub(crate) mod test_hooks {
     use std::cell::Cell;
@@ -329,6 +485,8 @@ pub(crate) mod test_hooks {
     pub(crate) static HANDLED: AtomicU64 = AtomicU64::new(0);
     pub(crate) static SERVED: AtomicU64 = AtomicU64::new(0);
     pub(crate) static FORCE_BUSY: AtomicBool = AtomicBool::new(false);
+    /// How long handlers hold ACKs, in microseconds, instead of `ACK_HOLD` (0: that).
+    pub(crate) static HOLD_US: AtomicU64 = AtomicU64::new(0);
 
     pub(crate) struct InHandler;
 

@@ -527,41 +527,78 @@ pub struct OutQueue {
     /// Bytes queued and bytes written since the queue was made: positions in the stream.
     pushed: u64,
     written: u64,
-    /// Room for one frame header kept ready for a signal handler, which may not allocate
-    /// (engine/signalled.rs): `keep_spare`, `push_spare`.
-    spare: Vec<u8>,
+    /// ACKs a signal handler answered with but held back, to go out ahead of our next frame
+    /// (engine/signalled.rs); ahead of every chunk. Its room is reserved beforehand
+    /// (`keep_ack_room`): a handler may not allocate. Bytes before `held_from` are written.
+    held: Vec<u8>,
+    held_from: usize,
 }
 
 /// Small payloads are appended to the previous chunk instead of queued on their own.
 const COALESCE_MAX: usize = 4096;
+/// ACKs a queue may hold for a signal handler (as many frames as one signal serves).
+pub const HELD_ACKS: usize = 16;
 
 impl OutQueue {
+    /// Nothing to write: no chunk, no held ACK.
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
+        self.chunks.is_empty() && !self.holds_acks()
     }
 
-    /// Makes sure `push_spare` can queue a header without allocating (this may allocate).
-    pub fn keep_spare(&mut self) {
-        if self.spare.capacity() < HEADER_LEN {
-            self.spare = Vec::with_capacity(HEADER_LEN);
+    /// Whether ACKs held for a signal handler are still to be written.
+    pub fn holds_acks(&self) -> bool {
+        self.held_from < self.held.len()
+    }
+
+    /// Whether held ACKs are all there is to write.
+    pub fn only_held_acks(&self) -> bool {
+        self.chunks.is_empty() && self.holds_acks()
+    }
+
+    /// Makes sure `hold_ack` can queue `HELD_ACKS` headers without allocating (this may).
+    pub fn keep_ack_room(&mut self) {
+        if self.held.capacity() < HELD_ACKS * HEADER_LEN && !self.holds_acks() {
+            self.held = Vec::with_capacity(HELD_ACKS * HEADER_LEN);
+            self.held_from = 0;
         }
-        if self.chunks.len() >= self.chunks.capacity() {
-            self.chunks.reserve(1);
+    }
+
+    /// Whether `hold_ack` would take a header now, allocating nothing: no chunk queued (a
+    /// held ACK goes ahead of them) and room left.
+    pub fn can_hold_ack(&self) -> bool {
+        self.chunks.is_empty() && self.held.len() + HEADER_LEN <= self.held.capacity()
+    }
+
+    /// Holds an ACK (a header) to go out with whatever is written next (see `can_hold_ack`).
+    pub fn hold_ack(&mut self, header: &[u8; HEADER_LEN]) {
+        debug_assert!(self.can_hold_ack());
+        self.held.extend_from_slice(header);
+        self.pushed += HEADER_LEN as u64;
+    }
+
+    /// Writes the held ACKs alone with `send`, allocating nothing (a signal handler's
+    /// flush); what the socket does not take stays held.
+    pub fn write_held(
+        &mut self,
+        send: impl FnOnce(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
+    ) {
+        if !self.holds_acks() {
+            return;
         }
+        let n = send(&[std::io::IoSlice::new(&self.held[self.held_from..])]).unwrap_or(0);
+        self.advance_held(n);
     }
 
-    /// Whether `push_spare` would allocate nothing.
-    pub fn has_spare(&self) -> bool {
-        self.spare.capacity() >= HEADER_LEN && self.chunks.len() < self.chunks.capacity()
-    }
-
-    /// Queues up to a header's worth of bytes in the room `keep_spare` made (no allocation
-    /// if `has_spare`). Only on an empty queue, as `push_bytes`.
-    pub fn push_spare(&mut self, bytes: &[u8]) {
-        let mut v = std::mem::take(&mut self.spare);
-        v.clear();
-        v.extend_from_slice(&bytes[..bytes.len().min(HEADER_LEN)]);
-        self.push_bytes(v);
+    /// `n` bytes of the held ACKs written: once all are, their room is free again (kept).
+    fn advance_held(&mut self, n: usize) -> usize {
+        let took = n.min(self.held.len() - self.held_from);
+        self.held_from += took;
+        self.written += took as u64;
+        if self.held_from == self.held.len() {
+            self.held.clear();
+            self.held_from = 0;
+        }
+        took
     }
 
     /// The stream position just after the last byte queued.
@@ -622,9 +659,15 @@ impl OutQueue {
         end: u64,
         mut send: impl FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
     ) -> std::io::Result<()> {
-        while !self.chunks.is_empty() && self.written < end {
+        while !self.is_empty() && self.written < end {
             let mut limit = end - self.written;
-            let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(16);
+            let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(17);
+            if self.holds_acks() {
+                let held = &self.held[self.held_from..];
+                let take = (held.len() as u64).min(limit) as usize;
+                slices.push(std::io::IoSlice::new(&held[..take]));
+                limit -= take as u64;
+            }
             for (i, c) in self.chunks.iter().take(16).enumerate() {
                 if limit == 0 {
                     break;
@@ -638,6 +681,7 @@ impl OutQueue {
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
+            n -= self.advance_held(n);
             self.written += n as u64;
             while n > 0 {
                 let Some(front) = self.chunks.front() else {
@@ -665,6 +709,42 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_message: 1 << 20,
     };
+
+    #[test]
+    fn held_acks_go_ahead_of_later_frames() {
+        let mut q = OutQueue::default();
+        q.keep_ack_room();
+        let (mut a1, mut a2) = (Header::new(Kind::Ack), Header::new(Kind::Ack));
+        (a1.seq, a2.seq) = (1, 2);
+        q.hold_ack(&a1.encode());
+        q.hold_ack(&a2.encode());
+        assert!(q.only_held_acks());
+        q.push_frame(Header::new(Kind::Write), b"data".to_vec());
+        assert!(!q.can_hold_ack(), "no ACK is held behind a frame");
+        let mut wire = Vec::new();
+        // A socket that takes 7 bytes a call.
+        q.write_with(|s| {
+            let mut took = 0;
+            for sl in s {
+                let n = sl.len().min(7 - took);
+                wire.extend_from_slice(&sl[..n]);
+                took += n;
+                if took == 7 {
+                    break;
+                }
+            }
+            Ok(took)
+        })
+        .expect("written");
+        let mut want = Vec::new();
+        want.extend_from_slice(&a1.encode());
+        want.extend_from_slice(&a2.encode());
+        put_frame(&mut want, Header::new(Kind::Write), b"data");
+        assert_eq!(wire, want);
+        assert!(q.is_empty() && !q.holds_acks());
+        assert_eq!(q.written(), q.pushed());
+        assert!(q.can_hold_ack(), "the room is kept");
+    }
 
     #[test]
     fn header_round_trips() {

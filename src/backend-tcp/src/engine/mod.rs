@@ -251,6 +251,9 @@ struct Conn {
     /// a thread driving it, or by the progress thread when a handler left something
     /// (`Engine::sweep_signalled`), not watched in the progress thread's poll set.
     signalled: bool,
+    /// Its ACKs held for our next frame wait for the ACK timer (signalled.rs): not output
+    /// due before (`output_due`).
+    acks_wait: bool,
     /// The signal is on now (O_ASYNC): off while a thread of ours polls or waits on the
     /// connection itself, which reads its input anyway and which a signal only interrupts.
     /// Off, the connection is watched and kept quiet as any other.
@@ -355,6 +358,7 @@ impl Conn {
             quiet: false,
             rcvbuf: 0,
             signalled: false,
+            acks_wait: false,
             armed: false,
         }
     }
@@ -421,6 +425,17 @@ impl Conn {
             && self.same_host.reading_ring().is_none()
     }
 
+    /// Whether it has output to write now: not when all it has is ACKs held for our next
+    /// frame while the ACK timer runs (engine/signalled.rs), unless something waits for
+    /// them to be gone.
+    fn output_due(&self) -> bool {
+        let held_only = self.acks_wait
+            && self.out.only_held_acks()
+            && !self.wait_drain
+            && !self.close_when_flushed;
+        !self.out.is_empty() && !held_only
+    }
+
     fn is_closing(&self) -> bool {
         self.phase == Phase::Closing
     }
@@ -433,6 +448,13 @@ impl Conn {
         if let Some(at) = self.same_host.switch_at {
             self.out.write_upto(at, |s| sys::send_nosignal(fd, s))?;
             self.same_host.switch_at = None;
+        }
+        if self.out.holds_acks() {
+            use crate::sigio::stats;
+            match self.out.only_held_acks() {
+                true => stats::add(&stats::HELD_ALONE, 1),
+                false => stats::add(&stats::HELD_WITH_FRAME, 1),
+            }
         }
         let Some(ring) = self.same_host.writing_ring() else {
             return send_out(&mut self.out, &self.stream);
@@ -451,7 +473,7 @@ impl Conn {
         if crate::sigio::signal().is_some() {
             self.signalled = crate::sigio::arm(self.stream.as_raw_fd());
             self.armed = self.signalled;
-            self.out.keep_spare();
+            self.out.keep_ack_room();
         }
     }
 
@@ -528,6 +550,12 @@ pub(crate) struct Engine {
     pub(crate) signal_sweep: bool,
     signalled_cqs: Vec<Arc<TcpCq>>,
     signalled_rqs: Vec<RecvWr>,
+    /// The device's slot among those signal handlers serve (../sigio.rs), which names its
+    /// ACK timer; whether that timer runs for ACKs handlers hold (signalled.rs).
+    pub(crate) signal_slot: Option<usize>,
+    ack_timer_armed: bool,
+    /// When the running ACK timer fires.
+    ack_timer_due: Option<Instant>,
     /// Connections whose last write failed, to be read out and then reported lost.
     failed_writes: Vec<u64>,
     /// The progress thread's set of returned connections (`release_cq_claims`); None if
@@ -712,7 +740,7 @@ impl Engine {
             let Some(c) = self.conns.get_mut(&token) else {
                 continue;
             };
-            let (input, output) = (c.wants_input(), !c.out.is_empty());
+            let (input, output) = (c.wants_input(), c.output_due());
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `PollSet::add_conn`)
             }
@@ -779,7 +807,7 @@ impl Engine {
                     Err(e) => log::warn!("epoll_ctl(ADD): {e}"),
                 }
             }
-            wake |= !c.out.is_empty() || self.poll_excludes;
+            wake |= c.output_due() || self.poll_excludes;
         }
         if wake {
             self.wake_needed = true;

@@ -188,7 +188,9 @@ impl ProgressThread {
                 }
             }
             if tick || std::mem::take(&mut eng.signal_sweep) {
-                eng.sweep_signalled(sh, buf);
+                let tick_len = Duration::from_millis(TICK_MS as u64);
+                let acks_due = sh.take_acks_due() || eng.ack_timer_overdue(tick_len);
+                eng.sweep_signalled(sh, buf, acks_due);
             }
             eng.retry_drained(sh);
             eng.settle_failed_writes(sh, buf);
@@ -374,7 +376,7 @@ impl PollSet {
         }
         // Output for the peer's same-host ring waits for room there, not in the socket
         // (the reader's doorbell says when there is room again).
-        let output = !c.out.is_empty() && !c.write_failed && !c.draining;
+        let output = c.output_due() && !c.write_failed && !c.draining;
         let ring_out = c.same_host.writing_ring().filter(|_| output);
         if output && ring_out.is_none() {
             ev |= POLLOUT;

@@ -8,13 +8,23 @@
 //! 2. the whole frame is in the socket: peeked into a stack buffer, not yet consumed;
 //! 3. its data placed (the key table and, for a send, the CQ's queue taken with `try_lock`;
 //!    the completion fits the queue's capacity);
-//! 4. only then is it consumed from the socket and answered (the ACK sent straight, or, if
-//!    the socket does not take it whole, queued in capacity reserved beforehand).
+//! 4. only then is it answered: the ACK held in room reserved beforehand
+//!    (`OutQueue::hold_ack`), to go out ahead of our next frame on the connection; the
+//!    frames one peek showed and the handler served are taken off the socket with one recv.
+//!
+//! Why held: sent at once, the ACK is input of its own for the peer, whose spinning thread
+//! then takes a second signal (one per frame on loopback, where our send runs the peer's
+//! receive path); a spinning target answers a ping within microseconds, and that answer
+//! carries the ACK in the same segment, served by the peer's one signal. The bound: a
+//! per-device timer (`sigio::set_ack_timer`, `ACK_HOLD`) whose signal writes what is still
+//! held, so a lone write's initiator waiting on its EVD completes `ACK_HOLD` later at most
+//! (plus a signal); any thread of ours that writes the connection first sends them too.
 //!
 //! Anything else stops the handler before step 4, with the frame still in the socket for
 //! the progress thread (or the thread driving the connection), which its arrival woke.
 
 use super::*;
+use crate::sigio::stats;
 
 /// Largest payload served from a signal handler (its stack buffer holds the frame).
 pub(crate) const SIGNALLED_MAX: usize = 4096;
@@ -22,6 +32,12 @@ pub(crate) const SIGNALLED_MAX: usize = 4096;
 const FRAMES_PER_SIGNAL: usize = 16;
 /// Completions and spent receives a handler may leave for the next engine holder.
 pub(super) const SIGNALLED_SLOTS: usize = 64;
+/// How long a handler's ACK may wait for our next frame before the timer's signal sends it:
+/// above a spinning target's turnaround (it sees its memory change and posts its answer in
+/// a few microseconds; a busy-polled TCP round trip on loopback or veth is 15-25), so a
+/// ping-pong's answer takes the ACK first; short enough that an initiator whose target
+/// never answers still completes within about the signal service's own one-way time.
+pub(crate) const ACK_HOLD: std::time::Duration = std::time::Duration::from_micros(50);
 
 impl Engine {
     /// Serves what the peer sent on the connection whose socket is `fd`, if it is ours:
@@ -36,40 +52,113 @@ impl Engine {
         let mut buf = [0u8; wire::HEADER_LEN + SIGNALLED_MAX];
         let mut served = 0;
         let left = loop {
-            match self.serve_one_signalled(sh, token, fd, &mut buf) {
-                Signalled::Served if served + 1 < FRAMES_PER_SIGNAL => served += 1,
+            let (n, stop) = self.serve_peeked(sh, token, fd, &mut buf, FRAMES_PER_SIGNAL - served);
+            served += n;
+            match stop {
+                // The peek filled the buffer: more may be in the socket.
+                Signalled::Served if served < FRAMES_PER_SIGNAL => {}
                 Signalled::Served => break true,
                 Signalled::Nothing => break false,
                 Signalled::Left => break true,
             }
         };
         self.signal_sweep |= left;
+        // Completions to notify wait for the application's next DAT call, which takes them
+        // (`take_signalled`), or the timer: waking the progress thread for each costs the
+        // spinning application a CPU (a thread waiting in `dat_evd_wait` reads its
+        // connections itself: a handler serves none of them).
+        if self.signalled_pending() && !self.arm_ack_timer() {
+            self.wake_needed = true;
+        }
         self.signalled_frames += served as u64;
+        stats::add(&stats::FRAMES, served as u64);
+        match served {
+            0 => stats::add(&stats::IDLE, 1),
+            1 => {}
+            _ => stats::add(&stats::MULTI, 1),
+        }
         Some(served)
     }
 
-    /// One frame (steps 1-4 above).
-    fn serve_one_signalled(
+    /// Up to `max` frames (steps 1-4 above) of what one peek at socket `fd` shows, then
+    /// taken off the socket with one recv: how many, and why it stopped (Served: the peek
+    /// filled the buffer, or `max`; Nothing: everything peeked was served, or the rest of
+    /// a frame is still to come, which raises the signal again).
+    fn serve_peeked(
         &mut self,
         sh: &Shared,
         token: u64,
         fd: i32,
         buf: &mut [u8],
-    ) -> Signalled {
-        let Some(c) = self.conns.get(&token) else {
-            return Signalled::Nothing;
-        };
-        if c.driven.is_some() {
-            return Signalled::Nothing; // its driver reads it, woken by the same input
+        max: usize,
+    ) -> (usize, Signalled) {
+        if let Err(stop) = self.signalled_qp(token) {
+            return (0, stop);
         }
+        let n = match peek(fd, buf) {
+            Some(0) => return (0, Signalled::Left), // its end: the progress thread sees it
+            Some(n) => n,
+            None => return (0, Signalled::Nothing),
+        };
+        let (mut off, mut served) = (0, 0);
+        let stop = loop {
+            if served == max {
+                break Signalled::Served;
+            }
+            let (h, len) = match frame_at(&buf[off..n], &sh.limits) {
+                Peeked::Frame(h, len) => (h, len),
+                Peeked::Partial if off > 0 && n == buf.len() => break Signalled::Served,
+                Peeked::Partial => break Signalled::Nothing,
+                Peeked::Other => break Signalled::Left,
+            };
+            let qp = match self.signalled_qp(token) {
+                Ok(qp) => qp,
+                Err(stop) => break stop,
+            };
+            let p = &buf[off + wire::HEADER_LEN..off + wire::HEADER_LEN + len];
+            let placed = match h.kind {
+                Kind::Write if h.flags == 0 => self.signalled_write(sh, qp, &h, p),
+                Kind::Send if h.flags == 0 => self.signalled_send(sh, qp, p),
+                // The answer to our write or send, ahead of the peer's next request.
+                Kind::Ack if len == 0 => self.signalled_ack(qp, &h),
+                _ => false,
+            };
+            if !placed {
+                break Signalled::Left;
+            }
+            off += wire::HEADER_LEN + len;
+            served += 1;
+            self.frames_served += 1;
+            if h.kind == Kind::Write {
+                self.requests_served += 1;
+            }
+            if h.kind != Kind::Ack {
+                self.ack(token, &h);
+            }
+        };
+        if off > 0 {
+            consume(fd, off, buf);
+        }
+        (served, stop)
+    }
+
+    /// The QP of connection `token` if a handler may serve it now (steps 1 and 3's room),
+    /// or why not: Nothing (a waiting thread drives it, woken by the same input), Left.
+    fn signalled_qp(&mut self, token: u64) -> Result<u32, Signalled> {
+        if self.conns.get(&token).is_none_or(|c| c.driven.is_some()) {
+            return Err(Signalled::Nothing);
+        }
+        let room = self.room_for_ack(token);
+        let Some(c) = self.conns.get(&token) else {
+            return Err(Signalled::Nothing);
+        };
         let Phase::Established { qp } = c.phase else {
-            return Signalled::Left;
+            return Err(Signalled::Left);
         };
         let idle = c.dec.is_idle()
             && c.held.is_empty()
             && c.sink.is_none()
-            && c.out.is_empty()
-            && c.out.has_spare()
+            && room
             && !c.write_failed
             && !c.draining
             && !c.close_when_flushed
@@ -77,33 +166,9 @@ impl Engine {
             && c.same_host.incoming.is_none()
             && c.same_host.outgoing.is_none();
         if !idle || self.signalled_cqs.len() >= SIGNALLED_SLOTS {
-            return Signalled::Left;
+            return Err(Signalled::Left);
         }
-        let (h, len) = match peek_frame(fd, buf, &sh.limits) {
-            Peeked::Frame(h, len) => (h, len),
-            Peeked::Partial => return Signalled::Nothing, // its rest raises the signal again
-            Peeked::Other => return Signalled::Left,
-        };
-        let p = &buf[wire::HEADER_LEN..wire::HEADER_LEN + len];
-        let placed = match h.kind {
-            Kind::Write if h.flags == 0 => self.signalled_write(sh, qp, &h, p),
-            Kind::Send if h.flags == 0 => self.signalled_send(sh, qp, p),
-            // The answer to our write or send, ahead of the peer's next request.
-            Kind::Ack if len == 0 => self.signalled_ack(qp, &h),
-            _ => false,
-        };
-        if !placed {
-            return Signalled::Left;
-        }
-        self.frames_served += 1;
-        if h.kind == Kind::Write {
-            self.requests_served += 1;
-        }
-        consume(fd, wire::HEADER_LEN + len, buf);
-        if h.kind != Kind::Ack {
-            self.ack(token, fd, &h);
-        }
-        Signalled::Served
+        Ok(qp)
     }
 
     /// A WRITE's data placed (nothing else changes: it is answered in `consume_and_ack`).
@@ -207,17 +272,116 @@ impl Engine {
         true
     }
 
-    /// Answers the peer's request `h` (consumed from socket `fd`).
-    fn ack(&mut self, token: u64, fd: i32, h: &Header) {
+    /// Whether connection `token` can hold one more ACK, writing those it holds first if
+    /// it is full (nothing else queued: a handler serves an idle connection only).
+    fn room_for_ack(&mut self, token: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        if c.out.holds_acks() && !c.out.can_hold_ack() {
+            let fd = c.stream.as_raw_fd();
+            c.out.write_held(|s| sys::send_nosignal(fd, s));
+        }
+        c.out.can_hold_ack()
+    }
+
+    /// Answers the peer's request `h` (consumed from its connection): the ACK held for our
+    /// next frame, with the device's timer as the bound (module documentation).
+    fn ack(&mut self, token: u64, h: &Header) {
         let mut ack = Header::new(Kind::Ack);
         ack.seq = h.seq;
-        let bytes = ack.encode();
-        let sent = sys::send_nosignal(fd, &[std::io::IoSlice::new(&bytes)]).unwrap_or(0);
-        if sent < bytes.len() {
-            if let Some(c) = self.conns.get_mut(&token) {
-                c.out.push_spare(&bytes[sent..]);
-            }
+        self.hold_ack(token, &ack, false);
+    }
+
+    /// Holds ACK `ack` on signalled connection `token` for our next frame there (false: it
+    /// cannot, send it as any answer), starting the device's ACK timer; `note` counts it
+    /// as an answer pending (budget.rs: not in a handler, which may not allocate). Without
+    /// a timer it is written at once.
+    pub(super) fn hold_ack(&mut self, token: u64, ack: &Header, note: bool) -> bool {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        // Not on a same-host connection: past its SWITCH its frames go through a ring,
+        // which the timer's flush (straight into the socket) does not write.
+        let plain = c.same_host.outgoing.is_none()
+            && c.same_host.incoming.is_none()
+            && c.same_host.switch_at.is_none();
+        if !c.signalled || !plain || !c.out.can_hold_ack() {
+            return false;
+        }
+        c.out.hold_ack(&ack.encode());
+        c.acks_wait = true;
+        if note {
+            c.note_answer(wire::HEADER_LEN);
+        }
+        stats::add(&stats::ACKS_HELD, 1);
+        if self.arm_ack_timer() {
+            return true;
+        }
+        let Some(c) = self.conns.get_mut(&token) else {
+            return true;
+        };
+        c.acks_wait = false;
+        let fd = c.stream.as_raw_fd();
+        c.out.write_held(|s| sys::send_nosignal(fd, s));
+        if c.out.holds_acks() {
             self.wake_needed = true; // the progress thread writes the rest
+            self.signal_sweep = true;
+        }
+        true
+    }
+
+    /// Starts the device's ACK timer unless it runs: whether it runs.
+    fn arm_ack_timer(&mut self) -> bool {
+        if !self.ack_timer_armed {
+            let hold = ack_hold();
+            self.ack_timer_armed = crate::sigio::set_ack_timer(self.signal_slot, Some(hold));
+            // clock_gettime is async-signal-safe (the vDSO's, or the system call).
+            self.ack_timer_due = Some(std::time::Instant::now() + hold);
+        }
+        self.ack_timer_armed
+    }
+
+    /// Whether the ACK timer should have fired a tick ago: its signal found no thread to
+    /// take it (every application thread blocks it, or none runs), and the progress
+    /// thread's tick writes the held ACKs instead.
+    pub(crate) fn ack_timer_overdue(&self, tick: std::time::Duration) -> bool {
+        self.ack_timer_armed
+            && self
+                .ack_timer_due
+                .is_some_and(|due| std::time::Instant::now() > due + tick)
+    }
+
+    /// The device's ACK timer fired (in a signal handler): writes what connections still
+    /// hold, allocating nothing; what a socket refuses is the progress thread's.
+    pub(crate) fn write_held_acks(&mut self) {
+        self.ack_timer_armed = false;
+        for c in self.conns.values_mut() {
+            c.acks_wait = false;
+            if c.out.holds_acks() {
+                let fd = c.stream.as_raw_fd();
+                c.out.write_held(|s| sys::send_nosignal(fd, s));
+                stats::add(&stats::ACK_TIMER_FLUSHES, 1);
+            }
+            if c.out.holds_acks() {
+                self.wake_needed = true;
+            }
+        }
+        if self.signalled_pending() {
+            self.wake_needed = true; // the progress thread notifies
+        }
+    }
+
+    /// After an ordinary write or a take of what handlers left: once no connection holds an
+    /// ACK and no completion waits to be notified, the timer is stopped (its signal would
+    /// only interrupt the application for nothing).
+    pub(crate) fn stop_ack_timer_if_sent(&mut self) {
+        if self.ack_timer_armed
+            && !self.signalled_pending()
+            && !self.conns.values().any(|c| c.out.holds_acks())
+        {
+            crate::sigio::set_ack_timer(self.signal_slot, None);
+            self.ack_timer_armed = false;
         }
     }
 
@@ -228,11 +392,14 @@ impl Engine {
             deferred.push(Deferred::Notify(cq));
         }
         self.signalled_rqs.clear();
+        self.stop_ack_timer_if_sent();
     }
 
     /// Reads the connections armed for the target signal that no thread drives: what
-    /// handlers left (the progress thread, after a handler or a driver asked for it).
-    pub(crate) fn sweep_signalled(&mut self, sh: &Shared, buf: &mut [u8]) {
+    /// handlers left (the progress thread, after a handler or a driver asked for it); with
+    /// `acks_due` (the ACK timer found the engine held, or is overdue), the ACKs they hold
+    /// are written too.
+    pub(crate) fn sweep_signalled(&mut self, sh: &Shared, buf: &mut [u8], acks_due: bool) {
         self.signal_sweep = false;
         let tokens = self
             .conns
@@ -242,6 +409,22 @@ impl Engine {
             .collect::<Vec<_>>();
         for t in tokens {
             self.read_conn(sh, t, buf);
+        }
+        if acks_due {
+            self.ack_timer_armed = false; // it fired (or, at a tick, is stopped here)
+            crate::sigio::set_ack_timer(self.signal_slot, None);
+            let holding = self
+                .conns
+                .iter_mut()
+                .filter(|(_, c)| c.out.holds_acks())
+                .map(|(t, c)| {
+                    c.acks_wait = false;
+                    *t
+                })
+                .collect::<Vec<_>>();
+            for t in holding {
+                self.try_write(t);
+            }
         }
     }
 
@@ -255,6 +438,18 @@ impl Engine {
         self.signalled_cqs.reserve(SIGNALLED_SLOTS);
         self.signalled_rqs.reserve(SIGNALLED_SLOTS);
     }
+}
+
+/// `ACK_HOLD`, or what a test asks for.
+fn ack_hold() -> std::time::Duration {
+    #[cfg(test)]
+    {
+        let us = crate::sigio::test_hooks::HOLD_US.load(std::sync::atomic::Ordering::Relaxed);
+        if us != 0 {
+            return std::time::Duration::from_micros(us);
+        }
+    }
+    ACK_HOLD
 }
 
 /// Takes the frame of `total` bytes peeked before off socket `fd`. Under the engine lock
@@ -271,8 +466,9 @@ fn consume(fd: i32, total: usize, sink: &mut [u8]) {
     };
 }
 
-/// What one frame came to in a handler.
+/// Why a handler stopped serving a connection.
 enum Signalled {
+    /// More may be there to peek.
     Served,
     /// Nothing to read now, or the rest of a frame still to come (which signals again), or
     /// a connection a waiting thread drives.
@@ -281,7 +477,7 @@ enum Signalled {
     Left,
 }
 
-/// What is at the head of a socket.
+/// What is at the head of peeked bytes.
 enum Peeked {
     /// A whole frame small enough for a handler: its header and payload length.
     Frame(Header, usize),
@@ -291,8 +487,9 @@ enum Peeked {
     Other,
 }
 
-/// What is at the head of socket `fd`, peeked (not consumed) into `buf`.
-fn peek_frame(fd: i32, buf: &mut [u8], limits: &wire::Limits) -> Peeked {
+/// What socket `fd` holds, peeked (not consumed) into `buf`: its length (0: the peer's
+/// end), None if nothing (or an error, which the progress thread sees when it reads).
+fn peek(fd: i32, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: recv into a buffer of ours, at most its length.
     let n = unsafe {
         libc::recv(
@@ -302,13 +499,12 @@ fn peek_frame(fd: i32, buf: &mut [u8], limits: &wire::Limits) -> Peeked {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    // An error (EAGAIN) or the end of stream: the progress thread sees an end when it reads.
-    let n = match usize::try_from(n) {
-        Ok(0) => return Peeked::Other,
-        Ok(n) => n,
-        Err(_) => return Peeked::Partial,
-    };
-    let Some(head) = buf
+    usize::try_from(n).ok()
+}
+
+/// The frame at the head of `bytes` (peeked).
+fn frame_at(bytes: &[u8], limits: &wire::Limits) -> Peeked {
+    let Some(head) = bytes
         .get(..wire::HEADER_LEN)
         .and_then(|b| <&[u8; wire::HEADER_LEN]>::try_from(b).ok())
     else {
@@ -319,7 +515,7 @@ fn peek_frame(fd: i32, buf: &mut [u8], limits: &wire::Limits) -> Peeked {
     };
     let len = h.payload_len as usize;
     match len <= SIGNALLED_MAX {
-        true if n >= wire::HEADER_LEN + len => Peeked::Frame(h, len),
+        true if bytes.len() >= wire::HEADER_LEN + len => Peeked::Frame(h, len),
         true => Peeked::Partial,
         false => Peeked::Other,
     }

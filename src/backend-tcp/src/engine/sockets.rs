@@ -265,13 +265,13 @@ impl Engine {
         let Some(c) = self.conns.get_mut(&token) else {
             return;
         };
-        if c.write_failed || c.draining {
+        if c.write_failed || c.draining || !c.output_due() {
             return;
         }
         match c.flush_out() {
             Ok(()) => {
                 if c.signalled {
-                    c.out.keep_spare(); // for a signal handler (signalled.rs)
+                    c.out.keep_ack_room(); // for a signal handler (signalled.rs)
                 }
                 if c.answer_bytes > 0 {
                     c.recharge(); // answers the peer took no longer count (budget.rs)
@@ -313,6 +313,7 @@ impl Engine {
                 self.wake_needed = true;
             }
         }
+        self.stop_ack_timer_if_sent();
     }
 
     /// Reads out the connections whose write failed, then reports them lost.

@@ -8,6 +8,14 @@ impl Engine {
     // ---- the wire ------------------------------------------------------------------------------
 
     pub(super) fn answer(&mut self, token: u64, h: Header, payload: Vec<u8>) {
+        // A plain ACK on a signalled connection waits for our next frame (signalled.rs).
+        if h.kind == Kind::Ack
+            && h.status == Status::Ok
+            && payload.is_empty()
+            && self.hold_ack(token, &h, true)
+        {
+            return;
+        }
         if let Some(c) = self.conns.get_mut(&token) {
             let bytes = wire::HEADER_LEN + payload.len();
             c.out.push_frame(h, payload);

@@ -9,7 +9,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::super::sigio::test_hooks::{FORCE_BUSY, HANDLED, IN_HANDLER, SERVED};
+use super::super::sigio::stats;
+use super::super::sigio::test_hooks::{FORCE_BUSY, HANDLED, HOLD_US, IN_HANDLER, SERVED};
 use super::{close, connect_pair, next, Side};
 use daplrs_core::consts::{dto_status, mem_priv};
 use daplrs_core::error::ErrorType;
@@ -90,6 +91,16 @@ fn spinning_target_gets_writes_and_sends() {
 #[test]
 fn busy_engine_leaves_the_frame_to_the_progress_thread() {
     in_child("tests::sigio::busy_engine_body");
+}
+
+#[test]
+fn held_ack_reaches_a_blocking_initiator() {
+    in_child("tests::sigio::blocking_initiator_body");
+}
+
+#[test]
+fn held_acks_go_with_the_targets_answers() {
+    in_child("tests::sigio::ping_pong_body");
 }
 
 #[test]
@@ -300,6 +311,179 @@ fn blocking_phase(server: &Side, client: &Side) {
         assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
     }
     assert_drained(server);
+}
+
+/// A handler's ACK is held for the target's next frame; this target never sends one (it
+/// spins on its memory until the initiator says it is done): the ACK timer's signal sends
+/// the ACK, and the initiator, asleep in `dat_evd_wait`, completes each write.
+#[test]
+#[ignore = "run in a child process by held_ack_reaches_a_blocking_initiator"]
+fn blocking_initiator_body() {
+    let server = Side::new("sig-srv", mem_priv::ALL);
+    let client = Side::new("sig-cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let (held, timer) = (get(&stats::ACKS_HELD), get(&stats::ACK_TIMER_SIGNALS));
+    let remotes: Vec<_> = (0..N).map(|i| server.remote(i * 8, 8)).collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let client = Moved(client);
+        let done = &done;
+        let initiator = s.spawn(move || {
+            let moved = client;
+            let client = &moved.0;
+            super::super::sigio::block_here();
+            for (i, &remote) in remotes.iter().enumerate() {
+                client.buf.write(i * 8, &marker(b'l', i));
+                client
+                    .ep
+                    .post_rdma_write(&[client.seg(i * 8, 8)], 500 + i as u64, remote, 0)
+                    .expect("write");
+                // Asleep until the completion: only the target's ACK ends the wait.
+                let (cookie, status, _, _) = super::dto(&next(&client.dto));
+                assert_eq!((cookie, status), (500 + i as u64, dto_status::SUCCESS));
+            }
+            done.store(true, Ordering::SeqCst);
+            moved
+        });
+        let end = Instant::now() + Duration::from_secs(30);
+        while !done.load(Ordering::SeqCst) {
+            assert!(Instant::now() < end, "the initiator completed within 30 s");
+            std::hint::spin_loop();
+        }
+        let moved = initiator.join().expect("initiator");
+        for i in 0..N {
+            assert_eq!(server.buf.read(i * 8, 8), marker(b'l', i), "write {i}");
+        }
+        let extra = moved.0.dto.dequeue();
+        assert!(
+            matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
+            "{extra:?}"
+        );
+        assert!(get(&stats::ACKS_HELD) > held, "the target held its ACKs");
+        assert!(
+            get(&stats::ACK_TIMER_SIGNALS) > timer,
+            "the ACK timer sent them"
+        );
+        assert_eq!(
+            HANDLER_ALLOCS.load(Ordering::Relaxed),
+            0,
+            "the handler allocated"
+        );
+        close(&[&moved.0, &server]);
+    });
+}
+
+/// Ping-pong of RDMA writes, both sides spinning on their memory with no DAT call between a
+/// post and the answer: each side's ACK of the other's write is held and goes out ahead of
+/// its own next write, in the same send (ACKs are held 10 s here: the timer sends none).
+/// When the initiator sees the answer, its write's completion is there, each exactly once
+/// and in order on both sides.
+#[test]
+#[ignore = "run in a child process by held_acks_go_with_the_targets_answers"]
+fn ping_pong_body() {
+    HOLD_US.store(10_000_000, Ordering::Relaxed);
+    let server = Side::new("sig-srv", mem_priv::ALL);
+    let client = Side::new("sig-cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let (with_frame, timer) = (get(&stats::HELD_WITH_FRAME), get(&stats::ACK_TIMER_SIGNALS));
+    let to_server: Vec<_> = (0..=N).map(|i| server.remote(i * 8, 8)).collect();
+    let to_client: Vec<_> = (0..N)
+        .map(|i| client.remote(WRITES_AT + i * 8, 8))
+        .collect();
+    let (sbase, cbase) = (
+        server.buf.addr() as *const u8,
+        client.buf.addr() as *const u8,
+    );
+    let last = |base: *const u8, off: usize| {
+        // SAFETY: inside a registered 4 KiB buffer alive for the test, written by the
+        // transport (hence volatile).
+        unsafe { std::ptr::read_volatile(base.add(off + 7)) }
+    };
+    let spin_for = |base: *const u8, off: usize| {
+        let end = Instant::now() + Duration::from_secs(30);
+        while last(base, off) != 0xee {
+            assert!(Instant::now() < end, "the answer came within 30 s");
+            std::hint::spin_loop();
+        }
+    };
+    let cb = cbase as usize;
+    std::thread::scope(|s| {
+        let client = Moved(client);
+        let initiator = s.spawn(move || {
+            let moved = client;
+            let client = &moved.0;
+            super::super::sigio::block_here();
+            for (i, &remote) in to_server.iter().take(N).enumerate() {
+                client.buf.write(i * 8, &marker(b'q', i));
+                client
+                    .ep
+                    .post_rdma_write(&[client.seg(i * 8, 8)], 600 + i as u64, remote, 0)
+                    .expect("write");
+                spin_for(cb as *const u8, WRITES_AT + i * 8);
+                // The ACK came ahead of the answer, served by the same signal.
+                let ev = client
+                    .dto
+                    .dequeue()
+                    .expect("our completion with the answer");
+                assert_eq!(super::dto(&ev).0, 600 + i as u64, "completion {i}");
+            }
+            // A last write carries our held ACK of the target's last answer; its own ACK is
+            // sent by the timer, held the usual time.
+            let timer_before_last = get(&stats::ACK_TIMER_SIGNALS);
+            HOLD_US.store(0, Ordering::Relaxed);
+            client.buf.write(N * 8, &marker(b'q', N));
+            client
+                .ep
+                .post_rdma_write(&[client.seg(N * 8, 8)], 600 + N as u64, to_server[N], 0)
+                .expect("write");
+            assert_eq!(super::dto(&next(&client.dto)).0, 600 + N as u64);
+            (moved, timer_before_last)
+        });
+        // The target: spins for each write, answers with one of its own.
+        for (i, &remote) in to_client.iter().enumerate() {
+            spin_for(sbase, i * 8);
+            server.buf.write(1024 + i * 8, &marker(b'a', i));
+            server
+                .ep
+                .post_rdma_write(&[server.seg(1024 + i * 8, 8)], 700 + i as u64, remote, 0)
+                .expect("answer");
+        }
+        spin_for(sbase, N * 8);
+        let (moved, timer_before_last) = initiator.join().expect("initiator");
+        for i in 0..N {
+            let (cookie, status, _, _) = super::dto(&next(&server.dto));
+            assert_eq!(
+                (cookie, status),
+                (700 + i as u64, dto_status::SUCCESS),
+                "answer {i}"
+            );
+            assert_eq!(moved.0.buf.read(WRITES_AT + i * 8, 8), marker(b'a', i));
+            assert_eq!(server.buf.read(i * 8, 8), marker(b'q', i));
+        }
+        assert_drained(&server);
+        let extra = moved.0.dto.dequeue();
+        assert!(
+            matches!(&extra, Err(e) if e.kind == ErrorType::QueueEmpty),
+            "{extra:?}"
+        );
+        assert!(
+            get(&stats::HELD_WITH_FRAME) - with_frame >= 2 * N as u64,
+            "every ACK went with an answer: {}",
+            stats::summary()
+        );
+        assert_eq!(
+            timer_before_last, timer,
+            "the timer sent no ACK before the last"
+        );
+        assert_eq!(
+            HANDLER_ALLOCS.load(Ordering::Relaxed),
+            0,
+            "the handler allocated"
+        );
+        close(&[&moved.0, &server]);
+    });
 }
 
 fn marker(kind: u8, i: usize) -> [u8; 8] {
