@@ -432,8 +432,11 @@ impl OfiDevice {
 
 /// Reads the EQ and CQs, then sleeps on their descriptors until one is ready.
 /// While a consumer polls, it moves the provider itself: the thread naps
-/// instead, with one full turn every `FULL_TURN` for what nobody polls (the
-/// EQ, other CQs, deferred breaks).
+/// instead, on its eventfd alone, until one full turn every `FULL_TURN` for
+/// what nobody polls (the EQ, other CQs) or until woken (a connection to
+/// break, a new CQ, the stop). Naps to the next turn, not to the end of the
+/// poller's window: a timer every 100 us took the pollers' CPUs (A/B in
+/// docs/libfabric.md, Progress).
 fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
     const FULL_TURN: std::time::Duration = std::time::Duration::from_millis(1);
     waiter.precise_naps();
@@ -445,11 +448,12 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         if dev.stop.load(Ordering::Acquire) {
             return;
         }
-        if let Some(rest) = waiter.poller_window().filter(|_| !woken) {
+        if !woken && waiter.consumer_polling() {
             let since = *napping_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() < FULL_TURN {
+            let left = FULL_TURN.saturating_sub(since.elapsed());
+            if !left.is_zero() {
                 drop(dev);
-                woken = waiter.nap(rest);
+                woken = waiter.nap(left);
                 continue;
             }
         }

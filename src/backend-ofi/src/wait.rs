@@ -19,7 +19,8 @@ use ofi_sys as fi;
 
 /// How long after a consumer's last poll it still counts as polling: its
 /// next look comes well within it (a `sched_yield` apart), while a consumer
-/// that went to spin on its memory or to block hands the provider back soon.
+/// that went to spin on its memory or to block hands the provider back at
+/// the thread's next turn (1 ms at most, see `device::progress_loop`).
 const POLLER_WINDOW: Duration = Duration::from_micros(100);
 
 pub(crate) struct Waiter {
@@ -86,18 +87,11 @@ impl Waiter {
         self.polled_at.store(0, Ordering::Relaxed);
     }
 
-    /// While a consumer polls (it did within `POLLER_WINDOW`): how long until
-    /// it no longer counts as polling, unless it polls again.
-    pub(crate) fn poller_window(&self) -> Option<Duration> {
+    /// Whether a consumer polls (it did within `POLLER_WINDOW`).
+    pub(crate) fn consumer_polling(&self) -> bool {
         let at = self.polled_at.load(Ordering::Relaxed);
-        if at == 0 {
-            return None;
-        }
-        let since =
-            Duration::from_nanos((self.epoch.elapsed().as_nanos() as u64 + 1).saturating_sub(at));
-        POLLER_WINDOW
-            .checked_sub(since)
-            .filter(|rest| !rest.is_zero())
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        at != 0 && Duration::from_nanos(now.saturating_sub(at)) < POLLER_WINDOW
     }
 
     /// Sleeps for `d` on the wake descriptor alone (not the provider's, which
