@@ -84,6 +84,7 @@ static struct options {
 	int accept_timeout_s;          /* the server's wait for a client */
 	int poll;                      /* busy-poll EVDs instead of dat_evd_wait */
 	int spin;                      /* busy waits spin without sched_yield (-y spin) */
+	int mem_evd;                   /* waits on memory also dequeue the request EVD (-e) */
 } opt = {
 	.ia_name = "rs-tcp",
 	.conn_qual = 18515,
@@ -244,13 +245,25 @@ static void wait_event(DAT_EVD_HANDLE evd, int seconds, DAT_EVENT *ev, const cha
 	}
 }
 
+/* Events a wait on memory dequeued (-e) before wait_dto asked for them. */
+static struct {
+	DAT_EVD_HANDLE evd;
+	int n;
+	DAT_EVENT ev[4];
+} banked;
+
 /* Waits for a DTO completion and insists that it succeeded. */
 static DAT_DTO_COMPLETION_EVENT_DATA wait_dto(DAT_EVD_HANDLE evd, const char *what)
 {
 	DAT_EVENT ev;
 	DAT_DTO_COMPLETION_EVENT_DATA *dto = &ev.event_data.dto_completion_event_data;
 
-	wait_event(evd, opt.timeout_s, &ev, what);
+	if (banked.n && banked.evd == evd) {
+		ev = banked.ev[0];
+		memmove(banked.ev, banked.ev + 1, --banked.n * sizeof(banked.ev[0]));
+	} else {
+		wait_event(evd, opt.timeout_s, &ev, what);
+	}
 	if (ev.event_number != DAT_DTO_COMPLETION_EVENT)
 		die("%s: got %s (0x%x) instead of a completion", what,
 		    event_name(ev.event_number), (unsigned)ev.event_number);
@@ -529,12 +542,14 @@ static uint8_t marker(int i) { return (uint8_t)(i % 251 + 1); }
 
 /*
  * Spins until the peer's RDMA write (or send, with -y spin) lands: the last
- * byte of our buffer turns to `want`. With -y yield (the default) it yields
+ * byte of our buffer turns to `want`. With -e each look also dequeues `evd`
+ * (the request EVD; wait_dto later takes what it found), as a raw libfabric
+ * tcp program must read its CQ for the peer's data to land at all. With -y yield (the default) it yields
  * the CPU between looks, which lets a software provider's progress thread
  * run on it; with -y spin it does not, as programs that spin on their memory
  * do (a NIC needs no CPU of the target's to place the data).
  */
-static void wait_for_byte(volatile uint8_t *p, uint8_t want, const char *what)
+static void wait_for_byte(DAT_EVD_HANDLE evd, volatile uint8_t *p, uint8_t want, const char *what)
 {
 	double deadline = now_us() + opt.timeout_s * 1e6;
 	unsigned spins = 0;
@@ -542,6 +557,11 @@ static void wait_for_byte(volatile uint8_t *p, uint8_t want, const char *what)
 	while (*p != want) {
 		if (++spins % 1024 == 0 && now_us() > deadline)
 			die("%s: no data from the peer within %d s", what, opt.timeout_s);
+		if (opt.mem_evd && banked.n < 4 &&
+		    dat_evd_dequeue(evd, &banked.ev[banked.n]) == DAT_SUCCESS) {
+			banked.evd = evd;
+			banked.n++;
+		}
 		if (!opt.spin)
 			sched_yield();
 	}
@@ -607,7 +627,7 @@ static void client_send_lat(struct session *s, uint32_t size, int total, double 
 		double t0 = now_us();
 		post_send(s, &s->local, 0, size);
 		if (opt.spin)
-			wait_for_byte(mine, marker(i), "send_lat: pong");
+			wait_for_byte(s->req_evd, mine, marker(i), "send_lat: pong");
 		else
 			wait_data_recv(s, size, "send_lat: pong");
 		oneway[i] = (now_us() - t0) / 2;
@@ -625,7 +645,7 @@ static void client_write_lat(struct session *s, uint32_t size, int total, double
 		double t0 = now_us();
 		s->local.base[size - 1] = marker(i);
 		post_write(s, size);
-		wait_for_byte(mine, marker(i), "write_lat");
+		wait_for_byte(s->req_evd, mine, marker(i), "write_lat");
 		oneway[i] = (now_us() - t0) / 2;
 		wait_dto(s->req_evd, "write_lat: write completion");
 	}
@@ -862,7 +882,7 @@ static void server_send_lat(struct session *s, uint32_t size, int total)
 	send_kind(s, MSG_READY);
 	for (int i = 0; i < total; i++) {
 		if (opt.spin)
-			wait_for_byte(mine, marker(i), "send_lat: ping");
+			wait_for_byte(s->req_evd, mine, marker(i), "send_lat: ping");
 		wait_data_recv(s, size, "send_lat: ping");
 		if (i + 1 < total)
 			post_recv(s, &s->data, 0, size, DATA_COOKIE);
@@ -882,7 +902,7 @@ static void server_write_lat(struct session *s, uint32_t size, int total)
 	post_ctrl_recv(s);
 	send_kind(s, MSG_READY);
 	for (int i = 0; i < total; i++) {
-		wait_for_byte(mine, marker(i), "write_lat");
+		wait_for_byte(s->req_evd, mine, marker(i), "write_lat");
 		s->local.base[size - 1] = marker(i);
 		post_write(s, size);
 		wait_dto(s->req_evd, "write_lat: write completion");
@@ -1044,6 +1064,8 @@ static int run_client(void)
 	       opt.ia_name, opt.host, (unsigned long long)opt.conn_qual, opt.window,
 	       s.read_window, opt.poll ? "polling" : "blocking waits",
 	       opt.spin ? "busy waits spin (no sched_yield)" : "busy waits yield (sched_yield)");
+	if (opt.mem_evd)
+		printf("# waits on memory also dequeue the request EVD (-e)\n");
 	printf("# latency in us: send_lat/write_lat one-way (RTT/2), read_lat a whole read,"
 	       " reg_* a whole round; MB/s = 10^6 B/s; a *_bw row's mean_us: the time per message\n");
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
@@ -1112,7 +1134,9 @@ static void usage(void)
 		"  -p           busy-poll the EVDs (dat_evd_dequeue) instead of dat_evd_wait\n"
 		"  -y MODE      busy waits (-p, and write_lat's wait on memory): yield (default:\n"
 		"               sched_yield between looks) or spin (no yield, as programs that\n"
-		"               spin do; send_lat then also waits on the receive buffer's memory)\n",
+		"               spin do; send_lat then also waits on the receive buffer's memory)\n"
+		"  -e           waits on memory also dequeue the request EVD between looks (as a\n"
+		"               raw libfabric tcp program reads its CQ: ofi-raw's wait_byte)\n",
 		MIN_ITERS);
 	exit(2);
 }
@@ -1202,7 +1226,7 @@ int main(int argc, char **argv)
 
 	parse_tests("all");
 	parse_sizes("8-4M");
-	while ((c = getopt(argc, argv, "P:sh:q:t:S:n:N:B:w:T:A:py:")) != -1) {
+	while ((c = getopt(argc, argv, "P:sh:q:t:S:n:N:B:w:T:A:py:e")) != -1) {
 		switch (c) {
 		case 'P': opt.ia_name = optarg; break;
 		case 's': server = 1; break;
@@ -1217,6 +1241,7 @@ int main(int argc, char **argv)
 		case 'T': opt.timeout_s = positive(optarg); break;
 		case 'A': opt.accept_timeout_s = positive(optarg); break;
 		case 'p': opt.poll = 1; break;
+		case 'e': opt.mem_evd = 1; break;
 		case 'y':
 			if (strcmp(optarg, "spin") && strcmp(optarg, "yield"))
 				usage();

@@ -19,7 +19,11 @@
  * (our backend's progress thread does it for a DAT program).
  *
  *   ofi-raw -s [-a ADDR] [-p PORT]                    server: one client, then exits
- *   ofi-raw -c ADDR [-p PORT] [-n LAT] [-N BW] [-w W] [-r R] [-S BYTES]
+ *   ofi-raw -c ADDR [-p PORT] [-n LAT] [-N BW] [-w W] [-r R] [-S BYTES] [-D]
+ *
+ * -D (on both sides) posts writes with FI_DELIVERY_COMPLETE, as our backend
+ * does (a write completes once placed, as on an RDMA NIC): the target then
+ * acknowledges each write, like with like for run-bench-ofi.sh.
  *
  * The client sends its buffer's address and key, the iteration counts and
  * sizes in the connection request's private data, the server its own in the
@@ -49,6 +53,7 @@
 static struct {
 	const char *prov, *addr, *port;
 	int server, lat_iters, bw_iters, window, read_window, spin, timeout_s;
+	int delivery;                /* -D: writes complete once placed (FI_DELIVERY_COMPLETE) */
 	uint32_t bw_size;
 } opt = {
 	.prov = "tcp", .addr = "127.0.0.1", .port = "18619",
@@ -286,8 +291,18 @@ static void post(struct side *s, int read, size_t len)
 	ssize_t rc;
 
 	do {
-		rc = read ? fi_read(s->ep, local, len, s->desc, 0, s->peer.addr, s->peer.key, s)
-			  : fi_write(s->ep, local, len, s->desc, 0, s->peer.addr, s->peer.key, s);
+		if (!read && opt.delivery) {
+			struct iovec iov = { local, len };
+			struct fi_rma_iov rma = { s->peer.addr, len, s->peer.key };
+			void *desc = s->desc;
+			struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
+						  .rma_iov = &rma, .rma_iov_count = 1, .context = s };
+
+			rc = fi_writemsg(s->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+		} else {
+			rc = read ? fi_read(s->ep, local, len, s->desc, 0, s->peer.addr, s->peer.key, s)
+				  : fi_write(s->ep, local, len, s->desc, 0, s->peer.addr, s->peer.key, s);
+		}
 		if (rc == -FI_EAGAIN)
 			reap(s);
 	} while (rc == -FI_EAGAIN);
@@ -391,6 +406,8 @@ static void run_client(struct side *s)
 	printf("# ofi-raw: provider %s, server %s port %s, window %d (RDMA reads %d), polling, %s\n",
 	       opt.prov, opt.addr, opt.port, opt.window, opt.read_window,
 	       opt.spin ? "busy waits spin (no sched_yield)" : "busy waits yield (sched_yield)");
+	if (opt.delivery)
+		printf("# writes complete once placed (FI_DELIVERY_COMPLETE, -D)\n");
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
 	       "p99_us", "MB/s", "mean_us", "max_us");
 	write_lat(s, 1);
@@ -408,7 +425,8 @@ static void run_client(struct side *s)
 static void usage(void)
 {
 	fprintf(stderr, "usage: ofi-raw -s [-a ADDR] [-p PORT] | -c ADDR [-p PORT] [-P PROV] [-n LAT_ITERS]\n"
-			"       [-N BW_ITERS] [-S BW_BYTES] [-w WINDOW] [-r READ_WINDOW] [-y spin|yield] [-T SECONDS]\n");
+			"       [-N BW_ITERS] [-S BW_BYTES] [-w WINDOW] [-r READ_WINDOW] [-y spin|yield] [-T SECONDS] [-D]\n"
+			"  -D  writes complete once placed at the target (FI_DELIVERY_COMPLETE, as our backend's)\n");
 	exit(2);
 }
 
@@ -417,7 +435,7 @@ int main(int argc, char **argv)
 	struct side s = { 0 };
 	int c;
 
-	while ((c = getopt(argc, argv, "sc:a:p:P:n:N:S:w:r:y:T:")) != -1) {
+	while ((c = getopt(argc, argv, "sc:a:p:P:n:N:S:w:r:y:T:D")) != -1) {
 		switch (c) {
 		case 's': opt.server = 1; break;
 		case 'c': opt.addr = optarg; break;
@@ -431,6 +449,7 @@ int main(int argc, char **argv)
 		case 'r': opt.read_window = atoi(optarg); break;
 		case 'y': opt.spin = !strcmp(optarg, "spin"); break;
 		case 'T': opt.timeout_s = atoi(optarg); break;
+		case 'D': opt.delivery = 1; break;
 		default: usage();
 		}
 	}

@@ -151,15 +151,17 @@ impl OfiCq {
     /// lock held, and a broken connection's flush would notify that EVD (and
     /// take that lock) from inside it. The progress thread breaks such
     /// connections instead, at once.
-    fn reap_for_consumer(&self) {
+    /// Returns whether completions were added.
+    fn reap_for_consumer(&self) -> bool {
         let Some(dev) = self.dev.upgrade() else {
-            return;
+            return false;
         };
         let mut broken = Vec::new();
-        self.reap_locked(&dev, &mut broken);
+        let added = self.reap_locked(&dev, &mut broken);
         if !broken.is_empty() {
             dev.defer_broken(broken);
         }
+        added
     }
 
     fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
@@ -311,7 +313,17 @@ impl CompletionQueue for OfiCq {
     }
 
     fn progress(&self) -> bool {
-        self.reap_for_consumer();
+        // The core calls this for a consumer that polls (dat_evd_dequeue found
+        // nothing): the progress thread keeps off while it does (`wait`).
+        // Once it found something it leaves (maybe to spin on its memory, which
+        // moves nothing): the thread takes over again at its next look.
+        let Some(dev) = self.dev.upgrade() else {
+            return false;
+        };
+        dev.waiter.consumer_polled();
+        if self.reap_for_consumer() {
+            dev.waiter.consumer_left();
+        }
         true
     }
 }

@@ -83,7 +83,7 @@ pub struct OfiDevice {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Where the progress thread sleeps (shared with it, so that it can sleep
     /// without holding the device).
-    waiter: Arc<crate::wait::Waiter>,
+    pub(crate) waiter: Arc<crate::wait::Waiter>,
     /// Connections that broke under a consumer's poll, for the progress
     /// thread to break (`OfiCq::reap_for_consumer`).
     deferred: Mutex<Vec<Arc<OfiQp>>>,
@@ -540,12 +540,34 @@ impl OfiDevice {
 }
 
 /// Reads the EQ and CQs, then sleeps on their descriptors until one is ready.
+/// While a consumer polls, it moves the provider itself: the thread naps
+/// instead, on its eventfd alone, until one full turn every `FULL_TURN` for
+/// what nobody polls (the EQ, other CQs) or until woken (a connection to
+/// break, a new CQ, the stop). Naps to the next turn, not to the end of the
+/// poller's window: a timer every 100 us took the pollers' CPUs (A/B in
+/// docs/libfabric.md, Progress).
 fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
+    const FULL_TURN: std::time::Duration = std::time::Duration::from_millis(1);
+    waiter.precise_naps();
+    let mut napping_since: Option<std::time::Instant> = None;
+    // Woken from a nap: a connection to break, a new CQ or the stop.
+    let mut woken = false;
     loop {
         let Some(dev) = me.upgrade() else { return };
         if dev.stop.load(Ordering::Acquire) {
             return;
         }
+        if !woken && waiter.consumer_polling() {
+            let since = *napping_since.get_or_insert_with(std::time::Instant::now);
+            let left = FULL_TURN.saturating_sub(since.elapsed());
+            if !left.is_zero() {
+                drop(dev);
+                woken = waiter.nap(left);
+                continue;
+            }
+        }
+        napping_since = None;
+        woken = false;
         let cqs = dev.progress_once();
         if dev.polled.load(Ordering::Acquire) {
             continue;

@@ -4,14 +4,33 @@
 //! a completion or a peer's RDMA data is handled as soon as the provider's
 //! descriptor says so, not on the next millisecond tick (docs/libfabric.md,
 //! Progress).
+//!
+//! It also keeps out of a polling consumer's way: a thread that polls its EVD
+//! reads its CQ itself (`OfiCq::progress`), which is what moves the provider,
+//! so while one does the progress thread naps instead of reading the same
+//! provider's queues under the same locks (two threads fighting over them
+//! cost the poller its round trips, docs/libfabric.md, Progress).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use ofi_sys as fi;
+
+/// How long after a consumer's last poll it still counts as polling: its
+/// next look comes well within it (a `sched_yield` apart), while a consumer
+/// that went to spin on its memory or to block hands the provider back at
+/// the thread's next turn (1 ms at most, see `device::progress_loop`).
+const POLLER_WINDOW: Duration = Duration::from_micros(100);
 
 pub(crate) struct Waiter {
     epoll: OwnedFd,
     wake: OwnedFd,
+    /// Where `polled_at` counts from.
+    epoch: Instant,
+    /// When a consumer last polled a CQ of the IA (nanoseconds from `epoch`,
+    /// plus one: 0 is never).
+    polled_at: AtomicU64,
 }
 
 impl Waiter {
@@ -28,7 +47,12 @@ impl Waiter {
                 return Err(std::io::Error::last_os_error());
             }
             let wake = OwnedFd::from_raw_fd(wake);
-            let w = Waiter { epoll, wake };
+            let w = Waiter {
+                epoll,
+                wake,
+                epoch: Instant::now(),
+                polled_at: AtomicU64::new(0),
+            };
             w.watch(w.wake.as_raw_fd())?;
             Ok(w)
         }
@@ -50,6 +74,57 @@ impl Waiter {
             return Err(err);
         }
         Ok(())
+    }
+
+    /// A consumer polled a CQ and moved the provider itself.
+    pub(crate) fn consumer_polled(&self) {
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        self.polled_at.store(now, Ordering::Relaxed);
+    }
+
+    /// The consumer found what it polled for: it no longer counts as polling.
+    pub(crate) fn consumer_left(&self) {
+        self.polled_at.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether a consumer polls (it did within `POLLER_WINDOW`).
+    pub(crate) fn consumer_polling(&self) -> bool {
+        let at = self.polled_at.load(Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        at != 0 && Duration::from_nanos(now.saturating_sub(at)) < POLLER_WINDOW
+    }
+
+    /// Sleeps for `d` on the wake descriptor alone (not the provider's, which
+    /// stay ready until the poller reads them), or until `wake`: returns
+    /// whether `wake` ended it (then there is work for the thread itself).
+    pub(crate) fn nap(&self, d: Duration) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one pollfd of ours and a timespec, no signal mask.
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if n > 0 {
+            self.drain_wake();
+        }
+        n > 0
+    }
+
+    /// Naps end when asked, not up to 50 us late (the default timer slack).
+    pub(crate) fn precise_naps(&self) {
+        // SAFETY: sets the calling thread's timer slack (1 us).
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    }
+
+    fn drain_wake(&self) {
+        let mut v = 0u64;
+        // SAFETY: reading our eventfd's counter resets it.
+        unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
 
     /// Wakes the thread sleeping in `sleep` (to stop it).
@@ -79,9 +154,7 @@ impl Waiter {
             .take(n.max(0) as usize)
             .any(|e| e.u64 == wake as u64)
         {
-            let mut v = 0u64;
-            // SAFETY: reading our eventfd's counter resets it.
-            unsafe { libc::read(wake, (&mut v as *mut u64).cast(), 8) };
+            self.drain_wake();
         }
     }
 }
