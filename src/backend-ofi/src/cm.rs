@@ -321,7 +321,7 @@ impl OfiDevice {
                     // Without the peer's farewell the connection broke (see
                     // `farewell`): the peer went, or a provider dropped it.
                     let graceful = qp.ended_gracefully();
-                    if qp.end() {
+                    if qp.end_of(entry.fid) {
                         let qp_num = qp.num();
                         self.emit(if graceful {
                             CmEvent::Disconnected { qp_num }
@@ -403,7 +403,7 @@ impl OfiDevice {
             .map(|(_, data)| data)
         };
         let qp_num = qp.num();
-        if !qp.end() {
+        if !qp.end_of(err.fid) {
             return;
         }
         let event = match (connecting, err.err.unsigned_abs()) {

@@ -549,9 +549,25 @@ impl OfiQp {
     /// everything outstanding is flushed. Returns whether this is the first
     /// end of the connection (to report once).
     pub(crate) fn end(&self) -> bool {
+        self.end_if(|_| true)
+    }
+
+    /// Ends the connection an EQ entry of endpoint `fid` reports, if that is
+    /// still this QP's endpoint: the progress thread reads an entry before it
+    /// handles it, and a `reset` meanwhile (the consumer saw the connection
+    /// end another way) closed that endpoint; ending the reset QP would leave
+    /// it in Error and refuse the next connect.
+    pub(crate) fn end_of(&self, fid: *mut fi::fid) -> bool {
+        self.end_if(|inner| inner.ep.as_ref().map(|ep| ep.ptr() as usize) == Some(fid as usize))
+    }
+
+    fn end_if(&self, current: impl FnOnce(&Inner) -> bool) -> bool {
         let (sends, recvs, first);
         {
             let mut inner = self.inner.lock();
+            if !current(&inner) {
+                return false;
+            }
             inner.state = QpState::Error;
             inner.held.clear();
             sends = inner.sends.flush(self.num);
