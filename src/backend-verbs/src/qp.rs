@@ -887,7 +887,7 @@ impl QueuePair for VerbsQp {
             Phase::Error => QpState::Error,
         }
     }
-    fn post_send(&self, wr: SendWr) -> Result<()> {
+    fn post_send(&self, wr: &SendWr) -> Result<()> {
         if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
             return Ok(());
         }
@@ -931,7 +931,7 @@ impl QueuePair for VerbsQp {
         {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        self.post_wr(&wr, w, flags, total, bind)
+        self.post_wr(wr, w, flags, total, bind)
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if self.srq.is_some() {
