@@ -1454,7 +1454,7 @@ impl QueuePair for OfiQp {
         self.inner.lock().state
     }
 
-    fn post_send(&self, wr: SendWr) -> Result<()> {
+    fn post_send(&self, wr: &SendWr) -> Result<()> {
         if wr.sgl.len() > self.cap.max_send_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
@@ -1468,14 +1468,14 @@ impl QueuePair for OfiQp {
             // A bind, or a request whose key lookup fails, may complete right
             // here: the CQ's queue is taken before the QP's lock, as the reaper
             // does, so nothing the provider completes after it is queued before it.
-            let posted = self.send_cq.deliver(|q| self.post_locked(&wr, q));
+            let posted = self.send_cq.deliver(|q| self.post_locked(wr, q));
             if std::mem::take(&mut self.inner.lock().break_pending) {
                 self.broken();
             }
             return posted;
         }
         let mut out = VecDeque::new();
-        let posted = self.post_locked(&wr, &mut out);
+        let posted = self.post_locked(wr, &mut out);
         self.send_cq.push(out);
         posted
     }

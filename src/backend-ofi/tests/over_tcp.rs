@@ -139,7 +139,7 @@ fn connect_transfer_reject_disconnect() {
 
     // A send lands in the receive posted first.
     mine[..5].copy_from_slice(b"data!");
-    a.post_send(send_wr(
+    a.post_send(&send_wr(
         1,
         SendOp::Send,
         vec![sge(&mut mine, 0, 5, mr_a.lkey())],
@@ -165,13 +165,17 @@ fn connect_transfer_reject_disconnect() {
         remote_addr: base + 200,
         rkey: mr_b.rkey(),
     };
-    a.post_send(send_wr(2, write, vec![sge(&mut mine, 100, 8, mr_a.lkey())]))
-        .unwrap();
+    a.post_send(&send_wr(
+        2,
+        write,
+        vec![sge(&mut mine, 100, 8, mr_a.lkey())],
+    ))
+    .unwrap();
     let read = SendOp::RdmaRead {
         remote_addr: base + 200,
         rkey: mr_b.rkey(),
     };
-    a.post_send(send_wr(3, read, vec![sge(&mut mine, 300, 8, mr_a.lkey())]))
+    a.post_send(&send_wr(3, read, vec![sge(&mut mine, 300, 8, mr_a.lkey())]))
         .unwrap();
     let (w, r) = (completion(&cq_a), completion(&cq_a));
     assert_eq!(
@@ -303,7 +307,7 @@ fn deep_queues_windows_and_a_refused_access() {
     assert_eq!(b.posted_recvs(), N as u32);
     for i in 0..N {
         let sgl = vec![sge(&mut mine, 0, 8, mr_a.lkey())];
-        a.post_send(send_wr(i, SendOp::Send, sgl)).unwrap();
+        a.post_send(&send_wr(i, SendOp::Send, sgl)).unwrap();
     }
     for i in 0..N {
         let wc = completion(&cq_a);
@@ -327,7 +331,7 @@ fn deep_queues_windows_and_a_refused_access() {
         access: access::REMOTE_WRITE,
         new_rkey: rkey,
     };
-    b.post_send(SendWr {
+    b.post_send(&SendWr {
         fence: true,
         ..send_wr(7, bind, Vec::new())
     })
@@ -343,7 +347,7 @@ fn deep_queues_windows_and_a_refused_access() {
         remote_addr: base + 1100,
         rkey,
     };
-    a.post_send(send_wr(8, write, vec![sge(&mut mine, 0, 6, mr_a.lkey())]))
+    a.post_send(&send_wr(8, write, vec![sge(&mut mine, 0, 6, mr_a.lkey())]))
         .unwrap();
     let wc = completion(&cq_a);
     assert_eq!((wc.wr_id, wc.status), (8, WcStatus::Success));
@@ -363,7 +367,7 @@ fn deep_queues_windows_and_a_refused_access() {
         rkey: mr_b.rkey(),
         imm: 0x1234,
     };
-    a.post_send(send_wr(21, write, vec![sge(&mut mine, 0, 5, mr_a.lkey())]))
+    a.post_send(&send_wr(21, write, vec![sge(&mut mine, 0, 5, mr_a.lkey())]))
         .unwrap();
     let wc = completion(&cq_a);
     assert_eq!(
@@ -389,7 +393,7 @@ fn deep_queues_windows_and_a_refused_access() {
         remote_addr: base + 1024 + 254,
         rkey,
     };
-    a.post_send(send_wr(9, write, vec![sge(&mut mine, 0, 6, mr_a.lkey())]))
+    a.post_send(&send_wr(9, write, vec![sge(&mut mine, 0, 6, mr_a.lkey())]))
         .unwrap();
     let wc = completion(&cq_a);
     assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RemoteAccess));
@@ -474,7 +478,7 @@ fn shared_receive_queue() {
         src[i * 8..i * 8 + 2].copy_from_slice(&(i as u16).to_le_bytes());
         let from = if i % 2 == 0 { &a1 } else { &a2 };
         let sgl = vec![sge(&mut src, i * 8, 8, mr_a.lkey())];
-        from.post_send(send_wr(i as u64, SendOp::Send, sgl))
+        from.post_send(&send_wr(i as u64, SendOp::Send, sgl))
             .unwrap();
     }
     let (mut on_b1, mut on_b2) = (0, 0);

@@ -1273,9 +1273,10 @@ impl QueuePair for TcpQp {
     fn state(&self) -> QpState {
         self.shared.run(|eng, _| eng.qp_state(self.qp_num))
     }
-    fn post_send(&self, wr: SendWr) -> Result<()> {
+    fn post_send(&self, wr: &SendWr) -> Result<()> {
+        // The engine keeps the request until it completes.
         self.shared
-            .run(|eng, sh| eng.post_send(sh, self.qp_num, wr))
+            .run(|eng, sh| eng.post_send(sh, self.qp_num, wr.clone()))
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         self.shared

@@ -71,6 +71,9 @@ pub(crate) struct VerbsQp {
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
     binds: Mutex<IntMap<u64, (Arc<VerbsMw>, u32)>>,
+    /// How many entries `binds` holds (set under its lock): a completion of a QP with no
+    /// bind in flight, nearly every one, does not take that lock.
+    binds_out: AtomicU32,
     /// Signaled sends, RDMA writes and reads by wr_id and their length, on siw, whose
     /// completions of them say byte_len 0 (ibverbs defines byte_len for receives, reads and
     /// atomics; DAT reports every request's length): `sent_len` gives it.
@@ -298,6 +301,7 @@ impl VerbsQp {
             sends_out: AtomicU32::new(0),
             recvs_out: AtomicU32::new(0),
             binds: Mutex::new(IntMap::default()),
+            binds_out: AtomicU32::new(0),
             sent_lens: Mutex::new(IntMap::default()),
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
@@ -470,25 +474,13 @@ impl VerbsQp {
             // Retired in posting order by `completed_in_order`, given the completion itself.
         } else {
             let mut sq = self.sq.lock();
-            // A request no longer posted (a device completing one twice, or out of posting
-            // order after it was retired) retires nothing: without this check it would retire
-            // every request still outstanding, each as a success.
-            match sq.posted.iter().position(|&w| w == wr_id) {
-                Some(at) => {
-                    for front in sq.posted.drain(..=at) {
-                        self.sends_out.fetch_sub(1, Ordering::SeqCst);
-                        if front != wr_id && front & INTERNAL_BIT == 0 {
-                            queue.push_wc(WorkCompletion::new(
-                                front,
-                                WcStatus::Success,
-                                WcOpcode::Send,
-                                0,
-                                self.qp_num,
-                            ));
-                        }
-                    }
-                }
-                None => log::warn!("QP {}: completion of {wr_id:#x}, not posted", self.qp_num),
+            // The oldest request, always when every request is signaled: nothing before it
+            // to retire, no search.
+            if sq.posted.front() == Some(&wr_id) {
+                sq.posted.pop_front();
+                self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                self.retire_through(&mut sq, wr_id, queue);
             }
         }
         // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
@@ -499,19 +491,43 @@ impl VerbsQp {
             // A failed request put the QP in error: the connection is gone.
             self.shared.defer_break(self.qp_num);
         }
-        if is_recv {
+        // A bind's entry is made before its post (`post_wr`), so before its completion is
+        // reaped (on RoCE its send-queue record, read under the lock just taken, says so).
+        if is_recv || self.binds_out.load(Ordering::Acquire) == 0 {
             return None;
         }
         let mut binds = self.binds.lock();
-        if binds.is_empty() {
-            return None;
-        }
         let (mw, rkey) = binds.remove(&wr_id)?;
+        self.binds_out.store(binds.len() as u32, Ordering::Release);
         drop(binds);
         if status == WcStatus::Success {
             mw.set_bound(rkey);
         }
         Some(rkey)
+    }
+
+    /// Retires the send-queue requests posted up to `wr_id`, whose completion this is: those
+    /// before it are unsignaled ones, queued to `queue` as successes. A request no longer
+    /// posted (a device completing one twice, or out of posting order after it was retired)
+    /// retires nothing: without this check it would retire every request still outstanding,
+    /// each as a success.
+    fn retire_through(&self, sq: &mut SendQueue, wr_id: u64, queue: &mut impl super::cq::WcSink) {
+        let Some(at) = sq.posted.iter().position(|&w| w == wr_id) else {
+            log::warn!("QP {}: completion of {wr_id:#x}, not posted", self.qp_num);
+            return;
+        };
+        for front in sq.posted.drain(..=at) {
+            self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            if front != wr_id && front & INTERNAL_BIT == 0 {
+                queue.push_wc(WorkCompletion::new(
+                    front,
+                    WcStatus::Success,
+                    WcOpcode::Send,
+                    0,
+                    self.qp_num,
+                ));
+            }
+        }
     }
 
     /// Whether the hardware already put the QP in error (a responder that refused a remote
@@ -720,7 +736,9 @@ impl VerbsQp {
         mut bind: BindPost,
     ) -> Result<()> {
         if let Some(b) = bind.bind.take() {
-            self.binds.lock().insert(wr.wr_id, b);
+            let mut binds = self.binds.lock();
+            binds.insert(wr.wr_id, b);
+            self.binds_out.store(binds.len() as u32, Ordering::Release);
         }
         // Unsignaled only for a request whose success nobody waits for, and never so many
         // in a row that the device could not reclaim its send queue (it frees slots when a
@@ -776,7 +794,9 @@ impl VerbsQp {
                 sq.posted.pop_back();
             }
             sq.signaled.remove(&wr.wr_id);
-            self.binds.lock().remove(&wr.wr_id);
+            let mut binds = self.binds.lock();
+            binds.remove(&wr.wr_id);
+            self.binds_out.store(binds.len() as u32, Ordering::Release);
             if self.shared.recv_needs_sge {
                 self.sent_lens.lock().remove(&wr.wr_id);
             }
@@ -887,7 +907,7 @@ impl QueuePair for VerbsQp {
             Phase::Error => QpState::Error,
         }
     }
-    fn post_send(&self, wr: SendWr) -> Result<()> {
+    fn post_send(&self, wr: &SendWr) -> Result<()> {
         if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
             return Ok(());
         }
@@ -931,7 +951,7 @@ impl QueuePair for VerbsQp {
         {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        self.post_wr(&wr, w, flags, total, bind)
+        self.post_wr(wr, w, flags, total, bind)
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if self.srq.is_some() {

@@ -171,6 +171,7 @@ impl PartialEq for SgeList {
     }
 }
 
+#[derive(Clone)]
 pub enum SendOp {
     Send,
     /// A send that, once its message is placed, invalidates the target's memory window whose
@@ -237,6 +238,7 @@ impl SendOp {
     }
 }
 
+#[derive(Clone)]
 pub struct SendWr {
     pub wr_id: u64,
     pub op: SendOp,
@@ -462,8 +464,10 @@ pub trait QueuePair: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn qp_num(&self) -> u32;
     fn state(&self) -> QpState;
-    /// Valid in Connected (executed) and Error (flushed at once).
-    fn post_send(&self, wr: SendWr) -> Result<()>;
+    /// Valid in Connected (executed) and Error (flushed at once). By reference: the core
+    /// builds the request once, in place, and a backend that hands it to the device copies
+    /// nothing of it (one that keeps it clones what it keeps).
+    fn post_send(&self, wr: &SendWr) -> Result<()>;
     /// Valid in every state; in Error flushed at once.
     fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// Flushes everything outstanding and returns to Init (only from Error or Init).

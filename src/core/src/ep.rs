@@ -1103,11 +1103,12 @@ impl Ep {
     }
 
     /// Posts a send-queue request with its tracking entry on `qp` (the EP's, from
-    /// `request_common`, or None to look it up).
+    /// `request_common`, or None to look it up). The request is the caller's, built in place
+    /// and handed down by reference: this sets its wr_id.
     pub(crate) fn post_tracked(
         &self,
         qp: Option<Arc<dyn QueuePair>>,
-        mut wr: SendWr,
+        wr: &mut SendWr,
         pending: PendingDto,
     ) -> DatResult<()> {
         let qp = qp
@@ -1204,7 +1205,7 @@ impl Ep {
         }
         self.post_tracked(
             Some(qp),
-            wr,
+            &mut wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1246,7 +1247,7 @@ impl Ep {
         }
         self.post_tracked(
             Some(qp),
-            wr,
+            &mut wr,
             PendingDto {
                 ep: self.handle,
                 cookie,
@@ -1352,7 +1353,7 @@ impl Ep {
         }
         self.post_tracked(
             Some(qp),
-            wr,
+            &mut wr,
             PendingDto {
                 ep: self.handle,
                 cookie,

@@ -46,7 +46,7 @@ impl Ep {
         }
         self.post_tracked(
             Some(qp),
-            SendWr {
+            &mut SendWr {
                 wr_id: 0,
                 op: SendOp::RdmaWriteImm {
                     remote_addr: remote.address,
@@ -128,7 +128,7 @@ impl Ep {
         };
         self.post_tracked(
             Some(qp),
-            SendWr {
+            &mut SendWr {
                 wr_id: 0,
                 op: send_op,
                 sgl,

@@ -216,7 +216,7 @@ impl Rmr {
             }
         }
         let report = flags & (completion_flags::SUPPRESS | completion_flags::UNSIGNALLED) == 0;
-        let wr = SendWr {
+        let mut wr = SendWr {
             wr_id: 0,
             op,
             sgl: SgeList::new(),
@@ -248,7 +248,7 @@ impl Rmr {
             (std::mem::replace(&mut st.binding, new_binding), old_posted)
         };
         // No lock of this RMR is held here but `bind_order` (see the module comment).
-        if let Err(e) = ep.post_tracked(None, wr, pending) {
+        if let Err(e) = ep.post_tracked(None, &mut wr, pending) {
             // Nothing was posted, so nothing of this bind was delivered: put the old state back.
             let mine = {
                 let mut st = self.state.lock();

@@ -668,6 +668,47 @@ fn service_points_and_conn_quals() {
     ia.close(close_flags::ABRUPT).expect("close");
 }
 
+/// A post's LMR check refuses a freed LMR right after a check of it that succeeded (the
+/// guard for any cache of LMRs on the post path), another PZ's, and a segment past the end.
+#[test]
+fn lmr_check_sees_a_free_after_a_cached_check() {
+    let (ia, _) = open_ia();
+    let pz = Pz::create(&ia).expect("pz");
+    let other_pz = Pz::create(&ia).expect("other pz");
+    let mut buf = vec![0u8; 64];
+    let region = LmrRegion::Virtual {
+        address: buf.as_mut_ptr() as u64,
+        length: 64,
+    };
+    let lmr = Lmr::create(&ia, region, &pz, mem_priv::ALL, VA_TYPE_VA).expect("lmr");
+    let seg = Sge {
+        addr: buf.as_ptr() as u64,
+        length: 64,
+        lkey: lmr.lmr_context(),
+    };
+    let pz_id = Arc::as_ptr(&pz) as usize;
+    let check = |pz: usize, seg: Sge| Ep::check_local_iov(&ia, pz, &[seg], mem_priv::LOCAL_READ);
+    for _ in 0..2 {
+        assert_eq!(check(pz_id, seg).expect("live lmr").1, 64);
+    }
+    let other = Arc::as_ptr(&other_pz) as usize;
+    assert_eq!(
+        check(other, seg).expect_err("other pz").kind,
+        ErrorType::ProtectionViolation
+    );
+    let past_end = Sge { length: 65, ..seg };
+    assert_eq!(
+        check(pz_id, past_end).expect_err("past the end"),
+        DatError::bad(Param::LocalIov)
+    );
+    lmr.free().expect("free");
+    assert_eq!(
+        check(pz_id, seg).expect_err("freed lmr").kind,
+        ErrorType::PrivilegesViolation
+    );
+    ia.close(close_flags::ABRUPT).expect("close");
+}
+
 #[test]
 fn srq_create_query_and_post() {
     let (ia, _) = open_ia();
