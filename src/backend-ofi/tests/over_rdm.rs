@@ -141,7 +141,7 @@ fn connect_transfer_reject_disconnect(provider: &str) {
 
     // A send lands in the receive posted first.
     mine[..5].copy_from_slice(b"data!");
-    a.post_send(send_wr(
+    a.post_send(&send_wr(
         1,
         SendOp::Send,
         vec![sge(&mut mine, 0, 5, mr_a.lkey())],
@@ -167,13 +167,17 @@ fn connect_transfer_reject_disconnect(provider: &str) {
         remote_addr: base + 200,
         rkey: mr_b.rkey(),
     };
-    a.post_send(send_wr(2, write, vec![sge(&mut mine, 100, 8, mr_a.lkey())]))
-        .unwrap();
+    a.post_send(&send_wr(
+        2,
+        write,
+        vec![sge(&mut mine, 100, 8, mr_a.lkey())],
+    ))
+    .unwrap();
     let read = SendOp::RdmaRead {
         remote_addr: base + 200,
         rkey: mr_b.rkey(),
     };
-    a.post_send(send_wr(3, read, vec![sge(&mut mine, 300, 8, mr_a.lkey())]))
+    a.post_send(&send_wr(3, read, vec![sge(&mut mine, 300, 8, mr_a.lkey())]))
         .unwrap();
     let (w, r) = (completion(&cq_a), completion(&cq_a));
     assert_eq!(
@@ -317,7 +321,7 @@ fn round(
     // Every other round an empty message (shm completes one only without
     // FI_DELIVERY_COMPLETE and without an empty segment).
     let len = if n.is_multiple_of(2) { 0 } else { 5 };
-    a.post_send(send_wr(
+    a.post_send(&send_wr(
         n,
         SendOp::Send,
         vec![sge(&mut mine, 0, len, mr_a.lkey())],
