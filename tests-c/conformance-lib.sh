@@ -209,7 +209,11 @@ dtest_family() {
 		[ -z "$dir" ] || [ -x "$dir$p" ] || continue
 		case $p in
 		dtest) dtest_pair $envf dtest "waiting for client connection" 15828 'FAILED|ERROR' "" ${dir}dtest ;;
-		dtestcm) dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" ${dir}dtestcm ;;
+		dtestcm) if [ -n "${no_dtestcm:-}" ]; then
+				echo "${conf_name:-conformance}: $envf dtestcm not run: $no_dtestcm"
+				continue
+			fi
+			dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" ${dir}dtestcm ;;
 		dtestx)
 			dtestx_pair $envf dtestx ${dir}dtestx
 			dtestx_pair $envf dtestx-p ${dir}dtestx -p
@@ -226,7 +230,11 @@ dtest_family() {
 				bad "$envf dtestx -q printed no Open_Query line (see $out/$envf-dtestx-q.log)"
 			fi
 			;;
-		dtestsrq) dtest_pair $envf dtestsrq "ready on port" - 'FAILED|ERROR|Error|ERR[: ]' "Test Complete" ${dir}dtestsrq ;;
+		dtestsrq) if [ -n "${no_srq:-}" ]; then
+				echo "${conf_name:-conformance}: $envf dtestsrq not run: $no_srq"
+				continue
+			fi
+			dtest_pair $envf dtestsrq "ready on port" - 'FAILED|ERROR|Error|ERR[: ]' "Test Complete" ${dir}dtestsrq ;;
 		esac
 	done
 }

@@ -73,7 +73,8 @@ for api in 2.0 1.2; do
 	expect "$e" "limits: transmit depth "
 done
 e=$(entry "$out" "rs-ofi-none  u2.0")
-expect "$e" "libfabric provider 'nosuchprov' offers no connected endpoint with sends, RDMA and send-after-send order: fi_getinfo: No data available"
+expect "$e" "libfabric provider 'nosuchprov' offers no connected or reliable-datagram endpoint with sends, RDMA and send-after-send order: fi_getinfo: No data available"
 # the entries make install registers: at least tcp on lo
 expect "$("$top/build/bin/datinfo" --ofi-entries "$ofi_lib")" "rs-ofi-tcp	ofi tcp lo"
+expect "$("$top/build/bin/datinfo" --ofi-entries "$ofi_lib")" "rs-ofi-tcp-rxm	ofi tcp;ofi_rxm lo"
 echo "datinfo-check: $passed passed, $failed failed"

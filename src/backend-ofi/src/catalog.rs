@@ -15,9 +15,10 @@ use ofi_sys as fi;
 use crate::{Info, OfiDevice};
 
 /// The libfabric providers the backend supports (proven by `make test-ofi`):
-/// tcp with FI_EP_MSG. An FI_EP_RDM connection layer adds "shm" and
-/// "tcp;ofi_rxm" here.
-pub const SUPPORTED: &[&str] = &["tcp"];
+/// tcp with FI_EP_MSG, and tcp;ofi_rxm with FI_EP_RDM (our connection
+/// layer). shm joins once a request through a stale context can no longer
+/// hang there (docs/libfabric.md, "Where it stands").
+pub const SUPPORTED: &[&str] = &["tcp", "tcp;ofi_rxm"];
 
 /// One dat.conf entry to register: its IA name and its ia_params.
 pub struct Entry {
@@ -203,6 +204,14 @@ mod tests {
                 .any(|e| e.ia_name == "rs-ofi-tcp" && e.ia_params == "ofi tcp lo"),
             "no rs-ofi-tcp entry"
         );
+        assert!(
+            entries
+                .iter()
+                .any(|e| e.ia_name == "rs-ofi-tcp-rxm" && e.ia_params == "ofi tcp;ofi_rxm lo"),
+            "no rs-ofi-tcp-rxm entry"
+        );
+        let rxm = describe("tcp;ofi_rxm", Some("lo")).expect("ofi tcp;ofi_rxm lo opens");
+        assert!(rxm[0].contains("FI_EP_RDM"), "{rxm:?}");
         let lines = describe("tcp", Some("lo")).expect("ofi tcp lo opens");
         assert!(lines[0].contains("libfabric provider tcp") && lines[0].contains("FI_EP_MSG"));
         assert!(describe("nosuchprov", None).is_err());

@@ -60,6 +60,9 @@ struct Slot {
     /// A request's length (libfabric reports lengths for receives only).
     len: u32,
     done: Option<WorkCompletion>,
+    /// The immediate data of an RDMA write whose closing send waits for the
+    /// write to complete (a provider without send-after-write order: shm).
+    closing_imm: Option<u32>,
 }
 
 /// Outstanding requests (or receives) of a QP, oldest first.
@@ -84,6 +87,11 @@ impl Ring {
         if let Some(slot) = self.slots.get_mut(idx).filter(|s| s.done.is_none()) {
             slot.done = Some(wc(slot));
         }
+    }
+
+    fn get_mut(&mut self, token: u32) -> Option<&mut Slot> {
+        let idx = (token.wrapping_sub(self.base) & TOKEN_MASK) as usize;
+        self.slots.get_mut(idx)
     }
 
     /// Moves the completed slots at the front to `out`, in order.
@@ -138,6 +146,10 @@ struct Inner {
     lookup: Option<u32>,
     /// Requests behind a fence (see `post_request`), oldest first.
     held: VecDeque<Request>,
+    /// RDMA writes with immediate data whose closing send the provider
+    /// refused for now (shm: FI_EAGAIN): (token, length, immediate data),
+    /// posted again by the progress thread (`retry_held`).
+    unclosed: VecDeque<(u32, u64, u32)>,
     /// With an SRQ, the fid_cq the endpoint's receives complete on (see
     /// `srq`). Declared after `ep`, which must close first.
     srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
@@ -272,6 +284,7 @@ impl OfiQp {
                 starts: std::collections::HashMap::new(),
                 lookup: None,
                 held: VecDeque::new(),
+                unclosed: VecDeque::new(),
                 srq_cq: None,
                 dest: crate::rdm::FI_ADDR_UNSPEC,
                 dest_name: Vec::new(),
@@ -570,6 +583,7 @@ impl OfiQp {
             }
             inner.state = QpState::Error;
             inner.held.clear();
+            inner.unclosed.clear();
             sends = inner.sends.flush(self.num);
             recvs = inner.recvs.flush(self.num);
             let pending: Vec<_> = inner.pending.drain(..).collect();
@@ -714,7 +728,15 @@ impl OfiQp {
         if token != LOOKUP_TOKEN && token & (RECV_BIT | WRITE_PART) == WRITE_PART {
             inner.sends_given = inner.sends_given.saturating_sub(1);
             if result.is_ok() {
-                // Its send completes the request (or did, failing at post).
+                // Its send completes the request (or did, failing at post),
+                // or goes now if it waited for the write (`issue`).
+                let base = token & !WRITE_PART;
+                if let Some(slot) = inner.sends.get_mut(base) {
+                    if let Some(imm) = slot.closing_imm.take() {
+                        let len = slot.len as u64;
+                        self.close_write_imm(&mut inner, base, len, imm);
+                    }
+                }
                 inner.sends.release(out);
                 self.release_held(&mut inner, out);
                 return false;
@@ -959,6 +981,7 @@ impl OfiQp {
             opcode: wr.op.opcode(),
             len: len as u32,
             done: None,
+            closing_imm: None,
         });
         let request = Request {
             token,
@@ -1129,6 +1152,10 @@ impl OfiQp {
         self.send_cq.deliver(|out| {
             let mut inner = self.inner.lock();
             if inner.state == QpState::Connected {
+                for (token, len, imm) in std::mem::take(&mut inner.unclosed) {
+                    self.close_write_imm(&mut inner, token, len, imm);
+                }
+                inner.sends.release(out);
                 self.release_held(&mut inner, out);
             }
         });
@@ -1259,7 +1286,14 @@ impl OfiQp {
         crate::check(rc, "post", Error::NoResource(Resource::WorkQueue))?;
         inner.sends_given += 1;
         if let Kind::Write { imm: Some(imm), .. } = request.kind {
-            self.close_write_imm(inner, ep, request, imm);
+            if dev.ordered {
+                self.close_write_imm(inner, request.token, request.len, imm);
+            } else if let Some(slot) = inner.sends.get_mut(request.token) {
+                // The provider could deliver the send before the write's data
+                // (shm has no FI_ORDER_SAW): it goes once the write completes
+                // (delivered: FI_DELIVERY_COMPLETE).
+                slot.closing_imm = Some(imm);
+            }
         }
         Ok(None)
     }
@@ -1269,21 +1303,36 @@ impl OfiQp {
     /// data; it consumes the target's receive, after the write's data (send
     /// after write order), and its completion is the request's. Should the
     /// provider refuse it, the request fails (its write is posted already).
-    fn close_write_imm(&self, inner: &mut Inner, ep: *mut fi::fid_ep, request: &Request, imm: u32) {
+    fn close_write_imm(&self, inner: &mut Inner, token: u32, len: u64, imm: u32) {
         let msg = fi::fi_msg {
-            context: self.context(request.token),
+            context: self.context(token),
             addr: inner.dest,
-            data: WRITE_IMM | imm as u64 | (request.len << 34),
+            data: WRITE_IMM | imm as u64 | (len << 34),
             ..Default::default()
         };
-        let flags = (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE | fi::FI_REMOTE_CQ_DATA) as u64;
-        // SAFETY: an enabled endpoint; no buffers.
-        let rc = unsafe { fi::fi_sendmsg(ep, &msg, flags) };
-        if crate::check(rc, "post (immediate data)", Error::Internal).is_ok() {
+        let mut flags = (fi::FI_COMPLETION | fi::FI_REMOTE_CQ_DATA) as u64;
+        if !self.rdm {
+            // Over reliable datagrams the write was delivered before (or is
+            // ordered before) this empty send, which shm never reports
+            // delivered (see `issue`).
+            flags |= fi::FI_DELIVERY_COMPLETE as u64;
+        }
+        let posted = inner.ep.as_ref().map_or(-(fi::FI_ENOTCONN as isize), |ep| {
+            // SAFETY: an enabled endpoint; no buffers.
+            unsafe { fi::fi_sendmsg(ep.ptr(), &msg, flags) }
+        });
+        let posted = crate::check(posted, "post (immediate data)", Error::Internal);
+        if posted.is_ok() {
             inner.sends_given += 1;
+        } else if self.rdm && posted == Err(Error::NoResource(Resource::WorkQueue)) {
+            // Busy (see `post_request`): posted again soon, in order.
+            inner.unclosed.push_back((token, len, imm));
+            if let Some(dev) = self.dev.upgrade() {
+                dev.retry_later(self.num);
+            }
         } else {
             let num = self.num;
-            inner.sends.mark(request.token, |s| {
+            inner.sends.mark(token, |s| {
                 WorkCompletion::new(s.wr_id, WcStatus::LocalQpOp, s.opcode, 0, num)
             });
         }
@@ -1499,6 +1548,7 @@ impl QueuePair for OfiQp {
             opcode: WcOpcode::Recv,
             len: 0,
             done: None,
+            closing_imm: None,
         });
         if inner.ep.is_none() || !inner.pending.is_empty() || inner.recvs_given >= self.depths.0 {
             inner.pending.push_back((token, wr));
