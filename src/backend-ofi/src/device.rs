@@ -365,6 +365,23 @@ impl OfiDevice {
         !self.virt_addr
     }
 
+    /// A key for a registration peers address: where the device exports a
+    /// key table, one whose slot no live key holds (`KeyTable::reserve`; a
+    /// full table gives a plain counter value, which `publish` refuses).
+    pub(crate) fn new_key(&self) -> u32 {
+        self.keys
+            .as_ref()
+            .and_then(|k| k.reserve(&self.next_key))
+            .unwrap_or_else(|| self.next_key.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Gives back a key from `new_key` that was never published.
+    pub(crate) fn release_key(&self, key: u32) {
+        if let Some(keys) = &self.keys {
+            keys.release(key);
+        }
+    }
+
     /// Whether memory windows can be offered: a bind's key is announced before
     /// the bind registers (`MemoryWindow::next_rkey`), so the backend must
     /// choose keys, which a provider requiring FI_MR_PROV_KEY does not allow.
