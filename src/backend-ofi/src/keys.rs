@@ -5,7 +5,8 @@
 //! device exports a table, registered for remote reads, with one entry per
 //! key slot: (key, start, length). The connection handshake carries the
 //! table's key and address; an initiator reads a context's entry once per
-//! connection (one RDMA read, no CPU on the target) and keeps its start.
+//! connection (one RDMA read, no CPU on the target) and keeps its start; on
+//! shm before every RDMA request (`OfiDevice::fresh_lookups`).
 //! A freed registration's key is never reused (keys come from a counter), so
 //! a cached start never applies to other memory: an access through a freed
 //! key fails at the provider's key check.
