@@ -77,4 +77,5 @@ expect "$e" "libfabric provider 'nosuchprov' offers no connected or reliable-dat
 # the entries make install registers: at least tcp on lo
 expect "$("$top/build/bin/datinfo" --ofi-entries "$ofi_lib")" "rs-ofi-tcp	ofi tcp lo"
 expect "$("$top/build/bin/datinfo" --ofi-entries "$ofi_lib")" "rs-ofi-tcp-rxm	ofi tcp;ofi_rxm lo"
+expect "$("$top/build/bin/datinfo" --ofi-entries "$ofi_lib")" "rs-ofi-shm	ofi shm shm"
 echo "datinfo-check: $passed passed, $failed failed"

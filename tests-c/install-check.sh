@@ -70,6 +70,9 @@ for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do
 	# and tcp with ofi_rxm (FI_EP_RDM, our connection layer) on lo: rs-ofi-tcp-rxm
 	grep -q "^rs-ofi-tcp-rxm u$api $ts default /usr/local/lib/libdaplrs-ofi.so.2 dapl.$api \"ofi tcp;ofi_rxm lo\" \"\"\$" "$root/etc/dat.conf" &&
 		ok || bad "no $ts rs-ofi-tcp-rxm u$api entry (\"ofi tcp;ofi_rxm lo\") in dat.conf"
+	# and shm (FI_EP_RDM, one host): rs-ofi-shm
+	grep -q "^rs-ofi-shm u$api $ts default /usr/local/lib/libdaplrs-ofi.so.2 dapl.$api \"ofi shm shm\" \"\"\$" "$root/etc/dat.conf" &&
+		ok || bad "no $ts rs-ofi-shm u$api entry (\"ofi shm shm\") in dat.conf"
 done; done
 [ "$(grep -c '^ofa-v2-' "$root/etc/dat.conf")" = "$(grep -c '^ofa-v2-' "$work/dat.conf.before")" ] &&
 	ok || bad "OFED's entries were not all kept"

@@ -15,10 +15,11 @@ use ofi_sys as fi;
 use crate::{Info, OfiDevice};
 
 /// The libfabric providers the backend supports (proven by `make test-ofi`):
-/// tcp with FI_EP_MSG, and tcp;ofi_rxm with FI_EP_RDM (our connection
-/// layer). shm joins once a request through a stale context can no longer
-/// hang there (docs/libfabric.md, "Where it stands").
-pub const SUPPORTED: &[&str] = &["tcp", "tcp;ofi_rxm"];
+/// tcp with FI_EP_MSG, and tcp;ofi_rxm and shm with FI_EP_RDM (our
+/// connection layer; on shm a request through a stale context is refused
+/// at the initiator rather than dropped by the provider: docs/libfabric.md,
+/// "Where it stands").
+pub const SUPPORTED: &[&str] = &["tcp", "tcp;ofi_rxm", "shm"];
 
 /// One dat.conf entry to register: its IA name and its ia_params.
 pub struct Entry {
@@ -196,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn tcp_on_loopback_is_installable_and_described() {
+    fn tcp_rxm_and_shm_are_installable_and_described() {
         let entries = installable();
         assert!(
             entries
@@ -209,6 +210,12 @@ mod tests {
                 .iter()
                 .any(|e| e.ia_name == "rs-ofi-tcp-rxm" && e.ia_params == "ofi tcp;ofi_rxm lo"),
             "no rs-ofi-tcp-rxm entry"
+        );
+        assert!(
+            entries
+                .iter()
+                .any(|e| e.ia_name == "rs-ofi-shm" && e.ia_params == "ofi shm shm"),
+            "no rs-ofi-shm entry"
         );
         let rxm = describe("tcp;ofi_rxm", Some("lo")).expect("ofi tcp;ofi_rxm lo opens");
         assert!(rxm[0].contains("FI_EP_RDM"), "{rxm:?}");

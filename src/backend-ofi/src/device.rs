@@ -47,7 +47,8 @@ pub struct OfiDevice {
     address: Ipv4Addr,
     /// The provider's description of the domain (endpoints are opened from it).
     pub(crate) info: Info,
-    /// The exported key table (providers that address by offset: see `keys`).
+    /// The exported key table (providers that address by offset: see `keys`;
+    /// on shm read before each RDMA request: `OfiDevice::fresh_lookups`).
     /// Declared before the domain: fields drop in order, the domain last.
     pub(crate) keys: Option<crate::keys::KeyTable>,
     /// Reliable-datagram endpoints (FI_EP_RDM): our connection layer (`rdm`)
@@ -363,6 +364,36 @@ impl OfiDevice {
     /// FI_MR_VIRT_ADDR) rather than virtual addresses.
     pub fn addresses_by_offset(&self) -> bool {
         !self.virt_addr
+    }
+
+    /// A key for a registration peers address: where the device exports a
+    /// key table, one whose slot no live key holds (`KeyTable::reserve`; a
+    /// full table gives a plain counter value, which `publish` refuses).
+    pub(crate) fn new_key(&self) -> u32 {
+        self.keys
+            .as_ref()
+            .and_then(|k| k.reserve(&self.next_key))
+            .unwrap_or_else(|| self.next_key.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Gives back a key from `new_key` that was never published.
+    pub(crate) fn release_key(&self, key: u32) {
+        if let Some(keys) = &self.keys {
+            keys.release(key);
+        }
+    }
+
+    /// Whether the initiator reads the peer's key table entry before every
+    /// RDMA request rather than once per key and connection: on shm, which
+    /// drops an RMA command whose key fails its check and answers nothing
+    /// (libfabric 1.17, prov/shm/src/smr_progress.c): a request through a
+    /// context the peer unbound, rebound or invalidated since its last use
+    /// would never complete. Read fresh, the entry refuses it at the
+    /// initiator (REMOTE_ACCESS, the connection broken). What is left: a
+    /// peer that withdraws the key between the read and the request's
+    /// arrival (a race DAT leaves undefined) still loses the request.
+    pub(crate) fn fresh_lookups(&self) -> bool {
+        self.keys.is_some() && self.name.split(' ').nth(1) == Some("shm")
     }
 
     /// Whether memory windows can be offered: a bind's key is announced before

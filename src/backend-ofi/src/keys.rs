@@ -5,13 +5,19 @@
 //! device exports a table, registered for remote reads, with one entry per
 //! key slot: (key, start, length). The connection handshake carries the
 //! table's key and address; an initiator reads a context's entry once per
-//! connection (one RDMA read, no CPU on the target) and keeps its start.
+//! connection (one RDMA read, no CPU on the target) and keeps its start; on
+//! shm before every RDMA request (`OfiDevice::fresh_lookups`).
 //! A freed registration's key is never reused (keys come from a counter), so
 //! a cached start never applies to other memory: an access through a freed
 //! key fails at the provider's key check.
+//!
+//! A key's slot is its value modulo SLOTS, so the counter skips values whose
+//! slot a live key holds (`KeyTable::reserve`): were a new key to take a
+//! live one's slot, every later read of the live key would find the other
+//! one and refuse the access (after 65536 registrations in a long run).
 
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use daplrs_backend::{Error, Resource, Result};
 use ofi_sys as fi;
@@ -20,7 +26,7 @@ use crate::device::opened;
 use crate::Fid;
 
 /// Key slots of the table (an entry per slot: at most this many registrations
-/// are findable at once; a key whose slot a newer key took reads as gone).
+/// are findable at once; a key is only given out while its slot is free).
 pub(crate) const SLOTS: usize = 1 << 16;
 
 /// One entry as the peer reads it: the key last registered in the slot, the
@@ -56,6 +62,8 @@ pub(crate) struct KeyTable {
     #[allow(dead_code)]
     mr: Fid<fi::fid_mr>,
     entries: Box<[Entry]>,
+    /// Which key holds each slot (not exported).
+    claims: Claims,
     /// What a peer passes as the RMA key and the address of entry 0.
     pub key: u64,
     pub address: u64,
@@ -97,6 +105,7 @@ impl KeyTable {
         };
         Ok(KeyTable {
             entries,
+            claims: Claims::new(),
             mr,
             key,
             address,
@@ -107,8 +116,26 @@ impl KeyTable {
         &self.entries[key as usize % SLOTS]
     }
 
-    /// A registration made: findable by its key from now on.
-    pub(crate) fn publish(&self, key: u32, start: u64, length: u64, rights: u32, pd: u32) {
+    /// A key for a registration to be published: the next counter value
+    /// whose slot no live key holds (the slot is then the key's until
+    /// `withdraw` or `release`). None: every slot is taken.
+    pub(crate) fn reserve(&self, counter: &AtomicU32) -> Option<u32> {
+        self.claims.reserve(counter)
+    }
+
+    /// Gives back a reserved key that was never published.
+    pub(crate) fn release(&self, key: u32) {
+        self.claims.release(key);
+    }
+
+    /// A registration made: findable by its key from now on. False (nothing
+    /// published) when another live key holds the slot (a key the provider
+    /// chose, or one not from `reserve`).
+    #[must_use]
+    pub(crate) fn publish(&self, key: u32, start: u64, length: u64, rights: u32, pd: u32) -> bool {
+        if !self.claims.claim(key) {
+            return false;
+        }
         let e = self.entry(key);
         // The key last: a peer that reads the slot while it changes sees the
         // old key (gone) or the new one with its start.
@@ -118,14 +145,16 @@ impl KeyTable {
         e.scope
             .store(((pd as u64) << 32) | rights as u64, Ordering::Release);
         e.key.store(key as u64, Ordering::Release);
+        true
     }
 
-    /// A registration freed.
+    /// A registration freed: its key reads as gone, its slot is free again.
     pub(crate) fn withdraw(&self, key: u32) {
         let e = self.entry(key);
         let _ = e
             .key
             .compare_exchange(key as u64, 0, Ordering::AcqRel, Ordering::Relaxed);
+        self.claims.release(key);
     }
 
     /// The RMA address of entry `key`'s slot in a peer's table at `table_address`.
@@ -144,4 +173,113 @@ pub(crate) fn remote_of(raw: &[u8; ENTRY_BYTES], key: u32) -> Option<Remote> {
         rights: word(3) as u32,
         pd: (word(3) >> 32) as u32,
     })
+}
+
+/// The key holding each slot (0: free), reserved before the registration is
+/// made and freed when it is withdrawn.
+struct Claims {
+    owners: Box<[AtomicU32]>,
+}
+
+impl Claims {
+    fn new() -> Claims {
+        Claims {
+            owners: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    fn owner(&self, key: u32) -> &AtomicU32 {
+        &self.owners[key as usize % SLOTS]
+    }
+
+    /// Takes the slot of `key` unless another key holds it.
+    fn claim(&self, key: u32) -> bool {
+        match self
+            .owner(key)
+            .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(holder) => holder == key,
+        }
+    }
+
+    fn release(&self, key: u32) {
+        let _ = self
+            .owner(key)
+            .compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// The next counter value whose slot is free, claimed; 0 and u32::MAX
+    /// (the table's own key) are skipped. One pass over the slots at most.
+    fn reserve(&self, counter: &AtomicU32) -> Option<u32> {
+        for _ in 0..SLOTS + 2 {
+            let key = counter.fetch_add(1, Ordering::Relaxed);
+            if key != 0 && key != u32::MAX && self.claim(key) {
+                return Some(key);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Several threads make and free registrations (more than SLOTS keys
+    /// in all) while some stay live: no key is ever given out twice and no
+    /// live key loses its slot, so a lookup of a live key finds that key.
+    #[test]
+    fn live_keys_keep_their_slots_under_concurrent_churn() {
+        let claims = Arc::new(Claims::new());
+        let counter = Arc::new(AtomicU32::new(1));
+        let live: Vec<u32> = (0..100)
+            .map(|_| claims.reserve(&counter).expect("a free slot"))
+            .collect();
+        let churners: Vec<_> = (0..4)
+            .map(|_| {
+                let (claims, counter) = (claims.clone(), counter.clone());
+                std::thread::spawn(move || {
+                    let mut held = std::collections::VecDeque::new();
+                    for _ in 0..SLOTS / 2 + 1000 {
+                        let key = claims.reserve(&counter).expect("a free slot");
+                        assert_eq!(claims.owner(key).load(Ordering::Acquire), key);
+                        held.push_back(key);
+                        if held.len() > 50 {
+                            claims.release(held.pop_front().expect("held"));
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let mut still: Vec<u32> = live.clone();
+        for c in churners {
+            still.extend(c.join().expect("churner"));
+        }
+        assert!(counter.load(Ordering::Relaxed) as usize > SLOTS);
+        for key in still {
+            assert_eq!(claims.owner(key).load(Ordering::Acquire), key, "key {key}");
+        }
+        for key in live {
+            assert!(!claims.claim(key + SLOTS as u32));
+        }
+    }
+
+    #[test]
+    fn a_full_table_gives_no_key_and_a_release_frees_one() {
+        let claims = Claims::new();
+        let counter = AtomicU32::new(1);
+        let keys: Vec<u32> = (0..SLOTS)
+            .filter_map(|_| claims.reserve(&counter))
+            .collect();
+        assert_eq!(keys.len(), SLOTS);
+        assert_eq!(claims.reserve(&counter), None);
+        claims.release(keys[7]);
+        assert_eq!(
+            claims.reserve(&counter).map(|k| k as usize % SLOTS),
+            Some(keys[7] as usize % SLOTS)
+        );
+    }
 }

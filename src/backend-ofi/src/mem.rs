@@ -35,6 +35,37 @@ impl OfiPd {
     }
 }
 
+impl OfiPd {
+    /// Registers [addr, addr+length) under `key` (or the provider's own) and
+    /// publishes it in the device's key table: its key and registration.
+    fn register_published(
+        &self,
+        dev: &OfiDevice,
+        key: u32,
+        addr: u64,
+        length: u64,
+        rights: u32,
+    ) -> Result<(u32, Fid<fi::fid_mr>)> {
+        let mut fi_access = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE) as u64;
+        fi_access |= remote_access(rights);
+        let mr = register(dev, addr, length, fi_access, key, "fi_mr_regattr")?;
+        // SAFETY: the registration just made.
+        let (prov_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
+        let rkey = u32::try_from(prov_key).map_err(|_| {
+            log::warn!("the provider's memory key {prov_key:#x} does not fit DAT's 32-bit context");
+            Error::NoResource(Resource::Key)
+        })?;
+        if let Some(keys) = &dev.keys {
+            if !keys.publish(rkey, addr, length, rights, self.id) {
+                log::warn!("key {rkey:#x}: its key table slot is taken");
+                return Err(Error::NoResource(Resource::Key));
+            }
+        }
+        dev.tables.lock().descs.insert(rkey, desc as usize);
+        Ok((rkey, mr))
+    }
+}
+
 impl ProtectionDomain for OfiPd {
     fn as_any(&self) -> &dyn Any {
         self
@@ -49,20 +80,13 @@ impl ProtectionDomain for OfiPd {
         if length == 0 || addr.checked_add(length).is_none() {
             return Err(Error::BadAddress);
         }
-        let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
-        let mut fi_access = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE) as u64;
-        fi_access |= remote_access(rights);
-        let mr = register(&dev, addr, length, fi_access, key, "fi_mr_regattr")?;
-        // SAFETY: the registration just made.
-        let (prov_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
-        let rkey = u32::try_from(prov_key).map_err(|_| {
-            log::warn!("the provider's memory key {prov_key:#x} does not fit DAT's 32-bit context");
-            Error::NoResource(Resource::Key)
-        })?;
-        dev.tables.lock().descs.insert(rkey, desc as usize);
-        if let Some(keys) = &dev.keys {
-            keys.publish(rkey, addr, length, rights, self.id);
+        let key = dev.new_key();
+        let registered = self.register_published(&dev, key, addr, length, rights);
+        if !matches!(registered, Ok((rkey, _)) if rkey == key) {
+            // Not published under the reserved key: its slot is free again.
+            dev.release_key(key);
         }
+        let (rkey, mr) = registered?;
         Ok(Arc::new(OfiMr {
             pd: self.id,
             addr,
@@ -84,6 +108,7 @@ impl ProtectionDomain for OfiPd {
             pd: self.id,
             dev: self.dev.clone(),
             bound: Mutex::new(None),
+            reserved: Mutex::new(Vec::new()),
             live: AtomicBool::new(true),
         }))
     }
@@ -197,6 +222,8 @@ pub(crate) struct OfiMw {
     dev: Weak<OfiDevice>,
     /// The current binding's registration and key (None: grants nothing).
     bound: Mutex<Option<(u32, Fid<fi::fid_mr>)>>,
+    /// Keys given out by `next_rkey` whose bind has not run yet.
+    reserved: Mutex<Vec<u32>>,
     live: AtomicBool,
 }
 
@@ -212,6 +239,27 @@ impl OfiMw {
         new_rkey: u32,
     ) -> WcStatus {
         self.unbind();
+        // The key was reserved for this bind: published below, or given back.
+        self.reserved.lock().retain(|k| *k != new_rkey);
+        let status = self.bind_anew(mr, addr, length, rights, new_rkey);
+        if self.rkey() != new_rkey {
+            // Failed, or an unbind.
+            if let Some(dev) = self.dev.upgrade() {
+                dev.release_key(new_rkey);
+            }
+        }
+        status
+    }
+
+    /// `bind` once the old binding ended: registers and publishes the new one.
+    fn bind_anew(
+        &self,
+        mr: Option<&Arc<dyn MemoryRegion>>,
+        addr: u64,
+        length: u64,
+        rights: u32,
+        new_rkey: u32,
+    ) -> WcStatus {
         let Some(mr) = mr else {
             return WcStatus::Success;
         };
@@ -243,7 +291,9 @@ impl OfiMw {
             return WcStatus::MwBind;
         }
         if let Some(keys) = &dev.keys {
-            keys.publish(new_rkey, addr, length, rights, self.pd);
+            if !keys.publish(new_rkey, addr, length, rights, self.pd) {
+                return WcStatus::MwBind;
+            }
         }
         dev.tables.lock().windows.insert(new_rkey, self.me.clone());
         *self.bound.lock() = Some((new_rkey, reg));
@@ -297,10 +347,15 @@ impl MemoryWindow for OfiMw {
     }
     fn next_rkey(&self) -> u32 {
         // A fresh key from the device's counter: keys are never reused, so a
-        // peer's cached start of an old key never applies to new memory.
-        self.dev
-            .upgrade()
-            .map_or(0, |d| d.next_key.fetch_add(1, Ordering::Relaxed))
+        // peer's cached start of an old key never applies to new memory. Its
+        // slot is reserved until the bind publishes it (`bind`) or the
+        // window goes (`dealloc`).
+        let Some(dev) = self.dev.upgrade() else {
+            return 0;
+        };
+        let key = dev.new_key();
+        self.reserved.lock().push(key);
+        key
     }
     fn pd_id(&self) -> u32 {
         self.pd
@@ -311,6 +366,10 @@ impl MemoryWindow for OfiMw {
     fn dealloc(&self) {
         self.live.store(false, Ordering::Release);
         self.unbind();
+        let reserved = std::mem::take(&mut *self.reserved.lock());
+        if let Some(dev) = self.dev.upgrade() {
+            reserved.into_iter().for_each(|k| dev.release_key(k));
+        }
     }
 }
 

@@ -1188,7 +1188,15 @@ impl OfiQp {
     /// its completion's status (None: the provider completes the request).
     fn issue(&self, inner: &mut Inner, request: &Request) -> Result<Option<WcStatus>> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
-        if self.refused(inner, request) {
+        let refused = self.refused(inner, request);
+        let fresh = self.dev.upgrade().is_some_and(|d| d.fresh_lookups());
+        // The next request through this key reads its entry again (after
+        // this one's address is taken from it: `remote_address`).
+        let forget = request.kind.rkey().filter(|_| fresh);
+        if let Some(rkey) = forget.filter(|_| refused || request.len == 0) {
+            inner.starts.remove(&rkey);
+        }
+        if refused {
             return Ok(Some(WcStatus::RemoteAccess));
         }
         if let Kind::Bind {
@@ -1283,6 +1291,9 @@ impl OfiQp {
                 Kind::Bind { .. } => unreachable!("executed above"),
             }
         };
+        if let Some(rkey) = forget {
+            inner.starts.remove(&rkey);
+        }
         crate::check(rc, "post", Error::NoResource(Resource::WorkQueue))?;
         inner.sends_given += 1;
         if let Kind::Write { imm: Some(imm), .. } = request.kind {

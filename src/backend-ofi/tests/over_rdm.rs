@@ -158,3 +158,60 @@ fn two_ias_shm() {
 fn two_ias_tcp_rxm() {
     two_ias("tcp;ofi_rxm");
 }
+
+/// A region stays readable by a peer after 65,536 later registrations
+/// (more than the key table has slots): a new key never takes a live key's
+/// slot. Before, the peer's read of the live key's entry found the other
+/// key and the RDMA read failed REMOTE_ACCESS (on shm, which reads the
+/// entry before every request, even on a connection made earlier).
+#[test]
+fn a_live_key_outlasts_a_full_turn_of_the_key_counter_shm() {
+    let common::Rig {
+        dev,
+        rx,
+        pd,
+        cq_a,
+        cq_b,
+        mut mine,
+        mr_a,
+        mr_b,
+        theirs,
+    } = common::connect_transfer_reject_disconnect("shm");
+    let scratch = [0u8; 64];
+    for _ in 0..(1 << 16) + 100 {
+        let mr = pd
+            .reg_mr(scratch.as_ptr() as u64, 64, access::REMOTE_READ)
+            .unwrap();
+        mr.deregister();
+    }
+    let (e, f) = (qp(&dev, &pd, &cq_a), qp(&dev, &pd, &cq_b));
+    let listener = dev.listen(0).unwrap();
+    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
+    dev.connect(&e, at, b"", None).unwrap();
+    let req = match event(&rx) {
+        CmEvent::ConnectRequest { req, .. } => req,
+        ev => panic!("{ev:?}"),
+    };
+    dev.accept(req, &f, b"").unwrap();
+    for _ in 0..2 {
+        assert!(matches!(event(&rx), CmEvent::Established { .. }));
+    }
+    let read = SendOp::RdmaRead {
+        remote_addr: theirs.as_ptr() as u64 + 100,
+        rkey: mr_b.rkey(),
+    };
+    e.post_send(&send_wr(7, read, vec![sge(&mut mine, 0, 32, mr_a.lkey())]))
+        .unwrap();
+    let wc = completion(&cq_a);
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+    dev.disconnect(&e, false).unwrap();
+    for _ in 0..2 {
+        assert!(matches!(event(&rx), CmEvent::Disconnected { .. }));
+    }
+    e.destroy();
+    f.destroy();
+    mr_a.deregister();
+    mr_b.deregister();
+    dev.close();
+    drop(theirs);
+}
