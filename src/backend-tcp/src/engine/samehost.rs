@@ -345,6 +345,9 @@ impl Engine {
                 c.same_host.peer = Some(Arc::new(table));
                 self.same_host_open_ring(sh, token, qp, &offer);
             }
+            Err(why) if shm::peer_descriptor_gone(offer.pid, offer.fd) => {
+                log::info!(target: LOG, "connection {token} (qp {qp}): the peer is closing it ({why})");
+            }
             Err(why) if sh.samehost.mode == Mode::Require => {
                 log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");
                 self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
@@ -377,6 +380,13 @@ impl Engine {
                     c.same_host.switch_at = Some(c.out.pushed());
                 }
                 self.try_write(token);
+            }
+            Err(why)
+                if offer
+                    .ring_fd
+                    .is_some_and(|fd| shm::peer_descriptor_gone(offer.pid, fd)) =>
+            {
+                log::info!(target: LOG, "connection {token} (qp {qp}): the peer is closing it ({why})");
             }
             Err(why) if sh.samehost.mode == Mode::Require => {
                 log::error!(target: LOG, "connection {token} (qp {qp}): DAPLRS_SAME_HOST=require, but {why}: failing the connection");

@@ -1004,6 +1004,17 @@ fn sub_ranges(ranges: &[(u64, usize)], from: u64, n: u64) -> Vec<(u64, usize)> {
 /// Opens descriptor `fd` of process `pid` (through /proc: the kernel's ptrace check decides)
 /// read-write if it is a memory file whose size is sealed: a peer's key table or ring.
 /// Returns it and its size.
+/// Whether the peer's descriptor `fd` is gone (closed, or its process ended). A peer keeps
+/// a connection's ring, and its key table, open for as long as the connection: when either
+/// has gone by the time its offer is read, the peer is tearing the connection down (a
+/// program that connects many EPs and frees them at once: Debian's dtestcm), and the end
+/// follows on the socket. That is no refusal of the same-host path, even in require mode.
+pub(crate) fn peer_descriptor_gone(pid: u32, fd: u32) -> bool {
+    sys::is_process_and_descriptor(pid, fd)
+        && matches!(std::fs::symlink_metadata(format!("/proc/{pid}/fd/{fd}")),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 pub(crate) fn open_peer_memfd(pid: u32, fd: u32) -> Result<(std::fs::File, u64), Refusal> {
     if !sys::is_process_and_descriptor(pid, fd) {
         return Err(format!("offer names pid {pid} fd {fd}"));
@@ -1142,6 +1153,28 @@ mod tests {
 
     fn offer_of(local: &Local) -> SameHostOffer {
         local.offer(7, None).expect("a table")
+    }
+
+    /// A descriptor the peer closed (a connection it tore down before we read its offer)
+    /// is told from one still open, and from a process that is gone.
+    #[test]
+    fn a_closed_peer_descriptor_is_gone() {
+        use std::os::fd::AsRawFd;
+        let pid = std::process::id();
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        // A high number, so that other tests' new descriptors do not take it once closed.
+        const HIGH: i32 = 987;
+        // SAFETY: dup2 onto a number no other code of this process uses; closed below.
+        assert_eq!(unsafe { libc::dup2(file.as_raw_fd(), HIGH) }, HIGH);
+        assert!(!peer_descriptor_gone(pid, HIGH as u32));
+        // SAFETY: the duplicate made above, closed once.
+        unsafe { libc::close(HIGH) };
+        assert!(peer_descriptor_gone(pid, HIGH as u32));
+        assert!(peer_descriptor_gone(i32::MAX as u32, 0), "no such process");
+        assert!(
+            !peer_descriptor_gone(0, 0),
+            "pid 0 names no process: not this case"
+        );
     }
 
     /// Our own pid reads our own table: the probe, the lookup and the checks of `transfer`.
