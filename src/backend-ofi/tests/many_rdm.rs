@@ -83,7 +83,9 @@ fn two_hundred_connects_at_once_over_tcp_rxm() {
     let mut buf = vec![0u8; 64 * CONNECTIONS];
     let mut theirs = vec![0u8; 64 * CONNECTIONS];
     let rights = access::LOCAL_WRITE;
-    let mr_a = pds[0].reg_mr(buf.as_ptr() as u64, buf.len() as u64, rights).unwrap();
+    let mr_a = pds[0]
+        .reg_mr(buf.as_ptr() as u64, buf.len() as u64, rights)
+        .unwrap();
     let mr_b = pds[1]
         .reg_mr(theirs.as_ptr() as u64, theirs.len() as u64, rights)
         .unwrap();
