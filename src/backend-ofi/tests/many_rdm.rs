@@ -15,11 +15,8 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::mpsc::channel;
-use std::sync::Arc;
 
 use daplrs_backend::{access, CmEvent, Device, RecvWr, SendOp, WcStatus};
-use daplrs_libfabric::OfiDevice;
 
 use common::{completion, event, qp, send_wr, sge};
 
@@ -28,17 +25,7 @@ const CONNECTIONS: usize = 200;
 #[test]
 fn two_hundred_connects_at_once_over_tcp_rxm() {
     std::env::set_var("FI_OFI_RXM_BUFFER_SIZE", "1024");
-    let devs = [
-        OfiDevice::open("tcp;ofi_rxm", Some("127.0.0.1")).unwrap(),
-        OfiDevice::open("tcp;ofi_rxm", Some("127.0.0.1")).unwrap(),
-    ];
-    let (tx, rx) = channel();
-    let tx = std::sync::Mutex::new(tx);
-    let h: daplrs_backend::CmHandler = Arc::new(move |e| {
-        let _ = tx.lock().unwrap().send(e);
-    });
-    devs[0].set_cm_handler(Some(h.clone()));
-    devs[1].set_cm_handler(Some(h));
+    let (devs, rx) = common::two_devices("tcp;ofi_rxm");
     let cqs = [
         devs[0].create_cq(4 * CONNECTIONS as u32).unwrap(),
         devs[1].create_cq(4 * CONNECTIONS as u32).unwrap(),
