@@ -213,7 +213,10 @@ dtest_family() {
 				echo "${conf_name:-conformance}: $envf dtestcm not run: $no_dtestcm"
 				continue
 			fi
-			dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" ${dir}dtestcm ;;
+			# $dtestcm_env: variables for dtestcm alone (NAME=VALUE ...);
+			# $dtestcm_timeout: its pair's timeout where not pair_timeout's
+			pair_timeout=${dtestcm_timeout:-${pair_timeout:-60}} dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" \
+				${dtestcm_env:+env $dtestcm_env} ${dir}dtestcm ;;
 		dtestx)
 			dtestx_pair $envf dtestx ${dir}dtestx
 			dtestx_pair $envf dtestx-p ${dir}dtestx -p

@@ -20,6 +20,10 @@ use crate::Fid;
 
 /// Entries read from the fid_cq at a time.
 const BATCH: usize = 16;
+/// How long a blocked consumer reads a CQ that has no wait object itself
+/// (reliable datagrams: see `drive`) before it sleeps until the progress
+/// thread's next look: about a round trip on a loaded host.
+const DRIVE_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 pub(crate) struct OfiCq {
     id: u64,
@@ -310,6 +314,36 @@ impl CompletionQueue for OfiCq {
 
     fn depth(&self) -> u32 {
         self.depth.load(Ordering::Relaxed)
+    }
+
+    /// A CQ without a wait object (FI_EP_RDM: shm and ofi_rxm move data only
+    /// when called) is read by the progress thread once a millisecond, so a
+    /// consumer blocked on it would wait up to that long. It reads the CQ
+    /// itself instead, yielding between reads, for `DRIVE_SPIN` (the progress
+    /// thread keeps off meanwhile); then it sleeps as before (false).
+    fn drive(&self, deadline: Option<std::time::Instant>) -> bool {
+        if self.wait_fd.is_some() {
+            return false;
+        }
+        let Some(dev) = self.dev.upgrade() else {
+            return false;
+        };
+        let mut until = std::time::Instant::now() + DRIVE_SPIN;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        loop {
+            dev.waiter.consumer_polled();
+            if self.reap_for_consumer() {
+                dev.waiter.consumer_left();
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                dev.waiter.consumer_left();
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn progress(&self) -> bool {

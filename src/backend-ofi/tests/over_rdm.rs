@@ -8,7 +8,7 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use daplrs_backend::{access, CmEvent, CompletionQueue, Device, RecvWr, SendOp, WcStatus};
@@ -129,17 +129,7 @@ fn round(
 /// connect, send, disconnect and free on the same CQs (shm and ofi_rxm keep
 /// state across endpoints of one process: see rdm::Keeper, OfiDevice::closing).
 fn two_ias(p: &str) {
-    let devs = [
-        OfiDevice::open(p, Some("127.0.0.1")).unwrap(),
-        OfiDevice::open(p, Some("127.0.0.1")).unwrap(),
-    ];
-    let (tx, rx) = channel();
-    let tx = std::sync::Mutex::new(tx);
-    let h: daplrs_backend::CmHandler = Arc::new(move |e| {
-        let _ = tx.lock().unwrap().send(e);
-    });
-    devs[0].set_cm_handler(Some(h.clone()));
-    devs[1].set_cm_handler(Some(h));
+    let (devs, rx) = common::two_devices(p);
     let cqs = [
         devs[0].create_cq(64).unwrap(),
         devs[1].create_cq(64).unwrap(),

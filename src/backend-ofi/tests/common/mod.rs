@@ -14,6 +14,22 @@ use daplrs_backend::{
 };
 use daplrs_libfabric::OfiDevice;
 
+/// Two IAs of `provider` on loopback, their connection events on one channel.
+pub fn two_devices(provider: &str) -> ([Arc<OfiDevice>; 2], Receiver<CmEvent>) {
+    let devs = [
+        OfiDevice::open(provider, Some("127.0.0.1")).unwrap(),
+        OfiDevice::open(provider, Some("127.0.0.1")).unwrap(),
+    ];
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    let h: daplrs_backend::CmHandler = Arc::new(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    });
+    devs[0].set_cm_handler(Some(h.clone()));
+    devs[1].set_cm_handler(Some(h));
+    (devs, rx)
+}
+
 pub fn event(rx: &Receiver<CmEvent>) -> CmEvent {
     rx.recv_timeout(Duration::from_secs(10))
         .expect("a connection event")
