@@ -14,7 +14,7 @@ use std::sync::Arc;
 use daplrs_backend::{access, CmEvent, CompletionQueue, Device, RecvWr, SendOp, WcStatus};
 use daplrs_libfabric::OfiDevice;
 
-use common::{completion, event, qp, send_wr, sge};
+use common::{completion, connect_pair, event, qp, send_wr, sge};
 
 /// The first test of over_tcp.rs, over reliable datagrams, then a peer gone
 /// without a close (its QP destroyed): a broken connection, receives flushed.
@@ -32,17 +32,7 @@ fn connect_transfer_reject_disconnect(provider: &str) {
     } = common::connect_transfer_reject_disconnect(provider);
     // A peer gone without a close: broken, what was posted is flushed.
     let (e, f) = (qp(&dev, &pd, &cq_a), qp(&dev, &pd, &cq_b));
-    let listener = dev.listen(0).unwrap();
-    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
-    dev.connect(&e, at, b"", None).unwrap();
-    let req = match event(&rx) {
-        CmEvent::ConnectRequest { req, .. } => req,
-        ev => panic!("{ev:?}"),
-    };
-    dev.accept(req, &f, b"").unwrap();
-    for _ in 0..2 {
-        assert!(matches!(event(&rx), CmEvent::Established { .. }));
-    }
+    connect_pair(&dev, &rx, &e, &f);
     e.post_recv(RecvWr {
         wr_id: 102,
         sgl: vec![sge(&mut mine, 512, 64, mr_a.lkey())].into(),
@@ -175,17 +165,7 @@ fn a_live_key_outlasts_a_full_turn_of_the_key_counter_shm() {
         mr.deregister();
     }
     let (e, f) = (qp(&dev, &pd, &cq_a), qp(&dev, &pd, &cq_b));
-    let listener = dev.listen(0).unwrap();
-    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
-    dev.connect(&e, at, b"", None).unwrap();
-    let req = match event(&rx) {
-        CmEvent::ConnectRequest { req, .. } => req,
-        ev => panic!("{ev:?}"),
-    };
-    dev.accept(req, &f, b"").unwrap();
-    for _ in 0..2 {
-        assert!(matches!(event(&rx), CmEvent::Established { .. }));
-    }
+    connect_pair(&dev, &rx, &e, &f);
     let read = SendOp::RdmaRead {
         remote_addr: theirs.as_ptr() as u64 + 100,
         rkey: mr_b.rkey(),

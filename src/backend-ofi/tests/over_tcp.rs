@@ -6,45 +6,20 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::channel;
 use std::sync::Arc;
 
 use daplrs_backend::{
-    access, CmEvent, CompletionQueue, Device, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr,
-    WcOpcode, WcStatus,
+    access, CmEvent, CompletionQueue, Device, QpCap, QpInit, RecvWr, SendOp, SendWr, WcOpcode,
+    WcStatus,
 };
 use daplrs_libfabric::OfiDevice;
 
-use common::{completion, event, qp_of_depth, send_wr, sge};
+use common::{completion, connect_pair, event, qp_of_depth, send_wr, sge};
 
 #[test]
 fn connect_transfer_reject_disconnect() {
     common::connect_transfer_reject_disconnect("tcp").close();
-}
-
-/// Connects `a` to `b` through a new listener of `dev`; both see Established.
-fn connect_pair(
-    dev: &Arc<OfiDevice>,
-    rx: &Receiver<CmEvent>,
-    a: &Arc<dyn QueuePair>,
-    b: &Arc<dyn QueuePair>,
-) {
-    let listener = dev.listen(0).unwrap();
-    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
-    dev.connect(a, at, b"", None).unwrap();
-    let req = match event(rx) {
-        CmEvent::ConnectRequest { req, .. } => req,
-        e => panic!("{e:?}"),
-    };
-    dev.accept(req, b, b"").unwrap();
-    for _ in 0..2 {
-        match event(rx) {
-            CmEvent::Established { .. } => {}
-            e => panic!("{e:?}"),
-        }
-    }
-    listener.close();
 }
 
 #[test]

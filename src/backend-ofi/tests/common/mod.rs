@@ -295,3 +295,27 @@ pub fn connect_transfer_reject_disconnect(provider: &str) -> Rig {
         mr_b,
     }
 }
+
+/// Connects `a` to `b` through a new listener of `dev`; both see Established.
+pub fn connect_pair(
+    dev: &Arc<OfiDevice>,
+    rx: &Receiver<CmEvent>,
+    a: &Arc<dyn QueuePair>,
+    b: &Arc<dyn QueuePair>,
+) {
+    let listener = dev.listen(0).unwrap();
+    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
+    dev.connect(a, at, b"", None).unwrap();
+    let req = match event(rx) {
+        CmEvent::ConnectRequest { req, .. } => req,
+        e => panic!("{e:?}"),
+    };
+    dev.accept(req, b, b"").unwrap();
+    for _ in 0..2 {
+        match event(rx) {
+            CmEvent::Established { .. } => {}
+            e => panic!("{e:?}"),
+        }
+    }
+    listener.close();
+}
