@@ -36,8 +36,7 @@
 # Env: VERBS_IA=ofa-v2-rxe runs everything named "ours" on OFED's
 #      libdaplofa.so.2 instead (to validate this harness while our verbs
 #      provider is incomplete); VERBS_VM_TIMEOUT (default 2700 s) bounds the
-#      guest; DTESTCM_CONNS (default 100) is dtestcm's connection count,
-#      DTESTCM_SIW_CONNS (default 4) its count on siw0.
+#      guest; DTESTCM_CONNS (default 100) is dtestcm's connection count.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 out="$top/build/tests/verbs"
@@ -213,7 +212,11 @@ if [ "$VERBS_IA" = rs-rxe0 ]; then
 	while read -r _ name _ result; do
 		case "$result" in
 		ok) ok "rust ${name#behaviour_tests::}"; n_ok=$((n_ok + 1)) ;;
-		*) bad "rust ${name#behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1)) ;;
+		*)
+			bad "rust ${name#behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1))
+			# the panic's message, so a CI log says why
+			sed -n "/^thread '$name' .*panicked/{n;s/^/       /;p;q}" "$log"
+			;;
 		esac
 	done < "$log.results"
 	grep '^SKIP ' "$log" | sed 's/^/  note /'
@@ -330,14 +333,7 @@ done
 
 dtest_pair ours-dtest ours_env $OURS $OURS dtest "${DTEST_SIZE[@]}"
 dtest_pair ours-dtest-cno ours_env $OURS $OURS dtest -c "${DTEST_SIZE[@]}"
-# On siw0 a dtestcm server's dat_ep_create fails after its sixth EP: ibv_create_qp is
-# EINVAL (Linux 6.1's siw; not a count: with an EVD per EP 200 open, and how many open
-# depends on the sizes of the CQs mapped before, 69 with small ones): 4 connections there.
 conns=${DTESTCM_CONNS:-100}
-if [ $k = siw ]; then
-	conns=${DTESTCM_SIW_CONNS:-4}
-	echo "  skip $tag""ours-dtestcm with ${DTESTCM_CONNS:-100} connections: siw0 refuses a dtestcm server's seventh QP (ibv_create_qp EINVAL); $conns there"
-fi
 dtest_pair ours-dtestcm ours_env $OURS $OURS dtestcm -c "$conns"
 # The IB extensions (write with immediate data, atomics; -p adds the counters) as OFED's
 # provider passes them on rxe.

@@ -101,6 +101,8 @@ pub(crate) struct Shared {
     cq_resize: bool,
     /// The CQ `probe_cq_resize` made, kept until the device closes (null if none).
     probe_cq: Ptr<ibv_cq>,
+    /// On siw, the CQ `siw_key_guard` made, kept until the device closes (null elsewhere).
+    key_guard: Ptr<ibv_cq>,
     comp_channel: Ptr<ibv_comp_channel>,
     cm_channel: Ptr<rdma_event_channel>,
     wake: OwnedFd,
@@ -288,6 +290,11 @@ impl VerbsDevice {
         let iwarp =
             unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
         let attr = device_attr(&da, &pa, iwarp);
+        let key_guard = if da.vendor_id == SIW_VENDOR_ID {
+            siw_key_guard(ctx)
+        } else {
+            Ptr::null()
+        };
         let (cq_resize, probe_cq) = probe_cq_resize(ctx);
         let (comp_channel, cm_channel, wake) = channels(ctx)?;
         let shared = Arc::new(Shared {
@@ -302,6 +309,7 @@ impl VerbsDevice {
             read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
             cq_resize,
             probe_cq,
+            key_guard,
             recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
             iwarp,
             comp_channel,
@@ -452,9 +460,7 @@ fn adapter_name(
 
 /// Whether the device resizes a CQ: a CQ of one entry is grown to two. soft-iWARP (siw) has
 /// no resize (libibverbs answers EOPNOTSUPP). The CQ is returned, to be kept while the device
-/// is open: destroyed at once, it left a hole at the start of the context's mmap offsets, and
-/// with it siw0 refused the fourth QP on a process's second CQ (ibv_create_qp: EINVAL;
-/// test_handle_types, dtestcm -c 100; a 1-page hole, then 65-page CQs).
+/// is open.
 fn probe_cq_resize(ctx: Ptr<ibv_context>) -> (bool, Ptr<ibv_cq>) {
     // SAFETY: a live context; the caller destroys the CQ when the device closes.
     let cq = unsafe { ibv_create_cq(ctx.0, 1, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
@@ -464,6 +470,31 @@ fn probe_cq_resize(ctx: Ptr<ibv_context>) -> (bool, Ptr<ibv_cq>) {
     // SAFETY: the CQ just created, used by nobody else.
     let ok = unsafe { ibv_resize_cq(cq, 2) } == 0;
     (ok, Ptr(cq))
+}
+
+/// siw hands user space each CQ and queue of a QP as an mmap offset of the context, given out
+/// first-fit by page from 0, and libsiw (rdma-core) takes the byte offset 0x90000
+/// (SIW_INVAL_UOBJ_KEY, page 0x90) for "no mapping": a queue the kernel placed at page 0x90
+/// is destroyed again and its creation fails, and so does every later one while the pages
+/// below stay in use (a dtestcm server's seventh EP; the last tests of a run once a test left
+/// its IA open). This CQ of 32,768 entries (1 MiB + 8 B: 257 pages), made first on a fresh
+/// context, covers page 0x90, so no queue is ever placed there; kept while the device is open.
+fn siw_key_guard(ctx: Ptr<ibv_context>) -> Ptr<ibv_cq> {
+    const ENTRIES: i32 = 32_768;
+    // SAFETY: a live context; the caller destroys the CQ when the device closes.
+    let cq = unsafe {
+        ibv_create_cq(
+            ctx.0,
+            ENTRIES,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if cq.is_null() {
+        log::warn!("verbs: siw key guard CQ: errno {}", sys::errno());
+    }
+    Ptr(cq)
 }
 
 /// The event thread: completion notifications, connection events, async events, deferred work.
@@ -686,10 +717,13 @@ impl Drop for VerbsDevice {
 impl Drop for Shared {
     fn drop(&mut self) {
         // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us); the
-        // probe CQ is ours alone.
+        // probe and guard CQs are ours alone.
         unsafe {
             if !self.probe_cq.0.is_null() {
                 ibv_destroy_cq(self.probe_cq.0);
+            }
+            if !self.key_guard.0.is_null() {
+                ibv_destroy_cq(self.key_guard.0);
             }
             rdma_destroy_event_channel(self.cm_channel.0);
             ibv_destroy_comp_channel(self.comp_channel.0);
