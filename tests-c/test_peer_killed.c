@@ -51,6 +51,9 @@ static DAT_EP_ATTR attr(void)
 
 /* ---- the children (exit status only; they are killed anyway) ----------------------------------- */
 
+/* The sends a streaming child makes: one for each receive round_streaming posts. */
+enum { STREAM_SENDS = 64 };
+
 static void child(int rfd, int streaming)
 {
 	DAT_CONN_QUAL port;
@@ -96,10 +99,14 @@ static void child(int rfd, int streaming)
 	DAT_LMR_TRIPLET t = seg(hc, h, sizeof(*h));
 	if (dat_ep_post_send(s.ep, 1, &t, ck(0), 0) != DAT_SUCCESS)
 		_exit(6);
-	/* streaming: keep 8 sends of 64 KiB in flight, from offsets 0, 64K, ... (mod 32 chunks) */
+	/* streaming: keep 8 sends of 64 KiB in flight, from offsets 0, 64K, ... (mod 32 chunks),
+	 * no more than the parent has receives for (STREAM_SENDS): a send with no receive is
+	 * the consumer's error, and what a transport does with it differs (an RDMA NIC holds
+	 * the sender, iWARP breaks the connection, libfabric's tcp provider stops reading the
+	 * stream there, and with it the news of this process's death). */
 	uint64_t posted = 0, done = 0;
 	for (;;) {
-		while (streaming && posted - done < 8) {
+		while (streaming && posted < STREAM_SENDS && posted - done < 8) {
 			DAT_LMR_TRIPLET d = seg(lc, mem + (posted % 32) * CHUNK, CHUNK);
 			if (dat_ep_post_send(s.ep, 1, &d, ck(++posted), 0) != DAT_SUCCESS)
 				_exit(7);
@@ -297,7 +304,7 @@ static void after_loss(const char *what)
 
 static void round_streaming(pid_t pid, int wfd)
 {
-	enum { NRECV = 64, NREAD = 32 };
+	enum { NRECV = STREAM_SENDS, NREAD = 32 };
 	static int rseen[NRECV], rfl[NRECV], dseen[NREAD], dfl[NREAD];
 	struct hello h;
 	DAT_EP_ATTR a = attr();
