@@ -257,8 +257,13 @@ dtest_pair() {
 	if start_server "$slog" "Waiting for connect request\|listening\|waiting" \
 		$envf $prog -P "$srv_ia" -s "$@"; then
 		run "$name-client" $envf $prog -P "$cli_ia" -h $ADDR "$@"
-		grep -q FAILED "$out/$name-client.log" && bad "$name client reported FAILED (see $out/$name-client.log)"
-		if wait $server_pid && ! grep -q FAILED "$slog"; then ok "$name-server"; else bad "$name server (see $slog)"; fi
+		local failed=0
+		grep -q FAILED "$out/$name-client.log" && failed=1 && bad "$name client reported FAILED (see $out/$name-client.log)"
+		if wait $server_pid && ! grep -q FAILED "$slog"; then ok "$name-server"; else failed=1; bad "$name server (see $slog)"; fi
+		# what the device's kernel driver said (siw's TERMINATEs, rxe's retries)
+		if [ $failed = 1 ]; then
+			dmesg 2>/dev/null | grep -E 'siw|rxe|rdma' | tail -20 > "$out/$name-dmesg.log"
+		fi
 	fi
 }
 # dtest's defaults move 2000 RDMA writes of 4 MiB (over 2 minutes under
