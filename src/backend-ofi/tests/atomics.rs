@@ -7,12 +7,9 @@
 
 mod common;
 
-use std::sync::mpsc::channel;
-use std::sync::Arc;
 use std::time::Duration;
 
 use daplrs_backend::{access, Device, Error, SendOp, WcOpcode, WcStatus};
-use daplrs_libfabric::OfiDevice;
 
 use common::{completion, connect_pair, qp, send_wr, sge};
 
@@ -24,13 +21,8 @@ fn word(buf: &[u8], off: usize) -> u64 {
 /// compare-and-swap that matches (105 for 7) and one that does not (1 for 9):
 /// each request completes once, in order, with the word's previous value.
 fn atomics_in_order(provider: &str) {
-    let dev = OfiDevice::open(provider, Some("127.0.0.1")).expect("the provider on 127.0.0.1");
+    let (dev, rx) = common::one_device(provider);
     assert!(dev.attr().atomics, "{provider} offers 64-bit atomics");
-    let (tx, rx) = channel();
-    let tx = std::sync::Mutex::new(tx);
-    dev.set_cm_handler(Some(Arc::new(move |e| {
-        let _ = tx.lock().unwrap().send(e);
-    })));
     let pd = dev.alloc_pd().unwrap();
     let (cq_a, cq_b) = (dev.create_cq(64).unwrap(), dev.create_cq(64).unwrap());
     let (a, b) = (qp(&dev, &pd, &cq_a), qp(&dev, &pd, &cq_b));
@@ -136,13 +128,8 @@ fn over_shm() {
 /// An entry without atomics says so, and a post is refused at once (nothing
 /// is queued).
 fn refused(provider: &str) {
-    let dev = OfiDevice::open(provider, Some("127.0.0.1")).expect("the provider on 127.0.0.1");
+    let (dev, rx) = common::one_device(provider);
     assert!(!dev.attr().atomics);
-    let (tx, rx) = channel();
-    let tx = std::sync::Mutex::new(tx);
-    dev.set_cm_handler(Some(Arc::new(move |e| {
-        let _ = tx.lock().unwrap().send(e);
-    })));
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
     let (a, b) = (qp(&dev, &pd, &cq), qp(&dev, &pd, &cq));
