@@ -114,9 +114,10 @@ static void test_capabilities(void)
 			cnt = 1;
 	}
 	int iwarp = strstr(ia_attr.adapter_name, "iWARP") != NULL;
-	/* libfabric's providers through our ofi backend have remote CQ data but
-	 * no atomics (tcp and ofi_rxm have none; shm's are not mapped yet) */
-	int ofi_tcp = strncmp(ia_attr.adapter_name, "ofi ", 4) == 0;
+	/* libfabric's providers through our ofi backend have remote CQ data;
+	 * atomics only on shm (tcp has none; tcp;ofi_rxm 1.17 offers them only
+	 * without the send-after-write order its entry is opened with) */
+	int ofi_tcp = strncmp(ia_attr.adapter_name, "ofi ", 4) == 0 && strncmp(ia_attr.adapter_name, "ofi shm", 7) != 0;
 	if (iwarp)
 		CHECK(!fa && !cs && !imm && cnt,
 		      "provider attributes on iWARP: fetch-and-add %d, cmp-and-swap %d, immed %d (want none), counters %d",

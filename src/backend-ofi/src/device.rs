@@ -74,6 +74,8 @@ pub struct OfiDevice {
     /// The provider wants registrations' descriptors with local buffers
     /// (FI_MR_LOCAL); otherwise posts pass none.
     pub(crate) local_descs: bool,
+    /// 64-bit fetch-and-add and compare-and-swap (`atomics_offered`).
+    pub(crate) atomics: bool,
 
     pub(crate) tables: Mutex<Tables>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
@@ -122,14 +124,16 @@ pub(crate) enum Endpoints {
 }
 
 /// The hints of an entry: its provider and domain, the endpoints asked, the
-/// order DAT needs, every MR mode the backend honours.
-fn hints_for(target: &Target, endpoints: Endpoints) -> Info {
+/// order DAT needs, every MR mode the backend honours; with `atomics`, FI_ATOMIC
+/// too (asked only where the provider may have it: a provider without it
+/// offers no entry at all for such hints).
+fn hints_for(target: &Target, endpoints: Endpoints, atomics: bool) -> Info {
     // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs
     // (or NULL, checked); the strings given to it are strdup'ed (fi_freeinfo frees them).
     unsafe {
         let h = fi::fi_allocinfo();
         assert!(!h.is_null(), "fi_allocinfo");
-        (*h).caps = caps();
+        (*h).caps = caps() | if atomics { fi::FI_ATOMIC as u64 } else { 0 };
         (*(*h).ep_attr).type_ = match endpoints {
             Endpoints::Msg => fi::fi_ep_type_FI_EP_MSG,
             Endpoints::Rdm { .. } => fi::fi_ep_type_FI_EP_RDM,
@@ -159,20 +163,33 @@ pub(crate) fn getinfo(
     service: Option<u16>,
     source: bool,
 ) -> Result<Info, String> {
-    getinfo_for(target, Some(node), service, source, Endpoints::Msg)
+    getinfo_for(target, Some(node), service, source, Endpoints::Msg, false)
 }
 
 /// The device's fi_info: connected endpoints where the provider has them,
-/// else reliable datagrams (on `address`, else wherever the provider is).
+/// else reliable datagrams (on `address`, else wherever the provider is),
+/// with atomics where the provider has them. Connected endpoints ask for
+/// none: the connecting and listening sides' fi_info (`getinfo`) would have
+/// to ask the same, and tcp, the provider they serve here, has none.
 fn device_info(target: &Target) -> Result<(Info, Endpoints), String> {
-    let msg = getinfo_for(target, Some(target.address), None, true, Endpoints::Msg);
+    let msg = getinfo_for(
+        target,
+        Some(target.address),
+        None,
+        true,
+        Endpoints::Msg,
+        false,
+    );
     let Err(why) = msg else {
         return msg.map(|i| (i, Endpoints::Msg));
     };
     for ordered in [true, false] {
         let rdm = Endpoints::Rdm { ordered };
         for node in [Some(target.address), None] {
-            let Ok(info) = getinfo_for(target, node, None, node.is_some(), rdm) else {
+            let with_atomics = getinfo_for(target, node, None, node.is_some(), rdm, true);
+            let Ok(info) = with_atomics
+                .or_else(|_| getinfo_for(target, node, None, node.is_some(), rdm, false))
+            else {
                 continue;
             };
             // SAFETY: the fi_info just returned.
@@ -197,8 +214,9 @@ fn getinfo_for(
     service: Option<u16>,
     source: bool,
     endpoints: Endpoints,
+    atomics: bool,
 ) -> Result<Info, String> {
-    let hints = hints_for(target, endpoints);
+    let hints = hints_for(target, endpoints, atomics);
     let node = node.map(|n| CString::new(n.to_string()).unwrap_or_default());
     let service = service.map(|p| CString::new(p.to_string()).unwrap_or_default());
     let mut info = null_mut();
@@ -227,6 +245,33 @@ fn getinfo_for(
         ));
     }
     Ok(Info(info))
+}
+
+/// Whether the domain offers what DAT's two atomics need: FI_ATOMIC in the
+/// entry's capabilities, fetching FI_SUM and comparing FI_CSWAP on FI_UINT64
+/// (`fi_query_atomic`, the domain-wide form of `fi_fetch_atomicvalid` and
+/// `fi_compare_atomicvalid`).
+fn atomics_offered(info: &Info, domain: &Fid<fi::fid_domain>) -> bool {
+    // SAFETY: the fi_info the domain was opened from.
+    if unsafe { (*info.ptr()).caps } & fi::FI_ATOMIC as u64 == 0 {
+        return false;
+    }
+    let offered = |op, flags| {
+        let mut attr = fi::fi_atomic_attr::default();
+        // SAFETY: an open domain; `attr` receives the answer.
+        let rc = unsafe {
+            fi::fi_query_atomic(
+                domain.ptr(),
+                fi::fi_datatype_FI_UINT64,
+                op,
+                &mut attr,
+                flags,
+            )
+        };
+        rc == 0 && attr.count >= 1 && attr.size == 8
+    };
+    offered(fi::fi_op_FI_SUM, fi::FI_FETCH_ATOMIC)
+        && offered(fi::fi_op_FI_CSWAP, fi::FI_COMPARE_ATOMIC)
 }
 
 impl OfiDevice {
@@ -324,6 +369,7 @@ impl OfiDevice {
                     .map_err(|e| format!("key table: {e}"))?,
             )
         };
+        let atomics = atomics_offered(&info, &domain);
         let dev = Arc::new_cyclic(|me| OfiDevice {
             me: me.clone(),
             name: format!(
@@ -337,6 +383,7 @@ impl OfiDevice {
             fabric,
             virt_addr,
             local_descs,
+            atomics,
             keys,
             rdm: endpoints != Endpoints::Msg,
             ordered: endpoints != Endpoints::Rdm { ordered: false },
@@ -563,7 +610,7 @@ impl OfiDevice {
             mtu: 4096,
             ud: false,
             max_rdma_read_sge: clamp(tx.rma_iov_limit.max(1)).min(clamp(tx.iov_limit.max(1))),
-            atomics: false,
+            atomics: self.atomics,
             write_imm: self.remote_data(),
             transport: "libfabric",
         }

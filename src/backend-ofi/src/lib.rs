@@ -6,9 +6,10 @@
 //! (`FI_EP_RDM`: shm, tcp;ofi_rxm; `rdm`), sends, receives, RDMA reads and writes, memory windows (a
 //! registration per bind), immediate data, shared receive queues where the
 //! provider has shared receive contexts (`srq`), and a progress thread that
-//! sleeps on the provider's wait descriptors (`wait`); no atomics or datagrams
-//! (the device says so in its attributes, and the trait's defaults refuse
-//! them). Remote virtual addresses are translated for providers that address
+//! sleeps on the provider's wait descriptors (`wait`); 64-bit fetch-and-add
+//! and compare-and-swap where the provider has them (`OfiDevice::atomics`);
+//! no datagrams (the device says so in its attributes, and the trait's
+//! defaults refuse them). Remote virtual addresses are translated for providers that address
 //! registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -123,6 +123,11 @@ fn remote_access(rights: u32) -> u64 {
     if rights & access::REMOTE_WRITE != 0 {
         fi_access |= fi::FI_REMOTE_WRITE as u64;
     }
+    if rights & access::REMOTE_ATOMIC != 0 {
+        // libfabric has no atomic right of its own: an atomic reads and
+        // writes the target word (the key table keeps the right apart).
+        fi_access |= (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    }
     fi_access
 }
 

@@ -63,6 +63,9 @@ struct Slot {
     /// The immediate data of an RDMA write whose closing send waits for the
     /// write to complete (a provider without send-after-write order: shm).
     closing_imm: Option<u32>,
+    /// An atomic's operands (the value to add, or the swap and compare
+    /// values), which the provider may read until the request completes.
+    operands: Option<Box<[u64; 2]>>,
 }
 
 /// Outstanding requests (or receives) of a QP, oldest first.
@@ -849,6 +852,7 @@ impl OfiQp {
         let (va, rkey, right) = match request.kind {
             Kind::Write { va, rkey, .. } => (va, rkey, daplrs_backend::access::REMOTE_WRITE),
             Kind::Read { va, rkey } => (va, rkey, daplrs_backend::access::REMOTE_READ),
+            Kind::Atomic { va, rkey, .. } => (va, rkey, daplrs_backend::access::REMOTE_ATOMIC),
             _ => return false,
         };
         let Some(found) = inner.starts.get(&rkey) else {
@@ -971,17 +975,22 @@ impl OfiQp {
         out: &mut VecDeque<WorkCompletion>,
     ) -> Result<()> {
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-        let kind = Kind::of(wr, dev.remote_data())?;
+        let kind = Kind::of(wr, dev.remote_data(), dev.atomics)?;
         if !self.send_room(inner) {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
         let len: u64 = wr.sgl.iter().map(|s| s.length as u64).sum();
+        let operands = match kind {
+            Kind::Atomic { op, .. } => Some(Box::new(op.operands())),
+            _ => None,
+        };
         let token = inner.sends.push(Slot {
             wr_id: wr.wr_id,
             opcode: wr.op.opcode(),
             len: len as u32,
             done: None,
             closing_imm: None,
+            operands,
         });
         let request = Request {
             token,
@@ -1288,6 +1297,10 @@ impl OfiQp {
                         _ => fi::fi_writemsg(ep, &msg, placed),
                     }
                 }
+                Kind::Atomic { va, rkey, op } => {
+                    let addr = remote_address(&dev, inner, va, rkey);
+                    self.post_atomic(inner, request, addr, rkey, op, &iov, &mut desc)
+                }
                 Kind::Bind { .. } => unreachable!("executed above"),
             }
         };
@@ -1307,6 +1320,87 @@ impl OfiQp {
             }
         }
         Ok(None)
+    }
+
+    /// Posts an atomic on the peer's word at `addr` (as the provider addresses
+    /// it) of `rkey`: `fi_fetch_atomicmsg` (FI_SUM) or `fi_compare_atomicmsg`
+    /// (FI_CSWAP) on one FI_UINT64, its result into the request's segment
+    /// (`iov`, `desc`: registered memory of the consumer's LMR). The operands
+    /// are the slot's, alive until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    fn post_atomic(
+        &self,
+        inner: &mut Inner,
+        request: &Request,
+        addr: u64,
+        rkey: u32,
+        op: AtomicOp,
+        iov: &[libc::iovec],
+        desc: &mut [*mut libc::c_void],
+    ) -> isize {
+        let Some(ep) = inner.ep.as_ref().map(Fid::ptr) else {
+            return -(fi::FI_ENOTCONN as isize);
+        };
+        let dest = inner.dest;
+        let Some(operands) = inner
+            .sends
+            .get_mut(request.token)
+            .and_then(|s| s.operands.as_mut())
+        else {
+            return -(fi::FI_EINVAL as isize);
+        };
+        let [origin, compare] = &mut **operands;
+        let word = |value: &mut u64| fi::fi_ioc {
+            addr: (value as *mut u64).cast(),
+            count: 1,
+        };
+        let (origin, compare) = (word(origin), word(compare));
+        let mut result = fi::fi_ioc {
+            addr: iov[0].iov_base,
+            count: 1,
+        };
+        let target = fi::fi_rma_ioc {
+            addr,
+            count: 1,
+            key: rkey as u64,
+        };
+        let msg = fi::fi_msg_atomic {
+            msg_iov: &origin,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: dest,
+            rma_iov: &target,
+            rma_iov_count: 1,
+            datatype: fi::fi_datatype_FI_UINT64,
+            op: match op {
+                AtomicOp::FetchAdd { .. } => fi::fi_op_FI_SUM,
+                AtomicOp::CmpSwap { .. } => fi::fi_op_FI_CSWAP,
+            },
+            context: self.context(request.token),
+            data: 0,
+        };
+        let flags = fi::FI_COMPLETION as u64;
+        // SAFETY: an enabled endpoint; the operands live in the request's
+        // slot until it completes, the result buffer is the consumer's
+        // registered segment, the structs live for the call.
+        unsafe {
+            match op {
+                AtomicOp::FetchAdd { .. } => {
+                    fi::fi_fetch_atomicmsg(ep, &msg, &mut result, desc.as_mut_ptr(), 1, flags)
+                }
+                AtomicOp::CmpSwap { .. } => fi::fi_compare_atomicmsg(
+                    ep,
+                    &msg,
+                    &compare,
+                    null_mut(),
+                    1,
+                    &mut result,
+                    desc.as_mut_ptr(),
+                    1,
+                    flags,
+                ),
+            }
+        }
     }
 
     /// The send that follows the write of an RDMA write with immediate data:
@@ -1365,6 +1459,13 @@ enum Kind {
         va: u64,
         rkey: u32,
     },
+    /// A 64-bit atomic on the peer's word at `va`; the word's previous value
+    /// lands in the request's one 8-byte segment.
+    Atomic {
+        va: u64,
+        rkey: u32,
+        op: AtomicOp,
+    },
     /// A memory window bind, executed by the backend (`OfiMw::bind`).
     Bind {
         mw: Arc<dyn MemoryWindow>,
@@ -1376,9 +1477,39 @@ enum Kind {
     },
 }
 
+#[derive(Clone, Copy)]
+enum AtomicOp {
+    FetchAdd { add: u64 },
+    CmpSwap { compare: u64, swap: u64 },
+}
+
+impl AtomicOp {
+    /// The operands as the provider reads them: the origin value (what is
+    /// added, or swapped in), then the compare value.
+    fn operands(self) -> [u64; 2] {
+        match self {
+            AtomicOp::FetchAdd { add } => [add, 0],
+            AtomicOp::CmpSwap { compare, swap } => [swap, compare],
+        }
+    }
+}
+
 impl Kind {
-    /// What `wr` asks (`remote_data`: the provider carries remote CQ data).
-    fn of(wr: &SendWr, remote_data: bool) -> Result<Kind> {
+    /// An atomic, where the device has them (`OfiDevice::atomics`); its one
+    /// segment receives the target word's previous value.
+    fn atomic(wr: &SendWr, atomics: bool, va: u64, rkey: u32, op: AtomicOp) -> Result<Kind> {
+        if !atomics {
+            return Err(Error::Unsupported);
+        }
+        if wr.sgl.len() != 1 || wr.sgl[0].length != 8 {
+            return Err(Error::TooLong);
+        }
+        Ok(Kind::Atomic { va, rkey, op })
+    }
+
+    /// What `wr` asks (`remote_data`: the provider carries remote CQ data;
+    /// `atomics`: it has the two 64-bit atomics).
+    fn of(wr: &SendWr, remote_data: bool, atomics: bool) -> Result<Kind> {
         Ok(match &wr.op {
             SendOp::Send => Kind::Send { data: None },
             SendOp::SendInv { rkey } => {
@@ -1415,6 +1546,32 @@ impl Kind {
                 va: *remote_addr,
                 rkey: *rkey,
             },
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => Kind::atomic(
+                wr,
+                atomics,
+                *remote_addr,
+                *rkey,
+                AtomicOp::FetchAdd { add: *add },
+            )?,
+            SendOp::CmpSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => Kind::atomic(
+                wr,
+                atomics,
+                *remote_addr,
+                *rkey,
+                AtomicOp::CmpSwap {
+                    compare: *compare,
+                    swap: *swap,
+                },
+            )?,
             SendOp::BindMw {
                 mw,
                 mr,
@@ -1430,14 +1587,15 @@ impl Kind {
                 access: *access,
                 new_rkey: *new_rkey,
             },
-            _ => return Err(Error::Unsupported),
         })
     }
 
     /// The remote key of an RDMA request.
     fn rkey(&self) -> Option<u32> {
         match self {
-            Kind::Write { rkey, .. } | Kind::Read { rkey, .. } => Some(*rkey),
+            Kind::Write { rkey, .. } | Kind::Read { rkey, .. } | Kind::Atomic { rkey, .. } => {
+                Some(*rkey)
+            }
             _ => None,
         }
     }
@@ -1523,7 +1681,11 @@ impl QueuePair for OfiQp {
         }
         if matches!(
             wr.op,
-            SendOp::BindMw { .. } | SendOp::RdmaWrite { .. } | SendOp::RdmaRead { .. }
+            SendOp::BindMw { .. }
+                | SendOp::RdmaWrite { .. }
+                | SendOp::RdmaRead { .. }
+                | SendOp::FetchAdd { .. }
+                | SendOp::CmpSwap { .. }
         ) {
             // A bind, or a request whose key lookup fails, may complete right
             // here: the CQ's queue is taken before the QP's lock, as the reaper
@@ -1560,6 +1722,7 @@ impl QueuePair for OfiQp {
             len: 0,
             done: None,
             closing_imm: None,
+            operands: None,
         });
         if inner.ep.is_none() || !inner.pending.is_empty() || inner.recvs_given >= self.depths.0 {
             inner.pending.push_back((token, wr));

@@ -30,6 +30,17 @@ pub fn two_devices(provider: &str) -> ([Arc<OfiDevice>; 2], Receiver<CmEvent>) {
     (devs, rx)
 }
 
+/// One IA of `provider` on loopback, and its connection events.
+pub fn one_device(provider: &str) -> (Arc<OfiDevice>, Receiver<CmEvent>) {
+    let dev = OfiDevice::open(provider, Some("127.0.0.1")).expect("the provider on 127.0.0.1");
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    dev.set_cm_handler(Some(Arc::new(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    })));
+    (dev, rx)
+}
+
 pub fn event(rx: &Receiver<CmEvent>) -> CmEvent {
     rx.recv_timeout(Duration::from_secs(10))
         .expect("a connection event")
@@ -123,12 +134,7 @@ impl Rig {
 /// write and read in order, disconnect on both sides, over `provider` on
 /// 127.0.0.1.
 pub fn connect_transfer_reject_disconnect(provider: &str) -> Rig {
-    let dev = OfiDevice::open(provider, Some("127.0.0.1")).expect("the provider on 127.0.0.1");
-    let (tx, rx) = channel();
-    let tx = std::sync::Mutex::new(tx);
-    dev.set_cm_handler(Some(Arc::new(move |e| {
-        let _ = tx.lock().unwrap().send(e);
-    })));
+    let (dev, rx) = one_device(provider);
     let pd = dev.alloc_pd().unwrap();
     let cq_a = dev.create_cq(64).unwrap();
     let cq_b = dev.create_cq(64).unwrap();
