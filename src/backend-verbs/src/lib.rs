@@ -101,8 +101,6 @@ pub(crate) struct Shared {
     cq_resize: bool,
     /// The CQ `probe_cq_resize` made, kept until the device closes (null if none).
     probe_cq: Ptr<ibv_cq>,
-    /// On siw, the CQ `siw_key_guard` made, kept until the device closes (null elsewhere).
-    key_guard: Ptr<ibv_cq>,
     comp_channel: Ptr<ibv_comp_channel>,
     cm_channel: Ptr<rdma_event_channel>,
     wake: OwnedFd,
@@ -290,11 +288,9 @@ impl VerbsDevice {
         let iwarp =
             unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
         let attr = device_attr(&da, &pa, iwarp);
-        let key_guard = if da.vendor_id == SIW_VENDOR_ID {
-            siw_key_guard(ctx)
-        } else {
-            Ptr::null()
-        };
+        if da.vendor_id == SIW_VENDOR_ID {
+            siw_key_guard(ctx);
+        }
         let (cq_resize, probe_cq) = probe_cq_resize(ctx);
         let (comp_channel, cm_channel, wake) = channels(ctx)?;
         let shared = Arc::new(Shared {
@@ -309,7 +305,6 @@ impl VerbsDevice {
             read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
             cq_resize,
             probe_cq,
-            key_guard,
             recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
             iwarp,
             comp_channel,
@@ -476,12 +471,20 @@ fn probe_cq_resize(ctx: Ptr<ibv_context>) -> (bool, Ptr<ibv_cq>) {
 /// first-fit by page from 0, and libsiw (rdma-core) takes the byte offset 0x90000
 /// (SIW_INVAL_UOBJ_KEY, page 0x90) for "no mapping": a queue the kernel placed at page 0x90
 /// is destroyed again and its creation fails, and so does every later one while the pages
-/// below stay in use (a dtestcm server's seventh EP; the last tests of a run once a test left
-/// its IA open). This CQ of 32,768 entries (1 MiB + 8 B: 257 pages), made first on a fresh
-/// context, covers page 0x90, so no queue is ever placed there; kept while the device is open.
-fn siw_key_guard(ctx: Ptr<ibv_context>) -> Ptr<ibv_cq> {
+/// below stay in use (a dtestcm server's seventh EP; IAs opened and closed by threads in
+/// turn). So the first device opened on a context makes a CQ of 32,768 entries (1 MiB + 8 B:
+/// 257 pages from page 0 of the fresh context) that covers page 0x90, and keeps it as long as
+/// the context: librdmacm's, which lives until the process ends. Made later, or per device,
+/// it could land above a hole that takes page 0x90.
+fn siw_key_guard(ctx: Ptr<ibv_context>) {
+    static GUARDED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
     const ENTRIES: i32 = 32_768;
-    // SAFETY: a live context; the caller destroys the CQ when the device closes.
+    let mut guarded = GUARDED.lock();
+    if guarded.contains(&(ctx.0 as usize)) {
+        return;
+    }
+    // SAFETY: a live context, which librdmacm keeps open until the process ends; the CQ is
+    // never destroyed (it goes with the context).
     let cq = unsafe {
         ibv_create_cq(
             ctx.0,
@@ -493,8 +496,9 @@ fn siw_key_guard(ctx: Ptr<ibv_context>) -> Ptr<ibv_cq> {
     };
     if cq.is_null() {
         log::warn!("verbs: siw key guard CQ: errno {}", sys::errno());
+        return;
     }
-    Ptr(cq)
+    guarded.push(ctx.0 as usize);
 }
 
 /// The event thread: completion notifications, connection events, async events, deferred work.
@@ -717,13 +721,10 @@ impl Drop for VerbsDevice {
 impl Drop for Shared {
     fn drop(&mut self) {
         // SAFETY: every CQ and CM id of the channels is gone (each holds an Arc to us); the
-        // probe and guard CQs are ours alone.
+        // probe CQ is ours alone.
         unsafe {
             if !self.probe_cq.0.is_null() {
                 ibv_destroy_cq(self.probe_cq.0);
-            }
-            if !self.key_guard.0.is_null() {
-                ibv_destroy_cq(self.key_guard.0);
             }
             rdma_destroy_event_channel(self.cm_channel.0);
             ibv_destroy_comp_channel(self.comp_channel.0);
