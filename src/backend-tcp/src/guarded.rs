@@ -330,8 +330,9 @@ mod tests {
                 Some(0x0707_0707_0707_070c)
             );
             assert_eq!(*(m as *mut u64), 1);
-            // The second page goes: a copy across it stops there, into it too.
-            libc::munmap(m.add(page) as *mut libc::c_void, page);
+            // The second page goes (no access: unmapped, another test's thread could map
+            // something there meanwhile): a copy across it stops there, into it too.
+            libc::mprotect(m.add(page) as *mut libc::c_void, page, libc::PROT_NONE);
             assert!(!copy(buf.as_mut_ptr(), m, 2 * page));
             assert!(!readable(m as u64 + 100, page));
             assert!(readable(m as u64 + 100, page - 100));
@@ -343,7 +344,7 @@ mod tests {
             assert!(copy(buf.as_mut_ptr(), m, 16));
             assert!(!copy(m, buf.as_ptr(), 16));
             assert_eq!(atomic(m as *mut u64, 1, None), None);
-            libc::munmap(m as *mut libc::c_void, page);
+            libc::munmap(m as *mut libc::c_void, 2 * page);
         }
     }
 

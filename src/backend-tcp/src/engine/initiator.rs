@@ -256,13 +256,13 @@ impl Engine {
             let Some((h, p)) = c.held.pop_front() else {
                 break;
             };
-            c.held_bytes = c.held_bytes.saturating_sub(held_cost(&p));
+            c.held_bytes = c.held_bytes.saturating_sub(held_cost(p.len()));
             c.recharge();
             match self.target_request(sh, token, qp, &h, &p) {
                 Outcome::Done => {}
                 Outcome::Hold => {
                     if let Some(c) = self.conns.get_mut(&token) {
-                        c.held_bytes += held_cost(&p);
+                        c.held_bytes += held_cost(p.len());
                         c.held.push_front((h, p));
                     }
                     // It may wait for the answers just queued to drain: send them now.

@@ -522,9 +522,9 @@ fn wake_ring_reader(ring: &super::samehost::ring::Ring, fd: std::os::fd::RawFd) 
     }
 }
 
-/// What a held request counts against HOLD_LIMIT.
-fn held_cost(payload: &[u8]) -> usize {
-    HELD_OVERHEAD + payload.len()
+/// What a held request of `payload_len` bytes counts against HOLD_LIMIT and the budget.
+fn held_cost(payload_len: usize) -> usize {
+    HELD_OVERHEAD + payload_len
 }
 
 enum Outcome {

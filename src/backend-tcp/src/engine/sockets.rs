@@ -71,11 +71,15 @@ impl Engine {
                 return false;
             }
             let len = h.payload_len as usize;
-            let kept = len > room
+            // A request may be held (its answers unread, or no receive for it): it costs
+            // what holding it counts, so that payload-less ones cannot pile up past the
+            // budget either (a flood of zero-length WRITEs whose ACKs are never read).
+            let cost = held_cost(len);
+            let kept = cost > room
                 && !matches!(h.kind, Kind::Ack | Kind::ReadResp)
                 && !(streams && h.kind == Kind::Send && len >= wire::DIRECT_READ_MIN)
                 && !(streams_writes && h.kind == Kind::Write && len >= wire::DIRECT_READ_MIN);
-            over_budget = kept.then_some(len);
+            over_budget = kept.then_some(cost);
             !kept
         };
         match c.dec.next_frame_if(&sh.limits, admit) {
@@ -250,7 +254,7 @@ impl Engine {
             Outcome::Done => {}
             Outcome::Hold => {
                 if let Some(c) = self.conns.get_mut(&token) {
-                    c.held_bytes += held_cost(&p);
+                    c.held_bytes += held_cost(p.len());
                     c.held.push_back((h, p));
                 }
             }
