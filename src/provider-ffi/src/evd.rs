@@ -4,7 +4,7 @@ use crate::boundary::{boolean, c, guard, h, input, out, sockaddr_of};
 use crate::calls;
 use daplrs::core::error::{DatError, Param, SubType};
 use daplrs::core::evd::{DtoExt, Evd, Event, EventData, UdConnExt};
-use daplrs::core::handle;
+use daplrs::core::handle::{self, Handle};
 use dat_abi::ib_ext::{
     DAT_IB_EXTENSION_EVENT_DATA, DAT_IB_OP_ERR, DAT_IB_UD_CONNECTION_REQUEST_EVENT,
     DAT_IB_UD_CONNECT_REQUEST, DAT_IB_UD_PASSIVE_REMOTE_AH, DAT_IB_UD_REMOTE_AH, DAT_OP_SUCCESS,
@@ -135,28 +135,12 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
             ext,
         } => {
             write_ud_extension_data(dst, ext);
-            dst.event_data.connect_event_data = DAT_CONNECTION_EVENT_DATA {
-                ep_handle: c(*ep),
-                private_data_size: private_data.len() as DAT_COUNT,
-                // The resolution's record keeps this buffer until dat_ib_ud_cm_free.
-                private_data: if private_data.is_empty() {
-                    std::ptr::null_mut()
-                } else {
-                    private_data.as_ptr() as DAT_PVOID
-                },
-            };
+            // The resolution's record keeps this buffer until dat_ib_ud_cm_free.
+            dst.event_data.connect_event_data = connect_data(*ep, private_data);
         }
         EventData::Connection { ep, private_data } => {
-            dst.event_data.connect_event_data = DAT_CONNECTION_EVENT_DATA {
-                ep_handle: c(*ep),
-                private_data_size: private_data.len() as DAT_COUNT,
-                // The EP keeps this buffer while the consumer may read it.
-                private_data: if private_data.is_empty() {
-                    std::ptr::null_mut()
-                } else {
-                    private_data.as_ptr() as DAT_PVOID
-                },
-            }
+            // The EP keeps this buffer while the consumer may read it.
+            dst.event_data.connect_event_data = connect_data(*ep, private_data);
         }
         EventData::Async { handle, reason } => {
             dst.event_data.asynch_error_event_data = DAT_ASYNCH_ERROR_EVENT_DATA {
@@ -169,6 +153,20 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
                 pointer: *pointer as DAT_PVOID,
             }
         }
+    }
+}
+
+/// A connection event's data: the EP and the private data, read in place (its owner keeps
+/// the buffer while the consumer may read it).
+fn connect_data(ep: Handle, private_data: &[u8]) -> DAT_CONNECTION_EVENT_DATA {
+    DAT_CONNECTION_EVENT_DATA {
+        ep_handle: c(ep),
+        private_data_size: private_data.len() as DAT_COUNT,
+        private_data: if private_data.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            private_data.as_ptr() as DAT_PVOID
+        },
     }
 }
 
