@@ -383,14 +383,14 @@ pub(super) fn connect(
     timeout: Option<Duration>,
 ) -> Result<()> {
     let mut c = qp.conn.lock();
-    if c.phase != Phase::Idle {
+    if qp.phase() != Phase::Idle {
         return Err(Error::BadState);
     }
     let token = s.next_id();
     let id = create_id(s, token)?;
     s.cm.lock().owners.insert(token, Owner::Qp(qp.qp_num));
     c.cm_id = id;
-    c.phase = Phase::Connecting;
+    qp.set_phase(Phase::Connecting);
     c.private_data = private_data.to_vec();
     c.remote = Some(remote);
     c.disconnecting = false;
@@ -414,7 +414,7 @@ pub(super) fn connect(
 /// The connection attempt or connection of `qp` is over: QP to ERR (flushing), id destroyed,
 /// `ev` reported. Called with the QP's `conn` lock held.
 fn fail_locked(s: &Arc<Shared>, qp: &VerbsQp, c: &mut super::qp::Conn, ev: CmEvent) {
-    c.phase = Phase::Error;
+    qp.set_phase(Phase::Error);
     c.deadline = None;
     qp.to_error();
     let id = std::mem::replace(&mut c.cm_id, Ptr::null());
@@ -439,7 +439,7 @@ pub(super) fn accept(
     private_data: &[u8],
 ) -> Result<()> {
     let mut c = qp.conn.lock();
-    if c.phase != Phase::Idle {
+    if qp.phase() != Phase::Idle {
         return Err(Error::BadState);
     }
     let r = {
@@ -451,7 +451,7 @@ pub(super) fn accept(
     // SAFETY: the request's id, now owned by this QP.
     let (local, remote) = unsafe { addresses(r.id.0) };
     c.cm_id = r.id;
-    c.phase = Phase::Connecting;
+    qp.set_phase(Phase::Connecting);
     c.local = Some(local);
     c.remote = Some(remote);
     c.disconnecting = false;
@@ -473,7 +473,7 @@ pub(super) fn accept(
         log::warn!("QP {}: accept failed: {e}", qp.qp_num);
         // SAFETY: the id is still ours.
         unsafe { rdma_reject(r.id.0, std::ptr::null(), 0) };
-        c.phase = Phase::Idle;
+        qp.set_phase(Phase::Idle);
         c.local = None;
         c.remote = None;
         c.cm_id = Ptr::null();
@@ -605,9 +605,9 @@ unsafe fn addresses(id: *mut rdma_cm_id) -> (SocketAddrV4, SocketAddrV4) {
 pub(super) fn disconnect(s: &Arc<Shared>, qp: Arc<VerbsQp>, abrupt: bool) -> Result<()> {
     if qp.ud {
         // No connection: the QP stops (everything posted is flushed) until reset.
-        let mut c = qp.conn.lock();
-        if c.phase == Phase::Connected {
-            c.phase = Phase::Error;
+        let _c = qp.conn.lock();
+        if qp.phase() == Phase::Connected {
+            qp.set_phase(Phase::Error);
             qp.to_error();
             s.defer_event(CmEvent::Disconnected { qp_num: qp.qp_num });
         }
@@ -619,7 +619,7 @@ pub(super) fn disconnect(s: &Arc<Shared>, qp: Arc<VerbsQp>, abrupt: bool) -> Res
         qp.wait_flushed(true);
     }
     let mut c = qp.conn.lock();
-    match c.phase {
+    match qp.phase() {
         Phase::Connected => {
             c.disconnecting = true;
             if abrupt {
@@ -642,16 +642,16 @@ pub(super) fn break_connection(s: &Arc<Shared>, qp_num: u32) {
     let mut c = qp.conn.lock();
     if qp.ud {
         // A datagram QP the device failed (a fatal asynchronous event): it stops.
-        if c.phase == Phase::Connected {
-            c.phase = Phase::Error;
+        if qp.phase() == Phase::Connected {
+            qp.set_phase(Phase::Error);
             qp.to_error();
             s.defer_event(CmEvent::Broken { qp_num });
         }
         return;
     }
-    match c.phase {
+    match qp.phase() {
         Phase::Connected => {
-            c.phase = Phase::Error;
+            qp.set_phase(Phase::Error);
             c.disconnecting = true;
             qp.to_error();
             // The id stays until the peer's answer (DISCONNECTED) arrives.
@@ -716,7 +716,7 @@ pub(super) fn expire(s: &Arc<Shared>) {
         s.cm.lock().deadlines.remove(&qp_num);
         let Some(qp) = s.qp(qp_num) else { continue };
         let mut c = qp.conn.lock();
-        if c.phase == Phase::Connecting {
+        if qp.phase() == Phase::Connecting {
             fail_locked(s, &qp, &mut c, CmEvent::TimedOut { qp_num });
         }
     }
@@ -1125,10 +1125,10 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
             }
             // SAFETY: the QP's live id.
             c.local = Some(unsafe { addresses(id) }.0);
-            established(s, &mut c, qp_num, e.private_data);
+            established(s, &qp, &mut c, e.private_data);
         }
         RDMA_CM_EVENT_ESTABLISHED => {
-            established(s, &mut c, qp_num, e.private_data);
+            established(s, &qp, &mut c, e.private_data);
         }
         // The peer never answered (the CM's retries ran out) or no path leads to it; the
         // consumer's own connect timeout is TIMED_OUT (see `expire`).
@@ -1156,7 +1156,7 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
             fail_locked(s, &qp, &mut c, CmEvent::Broken { qp_num });
         }
         RDMA_CM_EVENT_DISCONNECTED => {
-            let was = c.phase;
+            let was = qp.phase();
             if !c.disconnecting {
                 // The peer asked: answer, or it waits for a timeout.
                 // SAFETY: the QP's live id.
@@ -1186,11 +1186,12 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
     }
 }
 
-fn established(s: &Arc<Shared>, c: &mut super::qp::Conn, qp_num: u32, private_data: Vec<u8>) {
-    if c.phase != Phase::Connecting {
+fn established(s: &Arc<Shared>, qp: &VerbsQp, c: &mut super::qp::Conn, private_data: Vec<u8>) {
+    let qp_num = qp.qp_num;
+    if qp.phase() != Phase::Connecting {
         return;
     }
-    c.phase = Phase::Connected;
+    qp.set_phase(Phase::Connected);
     c.deadline = None;
     s.cm.lock().deadlines.remove(&qp_num);
     s.defer_event(CmEvent::Established {

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Where a QP is in its connection's life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(super) enum Phase {
     Idle,
     Connecting,
@@ -41,7 +42,6 @@ pub(super) enum Phase {
 }
 
 pub(super) struct Conn {
-    pub phase: Phase,
     pub cm_id: Ptr<rdma_cm_id>,
     /// The consumer's private data for the connect request.
     pub private_data: Vec<u8>,
@@ -67,6 +67,11 @@ pub(crate) struct VerbsQp {
     recv_depth: u32,
     max_inline: u32,
     pub(super) conn: Mutex<Conn>,
+    /// The `Phase`, changed only under `conn`'s lock (with the rest of the connection's
+    /// state) and read without it: every post looks at it, and a lock taken and released
+    /// around one read told the post nothing more (the phase may change as soon as it is
+    /// released either way; a request posted as it changes is flushed by the device).
+    phase: AtomicU8,
     sends_out: AtomicU32,
     recvs_out: AtomicU32,
     /// Window binds in flight: wr_id -> (window, rkey it gives, 0 for an invalidation).
@@ -289,8 +294,8 @@ impl VerbsQp {
             cap,
             recv_depth,
             max_inline,
+            phase: AtomicU8::new(if ud { Phase::Connected } else { Phase::Idle } as u8),
             conn: Mutex::new(Conn {
-                phase: if ud { Phase::Connected } else { Phase::Idle },
                 cm_id: Ptr::null(),
                 private_data: Vec::new(),
                 deadline: None,
@@ -567,7 +572,17 @@ impl VerbsQp {
     }
 
     pub(super) fn phase(&self) -> Phase {
-        self.conn.lock().phase
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Idle,
+            1 => Phase::Connecting,
+            2 => Phase::Connected,
+            _ => Phase::Error,
+        }
+    }
+
+    /// Sets the phase; the caller holds `conn`'s lock.
+    pub(super) fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
     }
 }
 
@@ -1001,13 +1016,14 @@ impl QueuePair for VerbsQp {
             self.wait_flushed(false);
             self.to_reset();
             self.to_ud_ready()?;
-            self.conn.lock().phase = Phase::Connected;
+            let _c = self.conn.lock();
+            self.set_phase(Phase::Connected);
             self.broken.store(false, Ordering::SeqCst);
             return Ok(());
         }
         {
-            let c = self.conn.lock();
-            if !matches!(c.phase, Phase::Idle | Phase::Error) {
+            let _c = self.conn.lock();
+            if !matches!(self.phase(), Phase::Idle | Phase::Error) {
                 return Err(Error::BadState);
             }
         }
@@ -1017,7 +1033,7 @@ impl QueuePair for VerbsQp {
         self.to_reset();
         self.to_init()?;
         let mut c = self.conn.lock();
-        c.phase = Phase::Idle;
+        self.set_phase(Phase::Idle);
         c.local = None;
         c.remote = None;
         c.deadline = None;
@@ -1035,7 +1051,9 @@ impl QueuePair for VerbsQp {
         self.conn.lock().remote
     }
     fn destroy(&self) {
-        self.conn.lock().phase = Phase::Error;
+        let c = self.conn.lock();
+        self.set_phase(Phase::Error);
+        drop(c);
         self.to_error();
         self.wait_flushed(false);
         self.shared.release_cm_id(self);

@@ -1041,7 +1041,9 @@ impl Ep {
     }
 
     /// `check_local_iov`, appending the segments to post to `out` (the work request's own list:
-    /// no copy of it on the post path); returns the total length.
+    /// no copy of it on the post path); returns the total length. Inlined into each post: as a
+    /// call of its own, its entry and exit were a sixth of it.
+    #[inline(always)]
     pub(crate) fn check_local_iov_into(
         ia: &Ia,
         pz: usize,

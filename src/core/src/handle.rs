@@ -333,18 +333,28 @@ impl<T> LastLookups<T> {
 }
 
 macro_rules! cached_lookup {
-    ($fn_name:ident, $cache:ident, $variant:ident, $ty:ty, $kind:expr) => {
+    ($fn_name:ident, $slow_name:ident, $cache:ident, $variant:ident, $ty:ty, $kind:expr) => {
         thread_local! {
             static $cache: RefCell<LastLookups<$ty>> = const { RefCell::new(LastLookups::EMPTY) };
         }
 
         /// Typed lookup, first through this thread's last lookups of the kind (see
         /// `LastLookups`); a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with
-        /// `bad`.
+        /// `bad`. Inlined into each entry point that takes such a handle: a hit is the cache's
+        /// look and nothing else (the call of a function that also holds the table's path cost
+        /// about as much again, saving and restoring the registers that path needs).
+        #[inline]
         pub fn $fn_name(handle: Handle, bad: SubType) -> DatResult<Arc<$ty>> {
-            if let Some(o) = $cache.with(|c| c.borrow().get(handle)) {
-                return Ok(o);
+            match $cache.with(|c| c.borrow().get(handle)) {
+                Some(o) => Ok(o),
+                None => $slow_name(handle, bad),
             }
+        }
+
+        /// `$fn_name` through the table, remembering what it finds.
+        #[cold]
+        #[inline(never)]
+        fn $slow_name(handle: Handle, bad: SubType) -> DatResult<Arc<$ty>> {
             // Read before the table: a removal between the two leaves the entry stale.
             let removals = REMOVALS.load(Ordering::Acquire);
             match lookup(handle, $kind, bad)? {
@@ -369,9 +379,10 @@ typed_lookup!(pz, Pz, Pz, HandleKind::Pz);
 typed_lookup!(lmr, Lmr, Lmr, HandleKind::Lmr);
 typed_lookup!(rmr, Rmr, Rmr, HandleKind::Rmr);
 typed_lookup!(cno, Cno, Cno, HandleKind::Cno);
-cached_lookup!(ep_as, LAST_EP, Ep, Ep, HandleKind::Ep);
+cached_lookup!(ep_as, ep_from_table, LAST_EP, Ep, Ep, HandleKind::Ep);
 
 /// EP lookup (see `ep_as`), with the EP subtype.
+#[inline]
 pub fn ep(handle: Handle) -> DatResult<Arc<Ep>> {
     ep_as(handle, SubType::InvalidHandleEp)
 }
@@ -382,7 +393,7 @@ typed_lookup!(srq, Srq, Srq, HandleKind::Srq);
 typed_lookup!(csp, Csp, Sp, HandleKind::Csp);
 
 // EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
-cached_lookup!(evd, LAST_EVD, Evd, Evd, HandleKind::Evd);
+cached_lookup!(evd, evd_from_table, LAST_EVD, Evd, Evd, HandleKind::Evd);
 
 /// An optional EVD argument: NULL means none.
 pub fn evd_opt(handle: Handle, bad: SubType) -> DatResult<Option<Arc<Evd>>> {

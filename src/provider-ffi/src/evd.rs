@@ -4,7 +4,7 @@ use crate::boundary::{boolean, c, guard, h, input, out, sockaddr_of};
 use crate::calls;
 use daplrs::core::error::{DatError, Param, SubType};
 use daplrs::core::evd::{DtoExt, Evd, Event, EventData, UdConnExt};
-use daplrs::core::handle;
+use daplrs::core::handle::{self, Handle};
 use dat_abi::ib_ext::{
     DAT_IB_EXTENSION_EVENT_DATA, DAT_IB_OP_ERR, DAT_IB_UD_CONNECTION_REQUEST_EVENT,
     DAT_IB_UD_CONNECT_REQUEST, DAT_IB_UD_PASSIVE_REMOTE_AH, DAT_IB_UD_REMOTE_AH, DAT_OP_SUCCESS,
@@ -71,7 +71,9 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
     *dst = unsafe { std::mem::zeroed() };
     dst.event_number = ev.number;
     dst.evd_handle = c(ev.evd);
-    dst.event_data = match &ev.data {
+    // Each member written in place (the rest of the union stays zero): no whole-union
+    // temporary built and copied over it.
+    match &ev.data {
         EventData::Dto {
             ep,
             cookie,
@@ -84,28 +86,26 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
             if let Some(ext) = ext {
                 write_ib_extension_data(dst, ext);
             }
-            DAT_EVENT_DATA {
-                dto_completion_event_data: DAT_DTO_COMPLETION_EVENT_DATA {
-                    ep_handle: c(*ep),
-                    user_cookie: DAT_CONTEXT::from_u64(*cookie),
-                    status: *status,
-                    transfered_length: *transferred,
-                    operation: *op,
-                    rmr_context: *rmr_context,
-                },
-            }
+            dst.event_data.dto_completion_event_data = DAT_DTO_COMPLETION_EVENT_DATA {
+                ep_handle: c(*ep),
+                user_cookie: DAT_CONTEXT::from_u64(*cookie),
+                status: *status,
+                transfered_length: *transferred,
+                operation: *op,
+                rmr_context: *rmr_context,
+            };
         }
         EventData::RmrBind {
             rmr,
             cookie,
             status,
-        } => DAT_EVENT_DATA {
-            rmr_completion_event_data: DAT_RMR_BIND_COMPLETION_EVENT_DATA {
+        } => {
+            dst.event_data.rmr_completion_event_data = DAT_RMR_BIND_COMPLETION_EVENT_DATA {
                 rmr_handle: c(*rmr),
                 user_cookie: DAT_CONTEXT::from_u64(*cookie),
                 status: *status,
-            },
-        },
+            }
+        }
         EventData::CrArrival {
             sp,
             local_addr,
@@ -121,15 +121,13 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
                     },
                 );
             }
-            DAT_EVENT_DATA {
-                cr_arrival_event_data: DAT_CR_ARRIVAL_EVENT_DATA {
-                    sp_handle: DAT_SP_HANDLE { psp_handle: c(*sp) },
-                    local_ia_address_ptr: sockaddr_of(*local_addr),
-                    conn_qual: *conn_qual,
-                    cr_handle: c(*cr),
-                    truncate_flag: boolean(false),
-                },
-            }
+            dst.event_data.cr_arrival_event_data = DAT_CR_ARRIVAL_EVENT_DATA {
+                sp_handle: DAT_SP_HANDLE { psp_handle: c(*sp) },
+                local_ia_address_ptr: sockaddr_of(*local_addr),
+                conn_qual: *conn_qual,
+                cr_handle: c(*cr),
+                truncate_flag: boolean(false),
+            };
         }
         EventData::UdConnection {
             ep,
@@ -137,43 +135,39 @@ pub(crate) fn to_c_event(ev: &Event, dst: &mut DAT_EVENT) {
             ext,
         } => {
             write_ud_extension_data(dst, ext);
-            DAT_EVENT_DATA {
-                connect_event_data: DAT_CONNECTION_EVENT_DATA {
-                    ep_handle: c(*ep),
-                    private_data_size: private_data.len() as DAT_COUNT,
-                    // The resolution's record keeps this buffer until dat_ib_ud_cm_free.
-                    private_data: if private_data.is_empty() {
-                        std::ptr::null_mut()
-                    } else {
-                        private_data.as_ptr() as DAT_PVOID
-                    },
-                },
-            }
+            // The resolution's record keeps this buffer until dat_ib_ud_cm_free.
+            dst.event_data.connect_event_data = connect_data(*ep, private_data);
         }
-        EventData::Connection { ep, private_data } => DAT_EVENT_DATA {
-            connect_event_data: DAT_CONNECTION_EVENT_DATA {
-                ep_handle: c(*ep),
-                private_data_size: private_data.len() as DAT_COUNT,
-                // The EP keeps this buffer while the consumer may read it.
-                private_data: if private_data.is_empty() {
-                    std::ptr::null_mut()
-                } else {
-                    private_data.as_ptr() as DAT_PVOID
-                },
-            },
-        },
-        EventData::Async { handle, reason } => DAT_EVENT_DATA {
-            asynch_error_event_data: DAT_ASYNCH_ERROR_EVENT_DATA {
+        EventData::Connection { ep, private_data } => {
+            // The EP keeps this buffer while the consumer may read it.
+            dst.event_data.connect_event_data = connect_data(*ep, private_data);
+        }
+        EventData::Async { handle, reason } => {
+            dst.event_data.asynch_error_event_data = DAT_ASYNCH_ERROR_EVENT_DATA {
                 dat_handle: c(*handle),
                 reason: *reason as DAT_COUNT,
-            },
-        },
-        EventData::Software { pointer } => DAT_EVENT_DATA {
-            software_event_data: DAT_SOFTWARE_EVENT_DATA {
+            }
+        }
+        EventData::Software { pointer } => {
+            dst.event_data.software_event_data = DAT_SOFTWARE_EVENT_DATA {
                 pointer: *pointer as DAT_PVOID,
-            },
+            }
+        }
+    }
+}
+
+/// A connection event's data: the EP and the private data, read in place (its owner keeps
+/// the buffer while the consumer may read it).
+fn connect_data(ep: Handle, private_data: &[u8]) -> DAT_CONNECTION_EVENT_DATA {
+    DAT_CONNECTION_EVENT_DATA {
+        ep_handle: c(ep),
+        private_data_size: private_data.len() as DAT_COUNT,
+        private_data: if private_data.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            private_data.as_ptr() as DAT_PVOID
         },
-    };
+    }
 }
 
 fn evd(handle: DAT_EVD_HANDLE) -> daplrs::core::error::DatResult<std::sync::Arc<Evd>> {
