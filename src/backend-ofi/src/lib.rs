@@ -118,8 +118,12 @@ pub(crate) fn parse_target(provider: &str, place: Option<&str>) -> Result<Target
             Err(_) => match interface_address(p) {
                 Some(a) => (None, a),
                 // Not an interface here: the provider's own domain name (verbs: rxe0);
-                // its address is the interface the device sits on.
-                None => (Some(p.to_string()), Ipv4Addr::UNSPECIFIED),
+                // its address is the interface the device sits on (else the provider's
+                // source address, when it is IPv4: `OfiDevice::open_described`).
+                None => (
+                    Some(p.to_string()),
+                    rdma_device_address(p).unwrap_or(Ipv4Addr::UNSPECIFIED),
+                ),
             },
         },
     };
@@ -137,6 +141,18 @@ fn interface_address(name: &str) -> Option<Ipv4Addr> {
         .into_iter()
         .find(|(n, _)| n.to_bytes() == name.as_bytes())
         .map(|(_, a)| a)
+}
+
+/// The IPv4 address of the interface RDMA device `device` (a verbs domain, "rxe0") sits on:
+/// its port 1's network device, as sysfs names it. verbs;ofi_rxm's source address is no
+/// IPv4 address (the device's GID), and peers reach our handshake at the IA address.
+fn rdma_device_address(device: &str) -> Option<Ipv4Addr> {
+    if device.contains('/') {
+        return None;
+    }
+    let path = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/0");
+    let netdev = std::fs::read_to_string(path).ok()?;
+    interface_address(netdev.trim())
 }
 
 /// A sockaddr_in in libfabric's address fields, as a Rust address.
