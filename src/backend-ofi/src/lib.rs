@@ -134,25 +134,17 @@ pub(crate) fn parse_target(provider: &str, place: Option<&str>) -> Result<Target
     })
 }
 
-/// The IPv4 address of interface `name` (the host's list is `daplrs_backend::netif`'s).
+/// The IPv4 address of interface `name`.
 fn interface_address(name: &str) -> Option<Ipv4Addr> {
-    daplrs_backend::netif::ipv4_interfaces()
-        .ok()?
-        .into_iter()
-        .find(|(n, _)| n.to_bytes() == name.as_bytes())
-        .map(|(_, a)| a)
+    daplrs_backend::netif::interface_ipv4(name).ok().flatten()
 }
 
-/// The IPv4 address of the interface RDMA device `device` (a verbs domain, "rxe0") sits on:
-/// its port 1's network device, as sysfs names it. verbs;ofi_rxm's source address is no
-/// IPv4 address (the device's GID), and peers reach our handshake at the IA address.
+/// The IPv4 address of the interface RDMA device `device` (a verbs domain, "rxe0") sits on
+/// (its port 1's). verbs;ofi_rxm's source address is no IPv4 address (the device's GID),
+/// and peers reach our handshake at the IA address.
 fn rdma_device_address(device: &str) -> Option<Ipv4Addr> {
-    if device.contains('/') {
-        return None;
-    }
-    let path = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/0");
-    let netdev = std::fs::read_to_string(path).ok()?;
-    interface_address(netdev.trim())
+    let (_, netdev) = daplrs_backend::netif::rdma_port_netdev(device, 1)?;
+    interface_address(&netdev)
 }
 
 /// A sockaddr_in in libfabric's address fields, as a Rust address.

@@ -215,28 +215,7 @@ fn ports_sysfs() -> Vec<PortInfo> {
             .collect();
         nums.sort();
         for port in nums {
-            let ndevs = Path::new(SYS_IB)
-                .join(&dev)
-                .join("ports")
-                .join(port.to_string())
-                .join("gid_attrs/ndevs");
-            let mut found: Option<(u32, String)> = None;
-            if let Ok(entries) = std::fs::read_dir(&ndevs) {
-                let mut idx: Vec<u32> = entries
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-                    .collect();
-                idx.sort();
-                for i in idx {
-                    if let Ok(n) = std::fs::read_to_string(ndevs.join(i.to_string())) {
-                        let n = n.trim().to_string();
-                        if !n.is_empty() {
-                            found = Some((i, n));
-                            break;
-                        }
-                    }
-                }
-            }
+            let found = daplrs_backend::netif::rdma_port_netdev(&dev, port);
             let (gid_index, netdev) = found.unwrap_or((0, String::new()));
             let addr = if netdev.is_empty() {
                 None

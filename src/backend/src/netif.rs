@@ -28,7 +28,7 @@ pub fn resolve_address(target: &str) -> Result<Ipv4Addr, String> {
 }
 
 /// The IPv4 address of network interface `name`, if it has one.
-fn interface_ipv4(name: &str) -> io::Result<Option<Ipv4Addr>> {
+pub fn interface_ipv4(name: &str) -> io::Result<Option<Ipv4Addr>> {
     Ok(ipv4_interfaces()?
         .into_iter()
         .find(|(n, _)| n.to_bytes() == name.as_bytes())
@@ -67,4 +67,26 @@ pub fn ipv4_interfaces() -> io::Result<Vec<(CString, Ipv4Addr)>> {
     // SAFETY: `list` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(list) };
     Ok(found)
+}
+
+/// The network interface port `port` of RDMA device `device` ("rxe0") sits on, as sysfs
+/// lists it (the lowest GID index that names one), with that GID index; None for a device
+/// or port with none (InfiniBand) or that is not there.
+pub fn rdma_port_netdev(device: &str, port: u8) -> Option<(u32, String)> {
+    if device.contains('/') {
+        return None;
+    }
+    let ndevs = std::path::Path::new("/sys/class/infiniband")
+        .join(format!("{device}/ports/{port}/gid_attrs/ndevs"));
+    let mut idx: Vec<u32> = std::fs::read_dir(&ndevs)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    idx.sort();
+    idx.into_iter().find_map(|i| {
+        let n = std::fs::read_to_string(ndevs.join(i.to_string())).ok()?;
+        let n = n.trim();
+        (!n.is_empty()).then(|| (i, n.to_string()))
+    })
 }
