@@ -361,7 +361,15 @@ impl OfiQp {
         )?;
         let srq_cq = self.bind_cqs(dev, &ep)?;
         // SAFETY: the endpoint, bound to its EQ and CQs.
-        let rc = unsafe { fi::fi_enable(ep.ptr()) };
+        let enable = || unsafe { fi::fi_enable(ep.ptr()) };
+        let mut rc = enable();
+        if rc == -(fi::FI_EBUSY as i32) {
+            // shm names an endpoint's memory "<pid>:<uid>:<index>" and
+            // refuses a file of that name whose recorded pid is alive, then
+            // removes it. A killed process leaves its files behind, and once
+            // pids wrap the live pid is ours: the second try creates it anew.
+            rc = enable();
+        }
         opened(rc, "fi_enable", Error::NoResource(Resource::Qp))?;
         if let Some(cq) = &srq_cq {
             self.recv_cq.add_feed(self, cq);
