@@ -599,9 +599,10 @@ impl OfiDevice {
             max_pd: 1 << 16,
             max_mw: if self.windows() { 1 << 16 } else { 0 },
             // libfabric bounds the endpoints per shared context
-            // (max_ep_srx_ctx), not how many contexts a domain has.
-            max_srq: if self.shared_rx() { 1 << 16 } else { 0 },
-            max_srq_wr: if self.shared_rx() { MAX_QUEUE_DEPTH } else { 0 },
+            // (max_ep_srx_ctx), not how many contexts a domain has; without
+            // them an SRQ is a pool of ours (`srq`), bounded by memory alone.
+            max_srq: 1 << 16,
+            max_srq_wr: MAX_QUEUE_DEPTH,
             max_msg_size: clamp(ep.max_msg_size),
             max_rdma_size: clamp(ep.max_msg_size),
             // libfabric bounds RDMA reads in flight only by the transmit queue.
@@ -697,9 +698,6 @@ impl Device for OfiDevice {
     }
 
     fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
-        if init.srq.is_some() && !self.shared_rx() {
-            return Err(Error::Unsupported);
-        }
         let qp = OfiQp::new(self, init)?;
         self.tables.lock().qps.insert(qp.num(), Arc::downgrade(&qp));
         Ok(qp)
@@ -711,9 +709,6 @@ impl Device for OfiDevice {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<Arc<dyn SharedReceiveQueue>> {
-        if !self.shared_rx() {
-            return Err(Error::Unsupported);
-        }
         Ok(crate::srq::OfiSrq::open(self, max_wr, max_sge)?)
     }
 

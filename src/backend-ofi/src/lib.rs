@@ -4,8 +4,9 @@
 //! This crate today: connected endpoints (`FI_EP_MSG`: libfabric's tcp and
 //! verbs providers) and reliable datagrams with a connection layer of our own
 //! (`FI_EP_RDM`: shm, tcp;ofi_rxm; `rdm`), sends, receives, RDMA reads and writes, memory windows (a
-//! registration per bind), immediate data, shared receive queues where the
-//! provider has shared receive contexts (`srq`), and a progress thread that
+//! registration per bind), immediate data, shared receive queues (`srq`: the
+//! provider's shared receive context where it has one, else a pool of ours
+//! fed through bounce buffers, `bounce`), and a progress thread that
 //! sleeps on the provider's wait descriptors (`wait`); 64-bit fetch-and-add
 //! and compare-and-swap where the provider has them (`OfiDevice::atomics`);
 //! no datagrams (the device says so in its attributes, and the trait's
@@ -13,6 +14,7 @@
 //! registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod bounce;
 pub mod catalog;
 mod cm;
 mod cq;

@@ -20,6 +20,7 @@ use daplrs_backend::{
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
+use crate::bounce::Landed;
 use crate::cm::PeerTable;
 use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
@@ -37,6 +38,9 @@ const TOKEN_MASK: u32 = (1 << 28) - 1;
 const WRITE_PART: u32 = 1 << 28;
 /// The token of the farewell write (see `farewell`).
 const FAREWELL_TOKEN: u32 = 1 << 29;
+/// A receive into a bounce buffer (an SRQ of ours: `bounce`), its slot in
+/// the low bits.
+const BOUNCE: u32 = RECV_BIT | (1 << 29);
 /// The remote CQ data of a send with invalidate: this bit and the rkey the
 /// receiver is to invalidate (libfabric has no invalidation of its own).
 pub(crate) const INVALIDATE: u64 = 1 << 32;
@@ -156,6 +160,8 @@ struct Inner {
     /// With an SRQ, the fid_cq the endpoint's receives complete on (see
     /// `srq`). Declared after `ep`, which must close first.
     srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
+    /// With an SRQ of ours, the endpoint's bounce buffers (closed with it).
+    bounces: crate::bounce::Bounces,
     /// The peer endpoint's address in the device's AV (reliable datagrams;
     /// FI_ADDR_UNSPEC on a connected endpoint or before the handshake).
     dest: u64,
@@ -235,7 +241,12 @@ fn close_endpoint(dev: &Weak<OfiDevice>, inner: &mut Inner) {
     };
     // The peer's parked endpoint (if it was) closes outside the keeper's lock.
     drop(parked);
-    crate::rdm::keeper().close(crate::rdm::Parked { _ep: ep, _av: av }, &name);
+    let parked = crate::rdm::Parked {
+        _ep: ep,
+        _av: av,
+        _bounces: std::mem::take(&mut inner.bounces),
+    };
+    crate::rdm::keeper().close(parked, &name);
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -289,6 +300,7 @@ impl OfiQp {
                 held: VecDeque::new(),
                 unclosed: VecDeque::new(),
                 srq_cq: None,
+                bounces: Default::default(),
                 dest: crate::rdm::FI_ADDR_UNSPEC,
                 dest_name: Vec::new(),
                 name: Vec::new(),
@@ -382,6 +394,10 @@ impl OfiQp {
         inner.state = QpState::Connecting;
         inner.recvs_given = 0;
         inner.sends_given = 0;
+        if let Some(srq) = self.pooled_srq() {
+            srq.enroll(self);
+            return self.post_bounces(dev, srq, &mut inner);
+        }
         self.feed_recvs(&mut inner)
     }
 
@@ -393,7 +409,8 @@ impl OfiQp {
         dev: &OfiDevice,
         ep: &Fid<fi::fid_ep>,
     ) -> Result<Option<Arc<Fid<fi::fid_cq>>>> {
-        let same = self.srq.is_none() && Arc::ptr_eq(&self.send_cq, &self.recv_cq);
+        let srx = self.srq.as_ref().and_then(|srq| srq.srx());
+        let same = srx.is_none() && Arc::ptr_eq(&self.send_cq, &self.recv_cq);
         let bind = |fid: *mut fi::fid, flags: u64| {
             // SAFETY: the endpoint just opened; `fid` an open object of its domain.
             opened(
@@ -404,13 +421,14 @@ impl OfiQp {
         };
         let tx = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
         bind(self.send_cq.cq.fid(), tx)?;
-        let Some(srq) = &self.srq else {
+        let Some(srx) = srx else {
+            // No SRQ, or one of ours (its messages land in bounce buffers).
             if !same {
                 bind(self.recv_cq.cq.fid(), fi::FI_RECV as u64)?;
             }
             return Ok(None);
         };
-        bind(srq.srx.fid(), 0)?;
+        bind(srx.fid(), 0)?;
         let depth = daplrs_backend::CompletionQueue::depth(&*self.recv_cq);
         let cq = Arc::new(OfiCq::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD)?);
         bind(cq.fid(), fi::FI_RECV as u64)?;
@@ -430,10 +448,29 @@ impl OfiQp {
             log::debug!("QP {}: completion of SRQ receive {token}, gone", self.num);
             return false;
         };
+        let (wc, refused) = self.shared_completion(wr_id, result, data);
+        out.push_back(wc);
+        if refused {
+            let mut inner = self.inner.lock();
+            inner.broke = true;
+            inner.break_pending = true;
+        }
+        refused
+    }
+
+    /// The completion of an SRQ's receive `wr_id` this QP consumed, and
+    /// whether it named a window it may not invalidate (it then fails and
+    /// the connection breaks).
+    fn shared_completion(
+        &self,
+        wr_id: u64,
+        result: Result<u32, WcStatus>,
+        data: Option<u64>,
+    ) -> (WorkCompletion, bool) {
         let num = self.num;
         let (invalidated, refused) = self.invalidation(data);
         let imm = data.filter(|d| d & WRITE_IMM != 0);
-        out.push_back(match (refused, result) {
+        let wc = match (refused, result) {
             (true, _) => {
                 WorkCompletion::new(wr_id, WcStatus::LocalProtection, WcOpcode::Recv, 0, num)
             }
@@ -450,13 +487,107 @@ impl OfiQp {
                     num,
                 )
             },
-        });
-        if refused {
-            let mut inner = self.inner.lock();
-            inner.broke = true;
-            inner.break_pending = true;
+        };
+        (wc, refused)
+    }
+
+    /// The QP's SRQ where it is a pool of ours (see `srq`).
+    fn pooled_srq(&self) -> Option<&Arc<OfiSrq>> {
+        self.srq.as_ref().filter(|srq| srq.srx().is_none())
+    }
+
+    /// Posts the bounce buffers not posted (an SRQ of ours).
+    fn post_bounces(&self, dev: &OfiDevice, srq: &OfiSrq, inner: &mut Inner) -> Result<()> {
+        let ep = inner.ep.as_ref().ok_or(Error::BadState)?.ptr();
+        let count = crate::bounce::BOUNCES.min(self.depths.0);
+        let len = srq.bounce_len();
+        inner.bounces.post_all(dev, ep, count, len, |slot| {
+            self.context(BOUNCE | slot as u32)
+        })
+    }
+
+    /// A bounce buffer completed: what landed, in order, waits in the SRQ for
+    /// a receive, and this QP's oldest waiting messages take those posted.
+    fn bounce_landed(&self, inner: &mut Inner, landed: Landed, out: &mut VecDeque<WorkCompletion>) {
+        let Some(srq) = self.pooled_srq() else { return };
+        let mut ready = Vec::new();
+        let cancelled = inner.bounces.landed(landed, &mut ready);
+        if inner.state == QpState::Error || inner.ep.is_none() {
+            // Flushed as the connection ended: nothing of the consumer's was in it.
+            return;
         }
-        refused
+        if cancelled {
+            if let Some(dev) = self.dev.upgrade() {
+                if let Err(e) = self.post_bounces(&dev, srq, inner) {
+                    log::debug!("QP {}: bounce buffer not posted again: {e:?}", self.num);
+                }
+            }
+            return;
+        }
+        for landed in ready {
+            srq.arrived(self.num, landed);
+        }
+        self.serve_locked(inner, srq, out);
+    }
+
+    /// Copies this QP's waiting messages into the SRQ's receives while it
+    /// has them and the oldest waiting message is this QP's; each receive
+    /// completes into `out` (the receive CQ's queue) and its bounce buffer is
+    /// posted again.
+    fn serve_locked(&self, inner: &mut Inner, srq: &OfiSrq, out: &mut VecDeque<WorkCompletion>) {
+        let mut served = false;
+        while let Some((landed, wr)) = srq.take_for(self.num) {
+            let result = match landed.result {
+                Ok(len) => {
+                    crate::srq::copy_into(&wr, inner.bounces.take(landed.slot, len as usize))
+                }
+                Err(status) => {
+                    inner.bounces.take(landed.slot, 0);
+                    Err(status)
+                }
+            };
+            let (wc, refused) = self.shared_completion(wr.wr_id, result, landed.data);
+            out.push_back(wc);
+            if refused {
+                inner.broke = true;
+                inner.break_pending = true;
+            }
+            served = true;
+        }
+        if served {
+            if let Some(dev) = self.dev.upgrade() {
+                if let Err(e) = self.post_bounces(&dev, srq, inner) {
+                    log::debug!("QP {}: bounce buffers not posted again: {e:?}", self.num);
+                }
+            }
+        }
+    }
+
+    /// A receive was posted to the SRQ (of ours) while a message of this QP
+    /// waited for one: it completes on the QP's receive CQ.
+    pub(crate) fn serve_srq(&self, srq: &OfiSrq) {
+        self.recv_cq.deliver(|out| {
+            let mut inner = self.inner.lock();
+            self.serve_locked(&mut inner, srq, out);
+        });
+        if std::mem::take(&mut self.inner.lock().break_pending) {
+            self.broken();
+        }
+    }
+
+    /// The SRQ's receives grew beyond the bounce buffers posted: those are
+    /// asked back, and posted again longer as their cancels complete.
+    pub(crate) fn lengthen_bounces(&self, len: usize) {
+        let mut inner = self.inner.lock();
+        let Some(ep) = inner.ep.as_ref().map(Fid::ptr) else {
+            return;
+        };
+        if inner.state == QpState::Error {
+            return;
+        }
+        inner
+            .bounces
+            .cancel_shorter(ep, len, |slot| self.context(BOUNCE | slot as u32));
     }
 
     /// Gives the provider the waiting receives it has room for, in order.
@@ -599,6 +730,10 @@ impl OfiQp {
             recvs = inner.recvs.flush(self.num);
             let pending: Vec<_> = inner.pending.drain(..).collect();
             drop(pending);
+            if let Some(srq) = self.pooled_srq() {
+                // Messages that found no receive die with the connection.
+                srq.forget(self.num);
+            }
             first = !std::mem::replace(&mut inner.ended, true);
         }
         self.send_cq.push(sends);
@@ -775,7 +910,10 @@ impl OfiQp {
             _ => result,
         };
         inner.broke |= fatal;
-        if token & RECV_BIT != 0 {
+        if token & BOUNCE == BOUNCE {
+            let slot = (token & TOKEN_MASK) as usize;
+            self.bounce_landed(&mut inner, Landed { slot, result, data }, out);
+        } else if token & RECV_BIT != 0 {
             self.received(&mut inner, token, result, data, out);
         } else {
             inner.sends_given = inner.sends_given.saturating_sub(1);

@@ -476,10 +476,13 @@ impl Keeper {
     }
 }
 
-/// An endpoint and its AV, held only to be closed, in that order, when dropped.
+/// An endpoint, its AV and its bounce buffers, held only to be closed and
+/// freed, in that order, when dropped.
 pub(crate) struct Parked {
     pub _ep: crate::Fid<fi::fid_ep>,
     pub _av: Option<crate::Fid<fi::fid_av>>,
+    /// Where the endpoint's receives land (an SRQ of ours): freed after it closes.
+    pub _bounces: crate::bounce::Bounces,
 }
 
 /// The address vector of an RDM endpoint: its own, naming its one peer, so

@@ -1,11 +1,24 @@
-//! Shared receive queues: a provider shared receive context (`fi_srx_context`,
-//! where `domain_attr->max_ep_srx_ctx > 0`: tcp) that the endpoints of the
-//! SRQ's QPs are bound to. A receive's completion is reported on the CQ bound
-//! to the endpoint that consumed it, with no word of which endpoint that was;
-//! so each such QP reads its receives from a fid_cq of its own, which its DAT
-//! receive CQ reads with its own (`OfiCq::add_feed`), and the QP names itself
-//! in the completion. Receives beyond the provider's depth wait here, in
-//! posting order, and are given to it as earlier ones are consumed.
+//! Shared receive queues, in one of two ways, by what the provider has.
+//!
+//! A shared receive context (`fi_srx_context`, where
+//! `domain_attr->max_ep_srx_ctx > 0`: tcp) that the endpoints of the SRQ's
+//! QPs are bound to. A receive's completion is reported on the CQ bound to the
+//! endpoint that consumed it, with no word of which endpoint that was; so each
+//! such QP reads its receives from a fid_cq of its own, which its DAT receive
+//! CQ reads with its own (`OfiCq::add_feed`), and the QP names itself in the
+//! completion. Receives beyond the provider's depth wait here, in posting
+//! order, and are given to it as earlier ones are consumed.
+//!
+//! Elsewhere (shm and ofi_rxm have none in 1.17) a pool of ours: the SRQ keeps
+//! the consumer's receives, each QP of it keeps a few bounce buffers of its own
+//! posted on its endpoint (`bounce`), and a message landing in one is copied
+//! into the SRQ's oldest receive, which completes on that QP. A message that
+//! finds no receive waits, in its bounce buffer, for the next one posted
+//! (oldest message first). Receives posted ahead to each endpoint instead would
+//! copy nothing, but a message would then take the receive its endpoint
+//! happens to hold, not the SRQ's oldest, and one EP could starve while
+//! another holds receives it never uses (docs/libfabric.md, "Shared receive
+//! queues").
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
@@ -13,15 +26,24 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
-use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue};
+use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue, WcStatus};
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
+use crate::bounce::Landed;
 use crate::device::{opened, OfiDevice};
+use crate::qp::OfiQp;
 use crate::Fid;
 
 /// Tokens wrap below this (a receive's context is its token).
 const TOKENS: u32 = 1 << 30;
+
+/// The provider's shared receive context, and our receives it has (or waits for room for).
+struct Context {
+    srx: Fid<fi::fid_ep>,
+    depth: usize,
+    inner: Mutex<Inner>,
+}
 
 #[derive(Default)]
 struct Inner {
@@ -34,36 +56,77 @@ struct Inner {
     given: usize,
 }
 
+/// A message in a QP's bounce buffer that found no receive yet.
+struct Arrival {
+    qp_num: u32,
+    landed: Landed,
+}
+
+/// Our own pool (no shared receive context: see the module's comment).
+#[derive(Default)]
+struct Pool {
+    /// Posted and not consumed, oldest first.
+    posted: VecDeque<RecvWr>,
+    /// Messages waiting for a receive, oldest first.
+    arrived: VecDeque<Arrival>,
+    /// The longest receive posted so far: what a bounce buffer must hold.
+    longest: usize,
+    /// The QPs receiving for the SRQ (told when `longest` grows).
+    qps: Vec<Weak<OfiQp>>,
+}
+
+enum Mode {
+    Context(Context),
+    Pool(Mutex<Pool>),
+}
+
 pub(crate) struct OfiSrq {
     id: u64,
     dev: Weak<OfiDevice>,
-    pub(crate) srx: Fid<fi::fid_ep>,
-    depth: usize,
     max_sge: u32,
     max_wr: AtomicU32,
-    inner: Mutex<Inner>,
+    mode: Mode,
 }
 
 impl OfiSrq {
     pub(crate) fn open(dev: &OfiDevice, max_wr: u32, max_sge: u32) -> Result<Arc<OfiSrq>> {
+        let mode = if dev.shared_rx() {
+            Mode::Context(Self::open_context(dev)?)
+        } else {
+            Mode::Pool(Mutex::new(Pool::default()))
+        };
+        Ok(Arc::new(OfiSrq {
+            id: dev.next_id(),
+            dev: dev.me.clone(),
+            max_sge,
+            max_wr: AtomicU32::new(max_wr),
+            mode,
+        }))
+    }
+
+    fn open_context(dev: &OfiDevice) -> Result<Context> {
         // SAFETY: our fi_info's receive attributes, read only.
         let mut attr = unsafe { *(*dev.info.ptr()).rx_attr };
         let mut srx = null_mut();
         // SAFETY: an open domain; `srx` receives the context.
         let rc = unsafe { fi::fi_srx_context(dev.domain.ptr(), &mut attr, &mut srx, null_mut()) };
         opened(rc, "fi_srx_context", Error::NoResource(Resource::Srq))?;
-        Ok(Arc::new(OfiSrq {
-            id: dev.next_id(),
-            dev: dev.me.clone(),
+        Ok(Context {
             srx: Fid(srx),
             depth: dev.queue_depths().0,
-            max_sge,
-            max_wr: AtomicU32::new(max_wr),
             inner: Mutex::new(Inner::default()),
-        }))
+        })
     }
 
-    fn post_now(&self, token: u32, wr: &RecvWr) -> Result<()> {
+    /// The provider's shared receive context (None: a pool of ours).
+    pub(crate) fn srx(&self) -> Option<&Fid<fi::fid_ep>> {
+        match &self.mode {
+            Mode::Context(c) => Some(&c.srx),
+            Mode::Pool(_) => None,
+        }
+    }
+
+    fn post_now(&self, srx: &Fid<fi::fid_ep>, token: u32, wr: &RecvWr) -> Result<()> {
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         let (iov, mut desc) = crate::qp::io_vectors(&dev, &wr.sgl);
         let msg = fi::fi_msg {
@@ -74,21 +137,24 @@ impl OfiSrq {
             ..Default::default()
         };
         // SAFETY: an open shared receive context; the vectors live for the call.
-        let rc = unsafe { fi::fi_recvmsg(self.srx.ptr(), &msg, fi::FI_COMPLETION as u64) };
+        let rc = unsafe { fi::fi_recvmsg(srx.ptr(), &msg, fi::FI_COMPLETION as u64) };
         crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::Srq)).map(|_| ())
     }
 
     /// The receive `token` was consumed: its wr_id; the provider's room goes
     /// to the oldest waiting receive.
     pub(crate) fn take(&self, token: u32) -> Option<u64> {
-        let mut inner = self.inner.lock();
+        let Mode::Context(c) = &self.mode else {
+            return None;
+        };
+        let mut inner = c.inner.lock();
         let wr_id = inner.slots.remove(&token)?;
         inner.given = inner.given.saturating_sub(1);
-        while inner.given < self.depth {
+        while inner.given < c.depth {
             let Some((t, wr)) = inner.waiting.pop_front() else {
                 break;
             };
-            if let Err(e) = self.post_now(t, &wr) {
+            if let Err(e) = self.post_now(&c.srx, t, &wr) {
                 log::debug!("SRQ {}: receive waits for room: {e:?}", self.id);
                 inner.waiting.push_front((t, wr));
                 break;
@@ -97,6 +163,148 @@ impl OfiSrq {
         }
         Some(wr_id)
     }
+
+    fn post_to_context(&self, c: &Context, wr: RecvWr) -> Result<()> {
+        let mut inner = c.inner.lock();
+        if inner.slots.len() >= self.max_wr.load(Ordering::Acquire) as usize {
+            return Err(Error::NoResource(Resource::Srq));
+        }
+        let token = inner.next;
+        inner.next = (inner.next + 1) % TOKENS;
+        inner.slots.insert(token, wr.wr_id);
+        if inner.given < c.depth && inner.waiting.is_empty() {
+            if let Err(e) = self.post_now(&c.srx, token, &wr) {
+                inner.slots.remove(&token);
+                return Err(e);
+            }
+            inner.given += 1;
+        } else {
+            inner.waiting.push_back((token, wr));
+        }
+        Ok(())
+    }
+
+    /// A receive into the pool: a waiting message takes it at once; QPs whose
+    /// bounce buffers are now too short post longer ones.
+    fn post_to_pool(&self, pool: &Mutex<Pool>, wr: RecvWr) -> Result<()> {
+        let longer: Vec<Arc<OfiQp>> = {
+            let mut p = pool.lock();
+            if p.posted.len() >= self.max_wr.load(Ordering::Acquire) as usize {
+                return Err(Error::NoResource(Resource::Srq));
+            }
+            let len: usize = wr.sgl.iter().map(|s| s.length as usize).sum();
+            p.posted.push_back(wr);
+            if len > p.longest {
+                p.longest = len;
+                p.qps.retain(|q| q.strong_count() > 0);
+                p.qps.iter().filter_map(Weak::upgrade).collect()
+            } else {
+                Vec::new()
+            }
+        };
+        self.serve_arrivals(pool);
+        for qp in longer {
+            qp.lengthen_bounces(self.bounce_len());
+        }
+        Ok(())
+    }
+
+    /// Gives the waiting messages the receives posted, oldest first, each
+    /// through its QP (which completes it on its receive CQ, in order).
+    fn serve_arrivals(&self, pool: &Mutex<Pool>) {
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        loop {
+            let qp = {
+                let mut p = pool.lock();
+                if p.posted.is_empty() {
+                    return;
+                }
+                let Some(front) = p.arrived.front() else {
+                    return;
+                };
+                match dev.qp(front.qp_num) {
+                    Some(qp) => qp,
+                    None => {
+                        p.arrived.pop_front();
+                        continue;
+                    }
+                }
+            };
+            qp.serve_srq(self);
+        }
+    }
+
+    fn pool(&self) -> Option<&Mutex<Pool>> {
+        match &self.mode {
+            Mode::Pool(p) => Some(p),
+            Mode::Context(_) => None,
+        }
+    }
+
+    /// What a QP's bounce buffer must hold now.
+    pub(crate) fn bounce_len(&self) -> usize {
+        self.pool().map_or(0, |p| p.lock().longest)
+    }
+
+    /// `qp` receives for the pool from now on (its endpoint is open).
+    pub(crate) fn enroll(&self, qp: &Arc<OfiQp>) {
+        if let Some(pool) = self.pool() {
+            let mut p = pool.lock();
+            p.qps
+                .retain(|q| q.strong_count() > 0 && !std::ptr::eq(q.as_ptr(), &**qp));
+            p.qps.push(Arc::downgrade(qp));
+        }
+    }
+
+    /// A message landed on `qp` (in its order): it waits for a receive.
+    pub(crate) fn arrived(&self, qp_num: u32, landed: Landed) {
+        if let Some(pool) = self.pool() {
+            pool.lock().arrived.push_back(Arrival { qp_num, landed });
+        }
+    }
+
+    /// The oldest waiting message, if it is `qp_num`'s and a receive is
+    /// posted, with the oldest receive (the caller completes it).
+    pub(crate) fn take_for(&self, qp_num: u32) -> Option<(Landed, RecvWr)> {
+        let mut p = self.pool()?.lock();
+        if p.posted.is_empty() || p.arrived.front()?.qp_num != qp_num {
+            return None;
+        }
+        let arrival = p.arrived.pop_front()?;
+        let wr = p.posted.pop_front()?;
+        Some((arrival.landed, wr))
+    }
+
+    /// `qp_num`'s connection ended: its waiting messages go (the receives stay).
+    pub(crate) fn forget(&self, qp_num: u32) {
+        if let Some(pool) = self.pool() {
+            pool.lock().arrived.retain(|a| a.qp_num != qp_num);
+        }
+    }
+}
+
+/// Copies `bytes` into the receive's segments: its length, or a length error
+/// where they do not fit.
+pub(crate) fn copy_into(wr: &RecvWr, bytes: &[u8]) -> std::result::Result<u32, WcStatus> {
+    let room: usize = wr.sgl.iter().map(|s| s.length as usize).sum();
+    if bytes.len() > room {
+        return Err(WcStatus::LocalLength);
+    }
+    let mut rest = bytes;
+    for s in wr.sgl.iter() {
+        if rest.is_empty() {
+            break;
+        }
+        let n = rest.len().min(s.length as usize);
+        // SAFETY: the segment is the consumer's registered memory, checked by
+        // the core against its LMR when the receive was posted, and no other
+        // writer has it: the receive was posted to us and not yet completed.
+        unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), s.addr as *mut u8, n) };
+        rest = &rest[n..];
+    }
+    Ok(bytes.len() as u32)
 }
 
 impl SharedReceiveQueue for OfiSrq {
@@ -112,27 +320,17 @@ impl SharedReceiveQueue for OfiSrq {
         if wr.sgl.len() > self.max_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
-        let mut inner = self.inner.lock();
-        if inner.slots.len() >= self.max_wr.load(Ordering::Acquire) as usize {
-            return Err(Error::NoResource(Resource::Srq));
+        match &self.mode {
+            Mode::Context(c) => self.post_to_context(c, wr),
+            Mode::Pool(p) => self.post_to_pool(p, wr),
         }
-        let token = inner.next;
-        inner.next = (inner.next + 1) % TOKENS;
-        inner.slots.insert(token, wr.wr_id);
-        if inner.given < self.depth && inner.waiting.is_empty() {
-            if let Err(e) = self.post_now(token, &wr) {
-                inner.slots.remove(&token);
-                return Err(e);
-            }
-            inner.given += 1;
-        } else {
-            inner.waiting.push_back((token, wr));
-        }
-        Ok(())
     }
 
     fn posted(&self) -> u32 {
-        self.inner.lock().slots.len() as u32
+        match &self.mode {
+            Mode::Context(c) => c.inner.lock().slots.len() as u32,
+            Mode::Pool(p) => p.lock().posted.len() as u32,
+        }
     }
 
     fn max_wr(&self) -> u32 {
@@ -147,8 +345,17 @@ impl SharedReceiveQueue for OfiSrq {
     fn destroy(&self) {
         // DAT refuses to free an SRQ an EP still uses, so no connection can
         // consume these; the provider's receives go with the context.
-        let mut inner = self.inner.lock();
-        inner.slots.clear();
-        inner.waiting.clear();
+        match &self.mode {
+            Mode::Context(c) => {
+                let mut inner = c.inner.lock();
+                inner.slots.clear();
+                inner.waiting.clear();
+            }
+            Mode::Pool(p) => {
+                let mut p = p.lock();
+                p.posted.clear();
+                p.arrived.clear();
+            }
+        }
     }
 }

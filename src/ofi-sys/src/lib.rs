@@ -342,6 +342,13 @@ pub unsafe fn fi_shutdown(ep: *mut fid_ep, flags: u64) -> c_int {
 }
 
 /// # Safety
+/// See [`fi_allocinfo`]; `ep` an endpoint (or shared context) and `context`
+/// the context of an operation posted on it.
+pub unsafe fn fi_cancel(ep: *mut fid_ep, context: *mut c_void) -> isize {
+    op!((*ep).ops, cancel(&mut (*ep).fid, context))
+}
+
+/// # Safety
 /// See [`fi_allocinfo`].
 pub unsafe fn fi_eq_read(
     eq: *mut fid_eq,
