@@ -31,7 +31,7 @@ start_server() {
 	server_pid=$!
 	[ -z "$ready" ] && return 0
 	for _ in $(seq 100); do
-		grep -q "$ready" "$log" && return 0
+		grep -qs "$ready" "$log" && return 0
 		kill -0 $server_pid 2>/dev/null || break
 		sleep 0.1
 	done

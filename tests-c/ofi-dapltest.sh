@@ -18,12 +18,13 @@
 #
 # DAT_TEST_IA=rs-ofi-shm runs dtestx and dtestx -p alone, over shm, whose
 # atomics the backend maps: there they must run (CMP_SWAP and FETCH_ADD
-# PASSED, nothing skipped).
+# PASSED, nothing skipped); then dtestsrq (the SRQ of our own over
+# reliable datagrams: docs/libfabric.md, "Shared receive queues").
 #
 # DAT_TEST_IA=rs-ofi-rxm runs the same over tcp;ofi_rxm (FI_EP_RDM, our
-# connection layer), but dtestsrq (ofi_rxm has no shared receive contexts and
-# the backend has no SRQ fallback over RDM yet); dtestcm there runs with
-# ofi_rxm's buffers at 1 KiB (its 1000 endpoints: see below).
+# connection layer), dtestsrq included (SRQs of our own, as over shm);
+# dtestcm there runs with ofi_rxm's buffers at 1 KiB (its 1000 endpoints:
+# see below).
 #
 # Prints "ofi-dapltest: N passed, N failed".
 set -u
@@ -33,7 +34,6 @@ case $ia in
 rs-ofi-tcp) out="$top/build/tests/ofi-dapltest" ;;
 rs-ofi-rxm)
 	out="$top/build/tests/ofi-dapltest-rxm"
-	no_srq="no SRQs over FI_EP_RDM (tcp;ofi_rxm has no shared receive contexts; the fallback is not built)"
 	# ofi_rxm's bounce buffers, 2 x 1024 x 16 KiB per endpoint, touched when it
 	# is enabled: dtestcm's 1000 endpoints a side would take 33 GB and minutes
 	# (docs/libfabric.md, "Many endpoints over ofi_rxm"); 1 KiB: 6 MB each.
@@ -76,6 +76,7 @@ if [ -n "${only_dtestx:-}" ]; then
 			ok
 		fi
 	done
+	dtest_pair ofi_env dtestsrq "ready on port" - 'FAILED|ERROR|Error|ERR[: ]' "Test Complete" "$bin/dtestsrq"
 	echo "ofi-dapltest: $passed passed, $failed failed"
 	[ $failed -eq 0 ]
 	exit
