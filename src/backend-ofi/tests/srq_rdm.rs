@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use daplrs_backend::{
-    access, CompletionQueue, Device, QpCap, QpInit, QueuePair, RecvWr, SendOp, SharedReceiveQueue,
+    access, CompletionQueue, Device, QpInit, QueuePair, RecvWr, SendOp, SharedReceiveQueue,
     WcOpcode, WcStatus, WorkCompletion,
 };
 
@@ -29,20 +29,12 @@ fn srq_qp(
     recv_cq: &Arc<dyn CompletionQueue>,
     srq: &Arc<dyn SharedReceiveQueue>,
 ) -> Arc<dyn QueuePair> {
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_rd_atomic: 4,
-        max_inline: 0,
-    };
     dev.create_qp(QpInit {
         pd: pd.clone(),
         send_cq: send_cq.clone(),
         recv_cq: recv_cq.clone(),
         srq: Some(srq.clone()),
-        cap,
+        cap: common::cap(64),
     })
     .unwrap()
 }

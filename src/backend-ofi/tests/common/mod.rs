@@ -70,22 +70,26 @@ pub fn qp_of_depth(
     cq: &Arc<dyn CompletionQueue>,
     depth: u32,
 ) -> Arc<dyn QueuePair> {
-    let cap = QpCap {
+    dev.create_qp(QpInit {
+        pd: pd.clone(),
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+        cap: cap(depth),
+    })
+    .unwrap()
+}
+
+/// A QP's capacities: `depth` requests and receives, two segments each.
+pub fn cap(depth: u32) -> QpCap {
+    QpCap {
         max_send_wr: depth,
         max_recv_wr: depth,
         max_send_sge: 2,
         max_recv_sge: 2,
         max_rd_atomic: 4,
         max_inline: 0,
-    };
-    dev.create_qp(QpInit {
-        pd: pd.clone(),
-        send_cq: cq.clone(),
-        recv_cq: cq.clone(),
-        srq: None,
-        cap,
-    })
-    .unwrap()
+    }
 }
 
 /// A segment of `buf` (the provider writes through it: taken from a mutable buffer).
