@@ -156,7 +156,9 @@ impl Bounces {
     /// The bytes that landed in `slot` (`len` of them), to be copied out; the
     /// slot is free again after.
     pub(crate) fn take(&mut self, slot: usize, len: usize) -> &[u8] {
-        let buf = &mut self.bufs[slot];
+        let Some(buf) = self.bufs.get_mut(slot) else {
+            return &[];
+        };
         buf.landed = None;
         &buf.mem[..len.min(buf.mem.len())]
     }
