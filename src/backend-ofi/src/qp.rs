@@ -396,7 +396,9 @@ impl OfiQp {
         inner.sends_given = 0;
         if let Some(srq) = self.pooled_srq() {
             srq.enroll(self);
-            return self.post_bounces(dev, srq, &mut inner);
+            // Any not posted now are retried (`post_bounces`).
+            let _ = self.post_bounces(dev, srq, &mut inner);
+            return Ok(());
         }
         self.feed_recvs(&mut inner)
     }
@@ -497,13 +499,22 @@ impl OfiQp {
     }
 
     /// Posts the bounce buffers not posted (an SRQ of ours).
+    /// One the provider refuses for now (busy) is posted again by the
+    /// progress thread (`retry_held`): with none posted, nothing would come
+    /// back here.
     fn post_bounces(&self, dev: &OfiDevice, srq: &OfiSrq, inner: &mut Inner) -> Result<()> {
         let ep = inner.ep.as_ref().ok_or(Error::BadState)?.ptr();
         let count = crate::bounce::BOUNCES.min(self.depths.0);
         let len = srq.bounce_len();
-        inner.bounces.post_all(dev, ep, count, len, |slot| {
+        let posted = inner.bounces.post_all(dev, ep, count, len, |slot| {
             self.context(BOUNCE | slot as u32)
-        })
+        });
+        match &posted {
+            Err(Error::NoResource(Resource::WorkQueue)) => dev.retry_later(self.num),
+            Err(e) => log::warn!("QP {}: bounce buffers not posted: {e:?}", self.num),
+            Ok(()) => {}
+        }
+        posted
     }
 
     /// A bounce buffer completed: what landed, in order, waits in the SRQ for
@@ -518,9 +529,7 @@ impl OfiQp {
         }
         if cancelled {
             if let Some(dev) = self.dev.upgrade() {
-                if let Err(e) = self.post_bounces(&dev, srq, inner) {
-                    log::debug!("QP {}: bounce buffer not posted again: {e:?}", self.num);
-                }
+                let _ = self.post_bounces(&dev, srq, inner);
             }
             return;
         }
@@ -556,9 +565,7 @@ impl OfiQp {
         }
         if served {
             if let Some(dev) = self.dev.upgrade() {
-                if let Err(e) = self.post_bounces(&dev, srq, inner) {
-                    log::debug!("QP {}: bounce buffers not posted again: {e:?}", self.num);
-                }
+                let _ = self.post_bounces(&dev, srq, inner);
             }
         }
     }
@@ -1302,7 +1309,8 @@ impl OfiQp {
         }
     }
 
-    /// Posts the held requests again (the provider was busy: `retry_later`).
+    /// Posts the held requests again (the provider was busy: `retry_later`),
+    /// and bounce buffers it refused.
     pub(crate) fn retry_held(&self) {
         self.send_cq.deliver(|out| {
             let mut inner = self.inner.lock();
@@ -1312,6 +1320,10 @@ impl OfiQp {
                 }
                 inner.sends.release(out);
                 self.release_held(&mut inner, out);
+            }
+            let open = matches!(inner.state, QpState::Connected | QpState::Connecting);
+            if let (Some(srq), Some(dev), true) = (self.pooled_srq(), self.dev.upgrade(), open) {
+                let _ = self.post_bounces(&dev, srq, &mut inner);
             }
         });
         if std::mem::take(&mut self.inner.lock().break_pending) {
