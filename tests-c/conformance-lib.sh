@@ -106,7 +106,7 @@ dtest_pair() {
 	fi
 	$envf timeout ${pair_timeout:-60} "$@" -P $ia -h $addr > "$clog" 2>&1
 	crc=$?
-	finish_server 20
+	finish_server ${pair_grace:-20}
 	src=$?
 	for side in client server; do
 		if [ $side = client ]; then log=$clog rc=$crc; else log=$slog rc=$src; fi
@@ -215,8 +215,10 @@ dtest_family() {
 				continue
 			fi
 			# $dtestcm_env: variables for dtestcm alone (NAME=VALUE ...);
-			# $dtestcm_timeout: its pair's timeout where not pair_timeout's
-			pair_timeout=${dtestcm_timeout:-${pair_timeout:-60}} dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" \
+			# $dtestcm_timeout: its pair's timeout where not pair_timeout's;
+			# $dtestcm_grace: how long its server may outlive its client
+			pair_grace=${dtestcm_grace:-${pair_grace:-20}} \
+				pair_timeout=${dtestcm_timeout:-${pair_timeout:-60}} dtest_pair $envf dtestcm "waiting for client" 15828 'FAILED|ERROR' "" \
 				${dtestcm_env:+env $dtestcm_env} ${dir}dtestcm ;;
 		dtestx)
 			dtestx_pair $envf dtestx ${dir}dtestx
