@@ -49,6 +49,10 @@ pub(crate) enum TestDevice {
     /// The IA's address is that netdev's IPv4 address.
     #[cfg(feature = "verbs")]
     Verbs(String),
+    /// A libfabric provider through the ofi backend on 127.0.0.1 ("tcp", "shm",
+    /// "tcp;ofi_rxm": the ia_params "ofi <provider> 127.0.0.1").
+    #[cfg(feature = "ofi")]
+    Ofi(String),
 }
 
 impl TestDevice {
@@ -65,6 +69,8 @@ impl TestDevice {
             ["verbs", device] => Ok(TestDevice::Verbs(device.to_string())),
             #[cfg(feature = "verbs")]
             ["verbs", device, port] => Ok(TestDevice::Verbs(format!("{device} {port}"))),
+            #[cfg(feature = "ofi")]
+            ["ofi", provider] => Ok(TestDevice::Ofi(provider.to_string())),
             #[cfg(not(feature = "verbs"))]
             ["verbs", ..] => Err(format!(
                 "{DEVICE_ENV}={s:?}: these tests were built without the verbs feature"
@@ -90,11 +96,17 @@ impl TestDevice {
             TestDevice::Tcp | TestDevice::SameHost => "tcp 127.0.0.1".to_string(),
             #[cfg(feature = "verbs")]
             TestDevice::Verbs(words) => format!("verbs {words}"),
+            #[cfg(feature = "ofi")]
+            TestDevice::Ofi(provider) => format!("ofi {provider} 127.0.0.1"),
         }
     }
 
     pub(crate) fn is_verbs(&self) -> bool {
-        !matches!(self, TestDevice::Tcp | TestDevice::SameHost)
+        #[cfg(feature = "verbs")]
+        if let TestDevice::Verbs(_) = self {
+            return true;
+        }
+        false
     }
 
     /// Opens an IA named `name` on this device, with an async EVD of 16 entries.
@@ -110,6 +122,8 @@ impl TestDevice {
             TestDevice::SameHost => test_hooks::open_with(Mode::Require, open).0,
             #[cfg(feature = "verbs")]
             TestDevice::Verbs(_) => open(),
+            #[cfg(feature = "ofi")]
+            TestDevice::Ofi(_) => open(),
         }
     }
 
@@ -313,6 +327,17 @@ impl Side {
                 "SKIP {what} on {}: no RMRs (the device has no memory windows)",
                 self.ia.device().name()
             );
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether a test of SRQs must not run: true, after printing why, when this side's device
+    /// has none (max_srq 0: libfabric's reliable-datagram entries so far).
+    pub(crate) fn skip_without_srqs(&self, what: &str) -> bool {
+        if self.ia.device().attr().max_srq == 0 {
+            println!("SKIP {what} on {}: no SRQs", self.ia.device().name());
             true
         } else {
             false
