@@ -9,7 +9,8 @@
 //! (as `cargo test --workspace` builds this crate: daplrs-ofi asks for it), `over_ofi_tcp::*`,
 //! `over_ofi_shm::*` and `over_ofi_rxm::*` run them over libfabric's tcp (connected
 //! endpoints), shm and tcp;ofi_rxm (reliable datagrams under our connection layer) on
-//! 127.0.0.1. What a device cannot do is skipped on it alone, from what its attributes say
+//! 127.0.0.1 (and `over_ofi_device::*`, ignored unless asked for, over the libfabric domain
+//! DAPLRS_TEST_DEVICE names, e.g. "ofi:verbs;ofi_rxm:rxe0" in the guest). What a device cannot do is skipped on it alone, from what its attributes say
 //! (no memory windows, no SRQs, iWARP), with the reason printed. Never silent.
 //!
 //! The TCP backend's own tests (its wire protocol, hostile peers, the same-host rings and
@@ -59,25 +60,36 @@ macro_rules! over_every_device {
                 super::$test(&dev)
             })*
         }
+        /// A libfabric domain of the soft-RoCE guest ("ofi:verbs;ofi_rxm:rxe0").
+        #[cfg(feature = "ofi")]
+        mod over_ofi_device {
+            $(#[test]
+            #[ignore = "needs a libfabric domain: DAPLRS_TEST_DEVICE=ofi:<provider>:<place>, --ignored"]
+            fn $test() {
+                let dev = super::TestDevice::from_env();
+                assert!(dev.is_ofi(), "over_ofi_device::* run on {dev:?}: set DAPLRS_TEST_DEVICE=ofi:<provider>:<place>");
+                super::$test(&dev)
+            })*
+        }
         #[cfg(feature = "ofi")]
         mod over_ofi_tcp {
             $(#[test]
             fn $test() {
-                super::$test(&super::TestDevice::Ofi("tcp".into()))
+                super::$test(&super::TestDevice::Ofi("tcp 127.0.0.1".into()))
             })*
         }
         #[cfg(feature = "ofi")]
         mod over_ofi_shm {
             $(#[test]
             fn $test() {
-                super::$test(&super::TestDevice::Ofi("shm".into()))
+                super::$test(&super::TestDevice::Ofi("shm 127.0.0.1".into()))
             })*
         }
         #[cfg(feature = "ofi")]
         mod over_ofi_rxm {
             $(#[test]
             fn $test() {
-                super::$test(&super::TestDevice::Ofi("tcp;ofi_rxm".into()))
+                super::$test(&super::TestDevice::Ofi("tcp;ofi_rxm 127.0.0.1".into()))
             })*
         }
     };
