@@ -14,9 +14,12 @@
  *
  * each with RDMA writes, then RDMA reads. Every round checks every word that
  * moved (the target after a write, the initiator after a read) and the
- * long-lived bytes beside the sub-page buffer; every case bounds its rounds'
- * mean time, generously (a regression once made every round take 11-17 ms on
- * the same-host path: the bounds are 2 ms for 4 KiB, 10 ms for 1 MiB).
+ * long-lived bytes beside the sub-page buffer. Over rs-tcp every case bounds
+ * its rounds' mean time, generously (a regression once made every round take
+ * 11-17 ms on the same-host path: the bounds are 2 ms for 4 KiB, 10 ms for
+ * 1 MiB, 10-100 times the usual); elsewhere the times are printed only (over
+ * libfabric's shm each read needs the target's CPU: a loaded machine makes
+ * rounds of milliseconds). Speed itself is `make bench`'s (datperf -t reg).
  *
  * Two processes: the child is the target, forked before any DAT call; it
  * learns the parent's PSP port through a pipe and reports through its exit
@@ -153,10 +156,19 @@ static int send_ctrl(struct end *e, struct msg m)
 }
 
 /* Waits for the next control message, of kind `kind`. */
+/* How long a control message may take: a hang guard, not a bound. The target's
+ * first FINISH comes only after the initiator's WARM_READS reads, which take
+ * seconds on a loaded machine over providers that need the target's CPU for
+ * each read (libfabric shm without cross-memory attach). */
+#define CTRL_WAIT_US (12 * WAIT_US)
+
 static int recv_ctrl(struct end *e, uint32_t kind, struct msg *out)
 {
 	DAT_EVENT ev;
-	if (wait_event(e->s.rcv, &ev) != DAT_SUCCESS || ev.event_number != DAT_DTO_COMPLETION_EVENT)
+	DAT_COUNT nmore = 0;
+	memset(&ev, 0, sizeof(ev));
+	if (dat_evd_wait(e->s.rcv, CTRL_WAIT_US, 1, &ev, &nmore) != DAT_SUCCESS ||
+	    ev.event_number != DAT_DTO_COMPLETION_EVENT)
 		return 0;
 	const DAT_DTO_COMPLETION_EVENT_DATA *d = &ev.event_data.dto_completion_event_data;
 	uint64_t slot = d->user_cookie.as_64;
@@ -337,8 +349,10 @@ static void run_case(struct end *e, int c)
 	}
 	double mean = total / rc->rounds;
 	CHECK(!failed, "%s: every round moved its data", rc->name);
-	CHECK(mean <= rc->mean_bound_us, "%s: a round takes %.0f us on average (bound %.0f us), the slowest %.0f us",
-	      rc->name, mean, rc->mean_bound_us, worst);
+	if (strncmp(dat_test_ia(), "rs-tcp", 6) == 0)
+		CHECK(mean <= rc->mean_bound_us,
+		      "%s: a round takes %.0f us on average (bound %.0f us), the slowest %.0f us", rc->name, mean,
+		      rc->mean_bound_us, worst);
 	printf("  %-50s %5d rounds of %7zu B: mean %7.1f us, slowest %8.1f us\n", rc->name, rc->rounds, rc->len,
 	       mean, worst);
 }

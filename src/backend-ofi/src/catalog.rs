@@ -62,6 +62,7 @@ fn ia_name(provider: &str, domain: &str) -> String {
 /// The (provider, domain) of every `fi_info` libfabric lists here, any
 /// endpoint type.
 fn offered() -> Vec<(String, String)> {
+    crate::prepare_libfabric();
     let mut list = null_mut();
     // SAFETY: no node, service or hints: every provider's list, which we own.
     let rc = unsafe { fi::fi_getinfo(fi::API_VERSION, null(), null(), 0, null_mut(), &mut list) };

@@ -216,6 +216,7 @@ fn getinfo_for(
     endpoints: Endpoints,
     atomics: bool,
 ) -> Result<Info, String> {
+    crate::prepare_libfabric();
     let hints = hints_for(target, endpoints, atomics);
     let node = node.map(|n| CString::new(n.to_string()).unwrap_or_default());
     let service = service.map(|p| CString::new(p.to_string()).unwrap_or_default());

@@ -102,6 +102,24 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
     })
 }
 
+/// Sets what libfabric reads from the environment once, at its first call in
+/// the process, where the user did not set it. FI_UNIVERSE_SIZE (256 by
+/// default) is the number of peers ofi_rxm sizes each endpoint's CQ on the
+/// core provider for (receive depth + send depth times it): 32,896 entries on
+/// verbs, past rxe's 32,768, so no endpoint of "verbs;ofi_rxm" opened. Each
+/// of our reliable-datagram endpoints has one peer (docs/libfabric.md).
+pub(crate) fn prepare_libfabric() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("FI_UNIVERSE_SIZE").is_none() {
+            // SAFETY: NUL-terminated strings; setenv(3) with overwrite 0
+            // keeps a value set meanwhile. Before libfabric's first call in
+            // the process, nothing of ours reads the environment concurrently.
+            unsafe { libc::setenv(c"FI_UNIVERSE_SIZE".as_ptr(), c"16".as_ptr(), 0) };
+        }
+    });
+}
+
 /// The words of an ofi entry's ia_params after "ofi": the libfabric provider
 /// ("tcp", "verbs", "tcp;ofi_rxm") and where ("lo", "eth0", an IPv4 address,
 /// or a verbs device such as "rxe0" for the provider's domain name).

@@ -1104,8 +1104,8 @@ impl OfiQp {
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
         let msg = fi::fi_msg {
-            msg_iov: iov.as_ptr().cast(),
-            desc: desc.as_mut_ptr(),
+            msg_iov: or_null(&iov).cast(),
+            desc: or_null_mut(&mut desc),
             iov_count: iov.len(),
             context: self.context(token | RECV_BIT),
             addr: crate::rdm::FI_ADDR_UNSPEC,
@@ -1414,8 +1414,8 @@ impl OfiQp {
             match request.kind {
                 Kind::Send { data } => {
                     let msg = fi::fi_msg {
-                        msg_iov: iov.as_ptr().cast(),
-                        desc: desc.as_mut_ptr(),
+                        msg_iov: or_null(&iov).cast(),
+                        desc: or_null_mut(&mut desc),
                         iov_count: segments,
                         context,
                         addr: inner.dest,
@@ -1434,8 +1434,8 @@ impl OfiQp {
                         key: rkey as u64,
                     };
                     let msg = fi::fi_msg_rma {
-                        msg_iov: iov.as_ptr().cast(),
-                        desc: desc.as_mut_ptr(),
+                        msg_iov: or_null(&iov).cast(),
+                        desc: or_null_mut(&mut desc),
                         iov_count: iov.len(),
                         rma_iov: &rma,
                         rma_iov_count: 1,
@@ -1792,6 +1792,24 @@ fn register_lookup(dev: &OfiDevice, buf: &mut [u8; ENTRY_BYTES]) -> Result<Fid<f
         key,
         "fi_mr_regattr (lookup)",
     )
+}
+
+/// An empty message's vectors as null pointers, not an empty Vec's dangling
+/// one: libfabric's verbs provider reads `desc[0]` even when `iov_count` is 0.
+fn or_null<T>(v: &[T]) -> *const T {
+    if v.is_empty() {
+        std::ptr::null()
+    } else {
+        v.as_ptr()
+    }
+}
+
+fn or_null_mut<T>(v: &mut [T]) -> *mut T {
+    if v.is_empty() {
+        null_mut()
+    } else {
+        v.as_mut_ptr()
+    }
 }
 
 /// The iovec and descriptor arrays of a scatter-gather list. Descriptors

@@ -42,6 +42,13 @@ const MAX_FRAME: usize = 64 << 10;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a TCP connect to the peer may take when DAT gave no timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Connections a listener reads requests from at once (a thread each); a new
+/// one past it ends the oldest, so a peer that opens connections and sends
+/// nothing holds neither threads nor descriptors without bound.
+const READING_MAX: usize = 256;
+/// Requests of a device waiting for the consumer's accept or reject; more
+/// are rejected.
+const WAITING_MAX: usize = 1024;
 
 /// The address "no particular peer" (libfabric's FI_ADDR_UNSPEC).
 pub(crate) const FI_ADDR_UNSPEC: u64 = u64::MAX;
@@ -251,9 +258,16 @@ impl OfiDevice {
     }
 }
 
+/// The connections a listener is reading requests from, oldest first (a
+/// copy of each socket, to end it when it must make room).
+type Reading = Arc<Mutex<std::collections::VecDeque<(u64, TcpStream)>>>;
+
 /// Accepts handshake connections until the listener closes; each request is
-/// read on a thread of its own (a slow peer holds up no other).
+/// read on a thread of its own (a slow peer holds up no other), at most
+/// `READING_MAX` at once.
 fn accept_loop(socket: &TcpListener, dev: &Weak<OfiDevice>, id: u64, closed: &AtomicBool) {
+    let reading: Reading = Arc::default();
+    let mut next = 0u64;
     loop {
         let stream = socket.accept();
         if closed.load(Ordering::Acquire) {
@@ -264,10 +278,26 @@ fn accept_loop(socket: &TcpListener, dev: &Weak<OfiDevice>, id: u64, closed: &At
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        let dev = dev.clone();
+        let Ok(copy) = stream.try_clone() else {
+            continue;
+        };
+        next += 1;
+        {
+            let mut r = reading.lock();
+            if r.len() >= READING_MAX {
+                if let Some((_, oldest)) = r.pop_front() {
+                    let _ = oldest.shutdown(Shutdown::Both);
+                }
+            }
+            r.push_back((next, copy));
+        }
+        let (dev, reading, me) = (dev.clone(), reading.clone(), next);
         let _ = std::thread::Builder::new()
             .name("daplrs-ofi-req".into())
-            .spawn(move || read_request(stream, &dev, id));
+            .spawn(move || {
+                read_request(stream, &dev, id);
+                reading.lock().retain(|(n, _)| *n != me);
+            });
     }
 }
 
@@ -291,10 +321,18 @@ fn read_request(stream: TcpStream, dev: &Weak<OfiDevice>, listener: u64) {
     let (remote, local) = (v4(stream.peer_addr()), v4(stream.local_addr()));
     let req = dev.next_id();
     let name = fields[2].clone();
-    dev.tables
-        .lock()
-        .handshakes
-        .insert(req, Pending { stream, name, peer });
+    {
+        let mut tables = dev.tables.lock();
+        if tables.handshakes.len() >= WAITING_MAX {
+            drop(tables);
+            let header = with_header(&dev, None, &[]);
+            let _ = write_frame(&stream, REJECT, &[&header]);
+            return;
+        }
+        tables
+            .handshakes
+            .insert(req, Pending { stream, name, peer });
+    }
     dev.emit(CmEvent::ConnectRequest {
         listener,
         req,

@@ -5,8 +5,13 @@
 //! `over_samehost::*` (the same-host path required) and, built with the verbs feature,
 //! `over_verbs::*`, ignored unless asked for: those need an RDMA port, named by
 //! DAPLRS_TEST_DEVICE (e.g. "verbs:rxe0:1"), and run in the soft-RoCE guest of
-//! tests-c/verbs-guest.sh (`<test binary> --ignored over_verbs::`). What a device cannot do
-//! is skipped on it alone, with the reason printed (`TestDevice::skip_on_verbs`).
+//! tests-c/verbs-guest.sh (`<test binary> --ignored over_verbs::`). Built with the ofi feature
+//! (as `cargo test --workspace` builds this crate: daplrs-ofi asks for it), `over_ofi_tcp::*`,
+//! `over_ofi_shm::*` and `over_ofi_rxm::*` run them over libfabric's tcp (connected
+//! endpoints), shm and tcp;ofi_rxm (reliable datagrams under our connection layer) on
+//! 127.0.0.1 (and `over_ofi_device::*`, ignored unless asked for, over the libfabric domain
+//! DAPLRS_TEST_DEVICE names, e.g. "ofi:verbs;ofi_rxm:rxe0" in the guest). What a device cannot do is skipped on it alone, from what its attributes say
+//! (no memory windows, no SRQs, iWARP), with the reason printed. Never silent.
 //!
 //! The TCP backend's own tests (its wire protocol, hostile peers, the same-host rings and
 //! arenas, engine internals) stay in daplrs-tcp: src/backend-tcp/src/tests.rs and its tests/ directory.
@@ -53,6 +58,38 @@ macro_rules! over_every_device {
                 let dev = super::TestDevice::from_env();
                 assert!(dev.is_verbs(), "over_verbs::* run on {dev:?}: set DAPLRS_TEST_DEVICE=verbs:<device>:<port>");
                 super::$test(&dev)
+            })*
+        }
+        /// A libfabric domain of the soft-RoCE guest ("ofi:verbs;ofi_rxm:rxe0").
+        #[cfg(feature = "ofi")]
+        mod over_ofi_device {
+            $(#[test]
+            #[ignore = "needs a libfabric domain: DAPLRS_TEST_DEVICE=ofi:<provider>:<place>, --ignored"]
+            fn $test() {
+                let dev = super::TestDevice::from_env();
+                assert!(dev.is_ofi(), "over_ofi_device::* run on {dev:?}: set DAPLRS_TEST_DEVICE=ofi:<provider>:<place>");
+                super::$test(&dev)
+            })*
+        }
+        #[cfg(feature = "ofi")]
+        mod over_ofi_tcp {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::Ofi("tcp 127.0.0.1".into()))
+            })*
+        }
+        #[cfg(feature = "ofi")]
+        mod over_ofi_shm {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::Ofi("shm 127.0.0.1".into()))
+            })*
+        }
+        #[cfg(feature = "ofi")]
+        mod over_ofi_rxm {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::Ofi("tcp;ofi_rxm 127.0.0.1".into()))
             })*
         }
     };
@@ -529,16 +566,16 @@ fn srq_feeds_receives_of_several_connections(dev: &TestDevice) {
     let server = Side::on(dev, "srv", mem_priv::ALL);
     let c1 = Side::on(dev, "c1", mem_priv::ALL);
     let c2 = Side::on(dev, "c2", mem_priv::ALL);
-    let srq = Srq::create(
-        &server.ia,
-        &server.pz,
-        SrqAttr {
-            max_recv_dtos: 8,
-            max_recv_iov: 1,
-            low_watermark: 0,
-        },
-    )
-    .expect("srq");
+    let attr = SrqAttr {
+        max_recv_dtos: 8,
+        max_recv_iov: 1,
+        low_watermark: 0,
+    };
+    if server.skip_without_srqs("srq_feeds_receives_of_several_connections") {
+        assert!(Srq::create(&server.ia, &server.pz, attr).is_err());
+        return;
+    }
+    let srq = Srq::create(&server.ia, &server.pz, attr).expect("srq");
     let ep_a = Ep::create(
         &server.ia,
         Some(server.pz.clone()),

@@ -29,10 +29,11 @@ use daplrs_tcp::test_support::{test_hooks, Mode};
 /// Hang guard for blocking waits (microseconds); never a timing assertion.
 pub(crate) const GUARD_US: u32 = 20_000_000;
 
-/// The environment variable naming the device of the verbs instantiation of the behaviour
-/// tests (behaviour_tests.rs): "verbs:<device>[:<port>]" (e.g. "verbs:rxe0:1", the
-/// ia_params "verbs rxe0 1"), "tcp" or "samehost".
-#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+/// The environment variable naming the device of the verbs and ofi instantiations of the
+/// behaviour tests (behaviour_tests.rs): "verbs:<device>[:<port>]" (e.g. "verbs:rxe0:1", the
+/// ia_params "verbs rxe0 1"), "ofi:<provider>[:<place>]" (e.g. "ofi:verbs;ofi_rxm:rxe0"),
+/// "tcp" or "samehost".
+#[cfg_attr(not(any(feature = "verbs", feature = "ofi")), allow(dead_code))]
 pub(crate) const DEVICE_ENV: &str = "DAPLRS_TEST_DEVICE";
 
 /// The device a DAT-level test opens its IAs on.
@@ -49,6 +50,10 @@ pub(crate) enum TestDevice {
     /// The IA's address is that netdev's IPv4 address.
     #[cfg(feature = "verbs")]
     Verbs(String),
+    /// A libfabric provider through the ofi backend: the words of its ia_params after "ofi"
+    /// (provider and place: "tcp 127.0.0.1", "shm 127.0.0.1", "verbs;ofi_rxm rxe0").
+    #[cfg(feature = "ofi")]
+    Ofi(String),
 }
 
 impl TestDevice {
@@ -65,18 +70,22 @@ impl TestDevice {
             ["verbs", device] => Ok(TestDevice::Verbs(device.to_string())),
             #[cfg(feature = "verbs")]
             ["verbs", device, port] => Ok(TestDevice::Verbs(format!("{device} {port}"))),
+            #[cfg(feature = "ofi")]
+            ["ofi", provider] => Ok(TestDevice::Ofi(format!("{provider} 127.0.0.1"))),
+            #[cfg(feature = "ofi")]
+            ["ofi", provider, place] => Ok(TestDevice::Ofi(format!("{provider} {place}"))),
             #[cfg(not(feature = "verbs"))]
             ["verbs", ..] => Err(format!(
                 "{DEVICE_ENV}={s:?}: these tests were built without the verbs feature"
             )),
             _ => Err(format!(
-                "{DEVICE_ENV}={s:?}: expected tcp, samehost or verbs:<device>[:<port>]"
+                "{DEVICE_ENV}={s:?}: expected tcp, samehost, verbs:<device>[:<port>] or ofi:<provider>[:<place>]"
             )),
         }
     }
 
     /// The device `DEVICE_ENV` names (tcp when it is unset); panics on a value it cannot use.
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "verbs", feature = "ofi")), allow(dead_code))]
     pub(crate) fn from_env() -> TestDevice {
         match std::env::var(DEVICE_ENV) {
             Ok(v) => TestDevice::parse(&v).unwrap_or_else(|e| panic!("{e}")),
@@ -90,11 +99,26 @@ impl TestDevice {
             TestDevice::Tcp | TestDevice::SameHost => "tcp 127.0.0.1".to_string(),
             #[cfg(feature = "verbs")]
             TestDevice::Verbs(words) => format!("verbs {words}"),
+            #[cfg(feature = "ofi")]
+            TestDevice::Ofi(words) => format!("ofi {words}"),
         }
     }
 
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn is_ofi(&self) -> bool {
+        #[cfg(feature = "ofi")]
+        if let TestDevice::Ofi(_) = self {
+            return true;
+        }
+        false
+    }
+
     pub(crate) fn is_verbs(&self) -> bool {
-        !matches!(self, TestDevice::Tcp | TestDevice::SameHost)
+        #[cfg(feature = "verbs")]
+        if let TestDevice::Verbs(_) = self {
+            return true;
+        }
+        false
     }
 
     /// Opens an IA named `name` on this device, with an async EVD of 16 entries.
@@ -110,6 +134,8 @@ impl TestDevice {
             TestDevice::SameHost => test_hooks::open_with(Mode::Require, open).0,
             #[cfg(feature = "verbs")]
             TestDevice::Verbs(_) => open(),
+            #[cfg(feature = "ofi")]
+            TestDevice::Ofi(_) => open(),
         }
     }
 
@@ -319,6 +345,17 @@ impl Side {
         }
     }
 
+    /// Whether a test of SRQs must not run: true, after printing why, when this side's device
+    /// has none (max_srq 0: libfabric's reliable-datagram entries so far).
+    pub(crate) fn skip_without_srqs(&self, what: &str) -> bool {
+        if self.ia.device().attr().max_srq == 0 {
+            println!("SKIP {what} on {}: no SRQs", self.ia.device().name());
+            true
+        } else {
+            false
+        }
+    }
+
     /// How many local segments an RDMA read fills on this side's device (siw: one).
     pub(crate) fn read_segments(&self) -> u32 {
         self.ia.device().attr().max_rdma_read_sge
@@ -505,4 +542,14 @@ fn test_device_names() {
     }
     #[cfg(not(feature = "verbs"))]
     assert!(TestDevice::parse("verbs:rxe0:1").is_err());
+    #[cfg(feature = "ofi")]
+    {
+        let dev = TestDevice::parse("ofi:verbs;ofi_rxm:rxe0").expect("provider and place");
+        assert!(dev.is_ofi() && !dev.is_verbs());
+        assert_eq!(dev.ia_params(), "ofi verbs;ofi_rxm rxe0");
+        assert_eq!(
+            TestDevice::parse("ofi shm").map(|d| d.ia_params()),
+            Ok("ofi shm 127.0.0.1".to_string())
+        );
+    }
 }
