@@ -13,6 +13,10 @@
 #
 #   bench/rate-cost.sh                 boots a guest, prints the table
 #   bench/rate-cost.sh --inside DIR    in a guest already up
+#   bench/rate-cost.sh --host [DIR]    ours over rs-tcp on this host, in a private network
+#                                      namespace (as root; no guest): libdat2, the core and
+#                                      the boundary are the same code as on verbs, so their
+#                                      share is counted here; the backend's is TCP's
 #
 # Env: RC_N1 (200), RC_N2 (600), RC_WHO ("ours ofed"), RC_TESTS ("send_bw write_bw"),
 #      STEP_TIMEOUT (300 s per client). Output: DIR/rate-cost.txt, callgrind files in
@@ -32,7 +36,16 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 CTRL_EVENTS=3
 export RC_N1 RC_N2 RC_WHO RC_TESTS STEP_TIMEOUT
 
-if [ "${1:-}" != --inside ]; then
+if [ "${1:-}" = --host ]; then
+	out=${2:-$top/build/bench/rate-cost-host}
+	rm -rf "$out"
+	mkdir -p "$out"
+	# shellcheck disable=SC2016  # expanded by the inner shell
+	unshare -n sh -c 'ip link set lo up && exec "$0" --inside-host "$1"' "$0" "$out" || exit 1
+	cat "$out/rate-cost.txt"
+	exit 0
+fi
+if [ "${1:-}" != --inside ] && [ "${1:-}" != --inside-host ]; then
 	out=$top/build/bench/rate-cost
 	install_guest_debs rate-cost || exit 1
 	rm -rf "$out"
@@ -50,10 +63,15 @@ mkdir -p "$out/logs" "$out/cg"
 cd "$out" || exit 1
 : >failures.txt
 : >rate-cost.txt
-cat >dat.conf <<EOF
+if [ "$1" = --inside-host ]; then
+	OURS=rs-tcp ADDR=127.0.0.1 RC_WHO=ours
+	echo "$OURS u2.0 nonthreadsafe default libdaplrs.so.2 dapl.2.0 \"tcp lo\" \"\"" >dat.conf
+else
+	cat >dat.conf <<EOF
 $OURS u2.0 nonthreadsafe default libdaplrs-verbs.so.2 dapl.2.0 "verbs $DEV 1" ""
 $OFED u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 "rxenet0 0" ""
 EOF
+fi
 export LD_LIBRARY_PATH=$top/build/lib DAT_OVERRIDE=$out/dat.conf
 datperf=$top/build/bin/datperf
 server_pid=""

@@ -204,8 +204,8 @@ enum Take {
 
 /// What `Evd::queue_event` did with an event.
 enum Queued {
-    /// Handed back to the caller as dequeued.
-    Taken(Event),
+    /// Written to the caller's slot as dequeued.
+    Taken,
     /// Queued; the queue's length after it.
     Queued(usize),
 }
@@ -381,17 +381,21 @@ impl Evd {
 
     /// Moves completions from the CQ into the event queue.
     pub(crate) fn drain_cq(&self) {
-        self.drain(Take::None);
+        self.drain(Take::None, &mut None);
     }
 
     /// Moves completions from the CQ into the event queue, in CQ order. With `take`, the
-    /// first event goes straight to the caller instead when the queue is empty and the caller
-    /// would dequeue it at once (see `Take`): the same event, in the same order, without its
-    /// round trip through the queue. Returns it and how many events are queued behind it.
-    fn drain(&self, mut take: Take) -> Option<(Event, usize)> {
-        let cq = self.cq.as_ref()?;
+    /// first event goes straight to the caller's `taken` (None on entry) instead when the
+    /// queue is empty and the caller would dequeue it at once (see `Take`): the same event,
+    /// in the same order, without its round trip through the queue, written once where the
+    /// caller reads it (returned by value it was moved three times on its way out). Returns
+    /// how many events are queued behind a taken one.
+    fn drain(&self, mut take: Take, taken: &mut Option<Event>) -> usize {
+        let Some(cq) = self.cq.as_ref() else {
+            return 0;
+        };
         const BATCH: usize = 64;
-        let mut taken = None;
+        let mut behind = 0;
         let mut batch = self.drain_lock.lock();
         loop {
             batch.clear();
@@ -401,13 +405,9 @@ impl Evd {
                     continue;
                 };
                 // Only the first event may be taken: a later one would overtake it.
-                match self.queue_event(ev, notify, std::mem::replace(&mut take, Take::None)) {
-                    Queued::Taken(ev) => taken = Some((ev, 0)),
-                    Queued::Queued(len) => {
-                        if let Some((_, behind)) = taken.as_mut() {
-                            *behind = len;
-                        }
-                    }
+                let take = std::mem::replace(&mut take, Take::None);
+                if let Queued::Queued(len) = self.queue_event(ev, notify, take, taken) {
+                    behind = len;
                 }
             }
             // A short batch emptied the CQ as it was: no second look (a poll of an empty
@@ -416,7 +416,7 @@ impl Evd {
                 break;
             }
         }
-        taken
+        behind
     }
 
     /// Which consumer-controlled notification mode, if any, a DTO stream feeding this EVD
@@ -448,13 +448,20 @@ impl Evd {
     /// Queues a provider-generated event (never dropped); `notify`: whether it is a
     /// notification event (wakes the waiter, triggers the CNO).
     pub(crate) fn push(&self, event: Event, notify: bool) {
-        self.queue_event(event, notify, Take::None);
+        self.queue_event(event, notify, Take::None, &mut None);
     }
 
-    /// Queues a provider-generated event, or hands it back as dequeued when `take` allows (see
-    /// `Take`). A taken event is accounted for as one queued and removed at once: it counts
-    /// as a notification event that was dequeued, and triggers the CNO as a queued one does.
-    fn queue_event(&self, event: Event, notify: bool, take: Take) -> Queued {
+    /// Queues a provider-generated event, or writes it to `taken` as dequeued when `take`
+    /// allows (see `Take`). A taken event is accounted for as one queued and removed at once:
+    /// it counts as a notification event that was dequeued, and triggers the CNO as a queued
+    /// one does.
+    fn queue_event(
+        &self,
+        event: Event,
+        notify: bool,
+        take: Take,
+        taken: &mut Option<Event>,
+    ) -> Queued {
         let mut overflow_now = false;
         let cno_to_trigger;
         let driving;
@@ -486,7 +493,8 @@ impl Evd {
                 if let Some(cno) = cno {
                     cno.trigger(self.handle);
                 }
-                return Queued::Taken(event);
+                *taken = Some(event);
+                return Queued::Taken;
             }
             if s.queue.len() >= s.qlen && !s.overflowed {
                 s.overflowed = true;
@@ -565,15 +573,24 @@ impl Evd {
 
     /// dat_evd_dequeue.
     pub fn dequeue(&self) -> DatResult<Event> {
+        let mut ev = None;
+        self.dequeue_into(&mut ev)?;
+        ev.ok_or_else(DatError::internal)
+    }
+
+    /// dat_evd_dequeue, the event written to `out` (None on entry): once, where the boundary
+    /// converts it, instead of moved out through return values.
+    pub fn dequeue_into(&self, out: &mut Option<Event>) -> DatResult<()> {
         self.counters.inc(counters::evd::DEQUEUE);
         // With events queued (the rest of the batch a former poll found), the first of them
         // is the answer: no poll of the CQ, whose completions all came after them. A stale
         // count is settled under the lock below.
         let skipped = self.backlog.load(Ordering::Relaxed) != 0;
         if !skipped {
-            if let Some((ev, _)) = self.drain(Take::Dequeue) {
+            self.drain(Take::Dequeue, out);
+            if out.is_some() {
                 self.counters.inc(counters::evd::DEQUEUE_FOUND);
-                return Ok(ev);
+                return Ok(());
             }
         }
         let mut s = self.state.lock();
@@ -587,16 +604,17 @@ impl Evd {
                 }
             }
         }
-        let Some(ev) = s.dequeue() else {
+        *out = s.dequeue();
+        if out.is_none() {
             self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
             return Err(DatError::queue_empty());
-        };
+        }
         self.backlog.store(s.queue.len(), Ordering::Relaxed);
         self.counters.inc(counters::evd::DEQUEUE_FOUND);
         if s.queue.len() < s.qlen {
             s.overflowed = false;
         }
-        Ok(ev)
+        Ok(())
     }
 
     /// dat_evd_wait: waits until `threshold` events are queued with a notification event among
@@ -604,12 +622,26 @@ impl Evd {
     /// how many remain. A threshold above 1 on an EVD a consumer-controlled DTO stream feeds is
     /// DAT_INVALID_STATE.
     pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
+        let mut ev = None;
+        let more = self.wait_into(timeout_us, threshold, &mut ev)?;
+        Ok((ev.ok_or_else(DatError::internal)?, more))
+    }
+
+    /// `wait`, the event written to `out` (None on entry) as in `dequeue_into`; returns how
+    /// many events remain.
+    pub fn wait_into(
+        &self,
+        timeout_us: u32,
+        threshold: i32,
+        out: &mut Option<Event>,
+    ) -> DatResult<usize> {
         self.counters.inc(counters::evd::WAIT);
         if threshold == 1 {
             // Threshold 1 returns the first notification event: one the drain finds with
             // the queue empty is returned as it comes (see `Take::Wait`).
-            if let Some(found) = self.drain(Take::Wait) {
-                return Ok(found);
+            let behind = self.drain(Take::Wait, out);
+            if out.is_some() {
+                return Ok(behind);
             }
         } else {
             self.drain_cq();
@@ -644,10 +676,10 @@ impl Evd {
                 break Err(DatError::bad_handle(Param::EvdHandle));
             }
             if s.ready() {
-                let ev = s.dequeue();
+                *out = s.dequeue();
                 self.backlog.store(s.queue.len(), Ordering::Relaxed);
-                match ev {
-                    Some(ev) => break Ok((ev, s.queue.len())),
+                match out {
+                    Some(_) => break Ok(s.queue.len()),
                     None => break Err(DatError::internal()),
                 }
             }
@@ -673,8 +705,9 @@ impl Evd {
                 // CQ's notification in `create`): drained now, with threshold 1 the first
                 // event straight to this waiter when the queue is empty.
                 if s.threshold == 1 {
-                    if let Some(found) = MutexGuard::unlocked(&mut s, || self.drain(Take::Waiter)) {
-                        break Ok(found);
+                    let behind = MutexGuard::unlocked(&mut s, || self.drain(Take::Waiter, out));
+                    if out.is_some() {
+                        break Ok(behind);
                     }
                 } else {
                     MutexGuard::unlocked(&mut s, || self.drain_cq());

@@ -482,7 +482,9 @@ impl Ia {
 
     /// Converts a work completion into the DAT event for the EVD `evd` and whether it is a
     /// notification event (see `evd`'s module notes), or None when the consumer asked not to
-    /// see it.
+    /// see it. Inlined into the EVD's drain, its one caller: as a call of its own it saved
+    /// and restored registers and passed the event (72 bytes) out through memory.
+    #[inline(always)]
     pub(crate) fn dto_event(&self, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
         let pending = self.retire(wc.wr_id)?;
         let status = dto_status_of(wc.status);

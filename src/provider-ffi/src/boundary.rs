@@ -66,18 +66,61 @@ const NO_SEGMENT: Sge = Sge {
     lkey: 0,
 };
 
-/// A local IOV copied out of the caller's DAT_LMR_TRIPLET array.
-pub(crate) enum Iov {
-    Inline([Sge; INLINE_SEGMENTS], usize),
-    Heap(Vec<Sge>),
+/// Where a local IOV copied out of the caller's DAT_LMR_TRIPLET array lives: on the stack
+/// up to `INLINE_SEGMENTS` segments, else on the heap. The caller owns it and `read` hands
+/// back the segments by reference: returned by value, the inline array (136 bytes) was
+/// copied once more on every post.
+pub(crate) struct IovBuf {
+    inline: [Sge; INLINE_SEGMENTS],
+    heap: Vec<Sge>,
 }
 
-impl std::ops::Deref for Iov {
-    type Target = [Sge];
-    fn deref(&self) -> &[Sge] {
-        match self {
-            Iov::Inline(a, n) => &a[..*n],
-            Iov::Heap(v) => v,
+impl IovBuf {
+    pub(crate) fn new() -> IovBuf {
+        IovBuf {
+            inline: [NO_SEGMENT; INLINE_SEGMENTS],
+            heap: Vec::new(),
+        }
+    }
+
+    /// Reads `n` triplets at `p` (local_iov, num_segments). A negative count, or
+    /// one above `max` (the object's IOV limit), is DAT_INVALID_PARAMETER for
+    /// num_segments, refused before the array is touched (a count of 1 << 30 must
+    /// not make us read a gigabyte past one triplet); a NULL array with segments
+    /// is for local_iov. Zero segments (a zero-length message) may come with a
+    /// NULL array.
+    ///
+    /// # Safety
+    /// `p` is NULL or points to `n` readable triplets.
+    // Inlined into each post: the copy is built in the caller's frame.
+    #[inline(always)]
+    pub(crate) unsafe fn read<T: LocalTriplet>(
+        &mut self,
+        p: *const T,
+        n: DAT_COUNT,
+        max: u32,
+    ) -> DatResult<&[Sge]> {
+        if n < 0 || n as u64 > u64::from(max) {
+            return Err(DatError::bad(Param::NumSegments));
+        }
+        if n == 0 {
+            return Ok(&[]);
+        }
+        if p.is_null() {
+            return Err(DatError::bad(Param::LocalIov));
+        }
+        // SAFETY: `p` is not NULL (checked above) and points to `n` readable triplets (our
+        // contract); `n` is positive and at most `max`.
+        let triplets = unsafe { std::slice::from_raw_parts(p, n as usize) };
+        if triplets.len() <= INLINE_SEGMENTS {
+            let segments = &mut self.inline[..triplets.len()];
+            for (d, t) in segments.iter_mut().zip(triplets) {
+                *d = t.sge()?;
+            }
+            Ok(segments)
+        } else {
+            self.heap = triplets.iter().map(|t| t.sge()).collect::<DatResult<_>>()?;
+            Ok(&self.heap)
         }
     }
 }
@@ -157,47 +200,6 @@ impl RemoteTriplet for dat_abi12::DAT_RMR_TRIPLET {
 pub(crate) unsafe fn remote_buffer<T: RemoteTriplet>(p: *const T) -> DatResult<RemoteBuffer> {
     // SAFETY: `p` is NULL or points to a readable struct (the C caller's contract).
     unsafe { input(p, Param::RemoteIov) }?.remote()
-}
-
-/// Reads `n` triplets at `p` (local_iov, num_segments). A negative count, or
-/// one above `max` (the object's IOV limit), is DAT_INVALID_PARAMETER for
-/// num_segments, refused before the array is touched (a count of 1 << 30 must
-/// not make us read a gigabyte past one triplet); a NULL array with segments
-/// is for local_iov. Zero segments (a zero-length message) may come with a
-/// NULL array.
-///
-/// # Safety
-/// `p` is NULL or points to `n` readable triplets.
-// Inlined so the copy is built in the caller's frame (no move of the returned array).
-#[inline(always)]
-pub(crate) unsafe fn lmr_iov<T: LocalTriplet>(
-    p: *const T,
-    n: DAT_COUNT,
-    max: u32,
-) -> DatResult<Iov> {
-    if n < 0 || n as u64 > u64::from(max) {
-        return Err(DatError::bad(Param::NumSegments));
-    }
-    if n == 0 {
-        return Ok(Iov::Inline([NO_SEGMENT; INLINE_SEGMENTS], 0));
-    }
-    if p.is_null() {
-        return Err(DatError::bad(Param::LocalIov));
-    }
-    // SAFETY: `p` is not NULL (checked above) and points to `n` readable triplets (our
-    // contract); `n` is positive and at most `max`.
-    let triplets = unsafe { std::slice::from_raw_parts(p, n as usize) };
-    if triplets.len() <= INLINE_SEGMENTS {
-        let mut a = [NO_SEGMENT; INLINE_SEGMENTS];
-        for (d, t) in a.iter_mut().zip(triplets) {
-            *d = t.sge()?;
-        }
-        Ok(Iov::Inline(a, triplets.len()))
-    } else {
-        Ok(Iov::Heap(
-            triplets.iter().map(|t| t.sge()).collect::<DatResult<_>>()?,
-        ))
-    }
 }
 
 /// The (address, length) spans of `n` triplets at `p` (dat_lmr_sync_rdma_*:

@@ -1,8 +1,8 @@
 //! EP: endpoints, their connections and every data transfer call.
 
 use crate::boundary::{
-    boolean, bytes, c, count, count_arg, guard, h, input, ipv4_of, lmr_iov, out, remote_buffer,
-    sockaddr_of, LocalTriplet, RemoteTriplet,
+    boolean, bytes, c, count, count_arg, guard, h, input, ipv4_of, out, remote_buffer, sockaddr_of,
+    IovBuf, LocalTriplet, RemoteTriplet,
 };
 use crate::calls;
 use daplrs::core::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
@@ -387,8 +387,9 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
-    ep.post_send(&iov, cookie.as_u64(), flags)
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
+    ep.post_send(iov, cookie.as_u64(), flags)
 }
 
 /// Without invalidation this is a plain send; remote invalidation of an
@@ -411,8 +412,9 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
         let ep = ep(ep_handle)?;
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
-        let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
-        ep.post_send_with_invalidate(&iov, cookie.as_u64(), flags, rmr_context)
+        let mut buf = IovBuf::new();
+        let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
+        ep.post_send_with_invalidate(iov, cookie.as_u64(), flags, rmr_context)
     })
 }
 
@@ -468,8 +470,9 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_recv_iov)) }?;
-    ep.post_recv(&iov, cookie.as_u64(), flags)
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_recv_iov)) }?;
+    ep.post_recv(iov, cookie.as_u64(), flags)
 }
 
 pub(crate) unsafe extern "C" fn post_rdma_read(
@@ -498,10 +501,11 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_rdma_read_iov)) }?;
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_rdma_read_iov)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_read(
-        &iov,
+        iov,
         cookie.as_u64(),
         unsafe { remote_buffer(remote) }?,
         flags,
@@ -534,10 +538,11 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     let ep = ep(ep_handle)?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_write(
-        &iov,
+        iov,
         cookie.as_u64(),
         unsafe { remote_buffer(remote) }?,
         flags,

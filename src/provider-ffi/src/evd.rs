@@ -271,8 +271,11 @@ pub(crate) unsafe extern "C" fn wait(
         let evd = evd(evd_handle)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
         let event = unsafe { out(event, Param::Event) }?;
-        let (ev, more) = evd.wait(timeout, threshold)?;
-        to_c_event(&ev, event);
+        let mut ev = None;
+        let more = evd.wait_into(timeout, threshold, &mut ev)?;
+        if let Some(ev) = &ev {
+            to_c_event(ev, event);
+        }
         // SAFETY: `nmore` is NULL or points to a writable value of its type (the C caller's
         // contract).
         if let Some(n) = unsafe { nmore.as_mut() } {
@@ -290,8 +293,11 @@ pub(crate) unsafe extern "C" fn dequeue(
         let evd = evd(evd_handle)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
         let event = unsafe { out(event, Param::Event) }?;
-        let ev = evd.dequeue()?;
-        to_c_event(&ev, event);
+        let mut ev = None;
+        evd.dequeue_into(&mut ev)?;
+        if let Some(ev) = &ev {
+            to_c_event(ev, event);
+        }
         Ok(())
     })
 }

@@ -2,7 +2,7 @@
 //! interface 2.0.9). Each operation's C macro passes its arguments to dat_extension_op in a
 //! fixed order; they are read here, in that order, and handed to the core.
 
-use crate::boundary::{guard, h, input, lmr_iov, out, VaArgs};
+use crate::boundary::{guard, h, input, out, IovBuf, VaArgs};
 use crate::calls::{self, Call};
 use crate::ia;
 use daplrs::backend::Sge;
@@ -100,9 +100,10 @@ unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> 
     let flags = unsafe { a.u32() }?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, segments, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, segments, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
-    ep.post_rdma_write_immed(&iov, cookie, unsafe { remote(rmr) }?, imm, flags)
+    ep.post_rdma_write_immed(iov, cookie, unsafe { remote(rmr) }?, imm, flags)
 }
 
 /// dat_ib_post_send_ud(ep, segments, lmr_triplets, addr_handle, cookie, flags).
@@ -120,10 +121,11 @@ unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let flags = unsafe { a.u32() }?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, segments, ep.iov_limit(|a| a.max_request_iov)) }?;
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, segments, ep.iov_limit(|a| a.max_request_iov)) }?;
     // SAFETY: `ah` is NULL or points to a readable struct (the C caller's contract).
     let ah = unsafe { input(ah, Param::AddressHandle) }?;
-    ep.post_send_ud(&iov, ah.ah as usize as u64, ah.qpn, cookie, flags)
+    ep.post_send_ud(iov, ah.ah as usize as u64, ah.qpn, cookie, flags)
 }
 
 /// dat_ib_ud_ah_free(ep, addr_handle).

@@ -1,6 +1,6 @@
 //! SRQ: shared receive queues.
 
-use crate::boundary::{c, count, count_arg, guard, h, input, lmr_iov, out, LocalTriplet};
+use crate::boundary::{c, count, count_arg, guard, h, input, out, IovBuf, LocalTriplet};
 use crate::calls;
 use daplrs::core::error::{DatError, DatResult, Param};
 use daplrs::core::handle;
@@ -56,8 +56,9 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let srq = handle::srq(h(srq))?;
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { lmr_iov(iov, n, srq.query().attr.max_recv_iov) }?;
-    srq.post_recv(&iov, cookie.as_u64())
+    let mut buf = IovBuf::new();
+    let iov = unsafe { buf.read(iov, n, srq.query().attr.max_recv_iov) }?;
+    srq.post_recv(iov, cookie.as_u64())
 }
 
 pub(crate) unsafe extern "C" fn query(
