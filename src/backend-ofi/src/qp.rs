@@ -754,10 +754,12 @@ impl OfiQp {
 
     pub(crate) fn disconnect(&self, abrupt: bool) {
         self.leaving.store(true, Ordering::Release);
+        // Graceful: the requests posted complete first (the farewell's
+        // completion may come before theirs, and the close would flush them).
+        if !abrupt {
+            self.drain_requests();
+        }
         if self.link.lock().is_some() {
-            if !abrupt {
-                self.drain_requests();
-            }
             self.end_link(true);
         } else {
             self.say_farewell();
@@ -777,9 +779,9 @@ impl OfiQp {
         }
     }
 
-    /// A graceful disconnect over reliable datagrams: the requests posted
-    /// complete first (bounded, as the farewell is), so that the peer has
-    /// what we sent before it learns of the close.
+    /// A graceful disconnect: the requests posted complete first (bounded,
+    /// as the farewell is), so that they are not flushed by the close and
+    /// the peer has what we sent before it learns of it.
     fn drain_requests(&self) {
         let deadline = std::time::Instant::now() + FAREWELL_TIMEOUT;
         while !self.inner.lock().sends.slots.is_empty() && std::time::Instant::now() < deadline {
