@@ -173,9 +173,12 @@ impl OfiCq {
         let before = q.len();
         // No endpoint of the device closes while its CQ is read (see `OfiDevice::closing`).
         let _reading = dev.closing.lock();
-        drain(self.cq.ptr(), |done| complete(dev, done, &mut q, broken));
+        let verbs = dev.verbs_errors;
+        drain(self.cq.ptr(), verbs, |done| {
+            complete(dev, done, &mut q, broken)
+        });
         for (qp, cq) in self.feeds() {
-            drain(cq.ptr(), |done| {
+            drain(cq.ptr(), verbs, |done| {
                 if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
                     broken.push(qp.clone());
                 }
@@ -205,7 +208,8 @@ impl OfiCq {
 }
 
 /// Reads every entry of `cq` (its errors included) into `each`.
-fn drain(cq: *mut fi::fid_cq, mut each: impl FnMut(Done)) {
+/// `verbs`: the provider's error entries carry an ibv_wc_status (`status_of`).
+fn drain(cq: *mut fi::fid_cq, verbs: bool, mut each: impl FnMut(Done)) {
     let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
     loop {
         // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
@@ -238,7 +242,7 @@ fn drain(cq: *mut fi::fid_cq, mut each: impl FnMut(Done)) {
             );
             each(Done {
                 context: err.op_context as u64,
-                result: Err(status_of(err.err)),
+                result: Err(status_of(err.err, verbs.then_some(err.prov_errno))),
                 data: None,
             });
         }
@@ -271,8 +275,14 @@ fn complete(
     }
 }
 
-/// A libfabric error entry's status.
-fn status_of(err: i32) -> WcStatus {
+/// A libfabric error entry's status; `wc_status`: the ibv_wc_status a verbs
+/// provider reports behind EIO (it gives EIO for every failure but a flush).
+fn status_of(err: i32, wc_status: Option<i32>) -> WcStatus {
+    if err.unsigned_abs() == libc::EIO as u32 {
+        if let Some(status) = wc_status.and_then(verbs_status) {
+            return status;
+        }
+    }
     match err.unsigned_abs() {
         // The connection ended under the request (the peer went, or closed it):
         // what the connection's end reports, as our TCP transport flushes.
@@ -284,6 +294,25 @@ fn status_of(err: i32) -> WcStatus {
         fi::FI_EINVAL => WcStatus::RemoteInvalidRequest,
         _ => WcStatus::Transport,
     }
+}
+
+/// What an ibv_wc_status says, for the statuses a request's failure has
+/// (values of <infiniband/verbs.h>, stable ABI); None for the rest.
+fn verbs_status(wc: i32) -> Option<WcStatus> {
+    Some(match wc {
+        1 => WcStatus::LocalLength,          // IBV_WC_LOC_LEN_ERR
+        2 => WcStatus::LocalQpOp,            // IBV_WC_LOC_QP_OP_ERR
+        4 => WcStatus::LocalProtection,      // IBV_WC_LOC_PROT_ERR
+        5 => WcStatus::Flushed,              // IBV_WC_WR_FLUSH_ERR
+        6 => WcStatus::MwBind,               // IBV_WC_MW_BIND_ERR
+        8 => WcStatus::LocalProtection,      // IBV_WC_LOC_ACCESS_ERR
+        7 => WcStatus::BadResponse,          // IBV_WC_BAD_RESP_ERR
+        9 => WcStatus::RemoteInvalidRequest, // IBV_WC_REM_INV_REQ_ERR
+        10 => WcStatus::RemoteAccess,        // IBV_WC_REM_ACCESS_ERR
+        11 => WcStatus::RemoteOp,            // IBV_WC_REM_OP_ERR
+        13 => WcStatus::ReceiverNotReady,    // IBV_WC_RNR_RETRY_EXC_ERR
+        _ => return None,
+    })
 }
 
 impl CompletionQueue for OfiCq {
@@ -359,5 +388,26 @@ impl CompletionQueue for OfiCq {
             dev.waiter.consumer_left();
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verbs_eio_says_what_its_wc_status_says() {
+        let eio = libc::EIO;
+        assert_eq!(status_of(eio, Some(10)), WcStatus::RemoteAccess);
+        assert_eq!(status_of(eio, Some(1)), WcStatus::LocalLength);
+        // Not verbs, or a status without a meaning here: the transport failed.
+        assert_eq!(status_of(eio, None), WcStatus::Transport);
+        assert_eq!(status_of(eio, Some(12)), WcStatus::Transport);
+        // Other errors keep their own meaning whatever the provider says.
+        assert_eq!(status_of(libc::EACCES, Some(1)), WcStatus::RemoteAccess);
+        assert_eq!(
+            status_of(-(fi::FI_ECANCELED as i32), Some(5)),
+            WcStatus::Flushed
+        );
     }
 }

@@ -76,6 +76,9 @@ pub struct OfiDevice {
     pub(crate) local_descs: bool,
     /// 64-bit fetch-and-add and compare-and-swap (`atomics_offered`).
     pub(crate) atomics: bool,
+    /// The core provider is verbs: an error entry's `prov_errno` is the
+    /// ibv_wc_status behind its generic EIO (`cq::status_of`).
+    pub(crate) verbs_errors: bool,
 
     pub(crate) tables: Mutex<Tables>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
@@ -385,6 +388,7 @@ impl OfiDevice {
             virt_addr,
             local_descs,
             atomics,
+            verbs_errors: provider.split(';').next() == Some("verbs"),
             keys,
             rdm: endpoints != Endpoints::Msg,
             ordered: endpoints != Endpoints::Rdm { ordered: false },
