@@ -295,17 +295,31 @@ fn accept_loop(socket: &TcpListener, dev: &Weak<OfiDevice>, id: u64, closed: &At
         let _ = std::thread::Builder::new()
             .name("daplrs-ofi-req".into())
             .spawn(move || {
-                read_request(stream, &dev, id);
-                reading.lock().retain(|(n, _)| *n != me);
+                read_request(stream, &dev, id, || {
+                    let mut r = reading.lock();
+                    let before = r.len();
+                    r.retain(|(n, _)| *n != me);
+                    r.len() < before
+                });
             });
     }
 }
 
 /// Reads a peer's request: one of ours for this provider becomes a
 /// connection request; anything else is closed, the consumer never sees it.
-fn read_request(stream: TcpStream, dev: &Weak<OfiDevice>, listener: u64) {
+/// `read` runs once the request is read (or failed): the connection no
+/// longer counts among those being read; false if it was ended meanwhile to
+/// make room (its request is then dropped, as if it had not come).
+fn read_request(
+    stream: TcpStream,
+    dev: &Weak<OfiDevice>,
+    listener: u64,
+    read: impl FnOnce() -> bool,
+) {
     let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-    let Ok((REQUEST, fields)) = read_frame(&stream) else {
+    let frame = read_frame(&stream);
+    let kept = read();
+    let (Ok((REQUEST, fields)), true) = (frame, kept) else {
         return;
     };
     let Some(dev) = dev.upgrade() else { return };
