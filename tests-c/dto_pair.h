@@ -281,6 +281,20 @@ static UNUSED DAT_IA_ATTR ia_attr_of(DAT_IA_HANDLE ia)
 	return a;
 }
 
+/* Whether the IA's provider attribute `name` is "TRUE" (the IB extension's
+ * DAT_IB_ATTR_FETCH_AND_ADD, DAT_IB_ATTR_UD, ...). */
+static UNUSED int provider_attr_true(DAT_IA_HANDLE ia, const char *name)
+{
+	DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
+	DAT_PROVIDER_ATTR pr;
+	if (dat_ia_query(ia, &async, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pr) != DAT_SUCCESS)
+		return 0;
+	for (int i = 0; i < pr.num_provider_specific_attr; i++)
+		if (!strcmp(pr.provider_specific_attr[i].name, name))
+			return !strcmp(pr.provider_specific_attr[i].value, "TRUE");
+	return 0;
+}
+
 /* The status of a write through a stale RMR context (after an unbind, or the
  * previous one after a rebind) that the initiator used before: DAT's
  * REMOTE_ACCESS, except over libfabric's tcp provider ("ofi tcp" entries),

@@ -247,19 +247,7 @@ static void test_posts(void)
 /* Whether the IA offers both 64-bit atomics (its provider attributes). */
 static int ia_has_atomics(DAT_IA_HANDLE ia)
 {
-	DAT_EVD_HANDLE async = DAT_HANDLE_NULL;
-	DAT_PROVIDER_ATTR pr;
-	int fa = 0, cs = 0;
-	if (dat_ia_query(ia, &async, 0, NULL, DAT_PROVIDER_FIELD_ALL, &pr) != DAT_SUCCESS)
-		return 0;
-	for (int i = 0; i < pr.num_provider_specific_attr; i++) {
-		const char *n = pr.provider_specific_attr[i].name, *v = pr.provider_specific_attr[i].value;
-		if (!strcmp(n, DAT_IB_ATTR_FETCH_AND_ADD))
-			fa = !strcmp(v, "TRUE");
-		if (!strcmp(n, DAT_IB_ATTR_CMP_AND_SWAP))
-			cs = !strcmp(v, "TRUE");
-	}
-	return fa && cs;
+	return provider_attr_true(ia, DAT_IB_ATTR_FETCH_AND_ADD) && provider_attr_true(ia, DAT_IB_ATTR_CMP_AND_SWAP);
 }
 
 /* The IB extension calls that name arguments (positions count the handle 1 and the op 2). */
