@@ -8,6 +8,9 @@
 #
 # TWO_HOSTS_BACKEND=ofi (ofi-two-hosts.sh): the same over the libfabric entry
 # rs-ofi-tcp ("ofi tcp veth..."): libfabric's tcp provider over the veth pair.
+# TWO_HOSTS_BACKEND=ofi-rxm (ofi-two-hosts.sh with DAT_TEST_IA=rs-ofi-rxm):
+# over rs-ofi-rxm ("ofi tcp;ofi_rxm veth..."): reliable datagrams with our
+# connection layer on top, its handshake between the two hosts' addresses.
 set -u
 # Two "hosts" in namespaces of one machine: the TCP path is what is under test, so the
 # same-host path (which would otherwise carry RDMA between them) is turned off.
@@ -16,6 +19,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 name=two-hosts ia=rs-tcp lib=libdaplrs.so.2 where=tcp
 if [ "${TWO_HOSTS_BACKEND:-tcp}" = ofi ]; then
 	name=ofi-two-hosts ia=rs-ofi-tcp lib=$top/build/lib/libdaplrs-ofi.so.2 where="ofi tcp"
+elif [ "${TWO_HOSTS_BACKEND:-tcp}" = ofi-rxm ]; then
+	name=ofi-rxm-two-hosts ia=rs-ofi-rxm lib=$top/build/lib/libdaplrs-ofi.so.2 where="ofi tcp;ofi_rxm"
 fi
 out="$top/build/tests/$name"
 mkdir -p "$out"
