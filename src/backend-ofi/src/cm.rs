@@ -125,8 +125,15 @@ impl OfiDevice {
     pub(crate) fn listen_on(&self, port: u16) -> Result<Arc<OfiListener>> {
         let target = self.target();
         let info = getinfo(&target, target.address, Some(port), true).map_err(|why| {
-            log::warn!("listen: {why}");
-            Error::NoResource(Resource::Host)
+            log::warn!("listen on port {port}: {why}");
+            // libfabric's verbs provider binds the address inside fi_getinfo
+            // (rdma_cm) and reports a port in use as no data: the same
+            // address with any port answering says that the port was it.
+            if port != 0 && getinfo(&target, target.address, None, true).is_ok() {
+                Error::AddrInUse
+            } else {
+                Error::NoResource(Resource::Host)
+            }
         })?;
         let mut pep = null_mut();
         // SAFETY: an open fabric and a provider fi_info; `pep` receives the endpoint.
