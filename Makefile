@@ -179,12 +179,12 @@ test-ofi: all
 test-verbs: deps all $(BUILD)/tests/daplrs-behaviour-verbs
 	$(MAKE) -C tests-c test-verbs
 
-# The provider crate's test binary built with the verbs backend, for
-# verbs-guest.sh to run the DAT behaviour tests (over_verbs::*, ignored
-# elsewhere) in the guest on rxe0.
+# The provider crate's test binary built with the verbs and libfabric
+# backends, for verbs-guest.sh to run the DAT behaviour tests (over_verbs::*
+# and over_ofi_device::*, ignored elsewhere) in the guest on rxe0.
 $(BUILD)/tests/daplrs-behaviour-verbs: FORCE
 	@mkdir -p $(BUILD)/tests
-	bin=$$($(CARGO) test $(CARGO_FLAGS) -p daplrs --features verbs --lib --no-run --message-format=json | \
+	bin=$$($(CARGO) test $(CARGO_FLAGS) -p daplrs --features verbs,ofi --lib --no-run --message-format=json | \
 		sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1); \
 	[ -n "$$bin" ] && cp "$$bin" $@
 

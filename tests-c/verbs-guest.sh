@@ -29,7 +29,13 @@
 #  - library mixes on the dapltest transaction lines: our libdat2 with OFED's
 #    provider (ofa-v2-rxe), OFED's libdat2 with our provider (by full path);
 #  - wire mixes: a dapltest server all OFED's (libdat2 + provider) with a
-#    client all ours, and the reverse.
+#    client all ours, and the reverse;
+#  - our libfabric backend (libdaplrs-ofi.so.2) over libfabric's verbs
+#    provider on rxe0: "ofi verbs;ofi_rxm rxe0" (rs-ofi-vrxm, reliable
+#    datagrams with our connection layer) and "ofi verbs rxe0" (rs-ofi-vmsg,
+#    connected endpoints): the C programs that pass there (OFI_VRXM_PASS,
+#    OFI_VMSG_PASS below; docs/libfabric.md says what is left and why) and
+#    the DAT behaviour tests (over_ofi_device::*) on each.
 # Ends with one line "verbs-guest: N passed, N failed" (run-tests.sh adds it
 # to the total). A guest that does not boot is one failure, never a skip.
 #
@@ -54,11 +60,13 @@ if [ "${1:-}" != --inside ]; then
 	*) echo "verbs-guest: VERBS_IA must be rs-rxe0 (default) or ofa-v2-rxe, not '$VERBS_IA'"
 	   echo "verbs-guest: 0 passed, 1 failed"; exit 1 ;;
 	esac
-	if [ "$VERBS_IA" = rs-rxe0 ] && [ ! -e "$top/build/lib/libdaplrs-verbs.so.2" ]; then
-		echo "verbs-guest: FAIL: $top/build/lib/libdaplrs-verbs.so.2 is missing (run make at the top first)"
-		echo "verbs-guest: 0 passed, 1 failed"
-		exit 1
-	fi
+	for l in libdaplrs-verbs.so.2 libdaplrs-ofi.so.2; do
+		if [ "$VERBS_IA" = rs-rxe0 ] && [ ! -e "$top/build/lib/$l" ]; then
+			echo "verbs-guest: FAIL: $top/build/lib/$l is missing (run make at the top first)"
+			echo "verbs-guest: 0 passed, 1 failed"
+			exit 1
+		fi
+	done
 	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads \
 		test_dat12_rules test_misuse12 test_interop12 test_interop20; do
 		if [ ! -x "$top/build/tests/$t" ]; then
@@ -132,6 +140,13 @@ for k in rxe siw; do
 	echo "$IP_IA u2.0 nonthreadsafe default $lib dapl.2.0 $p_ip \"\""
 	echo "$OFA u2.0 nonthreadsafe default libdaplofa.so.2 dapl.2.0 \"$netdev 0\" \"\""
 done > "$out/dat.conf"
+# our libfabric backend over libfabric's verbs provider on rxe0 (ofi_suite)
+ofi_lib=$top/build/lib/libdaplrs-ofi.so.2
+for v in "u2.0 nonthreadsafe default $ofi_lib dapl.2.0" "u1.2 nonthreadsafe default $ofi_lib dapl.1.2" \
+	"u2.0 threadsafe default $ofi_lib dapl.2.0" "u1.2 threadsafe default $ofi_lib dapl.1.2"; do
+	echo "rs-ofi-vrxm $v \"ofi verbs;ofi_rxm rxe0\" \"\""
+	echo "rs-ofi-vmsg $v \"ofi verbs rxe0\" \"\""
+done >> "$out/dat.conf"
 sed "s|default $lib |default $libpath |" "$out/dat.conf" > "$out/ofed-dat.conf"
 
 # Every command runs under a timeout of $tmo seconds (servers set a longer one).
@@ -199,30 +214,9 @@ if [ "$VERBS_IA" = rs-rxe0 ]; then
 fi
 
 # --- 1c. the Rust DAT behaviour tests over our verbs backend (not OFED's: they
-# drive the provider crate's core directly). Each test is one pass or failure;
-# a binary that ends badly with no test failed is one failure more.
+# drive the provider crate's core directly).
 if [ "$VERBS_IA" = rs-rxe0 ]; then
-	log="$out/rust-behaviour.log"
-	DAPLRS_TEST_DEVICE=verbs:$dev:1 timeout -k 5 600 "$top/build/tests/daplrs-behaviour-verbs" \
-		--ignored over_verbs:: --test-threads=2 --show-output > "$log" 2>&1
-	rc=$?
-	n_ok=0 n_bad=0
-	# A file, not a process substitution: the guest's root has no /dev/fd.
-	grep -E '^test behaviour_tests::over_verbs::[a-z0-9_]+ \.\.\. ' "$log" > "$log.results"
-	while read -r _ name _ result; do
-		case "$result" in
-		ok) ok "rust ${name#behaviour_tests::}"; n_ok=$((n_ok + 1)) ;;
-		*)
-			bad "rust ${name#behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1))
-			# the panic's message, so a CI log says why
-			sed -n "/^thread '$name' .*panicked/{n;s/^/       /;p;q}" "$log"
-			;;
-		esac
-	done < "$log.results"
-	grep '^SKIP ' "$log" | sed 's/^/  note /'
-	if [ $n_ok -eq 0 ] || { [ $rc -ne 0 ] && [ $n_bad -eq 0 ]; }; then
-		bad "rust behaviour tests: exit $rc, $n_ok passed, $n_bad failed (see $log)"
-	fi
+	rust_behaviour "verbs:$dev:1" over_verbs
 fi
 
 # --- 2. the three ia_params forms of our provider
@@ -420,6 +414,55 @@ transactions wire-ofed-server+ours-client ofed_env $OFA ours_env $OURS
 transactions wire-ours-server+ofed-client ours_env $OURS ofed_env $OFA
 }
 
+# rust_behaviour DEVICE PREFIX: the provider crate's DAT behaviour tests
+# (tests named PREFIX::*) on DAPLRS_TEST_DEVICE=DEVICE, each test one pass
+# or failure; a binary that ends badly with no test failed is one failure more.
+rust_behaviour() {
+	local device=$1 prefix=$2
+	local log="$out/rust-behaviour-${prefix}.log"
+	DAPLRS_TEST_DEVICE=$device timeout -k 5 600 "$top/build/tests/daplrs-behaviour-verbs" \
+		--ignored "$prefix::" --test-threads=2 --show-output > "$log" 2>&1
+	local rc=$? n_ok=0 n_bad=0
+	# A file, not a process substitution: the guest's root has no /dev/fd.
+	grep -E "^test behaviour_tests::$prefix::[a-z0-9_]+ \.\.\. " "$log" > "$log.results"
+	while read -r _ name _ result; do
+		case "$result" in
+		ok) ok "rust ${name#behaviour_tests::}"; n_ok=$((n_ok + 1)) ;;
+		*)
+			bad "rust ${name#behaviour_tests::}: $result (see $log)"; n_bad=$((n_bad + 1))
+			# the panic's message, so a CI log says why
+			sed -n "/^thread '$name' .*panicked/{n;s/^/       /;p;q}" "$log"
+			;;
+		esac
+	done < "$log.results"
+	grep '^SKIP ' "$log" | sed 's/^/  note /'
+	if [ $n_ok -eq 0 ] || { [ $rc -ne 0 ] && [ $n_bad -eq 0 ]; }; then
+		bad "rust behaviour tests on $device: exit $rc, $n_ok passed, $n_bad failed (see $log)"
+	fi
+}
+
+# The C programs that pass over libfabric's verbs provider (the others, and
+# why, in docs/libfabric.md, "Where it stands").
+OFI_VRXM_PASS="test_dto_rules test_connect_errors test_csp test_evd_rules test_dat2_ops test_fork test_handle_types test_misuse12 test_srq test_ud test_ib_ext"
+OFI_VMSG_PASS="test_dto_rules test_dat2_ops test_evd_rules test_peer_killed test_fork test_ud test_threads test_srq test_handle_types test_misuse12 test_ib_ext"
+# ofi_suite IA DEVICE PROGRAMS: our libfabric backend on rxe0 through IA
+# (dat.conf) and DEVICE (the behaviour tests'), the C programs PROGRAMS.
+ofi_suite() {
+	local ia=$1 device=$2 t log rc; shift 2
+	for t in "$@"; do
+		log="$out/$ia-$t.log"
+		DAT_TEST_IA=$ia tmo=300 ours_env "$top/build/tests/$t" > "$log" 2>&1
+		rc=$?
+		if [ $rc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
+			ok "$ia $t ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
+		else
+			bad "$ia $t: exit $rc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
+			grep -m5 '^FAIL' "$log" | sed 's/^/       /'
+		fi
+	done
+	rust_behaviour "$device" over_ofi_device
+}
+
 for k in $VERBS_KINDS; do
 	kind $k
 	out=$base
@@ -432,4 +475,12 @@ for k in $VERBS_KINDS; do
 	echo "verbs-guest: $k ($dev, $ADDR):"
 	suite
 done
+if [ "$VERBS_IA" = rs-rxe0 ] && rdma link show rxe0/1 > /dev/null 2>&1; then
+	kind rxe
+	out=$base/ofi tag="ofi: "
+	mkdir -p "$out"
+	echo "verbs-guest: ofi (libfabric's verbs provider on rxe0):"
+	ofi_suite rs-ofi-vrxm "ofi:verbs;ofi_rxm:rxe0" $OFI_VRXM_PASS
+	ofi_suite rs-ofi-vmsg "ofi:verbs:rxe0" $OFI_VMSG_PASS
+fi
 echo "verbs-guest: guest tests took $(elapsed)"
