@@ -630,13 +630,29 @@ impl OfiQp {
 
     /// Inserts the peer endpoint's fabric address (`name`) into the
     /// endpoint's AV: sends go there.
+    /// `name` came from the peer's handshake: its shape is checked against
+    /// our own endpoint's name before the provider reads it.
     pub(crate) fn insert_peer(&self, name: &[u8]) -> Result<()> {
-        let parks = self.dev.upgrade().is_some_and(|d| d.parks);
+        let dev = self.dev.upgrade().ok_or(Error::BadState)?;
+        let parks = dev.parks;
+        // SAFETY: the device's fi_info.
+        let string_format = unsafe { (*dev.info.ptr()).addr_format } == fi::FI_ADDR_STR;
+        drop(dev);
+        let own = self.fabric_name()?;
+        if !peer_name_fits(&own, string_format, name) {
+            log::warn!(
+                "a peer's fabric address of {} bytes is not of this provider's shape ({} bytes{}): refused",
+                name.len(),
+                own.len(),
+                if string_format { ", a string" } else { "" }
+            );
+            return Err(Error::NoResource(Resource::Qp));
+        }
         let mut inner = self.inner.lock();
         let av = inner.av.as_ref().ok_or(Error::BadState)?.ptr();
         let mut addr = crate::rdm::FI_ADDR_UNSPEC;
-        // SAFETY: an open AV; `name` is an address of this provider's format
-        // (from the peer's fi_getname), `addr` receives one fi_addr_t.
+        // SAFETY: an open AV; `name` has the shape of this provider's
+        // addresses (`peer_name_fits`), `addr` receives one fi_addr_t.
         let rc = unsafe { fi::fi_av_insert(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
         if rc != 1 {
             log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
@@ -1949,5 +1965,40 @@ impl QueuePair for OfiQp {
 
     fn destroy(&self) {
         self.destroy_now();
+    }
+}
+
+/// Whether a peer's fabric address, as its handshake carried it, has the
+/// shape of `own` (one of our endpoints' names on the same provider):
+/// `fi_av_insert` reads as many bytes as the provider's addresses have, or a
+/// string format up to its NUL, and trusts them, so a short name from a
+/// broken or hostile peer would be read past its end.
+fn peer_name_fits(own: &[u8], string_format: bool, name: &[u8]) -> bool {
+    if string_format {
+        name.contains(&0)
+    } else {
+        name.len() == own.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_peer_name_must_have_the_shape_of_ours() {
+        let own = [7u8; 16];
+        assert!(super::peer_name_fits(&own, false, &[1u8; 16]));
+        assert!(!super::peer_name_fits(&own, false, &[1u8; 3]));
+        assert!(!super::peer_name_fits(&own, false, &[1u8; 17]));
+        assert!(!super::peer_name_fits(&own, false, &[]));
+        assert!(super::peer_name_fits(
+            b"fi_shm://1\0",
+            true,
+            b"fi_shm://22\0"
+        ));
+        assert!(!super::peer_name_fits(
+            b"fi_shm://1\0",
+            true,
+            b"no terminator"
+        ));
     }
 }
