@@ -495,25 +495,25 @@ static void wait_byte(struct side *s, size_t at, uint8_t want, const char *what)
 	}
 }
 
+/* Posts an RDMA read or write of `len` bytes between our source half and the
+ * peer's buffer. With -D, as the backend posts them: fi_readmsg with
+ * FI_COMPLETION, fi_writemsg with FI_DELIVERY_COMPLETE too. */
 static void post(struct side *s, int read, size_t len)
 {
-	uint8_t *local = s->buf + s->size;
+	struct iovec iov = { s->buf + s->size, len };
+	struct fi_rma_iov rma = { s->peer.addr, len, s->peer.key };
+	void *desc = s->desc;
+	struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = s->dest,
+				  .rma_iov = &rma, .rma_iov_count = 1, .context = s };
 	ssize_t rc;
 
 	do {
-		if (!read && opt.delivery) {
-			struct iovec iov = { local, len };
-			struct fi_rma_iov rma = { s->peer.addr, len, s->peer.key };
-			void *desc = s->desc;
-			struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-						  .addr = s->dest, .rma_iov = &rma, .rma_iov_count = 1,
-						  .context = s };
-
-			rc = fi_writemsg(s->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
-		} else {
-			rc = read ? fi_read(s->ep, local, len, s->desc, s->dest, s->peer.addr, s->peer.key, s)
-				  : fi_write(s->ep, local, len, s->desc, s->dest, s->peer.addr, s->peer.key, s);
-		}
+		if (opt.delivery)
+			rc = read ? fi_readmsg(s->ep, &msg, FI_COMPLETION)
+				  : fi_writemsg(s->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+		else
+			rc = read ? fi_read(s->ep, iov.iov_base, len, desc, s->dest, rma.addr, rma.key, s)
+				  : fi_write(s->ep, iov.iov_base, len, desc, s->dest, rma.addr, rma.key, s);
 		if (rc == -FI_EAGAIN)
 			reap(s);
 	} while (rc == -FI_EAGAIN);
