@@ -21,9 +21,10 @@
  *   ofi-raw -s [-a ADDR] [-p PORT] [-e msg|rdm] [-P PROV]   server: one client, then exits
  *   ofi-raw -c ADDR [-p PORT] [-e msg|rdm] [-P PROV] [-n LAT] [-N BW] [-w W] [-r R] [-S BYTES] [-D]
  *
- * -D (on both sides) posts writes with FI_DELIVERY_COMPLETE, as our backend
- * does (a write completes once placed, as on an RDMA NIC): the target then
- * acknowledges each write, like with like for run-bench-ofi.sh.
+ * -D (on both sides) posts as our backend does: writes with fi_writemsg and
+ * FI_DELIVERY_COMPLETE (a write completes once placed, as on an RDMA NIC: the
+ * target then acknowledges each write), reads with fi_readmsg; like with like
+ * for run-bench-ofi.sh.
  *
  * -e msg (the default; provider tcp): connected endpoints (FI_EP_MSG). The
  * client sends its buffer's address and key, the iteration counts and sizes

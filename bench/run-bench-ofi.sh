@@ -21,8 +21,8 @@
 # 5000) latency samples; MEM_ITERS (default 1000) for the RDM write ping-pong
 # whose DAT target spins on its memory alone (there each one-way hop waits for
 # the target's progress thread's millisecond turn: 1 to 2 ms a sample);
-# BW_ITERS (default 2048) messages per bandwidth figure. At a load of about 2
-# the whole run takes about 3 minutes (printed at the end).
+# BW_ITERS (default 2048) messages per bandwidth figure. At a load of 2 to 4
+# the whole run takes about 4 minutes, a round 40 to 50 s (printed as it goes).
 #
 #   ./run-bench-ofi.sh      ROUNDS=3 LAT_ITERS=5000 ./run-bench-ofi.sh
 #   ENTRIES="rs-ofi-rxm rs-ofi-shm" ./run-bench-ofi.sh            (some entries only)
