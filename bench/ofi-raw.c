@@ -515,8 +515,10 @@ static void post(struct side *s, int read, size_t len)
 		else
 			rc = read ? fi_read(s->ep, iov.iov_base, len, desc, s->dest, rma.addr, rma.key, s)
 				  : fi_write(s->ep, iov.iov_base, len, desc, s->dest, rma.addr, rma.key, s);
-		if (rc == -FI_EAGAIN)
-			reap(s);
+		/* A busy provider (shm while a segmented transfer to the peer is
+		 * under way) is waited for like a CQ: an empty look yields. */
+		if (rc == -FI_EAGAIN && !reap(s))
+			idle();
 	} while (rc == -FI_EAGAIN);
 	check((int)rc, read ? "fi_read" : "fi_write");
 	s->outstanding++;
@@ -627,7 +629,8 @@ static void end_server(struct side *s)
 	s->buf[s->size + LAT_SIZE] = 0xff;
 	while ((rc = fi_writemsg(s->ep, &msg, FI_COMPLETION | (opt.rdm ? FI_DELIVERY_COMPLETE : 0))) ==
 	       -FI_EAGAIN)
-		reap(s);
+		if (!reap(s))
+			idle();
 	check((int)rc, "fi_write (end)");
 	s->outstanding++;
 	drain_to(s, 0, "end");
