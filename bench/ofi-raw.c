@@ -29,7 +29,9 @@
  * -e msg (the default; provider tcp): connected endpoints (FI_EP_MSG). The
  * client sends its buffer's address and key, the iteration counts and sizes
  * in the connection request's private data, the server its own in the
- * accept's.
+ * accept's. Its hints are older than the RDM mode's: the backend's caps and
+ * MR modes, but mode FI_CONTEXT and no threading or msg_order asked (tcp
+ * gives what the backend gets either way), a CQ of format CONTEXT.
  *
  * -e rdm (-P "tcp;ofi_rxm", -P shm): reliable datagrams (FI_EP_RDM), as our
  * backend opens those providers. The hints are the backend's
