@@ -30,8 +30,9 @@
  * client sends its buffer's address and key, the iteration counts and sizes
  * in the connection request's private data, the server its own in the
  * accept's. Its hints are older than the RDM mode's: the backend's caps and
- * MR modes, but mode FI_CONTEXT and no threading or msg_order asked (tcp
- * gives what the backend gets either way), a CQ of format CONTEXT.
+ * MR modes, but mode FI_CONTEXT and no threading or msg_order asked; tcp
+ * opens with the backend's mr_mode, msg_order and threading all the same
+ * (the "# opened as" line against datinfo). Its CQ's format is CONTEXT.
  *
  * -e rdm (-P "tcp;ofi_rxm", -P shm): reliable datagrams (FI_EP_RDM), as our
  * backend opens those providers. The hints are the backend's
@@ -645,10 +646,9 @@ static void run_client(struct side *s)
 	       opt.spin ? "busy waits spin (no sched_yield)" : "busy waits yield (sched_yield)");
 	if (opt.delivery)
 		printf("# writes complete once placed (FI_DELIVERY_COMPLETE, -D)\n");
-	if (opt.rdm)
-		printf("# opened as: mr_mode 0x%x, msg_order 0x%llx, atomics %s, threading %d\n",
-		       s->info->domain_attr->mr_mode, (unsigned long long)s->info->tx_attr->msg_order,
-		       s->info->caps & FI_ATOMIC ? "yes" : "no", s->info->domain_attr->threading);
+	printf("# opened as: mr_mode 0x%x, msg_order 0x%llx, atomics %s, threading %d\n",
+	       s->info->domain_attr->mr_mode, (unsigned long long)s->info->tx_attr->msg_order,
+	       s->info->caps & FI_ATOMIC ? "yes" : "no", s->info->domain_attr->threading);
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
 	       "p99_us", "MB/s", "mean_us", "max_us");
 	write_lat(s, 1);
