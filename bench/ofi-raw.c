@@ -49,9 +49,10 @@
  * peer's offset-0 buffer and key from the start; on shm the backend reads
  * the peer's entry again before every RDMA request: docs/libfabric.md,
  * "Memory"), no holding of requests behind earlier ones where the provider
- * orders only send after send (shm: the backend then lets an RDMA request
- * go only once every earlier one completed, for DAT's order; raw keeps the
- * window full), and one thread (no progress thread).
+ * orders only send after send (the backend then lets an RDMA request go
+ * only once every earlier one completed, for DAT's order; raw keeps the
+ * window full; the shm here gives the full order, so neither holds), and
+ * one thread (no progress thread).
  *
  * Every wait is bounded (-T seconds).
  */
