@@ -2,8 +2,8 @@
  * ofi-raw: the raw libfabric reference of `make bench-ofi` (run-bench-ofi.sh).
  *
  * The same measurements datperf makes over a DAT entry, made with libfabric
- * alone on the same provider (FI_EP_MSG, default tcp), so that datperf over
- * rs-ofi-tcp can be read as a ratio of it:
+ * alone on the same provider, so that datperf over one of our ofi entries
+ * can be read as a ratio of it:
  *
  *   write_lat  RDMA write ping-pong: each side writes 8 B into the peer's
  *              buffer and waits for the peer's write in its own buffer's last
@@ -13,29 +13,61 @@
  *
  * Waits poll as datperf -p does: a completion queue is read in a loop, with
  * sched_yield() between empty looks (-y spin: without). A side waiting for the
- * peer's write reads its CQ while it watches its memory: libfabric's tcp
- * provider places incoming data only inside a libfabric call of the target
- * (docs/libfabric.md, "Progress"), so that read is what a raw program must do
- * (our backend's progress thread does it for a DAT program).
+ * peer's write reads its CQ while it watches its memory: libfabric's tcp,
+ * ofi_rxm and shm providers place incoming data only inside a libfabric call
+ * of the target (docs/libfabric.md, "Progress"), so that read is what a raw
+ * program must do (our backend's progress thread does it for a DAT program).
  *
- *   ofi-raw -s [-a ADDR] [-p PORT]                    server: one client, then exits
- *   ofi-raw -c ADDR [-p PORT] [-n LAT] [-N BW] [-w W] [-r R] [-S BYTES] [-D]
+ *   ofi-raw -s [-a ADDR] [-p PORT] [-e msg|rdm] [-P PROV]   server: one client, then exits
+ *   ofi-raw -c ADDR [-p PORT] [-e msg|rdm] [-P PROV] [-n LAT] [-N BW] [-w W] [-r R] [-S BYTES] [-D]
  *
- * -D (on both sides) posts writes with FI_DELIVERY_COMPLETE, as our backend
- * does (a write completes once placed, as on an RDMA NIC): the target then
- * acknowledges each write, like with like for run-bench-ofi.sh.
+ * -D (on both sides) posts as our backend does: writes with fi_writemsg and
+ * FI_DELIVERY_COMPLETE (a write completes once placed, as on an RDMA NIC: the
+ * target then acknowledges each write), reads with fi_readmsg; like with like
+ * for run-bench-ofi.sh.
  *
- * The client sends its buffer's address and key, the iteration counts and
- * sizes in the connection request's private data, the server its own in the
- * accept's. Every wait is bounded (-T seconds).
+ * -e msg (the default; provider tcp): connected endpoints (FI_EP_MSG). The
+ * client sends its buffer's address and key, the iteration counts and sizes
+ * in the connection request's private data, the server its own in the
+ * accept's. Its hints are older than the RDM mode's: the backend's caps and
+ * MR modes, but mode FI_CONTEXT and no threading or msg_order asked; tcp
+ * opens with the backend's mr_mode, msg_order and threading all the same
+ * (the "# opened as" line against datinfo). Its CQ's format is CONTEXT.
+ *
+ * -e rdm (-P "tcp;ofi_rxm", -P shm): reliable datagrams (FI_EP_RDM), as our
+ * backend opens those providers. The hints are the backend's
+ * (src/backend-ofi/src/device.rs, hints_for and device_info): its caps (with
+ * FI_ATOMIC where offered), MR modes LOCAL, VIRT_ADDR, ALLOCATED and
+ * PROV_KEY, FI_THREAD_SAFE, the full msg_order DAT needs, else send after
+ * send only; the source address given (FI_SOURCE) unless the provider names
+ * endpoints by string (shm), then none. Like the backend's QP, the endpoint
+ * has an AV of its own (FI_AV_TABLE, one entry) and a CQ of format DATA with
+ * no wait object. The two sides swap endpoint names, buffer address and key
+ * and the counts over a TCP connection to ADDR:PORT (the backend's handshake
+ * goes over TCP too), then fi_av_insert the peer. What differs from our
+ * backend: no key-table read before an RDMA request (the raw side knows the
+ * peer's offset-0 buffer and key from the start; on shm the backend reads
+ * the peer's entry again before every RDMA request: docs/libfabric.md,
+ * "Memory"), no holding of requests behind earlier ones where the provider
+ * orders only send after send (the backend then lets an RDMA request go
+ * only once every earlier one completed, for DAT's order; raw keeps the
+ * window full; the shm here gives the full order, so neither holds), and
+ * one thread (no progress thread).
+ *
+ * Every wait is bounded (-T seconds).
  */
 #define _GNU_SOURCE
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +86,7 @@ static struct {
 	const char *prov, *addr, *port;
 	int server, lat_iters, bw_iters, window, read_window, spin, timeout_s;
 	int delivery;                /* -D: writes complete once placed (FI_DELIVERY_COMPLETE) */
+	int rdm;                     /* -e rdm: reliable datagrams and a TCP side channel */
 	uint32_t bw_size;
 } opt = {
 	.prov = "tcp", .addr = "127.0.0.1", .port = "18619",
@@ -67,6 +100,13 @@ struct hello {
 	uint32_t lat_iters, bw_iters, bw_size, pad;
 };
 
+/* What each side tells the other over the side channel in RDM mode. */
+struct rdm_hello {
+	struct hello h;
+	uint32_t name_len;           /* of the endpoint's fi_getname */
+	uint8_t name[256];
+};
+
 struct side {
 	struct fi_info *info;
 	struct fid_fabric *fabric;
@@ -74,6 +114,9 @@ struct side {
 	struct fid_eq *eq;
 	struct fid_pep *pep;
 	struct fid_ep *ep;
+	struct fid_av *av;           /* RDM: the endpoint's own, naming the peer */
+	fi_addr_t dest;              /* RDM: the peer (MSG: unused, 0) */
+	int sock;                    /* RDM: the side channel (-1: none) */
 	struct fid_cq *cq;
 	struct fid_mr *mr;
 	uint8_t *buf;                /* [0, size): RMA target; [size, 2 size): local source */
@@ -127,6 +170,53 @@ static struct fi_info *get_info(const char *node, const char *service, uint64_t 
 	return info;
 }
 
+/* The backend's hints for reliable datagrams (device.rs, hints_for). */
+static struct fi_info *rdm_hints(int ordered, int atomics)
+{
+	struct fi_info *hints = fi_allocinfo();
+
+	if (!hints)
+		die("fi_allocinfo failed");
+	hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_RECV | FI_SEND | FI_REMOTE_READ |
+		      FI_REMOTE_WRITE | (atomics ? FI_ATOMIC : 0);
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->fabric_attr->prov_name = strdup(opt.prov);
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->tx_attr->msg_order = ordered ? FI_ORDER_SAS | FI_ORDER_RAW | FI_ORDER_WAW |
+						      FI_ORDER_WAS | FI_ORDER_SAW
+					    : FI_ORDER_SAS;
+	return hints;
+}
+
+/* The fi_info the backend's device_info would open for this provider: the
+ * full order before send-after-send only, with atomics before without, on
+ * our address (FI_SOURCE) unless the provider names endpoints by string. */
+static struct fi_info *get_rdm_info(void)
+{
+	/* As the backend does (lib.rs, prepare_libfabric): ofi_rxm sizes CQs by it. */
+	setenv("FI_UNIVERSE_SIZE", "16", 0);
+	for (int ordered = 1; ordered >= 0; ordered--) {
+		for (int sourced = 1; sourced >= 0; sourced--) {
+			for (int atomics = 1; atomics >= 0; atomics--) {
+				struct fi_info *hints = rdm_hints(ordered, atomics), *info = NULL;
+				int rc = fi_getinfo(FI_VERSION(1, 17), sourced ? opt.addr : NULL, NULL,
+						    sourced ? FI_SOURCE : 0, hints, &info);
+
+				fi_freeinfo(hints);
+				if (rc || !info)
+					continue;
+				if (!sourced || info->addr_format != FI_ADDR_STR)
+					return info;
+				fi_freeinfo(info);
+				break;
+			}
+		}
+	}
+	die("provider %s offers no reliable-datagram endpoint with RMA", opt.prov);
+	return NULL;
+}
+
 static void open_fabric(struct side *s, struct fi_info *info)
 {
 	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_UNSPEC };
@@ -136,17 +226,25 @@ static void open_fabric(struct side *s, struct fi_info *info)
 }
 
 /* The domain, the endpoint for `info` (a connection request's or our own),
- * its CQ (no wait object: it is polled) and the registered buffer. */
+ * its CQ (no wait object: it is polled), its AV in RDM mode, and the
+ * registered buffer. */
 static void open_endpoint(struct side *s, struct fi_info *info)
 {
-	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE,
-				      .size = 1024 };
-	uint64_t key = s->pep ? KEY_BASE + 1 : KEY_BASE;
+	/* RDM: the backend's CQ format; MSG: as before the RDM mode came. */
+	struct fi_cq_attr cq_attr = { .format = opt.rdm ? FI_CQ_FORMAT_DATA : FI_CQ_FORMAT_CONTEXT,
+				      .wait_obj = FI_WAIT_NONE, .size = 1024 };
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 1 };
+	uint64_t key = opt.server ? KEY_BASE + 1 : KEY_BASE;
 
 	check(fi_domain(s->fabric, info, &s->domain, NULL), "fi_domain");
 	check(fi_endpoint(s->domain, info, &s->ep, NULL), "fi_endpoint");
 	check(fi_cq_open(s->domain, &cq_attr, &s->cq, NULL), "fi_cq_open");
-	check(fi_ep_bind(s->ep, &s->eq->fid, 0), "fi_ep_bind eq");
+	if (opt.rdm) {
+		check(fi_av_open(s->domain, &av_attr, &s->av, NULL), "fi_av_open");
+		check(fi_ep_bind(s->ep, &s->av->fid, 0), "fi_ep_bind av");
+	} else {
+		check(fi_ep_bind(s->ep, &s->eq->fid, 0), "fi_ep_bind eq");
+	}
 	check(fi_ep_bind(s->ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind cq");
 	check(fi_enable(s->ep), "fi_enable");
 	s->size = opt.bw_size > LAT_SIZE ? opt.bw_size : LAT_SIZE;
@@ -228,12 +326,129 @@ static void connect_to_server(struct side *s)
 	wait_cm(s, FI_CONNECTED, "connect");
 }
 
+/* ------------------------------------------------------------ RDM setup */
+
+/* Waits until `fd` is ready for `events`, at most `secs` seconds. */
+static void wait_fd(int fd, short events, int secs, const char *what)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int rc = poll(&p, 1, secs * 1000);
+
+	if (rc < 0)
+		die("%s: poll: %m", what);
+	if (rc == 0)
+		die("%s: nothing within %d s", what, secs);
+}
+
+static void sock_send(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			die("side channel: send: %m");
+		p += n, len -= n;
+	}
+}
+
+static void sock_recv(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n;
+
+		wait_fd(fd, POLLIN, opt.timeout_s, "side channel");
+		n = recv(fd, p, len, 0);
+		if (n <= 0)
+			die("side channel: %s", n ? "recv failed" : "the peer closed it");
+		p += n, len -= n;
+	}
+}
+
+static struct sockaddr_in side_address(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(atoi(opt.port)) };
+
+	if (inet_pton(AF_INET, opt.addr, &a.sin_addr) != 1)
+		die("not an IPv4 address: %s", opt.addr);
+	return a;
+}
+
+static struct rdm_hello my_rdm_hello(const struct side *s)
+{
+	struct rdm_hello r = { .h = my_hello(s) };
+	size_t len = sizeof(r.name);
+
+	check(fi_getname(&s->ep->fid, r.name, &len), "fi_getname");
+	r.name_len = (uint32_t)len;
+	return r;
+}
+
+static void insert_peer(struct side *s, const struct rdm_hello *peer)
+{
+	if (peer->name_len > sizeof(peer->name))
+		die("side channel: a name of %u bytes", peer->name_len);
+	s->peer = peer->h;
+	if (fi_av_insert(s->av, peer->name, 1, &s->dest, 0, NULL) != 1)
+		die("fi_av_insert failed");
+}
+
+/* The server: the client's hello (its counts size our buffer), then ours. */
+static void serve_rdm(struct side *s)
+{
+	struct sockaddr_in a = side_address();
+	struct rdm_hello peer, mine;
+	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (l < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1))
+		die("side channel on %s port %s: %m", opt.addr, opt.port);
+	s->info = get_rdm_info();
+	open_fabric(s, s->info);
+	printf("ofi-raw: server listening on %s port %s (%s, FI_EP_RDM)\n", opt.addr, opt.port, opt.prov);
+	fflush(stdout);
+	wait_fd(l, POLLIN, opt.timeout_s * 4, "waiting for a client");
+	s->sock = accept(l, NULL, NULL);
+	if (s->sock < 0)
+		die("side channel: accept: %m");
+	close(l);
+	setsockopt(s->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	sock_recv(s->sock, &peer, sizeof(peer));
+	opt.lat_iters = peer.h.lat_iters, opt.bw_iters = peer.h.bw_iters, opt.bw_size = peer.h.bw_size;
+	open_endpoint(s, s->info);
+	mine = my_rdm_hello(s);
+	sock_send(s->sock, &mine, sizeof(mine));
+	insert_peer(s, &peer);
+}
+
+static void connect_rdm(struct side *s)
+{
+	struct sockaddr_in a = side_address();
+	struct rdm_hello peer, mine;
+	int one = 1;
+
+	s->info = get_rdm_info();
+	open_fabric(s, s->info);
+	open_endpoint(s, s->info);
+	s->sock = socket(AF_INET, SOCK_STREAM, 0);
+	if (s->sock < 0 || connect(s->sock, (struct sockaddr *)&a, sizeof(a)))
+		die("side channel to %s port %s: %m", opt.addr, opt.port);
+	setsockopt(s->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	mine = my_rdm_hello(s);
+	sock_send(s->sock, &mine, sizeof(mine));
+	sock_recv(s->sock, &peer, sizeof(peer));
+	insert_peer(s, &peer);
+}
+
 /* ------------------------------------------------------------ polling */
 
 /* One look at the CQ: completions counted off `outstanding`; a failed one dies. */
 static int reap(struct side *s)
 {
-	struct fi_cq_entry e[16];
+	struct fi_cq_data_entry e[16];      /* room for either format */
 	ssize_t n = fi_cq_read(s->cq, e, 16);
 
 	if (n > 0) {
@@ -285,26 +500,29 @@ static void wait_byte(struct side *s, size_t at, uint8_t want, const char *what)
 	}
 }
 
+/* Posts an RDMA read or write of `len` bytes between our source half and the
+ * peer's buffer. With -D, as the backend posts them: fi_readmsg with
+ * FI_COMPLETION, fi_writemsg with FI_DELIVERY_COMPLETE too. */
 static void post(struct side *s, int read, size_t len)
 {
-	uint8_t *local = s->buf + s->size;
+	struct iovec iov = { s->buf + s->size, len };
+	struct fi_rma_iov rma = { s->peer.addr, len, s->peer.key };
+	void *desc = s->desc;
+	struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = s->dest,
+				  .rma_iov = &rma, .rma_iov_count = 1, .context = s };
 	ssize_t rc;
 
 	do {
-		if (!read && opt.delivery) {
-			struct iovec iov = { local, len };
-			struct fi_rma_iov rma = { s->peer.addr, len, s->peer.key };
-			void *desc = s->desc;
-			struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-						  .rma_iov = &rma, .rma_iov_count = 1, .context = s };
-
-			rc = fi_writemsg(s->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
-		} else {
-			rc = read ? fi_read(s->ep, local, len, s->desc, 0, s->peer.addr, s->peer.key, s)
-				  : fi_write(s->ep, local, len, s->desc, 0, s->peer.addr, s->peer.key, s);
-		}
-		if (rc == -FI_EAGAIN)
-			reap(s);
+		if (opt.delivery)
+			rc = read ? fi_readmsg(s->ep, &msg, FI_COMPLETION)
+				  : fi_writemsg(s->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+		else
+			rc = read ? fi_read(s->ep, iov.iov_base, len, desc, s->dest, rma.addr, rma.key, s)
+				  : fi_write(s->ep, iov.iov_base, len, desc, s->dest, rma.addr, rma.key, s);
+		/* A busy provider (shm while a segmented transfer to the peer is
+		 * under way) is waited for like a CQ: an empty look yields. */
+		if (rc == -FI_EAGAIN && !reap(s))
+			idle();
 	} while (rc == -FI_EAGAIN);
 	check((int)rc, read ? "fi_read" : "fi_write");
 	s->outstanding++;
@@ -401,47 +619,93 @@ static void serve(struct side *s)
 	wait_byte(s, LAT_SIZE, 0xff, "waiting for the client's end");
 }
 
+/* The end: 0xff into the server's byte LAT_SIZE. Over RDM it completes once
+ * placed, so that our endpoint's close cannot overtake it. */
+static void end_server(struct side *s)
+{
+	struct iovec iov = { s->buf + s->size + LAT_SIZE, 1 };
+	struct fi_rma_iov rma = { s->peer.addr + LAT_SIZE, 1, s->peer.key };
+	void *desc = s->desc;
+	struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = s->dest,
+				  .rma_iov = &rma, .rma_iov_count = 1, .context = s };
+	ssize_t rc;
+
+	s->buf[s->size + LAT_SIZE] = 0xff;
+	while ((rc = fi_writemsg(s->ep, &msg, FI_COMPLETION | (opt.rdm ? FI_DELIVERY_COMPLETE : 0))) ==
+	       -FI_EAGAIN)
+		if (!reap(s))
+			idle();
+	check((int)rc, "fi_write (end)");
+	s->outstanding++;
+	drain_to(s, 0, "end");
+}
+
 static void run_client(struct side *s)
 {
-	printf("# ofi-raw: provider %s, server %s port %s, window %d (RDMA reads %d), polling, %s\n",
-	       opt.prov, opt.addr, opt.port, opt.window, opt.read_window,
+	printf("# ofi-raw: provider %s (%s), server %s port %s, window %d (RDMA reads %d), polling, %s\n",
+	       opt.prov, opt.rdm ? "FI_EP_RDM" : "FI_EP_MSG", opt.addr, opt.port, opt.window, opt.read_window,
 	       opt.spin ? "busy waits spin (no sched_yield)" : "busy waits yield (sched_yield)");
 	if (opt.delivery)
 		printf("# writes complete once placed (FI_DELIVERY_COMPLETE, -D)\n");
+	printf("# opened as: mr_mode 0x%x, msg_order 0x%llx, atomics %s, threading %d\n",
+	       s->info->domain_attr->mr_mode, (unsigned long long)s->info->tx_attr->msg_order,
+	       s->info->caps & FI_ATOMIC ? "yes" : "no", s->info->domain_attr->threading);
 	printf("%-10s %9s %7s %11s %11s %11s %11s %11s\n", "test", "bytes", "iters", "median_us",
 	       "p99_us", "MB/s", "mean_us", "max_us");
 	write_lat(s, 1);
 	read_lat(s);
 	bandwidth(s, 0);
 	bandwidth(s, 1);
-	/* The end: 0xff into the server's byte LAT_SIZE, then a read to know it landed. */
-	s->buf[s->size + LAT_SIZE] = 0xff;
-	check((int)fi_write(s->ep, s->buf + s->size + LAT_SIZE, 1, s->desc, 0, s->peer.addr + LAT_SIZE,
-			    s->peer.key, s), "fi_write (end)");
-	s->outstanding++;
-	drain_to(s, 0, "end");
+	end_server(s);
+}
+
+/* Closes what was opened, in order: shm removes an endpoint's files in
+ * /dev/shm only when it is closed. */
+static void close_side(struct side *s)
+{
+	if (!opt.rdm)
+		fi_shutdown(s->ep, 0);
+	fi_close(&s->ep->fid);
+	if (s->av)
+		fi_close(&s->av->fid);
+	fi_close(&s->mr->fid);
+	fi_close(&s->cq->fid);
+	fi_close(&s->domain->fid);
+	if (s->pep)
+		fi_close(&s->pep->fid);
+	fi_close(&s->eq->fid);
+	fi_close(&s->fabric->fid);
+	if (s->sock >= 0)
+		close(s->sock);
 }
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: ofi-raw -s [-a ADDR] [-p PORT] | -c ADDR [-p PORT] [-P PROV] [-n LAT_ITERS]\n"
-			"       [-N BW_ITERS] [-S BW_BYTES] [-w WINDOW] [-r READ_WINDOW] [-y spin|yield] [-T SECONDS] [-D]\n"
+	fprintf(stderr, "usage: ofi-raw -s [-a ADDR] [-p PORT] [-e msg|rdm] [-P PROV] | -c ADDR [-p PORT] [-e msg|rdm]\n"
+			"       [-P PROV] [-n LAT_ITERS] [-N BW_ITERS] [-S BW_BYTES] [-w WINDOW] [-r READ_WINDOW]\n"
+			"       [-y spin|yield] [-T SECONDS] [-D]\n"
+			"  -e rdm  reliable datagrams (-P \"tcp;ofi_rxm\", -P shm), set up over TCP to ADDR:PORT\n"
 			"  -D  writes complete once placed at the target (FI_DELIVERY_COMPLETE, as our backend's)\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
-	struct side s = { 0 };
+	struct side s = { .sock = -1 };
 	int c;
 
-	while ((c = getopt(argc, argv, "sc:a:p:P:n:N:S:w:r:y:T:D")) != -1) {
+	while ((c = getopt(argc, argv, "sc:a:p:P:e:n:N:S:w:r:y:T:D")) != -1) {
 		switch (c) {
 		case 's': opt.server = 1; break;
 		case 'c': opt.addr = optarg; break;
 		case 'a': opt.addr = optarg; break;
 		case 'p': opt.port = optarg; break;
 		case 'P': opt.prov = optarg; break;
+		case 'e':
+			if (strcmp(optarg, "msg") && strcmp(optarg, "rdm"))
+				usage();
+			opt.rdm = !strcmp(optarg, "rdm");
+			break;
 		case 'n': opt.lat_iters = atoi(optarg); break;
 		case 'N': opt.bw_iters = atoi(optarg); break;
 		case 'S': opt.bw_size = (uint32_t)strtoul(optarg, NULL, 0); break;
@@ -457,12 +721,18 @@ int main(int argc, char **argv)
 	    opt.bw_size < LAT_SIZE + 1 || opt.timeout_s < 1)
 		usage();
 	if (opt.server) {
-		serve_accept(&s);
+		if (opt.rdm)
+			serve_rdm(&s);
+		else
+			serve_accept(&s);
 		serve(&s);
 	} else {
-		connect_to_server(&s);
+		if (opt.rdm)
+			connect_rdm(&s);
+		else
+			connect_to_server(&s);
 		run_client(&s);
 	}
-	fi_shutdown(s.ep, 0);
+	close_side(&s);
 	return 0;
 }
