@@ -117,6 +117,12 @@ pub(crate) fn prepare_libfabric() {
             // the process, nothing of ours reads the environment concurrently.
             unsafe { libc::setenv(c"FI_UNIVERSE_SIZE".as_ptr(), c"16".as_ptr(), 0) };
         }
+        // DAT's contexts must stop granting access when an LMR is freed or a
+        // window unbound, and two LMRs over the same memory are two regions
+        // with their own rights: libfabric's MR cache (verbs) keeps and shares
+        // registrations with every right (`KeyTable::registrations_distinct`).
+        // SAFETY: as above; overwrite 0 keeps a value the user chose.
+        unsafe { libc::setenv(c"FI_MR_CACHE_MONITOR".as_ptr(), c"disabled".as_ptr(), 0) };
     });
 }
 

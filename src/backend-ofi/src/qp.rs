@@ -1358,9 +1358,13 @@ impl OfiQp {
     fn issue(&self, inner: &mut Inner, request: &Request) -> Result<Option<WcStatus>> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
         let refused = self.refused(inner, request);
-        let fresh = self.dev.upgrade().is_some_and(|d| d.fresh_lookups());
+        let known = request.kind.rkey().and_then(|k| inner.starts.get(&k));
+        let fresh = self
+            .dev
+            .upgrade()
+            .is_some_and(|d| d.fresh_lookup(known.copied().flatten().as_ref()));
         // The next request through this key reads its entry again (after
-        // this one's address is taken from it: `remote_address`).
+        // this one's address is taken from it: `remote_target`).
         let forget = request.kind.rkey().filter(|_| fresh);
         if let Some(rkey) = forget.filter(|_| refused || request.len == 0) {
             inner.starts.remove(&rkey);
@@ -1430,10 +1434,11 @@ impl OfiQp {
                     fi::fi_sendmsg(ep, &msg, when | with_data)
                 }
                 Kind::Write { va, rkey, .. } | Kind::Read { va, rkey } => {
+                    let (addr, key) = remote_target(&dev, inner, va, rkey);
                     let rma = fi::fi_rma_iov {
-                        addr: remote_address(&dev, inner, va, rkey),
+                        addr,
                         len: request.len as usize,
-                        key: rkey as u64,
+                        key,
                     };
                     let msg = fi::fi_msg_rma {
                         msg_iov: or_null(&iov).cast(),
@@ -1458,8 +1463,8 @@ impl OfiQp {
                     }
                 }
                 Kind::Atomic { va, rkey, op } => {
-                    let addr = remote_address(&dev, inner, va, rkey);
-                    self.post_atomic(inner, request, addr, rkey, op, &iov, &mut desc)
+                    let (addr, key) = remote_target(&dev, inner, va, rkey);
+                    self.post_atomic(inner, request, addr, key, op, &iov, &mut desc)
                 }
                 Kind::Bind { .. } => unreachable!("executed above"),
             }
@@ -1493,7 +1498,7 @@ impl OfiQp {
         inner: &mut Inner,
         request: &Request,
         addr: u64,
-        rkey: u32,
+        key: u64,
         op: AtomicOp,
         iov: &[libc::iovec],
         desc: &mut [*mut libc::c_void],
@@ -1522,7 +1527,7 @@ impl OfiQp {
         let target = fi::fi_rma_ioc {
             addr,
             count: 1,
-            key: rkey as u64,
+            key,
         };
         let msg = fi::fi_msg_atomic {
             msg_iov: &origin,
@@ -1761,15 +1766,21 @@ impl Kind {
     }
 }
 
-/// The address the provider wants for the peer's virtual address `va` of
-/// `rkey`: the offset from the start of its registration where the provider
-/// addresses by offset (the start known: `needs_lookup`), else `va` itself.
-fn remote_address(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> u64 {
+/// The address and key the provider wants for the peer's virtual address
+/// `va` of context `rkey`: the offset from the start of its registration
+/// where the provider addresses by offset, else `va` itself; the provider's
+/// key of the registration, as the peer's entry names it (read before:
+/// `needs_lookup`).
+fn remote_target(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> (u64, u64) {
     if dev.keys.is_none() {
-        return va;
+        return (va, rkey as u64);
     }
-    let start = inner.starts.get(&rkey).copied().flatten();
-    va.wrapping_sub(start.map_or(NOT_AT_PEER, |r| r.start))
+    let found = inner.starts.get(&rkey).copied().flatten();
+    let key = found.map_or(rkey as u64, |r| r.provider_key);
+    if dev.virt_addr {
+        return (va, key);
+    }
+    (va.wrapping_sub(found.map_or(NOT_AT_PEER, |r| r.start)), key)
 }
 
 /// A request on its way to the provider (kept while held behind a fence or
