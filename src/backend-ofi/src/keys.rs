@@ -50,6 +50,21 @@ pub(crate) struct Entry {
     provider_key: AtomicU64,
 }
 
+impl Entry {
+    /// Holds `found` for `key`. The key last: a peer that reads the slot
+    /// while it changes sees the old key (gone) or the new one with its start.
+    fn fill(&self, key: u32, found: &Remote) {
+        self.key.store(0, Ordering::Release);
+        self.provider_key
+            .store(found.provider_key, Ordering::Release);
+        self.start.store(found.start, Ordering::Release);
+        self.length.store(found.length, Ordering::Release);
+        let scope = ((found.pd as u64) << 32) | found.rights as u64;
+        self.scope.store(scope, Ordering::Release);
+        self.key.store(key as u64, Ordering::Release);
+    }
+}
+
 /// In an entry's rights: the key is a window's binding (an unbind or rebind
 /// ends it while peers may hold it: `OfiDevice::fresh_lookup`).
 pub(crate) const WINDOW: u32 = 1 << 31;
@@ -179,23 +194,7 @@ impl KeyTable {
         if !self.claims.claim(key) {
             return false;
         }
-        let e = self.entry(key);
-        let Remote {
-            start,
-            length,
-            rights,
-            pd,
-            provider_key,
-        } = *found;
-        // The key last: a peer that reads the slot while it changes sees the
-        // old key (gone) or the new one with its start.
-        e.key.store(0, Ordering::Release);
-        e.provider_key.store(provider_key, Ordering::Release);
-        e.start.store(start, Ordering::Release);
-        e.length.store(length, Ordering::Release);
-        e.scope
-            .store(((pd as u64) << 32) | rights as u64, Ordering::Release);
-        e.key.store(key as u64, Ordering::Release);
+        self.entry(key).fill(key, found);
         true
     }
 
@@ -317,6 +316,42 @@ mod tests {
         for key in live {
             assert!(!claims.claim(key + SLOTS as u32));
         }
+    }
+
+    /// An entry read as a peer reads it (its bytes) gives back what was
+    /// published, the provider's own key included; another key finds nothing.
+    #[test]
+    fn an_entry_reads_back_with_the_providers_key() {
+        let entry = Entry::default();
+        let found = Remote {
+            start: 0x7f00_1234_5000,
+            length: 8192,
+            rights: daplrs_backend::access::REMOTE_READ | WINDOW,
+            pd: 7,
+            provider_key: 0x1_2345_6789,
+        };
+        entry.fill(42, &found);
+        let mut raw = [0u8; ENTRY_BYTES];
+        // SAFETY: Entry is repr(C), ENTRY_BYTES of plain words.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&entry as *const Entry).cast::<u8>(),
+                raw.as_mut_ptr(),
+                ENTRY_BYTES,
+            )
+        };
+        let back = remote_of(&raw, 42).expect("key 42's entry");
+        assert_eq!(
+            (
+                back.start,
+                back.length,
+                back.rights,
+                back.pd,
+                back.provider_key
+            ),
+            (found.start, 8192, found.rights, 7, 0x1_2345_6789)
+        );
+        assert!(remote_of(&raw, 42 + SLOTS as u32).is_none());
     }
 
     #[test]
