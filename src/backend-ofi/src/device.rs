@@ -488,6 +488,20 @@ impl OfiDevice {
         unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size >= 8 }
     }
 
+    /// The remote CQ data of a send invalidating the peer's `rkey`
+    /// (`qp::INVALIDATE`): flagged where the provider carries 8 bytes, the
+    /// rkey alone where it carries 4 (verbs: no write with immediate data is
+    /// offered there, the only other use); None where it carries less.
+    pub(crate) fn invalidation_data(&self, rkey: u32) -> Option<u64> {
+        // SAFETY: the domain attributes of our fi_info.
+        let size = unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size };
+        match size {
+            8.. => Some(crate::qp::INVALIDATE | rkey as u64),
+            4.. => Some(rkey as u64),
+            _ => None,
+        }
+    }
+
     /// A peer's send invalidates `rkey`: if that is a bound window of
     /// protection domain `pd`, its binding ends. Returns whether it did.
     pub(crate) fn invalidate_window(&self, rkey: u32, pd: u32) -> bool {

@@ -43,6 +43,9 @@ const FAREWELL_TOKEN: u32 = 1 << 29;
 const BOUNCE: u32 = RECV_BIT | (1 << 29);
 /// The remote CQ data of a send with invalidate: this bit and the rkey the
 /// receiver is to invalidate (libfabric has no invalidation of its own).
+/// Where the provider carries only 4 bytes (verbs) the data is the rkey
+/// alone: there no write with immediate data is offered, so a send's remote
+/// CQ data can only be an invalidation (`OfiDevice::invalidation_data`).
 pub(crate) const INVALIDATE: u64 = 1 << 32;
 /// The remote CQ data of the send closing an RDMA write with immediate data
 /// (libfabric's tcp consumes no receive for a write's own CQ data, DAT does):
@@ -1027,13 +1030,14 @@ impl OfiQp {
     /// invalidated (Some), and whether it named none of this QP's protection
     /// domain (the receive then fails).
     fn invalidation(&self, data: Option<u64>) -> (Option<u32>, bool) {
-        let Some(rkey) = data.filter(|d| d & INVALIDATE != 0).map(|d| d as u32) else {
+        let Some(dev) = self.dev.upgrade() else {
             return (None, false);
         };
-        let done = self
-            .dev
-            .upgrade()
-            .is_some_and(|d| d.invalidate_window(rkey, self.pd));
+        let flagged = |d: &u64| d & INVALIDATE != 0 || !dev.remote_data();
+        let Some(rkey) = data.filter(flagged).map(|d| d as u32) else {
+            return (None, false);
+        };
+        let done = dev.invalidate_window(rkey, self.pd);
         (done.then_some(rkey), !done)
     }
 
@@ -1130,7 +1134,7 @@ impl OfiQp {
         out: &mut VecDeque<WorkCompletion>,
     ) -> Result<()> {
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-        let kind = Kind::of(wr, dev.remote_data(), dev.atomics)?;
+        let kind = Kind::of(wr, &dev)?;
         if !self.send_room(inner) {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
@@ -1159,7 +1163,8 @@ impl OfiQp {
             self.release_held(inner, out);
             return Ok(());
         }
-        if !inner.held.is_empty()
+        if inner.broke
+            || !inner.held.is_empty()
             || (request.fence && inner.sends.slots.len() > 1)
             || !self.provider_room(inner, &request.kind)
         {
@@ -1254,8 +1259,14 @@ impl OfiQp {
 
     /// Posts the held requests whose turn came: a fenced one once nothing
     /// before it is outstanding. One the provider refuses completes in error.
+    /// Nothing goes once a request broke the connection (a remote access
+    /// error, ours or the provider's): what follows it is flushed when the
+    /// connection breaks, never executed, as on an RDMA NIC.
     fn release_held(&self, inner: &mut Inner, out: &mut VecDeque<WorkCompletion>) {
         while let Some(front) = inner.held.front() {
+            if inner.broke {
+                return;
+            }
             let first = front.token.wrapping_sub(inner.sends.base) & TOKEN_MASK == 0;
             if front.fence && !first {
                 return;
@@ -1672,19 +1683,15 @@ impl Kind {
         Ok(Kind::Atomic { va, rkey, op })
     }
 
-    /// What `wr` asks (`remote_data`: the provider carries remote CQ data;
-    /// `atomics`: it has the two 64-bit atomics).
-    fn of(wr: &SendWr, remote_data: bool, atomics: bool) -> Result<Kind> {
+    /// What `wr` asks of `dev`'s provider (remote CQ data, atomics: refused
+    /// where it has none).
+    fn of(wr: &SendWr, dev: &OfiDevice) -> Result<Kind> {
+        let (remote_data, atomics) = (dev.remote_data(), dev.atomics);
         Ok(match &wr.op {
             SendOp::Send => Kind::Send { data: None },
-            SendOp::SendInv { rkey } => {
-                if !remote_data {
-                    return Err(Error::Unsupported);
-                }
-                Kind::Send {
-                    data: Some(INVALIDATE | *rkey as u64),
-                }
-            }
+            SendOp::SendInv { rkey } => Kind::Send {
+                data: Some(dev.invalidation_data(*rkey).ok_or(Error::Unsupported)?),
+            },
             SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
                 va: *remote_addr,
                 rkey: *rkey,
