@@ -154,6 +154,10 @@ fn hints_for(target: &Target, endpoints: Endpoints, atomics: bool) -> Info {
             (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
                 as i32;
         (*(*h).domain_attr).threading = fi::fi_threading_FI_THREAD_SAFE;
+        // Remote CQ data may consume a posted receive: ours always does (it
+        // rides on sends only). Without saying so, verbs offers none (1.17:
+        // `vrb_alter_info`), and a send with invalidate needs it.
+        (*h).mode = fi::FI_RX_CQ_DATA;
         (*(*h).tx_attr).msg_order = match endpoints {
             Endpoints::Rdm { ordered: false } => fi::FI_ORDER_SAS as u64,
             _ => full_order(),
