@@ -71,6 +71,9 @@ pub struct OfiDevice {
     pub(crate) fabric: Fid<fi::fid_fabric>,
     /// The provider addresses remote memory by virtual address (else by offset).
     pub(crate) virt_addr: bool,
+    /// The provider chooses registrations' keys (FI_MR_PROV_KEY): ours, the
+    /// contexts, name them through the key table's entries.
+    pub(crate) prov_keys: bool,
     /// The provider wants registrations' descriptors with local buffers
     /// (FI_MR_LOCAL); otherwise posts pass none.
     pub(crate) local_descs: bool,
@@ -151,6 +154,10 @@ fn hints_for(target: &Target, endpoints: Endpoints, atomics: bool) -> Info {
             (fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY)
                 as i32;
         (*(*h).domain_attr).threading = fi::fi_threading_FI_THREAD_SAFE;
+        // Remote CQ data may consume a posted receive: ours always does (it
+        // rides on sends only). Without saying so, verbs offers none (1.17:
+        // `vrb_alter_info`), and a send with invalidate needs it.
+        (*h).mode = fi::FI_RX_CQ_DATA;
         (*(*h).tx_attr).msg_order = match endpoints {
             Endpoints::Rdm { ordered: false } => fi::FI_ORDER_SAS as u64,
             _ => full_order(),
@@ -365,14 +372,25 @@ impl OfiDevice {
         let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
         let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
         let local_descs = mr_mode & fi::FI_MR_LOCAL as i32 != 0;
-        let keys = if virt_addr {
-            None
-        } else {
-            Some(
-                crate::keys::KeyTable::open(domain.ptr(), true)
-                    .map_err(|e| format!("key table: {e}"))?,
-            )
-        };
+        // Every provider gets the table: it translates addresses where the
+        // provider takes offsets, names the provider's key where it chooses
+        // keys, and carries what the initiator checks (rights, bounds, PZ)
+        // everywhere, libfabric having no protection domains.
+        let keys = Some(
+            crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
+                .map_err(|e| format!("key table: {e}"))?,
+        );
+        if keys
+            .as_ref()
+            .is_some_and(|k| !k.registrations_distinct(domain.ptr()))
+        {
+            return Err(
+                "libfabric's MR cache gives overlapping registrations one key \
+                        with every right: set FI_MR_CACHE_MONITOR=disabled"
+                    .into(),
+            );
+        }
+        let prov_keys = mr_mode & fi::FI_MR_PROV_KEY as i32 != 0;
         let atomics = atomics_offered(&info, &domain);
         let dev = Arc::new_cyclic(|me| OfiDevice {
             me: me.clone(),
@@ -386,6 +404,7 @@ impl OfiDevice {
             domain,
             fabric,
             virt_addr,
+            prov_keys,
             local_descs,
             atomics,
             verbs_errors: provider.split(';').next() == Some("verbs"),
@@ -448,13 +467,22 @@ impl OfiDevice {
         self.keys.is_some() && self.name.split(' ').nth(1) == Some("shm")
     }
 
-    /// Whether memory windows can be offered: a bind's key is announced before
-    /// the bind registers (`MemoryWindow::next_rkey`), so the backend must
-    /// choose keys, which a provider requiring FI_MR_PROV_KEY does not allow.
+    /// Whether a request through a peer's key whose entry says `remote`
+    /// reads the entry again next time: always on shm (`fresh_lookups`); on
+    /// a provider choosing its own keys, for a window's binding: its
+    /// provider key, closed at the unbind, may name a later registration of
+    /// the peer's (verbs reuses a freed key's index), which a cached entry
+    /// would then reach. Read fresh, the unbound context is refused.
+    pub(crate) fn fresh_lookup(&self, remote: Option<&crate::keys::Remote>) -> bool {
+        let window = remote.is_some_and(|r| r.rights & crate::keys::WINDOW != 0);
+        self.fresh_lookups() || (self.prov_keys && window)
+    }
+
+    /// Whether memory windows can be offered: a bind's context is announced
+    /// before the bind registers (`MemoryWindow::next_rkey`), so it must be
+    /// a key of ours, which the key table maps to the provider's.
     pub(crate) fn windows(&self) -> bool {
-        // SAFETY: the domain attributes of our fi_info.
-        let mr_mode = unsafe { (*(*self.info.ptr()).domain_attr).mr_mode };
-        mr_mode & fi::FI_MR_PROV_KEY as i32 == 0
+        self.keys.is_some()
     }
 
     /// Whether the provider carries 8 bytes of remote CQ data (what a send
@@ -462,6 +490,20 @@ impl OfiDevice {
     pub(crate) fn remote_data(&self) -> bool {
         // SAFETY: the domain attributes of our fi_info.
         unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size >= 8 }
+    }
+
+    /// The remote CQ data of a send invalidating the peer's `rkey`
+    /// (`qp::INVALIDATE`): flagged where the provider carries 8 bytes, the
+    /// rkey alone where it carries 4 (verbs: no write with immediate data is
+    /// offered there, the only other use); None where it carries less.
+    pub(crate) fn invalidation_data(&self, rkey: u32) -> Option<u64> {
+        // SAFETY: the domain attributes of our fi_info.
+        let size = unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size };
+        match size {
+            8.. => Some(crate::qp::INVALIDATE | rkey as u64),
+            4.. => Some(rkey as u64),
+            _ => None,
+        }
     }
 
     /// A peer's send invalidates `rkey`: if that is a bound window of

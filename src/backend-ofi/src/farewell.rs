@@ -66,7 +66,7 @@ impl Farewell {
         }) else {
             return (0, 0);
         };
-        let address = if dev.keys.is_some() {
+        let address = if !dev.virt_addr {
             0
         } else {
             self.words.as_ptr() as u64

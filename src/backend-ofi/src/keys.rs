@@ -1,14 +1,18 @@
-//! Virtual addresses on providers that address registrations by offset.
+//! The contexts DAT programs see, and what the initiator learns of them.
 //!
 //! DAT programs name remote memory by (rmr_context, virtual address); tcp,
-//! shm and ofi_rxm take (key, offset from the registration's start). Each
-//! device exports a table, registered for remote reads, with one entry per
-//! key slot: (key, start, length). The connection handshake carries the
-//! table's key and address; an initiator reads a context's entry once per
-//! connection (one RDMA read, no CPU on the target) and keeps its start; on
-//! shm before every RDMA request (`OfiDevice::fresh_lookups`).
+//! shm and ofi_rxm take (key, offset from the registration's start), and
+//! verbs takes (a key it chose itself, virtual address). Each device exports
+//! a table, registered for remote reads, with one entry per key slot: (our
+//! key, the provider's key, start, length, rights and PZ). The context is
+//! always our key; the connection handshake carries the table's key and
+//! address; an initiator reads a context's entry once per connection (one
+//! RDMA read, no CPU on the target), checks each request against it and
+//! addresses the provider's key it names; on shm before every RDMA request,
+//! and on providers choosing their own keys before every request through a
+//! window (`OfiDevice::fresh_lookup`).
 //! A freed registration's key is never reused (keys come from a counter), so
-//! a cached start never applies to other memory: an access through a freed
+//! a cached entry never applies to other memory: an access through a freed
 //! key fails at the provider's key check.
 //!
 //! A key's slot is its value modulo SLOTS, so the counter skips values whose
@@ -30,10 +34,12 @@ use crate::Fid;
 pub(crate) const SLOTS: usize = 1 << 16;
 
 /// One entry as the peer reads it: the key last registered in the slot, the
-/// start and the length of its memory, and its remote rights (low half) and
-/// protection domain (high half): the initiator checks those itself, since
-/// the provider sees no protection domains and drops a connection on a
-/// refused access without saying why (docs/libfabric.md, Where it stands).
+/// provider's key of that registration (the same where we choose keys), the
+/// start and the length of its memory, and its remote rights (low half, with
+/// WINDOW) and protection domain (high half): the initiator checks those
+/// itself, since the provider sees no protection domains and drops a
+/// connection on a refused access without saying why (docs/libfabric.md,
+/// Where it stands).
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Entry {
@@ -41,16 +47,38 @@ pub(crate) struct Entry {
     start: AtomicU64,
     length: AtomicU64,
     scope: AtomicU64,
+    provider_key: AtomicU64,
 }
+
+impl Entry {
+    /// Holds `found` for `key`. The key last: a peer that reads the slot
+    /// while it changes sees the old key (gone) or the new one with its start.
+    fn fill(&self, key: u32, found: &Remote) {
+        self.key.store(0, Ordering::Release);
+        self.provider_key
+            .store(found.provider_key, Ordering::Release);
+        self.start.store(found.start, Ordering::Release);
+        self.length.store(found.length, Ordering::Release);
+        let scope = ((found.pd as u64) << 32) | found.rights as u64;
+        self.scope.store(scope, Ordering::Release);
+        self.key.store(key as u64, Ordering::Release);
+    }
+}
+
+/// In an entry's rights: the key is a window's binding (an unbind or rebind
+/// ends it while peers may hold it: `OfiDevice::fresh_lookup`).
+pub(crate) const WINDOW: u32 = 1 << 31;
 
 /// What a peer's entry says of one of its keys.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Remote {
     pub start: u64,
     pub length: u64,
-    /// `daplrs_backend::access` bits.
+    /// `daplrs_backend::access` bits, and WINDOW.
     pub rights: u32,
     pub pd: u32,
+    /// What the provider is given as the RMA key.
+    pub provider_key: u64,
 }
 
 pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
@@ -112,6 +140,36 @@ impl KeyTable {
         })
     }
 
+    /// Whether the domain gives overlapping registrations keys of their own:
+    /// registers the table's first entry again and compares the keys.
+    /// libfabric's MR cache (verbs, 1.17: `FI_MR_CACHE_MONITOR`) hands out
+    /// the registration that covers the memory already, with every remote
+    /// right and kept after it is closed: a freed LMR's or unbound window's
+    /// context would keep granting access, and two LMRs would share a key.
+    pub(crate) fn registrations_distinct(&self, domain: *mut fi::fid_domain) -> bool {
+        let iov = libc::iovec {
+            iov_base: self.entries.as_ptr() as *mut libc::c_void,
+            iov_len: ENTRY_BYTES,
+        };
+        let attr = fi::fi_mr_attr {
+            mr_iov: (&iov as *const libc::iovec).cast(),
+            iov_count: 1,
+            access: fi::FI_REMOTE_READ as u64,
+            requested_key: u32::MAX as u64 - 1,
+            ..Default::default()
+        };
+        let mut mr = null_mut();
+        // SAFETY: an open domain; the entries outlive the registration, closed
+        // (Fid's drop) before this returns.
+        let rc = unsafe { fi::fi_mr_regattr(domain, &attr, 0, &mut mr) };
+        if rc != 0 {
+            return true;
+        }
+        let again = Fid(mr);
+        // SAFETY: the registration just made.
+        unsafe { fi::fi_mr_key(again.ptr()) != self.key }
+    }
+
     fn entry(&self, key: u32) -> &Entry {
         &self.entries[key as usize % SLOTS]
     }
@@ -128,23 +186,15 @@ impl KeyTable {
         self.claims.release(key);
     }
 
-    /// A registration made: findable by its key from now on. False (nothing
-    /// published) when another live key holds the slot (a key the provider
-    /// chose, or one not from `reserve`).
+    /// A registration made: findable by its key (ours) from now on. False
+    /// (nothing published) when another live key holds the slot (a key not
+    /// from `reserve`).
     #[must_use]
-    pub(crate) fn publish(&self, key: u32, start: u64, length: u64, rights: u32, pd: u32) -> bool {
+    pub(crate) fn publish(&self, key: u32, found: &Remote) -> bool {
         if !self.claims.claim(key) {
             return false;
         }
-        let e = self.entry(key);
-        // The key last: a peer that reads the slot while it changes sees the
-        // old key (gone) or the new one with its start.
-        e.key.store(0, Ordering::Release);
-        e.start.store(start, Ordering::Release);
-        e.length.store(length, Ordering::Release);
-        e.scope
-            .store(((pd as u64) << 32) | rights as u64, Ordering::Release);
-        e.key.store(key as u64, Ordering::Release);
+        self.entry(key).fill(key, found);
         true
     }
 
@@ -172,6 +222,7 @@ pub(crate) fn remote_of(raw: &[u8; ENTRY_BYTES], key: u32) -> Option<Remote> {
         length: word(2),
         rights: word(3) as u32,
         pd: (word(3) >> 32) as u32,
+        provider_key: word(4),
     })
 }
 
@@ -265,6 +316,42 @@ mod tests {
         for key in live {
             assert!(!claims.claim(key + SLOTS as u32));
         }
+    }
+
+    /// An entry read as a peer reads it (its bytes) gives back what was
+    /// published, the provider's own key included; another key finds nothing.
+    #[test]
+    fn an_entry_reads_back_with_the_providers_key() {
+        let entry = Entry::default();
+        let found = Remote {
+            start: 0x7f00_1234_5000,
+            length: 8192,
+            rights: daplrs_backend::access::REMOTE_READ | WINDOW,
+            pd: 7,
+            provider_key: 0x1_2345_6789,
+        };
+        entry.fill(42, &found);
+        let mut raw = [0u8; ENTRY_BYTES];
+        // SAFETY: Entry is repr(C), ENTRY_BYTES of plain words.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&entry as *const Entry).cast::<u8>(),
+                raw.as_mut_ptr(),
+                ENTRY_BYTES,
+            )
+        };
+        let back = remote_of(&raw, 42).expect("key 42's entry");
+        assert_eq!(
+            (
+                back.start,
+                back.length,
+                back.rights,
+                back.pd,
+                back.provider_key
+            ),
+            (found.start, 8192, found.rights, 7, 0x1_2345_6789)
+        );
+        assert!(remote_of(&raw, 42 + SLOTS as u32).is_none());
     }
 
     #[test]

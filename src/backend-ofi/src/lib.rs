@@ -91,7 +91,13 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
     if rc >= 0 {
         return Ok(rc);
     }
-    log::warn!("{what}: {}", fi::strerror(rc as i32));
+    if -rc as u32 == fi::FI_EAGAIN {
+        // The provider is busy (ofi_rxm while its connection is being made):
+        // the caller holds the request and tries again; nothing is wrong.
+        log::debug!("{what}: {}", fi::strerror(rc as i32));
+    } else {
+        log::warn!("{what}: {}", fi::strerror(rc as i32));
+    }
     Err(match -rc as u32 {
         fi::FI_ENOMEM => Error::NoResource(Resource::Memory),
         fi::FI_EAGAIN => Error::NoResource(Resource::WorkQueue),
@@ -117,6 +123,12 @@ pub(crate) fn prepare_libfabric() {
             // the process, nothing of ours reads the environment concurrently.
             unsafe { libc::setenv(c"FI_UNIVERSE_SIZE".as_ptr(), c"16".as_ptr(), 0) };
         }
+        // DAT's contexts must stop granting access when an LMR is freed or a
+        // window unbound, and two LMRs over the same memory are two regions
+        // with their own rights: libfabric's MR cache (verbs) keeps and shares
+        // registrations with every right (`KeyTable::registrations_distinct`).
+        // SAFETY: as above; overwrite 0 keeps a value the user chose.
+        unsafe { libc::setenv(c"FI_MR_CACHE_MONITOR".as_ptr(), c"disabled".as_ptr(), 0) };
     });
 }
 

@@ -1,9 +1,9 @@
 //! Protection domains and memory registrations.
 //!
 //! libfabric has one protection scope per domain: a PD is a tag the core
-//! checks. A registration's key is ours (a per-device counter) unless the
-//! provider picks it (FI_MR_PROV_KEY); DAT's contexts are 32 bits, so a
-//! provider key that does not fit is refused (docs/libfabric.md, Later).
+//! checks. A registration's context (lkey and rkey) is a key of ours, from a
+//! per-device counter; where the provider picks its own key (FI_MR_PROV_KEY)
+//! the key table's entry names that one (`keys`), so it may be of any width.
 
 use std::any::Any;
 use std::ptr::null_mut;
@@ -17,6 +17,7 @@ use ofi_sys as fi;
 use parking_lot::Mutex;
 
 use crate::device::{opened, OfiDevice};
+use crate::keys::{Remote, WINDOW};
 use crate::Fid;
 
 static NEXT_PD: AtomicU32 = AtomicU32::new(1);
@@ -36,8 +37,9 @@ impl OfiPd {
 }
 
 impl OfiPd {
-    /// Registers [addr, addr+length) under `key` (or the provider's own) and
-    /// publishes it in the device's key table: its key and registration.
+    /// Registers [addr, addr+length) asking for `key` and publishes it in the
+    /// device's key table under `key`, with the provider's key (another where
+    /// the provider chooses: FI_MR_PROV_KEY). The context is `key` either way.
     fn register_published(
         &self,
         dev: &OfiDevice,
@@ -45,24 +47,29 @@ impl OfiPd {
         addr: u64,
         length: u64,
         rights: u32,
-    ) -> Result<(u32, Fid<fi::fid_mr>)> {
+    ) -> Result<Fid<fi::fid_mr>> {
         let mut fi_access = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE) as u64;
         fi_access |= remote_access(rights);
         let mr = register(dev, addr, length, fi_access, key, "fi_mr_regattr")?;
         // SAFETY: the registration just made.
-        let (prov_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
-        let rkey = u32::try_from(prov_key).map_err(|_| {
-            log::warn!("the provider's memory key {prov_key:#x} does not fit DAT's 32-bit context");
-            Error::NoResource(Resource::Key)
-        })?;
+        let (provider_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
+        let found = Remote {
+            start: addr,
+            length,
+            rights,
+            pd: self.id,
+            provider_key,
+        };
         if let Some(keys) = &dev.keys {
-            if !keys.publish(rkey, addr, length, rights, self.id) {
-                log::warn!("key {rkey:#x}: its key table slot is taken");
+            if !keys.publish(key, &found) {
+                log::warn!("key {key:#x}: its key table slot is taken");
                 return Err(Error::NoResource(Resource::Key));
             }
+        } else if provider_key != key as u64 {
+            return Err(Error::NoResource(Resource::Key));
         }
-        dev.tables.lock().descs.insert(rkey, desc as usize);
-        Ok((rkey, mr))
+        dev.tables.lock().descs.insert(key, desc as usize);
+        Ok(mr)
     }
 }
 
@@ -81,18 +88,18 @@ impl ProtectionDomain for OfiPd {
             return Err(Error::BadAddress);
         }
         let key = dev.new_key();
-        let registered = self.register_published(&dev, key, addr, length, rights);
-        if !matches!(registered, Ok((rkey, _)) if rkey == key) {
-            // Not published under the reserved key: its slot is free again.
-            dev.release_key(key);
-        }
-        let (rkey, mr) = registered?;
+        let mr = self
+            .register_published(&dev, key, addr, length, rights)
+            .inspect_err(|_| {
+                // Not published: the reserved key's slot is free again.
+                dev.release_key(key);
+            })?;
         Ok(Arc::new(OfiMr {
             pd: self.id,
             addr,
             length,
             rights,
-            key: rkey,
+            key,
             dev: self.dev.clone(),
             mr: Mutex::new(Some(mr)),
         }))
@@ -289,16 +296,23 @@ impl OfiMw {
         ) else {
             return WcStatus::MwBind;
         };
+        // The consumer was told new_rkey already; where the provider chose
+        // another key, the entry names it (peers address it through new_rkey).
         // SAFETY: the registration just made.
-        if unsafe { fi::fi_mr_key(reg.ptr()) } != new_rkey as u64 {
-            // The consumer was told new_rkey already: a provider picking its own
-            // keys cannot bind (alloc_mw refuses such providers).
+        let provider_key = unsafe { fi::fi_mr_key(reg.ptr()) };
+        let found = Remote {
+            start: addr,
+            length,
+            rights: rights | WINDOW,
+            pd: self.pd,
+            provider_key,
+        };
+        let published = match &dev.keys {
+            Some(keys) => keys.publish(new_rkey, &found),
+            None => provider_key == new_rkey as u64,
+        };
+        if !published {
             return WcStatus::MwBind;
-        }
-        if let Some(keys) = &dev.keys {
-            if !keys.publish(new_rkey, addr, length, rights, self.pd) {
-                return WcStatus::MwBind;
-            }
         }
         dev.tables.lock().windows.insert(new_rkey, self.me.clone());
         *self.bound.lock() = Some((new_rkey, reg));

@@ -43,6 +43,9 @@ const FAREWELL_TOKEN: u32 = 1 << 29;
 const BOUNCE: u32 = RECV_BIT | (1 << 29);
 /// The remote CQ data of a send with invalidate: this bit and the rkey the
 /// receiver is to invalidate (libfabric has no invalidation of its own).
+/// Where the provider carries only 4 bytes (verbs) the data is the rkey
+/// alone: there no write with immediate data is offered, so a send's remote
+/// CQ data can only be an invalidation (`OfiDevice::invalidation_data`).
 pub(crate) const INVALIDATE: u64 = 1 << 32;
 /// The remote CQ data of the send closing an RDMA write with immediate data
 /// (libfabric's tcp consumes no receive for a write's own CQ data, DAT does):
@@ -1043,13 +1046,14 @@ impl OfiQp {
     /// invalidated (Some), and whether it named none of this QP's protection
     /// domain (the receive then fails).
     fn invalidation(&self, data: Option<u64>) -> (Option<u32>, bool) {
-        let Some(rkey) = data.filter(|d| d & INVALIDATE != 0).map(|d| d as u32) else {
+        let Some(dev) = self.dev.upgrade() else {
             return (None, false);
         };
-        let done = self
-            .dev
-            .upgrade()
-            .is_some_and(|d| d.invalidate_window(rkey, self.pd));
+        let flagged = |d: &u64| d & INVALIDATE != 0 || !dev.remote_data();
+        let Some(rkey) = data.filter(flagged).map(|d| d as u32) else {
+            return (None, false);
+        };
+        let done = dev.invalidate_window(rkey, self.pd);
         (done.then_some(rkey), !done)
     }
 
@@ -1146,7 +1150,7 @@ impl OfiQp {
         out: &mut VecDeque<WorkCompletion>,
     ) -> Result<()> {
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-        let kind = Kind::of(wr, dev.remote_data(), dev.atomics)?;
+        let kind = Kind::of(wr, &dev)?;
         if !self.send_room(inner) {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
@@ -1175,7 +1179,8 @@ impl OfiQp {
             self.release_held(inner, out);
             return Ok(());
         }
-        if !inner.held.is_empty()
+        if inner.broke
+            || !inner.held.is_empty()
             || (request.fence && inner.sends.slots.len() > 1)
             || !self.provider_room(inner, &request.kind)
         {
@@ -1270,8 +1275,14 @@ impl OfiQp {
 
     /// Posts the held requests whose turn came: a fenced one once nothing
     /// before it is outstanding. One the provider refuses completes in error.
+    /// Nothing goes once a request broke the connection (a remote access
+    /// error, ours or the provider's): what follows it is flushed when the
+    /// connection breaks, never executed, as on an RDMA NIC.
     fn release_held(&self, inner: &mut Inner, out: &mut VecDeque<WorkCompletion>) {
         while let Some(front) = inner.held.front() {
+            if inner.broke {
+                return;
+            }
             let first = front.token.wrapping_sub(inner.sends.base) & TOKEN_MASK == 0;
             if front.fence && !first {
                 return;
@@ -1374,9 +1385,13 @@ impl OfiQp {
     fn issue(&self, inner: &mut Inner, request: &Request) -> Result<Option<WcStatus>> {
         let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
         let refused = self.refused(inner, request);
-        let fresh = self.dev.upgrade().is_some_and(|d| d.fresh_lookups());
+        let known = request.kind.rkey().and_then(|k| inner.starts.get(&k));
+        let fresh = self
+            .dev
+            .upgrade()
+            .is_some_and(|d| d.fresh_lookup(known.copied().flatten().as_ref()));
         // The next request through this key reads its entry again (after
-        // this one's address is taken from it: `remote_address`).
+        // this one's address is taken from it: `remote_target`).
         let forget = request.kind.rkey().filter(|_| fresh);
         if let Some(rkey) = forget.filter(|_| refused || request.len == 0) {
             inner.starts.remove(&rkey);
@@ -1446,10 +1461,11 @@ impl OfiQp {
                     fi::fi_sendmsg(ep, &msg, when | with_data)
                 }
                 Kind::Write { va, rkey, .. } | Kind::Read { va, rkey } => {
+                    let (addr, key) = remote_target(&dev, inner, va, rkey);
                     let rma = fi::fi_rma_iov {
-                        addr: remote_address(&dev, inner, va, rkey),
+                        addr,
                         len: request.len as usize,
-                        key: rkey as u64,
+                        key,
                     };
                     let msg = fi::fi_msg_rma {
                         msg_iov: or_null(&iov).cast(),
@@ -1474,8 +1490,8 @@ impl OfiQp {
                     }
                 }
                 Kind::Atomic { va, rkey, op } => {
-                    let addr = remote_address(&dev, inner, va, rkey);
-                    self.post_atomic(inner, request, addr, rkey, op, &iov, &mut desc)
+                    let (addr, key) = remote_target(&dev, inner, va, rkey);
+                    self.post_atomic(inner, request, addr, key, op, &iov, &mut desc)
                 }
                 Kind::Bind { .. } => unreachable!("executed above"),
             }
@@ -1509,7 +1525,7 @@ impl OfiQp {
         inner: &mut Inner,
         request: &Request,
         addr: u64,
-        rkey: u32,
+        key: u64,
         op: AtomicOp,
         iov: &[libc::iovec],
         desc: &mut [*mut libc::c_void],
@@ -1538,7 +1554,7 @@ impl OfiQp {
         let target = fi::fi_rma_ioc {
             addr,
             count: 1,
-            key: rkey as u64,
+            key,
         };
         let msg = fi::fi_msg_atomic {
             msg_iov: &origin,
@@ -1683,19 +1699,15 @@ impl Kind {
         Ok(Kind::Atomic { va, rkey, op })
     }
 
-    /// What `wr` asks (`remote_data`: the provider carries remote CQ data;
-    /// `atomics`: it has the two 64-bit atomics).
-    fn of(wr: &SendWr, remote_data: bool, atomics: bool) -> Result<Kind> {
+    /// What `wr` asks of `dev`'s provider (remote CQ data, atomics: refused
+    /// where it has none).
+    fn of(wr: &SendWr, dev: &OfiDevice) -> Result<Kind> {
+        let (remote_data, atomics) = (dev.remote_data(), dev.atomics);
         Ok(match &wr.op {
             SendOp::Send => Kind::Send { data: None },
-            SendOp::SendInv { rkey } => {
-                if !remote_data {
-                    return Err(Error::Unsupported);
-                }
-                Kind::Send {
-                    data: Some(INVALIDATE | *rkey as u64),
-                }
-            }
+            SendOp::SendInv { rkey } => Kind::Send {
+                data: Some(dev.invalidation_data(*rkey).ok_or(Error::Unsupported)?),
+            },
             SendOp::RdmaWrite { remote_addr, rkey } => Kind::Write {
                 va: *remote_addr,
                 rkey: *rkey,
@@ -1777,15 +1789,21 @@ impl Kind {
     }
 }
 
-/// The address the provider wants for the peer's virtual address `va` of
-/// `rkey`: the offset from the start of its registration where the provider
-/// addresses by offset (the start known: `needs_lookup`), else `va` itself.
-fn remote_address(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> u64 {
+/// The address and key the provider wants for the peer's virtual address
+/// `va` of context `rkey`: the offset from the start of its registration
+/// where the provider addresses by offset, else `va` itself; the provider's
+/// key of the registration, as the peer's entry names it (read before:
+/// `needs_lookup`).
+fn remote_target(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> (u64, u64) {
     if dev.keys.is_none() {
-        return va;
+        return (va, rkey as u64);
     }
-    let start = inner.starts.get(&rkey).copied().flatten();
-    va.wrapping_sub(start.map_or(NOT_AT_PEER, |r| r.start))
+    let found = inner.starts.get(&rkey).copied().flatten();
+    let key = found.map_or(rkey as u64, |r| r.provider_key);
+    if dev.virt_addr {
+        return (va, key);
+    }
+    (va.wrapping_sub(found.map_or(NOT_AT_PEER, |r| r.start)), key)
 }
 
 /// A request on its way to the provider (kept while held behind a fence or
