@@ -91,7 +91,13 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
     if rc >= 0 {
         return Ok(rc);
     }
-    log::warn!("{what}: {}", fi::strerror(rc as i32));
+    if -rc as u32 == fi::FI_EAGAIN {
+        // A busy provider (ofi_rxm connecting underneath, a full queue): the
+        // caller holds the request and tries again, nothing failed.
+        log::debug!("{what}: {}", fi::strerror(rc as i32));
+    } else {
+        log::warn!("{what}: {}", fi::strerror(rc as i32));
+    }
     Err(match -rc as u32 {
         fi::FI_ENOMEM => Error::NoResource(Resource::Memory),
         fi::FI_EAGAIN => Error::NoResource(Resource::WorkQueue),
