@@ -233,6 +233,8 @@ pub(crate) struct OfiQp {
     /// connection's life (see `rdm`), and the number of the last one.
     link: Mutex<Option<crate::rdm::Link>>,
     links: std::sync::atomic::AtomicU64,
+    /// Our receives took messages the peer has not been told of (`give_receipts`).
+    receipt_due: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for OfiQp {
@@ -337,6 +339,7 @@ impl OfiQp {
             }),
             link: Mutex::new(None),
             links: std::sync::atomic::AtomicU64::new(0),
+            receipt_due: std::sync::atomic::AtomicBool::new(false),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -618,6 +621,7 @@ impl OfiQp {
             let mut inner = self.inner.lock();
             self.serve_locked(&mut inner, srq, out);
         });
+        self.send_receipt();
         if std::mem::take(&mut self.inner.lock().break_pending) {
             self.broken();
         }
@@ -702,7 +706,10 @@ impl OfiQp {
             .try_clone()
             .map_err(|_| Error::NoResource(Resource::Host))?;
         let generation = self.links.fetch_add(1, Ordering::AcqRel) + 1;
-        *self.link.lock() = Some(crate::rdm::Link { stream, generation });
+        *self.link.lock() = Some(crate::rdm::Link {
+            stream: Arc::new(stream),
+            generation,
+        });
         Ok(generation)
     }
 
@@ -1078,11 +1085,26 @@ impl OfiQp {
             }
             inner.received += 1;
         }
-        if inner.received == before || !self.dev.upgrade().is_some_and(|d| d.receipts) {
+        if inner.received != before && self.dev.upgrade().is_some_and(|d| d.receipts) {
+            self.receipt_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether our receives took messages the peer has not been told of.
+    pub(crate) fn receipt_due(&self) -> bool {
+        self.receipt_due.load(Ordering::Acquire)
+    }
+
+    /// Tells the peer how many of its messages our receives took (a socket
+    /// write: called with no lock of the QP or its CQs held).
+    pub(crate) fn send_receipt(&self) {
+        if !self.receipt_due.swap(false, Ordering::AcqRel) {
             return;
         }
-        if let Some(link) = self.link.lock().as_ref() {
-            link.receipt(inner.received);
+        let count = self.inner.lock().received;
+        let stream = self.link.lock().as_ref().map(|l| l.stream.clone());
+        if let Some(stream) = stream {
+            crate::rdm::Link::receipt(&stream, count);
         }
     }
 

@@ -109,7 +109,8 @@ pub(crate) struct Pending {
 /// The handshake's connection of a QP: its socket, and which connection of
 /// the QP it belongs to (a QP reset and connected again has a new one).
 pub(crate) struct Link {
-    pub stream: TcpStream,
+    /// Shared, so that a receipt is written with no lock held (`OfiQp::send_receipt`).
+    pub stream: Arc<TcpStream>,
     pub generation: u64,
 }
 
@@ -118,8 +119,8 @@ impl Link {
     /// (see `OfiDevice::receipts`). Blocking, but a frame of 14 bytes to a
     /// peer whose watcher reads them as they come (one that stopped reading
     /// also stopped sending what we would vouch for).
-    pub(crate) fn receipt(&self, count: u64) {
-        let _ = write_frame(&self.stream, RECEIVED, &[&count.to_le_bytes()]);
+    pub(crate) fn receipt(stream: &TcpStream, count: u64) {
+        let _ = write_frame(stream, RECEIVED, &[&count.to_le_bytes()]);
     }
 
     /// Ends the connection: with a close (a disconnection) or without (broken).
