@@ -2102,3 +2102,49 @@ impl QueuePair for OfiQp {
         self.destroy_now();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send(ring: &mut Ring, wr_id: u64) -> u32 {
+        ring.push(Slot {
+            wr_id,
+            opcode: WcOpcode::Send,
+            len: 8,
+            done: None,
+            closing_imm: None,
+            operands: None,
+            receipt: None,
+        })
+    }
+
+    fn sent(ring: &mut Ring, token: u32, receipt: u64) {
+        ring.get_mut(token).expect("a slot").receipt = Some(receipt);
+        ring.mark(token, |s| {
+            WorkCompletion::new(s.wr_id, WcStatus::Success, s.opcode, s.len, 1)
+        });
+    }
+
+    #[test]
+    fn a_send_waits_for_its_receipt_and_is_flushed_without_it() {
+        let mut ring = Ring::default();
+        let (a, b, c) = (send(&mut ring, 1), send(&mut ring, 2), send(&mut ring, 3));
+        sent(&mut ring, a, 1);
+        sent(&mut ring, b, 2);
+        // A failure needs no receipt, but waits for the sends before it.
+        ring.mark(c, |s| {
+            WorkCompletion::new(s.wr_id, WcStatus::RemoteOp, s.opcode, 0, 1)
+        });
+        let mut out = VecDeque::new();
+        ring.release(&mut out);
+        assert!(out.is_empty(), "nothing before the peer's receipt");
+        ring.received = 1;
+        ring.release(&mut out);
+        assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1]);
+        // The connection ends: the second send reached no receive.
+        let rest = ring.flush(1);
+        let statuses: Vec<_> = rest.iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(statuses, [(2, WcStatus::Flushed), (3, WcStatus::RemoteOp)]);
+    }
+}
