@@ -18,12 +18,14 @@ use crate::device::{getinfo, opened, OfiDevice};
 use crate::qp::OfiQp;
 use crate::{sockaddr_v4, Fid, Info};
 
-/// "DRSO", version 2; then the sender's key table: its key and the address
-/// of its entry 0 (zero when the device needs no table), and its QP's
-/// farewell word's key and address (see `farewell`), and its QP's protection
-/// domain (`keys::Remote`), little-endian.
-const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'O', 0, 2, 0, 0];
-const HEADER_BYTES: usize = 48;
+/// "DRO" and version 3; then the sender's key table: its key (32 bits) and
+/// the address of its entry 0 (zero when the device needs no table), its
+/// QP's farewell word's key (32 bits) and address (see `farewell`), and its
+/// QP's protection domain (`keys::Remote`), little-endian: 32 bytes, so that
+/// a consumer's private data still fits beside it in libfabric's verbs
+/// provider's 55 bytes of connection data (48, version 2's, left it 7).
+const MAGIC: [u8; 4] = [b'D', b'R', b'O', 3];
+pub(crate) const HEADER_BYTES: usize = 32;
 
 /// What a peer's handshake announced: its key table and its farewell word.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,18 +38,31 @@ pub(crate) struct PeerTable {
     pub pd: u32,
 }
 
-/// The consumer's share of a connection message (what the device advertises).
+/// The consumer's share of a connection message where the provider bounds
+/// none below it (see `OfiDevice::private_data_max`).
 pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
+
+/// A registration key as the header carries it. Keys wider than 32 bits are
+/// not supported (docs/libfabric.md, Later): such a key goes as 0, "none".
+fn narrow_key(key: u64, what: &str) -> u32 {
+    u32::try_from(key).unwrap_or_else(|_| {
+        log::warn!("{what} key {key:#x} is wider than 32 bits: not announced");
+        0
+    })
+}
 
 /// Our header (`qp`: the connection's QP, None for a reject) and `private_data`.
 pub(crate) fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
     let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
-    let pd = qp.map_or(0, |q| q.pd() as u64);
+    let pd = qp.map_or(0, |q| q.pd());
     let mut v = MAGIC.to_vec();
-    for word in [key, address, fw_key, fw_address, pd] {
-        v.extend_from_slice(&word.to_le_bytes());
-    }
+    v.extend_from_slice(&narrow_key(key, "key table").to_le_bytes());
+    v.extend_from_slice(&address.to_le_bytes());
+    v.extend_from_slice(&narrow_key(fw_key, "farewell").to_le_bytes());
+    v.extend_from_slice(&fw_address.to_le_bytes());
+    v.extend_from_slice(&pd.to_le_bytes());
+    debug_assert_eq!(v.len(), HEADER_BYTES);
     v.extend_from_slice(private_data);
     v
 }
@@ -55,16 +70,17 @@ pub(crate) fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u
 /// The peer's table and the consumer's private data of a message of ours
 /// (None: not from this backend).
 pub(crate) fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
-    if data.len() < HEADER_BYTES || data[..8] != MAGIC {
+    if data.len() < HEADER_BYTES || data[..4] != MAGIC {
         return None;
     }
-    let word = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+    let word = |i: usize| u32::from_le_bytes(data[i..i + 4].try_into().expect("4 bytes"));
+    let dword = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
     let table = PeerTable {
-        key: word(8),
-        address: word(16),
-        farewell_key: word(24),
-        farewell_address: word(32),
-        pd: word(40) as u32,
+        key: word(4) as u64,
+        address: dword(8),
+        farewell_key: word(16) as u64,
+        farewell_address: dword(20),
+        pd: word(28),
     };
     Some((table, data[HEADER_BYTES..].to_vec()))
 }
@@ -203,7 +219,12 @@ impl OfiDevice {
                 data.len(),
             )
         };
-        opened(rc, "fi_connect", Error::NoResource(Resource::Qp))
+        let connected = opened(rc, "fi_connect", Error::NoResource(Resource::Qp));
+        if connected.is_err() {
+            // Nothing was sent: the EP stays as it was, to be connected again.
+            qp.abandon();
+        }
+        connected
     }
 
     pub(crate) fn accept_request(
@@ -225,7 +246,11 @@ impl OfiDevice {
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
         let rc = unsafe { fi::fi_accept(ep, data.as_ptr().cast(), data.len()) };
-        opened(rc, "fi_accept", Error::BadState)
+        let accepted = opened(rc, "fi_accept", Error::BadState);
+        if accepted.is_err() {
+            qp.abandon();
+        }
+        accepted
     }
 
     pub(crate) fn reject_request(&self, req: u64, private_data: &[u8]) -> Result<()> {

@@ -144,7 +144,11 @@ impl OfiCq {
             return false;
         };
         let mut broken = Vec::new();
-        let added = self.reap_locked(&dev, &mut broken);
+        let mut receipts = Vec::new();
+        let added = self.reap_locked(&dev, &mut broken, &mut receipts);
+        for qp in receipts {
+            qp.send_receipt();
+        }
         for qp in broken {
             qp.broken();
         }
@@ -161,21 +165,33 @@ impl OfiCq {
             return false;
         };
         let mut broken = Vec::new();
-        let added = self.reap_locked(&dev, &mut broken);
+        let mut receipts = Vec::new();
+        let added = self.reap_locked(&dev, &mut broken, &mut receipts);
+        for qp in receipts {
+            qp.send_receipt();
+        }
         if !broken.is_empty() {
             dev.defer_broken(broken);
         }
         added
     }
 
-    fn reap_locked(&self, dev: &OfiDevice, broken: &mut Vec<Arc<OfiQp>>) -> bool {
+    /// Reads the fid_cq (and its feeds) into the queue; QPs whose connection
+    /// broke go to `broken`, those with a receipt to give to `receipts` (both
+    /// handled by the caller once no lock is held: a receipt is a socket write).
+    fn reap_locked(
+        &self,
+        dev: &OfiDevice,
+        broken: &mut Vec<Arc<OfiQp>>,
+        receipts: &mut Vec<Arc<OfiQp>>,
+    ) -> bool {
         let mut q = self.queue.lock();
         let before = q.len();
         // No endpoint of the device closes while its CQ is read (see `OfiDevice::closing`).
         let _reading = dev.closing.lock();
         let verbs = dev.verbs_errors;
         drain(self.cq.ptr(), verbs, |done| {
-            complete(dev, done, &mut q, broken)
+            complete(dev, done, &mut q, broken, receipts)
         });
         for (qp, cq) in self.feeds() {
             drain(cq.ptr(), verbs, |done| {
@@ -263,11 +279,16 @@ fn complete(
     done: Done,
     q: &mut VecDeque<WorkCompletion>,
     broken: &mut Vec<Arc<OfiQp>>,
+    receipts: &mut Vec<Arc<OfiQp>>,
 ) {
     let qp_num = (done.context >> 32) as u32;
     match dev.qp(qp_num) {
         Some(qp) => {
-            if qp.completed(done.context as u32, done.result, done.data, q) {
+            let broke = qp.completed(done.context as u32, done.result, done.data, q);
+            if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
+                receipts.push(qp.clone());
+            }
+            if broke {
                 broken.push(qp);
             }
         }

@@ -82,6 +82,19 @@ pub struct OfiDevice {
     /// The core provider is verbs: an error entry's `prov_errno` is the
     /// ibv_wc_status behind its generic EIO (`cq::status_of`).
     pub(crate) verbs_errors: bool,
+    /// The consumer's share of a connection message: what the provider's
+    /// connection data holds beside our header (`cm::with_header`).
+    private_data_max: u32,
+    /// A send's success waits for the peer's receipt (`rdm::Link::receipt`).
+    /// ofi_rxm (1.17) sends a message up to its eager or segmentation limit
+    /// (16 KiB, 128 KiB on verbs) into the peer's ofi_rxm buffers and
+    /// reports it sent (FI_DELIVERY_COMPLETE asked or not) once the core
+    /// provider acknowledged that: on verbs the peer's NIC does, whether or
+    /// not a receive of the peer took it, its process running or not (a send
+    /// to a stopped peer succeeded; so did one into a receive too small).
+    /// DAT's send completes once placed in the receive. shm reports a send
+    /// once the peer took it, so it needs none.
+    pub(crate) receipts: bool,
 
     pub(crate) tables: Mutex<Tables>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
@@ -392,6 +405,16 @@ impl OfiDevice {
         }
         let prov_keys = mr_mode & fi::FI_MR_PROV_KEY as i32 != 0;
         let atomics = atomics_offered(&info, &domain);
+        let private_data_max = match endpoints {
+            // Our own handshake carries it (`rdm`).
+            Endpoints::Rdm { .. } => crate::cm::MAX_PRIVATE_DATA,
+            Endpoints::Msg => {
+                connection_data(&fabric, &info).map_or(crate::cm::MAX_PRIVATE_DATA, |size| {
+                    let left = size.saturating_sub(crate::cm::HEADER_BYTES);
+                    crate::cm::MAX_PRIVATE_DATA.min(left as u32)
+                })
+            }
+        };
         let dev = Arc::new_cyclic(|me| OfiDevice {
             me: me.clone(),
             name: format!(
@@ -408,6 +431,8 @@ impl OfiDevice {
             local_descs,
             atomics,
             verbs_errors: provider.split(';').next() == Some("verbs"),
+            private_data_max,
+            receipts: endpoints != Endpoints::Msg && provider.ends_with(";ofi_rxm"),
             keys,
             rdm: endpoints != Endpoints::Msg,
             ordered: endpoints != Endpoints::Rdm { ordered: false },
@@ -616,6 +641,7 @@ impl OfiDevice {
     }
 
     pub(crate) fn emit(&self, event: daplrs_backend::CmEvent) {
+        log::debug!("{event:?}");
         let handler = self.cm_handler.lock().clone();
         match handler {
             Some(h) => h(event),
@@ -654,7 +680,7 @@ impl OfiDevice {
             max_rdma_size: clamp(ep.max_msg_size),
             // libfabric bounds RDMA reads in flight only by the transmit queue.
             max_rd_atomic: clamp(tx.size),
-            max_private_data: crate::cm::MAX_PRIVATE_DATA,
+            max_private_data: self.private_data_max,
             mtu: 4096,
             ud: false,
             max_rdma_read_sge: clamp(tx.rma_iov_limit.max(1)).min(clamp(tx.iov_limit.max(1))),
@@ -663,6 +689,33 @@ impl OfiDevice {
             transport: "libfabric",
         }
     }
+}
+
+/// How many bytes of connection data the provider carries with a connect,
+/// accept or reject (`FI_OPT_CM_DATA_SIZE`, asked of a passive endpoint;
+/// libfabric's verbs provider: 55, tcp: 256). None where it does not say.
+fn connection_data(fabric: &Fid<fi::fid_fabric>, info: &Info) -> Option<usize> {
+    let mut pep = null_mut();
+    // SAFETY: an open fabric and its provider's fi_info; `pep` receives the endpoint.
+    let rc = unsafe { fi::fi_passive_ep(fabric.ptr(), info.ptr(), &mut pep, null_mut()) };
+    if rc != 0 {
+        log::debug!("fi_passive_ep (connection data size): {}", fi::strerror(rc));
+        return None;
+    }
+    let pep = Fid(pep);
+    let mut size = 0usize;
+    let mut len = std::mem::size_of::<usize>();
+    // SAFETY: the passive endpoint just opened; `size` has `len` writable bytes.
+    let rc = unsafe {
+        fi::fi_pep_getopt(
+            pep.ptr(),
+            fi::FI_OPT_ENDPOINT as i32,
+            fi::FI_OPT_CM_DATA_SIZE as i32,
+            (&mut size as *mut usize).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(size)
 }
 
 /// Reads the EQ and CQs, then sleeps on their descriptors until one is ready.

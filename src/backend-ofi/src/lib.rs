@@ -92,8 +92,8 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
         return Ok(rc);
     }
     if -rc as u32 == fi::FI_EAGAIN {
-        // The provider is busy (ofi_rxm while its connection is being made):
-        // the caller holds the request and tries again; nothing is wrong.
+        // A busy provider (ofi_rxm connecting underneath, a full queue): the
+        // caller holds the request and tries again, nothing failed.
         log::debug!("{what}: {}", fi::strerror(rc as i32));
     } else {
         log::warn!("{what}: {}", fi::strerror(rc as i32));

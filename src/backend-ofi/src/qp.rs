@@ -73,6 +73,9 @@ struct Slot {
     /// An atomic's operands (the value to add, or the swap and compare
     /// values), which the provider may read until the request completes.
     operands: Option<Box<[u64; 2]>>,
+    /// A message whose success waits for the peer's receipt: its number on
+    /// the connection (see `OfiDevice::receipts`).
+    receipt: Option<u64>,
 }
 
 /// Outstanding requests (or receives) of a QP, oldest first.
@@ -81,6 +84,8 @@ struct Ring {
     /// The token of the oldest slot.
     base: u32,
     slots: VecDeque<Slot>,
+    /// Messages of this connection the peer said it received (`receipt`).
+    received: u64,
 }
 
 impl Ring {
@@ -104,23 +109,37 @@ impl Ring {
         self.slots.get_mut(idx)
     }
 
+    /// Whether a slot's completion may go to the consumer: it completed, and
+    /// a message that succeeded was received by the peer where that is
+    /// awaited (a failure needs no receipt).
+    fn ready(&self, slot: &Slot) -> bool {
+        slot.done.as_ref().is_some_and(|wc| {
+            wc.status != WcStatus::Success || slot.receipt.is_none_or(|n| n <= self.received)
+        })
+    }
+
     /// Moves the completed slots at the front to `out`, in order.
     fn release(&mut self, out: &mut VecDeque<WorkCompletion>) {
-        while self.slots.front().is_some_and(|s| s.done.is_some()) {
+        while self.slots.front().is_some_and(|s| self.ready(s)) {
             let slot = self.slots.pop_front().expect("front checked");
             self.base = self.base.wrapping_add(1) & TOKEN_MASK;
             out.extend(slot.done);
         }
     }
 
-    /// Every slot, completed or flushed, in order.
+    /// Every slot, completed or flushed, in order. A message sent but not
+    /// received by the peer is flushed: its data reached no receive.
     fn flush(&mut self, qp_num: u32) -> Vec<WorkCompletion> {
         self.base = self.base.wrapping_add(self.slots.len() as u32) & TOKEN_MASK;
+        let received = self.received;
         self.slots
             .drain(..)
             .map(|s| {
-                s.done
-                    .unwrap_or_else(|| WorkCompletion::flushed(s.wr_id, s.opcode, qp_num))
+                let unreceived = s.receipt.is_some_and(|n| n > received);
+                match s.done {
+                    Some(wc) if !(unreceived && wc.status == WcStatus::Success) => wc,
+                    _ => WorkCompletion::flushed(s.wr_id, s.opcode, qp_num),
+                }
             })
             .collect()
     }
@@ -173,6 +192,13 @@ struct Inner {
     /// Reliable datagrams: the peer endpoint's fabric address and ours.
     dest_name: Vec<u8>,
     name: Vec<u8>,
+    /// Messages posted on this connection (each send's receipt number) and
+    /// messages of the peer received whole, in order, into our receives (what
+    /// our receipts say), where the device has receipts (`OfiDevice::receipts`).
+    messages: u64,
+    received: u64,
+    /// A receive failed: the connection breaks, no later one is vouched for.
+    receipts_over: bool,
 }
 
 /// Where the backend's own read of a peer's key table entry lands: memory of
@@ -210,6 +236,8 @@ pub(crate) struct OfiQp {
     /// connection's life (see `rdm`), and the number of the last one.
     link: Mutex<Option<crate::rdm::Link>>,
     links: std::sync::atomic::AtomicU64,
+    /// Our receives took messages the peer has not been told of (`give_receipts`).
+    receipt_due: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for OfiQp {
@@ -308,9 +336,13 @@ impl OfiQp {
                 dest_name: Vec::new(),
                 name: Vec::new(),
                 av: None,
+                messages: 0,
+                received: 0,
+                receipts_over: false,
             }),
             link: Mutex::new(None),
             links: std::sync::atomic::AtomicU64::new(0),
+            receipt_due: std::sync::atomic::AtomicBool::new(false),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -345,7 +377,9 @@ impl OfiQp {
     pub(crate) fn open_endpoint(self: &Arc<Self>, dev: &OfiDevice, info: &Info) -> Result<()> {
         // Bound to its CQs, an endpoint is progressed by their reads: not
         // before it is enabled (ofi_rxm's opens its own CQ then).
+        let asked = std::time::Instant::now();
         let _opening = dev.closing.lock();
+        let locked = asked.elapsed();
         let mut inner = self.inner.lock();
         if inner.state != QpState::Init || inner.ep.is_some() {
             return Err(Error::BadState);
@@ -386,6 +420,11 @@ impl OfiQp {
             rc = enable();
         }
         opened(rc, "fi_enable", Error::NoResource(Resource::Qp))?;
+        log::debug!(
+            "QP {}: endpoint lock {locked:?}, opened in {:?}",
+            self.num,
+            asked.elapsed()
+        );
         if let Some(cq) = &srq_cq {
             self.recv_cq.add_feed(self, cq);
             dev.watch_fd(crate::wait::wait_fd(cq.fid()));
@@ -397,6 +436,10 @@ impl OfiQp {
         inner.state = QpState::Connecting;
         inner.recvs_given = 0;
         inner.sends_given = 0;
+        inner.messages = 0;
+        inner.received = 0;
+        inner.receipts_over = false;
+        inner.sends.received = 0;
         if let Some(srq) = self.pooled_srq() {
             srq.enroll(self);
             // Any not posted now are retried (`post_bounces`).
@@ -559,6 +602,7 @@ impl OfiQp {
                 }
             };
             let (wc, refused) = self.shared_completion(wr.wr_id, result, landed.data);
+            self.give_receipts(inner, std::iter::once(&wc));
             out.push_back(wc);
             if refused {
                 inner.broke = true;
@@ -580,6 +624,7 @@ impl OfiQp {
             let mut inner = self.inner.lock();
             self.serve_locked(&mut inner, srq, out);
         });
+        self.send_receipt();
         if std::mem::take(&mut self.inner.lock().break_pending) {
             self.broken();
         }
@@ -680,7 +725,10 @@ impl OfiQp {
             .try_clone()
             .map_err(|_| Error::NoResource(Resource::Host))?;
         let generation = self.links.fetch_add(1, Ordering::AcqRel) + 1;
-        *self.link.lock() = Some(crate::rdm::Link { stream, generation });
+        *self.link.lock() = Some(crate::rdm::Link {
+            stream: Arc::new(stream),
+            generation,
+        });
         Ok(generation)
     }
 
@@ -842,6 +890,25 @@ impl OfiQp {
         );
     }
 
+    /// A connect or accept failed after the endpoint opened, before anything
+    /// went to the peer: the endpoint closes and the QP is as before (Init).
+    /// Receives the endpoint held are flushed (not kept: the provider had
+    /// them), so that none is lost silently.
+    pub(crate) fn abandon(&self) {
+        self.end_link(false);
+        self.end();
+        self.inner.lock().ended = false;
+        let dev = self.dev.upgrade();
+        let _closing = dev.as_ref().map(|d| d.closing.lock());
+        let srq_cq = {
+            let mut inner = self.inner.lock();
+            close_endpoint(&self.dev, &mut inner);
+            inner.state = QpState::Init;
+            inner.srq_cq.take()
+        };
+        drop(srq_cq);
+    }
+
     pub(crate) fn destroy_now(&self) {
         self.end_link(false);
         self.end();
@@ -891,7 +958,11 @@ impl OfiQp {
                 | WcStatus::RemoteInvalidRequest
                 | WcStatus::Transport
                 | WcStatus::RemoteOp)
-        ) || (self.rdm && result.is_err() && token & RECV_BIT == 0);
+        ) || (self.rdm && result.is_err() && token & RECV_BIT == 0)
+            // A message longer than its receive: as on an RDMA NIC the
+            // receive fails and the connection breaks (the sender's message
+            // then never counts as received: `Ring::flush`).
+            || (self.rdm && token & RECV_BIT != 0 && result == Err(WcStatus::LocalLength));
         if token == FAREWELL_TOKEN {
             // The connection ends next either way.
             self.farewell_done.store(true, Ordering::Release);
@@ -992,12 +1063,84 @@ impl OfiQp {
             inner.broke = true;
             inner.break_pending = true;
         }
+        let before = out.len();
         inner.recvs.release(out);
+        self.give_receipts(inner, out.range(before..));
         inner.recvs_given = inner.recvs_given.saturating_sub(1);
         if inner.state == QpState::Connected {
             if let Err(e) = self.feed_recvs(inner) {
                 log::debug!("QP {num}: receives wait for room: {e:?}");
             }
+        }
+    }
+
+    /// A message was posted (request `token`'s send): where the provider
+    /// reports it sent once the peer's NIC has it, whether or not a receive
+    /// of the peer took it (`OfiDevice::receipts`), its success waits for
+    /// the peer's receipt of it.
+    fn await_receipt(&self, dev: &OfiDevice, inner: &mut Inner, token: u32) {
+        if !dev.receipts {
+            return;
+        }
+        inner.messages += 1;
+        let number = inner.messages;
+        if let Some(slot) = inner.sends.get_mut(token) {
+            slot.receipt = Some(number);
+        }
+    }
+
+    /// Receives completed (`done`, in order): the peer learns how many of its
+    /// messages our receives took, each whole, so far (the first failed one
+    /// ends the count: the connection breaks).
+    fn give_receipts<'a>(&self, inner: &mut Inner, done: impl Iterator<Item = &'a WorkCompletion>) {
+        if !self.rdm || inner.receipts_over {
+            return;
+        }
+        let before = inner.received;
+        for wc in done {
+            if wc.status != WcStatus::Success {
+                inner.receipts_over = true;
+                break;
+            }
+            inner.received += 1;
+        }
+        if inner.received != before && self.dev.upgrade().is_some_and(|d| d.receipts) {
+            self.receipt_due.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether our receives took messages the peer has not been told of.
+    pub(crate) fn receipt_due(&self) -> bool {
+        self.receipt_due.load(Ordering::Acquire)
+    }
+
+    /// Tells the peer how many of its messages our receives took (a socket
+    /// write: called with no lock of the QP or its CQs held).
+    pub(crate) fn send_receipt(&self) {
+        if !self.receipt_due.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let count = self.inner.lock().received;
+        let stream = self.link.lock().as_ref().map(|l| l.stream.clone());
+        if let Some(stream) = stream {
+            crate::rdm::Link::receipt(&stream, count);
+        }
+    }
+
+    /// The peer received our first `count` messages of connection
+    /// `generation` (its receipt): the sends among them complete, in order.
+    pub(crate) fn peer_received(&self, generation: u64, count: u64) {
+        self.send_cq.deliver(|out| {
+            let mut inner = self.inner.lock();
+            if !self.is_link(generation) || count <= inner.sends.received {
+                return;
+            }
+            inner.sends.received = count;
+            inner.sends.release(out);
+            self.release_held(&mut inner, out);
+        });
+        if std::mem::take(&mut self.inner.lock().break_pending) {
+            self.broken();
         }
     }
 
@@ -1166,6 +1309,7 @@ impl OfiQp {
             done: None,
             closing_imm: None,
             operands,
+            receipt: None,
         });
         let request = Request {
             token,
@@ -1501,6 +1645,9 @@ impl OfiQp {
         }
         crate::check(rc, "post", Error::NoResource(Resource::WorkQueue))?;
         inner.sends_given += 1;
+        if let Kind::Send { .. } = request.kind {
+            self.await_receipt(&dev, inner, request.token);
+        }
         if let Kind::Write { imm: Some(imm), .. } = request.kind {
             if dev.ordered {
                 self.close_write_imm(inner, request.token, request.len, imm);
@@ -1621,6 +1768,9 @@ impl OfiQp {
         let posted = crate::check(posted, "post (immediate data)", Error::Internal);
         if posted.is_ok() {
             inner.sends_given += 1;
+            if let Some(dev) = self.dev.upgrade() {
+                self.await_receipt(&dev, inner, token);
+            }
         } else if self.rdm && posted == Err(Error::NoResource(Resource::WorkQueue)) {
             // Busy (see `post_request`): posted again soon, in order.
             inner.unclosed.push_back((token, len, imm));
@@ -1935,6 +2085,7 @@ impl QueuePair for OfiQp {
             done: None,
             closing_imm: None,
             operands: None,
+            receipt: None,
         });
         if inner.ep.is_none() || !inner.pending.is_empty() || inner.recvs_given >= self.depths.0 {
             inner.pending.push_back((token, wr));
@@ -2001,6 +2152,49 @@ fn peer_name_fits(own: &[u8], string_format: bool, name: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn send(ring: &mut Ring, wr_id: u64) -> u32 {
+        ring.push(Slot {
+            wr_id,
+            opcode: WcOpcode::Send,
+            len: 8,
+            done: None,
+            closing_imm: None,
+            operands: None,
+            receipt: None,
+        })
+    }
+
+    fn sent(ring: &mut Ring, token: u32, receipt: u64) {
+        ring.get_mut(token).expect("a slot").receipt = Some(receipt);
+        ring.mark(token, |s| {
+            WorkCompletion::new(s.wr_id, WcStatus::Success, s.opcode, s.len, 1)
+        });
+    }
+
+    #[test]
+    fn a_send_waits_for_its_receipt_and_is_flushed_without_it() {
+        let mut ring = Ring::default();
+        let (a, b, c) = (send(&mut ring, 1), send(&mut ring, 2), send(&mut ring, 3));
+        sent(&mut ring, a, 1);
+        sent(&mut ring, b, 2);
+        // A failure needs no receipt, but waits for the sends before it.
+        ring.mark(c, |s| {
+            WorkCompletion::new(s.wr_id, WcStatus::RemoteOp, s.opcode, 0, 1)
+        });
+        let mut out = VecDeque::new();
+        ring.release(&mut out);
+        assert!(out.is_empty(), "nothing before the peer's receipt");
+        ring.received = 1;
+        ring.release(&mut out);
+        assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1]);
+        // The connection ends: the second send reached no receive.
+        let rest = ring.flush(1);
+        let statuses: Vec<_> = rest.iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(statuses, [(2, WcStatus::Flushed), (3, WcStatus::RemoteOp)]);
+    }
+
     #[test]
     fn a_peer_name_must_have_the_shape_of_ours() {
         let own = [7u8; 16];

@@ -36,12 +36,20 @@ const ACCEPT: u8 = b'A';
 const REJECT: u8 = b'R';
 const READY: u8 = b'K';
 const CLOSE: u8 = b'C';
+/// A receipt: how many of the peer's messages our receives took so far.
+const RECEIVED: u8 = b'N';
+/// The passive side's consumer accepted; its endpoint is being opened (as
+/// an IB CM's MRA, it holds off the active side's timeout: opening an
+/// ofi_rxm endpoint on verbs took 9 s in the soft-RoCE guest under load).
+const ACCEPTING: u8 = b'W';
 /// The largest frame we read (addresses and private data are far smaller).
 const MAX_FRAME: usize = 64 << 10;
 /// How long a connecting peer may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a TCP connect to the peer may take when DAT gave no timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a peer that said it accepts may take to say how to reach it.
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections a listener reads requests from at once (a thread each); a new
 /// one past it ends the oldest, so a peer that opens connections and sends
 /// nothing holds neither threads nor descriptors without bound.
@@ -101,11 +109,20 @@ pub(crate) struct Pending {
 /// The handshake's connection of a QP: its socket, and which connection of
 /// the QP it belongs to (a QP reset and connected again has a new one).
 pub(crate) struct Link {
-    pub stream: TcpStream,
+    /// Shared, so that a receipt is written with no lock held (`OfiQp::send_receipt`).
+    pub stream: Arc<TcpStream>,
     pub generation: u64,
 }
 
 impl Link {
+    /// Tells the peer that our receives took its first `count` messages
+    /// (see `OfiDevice::receipts`). Blocking, but a frame of 14 bytes to a
+    /// peer whose watcher reads them as they come (one that stopped reading
+    /// also stopped sending what we would vouch for).
+    pub(crate) fn receipt(stream: &TcpStream, count: u64) {
+        let _ = write_frame(stream, RECEIVED, &[&count.to_le_bytes()]);
+    }
+
     /// Ends the connection: with a close (a disconnection) or without (broken).
     pub(crate) fn end(&self, graceful: bool) {
         if graceful {
@@ -190,9 +207,15 @@ impl OfiDevice {
         private_data: &[u8],
         timeout: Option<Duration>,
     ) -> Result<()> {
+        let opening = std::time::Instant::now();
         qp.open_endpoint(self, &self.info)?;
+        log::debug!(
+            "QP {}: connecting, endpoint opened in {:?}",
+            qp.num(),
+            opening.elapsed()
+        );
         qp.set_addresses(None, Some(remote));
-        let name = qp.fabric_name()?;
+        let name = qp.fabric_name().inspect_err(|_| qp.abandon())?;
         let header = with_header(self, Some(&qp), private_data);
         let provider = self.target().provider;
         let dev = self.me.clone();
@@ -213,7 +236,15 @@ impl OfiDevice {
             .handshakes
             .remove(&req)
             .ok_or(Error::BadState)?;
+        // A peer gone by now is seen below (its read fails).
+        let _ = write_frame(&pending.stream, ACCEPTING, &[]);
+        let opening = std::time::Instant::now();
         qp.open_endpoint(self, &self.info)?;
+        log::debug!(
+            "QP {}: accepting, endpoint opened in {:?}",
+            qp.num(),
+            opening.elapsed()
+        );
         qp.set_addresses(
             Some(v4(pending.stream.local_addr())),
             Some(v4(pending.stream.peer_addr())),
@@ -230,6 +261,7 @@ impl OfiDevice {
             .name("daplrs-ofi-conn".into())
             .spawn(move || {
                 let ready = matches!(read_frame(&pending.stream), Ok((READY, _)));
+                log::debug!("QP {}: peer ready: {ready}", qp.num());
                 if ready && qp.is_link(generation) && qp.on_connected() {
                     if let Some(d) = dev.upgrade() {
                         d.emit(CmEvent::Established {
@@ -390,8 +422,13 @@ fn connect_and_watch(
     if write_frame(&stream, REQUEST, request).is_err() {
         return failed(CmEvent::rejected_not_by_peer(num));
     }
-    let reply = read_frame(&stream);
+    let mut reply = read_frame(&stream);
+    if matches!(reply, Ok((ACCEPTING, _))) {
+        let _ = stream.set_read_timeout(Some(ACCEPT_TIMEOUT));
+        reply = read_frame(&stream);
+    }
     let _ = stream.set_read_timeout(None);
+    log::debug!("QP {num}: answer read: {:?}", reply.as_ref().map(|r| r.0));
     if !qp.is_link(generation) {
         return;
     }
@@ -405,6 +442,7 @@ fn connect_and_watch(
                 return failed(CmEvent::rejected_not_by_peer(num));
             }
             qp.set_peer_table(peer);
+            log::debug!("QP {num}: peer inserted, ready");
             if write_frame(&stream, READY, &[]).is_ok() && qp.on_connected() {
                 d.emit(CmEvent::Established {
                     qp_num: num,
@@ -452,6 +490,11 @@ fn watch(dev: &Weak<OfiDevice>, qp: &Arc<OfiQp>, stream: &TcpStream, generation:
     let graceful = loop {
         match read_frame(stream) {
             Ok((CLOSE, _)) => break true,
+            Ok((RECEIVED, f)) => {
+                if let Some(count) = f.first().and_then(|c| c.as_slice().try_into().ok()) {
+                    qp.peer_received(generation, u64::from_le_bytes(count));
+                }
+            }
             Ok(_) => continue,
             Err(_) => break false,
         }
