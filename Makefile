@@ -231,8 +231,9 @@ net-faults-long: all
 # as nonthreadsafe and threadsafe (programs ask for one or the other).
 # libfabric entries: one per provider and domain fi_info lists that the ofi
 # backend supports and opens on here (`datinfo --ofi-entries`, from the
-# backend's table in src/backend-ofi/src/catalog.rs): today libfabric's tcp
-# (FI_EP_MSG), as rs-ofi-tcp on lo and rs-ofi-tcp-<interface> on the others.
+# backend's table in src/backend-ofi/src/catalog.rs): libfabric's tcp
+# (FI_EP_MSG), as rs-ofi-tcp on lo and rs-ofi-tcp-<interface> on the others,
+# tcp;ofi_rxm and shm, and where an RDMA device is, verbs and verbs;ofi_rxm.
 # Entries name the provider libraries by their installed path, so they load
 # whatever the loader's path. Installing to the live system (no DESTDIR)
 # runs ldconfig, so that the loader finds our libdat2.so.2 and libdat.so.1
