@@ -183,34 +183,34 @@ run() {
 	if "$@" > "$log" 2>&1; then ok "$name"; else bad "$name: exit $? (see $log)"; fi
 }
 
+# c_test LABEL LOG IA SECONDS PROGRAM: one C test program on IA (DAT_TEST_IA),
+# bounded by SECONDS; a pass when it exits 0 saying "N passed, 0 failed",
+# else a failure with its first FAIL lines.
+c_test() {
+	local label=$1 log=$2 ia=$3 secs=$4 prog=$5 rc
+	DAT_TEST_IA=$ia tmo=$secs ours_env "$prog" > "$log" 2>&1
+	rc=$?
+	if [ $rc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
+		ok "$label ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
+	else
+		bad "$label: exit $rc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
+		grep -m5 'FAIL' "$log" | sed 's/^/       /'
+	fi
+}
+
 # suite: everything below on the device kind set by `kind`.
 suite() {
 # --- 1. the C tests on our IA
 for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads; do
-	log="$out/$t.log"
-	DAT_TEST_IA=$OURS tmo=200 ours_env "$top/build/tests/$t" > "$log" 2>&1
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
-		ok "$t ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
-	else
-		bad "$t: exit $rc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
-		grep -m5 '^FAIL' "$log" | sed 's/^/       /'
-	fi
+	c_test "$t" "$out/$t.log" "$OURS" 200 "$top/build/tests/$t"
 done
 
 # --- 1b. the DAT 1.2 suite on rs-rxe0's u1.2 entry (our provider only)
 if [ "$VERBS_IA" = rs-rxe0 ]; then
 	for t in test_dat12_rules test_misuse12 interop12.sh; do
-		log="$out/$t.log" prog=$top/build/tests/$t
+		prog=$top/build/tests/$t
 		[ $t = interop12.sh ] && prog=$top/tests-c/$t
-		DAT_TEST_IA=$OURS tmo=200 ours_env "$prog" > "$log" 2>&1
-		rc=$?
-		if [ $rc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
-			ok "$t ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
-		else
-			bad "$t: exit $rc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
-			grep -m5 'FAIL' "$log" | sed 's/^/       /'
-		fi
+		c_test "$t" "$out/$t.log" "$OURS" 200 "$prog"
 	done
 fi
 
@@ -458,18 +458,10 @@ OFI_VMSG_FAILING=""
 # through IA (dat.conf) and DEVICE (the behaviour tests'): the C programs
 # PROGRAMS, the behaviour tests but FAILING.
 ofi_suite() {
-	local ia=$1 device=$2 progs=$3 failing=$4 t log rc
+	local ia=$1 device=$2 progs=$3 failing=$4 t
 	# shellcheck disable=SC2086 # word lists
 	for t in $progs; do
-		log="$out/$ia-$t.log"
-		DAT_TEST_IA=$ia tmo=300 ours_env "$top/build/tests/$t" > "$log" 2>&1
-		rc=$?
-		if [ $rc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
-			ok "$ia $t ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
-		else
-			bad "$ia $t: exit $rc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
-			grep -m5 '^FAIL' "$log" | sed 's/^/       /'
-		fi
+		c_test "$ia $t" "$out/$ia-$t.log" "$ia" 300 "$top/build/tests/$t"
 	done
 	# shellcheck disable=SC2086
 	rust_behaviour "$device" over_ofi_device $failing
