@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 
-use common::{event, one_device, qp};
+use common::{connect_via, event, one_device, qp};
 use daplrs_backend::{CmEvent, Device};
 
 /// One handshake frame as the backend's connection layer writes it: its
@@ -55,15 +55,7 @@ fn refused_then_legitimate(provider: &str, name: &[u8]) {
     drop(s);
 
     let (a, b) = (qp(&dev, &pd, &cq), qp(&dev, &pd, &cq));
-    dev.connect(&a, at, b"", None).unwrap();
-    let req = match event(&rx) {
-        CmEvent::ConnectRequest { req, .. } => req,
-        e => panic!("{e:?}"),
-    };
-    dev.accept(req, &b, b"").unwrap();
-    for _ in 0..2 {
-        assert!(matches!(event(&rx), CmEvent::Established { .. }));
-    }
+    connect_via(&dev, &rx, at, &a, &b);
     a.destroy();
     b.destroy();
     listener.close();

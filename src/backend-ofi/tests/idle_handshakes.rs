@@ -10,8 +10,8 @@ use std::io::{ErrorKind, Read};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{event, one_device, qp};
-use daplrs_backend::{CmEvent, Device};
+use common::{connect_via, one_device, qp};
+use daplrs_backend::Device;
 
 /// Whether the other side ended `s`: EOF or a reset, not "nothing yet".
 fn ended(s: &mut TcpStream) -> bool {
@@ -62,15 +62,7 @@ fn idle_connections_past_the_bound_end_the_oldest() {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
     let (a, b) = (qp(&dev, &pd, &cq), qp(&dev, &pd, &cq));
-    dev.connect(&a, at, b"", None).unwrap();
-    let req = match event(&rx) {
-        CmEvent::ConnectRequest { req, .. } => req,
-        e => panic!("{e:?}"),
-    };
-    dev.accept(req, &b, b"").unwrap();
-    for _ in 0..2 {
-        assert!(matches!(event(&rx), CmEvent::Established { .. }));
-    }
+    connect_via(&dev, &rx, at, &a, &b);
 
     // The oldest PAST were ended as newer ones came (the listener accepts in
     // order and ends the oldest before it reads the next), each well before

@@ -315,6 +315,19 @@ pub fn connect_pair(
 ) {
     let listener = dev.listen(0).unwrap();
     let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, listener.port());
+    connect_via(dev, rx, at, a, b);
+    listener.close();
+}
+
+/// Connects `a` to `b` through the listener of `dev` at `at` (the next
+/// request it sees must be `a`'s); both see Established.
+pub fn connect_via(
+    dev: &Arc<OfiDevice>,
+    rx: &Receiver<CmEvent>,
+    at: SocketAddrV4,
+    a: &Arc<dyn QueuePair>,
+    b: &Arc<dyn QueuePair>,
+) {
     dev.connect(a, at, b"", None).unwrap();
     let req = match event(rx) {
         CmEvent::ConnectRequest { req, .. } => req,
@@ -327,5 +340,4 @@ pub fn connect_pair(
             e => panic!("{e:?}"),
         }
     }
-    listener.close();
 }
