@@ -664,7 +664,7 @@ impl OfiQp {
     /// The endpoint's fabric address (`fi_getname`), for the peer's AV.
     pub(crate) fn fabric_name(&self) -> Result<Vec<u8>> {
         let ep = self.endpoint().ok_or(Error::BadState)?;
-        let mut name = vec![0u8; 256];
+        let mut name = vec![0u8; NAME_BYTES];
         let mut len = name.len();
         // SAFETY: an enabled endpoint; `name` has `len` writable bytes.
         let rc = unsafe { fi::fi_getname(ep.cast(), name.as_mut_ptr().cast(), &mut len) };
@@ -696,12 +696,21 @@ impl OfiQp {
             );
             return Err(Error::NoResource(Resource::Qp));
         }
+        // Handed over zero-padded to the size of our own names' buffer
+        // (`fabric_name`): a provider that reads a fixed length, whatever a
+        // string's end, reads nothing of the peer's beyond it.
+        let mut padded = [0u8; NAME_BYTES];
+        padded
+            .get_mut(..name.len())
+            .ok_or(Error::NoResource(Resource::Qp))?
+            .copy_from_slice(name);
         let mut inner = self.inner.lock();
         let av = inner.av.as_ref().ok_or(Error::BadState)?.ptr();
         let mut addr = crate::rdm::FI_ADDR_UNSPEC;
-        // SAFETY: an open AV; `name` has the shape of this provider's
-        // addresses (`peer_name_fits`), `addr` receives one fi_addr_t.
-        let rc = unsafe { fi::fi_av_insert(av, name.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
+        // SAFETY: an open AV; `padded` holds a name of this provider's
+        // shape (`peer_name_fits`), `addr` receives one fi_addr_t.
+        let rc =
+            unsafe { fi::fi_av_insert(av, padded.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
         if rc != 1 {
             log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
             return Err(Error::NoResource(Resource::Qp));
@@ -2136,6 +2145,9 @@ impl QueuePair for OfiQp {
         self.destroy_now();
     }
 }
+
+/// The room for an endpoint's fabric name (libfabric's FI_NAME_MAX is 64).
+const NAME_BYTES: usize = 256;
 
 /// Whether a peer's fabric address, as its handshake carried it, has the
 /// shape of `own` (one of our endpoints' names on the same provider):
