@@ -143,12 +143,7 @@ impl OfiCq {
         let Some(dev) = self.dev.upgrade() else {
             return false;
         };
-        let mut broken = Vec::new();
-        let mut receipts = Vec::new();
-        let added = self.reap_locked(&dev, &mut broken, &mut receipts);
-        for qp in receipts {
-            qp.send_receipt();
-        }
+        let (added, broken) = self.reap_giving_receipts(&dev);
         for qp in broken {
             qp.broken();
         }
@@ -164,16 +159,24 @@ impl OfiCq {
         let Some(dev) = self.dev.upgrade() else {
             return false;
         };
-        let mut broken = Vec::new();
-        let mut receipts = Vec::new();
-        let added = self.reap_locked(&dev, &mut broken, &mut receipts);
-        for qp in receipts {
-            qp.send_receipt();
-        }
+        let (added, broken) = self.reap_giving_receipts(&dev);
         if !broken.is_empty() {
             dev.defer_broken(broken);
         }
         added
+    }
+
+    /// `reap_locked`, then the receipts it found due, written once no lock is
+    /// held; returns whether completions were added and the QPs whose
+    /// connection broke, for the caller to break as its context allows.
+    fn reap_giving_receipts(&self, dev: &OfiDevice) -> (bool, Vec<Arc<OfiQp>>) {
+        let mut broken = Vec::new();
+        let mut receipts = Vec::new();
+        let added = self.reap_locked(dev, &mut broken, &mut receipts);
+        for qp in receipts {
+            qp.send_receipt();
+        }
+        (added, broken)
     }
 
     /// Reads the fid_cq (and its feeds) into the queue; QPs whose connection
