@@ -53,7 +53,7 @@ fn narrow_key(key: u64, what: &str) -> u32 {
 
 /// Our header (`qp`: the connection's QP, None for a reject) and `private_data`.
 pub(crate) fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
-    let (key, address) = dev.keys.as_ref().map_or((0, 0), |k| (k.key, k.address));
+    let (key, address) = (dev.keys.key, dev.keys.address);
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
     let pd = qp.map_or(0, |q| q.pd());
     let mut v = MAGIC.to_vec();

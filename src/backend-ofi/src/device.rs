@@ -47,10 +47,14 @@ pub struct OfiDevice {
     address: Ipv4Addr,
     /// The provider's description of the domain (endpoints are opened from it).
     pub(crate) info: Info,
-    /// The exported key table (providers that address by offset: see `keys`;
-    /// on shm read before each RDMA request: `OfiDevice::fresh_lookups`).
+    /// The exported key table (see `keys`; on shm read before each RDMA
+    /// request: `OfiDevice::fresh_lookups`). Every provider has one: it
+    /// translates addresses where the provider takes offsets, names the
+    /// provider's key where it chooses keys, and carries what the initiator
+    /// checks (rights, bounds, PZ), libfabric having no protection domains;
+    /// so contexts are always keys of ours and memory windows always offered.
     /// Declared before the domain: fields drop in order, the domain last.
-    pub(crate) keys: Option<crate::keys::KeyTable>,
+    pub(crate) keys: crate::keys::KeyTable,
     /// Reliable-datagram endpoints (FI_EP_RDM): our connection layer (`rdm`)
     /// instead of the provider's, an AV per endpoint for its peer.
     pub(crate) rdm: bool,
@@ -385,18 +389,9 @@ impl OfiDevice {
         let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
         let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
         let local_descs = mr_mode & fi::FI_MR_LOCAL as i32 != 0;
-        // Every provider gets the table: it translates addresses where the
-        // provider takes offsets, names the provider's key where it chooses
-        // keys, and carries what the initiator checks (rights, bounds, PZ)
-        // everywhere, libfabric having no protection domains.
-        let keys = Some(
-            crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
-                .map_err(|e| format!("key table: {e}"))?,
-        );
-        if keys
-            .as_ref()
-            .is_some_and(|k| !k.registrations_distinct(domain.ptr()))
-        {
+        let keys = crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
+            .map_err(|e| format!("key table: {e}"))?;
+        if !keys.registrations_distinct(domain.ptr()) {
             return Err(
                 "libfabric's MR cache gives overlapping registrations one key \
                         with every right: set FI_MR_CACHE_MONITOR=disabled"
@@ -462,21 +457,18 @@ impl OfiDevice {
         !self.virt_addr
     }
 
-    /// A key for a registration peers address: where the device exports a
-    /// key table, one whose slot no live key holds (`KeyTable::reserve`; a
-    /// full table gives a plain counter value, which `publish` refuses).
+    /// A key for a registration peers address: one whose key table slot no
+    /// live key holds (`KeyTable::reserve`; a full table gives a plain
+    /// counter value, which `publish` refuses).
     pub(crate) fn new_key(&self) -> u32 {
         self.keys
-            .as_ref()
-            .and_then(|k| k.reserve(&self.next_key))
+            .reserve(&self.next_key)
             .unwrap_or_else(|| self.next_key.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Gives back a key from `new_key` that was never published.
     pub(crate) fn release_key(&self, key: u32) {
-        if let Some(keys) = &self.keys {
-            keys.release(key);
-        }
+        self.keys.release(key);
     }
 
     /// Whether the initiator reads the peer's key table entry before every
@@ -489,7 +481,7 @@ impl OfiDevice {
     /// peer that withdraws the key between the read and the request's
     /// arrival (a race DAT leaves undefined) still loses the request.
     pub(crate) fn fresh_lookups(&self) -> bool {
-        self.keys.is_some() && self.name.split(' ').nth(1) == Some("shm")
+        self.name.split(' ').nth(1) == Some("shm")
     }
 
     /// Whether a request through a peer's key whose entry says `remote`
@@ -501,13 +493,6 @@ impl OfiDevice {
     pub(crate) fn fresh_lookup(&self, remote: Option<&crate::keys::Remote>) -> bool {
         let window = remote.is_some_and(|r| r.rights & crate::keys::WINDOW != 0);
         self.fresh_lookups() || (self.prov_keys && window)
-    }
-
-    /// Whether memory windows can be offered: a bind's context is announced
-    /// before the bind registers (`MemoryWindow::next_rkey`), so it must be
-    /// a key of ours, which the key table maps to the provider's.
-    pub(crate) fn windows(&self) -> bool {
-        self.keys.is_some()
     }
 
     /// Whether the provider carries 8 bytes of remote CQ data (what a send
@@ -670,7 +655,10 @@ impl OfiDevice {
             // length beyond it is the caller's error, as on the other backends.
             max_mr_size: 1 << 56,
             max_pd: 1 << 16,
-            max_mw: if self.windows() { 1 << 16 } else { 0 },
+            // A bind's context is announced before the bind registers
+            // (`MemoryWindow::next_rkey`): a key of ours, which the key table
+            // maps to the provider's.
+            max_mw: 1 << 16,
             // libfabric bounds the endpoints per shared context
             // (max_ep_srx_ctx), not how many contexts a domain has; without
             // them an SRQ is a pool of ours (`srq`), bounded by memory alone.

@@ -60,12 +60,8 @@ impl OfiPd {
             pd: self.id,
             provider_key,
         };
-        if let Some(keys) = &dev.keys {
-            if !keys.publish(key, &found) {
-                log::warn!("key {key:#x}: its key table slot is taken");
-                return Err(Error::NoResource(Resource::Key));
-            }
-        } else if provider_key != key as u64 {
+        if !dev.keys.publish(key, &found) {
+            log::warn!("key {key:#x}: its key table slot is taken");
             return Err(Error::NoResource(Resource::Key));
         }
         dev.tables.lock().descs.insert(key, desc as usize);
@@ -106,10 +102,7 @@ impl ProtectionDomain for OfiPd {
     }
 
     fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
-        let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-        if !dev.windows() {
-            return Err(Error::Unsupported);
-        }
+        self.dev.upgrade().ok_or(Error::NoDevice)?;
         Ok(Arc::new_cyclic(|me| OfiMw {
             me: me.clone(),
             pd: self.id,
@@ -203,9 +196,7 @@ impl MemoryRegion for OfiMr {
     fn deregister(&self) {
         if let Some(dev) = self.dev.upgrade() {
             dev.tables.lock().descs.remove(&self.key);
-            if let Some(keys) = &dev.keys {
-                keys.withdraw(self.key);
-            }
+            dev.keys.withdraw(self.key);
         }
         // Closing the registration (Fid's drop) makes its key invalid for every peer.
         self.mr.lock().take();
@@ -307,11 +298,7 @@ impl OfiMw {
             pd: self.pd,
             provider_key,
         };
-        let published = match &dev.keys {
-            Some(keys) => keys.publish(new_rkey, &found),
-            None => provider_key == new_rkey as u64,
-        };
-        if !published {
+        if !dev.keys.publish(new_rkey, &found) {
             return WcStatus::MwBind;
         }
         dev.tables.lock().windows.insert(new_rkey, self.me.clone());
@@ -332,9 +319,7 @@ impl OfiMw {
     fn release(&self, key: u32, reg: Fid<fi::fid_mr>) {
         if let Some(dev) = self.dev.upgrade() {
             dev.tables.lock().windows.remove(&key);
-            if let Some(keys) = &dev.keys {
-                keys.withdraw(key);
-            }
+            dev.keys.withdraw(key);
         }
         drop(reg);
     }

@@ -1210,8 +1210,8 @@ impl OfiQp {
     }
 
     /// Whether a request to `rkey` must wait for the peer's table entry.
-    fn needs_lookup(&self, dev: &OfiDevice, inner: &Inner, rkey: Option<u32>) -> bool {
-        rkey.is_some_and(|k| dev.keys.is_some() && !inner.starts.contains_key(&k))
+    fn needs_lookup(&self, inner: &Inner, rkey: Option<u32>) -> bool {
+        rkey.is_some_and(|k| !inner.starts.contains_key(&k))
     }
 
     /// The lookup in flight completed (`ok`: what the peer's entry says is
@@ -1327,7 +1327,7 @@ impl OfiQp {
             sgl: wr.sgl.to_vec(),
             len,
         };
-        if self.needs_lookup(&dev, inner, request.kind.rkey()) {
+        if self.needs_lookup(inner, request.kind.rkey()) {
             inner.held.push_back(request);
             self.release_held(inner, out);
             return Ok(());
@@ -1443,7 +1443,7 @@ impl OfiQp {
             let Some(dev) = self.dev.upgrade() else {
                 return;
             };
-            if self.needs_lookup(&dev, inner, front.kind.rkey()) {
+            if self.needs_lookup(inner, front.kind.rkey()) {
                 let rkey = front.kind.rkey().expect("an RDMA request");
                 match self.start_lookup(inner, rkey) {
                     // Its completion calls this again.
@@ -1954,9 +1954,6 @@ impl Kind {
 /// key of the registration, as the peer's entry names it (read before:
 /// `needs_lookup`).
 fn remote_target(dev: &OfiDevice, inner: &Inner, va: u64, rkey: u32) -> (u64, u64) {
-    if dev.keys.is_none() {
-        return (va, rkey as u64);
-    }
     let found = inner.starts.get(&rkey).copied().flatten();
     let key = found.map_or(rkey as u64, |r| r.provider_key);
     if dev.virt_addr {
@@ -2210,19 +2207,11 @@ mod tests {
     #[test]
     fn a_peer_name_must_have_the_shape_of_ours() {
         let own = [7u8; 16];
-        assert!(super::peer_name_fits(&own, false, &[1u8; 16]));
-        assert!(!super::peer_name_fits(&own, false, &[1u8; 3]));
-        assert!(!super::peer_name_fits(&own, false, &[1u8; 17]));
-        assert!(!super::peer_name_fits(&own, false, &[]));
-        assert!(super::peer_name_fits(
-            b"fi_shm://1\0",
-            true,
-            b"fi_shm://22\0"
-        ));
-        assert!(!super::peer_name_fits(
-            b"fi_shm://1\0",
-            true,
-            b"no terminator"
-        ));
+        assert!(peer_name_fits(&own, false, &[1u8; 16]));
+        assert!(!peer_name_fits(&own, false, &[1u8; 3]));
+        assert!(!peer_name_fits(&own, false, &[1u8; 17]));
+        assert!(!peer_name_fits(&own, false, &[]));
+        assert!(peer_name_fits(b"fi_shm://1\0", true, b"fi_shm://22\0"));
+        assert!(!peer_name_fits(b"fi_shm://1\0", true, b"no terminator"));
     }
 }
