@@ -598,7 +598,8 @@ impl OfiDevice {
     /// One turn of the progress thread: connection events, then every CQ read
     /// (which is what moves the provider's transfers). Returns the CQs read,
     /// for `fi_trywait` before the thread sleeps.
-    fn progress_once(&self) -> Vec<Arc<OfiCq>> {
+    /// `eq_wait_ms`: how long the EQ's read may wait (the polled tick).
+    fn progress_once(&self, eq_wait_ms: i32) -> Vec<Arc<OfiCq>> {
         let deferred = std::mem::take(&mut *self.deferred.lock());
         for qp in deferred {
             qp.broken();
@@ -607,9 +608,8 @@ impl OfiDevice {
         for qp in retries.into_iter().filter_map(|n| self.qp(n)) {
             qp.retry_held();
         }
-        let polled = self.polled.load(Ordering::Acquire);
-        // Polling, the EQ's timed read is the thread's millisecond tick.
-        self.handle_cm_events(if polled { 1 } else { 0 });
+        // Polling at the idle pace, the EQ's timed read is the thread's tick.
+        self.handle_cm_events(eq_wait_ms);
         let cqs: Vec<Arc<OfiCq>> = {
             let mut t = self.tables.lock();
             t.cqs.retain(|w| w.strong_count() > 0);
@@ -706,6 +706,47 @@ fn connection_data(fabric: &Fid<fi::fid_fabric>, info: &Info) -> Option<usize> {
     (rc == 0).then_some(size)
 }
 
+/// How often the progress thread turns on a provider it must poll (some
+/// object without a wait descriptor: shm, ofi_rxm). Idle, once a millisecond
+/// (the EQ's timed read). For `HOT` after a post, every `HOT_NAP`: a peer's
+/// RDMA write or send reaches a DAT program spinning on its memory only when
+/// some turn reads the provider (that program calls nothing that would), and
+/// after a post the answer is due soon; then the naps double back to the
+/// millisecond. Measured in docs/libfabric.md ("The polled pace").
+#[derive(Default)]
+struct Cadence {
+    hot_until: Option<std::time::Instant>,
+    nap: std::time::Duration,
+}
+
+impl Cadence {
+    const HOT: std::time::Duration = std::time::Duration::from_millis(2);
+    const HOT_NAP: std::time::Duration = std::time::Duration::from_micros(25);
+    const IDLE: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// The nap before the next turn, or None at the idle pace (the EQ's read
+    /// waits then). `posted`: something was posted since the last turn.
+    fn next(&mut self, posted: bool) -> Option<std::time::Duration> {
+        self.next_at(posted, std::time::Instant::now())
+    }
+
+    fn next_at(&mut self, posted: bool, now: std::time::Instant) -> Option<std::time::Duration> {
+        if posted {
+            self.hot_until = Some(now + Self::HOT);
+            self.nap = Self::HOT_NAP;
+        }
+        let until = self.hot_until?;
+        if now >= until {
+            self.nap *= 2;
+            if self.nap >= Self::IDLE {
+                self.hot_until = None;
+                return None;
+            }
+        }
+        Some(self.nap)
+    }
+}
+
 /// Reads the EQ and CQs, then sleeps on their descriptors until one is ready.
 /// While a consumer polls, it moves the provider itself: the thread naps
 /// instead, on its eventfd alone, until one full turn every `FULL_TURN` for
@@ -716,6 +757,7 @@ fn connection_data(fabric: &Fid<fi::fid_fabric>, info: &Info) -> Option<usize> {
 fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
     const FULL_TURN: std::time::Duration = std::time::Duration::from_millis(1);
     waiter.precise_naps();
+    let mut cadence = Cadence::default();
     let mut napping_since: Option<std::time::Instant> = None;
     // Woken from a nap: a connection to break, a new CQ or the stop.
     let mut woken = false;
@@ -735,10 +777,16 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         }
         napping_since = None;
         woken = false;
-        let cqs = dev.progress_once();
         if dev.polled.load(Ordering::Acquire) {
+            let nap = cadence.next(waiter.take_posted());
+            let cqs = dev.progress_once(if nap.is_some() { 0 } else { 1 });
+            if let Some(nap) = nap {
+                drop((cqs, dev));
+                woken = waiter.nap(nap);
+            }
             continue;
         }
+        let cqs = dev.progress_once(0);
         if !dev.retries.lock().is_empty() {
             // A busy provider is read and tried again soon, not slept on.
             drop((cqs, dev));
@@ -891,4 +939,36 @@ fn out_of_descriptors() -> bool {
 /// Checks a libfabric call made while opening an object.
 pub(crate) fn opened(rc: i32, what: &str, otherwise: Error) -> Result<()> {
     check(rc as isize, what, otherwise).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cadence;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_polled_pace_quickens_after_a_post_and_slows_back_to_the_tick() {
+        let mut c = Cadence::default();
+        let t0 = Instant::now();
+        assert_eq!(
+            c.next_at(false, t0),
+            None,
+            "idle: the EQ's millisecond read"
+        );
+        assert_eq!(c.next_at(true, t0), Some(Cadence::HOT_NAP));
+        let inside = t0 + Cadence::HOT - Duration::from_micros(1);
+        assert_eq!(c.next_at(false, inside), Some(Cadence::HOT_NAP));
+        // Past the hot window the naps double until they reach the tick.
+        let after = t0 + Cadence::HOT;
+        let mut naps = Vec::new();
+        while let Some(nap) = c.next_at(false, after) {
+            naps.push(nap);
+        }
+        assert_eq!(naps.first(), Some(&(Cadence::HOT_NAP * 2)));
+        assert!(naps.windows(2).all(|w| w[1] == w[0] * 2));
+        assert!(naps.len() < 8 && *naps.last().unwrap() < Cadence::IDLE);
+        assert_eq!(c.next_at(false, after), None);
+        // A post brings the quick pace back at once.
+        assert_eq!(c.next_at(true, after), Some(Cadence::HOT_NAP));
+    }
 }

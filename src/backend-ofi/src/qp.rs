@@ -211,6 +211,8 @@ struct Lookup {
 pub(crate) struct OfiQp {
     num: u32,
     dev: Weak<OfiDevice>,
+    /// The device's progress thread's, told of each post (`Waiter::note_post`).
+    waiter: Arc<crate::wait::Waiter>,
     send_cq: Arc<OfiCq>,
     recv_cq: Arc<OfiCq>,
     cap: QpCap,
@@ -302,6 +304,7 @@ impl OfiQp {
         Ok(Arc::new(OfiQp {
             num: dev.next_qp_num(),
             dev: dev.me.clone(),
+            waiter: dev.waiter.clone(),
             send_cq: ofi_cq(&init.send_cq)?,
             recv_cq: ofi_cq(&init.recv_cq)?,
             srq: match &init.srq {
@@ -2044,6 +2047,7 @@ impl QueuePair for OfiQp {
         if wr.sgl.len() > self.cap.max_send_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
+        self.waiter.note_post();
         if self.state() == QpState::Connected && !self.send_room(&self.inner.lock()) {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
@@ -2074,6 +2078,7 @@ impl QueuePair for OfiQp {
         if wr.sgl.len() > self.cap.max_recv_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
+        self.waiter.note_post();
         let mut inner = self.inner.lock();
         if inner.state == QpState::Error {
             drop(inner);

@@ -12,7 +12,7 @@
 //! cost the poller its round trips, docs/libfabric.md, Progress).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ofi_sys as fi;
@@ -31,6 +31,10 @@ pub(crate) struct Waiter {
     /// When a consumer last polled a CQ of the IA (nanoseconds from `epoch`,
     /// plus one: 0 is never).
     polled_at: AtomicU64,
+    /// A request or receive was posted since the progress thread last looked
+    /// (`take_posted`): on a provider it must poll, its turns come quickly for
+    /// a while (`device::Cadence`).
+    posted: AtomicBool,
 }
 
 impl Waiter {
@@ -52,6 +56,7 @@ impl Waiter {
                 wake,
                 epoch: Instant::now(),
                 polled_at: AtomicU64::new(0),
+                posted: AtomicBool::new(false),
             };
             w.watch(w.wake.as_raw_fd())?;
             Ok(w)
@@ -80,6 +85,20 @@ impl Waiter {
     pub(crate) fn consumer_polled(&self) {
         let now = self.epoch.elapsed().as_nanos() as u64 + 1;
         self.polled_at.store(now, Ordering::Relaxed);
+    }
+
+    /// A post on the IA: its answer, or the peer's next message, is due soon.
+    /// Read before written, so that a stream of posts leaves the line shared.
+    #[inline]
+    pub(crate) fn note_post(&self) {
+        if !self.posted.load(Ordering::Relaxed) {
+            self.posted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether anything was posted since the last call.
+    pub(crate) fn take_posted(&self) -> bool {
+        self.posted.load(Ordering::Relaxed) && self.posted.swap(false, Ordering::Relaxed)
     }
 
     /// The consumer found what it polled for: it no longer counts as polling.
