@@ -405,6 +405,7 @@ impl TcpDevice {
             ud: true,
             max_rdma_read_sge: 32,
             atomics: true,
+            pins_for_write: false,
             write_imm: true,
             transport: "TCP",
         };

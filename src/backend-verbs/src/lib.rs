@@ -378,6 +378,7 @@ fn device_attr(da: &ibv_device_attr, pa: &ibv_port_attr, iwarp: bool) -> DeviceA
             u(da.max_sge)
         },
         atomics: da.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
+        pins_for_write: true,
         write_imm: !iwarp,
         transport,
     }

@@ -68,6 +68,10 @@ pub struct DeviceAttr {
     pub atomics: bool,
     /// RDMA write with immediate data (`SendOp::WriteImm`); iWARP has no immediate data.
     pub write_imm: bool,
+    /// A registration asking for write access pins the pages for writing, and fails with
+    /// `Error::BadAddress` where any of them is not mapped writable (an RDMA device's
+    /// ibv_reg_mr: EFAULT). The core then need not ask the kernel about that memory first.
+    pub pins_for_write: bool,
     /// The transport under the device, as datinfo shows it: "TCP", "InfiniBand", "RoCE",
     /// "iWARP".
     pub transport: &'static str,

@@ -131,8 +131,12 @@ impl Lmr {
         // an RDMA device refuses it (EFAULT), on every backend: rs-tcp pins nothing and would
         // later read or write it for a peer; a verbs device pins memory asked for reading only
         // with the kernel's FOLL_FORCE, which takes even PROT_NONE memory.
+        // Asking costs a system call or more per registration: a device that pins what it
+        // registers for writing refuses such memory itself, with the same error.
         let write = mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE | mem_priv::REMOTE_ATOMIC;
-        if !daplrs_backend::mapping::mapped(address, length, privileges & write != 0) {
+        let writable = privileges & write != 0;
+        let device_checks = writable && ia.device().attr().pins_for_write;
+        if !device_checks && !daplrs_backend::mapping::mapped(address, length, writable) {
             return Err(DatError::bad(Param::RegionDescription));
         }
         ia.check_room(
