@@ -713,8 +713,7 @@ fn connection_data(fabric: &Fid<fi::fid_fabric>, info: &Info) -> Option<usize> {
 /// RDMA write or send reaches a DAT program spinning on its memory only when
 /// some turn reads the provider (that program calls nothing that would), and
 /// after a post the answer is due soon; then the naps double back to the
-/// millisecond. While a consumer polls (the thread keeps off), the same quick
-/// pace bounds its naps, on every provider. Measured in docs/libfabric.md ("The polled pace").
+/// millisecond. Measured in docs/libfabric.md ("The polled pace").
 #[derive(Default)]
 struct Cadence {
     hot_until: Option<std::time::Instant>,
@@ -733,7 +732,10 @@ impl Cadence {
     }
 
     fn next_at(&mut self, posted: bool, now: std::time::Instant) -> Option<std::time::Duration> {
-        self.hot_at(posted, now);
+        if posted {
+            self.hot_until = Some(now + Self::HOT);
+            self.nap = Self::HOT_NAP;
+        }
         let until = self.hot_until?;
         if now >= until {
             self.nap *= 2;
@@ -743,16 +745,6 @@ impl Cadence {
             }
         }
         Some(self.nap)
-    }
-
-    /// Whether the pace is quick (within `HOT` of the last post), `posted`
-    /// being a post since the last look.
-    fn hot_at(&mut self, posted: bool, now: std::time::Instant) -> bool {
-        if posted {
-            self.hot_until = Some(now + Self::HOT);
-            self.nap = Self::HOT_NAP;
-        }
-        self.hot_until.is_some_and(|t| now < t)
     }
 }
 
@@ -776,15 +768,8 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
             return;
         }
         if !woken && waiter.consumer_polling() {
-            let now = std::time::Instant::now();
-            let since = *napping_since.get_or_insert(now);
-            let mut left = FULL_TURN.saturating_sub(now - since);
-            // A poller that found its completion may go to spin on its memory
-            // next, where only a turn of ours moves the provider: while the
-            // pace is quick, the thread looks again within a quick nap.
-            if cadence.hot_at(waiter.take_posted(), now) {
-                left = left.min(Cadence::HOT_NAP);
-            }
+            let since = *napping_since.get_or_insert_with(std::time::Instant::now);
+            let left = FULL_TURN.saturating_sub(since.elapsed());
             if !left.is_zero() {
                 drop(dev);
                 woken = waiter.nap(left);
@@ -985,8 +970,6 @@ mod tests {
         assert!(naps.len() < 8 && *naps.last().unwrap() < Cadence::IDLE);
         assert_eq!(c.next_at(false, after), None);
         // A post brings the quick pace back at once.
-        assert!(!c.hot_at(false, after));
         assert_eq!(c.next_at(true, after), Some(Cadence::HOT_NAP));
-        assert!(c.hot_at(false, after));
     }
 }
