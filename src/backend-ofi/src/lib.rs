@@ -129,7 +129,7 @@ pub(crate) fn prepare_libfabric() {
         // registrations with every right (`KeyTable::registrations_distinct`).
         // SAFETY: as above; overwrite 0 keeps a value the user chose.
         unsafe { libc::setenv(c"FI_MR_CACHE_MONITOR".as_ptr(), c"disabled".as_ptr(), 0) };
-        // ofi_rxm (1.17 to 1.20) never returns from closing a connection that
+        // ofi_rxm (1.17 to 1.22) never returns from closing a connection that
         // has a segmented message half received (its loop over the
         // connection's `deferred_sar_msgs` unlinks another list entry, so the
         // list never empties): a peer that dies mid-message, or an endpoint
