@@ -449,7 +449,7 @@ rust_behaviour() {
 
 # The C programs that pass over libfabric's verbs provider (the others, and
 # why, in docs/libfabric.md, "Where it stands").
-OFI_VRXM_PASS="test_dto_rules test_connect_errors test_csp test_evd_rules test_dat2_ops test_fork test_handle_types test_misuse12 test_srq test_ud test_ib_ext test_remote_violation test_dat12_rules test_threads test_send_placement test_reg_per_message"
+OFI_VRXM_PASS="test_dto_rules test_connect_errors test_csp test_evd_rules test_dat2_ops test_fork test_handle_types test_misuse12 test_srq test_ud test_ib_ext test_remote_violation test_dat12_rules test_threads test_send_placement test_reg_per_message test_peer_killed test_cycles"
 OFI_VMSG_PASS="test_dto_rules test_dat2_ops test_evd_rules test_peer_killed test_fork test_ud test_threads test_srq test_handle_types test_misuse12 test_ib_ext test_connect_errors test_csp test_remote_violation test_dat12_rules test_cycles"
 # The behaviour tests known to fail there (docs/libfabric.md, Where it stands).
 OFI_VRXM_FAILING="graceful_disconnect_lets_outstanding_requests_finish"

@@ -129,6 +129,17 @@ pub(crate) fn prepare_libfabric() {
         // registrations with every right (`KeyTable::registrations_distinct`).
         // SAFETY: as above; overwrite 0 keeps a value the user chose.
         unsafe { libc::setenv(c"FI_MR_CACHE_MONITOR".as_ptr(), c"disabled".as_ptr(), 0) };
+        // ofi_rxm (1.17 to 1.22) never returns from closing a connection that
+        // has a segmented message half received (its loop over the
+        // connection's `deferred_sar_msgs` unlinks another list entry, so the
+        // list never empties): a peer that dies mid-message, or an endpoint
+        // closed then, hangs the thread in `fi_cq_read` or `fi_close` with
+        // the endpoint's lock held. A SAR limit at or below the eager limit
+        // sends what would be segmented (verbs: 16 to 128 KiB) by rendezvous
+        // instead; on tcp ofi_rxm segments nothing anyway (dynamic receive
+        // buffers). See docs/libfabric.md, "Where it stands".
+        // SAFETY: as above; overwrite 0 keeps a value the user chose.
+        unsafe { libc::setenv(c"FI_OFI_RXM_SAR_LIMIT".as_ptr(), c"0".as_ptr(), 0) };
     });
 }
 
