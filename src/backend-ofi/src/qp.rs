@@ -1014,6 +1014,13 @@ impl OfiQp {
         // a receive, which sees no transport) is flushed.
         let result = match result {
             Err(WcStatus::LocalLength) => result,
+            // soft-RoCE fails a receive too small for its message as a local
+            // QP operation error (the sender sees REM_OP_ERR), not LOC_LEN_ERR;
+            // the core checked the receive's own segments before the post, so
+            // a message longer than them is the cause left.
+            Err(WcStatus::LocalQpOp) if !inner.broke && token & RECV_BIT != 0 => {
+                Err(WcStatus::LocalLength)
+            }
             Err(_) if inner.broke || token & RECV_BIT != 0 => Err(WcStatus::Flushed),
             _ => result,
         };
