@@ -8,8 +8,9 @@
 # In the guest, each counted as pass/fail:
 #  - the C tests test_provider_handles, test_dto_rules, test_remote_violation,
 #    test_peer_killed, test_srq, test_connect_errors, test_csp, test_evd_rules, test_ib_ext, test_ud,
-#    test_dat2_ops, test_unmapped, test_handle_types, test_fork and test_threads
-#    (threads posting and reaping on shared EVDs, its default size) with
+#    test_dat2_ops, test_unmapped, test_handle_types, test_fork, test_threads
+#    (threads posting and reaping on shared EVDs, its default size) and
+#    test_send_placement with
 #    DAT_TEST_IA=rs-rxe0;
 #  - the provider crate's DAT behaviour tests (src/provider/src/
 #    behaviour_tests.rs, the Rust tests that run over TCP and the same-host
@@ -353,7 +354,7 @@ dtestsrq_pair() {
 # suite: everything below on the device kind set by `kind`.
 suite() {
 # --- 1. the C tests on our IA
-for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads; do
+for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_send_placement; do
 	c_test "$t" "$out/$t.log" "$OURS" 200 "$top/build/tests/$t"
 done
 
@@ -531,7 +532,8 @@ for k in $VERBS_KINDS; do
 	suite
 done
 if [ "$VERBS_IA" = rs-rxe0 ] && rdma link show rxe0/1 > /dev/null 2>&1; then
-	kind rxe
+	k=rxe
+	kind $k
 	out=$base/ofi tag="ofi: "
 	mkdir -p "$out"
 	echo "verbs-guest: ofi (libfabric's verbs provider on rxe0):"
