@@ -40,6 +40,15 @@ static inline const char *dat_test_ia(void)
 	return name && *name ? name : "rs-tcp";
 }
 
+/* The seconds a test's alarm allows: DEFAULT, or $DAT_TEST_ALARM where a
+ * slower machine (an emulated guest) needs longer. */
+static inline unsigned test_alarm(unsigned default_secs)
+{
+	const char *s = getenv("DAT_TEST_ALARM");
+	long v = s ? strtol(s, NULL, 10) : 0;
+	return v > 0 ? (unsigned)v : default_secs;
+}
+
 static inline int check_summary(const char *name)
 {
 	printf("%s: %d passed, %d failed\n", name, check_passed, check_failed);

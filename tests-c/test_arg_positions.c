@@ -250,6 +250,12 @@ static int ia_has_atomics(DAT_IA_HANDLE ia)
 	return provider_attr_true(ia, DAT_IB_ATTR_FETCH_AND_ADD) && provider_attr_true(ia, DAT_IB_ATTR_CMP_AND_SWAP);
 }
 
+/* Whether the IA offers RDMA writes with immediate data (its provider attributes). */
+static int ia_has_immed_data(DAT_IA_HANDLE ia)
+{
+	return provider_attr_true(ia, DAT_IB_ATTR_IMMED_DATA);
+}
+
 /* The IB extension calls that name arguments (positions count the handle 1 and the op 2). */
 static void test_extensions(void)
 {
@@ -262,6 +268,12 @@ static void test_extensions(void)
 	 * lacks, before looking at the remote buffer or the flags. */
 	const int atomics = ia_has_atomics(ia_a);
 #define ATOMIC_ARG(n) (atomics ? ARG(n) : ERRCODE(DAT_NOT_IMPLEMENTED, 0))
+	/* Likewise a write with immediate data on an IA without it (libfabric's
+	 * verbs through ofi_rxm, iWARP): its operation code, local and remote
+	 * buffers are checked first (rows 3, 4, 6), then the operation is
+	 * refused before its flags are looked at. */
+	const int immed = ia_has_immed_data(ia_a);
+#define IMMED_ARG(n) (immed ? ARG(n) : ERRCODE(DAT_NOT_IMPLEMENTED, 0))
 
 	/* dat_extension_op(handle, op, ...): an operation the provider lacks. */
 	BAD(dat_extension_op, 1, dat_extension_op(pz_a, DAT_IB_QUERY_COUNTERS_OP, 0, counters, 0),
@@ -279,7 +291,7 @@ static void test_extensions(void)
 	BAD(dat_ib_post_rdma_write_immed, 6, dat_ib_post_rdma_write_immed(ep, 1, &l, ck(1), NULL, 7, 0), ARG(6));
 	NO_BAD_VALUE(dat_ib_post_rdma_write_immed, 7, "the immediate data is the consumer's");
 	BAD(dat_ib_post_rdma_write_immed, 8, dat_ib_post_rdma_write_immed(ep, 1, &l, ck(1), &r, 7, BAD_FLAGS),
-	    ARG(8));
+	    IMMED_ARG(8));
 
 	/* dat_ib_post_fetch_and_add(ep, op, add_val, lbuf, cookie, rbuf, flgs) */
 	BAD(dat_ib_post_fetch_and_add, 1, dat_ib_post_fetch_and_add(pz_a, 1, &l, ck(1), &r, 0),
@@ -340,6 +352,7 @@ static void test_extensions(void)
 	NO_BAD_VALUE(dat_ib_close_query, 2, "the macro's own operation code");
 	drain(A.req);
 #undef ATOMIC_ARG
+#undef IMMED_ARG
 }
 
 /* EP creation, connection calls and the EP's own calls, on an EP of A that is not connected. */

@@ -439,7 +439,7 @@ int main(int argc, char **argv)
 	 * and under ASan) is left out */
 	int valgrind = argc > 1 && strcmp(argv[1], "valgrind") == 0;
 	setvbuf(stdout, NULL, _IONBF, 0);
-	alarm(full || valgrind ? 600 : 100); /* a hang fails the test rather than the run */
+	alarm(test_alarm(full || valgrind ? 600 : 100)); /* a hang fails the test rather than the run */
 	catch_sigpipe();
 	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
 	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);

@@ -305,12 +305,12 @@ fn atomics_offered(info: &Info, domain: &Fid<fi::fid_domain>) -> bool {
 impl OfiDevice {
     /// Opens "ofi <provider> [where]".
     pub fn open(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>> {
-        Self::open_described(provider, place).map_err(|why| {
-            log::warn!("{why}");
+        Self::open_described(provider, place).map_err(|e| {
+            log::warn!("{}", e.why);
             // libfabric's calls fail in many ways when the process has no file
             // descriptor left (often as "no data"): that is a lack of
             // resources, not a missing provider, as DAT tells them apart.
-            if out_of_descriptors() {
+            if e.out_of_descriptors {
                 Error::NoResource(Resource::Device)
             } else {
                 Error::NoDevice
@@ -323,9 +323,10 @@ impl OfiDevice {
         Self::open_described(provider, place)
             .map(|d| d.close())
             .err()
+            .map(|e| e.why)
     }
 
-    fn open_described(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>, String> {
+    fn open_described(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>, OpenFailure> {
         let target = crate::parse_target(provider, place)?;
         let (info, endpoints) = device_info(&target)?;
         let address = if target.address.is_unspecified() {
@@ -335,7 +336,7 @@ impl OfiDevice {
         } else {
             target.address
         };
-        let fail = |what: &str, rc: i32| format!("{what}: {}", fi::strerror(rc));
+        let fail = |what: &str, rc: i32| OpenFailure::from(format!("{what}: {}", fi::strerror(rc)));
         // SAFETY: the fi_info of fi_getinfo above; each object opened is owned by a Fid.
         let (fabric, domain, eq) = unsafe {
             let mut fabric = null_mut();
@@ -392,11 +393,11 @@ impl OfiDevice {
         let keys = crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
             .map_err(|e| format!("key table: {e}"))?;
         if !keys.registrations_distinct(domain.ptr()) {
-            return Err(
+            return Err(String::from(
                 "libfabric's MR cache gives overlapping registrations one key \
-                        with every right: set FI_MR_CACHE_MONITOR=disabled"
-                    .into(),
-            );
+                        with every right: set FI_MR_CACHE_MONITOR=disabled",
+            )
+            .into());
         }
         let prov_keys = mr_mode & fi::FI_MR_PROV_KEY as i32 != 0;
         let atomics = atomics_offered(&info, &domain);
@@ -925,6 +926,23 @@ impl Drop for OfiDevice {
 }
 
 /// Whether the process can open no more file descriptors.
+/// Why a device did not open, and whether the process had no file descriptor
+/// left then: told when the failure is made, as closing what was opened
+/// before it frees descriptors again.
+struct OpenFailure {
+    why: String,
+    out_of_descriptors: bool,
+}
+
+impl From<String> for OpenFailure {
+    fn from(why: String) -> Self {
+        OpenFailure {
+            why,
+            out_of_descriptors: out_of_descriptors(),
+        }
+    }
+}
+
 fn out_of_descriptors() -> bool {
     // SAFETY: a plain system call; the descriptor, if any, is closed at once.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };

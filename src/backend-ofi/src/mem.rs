@@ -48,8 +48,7 @@ impl OfiPd {
         length: u64,
         rights: u32,
     ) -> Result<Fid<fi::fid_mr>> {
-        let mut fi_access = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE) as u64;
-        fi_access |= remote_access(rights);
+        let fi_access = local_access(rights) | remote_access(rights);
         let mr = register(dev, addr, length, fi_access, key, "fi_mr_regattr")?;
         // SAFETY: the registration just made.
         let (provider_key, desc) = unsafe { (fi::fi_mr_key(mr.ptr()), fi::fi_mr_desc(mr.ptr())) };
@@ -115,6 +114,18 @@ impl ProtectionDomain for OfiPd {
 }
 
 /// The remote rights of DAT access bits, as libfabric access flags.
+/// The local uses of a registration: the source of sends and RDMA writes
+/// always; a receive's or an RDMA read's sink only with local write (verbs
+/// registers those with IBV_ACCESS_LOCAL_WRITE, which read-only memory
+/// refuses; the core posts into no region without local write).
+fn local_access(rights: u32) -> u64 {
+    let mut fi_access = (fi::FI_SEND | fi::FI_WRITE) as u64;
+    if rights & access::LOCAL_WRITE != 0 {
+        fi_access |= (fi::FI_RECV | fi::FI_READ) as u64;
+    }
+    fi_access
+}
+
 fn remote_access(rights: u32) -> u64 {
     let mut fi_access = 0;
     if rights & access::REMOTE_READ != 0 {

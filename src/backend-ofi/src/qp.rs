@@ -55,6 +55,11 @@ const WRITE_IMM: u64 = 1 << 33;
 const MAX_IMM_WRITE: u64 = (1 << 30) - 1;
 /// How long a disconnect waits for its farewell to be delivered.
 const FAREWELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a graceful disconnect waits at most for the requests posted. On a
+/// live connection each completes or fails: ofi_rxm's first send waits for
+/// its verbs connection, over a second under emulation. A bound all the same,
+/// for a provider that never reports a request's end.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// The token of the backend's own read of a peer's key table entry.
 const LOOKUP_TOKEN: u32 = 1 << 30;
 /// The "start" of a key the peer's table does not have (such a request is
@@ -858,12 +863,26 @@ impl OfiQp {
         }
     }
 
-    /// A graceful disconnect: the requests posted complete first (bounded,
-    /// as the farewell is), so that they are not flushed by the close and
+    /// A graceful disconnect: the requests posted complete first (while the
+    /// connection lives, bounded by DRAIN_LIMIT), so that they are not flushed by the close and
     /// the peer has what we sent before it learns of it.
     fn drain_requests(&self) {
-        let deadline = std::time::Instant::now() + FAREWELL_TIMEOUT;
-        while !self.inner.lock().sends.slots.is_empty() && std::time::Instant::now() < deadline {
+        let deadline = std::time::Instant::now() + DRAIN_LIMIT;
+        loop {
+            {
+                let inner = self.inner.lock();
+                // A connection that ended or broke flushes what is left.
+                if inner.sends.slots.is_empty() || inner.ended || inner.broke {
+                    return;
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                log::warn!(
+                    "QP {}: graceful disconnect: requests still outstanding after {DRAIN_LIMIT:?}",
+                    self.num
+                );
+                return;
+            }
             self.send_cq.reap_and_notify();
             std::thread::yield_now();
         }
@@ -1017,6 +1036,13 @@ impl OfiQp {
         // a receive, which sees no transport) is flushed.
         let result = match result {
             Err(WcStatus::LocalLength) => result,
+            // soft-RoCE fails a receive too small for its message as a local
+            // QP operation error (the sender sees REM_OP_ERR), not LOC_LEN_ERR;
+            // the core checked the receive's own segments before the post, so
+            // a message longer than them is the cause left.
+            Err(WcStatus::LocalQpOp) if !inner.broke && token & RECV_BIT != 0 => {
+                Err(WcStatus::LocalLength)
+            }
             Err(_) if inner.broke || token & RECV_BIT != 0 => Err(WcStatus::Flushed),
             _ => result,
         };

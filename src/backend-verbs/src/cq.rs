@@ -221,7 +221,14 @@ impl VerbsCq {
         queue: &mut impl WcSink,
     ) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
-        let status = status_of(wc.status);
+        let status = match status_of(wc.status) {
+            // soft-RoCE fails a receive too small for its message as a local QP
+            // operation error (the sender sees REM_OP_ERR), not LOC_LEN_ERR; the
+            // core checked the receive's own segments before the post, so a
+            // message longer than them is the cause left.
+            WcStatus::LocalQpOp if is_recv => WcStatus::LocalLength,
+            s => s,
+        };
         if status != WcStatus::Success && status != WcStatus::Flushed {
             log::debug!(
                 "QP {}: completion status {} (vendor error {:#x}) opcode {} wr_id {:#x}",
