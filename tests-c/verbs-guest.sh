@@ -45,7 +45,7 @@
 #
 # Env: VERBS_IA=ofa-v2-rxe runs everything named "ours" on OFED's
 #      libdaplofa.so.2 instead (to validate this harness while our verbs
-#      provider is incomplete); VERBS_VM_TIMEOUT (default 3600 s) bounds the
+#      provider is incomplete); VERBS_VM_TIMEOUT (default 5400 s) bounds the
 #      guest; DTESTCM_CONNS (default 100) is dtestcm's connection count;
 #      VERBS_KINDS= runs the ofi section alone, OFI_VRXM_PASS, OFI_VMSG_PASS,
 #      OFI_DEBIAN=0 and OFI_RUST=0 narrow it (below).
@@ -90,7 +90,7 @@ if [ "${1:-}" != --inside ]; then
 	rm -rf "$out"
 	mkdir -p "$out"
 	start=$(date +%s)
-	"$top/scripts/rxe-vm" -t "${VERBS_VM_TIMEOUT:-3600}" -w "$out" -- "$top/tests-c/verbs-guest.sh" --inside
+	"$top/scripts/rxe-vm" -t "${VERBS_VM_TIMEOUT:-5400}" -w "$out" -- "$top/tests-c/verbs-guest.sh" --inside
 	rc=$?
 	secs=$(($(date +%s) - start))
 	if [ ! -s "$out/result" ]; then
