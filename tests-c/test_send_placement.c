@@ -123,8 +123,15 @@ static void sender(enum scenario sc, int rfd, int wfd)
 	}
 	if (sc == ORDER && ok_sends != MSGS)
 		CHILD_FAIL(10, "%d of %d sends succeeded", ok_sends, MSGS);
-	if (sc == TOO_SMALL && ok_sends != 0)
-		CHILD_FAIL(11, "a send into a receive too small succeeded");
+	if (sc == TOO_SMALL && ok_sends != 0) {
+		/* iWARP (soft-iWARP) completes a send once it is sent, before the peer's
+		 * receive takes it: there the receive's LOCAL_LENGTH and the break,
+		 * checked by the receiver, are what DAT promises. */
+		if (!strstr(ia_attr_of(ia).adapter_name, "iWARP"))
+			CHILD_FAIL(11, "a send into a receive too small succeeded");
+		printf("SKIP sender: on iWARP a send completes once sent; its status into a receive too small is not checked\n");
+		fflush(stdout);
+	}
 	if (dat_evd_dequeue(s.req, &ev) == DAT_SUCCESS)
 		CHILD_FAIL(12, "a send completed twice");
 	/* Wait for the receiver to end the connection (ORDER) or for the break (TOO_SMALL). */
