@@ -925,7 +925,6 @@ impl Drop for OfiDevice {
     }
 }
 
-/// Whether the process can open no more file descriptors.
 /// Why a device did not open, and whether the process had no file descriptor
 /// left then: told when the failure is made, as closing what was opened
 /// before it frees descriptors again.
@@ -943,6 +942,7 @@ impl From<String> for OpenFailure {
     }
 }
 
+/// Whether the process can open no more file descriptors.
 fn out_of_descriptors() -> bool {
     // SAFETY: a plain system call; the descriptor, if any, is closed at once.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };

@@ -113,7 +113,6 @@ impl ProtectionDomain for OfiPd {
     }
 }
 
-/// The remote rights of DAT access bits, as libfabric access flags.
 /// The local uses of a registration: the source of sends and RDMA writes
 /// always; a receive's or an RDMA read's sink only with local write (verbs
 /// registers those with IBV_ACCESS_LOCAL_WRITE, which read-only memory
@@ -126,6 +125,7 @@ fn local_access(rights: u32) -> u64 {
     fi_access
 }
 
+/// The remote rights of DAT access bits, as libfabric access flags.
 fn remote_access(rights: u32) -> u64 {
     let mut fi_access = 0;
     if rights & access::REMOTE_READ != 0 {

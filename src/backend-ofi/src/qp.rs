@@ -864,8 +864,9 @@ impl OfiQp {
     }
 
     /// A graceful disconnect: the requests posted complete first (while the
-    /// connection lives, bounded by DRAIN_LIMIT), so that they are not flushed by the close and
-    /// the peer has what we sent before it learns of it.
+    /// connection lives, bounded by DRAIN_LIMIT), so that they are not
+    /// flushed by the close and the peer has what we sent before it learns
+    /// of it.
     fn drain_requests(&self) {
         let deadline = std::time::Instant::now() + DRAIN_LIMIT;
         loop {

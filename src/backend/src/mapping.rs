@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Once;
 
 use parking_lot::Mutex;
@@ -47,13 +47,13 @@ pub fn mapped(addr: u64, len: u64, write: bool) -> bool {
     }
 }
 
-/// Whether the kernel has PROCMAP_QUERY (0 not known yet, 1 yes, 2 no).
-static PROCMAP: AtomicU32 = AtomicU32::new(0);
+/// The kernel refused PROCMAP_QUERY once: it has none (before Linux 6.11).
+static NO_PROCMAP: AtomicBool = AtomicBool::new(false);
 
 /// `mapped` through PROCMAP_QUERY, a mapping at a time; None where the kernel has none.
 fn ask_procmap(addr: u64, end: u64, need: u64) -> Option<bool> {
     static WATCH_FORKS: Once = Once::new();
-    if PROCMAP.load(Ordering::Relaxed) == 2 {
+    if NO_PROCMAP.load(Ordering::Relaxed) {
         return None;
     }
     // SAFETY: `forked` only bumps an atomic, which is async-signal-safe.
@@ -84,12 +84,11 @@ fn ask_procmap(addr: u64, end: u64, need: u64) -> Option<bool> {
             }
             Ok(_) => return Some(false),
             Err(_) => {
-                PROCMAP.store(2, Ordering::Relaxed);
+                NO_PROCMAP.store(true, Ordering::Relaxed);
                 return None;
             }
         }
     }
-    PROCMAP.store(1, Ordering::Relaxed);
     Some(true)
 }
 
