@@ -20,7 +20,11 @@
 # ROUNDS (default 3) interleaved rounds; every figure is the median of the
 # rounds.
 #
+# MEASURES (default all) picks some: "ref" (tcprtt, qperf, pvmread), "datperf", "reg",
+# "spin", "dapltest"; SPIN_VARIANTS (default "normal realtime signal") the spinning rows'.
+#
 #   ./run-bench.sh                 ROUNDS=1 ./run-bench.sh    SETTINGS="lo host" ./run-bench.sh
+#   MEASURES="ref spin" SETTINGS="lo veth" ./run-bench.sh
 #
 # Needs root (namespaces), qperf, dapltest (dapl2-utils), iproute2: the top
 # Makefile's bench target installs them. Every server runs under `timeout`
@@ -35,6 +39,8 @@ top=$(dirname "$here")
 
 ROUNDS=${ROUNDS:-3}
 SETTINGS=${SETTINGS:-veth lo host}
+MEASURES=${MEASURES:-ref datperf reg spin dapltest}
+SPIN_VARIANTS=${SPIN_VARIANTS:-normal realtime signal}
 LAT_ITERS=${LAT_ITERS:-20000}
 REG_ITERS=${REG_ITERS:-1000}
 SPIN_ITERS=${SPIN_ITERS:-1000}
@@ -364,30 +370,42 @@ print_table() {
 }
 
 # -------------------------------------------------------------------- the run
+measures() { case " $MEASURES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for t in datperf tcprtt pvmread; do [ -x "$bin/$t" ] || { echo "error: $bin/$t missing (make -C bench)" >&2; exit 1; }; done
-for t in qperf dapltest ip unshare; do command -v $t >/dev/null || { echo "error: $t not installed (make bench installs it)" >&2; exit 1; }; done
+need=(ip unshare)
+measures ref && need+=(qperf)
+measures dapltest && need+=(dapltest)
+for t in "${need[@]}"; do command -v $t >/dev/null || { echo "error: $t not installed (make bench installs it)" >&2; exit 1; }; done
 start=$SECONDS
 host_line before | tee "$out/host.txt"
 case " $SETTINGS " in *" veth "*) setup_ns ;; esac
 for r in $(seq "$ROUNDS"); do
 	for s in $SETTINGS; do
 		echo "== round $r/$ROUNDS, $s [$((SECONDS - start)) s]"
-		if [ "$s" = host ]; then
-			m_pvm "$r"
-		else
-			m_tcprtt "$s" "$r"
-			m_qperf "$s" "$r"
+		if measures ref; then
+			if [ "$s" = host ]; then
+				m_pvm "$r"
+			else
+				m_tcprtt "$s" "$r"
+				m_qperf "$s" "$r"
+			fi
 		fi
-		m_datperf "$s" "$r" poll
-		m_datperf "$s" "$r" block
-		m_reg "$s" "$r"
-		[ "$s" = host ] && m_reg "$s" "$r" nomap
-		m_spin "$s" "$r"
-		[ "$s" = host ] || m_spin "$s" "$r" realtime
-		[ "$s" = host ] || m_spin "$s" "$r" signal
-		m_dapltest "$s" "$r"
+		if measures datperf; then
+			m_datperf "$s" "$r" poll
+			m_datperf "$s" "$r" block
+		fi
+		if measures reg; then
+			m_reg "$s" "$r"
+			[ "$s" = host ] && m_reg "$s" "$r" nomap
+		fi
+		if measures spin; then
+			for v in $SPIN_VARIANTS; do
+				if [ "$v" = normal ]; then m_spin "$s" "$r"; else [ "$s" = host ] || m_spin "$s" "$r" "$v"; fi
+			done
+		fi
+		measures dapltest && m_dapltest "$s" "$r"
 	done
-	case " $SETTINGS " in *" host "*) ;; *) m_pvm "$r" ;; esac
+	case " $SETTINGS " in *" host "*) ;; *) measures ref && m_pvm "$r" ;; esac
 done
 host_line after | tee -a "$out/host.txt"
 print_table | tee "$out/table.txt"

@@ -61,6 +61,9 @@ pub const FLAG_UD: u16 = 16;
 pub const FLAG_SAME_HOST: u16 = 32;
 /// PLACED: it completes a write-with-immediate; `key` is the immediate data.
 pub const FLAG_IMMEDIATE: u16 = 64;
+/// SWITCH: declined. The sender could not use the receiver's offer (its table or its ring)
+/// and goes on writing to the socket: the receiver stops reading for it in its ring.
+pub const FLAG_DECLINED: u16 = 128;
 /// Payload of a SAME_HOST frame: a `SameHostOffer`.
 pub const SAME_HOST_OFFER_LEN: u32 = 32;
 

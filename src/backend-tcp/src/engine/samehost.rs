@@ -354,8 +354,22 @@ impl Engine {
             }
             Err(why) => {
                 log::info!(target: LOG, "connection {token} (qp {qp}): stays on TCP: {why}");
+                self.same_host_decline(token);
             }
         }
+    }
+
+    /// Tells the peer on `token` that its offer was of no use here (a SWITCH with
+    /// FLAG_DECLINED): our frames stay on the socket, and the peer stops expecting any in its
+    /// ring, which would keep it from serving the socket's frames the cheap ways (the target
+    /// signal, ../sigio.rs; a send streamed into its receive).
+    fn same_host_decline(&mut self, token: u64) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            let mut h = Header::new(Kind::Switch);
+            h.flags = wire::FLAG_DECLINED;
+            c.out.push_frame(h, Vec::new());
+        }
+        self.try_write(token);
     }
 
     /// After the peer's offer checked out: maps the ring it names and sends SWITCH, after
@@ -394,14 +408,20 @@ impl Engine {
             }
             Err(why) => {
                 log::info!(target: LOG, "connection {token} (qp {qp}): our frames stay on TCP: {why}");
+                self.same_host_decline(token);
             }
         }
     }
 
     /// The peer's SWITCH arrived on `token`: its next frames are in our ring, and what
-    /// followed the SWITCH on the socket are doorbells. Returns false if the connection was
-    /// dropped for it (a SWITCH we did not offer a ring for, or a second one).
-    pub(super) fn same_host_switch(&mut self, sh: &Shared, token: u64) -> bool {
+    /// followed the SWITCH on the socket are doorbells; with FLAG_DECLINED, they stay on the
+    /// socket and our ring goes. Returns false if the connection was dropped for it (a SWITCH
+    /// we did not offer a ring for, or a second one).
+    pub(super) fn same_host_switch(&mut self, sh: &Shared, token: u64, flags: u16) -> bool {
+        if flags & wire::FLAG_DECLINED != 0 {
+            self.same_host_declined(sh, token);
+            return true;
+        }
         let Some(c) = self.conns.get_mut(&token) else {
             return false;
         };
@@ -429,6 +449,41 @@ impl Engine {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         log::info!(target: LOG, "connection {token}: the peer's frames come through our ring");
         true
+    }
+
+    /// The peer will not write to our ring (`same_host_decline`): it goes, with the receive
+    /// window published in it (the peer, which could not map the ring, placed nothing there:
+    /// anything placed breaks the connection, rather than leave a receive never completed).
+    /// A peer that declines after switching breaks the protocol; one that declines an offer
+    /// we made without a ring said nothing we need.
+    fn same_host_declined(&mut self, sh: &Shared, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if c.same_host.peer_switched {
+            self.protocol_error(token, "SWITCH declined after SWITCH");
+            return;
+        }
+        let Some(ring) = c.same_host.incoming.take() else {
+            return;
+        };
+        ring.close_fd();
+        log::info!(target: LOG, "connection {token}: the peer's frames stay on TCP (it declined our ring)");
+        sh.samehost
+            .stats
+            .declined
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Phase::Established { qp } = c.phase else {
+            return;
+        };
+        let placed = self.qps.get_mut(&qp).and_then(|e| {
+            let w = e.recv_window.take()?;
+            Some(w.withdraw(e.recvs_done))
+        });
+        // A peer that placed messages in our receives had our ring: declining is a lie.
+        if placed.is_some_and(|p| !p.is_empty()) {
+            self.protocol_error(token, "SWITCH declined after placing in our receives");
+        }
     }
 
     /// Wakes the peer's writer that waits for room in our ring: the bell of its ring (which it

@@ -221,7 +221,7 @@ impl Engine {
             | Kind::Placed => return self.request_frame(sh, token, qp, h, p),
             Kind::Ack | Kind::ReadResp => self.response(sh, qp, &h, &p, None),
             Kind::SameHost => self.same_host_offer(sh, token, qp, &p),
-            Kind::Switch => return self.same_host_switch(sh, token),
+            Kind::Switch => return self.same_host_switch(sh, token, h.flags),
             // Our ring has room again for what we queued.
             Kind::Doorbell => self.try_write(token),
             Kind::Disconnect => {

@@ -229,6 +229,9 @@ pub struct Stats {
     pub attached: AtomicU64,
     /// Connections whose incoming frames switched to our ring (ring.rs).
     pub rings: AtomicU64,
+    /// Connections whose peer declined our offer (it could not map our table or our ring,
+    /// as from another PID namespace): its frames stay on the socket.
+    pub declined: AtomicU64,
 }
 
 /// A device's side of the same-host path.
@@ -246,6 +249,9 @@ pub(crate) struct Local {
     shares_pages: bool,
     /// What the keeper hands peers' requests to.
     promoter: Arc<OnceLock<Promoter>>,
+    /// Tests: every peer's offer is refused, as from another PID namespace.
+    #[cfg(any(test, feature = "testing"))]
+    refuse_offers: bool,
 }
 
 impl Local {
@@ -263,6 +269,8 @@ impl Local {
             peers: Default::default(),
             shares_pages: false,
             promoter: Default::default(),
+            #[cfg(any(test, feature = "testing"))]
+            refuse_offers: test_hooks::REFUSE_OFFERS.with(|r| r.get()),
         };
         if mode == Mode::Never {
             return local;
@@ -327,6 +335,10 @@ impl Local {
     /// Checks a peer's offer (see `PeerTable::attach`), reusing our mapping of its table if
     /// another connection already has one.
     pub fn attach(&self, offer: &SameHostOffer) -> Result<PeerTable, Refusal> {
+        #[cfg(any(test, feature = "testing"))]
+        if self.refuse_offers {
+            return Err("refused by the test".into());
+        }
         let mut peers = self.peers.lock();
         let key = (offer.pid, offer.nonce);
         if let Some(mapping) = peers.get(&key).and_then(|w| w.upgrade()) {
@@ -1121,6 +1133,17 @@ pub mod test_hooks {
         pub(super) static MODE: Cell<Option<Mode>> = const { Cell::new(None) };
         /// The stats of the devices this thread opened, in order.
         pub(super) static OPENED: RefCell<Vec<Arc<Stats>>> = const { RefCell::new(Vec::new()) };
+        /// Devices this thread opens refuse every peer's offer (`refusing_offers`).
+        pub(super) static REFUSE_OFFERS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Runs `f` (which opens devices) with devices that refuse every peer's same-host offer,
+    /// as a peer in another PID namespace does.
+    pub fn refusing_offers<T>(f: impl FnOnce() -> T) -> T {
+        REFUSE_OFFERS.with(|r| r.set(true));
+        let r = f();
+        REFUSE_OFFERS.with(|r| r.set(false));
+        r
     }
 
     /// Runs `f` (which opens devices) with `mode` for them; returns what it returned and the

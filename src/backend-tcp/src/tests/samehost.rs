@@ -36,6 +36,10 @@ fn rings(stats: &Stats) -> u64 {
     stats.rings.load(Ordering::Relaxed)
 }
 
+fn declined(stats: &Stats) -> u64 {
+    stats.declined.load(Ordering::Relaxed)
+}
+
 /// The client's offer was queued before anything it sends: once a send from the client has
 /// arrived, the server has checked the offer.
 fn sync_server(server: &Side, client: &Side) {
@@ -723,6 +727,76 @@ fn never_takes_no_inline_op() {
         .expect("read");
     assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
     assert_eq!((inline(&c_stats), attached(&c_stats)), (0, 0));
+    close(&[&client, &server]);
+}
+
+/// A peer that cannot use our offer (another PID namespace: here a server that refuses
+/// every offer) declines it: our ring and the receive window published in it go, and the
+/// peer's sends land in receives posted before and after, over the socket, in order. (A ring
+/// kept waiting for a SWITCH that never comes kept the target signal and the streaming of
+/// large sends away from every such connection.)
+#[test]
+fn a_declined_offer_leaves_the_connection_on_tcp() {
+    let (server, s_stats) = test_hooks::refusing_offers(|| side("srv", mem_priv::ALL, Mode::Auto));
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Auto);
+    // Receives posted before the connection: published in the client's window at first.
+    for (i, off, len) in [(1u64, 0usize, 1024u32), (2, 1024, 1900)] {
+        client
+            .ep
+            .post_recv(&[client.seg(off, len)], i, 0)
+            .expect("recv");
+    }
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    assert_eq!(
+        attached(&s_stats),
+        0,
+        "the server refused the client's offer"
+    );
+    assert_eq!(declined(&c_stats), 1, "the client heard the server decline");
+    assert_eq!(rings(&c_stats), 0);
+    // The client's own requests still use the server's table and ring.
+    assert_eq!(attached(&c_stats), 1);
+
+    let big = vec![0x5au8; 1900];
+    server.buf.write(100, b"first send");
+    server.buf.write(1024, &big);
+    server
+        .ep
+        .post_send(&[server.seg(100, 10)], 11, 0)
+        .expect("send");
+    server
+        .ep
+        .post_send(&[server.seg(1024, 1900)], 12, 0)
+        .expect("send");
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (1, dto_status::SUCCESS, 10, dto_op::RECEIVE)
+    );
+    assert_eq!(
+        dto(&next(&client.dto)),
+        (2, dto_status::SUCCESS, 1900, dto_op::RECEIVE)
+    );
+    assert_eq!(client.buf.read(0, 10), b"first send");
+    assert_eq!(client.buf.read(1024, 1900), &big[..]);
+    assert_eq!(dto(&next(&server.dto)).0, 11);
+    assert_eq!(dto(&next(&server.dto)).0, 12);
+
+    // Writes both ways.
+    server.buf.write(200, b"to the client");
+    server
+        .ep
+        .post_rdma_write(&[server.seg(200, 13)], 13, client.remote(3100, 13), 0)
+        .expect("write");
+    assert_eq!(dto(&next(&server.dto)).1, dto_status::SUCCESS);
+    assert_eq!(client.buf.read(3100, 13), b"to the client");
+    client.buf.write(3200, b"to the server");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(3200, 13)], 14, server.remote(3300, 13), 0)
+        .expect("write");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(server.buf.read(3300, 13), b"to the server");
     close(&[&client, &server]);
 }
 
