@@ -238,6 +238,18 @@ m_spin() {
 	done
 }
 
+# What a signal costs here (bench/sigdelay.c, loopback, no DAT): 8 B to a process that reads
+# it by busy recv, and to one spinning on memory whose signal handler reads it. A spinning
+# ping-pong served by signals pays at least one of each per round (the side that answers
+# from inside its DAT calls reads its socket itself): the floor of the signal rows.
+m_sigdelay() {
+	local r=$1 log=$raw/r$1-sigdelay m
+	for m in 0 1; do
+		DAPLRS_SAME_HOST=never timeout -k 5 120 "$bin/sigdelay" $m "$SPIN_ITERS" >"$log-$m.txt" 2>&1
+		record lo "sigdelay${m}_med" "$(awk '{ for (i = 1; i < NF; i++) if ($i == "median_us") print $(i + 1) }' "$log-$m.txt")"
+	done
+}
+
 # Debian's dapltest -T P (the issue's command lines), one server per setting and round.
 # Its latency figure comes from its second phase, one read at a time, the
 # completion always reaped by a dat_evd_dequeue loop with a sched_yield between
@@ -357,6 +369,12 @@ print_table() {
 			spin_rows(s, "", "", rtt)
 			spin_rows(s, "realtime_", "(realtime) ", rtt)
 			spin_rows(s, "signal_", "(signal) ", rtt)
+			if (s == "lo") {
+				sb = med(s, "sigdelay0_med"); ss = med(s, "sigdelay1_med")
+				row("  ref: sigdelay 0: 8 B to a busy recv, one-way", s, sb, "us", rtt, "TCP RTT", "", 2)
+				row("  ref: sigdelay 1: 8 B to a spinner, by signal", s, ss, "us", rtt, "TCP RTT", "", 2)
+				row("  ref: signal rows floor, (sigdelay 0 + 1) / 2", s, (sb == "" || ss == "") ? "" : (sb + ss) / 2, "us", rtt, "TCP RTT", "", 2)
+			}
 		}
 		printf "\nmedians of %d interleaved round(s); MB/s = 10^6 B/s; latency of a read = the whole read,\n", rounds
 		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
@@ -364,14 +382,15 @@ print_table() {
 		print "registers on both sides, moves the data once, sends a finish and frees (datperf reg_*, polled)."
 		print "spin: both sides spin on their buffers, no DAT call, no sched_yield (datperf -p -y spin); realtime:"
 		print "progress threads SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime); signal: a signal handler"
-		print "places the data (DAPLRS_TARGET_SIGNAL=on)."
+		print "places the data (DAPLRS_TARGET_SIGNAL=on). sigdelay: raw C over loopback, what a signal costs a"
+		print "message here; a signal-served spinning round pays one signal and one busy recv at least."
 		print "Timings on a shared 2-CPU host move by tens of percent: read the ratios, taken side by side."
 	}' SETTINGS="$SETTINGS" "$results"
 }
 
 # -------------------------------------------------------------------- the run
 measures() { case " $MEASURES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-for t in datperf tcprtt pvmread; do [ -x "$bin/$t" ] || { echo "error: $bin/$t missing (make -C bench)" >&2; exit 1; }; done
+for t in datperf tcprtt pvmread sigdelay; do [ -x "$bin/$t" ] || { echo "error: $bin/$t missing (make -C bench)" >&2; exit 1; }; done
 need=(ip unshare)
 measures ref && need+=(qperf)
 measures dapltest && need+=(dapltest)
@@ -399,6 +418,7 @@ for r in $(seq "$ROUNDS"); do
 			[ "$s" = host ] && m_reg "$s" "$r" nomap
 		fi
 		if measures spin; then
+			case " $SETTINGS " in *" lo "*) [ "$s" = lo ] && m_sigdelay "$r" ;; esac
 			for v in $SPIN_VARIANTS; do
 				if [ "$v" = normal ]; then m_spin "$s" "$r"; else [ "$s" = host ] || m_spin "$s" "$r" "$v"; fi
 			done
