@@ -163,7 +163,17 @@ impl Shared {
         };
         let served = eng.serve_signalled(self, fd);
         #[cfg(test)]
-        sigio::test_hooks::SERVED.fetch_add(served.unwrap_or(0) as u64, Ordering::Relaxed);
+        {
+            use sigio::test_hooks::{POSTERS, SERVED, SERVED_ELSEWHERE};
+            let n = served.unwrap_or(0) as u64;
+            SERVED.fetch_add(n, Ordering::Relaxed);
+            // SAFETY: gettid has no preconditions.
+            let me = unsafe { libc::gettid() };
+            let posters = POSTERS.each_ref().map(|p| p.load(Ordering::Relaxed));
+            if posters[0] != 0 && !posters.contains(&me) {
+                SERVED_ELSEWHERE.fetch_add(n, Ordering::Relaxed);
+            }
+        }
         // Completions to notify without a timer, a frame left: the progress thread.
         let wake = std::mem::take(&mut eng.wake_needed) || eng.signal_sweep;
         drop(eng);

@@ -6,7 +6,11 @@
 //!
 //! How: every established connection's socket gets O_ASYNC, F_SETSIG (a real-time signal,
 //! so that each event carries its descriptor) and F_SETOWN_EX with F_OWNER_PID (the kernel
-//! picks a thread of the process that does not block the signal; our own threads block it).
+//! picks a thread of the process that does not block the signal; our own threads block it),
+//! then F_OWNER_TID to the application thread that last posted on it and takes the signal
+//! (`Engine::note_poster`): the one likely spinning for the answer, rather than the main
+//! thread, which the kernel prefers even asleep in `poll` (it would get EINTR and leave the
+//! spinner waiting). The ACK timer's signal is still the process's.
 //! The handler is async-signal-safe with respect to whatever the interrupted thread does:
 //!
 //! * it never blocks on a lock: the engine, the key table and a CQ's queue are taken with
@@ -219,22 +223,53 @@ pub(crate) fn arm(fd: i32) -> bool {
 }
 
 /// Turns the signal of armed socket `fd` off (while a thread of ours waits in poll on it)
-/// or on again.
+/// or on again. A connection's socket is always non-blocking and has no other status flag
+/// (engine/connection.rs), so one F_SETFL says it all (this runs twice a round for a
+/// polling consumer).
 pub(crate) fn set_async(fd: i32, on: bool) {
+    let fl = libc::O_NONBLOCK | if on { libc::O_ASYNC } else { 0 };
     // SAFETY: fcntl on a descriptor the caller owns.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl >= 0 {
-            let want = if on {
-                fl | libc::O_ASYNC
-            } else {
-                fl & !libc::O_ASYNC
-            };
-            if want != fl {
-                libc::fcntl(fd, libc::F_SETFL, want);
-            }
-        }
+    unsafe { libc::fcntl(fd, libc::F_SETFL, fl) };
+}
+
+const F_OWNER_TID: libc::c_int = 0;
+
+/// The calling thread's id, if it takes the signal (does not block it): the thread a
+/// connection's signal should interrupt once it posts there. Cached per thread (a thread's
+/// mask rarely changes; one that blocks the signal later only leaves it pending there
+/// until the connection's next poster takes over).
+pub(crate) fn poster() -> Option<i32> {
+    thread_local! {
+        static ME: std::cell::Cell<Option<Option<i32>>> = const { std::cell::Cell::new(None) };
     }
+    let sig = signal()?;
+    ME.with(|me| {
+        if let Some(known) = me.get() {
+            return known;
+        }
+        // SAFETY: reads the calling thread's mask into a sigset of ours.
+        let takes = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) == 0
+                && libc::sigismember(&set, sig) == 0
+        };
+        // SAFETY: gettid has no preconditions.
+        let mine = takes.then(|| unsafe { libc::gettid() });
+        me.set(Some(mine));
+        mine
+    })
+}
+
+/// Directs the signal of armed socket `fd` to thread `tid` (F_OWNER_TID), rather than to
+/// whichever thread of the process the kernel picks (the main thread first, even asleep in
+/// `poll`, which it would wake with EINTR). Whether it took.
+pub(crate) fn set_owner_thread(fd: i32, tid: i32) -> bool {
+    let owner = FOwnerEx {
+        kind: F_OWNER_TID,
+        pid: tid,
+    };
+    // SAFETY: fcntl on a descriptor the caller owns, with a struct of ours.
+    unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner) == 0 }
 }
 
 /// Makes a device's connections reachable from the handler, with a timer of its own for
@@ -477,13 +512,19 @@ fn our_code() -> (usize, usize) {
 #[cfg(test)]
 pub(crate) mod test_hooks {
     use std::cell::Cell;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
     thread_local! {
         pub(crate) static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
     }
     pub(crate) static HANDLED: AtomicU64 = AtomicU64::new(0);
     pub(crate) static SERVED: AtomicU64 = AtomicU64::new(0);
+    /// Threads of the test that post (0: none), and the frames handlers served on other
+    /// threads while one is set.
+    #[allow(clippy::declare_interior_mutable_const)]
+    const NONE: AtomicI32 = AtomicI32::new(0);
+    pub(crate) static POSTERS: [AtomicI32; 2] = [NONE; 2];
+    pub(crate) static SERVED_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
     pub(crate) static FORCE_BUSY: AtomicBool = AtomicBool::new(false);
     /// How long handlers hold ACKs, in microseconds, instead of `ACK_HOLD` (0: that).
     pub(crate) static HOLD_US: AtomicU64 = AtomicU64::new(0);

@@ -50,6 +50,7 @@ impl Engine {
     }
 
     pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> Result<()> {
+        self.note_poster(qp);
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         let opcode = wr.op.opcode();
         match e.state {
@@ -188,6 +189,7 @@ impl Engine {
     }
 
     pub(crate) fn post_recv(&mut self, sh: &Shared, qp: u32, wr: RecvWr) -> Result<()> {
+        self.note_poster(qp);
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
         if e.srq.is_some() {
             return Err(bad_state());

@@ -258,6 +258,9 @@ struct Conn {
     /// connection itself, which reads its input anyway and which a signal only interrupts.
     /// Off, the connection is watched and kept quiet as any other.
     armed: bool,
+    /// The thread its signal goes to: the last application thread that posted on it and
+    /// takes the signal (`Engine::note_poster`); None: any thread of the process.
+    signal_owner: Option<i32>,
 }
 
 /// How a peer's stream ended while messages were held (`Conn::peer_end`).
@@ -360,6 +363,7 @@ impl Conn {
             signalled: false,
             acks_wait: false,
             armed: false,
+            signal_owner: None,
         }
     }
 

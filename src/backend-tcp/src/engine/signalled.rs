@@ -331,6 +331,25 @@ impl Engine {
         true
     }
 
+    /// A thread of the application posts on `qp`: it is the one likely to spin for the
+    /// answer, so the connection's signal goes to it from now on (sigio.rs
+    /// `set_owner_thread`). One `fcntl` when the poster changes, none otherwise.
+    pub(crate) fn note_poster(&mut self, qp: u32) {
+        let Some(token) = self.qps.get(&qp).and_then(|e| e.conn) else {
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&token).filter(|c| c.signalled) else {
+            return;
+        };
+        let Some(tid) = crate::sigio::poster() else {
+            return;
+        };
+        if c.signal_owner != Some(tid) && crate::sigio::set_owner_thread(c.stream.as_raw_fd(), tid)
+        {
+            c.signal_owner = Some(tid);
+        }
+    }
+
     /// Starts the device's ACK timer unless it runs: whether it runs.
     fn arm_ack_timer(&mut self) -> bool {
         if !self.ack_timer_armed {

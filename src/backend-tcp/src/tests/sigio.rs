@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::super::sigio::stats;
-use super::super::sigio::test_hooks::{FORCE_BUSY, HANDLED, HOLD_US, IN_HANDLER, SERVED};
+use super::super::sigio::test_hooks::{
+    FORCE_BUSY, HANDLED, HOLD_US, IN_HANDLER, POSTERS, SERVED, SERVED_ELSEWHERE,
+};
 use super::{close, connect_pair, next, Side};
 use daplrs_core::consts::{dto_status, mem_priv};
 use daplrs_core::error::ErrorType;
@@ -101,6 +103,131 @@ fn held_ack_reaches_a_blocking_initiator() {
 #[test]
 fn held_acks_go_with_the_targets_answers() {
     in_child("tests::sigio::ping_pong_body");
+}
+
+#[test]
+fn the_signal_goes_to_the_thread_that_posted() {
+    in_child("tests::sigio::poster_body");
+}
+
+/// A process with a thread asleep in `poll` and a thread that posted its receives and
+/// then spins, neither blocking the signal: handlers run only on the threads that posted
+/// (the spinner, and this one, the initiator, for the ACKs the target cannot hold), never
+/// on the sleeper nor the main thread (the kernel, left to pick, prefers the main thread,
+/// or rotates among the threads that take the signal). No ACK timer.
+#[test]
+#[ignore = "run in a child process by the_signal_goes_to_the_thread_that_posted"]
+fn poster_body() {
+    HOLD_US.store(10_000_000, Ordering::Relaxed);
+    // SAFETY: gettid has no preconditions.
+    POSTERS[0].store(unsafe { libc::gettid() }, Ordering::Relaxed);
+    let server = Side::new("sig-srv", mem_priv::ALL);
+    let client = Side::new("sig-cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    server.buf.write(0, &[0u8; N * 8]);
+    server.buf.write(WRITES_AT, &[0u8; N * 8]);
+    let remotes: Vec<_> = (0..N)
+        .map(|i| server.remote(WRITES_AT + i * 8, 8))
+        .collect();
+    let answer = client.remote(WRITES_AT, 8);
+    let base = server.buf.addr() as usize;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let posted = &std::sync::atomic::AtomicBool::new(false);
+    let interrupted = AtomicU64::new(0);
+    let mut fds = [0i32; 2];
+    // SAFETY: a pipe of ours, for the sleeper to poll (nothing is ever written to it).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let server = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let mut p = libc::pollfd {
+                    fd: fds[0],
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd of ours.
+                if unsafe { libc::poll(&mut p, 1, 100) } < 0 {
+                    interrupted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let server = Moved(server);
+        let target = s.spawn(move || {
+            let moved = server;
+            let server = &moved.0;
+            // SAFETY: gettid has no preconditions.
+            POSTERS[1].store(unsafe { libc::gettid() }, Ordering::Relaxed);
+            for i in 0..N {
+                server
+                    .ep
+                    .post_recv(&[server.seg(i * 8, 8)], i as u64, 0)
+                    .expect("recv");
+            }
+            posted.store(true, Ordering::SeqCst);
+            let last = |off: usize| {
+                // SAFETY: inside the server's registered 4 KiB buffer, alive for the test;
+                // written by the transport (hence volatile).
+                unsafe { std::ptr::read_volatile((base + off + 7) as *const u8) }
+            };
+            let end = Instant::now() + Duration::from_secs(30);
+            while (0..N).any(|i| last(i * 8) != 0xee || last(WRITES_AT + i * 8) != 0xee) {
+                assert!(Instant::now() < end, "the spinner got its data within 30 s");
+                std::hint::spin_loop();
+            }
+            // The answer carries the held ACKs.
+            server
+                .ep
+                .post_rdma_write(&[server.seg(0, 8)], 99, answer, 0)
+                .expect("answer");
+            moved
+        });
+        // Once the target has posted (and so owns the connection's signal).
+        while !posted.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        for (i, &remote) in remotes.iter().enumerate() {
+            client.buf.write(i * 16, &marker(b'w', i));
+            client.buf.write(i * 16 + 8, &marker(b's', i));
+            client
+                .ep
+                .post_rdma_write(&[client.seg(i * 16, 8)], 1000 + i as u64, remote, 0)
+                .expect("write");
+            client
+                .ep
+                .post_send(&[client.seg(i * 16 + 8, 8)], 2000 + i as u64, 0)
+                .expect("send");
+        }
+        let server = target.join().expect("target");
+        for _ in 0..2 * N {
+            assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+        }
+        stop.store(true, Ordering::Relaxed);
+        server
+    });
+    let elsewhere = SERVED_ELSEWHERE.load(Ordering::Relaxed);
+    eprintln!(
+        "sigio: {} frames served by handlers, {elsewhere} on other threads; the sleeper \
+         interrupted {} times",
+        SERVED.load(Ordering::Relaxed),
+        interrupted.load(Ordering::Relaxed)
+    );
+    assert!(SERVED.load(Ordering::Relaxed) > 0, "handlers served frames");
+    assert_eq!(elsewhere, 0, "frames served on threads that did not post");
+    assert_eq!(
+        interrupted.load(Ordering::Relaxed),
+        0,
+        "the sleeper's poll was interrupted"
+    );
+    let server = server.0;
+    for i in 0..N {
+        assert_eq!(super::dto(&next(&server.dto)).0, i as u64, "receive {i}");
+    }
+    // SAFETY: our pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    close(&[&client, &server]);
 }
 
 #[test]
