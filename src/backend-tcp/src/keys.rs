@@ -501,6 +501,25 @@ impl Keys {
         unsafe { sys::atomic_registered(addr, operand, swap) }.ok_or(Status::RemoteAccess)
     }
 
+    /// A remote read of `out.len()` bytes copied into `out`, allocating nothing (a signal
+    /// handler's answer).
+    pub fn remote_read_into(
+        &self,
+        rkey: u32,
+        addr: u64,
+        pd: u32,
+        out: &mut [u8],
+    ) -> Result<(), Status> {
+        self.check_remote(rkey, addr, out.len() as u64, pd, access::REMOTE_READ)?;
+        // SAFETY: as in remote_write, with remote read access; `out` is ours to fill.
+        match unsafe {
+            crate::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, out.len())
+        } {
+            true => Ok(()),
+            false => Err(Status::RemoteAccess),
+        }
+    }
+
     pub fn remote_read(&self, rkey: u32, addr: u64, len: u32, pd: u32) -> Result<Vec<u8>, Status> {
         self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
         // SAFETY: as in remote_write, with remote read access.

@@ -1,8 +1,9 @@
 //! Signal-driven target service (`DAPLRS_TARGET_SIGNAL`): the kernel interrupts an
 //! application thread when a peer's frame arrives on a connection, and a handler of ours
-//! places small RDMA writes and sends into registered memory right there. A program that
-//! spins on its memory with no DAT call holds its CPU until its time slice ends; without
-//! this, the progress thread that must place the data waits for that (milliseconds).
+//! places small RDMA writes and sends into registered memory, and answers small RDMA reads
+//! from it, right there. A program that spins on its memory with no DAT call holds its CPU
+//! until its time slice ends; without this, the progress thread that must place the data
+//! waits for that (milliseconds).
 //!
 //! How: every established connection's socket gets O_ASYNC, F_SETSIG (a real-time signal,
 //! so that each event carries its descriptor) and F_SETOWN_EX with F_OWNER_PID (the kernel

@@ -541,6 +541,8 @@ pub struct OutQueue {
 const COALESCE_MAX: usize = 4096;
 /// ACKs a queue may hold for a signal handler (as many frames as one signal serves).
 pub const HELD_ACKS: usize = 16;
+/// The largest RDMA read a signal handler answers (its READ_RESP is held with the ACKs).
+pub const HELD_ANSWER_MAX: usize = 4096;
 
 impl OutQueue {
     /// Nothing to write: no chunk, no held ACK.
@@ -558,12 +560,38 @@ impl OutQueue {
         self.chunks.is_empty() && self.holds_acks()
     }
 
-    /// Makes sure `hold_ack` can queue `HELD_ACKS` headers without allocating (this may).
+    /// Makes sure `hold_ack` can queue `HELD_ACKS` headers, and `hold_answer` one answer of
+    /// `HELD_ANSWER_MAX` bytes, without allocating (this may).
     pub fn keep_ack_room(&mut self) {
-        if self.held.capacity() < HELD_ACKS * HEADER_LEN && !self.holds_acks() {
-            self.held = Vec::with_capacity(HELD_ACKS * HEADER_LEN);
+        const ROOM: usize = HELD_ACKS * HEADER_LEN + HEADER_LEN + HELD_ANSWER_MAX;
+        if self.held.capacity() < ROOM && !self.holds_acks() {
+            self.held = Vec::with_capacity(ROOM);
             self.held_from = 0;
         }
+    }
+
+    /// Holds an answer, header `head` and `len` bytes that `fill` writes (false: it could
+    /// not, and nothing is held), behind the held ACKs, allocating nothing: false if no
+    /// chunk may be queued before it or there is no room (`keep_ack_room`).
+    pub fn hold_answer(
+        &mut self,
+        head: &[u8; HEADER_LEN],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> bool {
+        let at = self.held.len();
+        if !self.chunks.is_empty() || at + HEADER_LEN + len > self.held.capacity() {
+            return false;
+        }
+        self.held.extend_from_slice(head);
+        // Within capacity: no allocation.
+        self.held.resize(at + HEADER_LEN + len, 0);
+        if !fill(&mut self.held[at + HEADER_LEN..]) {
+            self.held.truncate(at);
+            return false;
+        }
+        self.pushed += (HEADER_LEN + len) as u64;
+        true
     }
 
     /// Whether `hold_ack` would take a header now, allocating nothing: no chunk queued (a

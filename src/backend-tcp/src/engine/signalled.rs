@@ -1,5 +1,5 @@
-//! The engine's part of signal-driven target service (../sigio.rs): small RDMA writes and
-//! sends from the peer placed by a signal handler on whatever application thread the kernel
+//! The engine's part of signal-driven target service (../sigio.rs): small RDMA writes,
+//! sends and RDMA reads from the peer served by a signal handler on whatever application thread the kernel
 //! interrupted. Nothing here may allocate, free or block (the interrupted thread may hold
 //! the allocator's lock), so a frame is served only when everything it needs is at hand:
 //!
@@ -9,8 +9,9 @@
 //! 3. its data placed (the key table and, for a send, the CQ's queue taken with `try_lock`;
 //!    the completion fits the queue's capacity);
 //! 4. only then is it answered: the ACK held in room reserved beforehand
-//!    (`OutQueue::hold_ack`), to go out ahead of our next frame on the connection; the
-//!    frames one peek showed and the handler served are taken off the socket with one recv.
+//!    (`OutQueue::hold_ack`), to go out ahead of our next frame on the connection (an RDMA
+//!    read's answer, up to 4 KiB, is held there too and written at once); the frames one
+//!    peek showed and the handler served are taken off the socket with one recv.
 //!
 //! Why held: sent at once, the ACK is input of its own for the peer, whose spinning thread
 //! then takes a second signal (one per frame on loopback, where our send runs the peer's
@@ -121,6 +122,7 @@ impl Engine {
                 Kind::Send if h.flags == 0 => self.signalled_send(sh, qp, p),
                 // The answer to our write or send, ahead of the peer's next request.
                 Kind::Ack if len == 0 => self.signalled_ack(qp, &h),
+                Kind::ReadReq if len == 0 && h.flags == 0 => self.signalled_read(sh, token, qp, &h),
                 _ => false,
             };
             if !placed {
@@ -129,10 +131,11 @@ impl Engine {
             off += wire::HEADER_LEN + len;
             served += 1;
             self.frames_served += 1;
-            if h.kind == Kind::Write {
+            if matches!(h.kind, Kind::Write | Kind::ReadReq) {
                 self.requests_served += 1;
             }
-            if h.kind != Kind::Ack {
+            // A read was answered with its data (`signalled_read`).
+            if matches!(h.kind, Kind::Write | Kind::Send) {
                 self.ack(token, &h);
             }
         };
@@ -181,6 +184,46 @@ impl Engine {
         };
         // A refused write is left to the progress thread, which refuses it as usual.
         keys.remote_write(h.key, h.addr, e.pd, p).is_ok()
+    }
+
+    /// An RDMA read of our memory answered now (a NIC needs no CPU of the target's for it
+    /// either): its READ_RESP, the data copied from the registration, goes behind the ACKs
+    /// held before it (the peer matches answers to requests in order) and they are all
+    /// written at once; what the socket does not take stays held for the progress thread,
+    /// woken. A refused read (key, range, right, memory gone) is left to the progress
+    /// thread, which refuses it as usual.
+    fn signalled_read(&mut self, sh: &Shared, token: u64, qp: u32, h: &Header) -> bool {
+        let len = h.length as usize;
+        let Some(pd) = self.qps.get(&qp).map(|e| e.pd) else {
+            return false;
+        };
+        if len > wire::HELD_ANSWER_MAX {
+            return false;
+        }
+        let Some(keys) = sh.keys.try_lock() else {
+            return false;
+        };
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        let mut resp = Header::new(Kind::ReadResp);
+        resp.seq = h.seq;
+        resp.payload_len = h.length;
+        let held = c.out.hold_answer(&resp.encode(), len, |out| {
+            keys.remote_read_into(h.key, h.addr, pd, out).is_ok()
+        });
+        drop(keys);
+        if !held {
+            return false;
+        }
+        c.acks_wait = false;
+        let fd = c.stream.as_raw_fd();
+        c.out.write_held(|s| sys::send_nosignal(fd, s));
+        if c.out.holds_acks() {
+            self.wake_needed = true; // the progress thread writes the rest
+            self.signal_sweep = true;
+        }
+        true
     }
 
     /// A SEND placed into the QP's next posted receive (its own queue, no same-host window)

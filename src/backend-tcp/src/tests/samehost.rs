@@ -753,6 +753,12 @@ fn a_declined_offer_leaves_the_connection_on_tcp() {
         0,
         "the server refused the client's offer"
     );
+    // The client's send went through the server's ring (placed, no ACK to wait for): the
+    // decline, on the socket, is read by the client's progress thread when it comes.
+    let end = Instant::now() + Duration::from_secs(10);
+    while declined(&c_stats) == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(declined(&c_stats), 1, "the client heard the server decline");
     assert_eq!(rings(&c_stats), 0);
     // The client's own requests still use the server's table and ring.
