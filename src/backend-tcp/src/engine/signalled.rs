@@ -213,17 +213,10 @@ impl Engine {
             keys.remote_read_into(h.key, h.addr, pd, out).is_ok()
         });
         drop(keys);
-        if !held {
-            return false;
+        if held {
+            self.write_held_now(token);
         }
-        c.acks_wait = false;
-        let fd = c.stream.as_raw_fd();
-        c.out.write_held(|s| sys::send_nosignal(fd, s));
-        if c.out.holds_acks() {
-            self.wake_needed = true; // the progress thread writes the rest
-            self.signal_sweep = true;
-        }
-        true
+        held
     }
 
     /// A SEND placed into the QP's next posted receive (its own queue, no same-host window)
@@ -358,20 +351,25 @@ impl Engine {
             c.note_answer(wire::HEADER_LEN);
         }
         stats::add(&stats::ACKS_HELD, 1);
-        if self.arm_ack_timer() {
-            return true;
+        if !self.arm_ack_timer() {
+            self.write_held_now(token);
         }
+        true
+    }
+
+    /// Writes what connection `token` holds now, allocating nothing; the progress thread,
+    /// woken, writes what the socket does not take.
+    fn write_held_now(&mut self, token: u64) {
         let Some(c) = self.conns.get_mut(&token) else {
-            return true;
+            return;
         };
         c.acks_wait = false;
         let fd = c.stream.as_raw_fd();
         c.out.write_held(|s| sys::send_nosignal(fd, s));
         if c.out.holds_acks() {
-            self.wake_needed = true; // the progress thread writes the rest
+            self.wake_needed = true;
             self.signal_sweep = true;
         }
-        true
     }
 
     /// A thread of the application posts on `qp`: it is the one likely to spin for the
