@@ -25,7 +25,9 @@
  * (a poll, write_lat's wait on its buffer) yields the CPU between looks by
  * default (-y yield, which lets a software provider's threads run on it); -y
  * spin does not, as real programs that spin do, and send_lat then also waits
- * on its receive buffer's last byte, before it reaps the receive.
+ * on its receive buffer's last byte, before it reaps the receive; read_lat's
+ * server then spins on its memory while it is read (a passive target), until
+ * the client's end mark.
  *
  * The client drives; the server follows commands sent over the same
  * connection. Every wait is bounded (-T), and any DAT error prints its
@@ -347,8 +349,9 @@ static void open_session(struct session *s)
 			     &s->rcv_evd), "dat_evd_create (receives)");
 	check(dat_evd_create(s->ia, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn_evd),
 	      "dat_evd_create (connection)");
-	register_buffer(s, &s->data, max_size());
-	register_buffer(s, &s->local, max_size());
+	/* One spare byte past every test's data: read_lat's end mark (post_end_mark). */
+	register_buffer(s, &s->data, max_size() + 1);
+	register_buffer(s, &s->local, max_size() + 1);
 	register_buffer(s, &s->ctrl, (1 + CTRL_SLOTS) * sizeof(struct ctrl_msg));
 	/* Heap memory nobody registered for long: what a message layer registers per message. */
 	if (posix_memalign((void **)&s->msg, 4096, max_size()) != 0)
@@ -452,6 +455,23 @@ static void post_read(struct session *s, uint32_t len)
 	      "dat_ep_post_rdma_read");
 }
 
+/*
+ * The spare last byte of the peer's data buffer set to `v` by an RDMA write: with -y spin,
+ * read_lat's server spins on it while the client reads (a passive target that makes no
+ * DAT call, as over a NIC).
+ */
+static void post_end_mark(struct session *s, uint8_t v)
+{
+	DAT_LMR_TRIPLET t = iov(&s->local, s->local.len - 1, 1);
+	DAT_RMR_TRIPLET r = s->peer;
+
+	s->local.base[s->local.len - 1] = v;
+	r.virtual_address += r.segment_length - 1;
+	r.segment_length = 1;
+	check(dat_ep_post_rdma_write(s->ep, 1, &t, cookie(0), &r, DAT_COMPLETION_DEFAULT_FLAG),
+	      "dat_ep_post_rdma_write (end mark)");
+}
+
 /* ------------------------------------------------------- control messages */
 
 /*
@@ -539,6 +559,14 @@ static void exchange_hello(struct session *s, int server)
 
 /* Iteration i's marker in the last byte: never 0, differs from i-1's. */
 static uint8_t marker(int i) { return (uint8_t)(i % 251 + 1); }
+
+/* read_lat's end marks, counted alike on both sides: never 0, each differs from the last. */
+static uint8_t next_end_mark(void)
+{
+	static int n;
+
+	return marker(n++);
+}
 
 /*
  * Spins until the peer's RDMA write (or send, with -y spin) lands: the last
@@ -672,6 +700,10 @@ static void client_read_lat(struct session *s, uint32_t size, int total, double 
 		wait_dto(s->req_evd, "read_lat: read completion");
 		lat[i] = now_us() - t0;
 		check_read_landed(s, size, "read_lat");
+	}
+	if (opt.spin) {
+		post_end_mark(s, next_end_mark());
+		wait_dto(s->req_evd, "read_lat: end mark completion");
 	}
 }
 
@@ -930,13 +962,20 @@ static void server_send_bw(struct session *s, uint32_t size, int total)
 	send_kind(s, MSG_DONE);
 }
 
-/* RDMA read and write bandwidth, read latency: our CPU takes no part. */
+/*
+ * RDMA read and write bandwidth, read latency: our CPU takes no part. With -y spin,
+ * read_lat's server spins on its memory meanwhile, no DAT call (its reads are then served
+ * as for a passive target whose thread computes or spins), until the client's end mark.
+ */
 static void server_rdma(struct session *s, int test, uint32_t size)
 {
 	if (test == READ_LAT || test == READ_BW)
 		s->data.base[size - 1] = READ_MARK;
 	post_ctrl_recv(s);
 	send_kind(s, MSG_READY);
+	if (test == READ_LAT && opt.spin)
+		wait_for_byte(s->req_evd, s->data.base + s->data.len - 1, next_end_mark(),
+			      "read_lat: end mark");
 }
 
 /* Follows the client's commands until it says quit. */
@@ -1134,7 +1173,8 @@ static void usage(void)
 		"  -p           busy-poll the EVDs (dat_evd_dequeue) instead of dat_evd_wait\n"
 		"  -y MODE      busy waits (-p, and write_lat's wait on memory): yield (default:\n"
 		"               sched_yield between looks) or spin (no yield, as programs that\n"
-		"               spin do; send_lat then also waits on the receive buffer's memory)\n"
+		"               spin do; send_lat then also waits on the receive buffer's memory,\n"
+		"               and read_lat's server spins on its memory while it is read)\n"
 		"  -e           waits on memory also dequeue the request EVD between looks (as a\n"
 		"               raw libfabric tcp program reads its CQ: ofi-raw's wait_byte)\n",
 		MIN_ITERS);

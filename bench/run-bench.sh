@@ -214,7 +214,7 @@ m_reg() {
 # Spinning waiters (issue 22): datperf -p -y spin, 8 B RDMA write and send ping-pong, both
 # sides spinning on their buffers' last byte with no DAT call and no sched_yield (and
 # reaping with a dequeue loop without yield), both processes' threads competing for the
-# machine's CPUs. One-way (RTT/2) median and p99. VARIANT realtime: progress threads
+# machine's CPUs; and 8 B RDMA reads of a target that spins on its memory meanwhile. One-way (RTT/2) median and p99. VARIANT realtime: progress threads
 # SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime); signal: the kernel interrupts the spinning
 # thread and a signal handler places the data (DAPLRS_TARGET_SIGNAL=on).
 m_spin() {
@@ -226,13 +226,13 @@ m_spin() {
 	start_server "$s" "$log-server.txt" "server listening" "${env[@]}" "$bin/datperf" -P rs-tcp -s \
 		-q $DATPERF_QUAL -S 8 -A 60 -p -y spin || { stop_server; return; }
 	timeout -k 5 300 bash -c 'run "$@"' _ "$s" b "${env[@]}" \
-		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8 -t write_lat,send_lat \
+		"$bin/datperf" -P rs-tcp -h "$(server_addr "$s")" -q $DATPERF_QUAL -S 8 -t write_lat,send_lat,read_lat \
 		-n "$n" -p -y spin >"$log.txt" 2>&1 ||
 		echo "  datperf spin $s ${variant:-} failed: see ${log#"$top"/}.txt" >&2
 	wait "$server_pid" 2>/dev/null
 	server_pid=""
 	local t
-	for t in write send; do
+	for t in write send read; do
 		record "$s" "${p}spin_${t}_med" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $4 }' "$log.txt")"
 		record "$s" "${p}spin_${t}_p99" "$(awk -v t=${t}_lat '$1 == t && $2 == 8 { print $5 }' "$log.txt")"
 	done
@@ -319,6 +319,8 @@ print_table() {
 			    rtt, rtt == "" ? "" : "TCP RTT", tgt, 2)
 			row("  spin " label op " 8 B one-way p99", s, med(s, p "spin_" op "_p99"), "us", "", "", "", 2)
 		}
+		row("  spin " label "read 8 B, whole read, median", s, med(s, p "spin_read_med"), "us",
+		    rtt, rtt == "" ? "" : "TCP RTT", "", 2)
 	}
 	END {
 		printf "%-50s %-5s %10s %-5s %8s  %-12s %s\n", "figure", "where", "value", "unit", "ratio", "of reference", "target (issues 10, 22, 26)"
@@ -380,7 +382,8 @@ print_table() {
 		print "send/write = one-way (RTT/2, as perftest). dapltest latency: its one-read-at-a-time phase, reaped"
 		print "by dat_evd_dequeue + sched_yield in both -m modes, a mean (it prints no median). reg: a round"
 		print "registers on both sides, moves the data once, sends a finish and frees (datperf reg_*, polled)."
-		print "spin: both sides spin on their buffers, no DAT call, no sched_yield (datperf -p -y spin); realtime:"
+		print "spin: both sides spin on their buffers, no DAT call, no sched_yield (datperf -p -y spin; a read:"
+		print "its target spins meanwhile); realtime:"
 		print "progress threads SCHED_FIFO (DAPLRS_PROGRESS_PRIORITY=realtime); signal: a signal handler"
 		print "places the data (DAPLRS_TARGET_SIGNAL=on). sigdelay: raw C over loopback, what a signal costs a"
 		print "message here; a signal-served spinning round pays one signal and one busy recv at least."
