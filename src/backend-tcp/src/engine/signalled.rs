@@ -1,7 +1,8 @@
 //! The engine's part of signal-driven target service (../sigio.rs): small RDMA writes,
-//! sends and RDMA reads from the peer served by a signal handler on whatever application thread the kernel
-//! interrupted. Nothing here may allocate, free or block (the interrupted thread may hold
-//! the allocator's lock), so a frame is served only when everything it needs is at hand:
+//! sends and RDMA reads from the peer served by a signal handler on whatever application
+//! thread the kernel interrupted. Nothing here may allocate, free or block (the interrupted
+//! thread may hold the allocator's lock), so a frame is served only when everything it
+//! needs is at hand:
 //!
 //! 1. the connection is established and idle (nothing buffered in its decoder, nothing held,
 //!    queued or streamed, no same-host ring, no waiting thread driving it);
@@ -374,7 +375,9 @@ impl Engine {
 
     /// A thread of the application posts on `qp`: it is the one likely to spin for the
     /// answer, so the connection's signal goes to it from now on (sigio.rs
-    /// `set_owner_thread`). One `fcntl` when the poster changes, none otherwise.
+    /// `set_owner_thread`). One `fcntl` when the poster changes, none otherwise. A poster
+    /// that has exited takes no signal: the connection's frames then wait for the progress
+    /// thread, as without the signal, until another thread posts there.
     pub(crate) fn note_poster(&mut self, qp: u32) {
         let Some(token) = self.qps.get(&qp).and_then(|e| e.conn) else {
             return;
