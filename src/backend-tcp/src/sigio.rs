@@ -11,7 +11,8 @@
 //! then F_OWNER_TID to the application thread that last posted on it and takes the signal
 //! (`Engine::note_poster`): the one likely spinning for the answer, rather than the main
 //! thread, which the kernel prefers even asleep in `poll` (it would get EINTR and leave the
-//! spinner waiting). The ACK timer's signal is still the process's.
+//! spinner waiting); back to the process once that thread has exited. The ACK timer's
+//! signal is still the process's.
 //! The handler is async-signal-safe with respect to whatever the interrupted thread does:
 //!
 //! * it never blocks on a lock: the engine, the key table and a CQ's queue are taken with
@@ -242,6 +243,7 @@ const F_OWNER_TID: libc::c_int = 0;
 pub(crate) fn poster() -> Option<i32> {
     thread_local! {
         static ME: std::cell::Cell<Option<Option<i32>>> = const { std::cell::Cell::new(None) };
+        static EXIT: std::cell::RefCell<Option<PosterExit>> = const { std::cell::RefCell::new(None) };
     }
     let sig = signal()?;
     ME.with(|me| {
@@ -257,8 +259,46 @@ pub(crate) fn poster() -> Option<i32> {
         // SAFETY: gettid has no preconditions.
         let mine = takes.then(|| unsafe { libc::gettid() });
         me.set(Some(mine));
+        if mine.is_some() {
+            let _ = EXIT.try_with(|e| *e.borrow_mut() = Some(PosterExit));
+        }
         mine
     })
+}
+
+/// Poster threads that have exited, counted when their thread-locals go: a connection
+/// whose signal went to one of them gets no signal at all (the kernel finds no thread), so
+/// the progress thread then gives it back to the process (`Engine::forget_exited_posters`).
+static POSTERS_EXITED: AtomicUsize = AtomicUsize::new(0);
+
+struct PosterExit;
+
+impl Drop for PosterExit {
+    fn drop(&mut self) {
+        POSTERS_EXITED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// How many poster threads have exited so far.
+pub(crate) fn posters_exited() -> usize {
+    POSTERS_EXITED.load(Ordering::SeqCst)
+}
+
+/// Whether thread `tid` of this process still runs.
+pub(crate) fn thread_alive(tid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists; both ids are plain integers.
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) == 0 }
+}
+
+/// Gives the signal of armed socket `fd` back to the process (F_OWNER_PID: the kernel picks
+/// a thread that takes it).
+pub(crate) fn set_owner_process(fd: i32) -> bool {
+    let owner = FOwnerEx {
+        kind: F_OWNER_PID,
+        pid: std::process::id() as i32,
+    };
+    // SAFETY: fcntl on a descriptor the caller owns, with a struct of ours.
+    unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner) == 0 }
 }
 
 /// Directs the signal of armed socket `fd` to thread `tid` (F_OWNER_TID), rather than to

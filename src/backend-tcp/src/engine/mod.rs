@@ -560,6 +560,9 @@ pub(crate) struct Engine {
     ack_timer_armed: bool,
     /// When the running ACK timer fires.
     ack_timer_due: Option<Instant>,
+    /// Poster threads gone when our connections' signal owners were last checked
+    /// (`forget_exited_posters`).
+    posters_exited_seen: usize,
     /// Connections whose last write failed, to be read out and then reported lost.
     failed_writes: Vec<u64>,
     /// The progress thread's set of returned connections (`release_cq_claims`); None if

@@ -187,6 +187,7 @@ impl ProgressThread {
                     }
                 }
             }
+            eng.forget_exited_posters();
             if tick || std::mem::take(&mut eng.signal_sweep) {
                 let tick_len = Duration::from_millis(TICK_MS as u64);
                 let acks_due = sh.take_acks_due() || eng.ack_timer_overdue(tick_len);

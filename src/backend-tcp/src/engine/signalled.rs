@@ -394,6 +394,27 @@ impl Engine {
         }
     }
 
+    /// After a poster thread exited (sigio.rs `posters_exited`), the connections whose
+    /// signal went to a thread that is gone get it back to the process. Checked at each
+    /// turn of the progress thread (its tick at the latest); nothing to do, one atomic load.
+    pub(crate) fn forget_exited_posters(&mut self) {
+        let exited = crate::sigio::posters_exited();
+        if exited == self.posters_exited_seen {
+            return;
+        }
+        self.posters_exited_seen = exited;
+        for c in self.conns.values_mut() {
+            let Some(tid) = c.signal_owner else {
+                continue;
+            };
+            if !crate::sigio::thread_alive(tid)
+                && crate::sigio::set_owner_process(c.stream.as_raw_fd())
+            {
+                c.signal_owner = None;
+            }
+        }
+    }
+
     /// Starts the device's ACK timer unless it runs: whether it runs.
     fn arm_ack_timer(&mut self) -> bool {
         if !self.ack_timer_armed {

@@ -186,6 +186,82 @@ fn reads_body() {
 }
 
 #[test]
+fn an_exited_posters_connection_goes_back_to_the_process() {
+    in_child("tests::sigio::exited_poster_body");
+}
+
+/// The receives are posted by a thread that then exits (its connection's signal went to
+/// it); this thread spins for the sends that follow, one at a time: once the progress thread
+/// saw the poster gone, handlers serve them again (without that, the kernel finds no thread
+/// to signal and every send waits for the progress thread's tick).
+#[test]
+#[ignore = "run in a child process by an_exited_posters_connection_goes_back_to_the_process"]
+fn exited_poster_body() {
+    let server = Side::new("sig-srv", mem_priv::ALL);
+    let client = Side::new("sig-cli", mem_priv::ALL);
+    let _psp = connect_pair(&server, &client);
+    server.buf.write(0, &[0u8; N * 8]);
+    let server = std::thread::scope(|s| {
+        let server = Moved(server);
+        s.spawn(move || {
+            let moved = server;
+            for i in 0..N {
+                moved
+                    .0
+                    .ep
+                    .post_recv(&[moved.0.seg(i * 8, 8)], i as u64, 0)
+                    .expect("recv");
+            }
+            moved
+        })
+        .join()
+        .expect("poster")
+    })
+    .0;
+    let base = server.buf.addr() as usize;
+    let served_before = SERVED.load(Ordering::Relaxed);
+    std::thread::scope(|s| {
+        let client = Moved(client);
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        s.spawn(move || {
+            let moved = client;
+            let client = &moved.0;
+            super::super::sigio::block_here();
+            for i in 0..N {
+                go_rx.recv().expect("go");
+                client.buf.write(i * 8, &marker(b's', i));
+                client
+                    .ep
+                    .post_send(&[client.seg(i * 8, 8)], 2000 + i as u64, 0)
+                    .expect("send");
+                assert_eq!(super::dto(&next(&client.dto)).1, dto_status::SUCCESS);
+            }
+            done_tx.send(()).expect("done");
+            close(&[client]);
+        });
+        for i in 0..N {
+            go_tx.send(()).expect("go");
+            let end = Instant::now() + Duration::from_secs(30);
+            // SAFETY: inside the server's registered 4 KiB buffer, alive for the test;
+            // written by the transport (hence volatile).
+            while unsafe { std::ptr::read_volatile((base + i * 8 + 7) as *const u8) } != 0xee {
+                assert!(Instant::now() < end, "send {i} landed within 30 s");
+                std::hint::spin_loop();
+            }
+        }
+        done_rx.recv().expect("done");
+    });
+    let served = SERVED.load(Ordering::Relaxed) - served_before;
+    eprintln!("sigio: handlers served {served} of {N} sends after their poster exited");
+    assert!(served as usize >= N / 2, "handlers served the sends again");
+    for i in 0..N {
+        assert_eq!(super::dto(&next(&server.dto)).0, i as u64, "receive {i}");
+    }
+    close(&[&server]);
+}
+
+#[test]
 fn the_signal_goes_to_the_thread_that_posted() {
     in_child("tests::sigio::poster_body");
 }
