@@ -158,13 +158,7 @@ fn reads_body() {
             moved
         });
         // The target: no DAT call, no yield, until the closing write is there.
-        let endt = Instant::now() + Duration::from_secs(30);
-        // SAFETY: inside the server's registered 4 KiB buffer, alive for the test; written
-        // by the transport (hence volatile).
-        while unsafe { std::ptr::read_volatile((base + 4095) as *const u8) } != 0xee {
-            assert!(Instant::now() < endt, "the closing write came within 30 s");
-            std::hint::spin_loop();
-        }
+        spin_until_landed(base, &[4088], "the closing write came");
         initiator.join().expect("initiator")
     });
     let served = SERVED.load(Ordering::Relaxed) - served_before;
@@ -242,13 +236,7 @@ fn exited_poster_body() {
         });
         for i in 0..N {
             go_tx.send(()).expect("go");
-            let end = Instant::now() + Duration::from_secs(30);
-            // SAFETY: inside the server's registered 4 KiB buffer, alive for the test;
-            // written by the transport (hence volatile).
-            while unsafe { std::ptr::read_volatile((base + i * 8 + 7) as *const u8) } != 0xee {
-                assert!(Instant::now() < end, "send {i} landed within 30 s");
-                std::hint::spin_loop();
-            }
+            spin_until_landed(base, &[i * 8], &format!("send {i} landed"));
         }
         done_rx.recv().expect("done");
     });
@@ -320,16 +308,7 @@ fn poster_body() {
                     .expect("recv");
             }
             posted.store(true, Ordering::SeqCst);
-            let last = |off: usize| {
-                // SAFETY: inside the server's registered 4 KiB buffer, alive for the test;
-                // written by the transport (hence volatile).
-                unsafe { std::ptr::read_volatile((base + off + 7) as *const u8) }
-            };
-            let end = Instant::now() + Duration::from_secs(30);
-            while (0..N).any(|i| last(i * 8) != 0xee || last(WRITES_AT + i * 8) != 0xee) {
-                assert!(Instant::now() < end, "the spinner got its data within 30 s");
-                std::hint::spin_loop();
-            }
+            spin_until_landed(base, &messages(), "the spinner got its data");
             // The answer carries the held ACKs.
             server
                 .ep
@@ -485,19 +464,11 @@ fn spinning_phase(server: &Side, client: Moved, round: u8) -> (Moved, u64) {
             moved
         });
         // The target: no DAT call, no yield, until the last byte of every message is there.
-        let last = |off: usize| {
-            // SAFETY: inside the server's registered 4 KiB buffer, alive for the test; written
-            // by the transport, hence the volatile read.
-            unsafe { std::ptr::read_volatile(base.add(off + 7)) }
-        };
-        let end = Instant::now() + Duration::from_secs(30);
-        while (0..N).any(|i| last(i * 8) != 0xee || last(WRITES_AT + i * 8) != 0xee) {
-            assert!(
-                Instant::now() < end,
-                "the spinning target got its data within 30 s"
-            );
-            std::hint::spin_loop();
-        }
+        spin_until_landed(
+            base as usize,
+            &messages(),
+            "the spinning target got its data",
+        );
         initiator.join().expect("initiator")
     });
     let served = SERVED.load(Ordering::Relaxed) - served_before;
@@ -679,18 +650,8 @@ fn ping_pong_body() {
         server.buf.addr() as *const u8,
         client.buf.addr() as *const u8,
     );
-    let last = |base: *const u8, off: usize| {
-        // SAFETY: inside a registered 4 KiB buffer alive for the test, written by the
-        // transport (hence volatile).
-        unsafe { std::ptr::read_volatile(base.add(off + 7)) }
-    };
-    let spin_for = |base: *const u8, off: usize| {
-        let end = Instant::now() + Duration::from_secs(30);
-        while last(base, off) != 0xee {
-            assert!(Instant::now() < end, "the answer came within 30 s");
-            std::hint::spin_loop();
-        }
-    };
+    let spin_for =
+        |base: *const u8, off: usize| spin_until_landed(base as usize, &[off], "the answer came");
     let cb = cbase as usize;
     std::thread::scope(|s| {
         let client = Moved(client);
@@ -767,6 +728,26 @@ fn ping_pong_body() {
         );
         close(&[&moved.0, &server]);
     });
+}
+
+/// Where the N sends and N RDMA writes of 8 bytes land in the target's buffer.
+fn messages() -> Vec<usize> {
+    (0..N).flat_map(|i| [i * 8, WRITES_AT + i * 8]).collect()
+}
+
+/// Spins, no DAT call and no yield, until every 8-byte message at `offs` of the registered
+/// 4 KiB buffer at `base` has landed (its marker's last byte), within 30 s.
+fn spin_until_landed(base: usize, offs: &[usize], what: &str) {
+    let last = |off: usize| {
+        // SAFETY: inside a registered 4 KiB buffer alive for the test, written by the
+        // transport (hence volatile).
+        unsafe { std::ptr::read_volatile((base + off + 7) as *const u8) }
+    };
+    let end = Instant::now() + Duration::from_secs(30);
+    while offs.iter().any(|&off| last(off) != 0xee) {
+        assert!(Instant::now() < end, "{what} within 30 s");
+        std::hint::spin_loop();
+    }
 }
 
 fn marker(kind: u8, i: usize) -> [u8; 8] {
