@@ -511,10 +511,8 @@ impl Keys {
         out: &mut [u8],
     ) -> Result<(), Status> {
         self.check_remote(rkey, addr, out.len() as u64, pd, access::REMOTE_READ)?;
-        // SAFETY: as in remote_write, with remote read access; `out` is ours to fill.
-        match unsafe {
-            crate::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, out.len())
-        } {
+        // SAFETY: as in remote_write, with remote read access.
+        match unsafe { sys::copy_from_registered(addr, out) } {
             true => Ok(()),
             false => Err(Status::RemoteAccess),
         }

@@ -207,17 +207,14 @@ pub(crate) fn arm(fd: i32) -> bool {
     let Some(sig) = signal() else {
         return false;
     };
-    let owner = FOwnerEx {
-        kind: F_OWNER_PID,
-        pid: std::process::id() as i32,
-    };
-    // SAFETY: fcntl on a descriptor the caller owns, with a struct of ours.
-    let ok = unsafe {
-        libc::fcntl(fd, F_SETOWN_EX, &owner) == 0 && libc::fcntl(fd, F_SETSIG, sig) == 0 && {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC) == 0
-        }
-    };
+    // SAFETY: fcntl on a descriptor the caller owns.
+    let ok = set_owner_process(fd)
+        && unsafe {
+            libc::fcntl(fd, F_SETSIG, sig) == 0 && {
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC) == 0
+            }
+        };
     if !ok {
         log::debug!("DAPLRS_TARGET_SIGNAL: socket {fd} not armed");
     }
@@ -293,10 +290,12 @@ pub(crate) fn thread_alive(tid: i32) -> bool {
 /// Gives the signal of armed socket `fd` back to the process (F_OWNER_PID: the kernel picks
 /// a thread that takes it).
 pub(crate) fn set_owner_process(fd: i32) -> bool {
-    let owner = FOwnerEx {
-        kind: F_OWNER_PID,
-        pid: std::process::id() as i32,
-    };
+    set_owner(fd, F_OWNER_PID, std::process::id() as i32)
+}
+
+/// F_SETOWN_EX of socket `fd` to `id`, a process or a thread (`kind`). Whether it took.
+fn set_owner(fd: i32, kind: libc::c_int, id: i32) -> bool {
+    let owner = FOwnerEx { kind, pid: id };
     // SAFETY: fcntl on a descriptor the caller owns, with a struct of ours.
     unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner) == 0 }
 }
@@ -305,12 +304,7 @@ pub(crate) fn set_owner_process(fd: i32) -> bool {
 /// whichever thread of the process the kernel picks (the main thread first, even asleep in
 /// `poll`, which it would wake with EINTR). Whether it took.
 pub(crate) fn set_owner_thread(fd: i32, tid: i32) -> bool {
-    let owner = FOwnerEx {
-        kind: F_OWNER_TID,
-        pid: tid,
-    };
-    // SAFETY: fcntl on a descriptor the caller owns, with a struct of ours.
-    unsafe { libc::fcntl(fd, F_SETOWN_EX, &owner) == 0 }
+    set_owner(fd, F_OWNER_TID, tid)
 }
 
 /// Makes a device's connections reachable from the handler, with a timer of its own for
