@@ -24,10 +24,16 @@
  * - LMRs and RMRs (`test_resources full`, run by `make check-memory`: a
  *   million of each): created until refused, exactly at max_lmrs, max_rmrs.
  *
+ * - Signal handlers: the program's own handlers of SIGINT, SIGTERM, SIGABRT
+ *   and SIGILL, installed before the first dat_ia_open, are still its own
+ *   after it (the load of a provider and of what it links must not replace
+ *   them: Debian's libfabric pulls in a library whose constructor did).
+ *
  * `test_resources valgrind` leaves the fd case out (see main).
  * Prints "test_resources: N passed, N failed". */
 #include <dat2/udat.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +78,38 @@ static void bystanders_talk(const char *when)
 }
 
 /* A receive EVD of queue length q gets q + 2 completions. */
+/* The program's own handlers, installed before the provider is loaded. */
+static const int OWN_SIGNALS[] = {SIGINT, SIGTERM, SIGABRT, SIGILL};
+#define N_OWN_SIGNALS (sizeof OWN_SIGNALS / sizeof OWN_SIGNALS[0])
+
+static void own_handler(int sig)
+{
+	(void)sig;
+}
+
+static void install_own_handlers(void)
+{
+	struct sigaction act;
+	memset(&act, 0, sizeof act);
+	act.sa_handler = own_handler;
+	sigemptyset(&act.sa_mask);
+	for (size_t i = 0; i < N_OWN_SIGNALS; i++)
+		sigaction(OWN_SIGNALS[i], &act, NULL);
+}
+
+static void own_handlers_kept(void)
+{
+	for (size_t i = 0; i < N_OWN_SIGNALS; i++) {
+		struct sigaction now;
+		sigaction(OWN_SIGNALS[i], NULL, &now);
+		CHECK(now.sa_handler == own_handler,
+		      "signal %d: the program's handler is still in place after dat_ia_open",
+		      OWN_SIGNALS[i]);
+		/* back to the default: a test runner's SIGTERM must still end us */
+		signal(OWN_SIGNALS[i], SIG_DFL);
+	}
+}
+
 static void test_evd_overflow(void)
 {
 	struct side C, D;
@@ -441,8 +479,10 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IONBF, 0);
 	alarm(test_alarm(full || valgrind ? 600 : 100)); /* a hang fails the test rather than the run */
 	catch_sigpipe();
+	install_own_handlers();
 	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
 	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);
+	own_handlers_kept();
 	if (check_failed)
 		return check_summary("test_resources");
 	CHECK_RC(dat_pz_create(ia_a, &pz_a), DAT_SUCCESS);

@@ -446,7 +446,8 @@ rust_behaviour() {
 		skips+=(--skip "$prefix::$t")
 		echo "  note $tag""rust $prefix::$t not run on $device (known to fail there: docs/libfabric.md, Where it stands)"
 	done
-	local log="$out/rust-behaviour-${prefix}.log"
+	# one log per device: the ofi section runs the same prefix on two
+	local log="$out/rust-behaviour-${prefix}-$(printf %s "$device" | tr -c 'a-zA-Z0-9_' -).log"
 	DAPLRS_TEST_DEVICE=$device timeout -k 5 600 "$top/build/tests/daplrs-behaviour-verbs" \
 		--ignored "$prefix::" "${skips[@]}" --test-threads=2 --show-output > "$log" 2>&1
 	local rc=$? n_ok=0 n_bad=0
@@ -465,6 +466,8 @@ rust_behaviour() {
 	grep '^SKIP ' "$log" | sed 's/^/  note /'
 	if [ $n_ok -eq 0 ] || { [ $rc -ne 0 ] && [ $n_bad -eq 0 ]; }; then
 		bad "rust behaviour tests on $device: exit $rc, $n_ok passed, $n_bad failed (see $log)"
+		# the log lives in the build tree of the machine that ran it: its end, so a CI log says why
+		tail -n 25 "$log" | sed 's/^/       /'
 	fi
 }
 
