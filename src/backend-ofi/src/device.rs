@@ -244,6 +244,8 @@ fn getinfo_for(
     atomics: bool,
 ) -> Result<Info, String> {
     crate::prepare_libfabric();
+    // Not installed: said, not an fi_allocinfo that gave nothing.
+    fi::available()?;
     let hints = hints_for(target, endpoints, atomics);
     let node = node.map(|n| CString::new(n.to_string()).unwrap_or_default());
     let service = service.map(|p| CString::new(p.to_string()).unwrap_or_default());

@@ -485,8 +485,12 @@ pub unsafe fn fi_compare_atomicmsg(
     )
 }
 
-/// A libfabric error code's text.
+/// A libfabric error code's text (where libfabric.so.1 could not be opened,
+/// why not: every call then fails with -FI_ENOSYS).
 pub fn strerror(code: i32) -> String {
+    if let Err(why) = available() {
+        return why;
+    }
     // SAFETY: fi_strerror returns a static string for any code.
     let p = unsafe { fi_strerror(code.abs()) };
     if p.is_null() {
