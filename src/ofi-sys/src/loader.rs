@@ -103,7 +103,9 @@ fn dlerror() -> String {
         .into_owned()
 }
 
-/// Runs `load` and puts back every signal action it changed.
+/// Runs `load` and puts back every signal action it changed. (A handler
+/// another thread installs meanwhile is undone too; this runs twice per
+/// process, at the first open of an ofi entry.)
 pub(crate) fn with_signal_actions_kept<T>(load: impl FnOnce() -> T) -> T {
     const SIGNALS: std::ops::RangeInclusive<c_int> = 1..=64;
     let read = |sig: c_int| {
