@@ -140,18 +140,6 @@ pub(crate) fn prepare_libfabric() {
         // buffers). See docs/libfabric.md, "Where it stands".
         // SAFETY: as above; overwrite 0 keeps a value the user chose.
         unsafe { libc::setenv(c"FI_OFI_RXM_SAR_LIMIT".as_ptr(), c"0".as_ptr(), 0) };
-        // ofi_rxm (1.17) closing a connection closes its core endpoint, then
-        // handles what the shared core CQ still holds, before it forgets the
-        // endpoint: a receive of that connection in the CQ (on verbs, most
-        // often the peer's flow-control credits) is posted again to the
-        // endpoint just freed, and the process dies (SIGSEGV in
-        // `rxm_post_recv`, from `fi_close` or from a CQ read that meets the
-        // peer's shutdown). With a shared receive context (tcp's default)
-        // receive buffers go back to it, which lives as long as the rxm
-        // endpoint, and verbs sends no credits. See docs/libfabric.md,
-        // "Where it stands".
-        // SAFETY: as above; overwrite 0 keeps a value the user chose.
-        unsafe { libc::setenv(c"FI_OFI_RXM_USE_SRX".as_ptr(), c"1".as_ptr(), 0) };
     });
 }
 
