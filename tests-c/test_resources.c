@@ -23,7 +23,6 @@
  *   max_srqs.
  * - LMRs and RMRs (`test_resources full`, run by `make check-memory`: a
  *   million of each): created until refused, exactly at max_lmrs, max_rmrs.
- *
  * - Signal handlers: the program's own handlers of SIGINT, SIGTERM, SIGABRT
  *   and SIGILL, installed before the first dat_ia_open, are still its own
  *   after it (the load of a provider and of what it links must not replace
@@ -77,7 +76,6 @@ static void bystanders_talk(const char *when)
 	expect_dto(A.rcv, A.ep, n + 1, DAT_DTO_SUCCESS, 64, DAT_DTO_RECEIVE, what);
 }
 
-/* A receive EVD of queue length q gets q + 2 completions. */
 /* The program's own handlers, installed before the provider is loaded. */
 static const int OWN_SIGNALS[] = {SIGINT, SIGTERM, SIGABRT, SIGILL};
 #define N_OWN_SIGNALS (sizeof OWN_SIGNALS / sizeof OWN_SIGNALS[0])
@@ -110,6 +108,7 @@ static void own_handlers_kept(void)
 	}
 }
 
+/* A receive EVD of queue length q gets q + 2 completions. */
 static void test_evd_overflow(void)
 {
 	struct side C, D;
