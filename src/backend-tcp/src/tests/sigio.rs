@@ -119,9 +119,7 @@ fn spinning_target_answers_reads() {
 #[test]
 #[ignore = "run in a child process by spinning_target_answers_reads"]
 fn reads_body() {
-    let server = Side::new("sig-srv", mem_priv::ALL);
-    let client = Side::new("sig-cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+    let (server, client, _psp) = connected_sides();
     let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
     server.buf.write(0, &pattern[..4088]);
     server.buf.write(4088, &[0u8; 8]);
@@ -195,9 +193,7 @@ fn an_exited_posters_connection_goes_back_to_the_process() {
 #[test]
 #[ignore = "run in a child process by an_exited_posters_connection_goes_back_to_the_process"]
 fn exited_poster_body() {
-    let server = Side::new("sig-srv", mem_priv::ALL);
-    let client = Side::new("sig-cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+    let (server, client, _psp) = connected_sides();
     server.buf.write(0, &[0u8; N * 8]);
     let server = std::thread::scope(|s| {
         let server = Moved(server);
@@ -269,9 +265,7 @@ fn poster_body() {
     HOLD_US.store(10_000_000, Ordering::Relaxed);
     // SAFETY: gettid has no preconditions.
     POSTERS[0].store(unsafe { libc::gettid() }, Ordering::Relaxed);
-    let server = Side::new("sig-srv", mem_priv::ALL);
-    let client = Side::new("sig-cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+    let (server, client, _psp) = connected_sides();
     server.buf.write(0, &[0u8; N * 8]);
     server.buf.write(WRITES_AT, &[0u8; N * 8]);
     let remotes: Vec<_> = (0..N)
@@ -411,9 +405,7 @@ fn busy_engine_body() {
 /// `dat_evd_dequeue`, then spins again (its connection's signal back on after the poller
 /// found its completion). Returns the frames handlers served in each spinning phase.
 fn exchange() -> (u64, u64) {
-    let server = Side::new("sig-srv", mem_priv::ALL);
-    let client = Side::new("sig-cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+    let (server, client, _psp) = connected_sides();
     let (client, first) = spinning_phase(&server, Moved(client), 0);
     blocking_phase(&server, &client.0);
     polled_phase(&server, &client.0);
@@ -577,9 +569,7 @@ fn blocking_phase(server: &Side, client: &Side) {
 #[test]
 #[ignore = "run in a child process by held_ack_reaches_a_blocking_initiator"]
 fn blocking_initiator_body() {
-    let server = Side::new("sig-srv", mem_priv::ALL);
-    let client = Side::new("sig-cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+    let (server, client, _psp) = connected_sides();
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let (held, timer) = (get(&stats::ACKS_HELD), get(&stats::ACK_TIMER_SIGNALS));
     let remotes: Vec<_> = (0..N).map(|i| server.remote(i * 8, 8)).collect();
@@ -641,9 +631,7 @@ fn blocking_initiator_body() {
 #[ignore = "run in a child process by held_acks_go_with_the_targets_answers"]
 fn ping_pong_body() {
     HOLD_US.store(10_000_000, Ordering::Relaxed);
-    let server = Side::new("sig-srv", mem_priv::ALL);
-    let client = Side::new("sig-cli", mem_priv::ALL);
-    let _psp = connect_pair(&server, &client);
+    let (server, client, _psp) = connected_sides();
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let (with_frame, timer) = (get(&stats::HELD_WITH_FRAME), get(&stats::ACK_TIMER_SIGNALS));
     let to_server: Vec<_> = (0..=N).map(|i| server.remote(i * 8, 8)).collect();
@@ -732,6 +720,14 @@ fn ping_pong_body() {
         );
         close(&[&moved.0, &server]);
     });
+}
+
+/// The server and client every body here starts from, connected (the PSP kept alive).
+fn connected_sides() -> (Side, Side, std::sync::Arc<super::Sp>) {
+    let server = Side::new("sig-srv", mem_priv::ALL);
+    let client = Side::new("sig-cli", mem_priv::ALL);
+    let psp = connect_pair(&server, &client);
+    (server, client, psp)
 }
 
 /// Where the N sends and N RDMA writes of 8 bytes land in the target's buffer.
