@@ -108,16 +108,10 @@ fn dlerror() -> String {
 /// process, at the first open of an ofi entry.)
 pub(crate) fn with_signal_actions_kept<T>(load: impl FnOnce() -> T) -> T {
     const SIGNALS: std::ops::RangeInclusive<c_int> = 1..=64;
-    let read = |sig: c_int| {
-        // SAFETY: an all-zero sigaction is a valid out-parameter.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: reading only; fails (ignored) for numbers that are no signal.
-        (unsafe { libc::sigaction(sig, std::ptr::null(), &mut act) } == 0).then_some(act)
-    };
-    let before: Vec<_> = SIGNALS.map(read).collect();
+    let before: Vec<_> = SIGNALS.map(action_of).collect();
     let out = load();
     for (sig, old) in SIGNALS.zip(before) {
-        let (Some(old), Some(now)) = (old, read(sig)) else {
+        let (Some(old), Some(now)) = (old, action_of(sig)) else {
             continue;
         };
         if now.sa_sigaction != old.sa_sigaction || now.sa_flags != old.sa_flags {
@@ -126,6 +120,14 @@ pub(crate) fn with_signal_actions_kept<T>(load: impl FnOnce() -> T) -> T {
         }
     }
     out
+}
+
+/// Signal `sig`'s current action; None for a number that is no signal.
+fn action_of(sig: c_int) -> Option<libc::sigaction> {
+    // SAFETY: an all-zero sigaction is a valid out-parameter.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reading only.
+    (unsafe { libc::sigaction(sig, std::ptr::null(), &mut act) } == 0).then_some(act)
 }
 
 /// `fi_getinfo`; `-FI_ENOSYS` where libfabric.so.1 cannot be opened.
@@ -245,8 +247,7 @@ mod tests {
                 let dfl: libc::sigaction = std::mem::zeroed();
                 libc::sigaction(libc::SIGUSR2, &dfl, std::ptr::null_mut());
             });
-            let mut now: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut now);
+            let now = action_of(libc::SIGUSR2).expect("SIGUSR2");
             assert_eq!(now.sa_sigaction, mark as *const () as usize);
         }
     }
@@ -254,25 +255,12 @@ mod tests {
     /// Opening libfabric itself changes no handler of the program.
     #[test]
     fn opening_libfabric_changes_no_signal_action() {
-        let before: Vec<usize> = (1..=31)
-            .map(|s| {
-                // SAFETY: reading only.
-                unsafe {
-                    let mut a: libc::sigaction = std::mem::zeroed();
-                    libc::sigaction(s, std::ptr::null(), &mut a);
-                    a.sa_sigaction
-                }
-            })
-            .collect();
+        let handler = |s| action_of(s).map(|a| a.sa_sigaction);
+        let before: Vec<_> = (1..=31).map(handler).collect();
         available().expect("libfabric.so.1 (libfabric1) is installed for these tests");
         assert!(fi_version() >= crate::API_VERSION);
         for (s, old) in (1..=31).zip(before) {
-            // SAFETY: reading only.
-            let now = unsafe {
-                let mut a: libc::sigaction = std::mem::zeroed();
-                libc::sigaction(s, std::ptr::null(), &mut a);
-                a.sa_sigaction
-            };
+            let now = handler(s);
             assert_eq!(
                 now, old,
                 "signal {s}'s handler changed when libfabric was opened"
