@@ -26,6 +26,7 @@ extern crate self as daplrs_tcp;
 mod engine;
 mod guarded;
 mod keys;
+mod readiness;
 mod samehost;
 mod sigio;
 pub(crate) mod sys;
@@ -509,6 +510,9 @@ impl Device for TcpDevice {
             waker: OnceLock::new(),
             driver: Mutex::new(None),
             buf: Mutex::new(Vec::new()),
+            readiness: Default::default(),
+            looks: Mutex::new(Looks::default()),
+            scan_all: AtomicBool::new(false),
             spin_misses: AtomicU32::new(0),
             keeps_claims: AtomicBool::new(false),
             disarmed: AtomicBool::new(false),
@@ -1007,6 +1011,12 @@ pub(crate) struct TcpCq {
     driver: Mutex<Option<ThreadId>>,
     /// The driver's (or poller's) read buffer.
     buf: Mutex<Vec<u8>>,
+    /// Which connections a poller's look reads (readiness.rs).
+    pub(crate) readiness: readiness::CqReadiness,
+    /// The poller's lists, taken with `buf`.
+    looks: Mutex<Looks>,
+    /// A connection could not be watched in `readiness`: looks read every connection.
+    scan_all: AtomicBool,
     /// Drives in a row whose spin window ended with nothing to read (see `drive`).
     spin_misses: AtomicU32,
     /// Connections stay claimed between the drives of one wait (see `end_drive`).
@@ -1014,6 +1024,15 @@ pub(crate) struct TcpCq {
     /// A poller's look turned the target signal of a connection off (sigio.rs): the next
     /// completion found turns it on again (`rearm`).
     disarmed: AtomicBool,
+}
+
+/// A polling consumer's lists (`TcpCq::progress`).
+#[derive(Default)]
+struct Looks {
+    /// The connections this look reads.
+    ready: Vec<u64>,
+    /// Those the last look left quiet, whose small frames no poller is told of: read each look.
+    quiet: Vec<u64>,
 }
 
 /// Read buffer of a driving application thread (large payloads are read past it, straight
@@ -1067,6 +1086,12 @@ impl TcpCq {
                 Some((tx, rx))
             })
             .as_ref()
+    }
+
+    /// A connection could not be put in this CQ's readiness sets: from now on a poller's look
+    /// reads every connection of the CQ, as it did before there were such sets.
+    pub(crate) fn readiness_failed(&self) {
+        self.scan_all.store(true, Ordering::Relaxed);
     }
 
     fn notify(&self) {
@@ -1222,9 +1247,11 @@ impl CompletionQueue for TcpCq {
         }
     }
 
-    /// A polling consumer's look at its connections: reads what they hold without waiting,
-    /// on this thread (the progress thread still watches them: see `PollSet::gather` in
-    /// engine/progress.rs). Skipped, not waited for, when another thread holds the engine.
+    /// A polling consumer's look at its connections: reads, on this thread and without
+    /// waiting, those that hold something (readiness.rs: the kernel's word for sockets, a load
+    /// for same-host rings) and those it left quiet; the engine is not taken when none does.
+    /// The progress thread still watches them (see `PollSet::gather` in engine/progress.rs).
+    /// Skipped, not waited for, when another thread holds the engine.
     fn progress(&self) -> bool {
         let Some(sh) = self.shared.upgrade() else {
             return false;
@@ -1235,25 +1262,45 @@ impl CompletionQueue for TcpCq {
         let Some(mut buf) = self.buf.try_lock() else {
             return false; // another thread of this CQ is at it
         };
+        let mut looks = self.looks.lock();
+        let Looks { ready, quiet } = &mut *looks;
+        ready.clear();
+        let scan_all = self.scan_all.load(Ordering::Relaxed);
+        if !scan_all {
+            self.readiness.ready(ready);
+            ready.extend_from_slice(quiet);
+            if ready.is_empty() {
+                return false;
+            }
+            ready.sort_unstable();
+            ready.dedup();
+        }
         if buf.len() < DRIVE_BUF {
             buf.resize(DRIVE_BUF, 0);
         }
         sh.try_run(|eng, sh| {
-            let conns = eng.pollable_for_cq(self.id);
-            if conns.is_empty() {
-                return false;
+            if scan_all {
+                *ready = eng.pollable_for_cq(self.id);
             }
-            for token in conns {
+            quiet.clear();
+            let mut looked = false;
+            for &token in ready.iter() {
+                if !eng.pollable(token) {
+                    continue;
+                }
+                looked = true;
                 if eng.note_poller(token) {
                     self.disarmed.store(true, Ordering::Relaxed);
                 }
                 eng.look_at_conn(sh, token, &mut buf);
                 eng.try_write(token);
-                eng.settle_quiet(token);
+                if eng.settle_quiet(token) {
+                    quiet.push(token);
+                }
             }
             eng.retry_drained(sh);
             eng.settle_failed_writes(sh, &mut buf);
-            true
+            looked
         })
         .unwrap_or(false)
     }

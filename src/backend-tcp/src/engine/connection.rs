@@ -141,6 +141,7 @@ impl Engine {
             e.local = local;
             e.remote = remote;
         }
+        self.rewatch(req);
         if flags & wire::FLAG_SAME_HOST != 0 {
             self.same_host_send_offer(sh, req, qp);
         }

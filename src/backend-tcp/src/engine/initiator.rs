@@ -65,8 +65,14 @@ impl Engine {
         if e.outstanding.len() + e.fenced.len() >= e.cap.max_send_wr.max(1) as usize {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
-        if e.conn.is_none() {
+        let Some(token) = e.conn else {
             return Err(bad_state());
+        };
+        // Its pollers read it at their next look (readiness.rs), on either CQ: the answer
+        // completes into the send CQ, a message the peer sends meanwhile into the receive CQ.
+        e.send_cq.readiness.note_posted(token);
+        if e.recv_cq.id != e.send_cq.id {
+            e.recv_cq.readiness.note_posted(token);
         }
         if let SendOp::BindMw { new_rkey, .. } = &wr.op {
             // The window carries its new rkey from the post on (the next bind derives from

@@ -199,6 +199,9 @@ struct Conn {
     /// In the progress thread's set of returned connections (see `release_cq_claims`).
     /// Declared first, so that a dropped connection leaves the set before its socket closes.
     returned: Option<Returned>,
+    /// In the readiness sets of its QP's CQs, for their pollers (readiness.rs): while
+    /// established. Before the socket too, for the same reason.
+    watched: Option<crate::readiness::Watched>,
     stream: TcpStream,
     phase: Phase,
     dec: Decoder,
@@ -337,6 +340,7 @@ impl Conn {
     fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>, charge: Charge) -> Conn {
         Conn {
             returned: None,
+            watched: None,
             stream,
             phase,
             dec: Decoder::new(),
@@ -498,6 +502,7 @@ impl Conn {
     /// to our last frame, then our end of stream. Frames from the peer are no longer processed.
     fn begin_close(&mut self) {
         self.phase = Phase::Closing;
+        self.watched = None;
         self.close_when_flushed = true;
         self.held.clear();
         self.held_bytes = 0;
@@ -774,6 +779,39 @@ impl Engine {
     /// established, not driven by a waiting thread, not failed.
     pub(crate) fn pollable_for_cq(&self, cq: u64) -> Vec<u64> {
         self.free_conns_of_cq(cq)
+    }
+
+    /// Whether a polling consumer may read connection `token` now (as `pollable_for_cq`).
+    pub(crate) fn pollable(&self, token: u64) -> bool {
+        self.conns.get(&token).is_some_and(|c| {
+            c.driven.is_none() && !c.write_failed && matches!(c.phase, Phase::Established { .. })
+        })
+    }
+
+    /// Puts established connection `token` in the readiness sets of its QP's CQs
+    /// (readiness.rs) as it reads now: its socket, or the same-host ring its frames come
+    /// through once the peer switched to it.
+    pub(super) fn rewatch(&mut self, token: u64) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let Phase::Established { qp } = c.phase else {
+            return;
+        };
+        let Some(e) = self.qps.get(&qp) else {
+            return;
+        };
+        let mut cqs = vec![e.send_cq.clone()];
+        if e.recv_cq.id != e.send_cq.id {
+            cqs.push(e.recv_cq.clone());
+        }
+        // Out of the sets first: a socket is in a set once.
+        c.watched = None;
+        let ring = c.same_host.reading_ring().cloned();
+        c.watched = Some(match ring {
+            Some(ring) => crate::readiness::Watched::ring(cqs, token, &ring),
+            None => crate::readiness::Watched::socket(cqs, token, c.stream.as_raw_fd()),
+        });
     }
 
     /// The wait of CQ `cq`'s driver ended: the connections it claimed go back to the progress

@@ -631,9 +631,10 @@ impl Engine {
     /// progress thread to see that write at once), when a driver claims the connection (it
     /// sleeps in poll), and by the progress thread when the consumer's `QUIET_LEASE` ends.
     /// Lowering it wakes a poller at once if frames came meanwhile.
-    pub(crate) fn settle_quiet(&mut self, token: u64) {
+    /// Returns whether the socket is quiet now.
+    pub(crate) fn settle_quiet(&mut self, token: u64) -> bool {
         let Some(c) = self.conns.get(&token) else {
-            return;
+            return false;
         };
         let busy = match c.phase {
             // A quiet socket raises no target signal either (../sigio.rs).
@@ -642,9 +643,11 @@ impl Engine {
             }
             _ => false,
         };
-        if let Some(c) = self.conns.get_mut(&token) {
-            c.set_quiet(busy);
-        }
+        let Some(c) = self.conns.get_mut(&token) else {
+            return false;
+        };
+        c.set_quiet(busy);
+        c.quiet
     }
 }
 

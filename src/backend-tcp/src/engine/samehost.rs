@@ -448,6 +448,8 @@ impl Engine {
             .rings
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         log::info!(target: LOG, "connection {token}: the peer's frames come through our ring");
+        // Its pollers now look at the ring, not the socket (readiness.rs).
+        self.rewatch(token);
         true
     }
 

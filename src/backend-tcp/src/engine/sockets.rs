@@ -168,6 +168,7 @@ impl Engine {
                     c.deadline = None;
                     c.arm_signal();
                 }
+                self.rewatch(token);
                 if !self.same_host_accepted(sh, token, qp, h.flags) {
                     return false;
                 }

@@ -1,0 +1,180 @@
+//! Which of a CQ's connections a polling consumer's look reads (`TcpCq::progress`), so that a
+//! look costs what is ready, not how many connections the CQ has (an MPI rank has one EP per
+//! peer, all completing into a few EVDs, and polls them in a loop).
+//!
+//! Each CQ keeps an epoll set of the sockets of its established TCP connections (level-
+//! triggered: looking consumes nothing) and a list of the same-host rings its connections'
+//! frames come through (samehost/ring.rs), whose data no socket reports. A look asks the
+//! epoll set which sockets hold input and reads those rings that hold data; the engine is
+//! taken only if something is there. A connection joins these sets when it is established
+//! and leaves them (`Watched`, dropped) when it closes or its frames move to a ring.
+//!
+//! What the kernel does not report is looked at directly: a socket made quiet (its receive
+//! low-water mark raised while its consumer has requests outstanding, engine/progress.rs
+//! `settle_quiet`) wakes no poller, epoll included, for a small frame; the look keeps the
+//! connections it left quiet and reads them each time, as before. Those are the connections
+//! with requests of the consumer's outstanding: work, not the connection count.
+
+use std::os::fd::RawFd;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::samehost::ring::Ring;
+use crate::sys::Epoll;
+use crate::TcpCq;
+
+/// One CQ's readiness sets.
+#[derive(Default)]
+pub(crate) struct CqReadiness {
+    /// The sockets of its TCP connections, by token; made at the first (None: epoll refused,
+    /// then every connection is looked at, as before: `Watched::socket`).
+    sockets: OnceLock<Option<Epoll>>,
+    /// The tokens of the sockets in `sockets`.
+    socket_tokens: Mutex<Vec<u64>>,
+    /// The rings its connections' frames come through, by token.
+    rings: Mutex<Vec<(u64, Arc<Ring>)>>,
+    /// Connections a request was posted on since the last look (`note_posted`).
+    posted: Mutex<Vec<u64>>,
+}
+
+/// Connections noted as posted on between two looks, at most: past that, a consumer that does
+/// not poll (it waits, or polls another EVD) makes no list grow. A connection left out is
+/// only not made quiet before its answer comes (the progress thread may then be woken by
+/// it, as by any frame): the look still reads it when its socket reports the answer.
+const POSTED_MAX: usize = 256;
+
+/// Up to this many sockets, a look reads each instead of asking epoll first: a read that
+/// finds nothing costs what epoll_wait costs, and one that finds something saves it.
+const READ_ALL_UPTO: usize = 2;
+
+impl CqReadiness {
+    fn epoll(&self) -> Option<&Epoll> {
+        self.sockets
+            .get_or_init(|| {
+                Epoll::new()
+                    .map_err(|e| log::warn!("epoll: {e}; a poller reads every connection"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Watches socket `fd` of connection `token` for input; false if epoll refused it.
+    fn watch_socket(&self, fd: RawFd, token: u64) -> bool {
+        let Some(epoll) = self.epoll() else {
+            return false;
+        };
+        match epoll.add(fd, token) {
+            Ok(()) => {
+                self.socket_tokens.lock().push(token);
+                true
+            }
+            Err(e) => {
+                log::warn!("epoll_ctl(ADD): {e}");
+                false
+            }
+        }
+    }
+
+    fn unwatch_socket(&self, fd: RawFd, token: u64) {
+        if let Some(Some(epoll)) = self.sockets.get() {
+            epoll.remove(fd);
+            self.socket_tokens.lock().retain(|t| *t != token);
+        }
+    }
+
+    fn watch_ring(&self, token: u64, ring: Arc<Ring>) {
+        self.rings.lock().push((token, ring));
+    }
+
+    fn forget_ring(&self, token: u64) {
+        self.rings.lock().retain(|(t, _)| *t != token);
+    }
+
+    /// A request was posted on connection `token`: the next look reads it whatever its socket
+    /// says, so that it is made quiet before the answer comes if the consumer polls for it
+    /// (engine/progress.rs `settle_quiet`), as it was when every look read every connection.
+    pub(crate) fn note_posted(&self, token: u64) {
+        let mut posted = self.posted.lock();
+        if posted.len() < POSTED_MAX && posted.last() != Some(&token) {
+            posted.push(token);
+        }
+    }
+
+    /// Appends the tokens of the connections with something to read now: sockets with input
+    /// (at most 64 a look; the rest stay ready for the next), rings with data, and those
+    /// posted on since the last look.
+    pub(crate) fn ready(&self, out: &mut Vec<u64>) {
+        out.append(&mut self.posted.lock());
+        if let Some(Some(epoll)) = self.sockets.get() {
+            let tokens = self.socket_tokens.lock();
+            match tokens.len() {
+                0 => {}
+                n if n <= READ_ALL_UPTO => out.extend_from_slice(&tokens),
+                _ => {
+                    drop(tokens);
+                    epoll.ready(out);
+                }
+            }
+        }
+        let rings = self.rings.lock();
+        out.extend(rings.iter().filter(|(_, r)| r.has_data()).map(|(t, _)| *t));
+    }
+}
+
+/// A connection's place in the readiness sets of its QP's CQs (one or two); dropped, it
+/// leaves them. Declared before the socket in `Conn`, so that it leaves before the socket
+/// closes.
+pub(crate) struct Watched {
+    cqs: Vec<Arc<TcpCq>>,
+    token: u64,
+    via: Via,
+}
+
+enum Via {
+    Socket(RawFd),
+    Ring,
+}
+
+impl Watched {
+    /// Watches socket `fd` of connection `token` in the sets of `cqs`. A set that refuses it
+    /// turns its CQ's looks back to reading every connection (`TcpCq::readiness_failed`).
+    pub(crate) fn socket(cqs: Vec<Arc<TcpCq>>, token: u64, fd: RawFd) -> Watched {
+        let mut added = Vec::with_capacity(cqs.len());
+        for cq in cqs {
+            if !cq.readiness.watch_socket(fd, token) {
+                cq.readiness_failed();
+                continue;
+            }
+            added.push(cq);
+        }
+        Watched {
+            cqs: added,
+            token,
+            via: Via::Socket(fd),
+        }
+    }
+
+    /// Watches `ring`, through which connection `token`'s frames come, in the sets of `cqs`.
+    pub(crate) fn ring(cqs: Vec<Arc<TcpCq>>, token: u64, ring: &Arc<Ring>) -> Watched {
+        for cq in &cqs {
+            cq.readiness.watch_ring(token, ring.clone());
+        }
+        Watched {
+            cqs,
+            token,
+            via: Via::Ring,
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        for cq in &self.cqs {
+            match self.via {
+                Via::Socket(fd) => cq.readiness.unwatch_socket(fd, self.token),
+                Via::Ring => cq.readiness.forget_ring(self.token),
+            }
+        }
+    }
+}
