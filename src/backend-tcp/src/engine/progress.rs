@@ -351,12 +351,19 @@ impl PollSet {
             return;
         }
         // Watched in the set of returned connections, while that is enough (it
-        // watches for input only).
+        // watches for input only). An idle connection goes there too (`parks`), so
+        // that the poll set holds the connections with something under way and a
+        // wake-up costs what they cost, not what the connections of the IA cost.
+        let parks =
+            c.returnable() && c.same_host.incoming.is_none() && (c.quiet || !c.polled_at(now));
         if c.returned.is_some() {
-            if c.returnable() {
+            if parks {
                 return;
             }
             c.returned = None;
+        }
+        if parks && self.park(t, c) {
+            return;
         }
         let mut ev = 0;
         // A poller that stopped looking gets the target signal back (../sigio.rs).
@@ -409,6 +416,26 @@ impl PollSet {
             && c.polled_at(now)
             && c.same_host.reading_ring().is_none();
         self.push(c.stream.as_raw_fd(), ev, Target::Conn(t));
+    }
+
+    /// Puts connection `t` (`c`), which needs nothing but its input watched, in the set of returned
+    /// connections (`Engine::release_cq_claims`); false if there is no set or it refused.
+    /// A connection polled now (without a quiet socket) stays in the poll set: whether an
+    /// application polls it decides whether this thread spins (`gather`).
+    fn park(&self, t: u64, c: &mut Conn) -> bool {
+        let Some(set) = self.returned.as_ref() else {
+            return false;
+        };
+        let fd = c.stream.as_raw_fd();
+        if let Err(e) = set.add(fd, t) {
+            log::warn!("epoll_ctl(ADD): {e}");
+            return false;
+        }
+        c.returned = Some(Returned {
+            set: set.clone(),
+            fd,
+        });
+        true
     }
 
     /// Woken by the set of returned connections alone, which holds nothing to read by the
