@@ -604,24 +604,15 @@ impl Device for TcpDevice {
         let attempt = self
             .shared
             .run(|eng, _| eng.begin_connect(qp_num, remote, private_data.to_vec(), timeout))?;
-        // TCP's connect blocks; a helper thread does it and hands the socket to the engine.
-        let weak = Arc::downgrade(&self.shared);
+        // Started here without blocking; the progress thread sees it finish (engine/connection.rs
+        // `connect_started`). A thread per connect, as before, cost more than the rest of a
+        // connection's setup together.
         let limit = timeout
             .unwrap_or(Duration::from_secs(60))
             .max(Duration::from_millis(1));
-        std::thread::Builder::new()
-            .name("daplrs-connect".into())
-            .spawn(move || {
-                sigio::block_here();
-                let result = sys::connect_reusable(remote, limit);
-                if let Some(shared) = weak.upgrade() {
-                    shared.run(|eng, _| {
-                        eng.connect_results.push((qp_num, attempt, result));
-                        eng.wake_needed = true;
-                    });
-                }
-            })
-            .map_err(|_| Error::NoResource(Resource::Host))?;
+        let started = sys::connect_start(remote);
+        self.shared
+            .run(|eng, _| eng.connect_started(qp_num, attempt, started, Instant::now() + limit));
         Ok(())
     }
 

@@ -440,6 +440,37 @@ pub fn connect_reusable(
     remote: std::net::SocketAddrV4,
     limit: std::time::Duration,
 ) -> io::Result<std::net::TcpStream> {
+    let (stream, done) = connect_start(remote)?;
+    if !done {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection timed out",
+                ));
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            let mut fds = [PollFd::new(stream.as_raw_fd(), POLLOUT)];
+            if poll(&mut fds, ms)? > 0 {
+                break;
+            }
+        }
+        if let Some(err) = stream.take_error()? {
+            return Err(err);
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// The first half of `connect_reusable`, for a caller that waits for it its own way: a
+/// non-blocking socket whose connect to `remote` is under way (false: it is writable once
+/// done, and `take_error` then says how it went) or already done (true).
+pub(super) fn connect_start(
+    remote: std::net::SocketAddrV4,
+) -> io::Result<(std::net::TcpStream, bool)> {
     use std::os::fd::{FromRawFd, OwnedFd};
     // SAFETY: plain socket(2); the descriptor is owned at once.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
@@ -472,27 +503,9 @@ pub fn connect_reusable(
         if err.raw_os_error() != Some(libc::EINPROGRESS) {
             return Err(err);
         }
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connection timed out",
-                ));
-            }
-            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-            let mut fds = [PollFd::new(stream.as_raw_fd(), POLLOUT)];
-            if poll(&mut fds, ms)? > 0 {
-                break;
-            }
-        }
-        if let Some(err) = stream.take_error()? {
-            return Err(err);
-        }
+        return Ok((stream, false));
     }
-    stream.set_nonblocking(false)?;
-    Ok(stream)
+    Ok((stream, true))
 }
 
 /// Makes the calling thread SCHED_FIFO at the lowest real-time priority (`on`), or

@@ -26,6 +26,80 @@ impl Engine {
         Ok(e.attempt)
     }
 
+    /// The consumer's connect of `qp` (its `attempt`) started: done at once, failed, or under
+    /// way until `until` (then the progress thread watches the socket: `connects_to_watch`).
+    pub(crate) fn connect_started(
+        &mut self,
+        qp: u32,
+        attempt: u64,
+        started: io::Result<(TcpStream, bool)>,
+        until: Instant,
+    ) {
+        self.wake_needed = true;
+        match started {
+            Ok((stream, false)) => {
+                let c = Connecting {
+                    attempt,
+                    stream,
+                    until,
+                };
+                self.connecting.insert(qp, c);
+            }
+            Ok((stream, true)) => self.connect_results.push((qp, attempt, Ok(stream))),
+            Err(e) => self.connect_results.push((qp, attempt, Err(e))),
+        }
+    }
+
+    /// The sockets of the connects under way, for the progress thread to watch for their end
+    /// (writable), and the time left to the first one's limit.
+    pub(super) fn connects_to_watch(
+        &self,
+        now: Instant,
+    ) -> (Vec<(u32, std::os::fd::RawFd)>, Option<Duration>) {
+        let first = self.connecting.values().map(|c| c.until).min();
+        let fds = self
+            .connecting
+            .iter()
+            .map(|(qp, c)| (*qp, c.stream.as_raw_fd()))
+            .collect();
+        (fds, first.map(|u| u.saturating_duration_since(now)))
+    }
+
+    /// The connect of `qp` ended (its socket is writable) or may have run out of time: its
+    /// result goes to `process_connect_results`.
+    pub(super) fn connect_ended(&mut self, qp: u32, now: Instant, ready: bool) {
+        let Some(c) = self.connecting.get(&qp) else {
+            return;
+        };
+        let result = match c.stream.take_error() {
+            Ok(None) if ready => Ok(()),
+            Ok(None) if now < c.until => return, // still under way
+            Ok(None) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection timed out",
+            )),
+            Ok(Some(e)) | Err(e) => Err(e),
+        };
+        let Some(c) = self.connecting.remove(&qp) else {
+            return;
+        };
+        let result = result.map(|()| c.stream);
+        self.connect_results.push((qp, c.attempt, result));
+    }
+
+    /// Connects under way past their limit end as timed out.
+    pub(super) fn expire_connects(&mut self, now: Instant) {
+        let expired: Vec<u32> = self
+            .connecting
+            .iter()
+            .filter(|(_, c)| c.until <= now)
+            .map(|(qp, _)| *qp)
+            .collect();
+        for qp in expired {
+            self.connect_ended(qp, now, false);
+        }
+    }
+
     pub(super) fn process_connect_results(&mut self) {
         for (qp, attempt, result) in std::mem::take(&mut self.connect_results) {
             let current = match self.qps.get(&qp) {
@@ -463,4 +537,11 @@ impl Engine {
             self.fail_qp(qp, Some(CmEvent::TimedOut { qp_num: qp }));
         }
     }
+}
+
+/// A connect under way (`Engine::connect_started`).
+pub(super) struct Connecting {
+    attempt: u64,
+    stream: TcpStream,
+    until: Instant,
 }

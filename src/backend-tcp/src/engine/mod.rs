@@ -548,6 +548,8 @@ pub(crate) struct Engine {
     conns: IntMap<u64, Conn>,
     pub(crate) listeners: IntMap<u64, ListenerEntry>,
     pub(crate) connect_results: Vec<(u32, u64, io::Result<TcpStream>)>,
+    /// Connects under way, by QP (`connect_started`).
+    connecting: IntMap<u32, connection::Connecting>,
     next_token: u64,
     next_qp: u32,
     pub(crate) deferred: Vec<Deferred>,
@@ -948,6 +950,7 @@ impl Engine {
         if let Some(t) = e.conn.take() {
             self.conns.remove(&t);
         }
+        self.connecting.remove(&qp);
         self.flush_qp(qp);
         if let Some(ev) = ev {
             self.emit(ev);
@@ -1010,6 +1013,7 @@ impl Engine {
         }
         self.flush_qp(qp);
         self.qps.remove(&qp);
+        self.connecting.remove(&qp);
         self.forget_ud_resolutions(qp);
     }
 

@@ -14,6 +14,8 @@ enum Target {
     Conn(u64),
     /// A datagram QP's socket.
     Datagram(u32),
+    /// The socket of a QP's connect under way.
+    Connecting(u32),
 }
 
 /// The progress thread: polls the wake-up pipe, listeners and connections until the device
@@ -176,6 +178,10 @@ impl ProgressThread {
                     Target::Conn(t) => {
                         polled_frames += eng.serve_conn_events(sh, *t, rev, now, buf)
                     }
+                    Target::Connecting(qp) => {
+                        traffic = true;
+                        eng.connect_ended(*qp, now, true);
+                    }
                     Target::Datagram(qp) => {
                         traffic = true;
                         if rev & (POLLIN | POLLERR) != 0 {
@@ -187,6 +193,8 @@ impl ProgressThread {
                     }
                 }
             }
+            eng.expire_connects(now);
+            eng.process_connect_results();
             eng.forget_exited_posters();
             if tick || std::mem::take(&mut eng.signal_sweep) {
                 let tick_len = Duration::from_millis(TICK_MS as u64);
@@ -304,6 +312,13 @@ impl PollSet {
         // same-host ring we sleep deferring to the poller (`RingWatch::watch_deferring`).
         for (t, c) in eng.conns.iter_mut() {
             set.add_conn(*t, c, now);
+        }
+        let (connects, first_limit) = eng.connects_to_watch(now);
+        for (qp, fd) in connects {
+            set.push(fd, POLLOUT, Target::Connecting(qp));
+        }
+        if let Some(left) = first_limit {
+            set.lease_ends(left);
         }
         for (qp, fd, output) in eng.ud_sockets() {
             let ev = if output { POLLIN | POLLOUT } else { POLLIN };
