@@ -1079,6 +1079,11 @@ impl TcpCq {
             .as_ref()
     }
 
+    /// Whether a connection could not be put in this CQ's readiness sets (`readiness_failed`).
+    pub(crate) fn scan_all(&self) -> bool {
+        self.scan_all.load(Ordering::Relaxed)
+    }
+
     /// A connection could not be put in this CQ's readiness sets: from now on a poller's look
     /// reads every connection of the CQ, as it did before there were such sets.
     pub(crate) fn readiness_failed(&self) {
@@ -1141,8 +1146,8 @@ impl CompletionQueue for TcpCq {
         let Some((_, wake_rx)) = self.waker() else {
             return false;
         };
-        let claimed = sh.run(|eng, _| eng.claim_for_cq(self.id));
-        if claimed.is_empty() {
+        let (claimed, sets) = sh.run(|eng, _| eng.claim_for_cq(self));
+        if claimed.is_empty() && sets.is_empty() {
             return false;
         }
         *self.driver.lock() = Some(std::thread::current().id());
@@ -1153,7 +1158,8 @@ impl CompletionQueue for TcpCq {
                 (left.as_micros().div_ceil(1000) as u64).min(DRIVE_MAX_MS)
             }
         };
-        let mut fds = Vec::with_capacity(claimed.len() + 1);
+        // The waker, the claimed connections, the parked sets, then the rings' bells.
+        let mut fds = Vec::with_capacity(claimed.len() + sets.len() + 1);
         let mut rings = engine::RingWatch::default();
         fds.push(sys::PollFd::new(wake_rx.as_raw_fd(), sys::POLLIN));
         for c in &claimed {
@@ -1170,6 +1176,11 @@ impl CompletionQueue for TcpCq {
                 rings.watch_output(fds.len(), ring);
             }
             fds.push(sys::PollFd::new(c.fd, input | output));
+        }
+        for set in &sets {
+            if let Some(fd) = set.readiness.parked_fd() {
+                fds.push(sys::PollFd::new(fd, sys::POLLIN));
+            }
         }
         rings.add_bells(&mut fds);
         // Spin first when spinning has paid lately: an answer a round trip away is then read
@@ -1216,6 +1227,18 @@ impl CompletionQueue for TcpCq {
                 }
                 if rev & sys::POLLOUT != 0 {
                     eng.try_write(c.token);
+                }
+            }
+            let parked_fds = fds.iter().skip(1 + claimed.len());
+            let mut ready = Vec::new();
+            for (set, fd) in sets.iter().zip(parked_fds) {
+                if fd.revents() != 0 {
+                    set.readiness.parked_ready(&mut ready);
+                }
+            }
+            for token in ready {
+                if eng.parked(token) {
+                    eng.read_conn(sh, token, &mut buf);
                 }
             }
             eng.retry_drained(sh);

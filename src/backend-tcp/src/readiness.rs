@@ -36,6 +36,14 @@ pub(crate) struct CqReadiness {
     rings: Mutex<Vec<(u64, Arc<Ring>)>>,
     /// Connections a request was posted on since the last look (`note_posted`).
     posted: Mutex<Vec<u64>>,
+    /// The parked connections of the QPs this CQ receives for: those that need only their
+    /// input watched by the progress thread (engine/progress.rs `add_conn`). It watches them
+    /// through this set, nested in its set of returned connections while no driver claims
+    /// it; a driver claims them all with one `epoll_ctl`, not one per connection
+    /// (engine/mod.rs `claim_for_cq`).
+    parked: OnceLock<Option<Epoll>>,
+    /// How many connections are parked in it.
+    parked_count: std::sync::atomic::AtomicUsize,
 }
 
 /// Connections noted as posted on between two looks, at most: past that, a consumer that does
@@ -89,6 +97,59 @@ impl CqReadiness {
 
     fn forget_ring(&self, token: u64) {
         self.rings.lock().retain(|(t, _)| *t != token);
+    }
+
+    /// Appends the tokens of the connections in these sets (sockets and rings): not all of
+    /// the CQ's if one could not be put in them (`TcpCq::readiness_failed`).
+    pub(crate) fn members(&self, out: &mut Vec<u64>) {
+        out.extend_from_slice(&self.socket_tokens.lock());
+        out.extend(self.rings.lock().iter().map(|(t, _)| *t));
+    }
+
+    /// Parks socket `fd` of connection `token`; false if the set could not be made or took it.
+    pub(crate) fn park(&self, fd: RawFd, token: u64) -> bool {
+        let set = self.parked.get_or_init(|| {
+            Epoll::new()
+                .map_err(|e| log::warn!("epoll: {e}; connections are not parked"))
+                .ok()
+        });
+        match set.as_ref().map(|s| s.add(fd, token)) {
+            Some(Ok(())) => {
+                self.parked_count
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            Some(Err(e)) => {
+                log::warn!("epoll_ctl(ADD): {e}");
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn unpark(&self, fd: RawFd) {
+        if let Some(Some(set)) = self.parked.get() {
+            set.remove(fd);
+            self.parked_count
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// How many connections are parked here.
+    pub(crate) fn parked_count(&self) -> usize {
+        self.parked_count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The parked set's descriptor, once made.
+    pub(crate) fn parked_fd(&self) -> Option<RawFd> {
+        self.parked.get()?.as_ref().map(|s| s.fd())
+    }
+
+    /// Appends the tokens of the parked connections with input (at most 64).
+    pub(crate) fn parked_ready(&self, out: &mut Vec<u64>) {
+        if let Some(Some(set)) = self.parked.get() {
+            set.ready(out);
+        }
     }
 
     /// A request was posted on connection `token`: the next look reads it whatever its socket
@@ -176,5 +237,25 @@ impl Drop for Watched {
                 Via::Ring => cq.readiness.forget_ring(self.token),
             }
         }
+    }
+}
+
+/// A connection's place in its receive CQ's parked set (`CqReadiness::park`); dropped, it
+/// leaves it. Declared before the socket in `Conn`.
+pub(crate) struct Parked {
+    pub(crate) cq: Arc<TcpCq>,
+    fd: RawFd,
+}
+
+impl Parked {
+    /// Parks socket `fd` of connection `token` in `cq`'s set; None if it could not be.
+    pub(crate) fn new(cq: Arc<TcpCq>, fd: RawFd, token: u64) -> Option<Parked> {
+        cq.readiness.park(fd, token).then_some(Parked { cq, fd })
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.cq.readiness.unpark(self.fd);
     }
 }

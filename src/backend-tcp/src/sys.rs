@@ -156,6 +156,22 @@ impl Epoll {
         Ok(())
     }
 
+    /// Turns watching `fd` (added before) off or on again without taking it out: for a
+    /// nested epoll set, adding it again would walk every descriptor in it (the kernel's loop
+    /// check), changing its events does not.
+    pub(super) fn set_watching(&self, fd: RawFd, token: u64, on: bool) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: if on { libc::EPOLLIN as u32 } else { 0 },
+            u64: token,
+        };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        let rc = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Stops watching `fd`.
     pub(super) fn remove(&self, fd: RawFd) {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
@@ -178,7 +194,7 @@ impl Epoll {
         }
     }
 
-    pub(super) fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         self.0.as_raw_fd()
     }
 }

@@ -1140,10 +1140,10 @@ fn a_hostile_peer_cannot_hurt_the_target_or_its_legitimate_peers() {
 
     // ---- the end: descriptors back, RSS bounded, data intact ----
     let t0 = Instant::now();
-    // One more than before the readiness sets: a CQ that gets its first connection during
-    // the run keeps the epoll set its pollers look at (backend-tcp's readiness.rs) as long
-    // as it lives.
-    while fd_count() > fds_start + 5 {
+    // Two more than before the readiness sets: a CQ that gets its first connection during
+    // the run keeps the epoll sets its pollers and its parked connections use (backend-tcp's
+    // readiness.rs) as long as it lives.
+    while fd_count() > fds_start + 6 {
         if t0.elapsed() > HANG {
             let _ = std::process::Command::new("sh")
                 .arg("-c")

@@ -53,6 +53,9 @@ const MAX_AWAITING_HELLO: usize = 256;
 /// Connection requests of one listener that the consumer has neither accepted nor rejected:
 /// past this many, a new HELLO is refused (REJECT, status REMOTE_INVALID) and closed.
 pub(crate) const MAX_PENDING_REQUESTS: usize = 1024;
+/// A driver claims up to this many parked connections of a CQ one by one, more by their
+/// parked set (`Engine::claim_parked_sets`).
+const CLAIM_ALONE_UPTO: usize = 8;
 /// How long a listener rests after accept ran out of descriptors.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// Target-side requests queued behind a send that waits for a receive; past this many bytes we
@@ -198,7 +201,7 @@ enum Phase {
 struct Conn {
     /// In the progress thread's set of returned connections (see `release_cq_claims`).
     /// Declared first, so that a dropped connection leaves the set before its socket closes.
-    returned: Option<Returned>,
+    returned: Option<crate::readiness::Parked>,
     /// In the readiness sets of its QP's CQs, for their pollers (readiness.rs): while
     /// established. Before the socket too, for the same reason.
     watched: Option<crate::readiness::Watched>,
@@ -305,19 +308,6 @@ enum SinkStep {
     More,
     Blocked,
     Gone,
-}
-
-/// A connection's place in the progress thread's set of returned connections; dropped, it
-/// takes the socket out of the set.
-struct Returned {
-    set: Arc<sys::Epoll>,
-    fd: std::os::fd::RawFd,
-}
-
-impl Drop for Returned {
-    fn drop(&mut self) {
-        self.set.remove(self.fd);
-    }
 }
 
 /// A connection an application thread drives for a while.
@@ -577,6 +567,17 @@ pub(crate) struct Engine {
     returned_set: Option<Arc<sys::Epoll>>,
     /// The progress thread polls without the connections drivers had claimed.
     poll_excludes: bool,
+    /// CQs whose parked set (readiness.rs) is in `returned_set`, by id (not kept alive by
+    /// it: a CQ freed takes its set out of `returned_set` as it closes); watched there unless
+    /// in `claimed_sets`.
+    nested: IntMap<u64, std::sync::Weak<TcpCq>>,
+    /// CQs whose parked set a driver holds, by id: the CQ and the driver's CQ.
+    claimed_sets: IntMap<u64, (Arc<TcpCq>, u64)>,
+    /// Per CQ, the CQs that receive for its QPs and how many of its QPs each receives for
+    /// (a driver of the CQ claims their parked sets).
+    receivers: IntMap<u64, Vec<(Arc<TcpCq>, usize)>>,
+    /// Per driver's CQ, the connections it claimed one by one.
+    driven_by: IntMap<u64, Vec<u64>>,
     /// Connections whose output drained while requests were held behind it.
     drained: Vec<u64>,
     /// Per listener, its connections in the order accepted that may still await their HELLO
@@ -686,6 +687,7 @@ impl Engine {
     ) -> u32 {
         self.next_qp += 1;
         let n = self.next_qp;
+        self.note_receiver(&send_cq, &recv_cq, true);
         self.qps.insert(
             n,
             QpEntry {
@@ -745,22 +747,85 @@ impl Engine {
             .collect()
     }
 
+    /// A QP completing into `send` and `recv` came (`add`) or went: `recv` receives for both.
+    fn note_receiver(&mut self, send: &Arc<TcpCq>, recv: &Arc<TcpCq>, add: bool) {
+        let cqs = if send.id == recv.id {
+            vec![send.id]
+        } else {
+            vec![send.id, recv.id]
+        };
+        for cq in cqs {
+            let list = self.receivers.entry(cq).or_default();
+            match list.iter().position(|(r, _)| r.id == recv.id) {
+                Some(i) if add => list[i].1 += 1,
+                Some(i) => {
+                    list[i].1 -= 1;
+                    if list[i].1 == 0 {
+                        list.swap_remove(i);
+                    }
+                }
+                None if add => list.push((recv.clone(), 1)),
+                None => {}
+            }
+            if list.is_empty() {
+                self.receivers.remove(&cq);
+            }
+        }
+    }
+
     /// Claims for a driver the established connections of the QPs that complete into CQ `cq`
     /// and nobody else drives (those its earlier drives of the same wait claimed stay its own
     /// until `release_cq_claims`).
-    pub(crate) fn claim_for_cq(&mut self, cq: u64) -> Vec<Claim> {
+    ///
+    /// Parked connections (those that need only their input watched) are claimed by their
+    /// set: the parked sets of the CQs that receive for the QPs of `cq` (returned, to poll)
+    /// leave the progress thread's set of returned connections, one `epoll_ctl` each
+    /// whatever the connections (one each, before, both ways, at every wait: 8 B blocking
+    /// round trips on one of 1,024 connections took milliseconds).
+    pub(crate) fn claim_for_cq(&mut self, tcq: &TcpCq) -> (Vec<Claim>, Vec<Arc<TcpCq>>) {
+        let cq = tcq.id;
+        let sets = self.claim_parked_sets(cq);
         let mut out = Vec::new();
-        for token in self.conns_of_cq(cq, Some(cq)) {
+        // The CQ's connections from its readiness sets, not a walk of every QP of the IA.
+        let candidates = match tcq.scan_all() {
+            true => self.conns_of_cq(cq, Some(cq)),
+            false => {
+                let mut members = Vec::new();
+                tcq.readiness.members(&mut members);
+                members
+            }
+        };
+        for token in candidates {
             let Some(c) = self.conns.get_mut(&token) else {
                 continue;
             };
+            let usable = (c.driven.is_none() || c.driven == Some(cq))
+                && !c.write_failed
+                && matches!(c.phase, Phase::Established { .. });
+            if !usable {
+                continue;
+            }
+            if let Some(p) = c.returned.as_ref() {
+                match self.claimed_sets.get(&p.cq.id) {
+                    Some((_, driver)) if *driver == cq => {
+                        // Watched through its set; a quiet socket would not wake the
+                        // driver for a small frame.
+                        c.set_quiet(false);
+                        continue;
+                    }
+                    Some(_) => continue, // in a set another driver holds: its connection
+                    None => {}           // a set too small to claim whole: claimed alone
+                }
+            }
             let (input, output) = (c.wants_input(), c.output_due());
             if !input && !output {
                 continue; // back-pressured: nothing to watch (see `PollSet::add_conn`)
             }
             // The driver sleeps in poll on it: a signal would only interrupt that poll.
             c.set_armed(false);
-            c.driven = Some(cq);
+            if c.driven.replace(cq).is_none() {
+                self.driven_by.entry(cq).or_default().push(token);
+            }
             // Out of the progress thread's set of returned connections (without waking it):
             // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
             c.returned = None;
@@ -774,7 +839,103 @@ impl Engine {
                 ring_out: c.same_host.writing_ring().cloned(),
             });
         }
+        (out, sets)
+    }
+
+    /// Takes the parked sets of the CQs receiving for `cq`'s QPs out of the progress thread's
+    /// set of returned connections, for `cq`'s driver; those it holds already (earlier
+    /// drives of the same wait) stay its own, those another driver holds are left to it.
+    fn claim_parked_sets(&mut self, cq: u64) -> Vec<Arc<TcpCq>> {
+        let receivers: Vec<Arc<TcpCq>> = self
+            .receivers
+            .get(&cq)
+            .map(|l| l.iter().map(|(r, _)| r.clone()).collect())
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for r in receivers {
+            let Some(fd) = r.readiness.parked_fd() else {
+                continue; // nothing parked there yet
+            };
+            match self.claimed_sets.get(&r.id) {
+                Some((_, driver)) if *driver == cq => {}
+                Some(_) => continue,
+                // A few connections are claimed one by one, as they were before: the set's
+                // own descriptor would cost the driver an epoll_wait per wake-up.
+                None if r.readiness.parked_count() <= CLAIM_ALONE_UPTO => continue,
+                None => {
+                    if self.nested.contains_key(&r.id) {
+                        if let Some(top) = self.returned_set.as_ref() {
+                            if let Err(e) = top.set_watching(fd, r.id, false) {
+                                log::error!("epoll_ctl(MOD) of a parked set: {e}");
+                                continue;
+                            }
+                        }
+                    }
+                    self.claimed_sets.insert(r.id, (r.clone(), cq));
+                }
+            }
+            out.push(r);
+        }
         out
+    }
+
+    /// Parks established connection `token` in its receive CQ's parked set, which the
+    /// progress thread watches unless a driver holds it; false if it cannot be parked.
+    pub(super) fn park(&mut self, token: u64) -> bool {
+        let Some(c) = self.conns.get(&token) else {
+            return false;
+        };
+        let Phase::Established { qp } = c.phase else {
+            return false;
+        };
+        let Some(cq) = self.qps.get(&qp).map(|e| e.recv_cq.clone()) else {
+            return false;
+        };
+        if self.returned_set.is_none() {
+            return false;
+        }
+        let fd = c.stream.as_raw_fd();
+        let Some(parked) = crate::readiness::Parked::new(cq.clone(), fd, token) else {
+            return false;
+        };
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.returned = Some(parked);
+        }
+        self.nest(&cq);
+        true
+    }
+
+    /// Puts `cq`'s parked set into the progress thread's set of returned connections, unless
+    /// it is there or a driver holds it.
+    fn nest(&mut self, cq: &Arc<TcpCq>) {
+        if self.nested.contains_key(&cq.id) || self.claimed_sets.contains_key(&cq.id) {
+            return;
+        }
+        let (Some(top), Some(fd)) = (self.returned_set.as_ref(), cq.readiness.parked_fd()) else {
+            return;
+        };
+        match top.add(fd, cq.id) {
+            Ok(()) => {
+                self.nested.retain(|_, w| w.strong_count() > 0);
+                self.nested.insert(cq.id, Arc::downgrade(cq));
+            }
+            Err(e) => log::error!("epoll_ctl(ADD) of a parked set: {e}"),
+        }
+    }
+
+    /// Whether connection `token` is parked (readiness.rs `Parked`).
+    pub(crate) fn parked(&self, token: u64) -> bool {
+        self.conns.get(&token).is_some_and(|c| c.returned.is_some())
+    }
+
+    /// The parked connections with input in the parked sets of the CQs `ids` (what the
+    /// progress thread's set of returned connections reported).
+    pub(super) fn parked_ready(&self, ids: &[u64], out: &mut Vec<u64>) {
+        for id in ids {
+            if let Some(cq) = self.nested.get(id).and_then(|w| w.upgrade()) {
+                cq.readiness.parked_ready(out);
+            }
+        }
     }
 
     /// The connections of CQ `cq`'s QPs a polling consumer may read now (`TcpCq::progress`):
@@ -828,8 +989,30 @@ impl Engine {
     /// set, waking it if it polls without them, so that nothing arriving now waits for its
     /// next tick.
     pub(crate) fn release_cq_claims(&mut self, cq: u64) {
+        let released: Vec<Arc<TcpCq>> = self
+            .claimed_sets
+            .values()
+            .filter(|(_, driver)| *driver == cq)
+            .map(|(set, _)| set.clone())
+            .collect();
+        for set in released {
+            self.claimed_sets.remove(&set.id);
+            let top = self.returned_set.as_ref();
+            match (top, set.readiness.parked_fd()) {
+                (Some(top), Some(fd)) if self.nested.contains_key(&set.id) => {
+                    if let Err(e) = top.set_watching(fd, set.id, true) {
+                        log::error!("epoll_ctl(MOD) of a parked set: {e}");
+                    }
+                }
+                _ => self.nest(&set),
+            }
+        }
         let mut wake = false;
-        for (token, c) in self.conns.iter_mut() {
+        let mut to_park = Vec::new();
+        for token in self.driven_by.remove(&cq).unwrap_or_default() {
+            let Some(c) = self.conns.get_mut(&token) else {
+                continue;
+            };
             if c.driven != Some(cq) {
                 continue;
             }
@@ -841,20 +1024,16 @@ impl Engine {
                 self.signal_sweep = true;
                 continue;
             }
-            if let Some(set) = self.returned_set.as_ref().filter(|_| c.returnable()) {
-                let fd = c.stream.as_raw_fd();
-                match set.add(fd, *token) {
-                    Ok(()) => {
-                        c.returned = Some(Returned {
-                            set: set.clone(),
-                            fd,
-                        });
-                        continue;
-                    }
-                    Err(e) => log::warn!("epoll_ctl(ADD): {e}"),
-                }
+            if c.returnable() {
+                to_park.push(token);
+                continue;
             }
             wake |= c.output_due() || self.poll_excludes;
+        }
+        for token in to_park {
+            if !self.park(token) {
+                wake |= self.poll_excludes;
+            }
         }
         if wake {
             self.wake_needed = true;
@@ -1012,7 +1191,9 @@ impl Engine {
             self.goodbye(t);
         }
         self.flush_qp(qp);
-        self.qps.remove(&qp);
+        if let Some(e) = self.qps.remove(&qp) {
+            self.note_receiver(&e.send_cq, &e.recv_cq, false);
+        }
         self.connecting.remove(&qp);
         self.forget_ud_resolutions(qp);
     }

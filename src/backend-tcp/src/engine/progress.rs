@@ -161,10 +161,13 @@ impl ProgressThread {
                 match target {
                     Target::Wake => {}
                     Target::Returned => {
-                        let mut ready = std::mem::take(&mut returned_ready);
-                        if let Some(epoll) = set.returned.as_ref().filter(|_| ready.is_empty()) {
-                            epoll.ready(&mut ready);
+                        // The parked sets that hold input, then their connections.
+                        let mut sets = std::mem::take(&mut returned_ready);
+                        if let Some(epoll) = set.returned.as_ref().filter(|_| sets.is_empty()) {
+                            epoll.ready(&mut sets);
                         }
+                        let mut ready = Vec::new();
+                        eng.parked_ready(&sets, &mut ready);
                         for t in ready {
                             if eng.conns.get(&t).is_some_and(|c| c.returned.is_some()) {
                                 eng.read_conn(sh, t, buf);
@@ -310,8 +313,18 @@ impl PollSet {
         // us one-way with a 200 us lease, 16-22 us without). Instead their sockets stay
         // quiet while the consumer has requests outstanding (`settle_quiet`), and on a
         // same-host ring we sleep deferring to the poller (`RingWatch::watch_deferring`).
+        let mut to_park = Vec::new();
         for (t, c) in eng.conns.iter_mut() {
-            set.add_conn(*t, c, now);
+            if set.add_conn(*t, c, now, true) {
+                to_park.push(*t);
+            }
+        }
+        for t in to_park {
+            if !eng.park(t) {
+                if let Some(c) = eng.conns.get_mut(&t) {
+                    set.add_conn(t, c, now, false);
+                }
+            }
         }
         let (connects, first_limit) = eng.connects_to_watch(now);
         for (qp, fd) in connects {
@@ -351,8 +364,10 @@ impl PollSet {
     }
 
     /// Adds connection `t` (`c`) with what it waits for, if anything.
+    /// Returns true, having added nothing, if it is to be parked instead (`may_park`:
+    /// `Engine::park`, after the walk).
     #[inline]
-    fn add_conn(&mut self, t: u64, c: &mut Conn, now: Instant) {
+    fn add_conn(&mut self, t: u64, c: &mut Conn, now: Instant, may_park: bool) -> bool {
         // A poller that stopped looking leaves its socket quiet no longer; until then
         // we look again when its lease ends.
         if c.quiet {
@@ -363,7 +378,7 @@ impl PollSet {
         }
         if c.driven.is_some() {
             self.excluding = true;
-            return;
+            return false;
         }
         // Watched in the set of returned connections, while that is enough (it
         // watches for input only). An idle connection goes there too (`parks`), so
@@ -373,12 +388,12 @@ impl PollSet {
             c.returnable() && c.same_host.incoming.is_none() && (c.quiet || !c.polled_at(now));
         if c.returned.is_some() {
             if parks {
-                return;
+                return false; // in its parked set (held by a driver or watched by us)
             }
             c.returned = None;
         }
-        if parks && self.park(t, c) {
-            return;
+        if parks && may_park {
+            return true;
         }
         let mut ev = 0;
         // A poller that stopped looking gets the target signal back (../sigio.rs).
@@ -407,7 +422,7 @@ impl PollSet {
         if ev == 0 && ring_out.is_none() {
             // Back-pressured and nothing to send: leave it out entirely, since poll
             // reports hang-ups even for no events and we would spin on them.
-            return;
+            return false;
         }
         // Our ring from when we offered it, switched to or not (see `Claim::ring`).
         if let Some(ring) = c.same_host.incoming.as_ref().filter(|_| ev & POLLIN != 0) {
@@ -431,26 +446,7 @@ impl PollSet {
             && c.polled_at(now)
             && c.same_host.reading_ring().is_none();
         self.push(c.stream.as_raw_fd(), ev, Target::Conn(t));
-    }
-
-    /// Puts connection `t` (`c`), which needs nothing but its input watched, in the set of returned
-    /// connections (`Engine::release_cq_claims`); false if there is no set or it refused.
-    /// A connection polled now (without a quiet socket) stays in the poll set: whether an
-    /// application polls it decides whether this thread spins (`gather`).
-    fn park(&self, t: u64, c: &mut Conn) -> bool {
-        let Some(set) = self.returned.as_ref() else {
-            return false;
-        };
-        let fd = c.stream.as_raw_fd();
-        if let Err(e) = set.add(fd, t) {
-            log::warn!("epoll_ctl(ADD): {e}");
-            return false;
-        }
-        c.returned = Some(Returned {
-            set: set.clone(),
-            fd,
-        });
-        true
+        false
     }
 
     /// Woken by the set of returned connections alone, which holds nothing to read by the
