@@ -30,8 +30,9 @@
  *     `one`: every round trip on EP 0 (the others idle); mode `all`: each round
  *     trip on the next EP in turn (every EP active). `-m one,all` runs both on
  *     the same connections, in that order. Unmeasured warm-up first: in mode
- *     all a ping on every EP (32 in flight), then 100 round trips. -n round
- *     trips are measured, or as many as -D seconds allow (at least 100).
+ *     all a ping on every EP (32 in flight, for at most -D seconds), then 100
+ *     round trips. -n round trips are measured, or as many as -D seconds allow
+ *     (at least 100).
  *
  * The client prints, per mode, one line (after "# " comment lines), e.g.
  *
@@ -574,14 +575,22 @@ static double round_trip(struct side *s, int i, uint32_t seq)
 /*
  * Mode all's warm-up: a ping on every EP, SWEEP_WINDOW in flight (quicker than N round
  * trips one at a time where a round trip costs O(N)), so that every EP has carried a
- * message before the measured ones.
+ * message before the measured ones. With -D it stops after that long, saying how far it
+ * came (where a message costs tens of milliseconds, the measured loop reaches only the
+ * first few hundred EPs anyway).
  */
 static void sweep(struct side *s, uint32_t *seq)
 {
-	int n = opt.nconn;
+	int n = opt.nconn, base;
 	uint32_t first = *seq + 1;
+	double t0 = now_us();
 
-	for (int base = 0; base < n; base += SWEEP_WINDOW) {
+	for (base = 0; base < n; base += SWEEP_WINDOW) {
+		if (opt.budget_s && now_us() - t0 > opt.budget_s * 1e6) {
+			printf("# mode all: the warm-up reached %d of %d EPs in %d s (-D)\n", base, n, opt.budget_s);
+			fflush(stdout);
+			break;
+		}
 		int end = base + SWEEP_WINDOW < n ? base + SWEEP_WINDOW : n;
 		int pongs = 0, completions = 0;
 		double deadline = now_us() + opt.timeout_s * 1e6;
@@ -754,7 +763,8 @@ static void usage(void)
 		"               default one)\n"
 		"  -W N         client: connects outstanding at once (default 64)\n"
 		"  -D SEC       client: a mode's measured loop stops after SEC s, with at least\n"
-		"               %d round trips (default 0: after -n)\n"
+		"               %d round trips, and mode all's warm-up over every EP after\n"
+		"               SEC s (default 0: after -n, and every EP)\n"
 		"  -T SEC       timeout of every wait (default 30)\n"
 		"  -A SEC       server: how long to wait for the first connection request (default 120)\n",
 		MAX_CONN, WARMUP);
