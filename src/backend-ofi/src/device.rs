@@ -97,7 +97,9 @@ pub struct OfiDevice {
     /// not a receive of the peer took it, its process running or not (a send
     /// to a stopped peer succeeded; so did one into a receive too small).
     /// DAT's send completes once placed in the receive. shm reports a send
-    /// once the peer took it, so it needs none.
+    /// once the peer took it, so it needs none. A receipt is an RDMA write
+    /// into the sender's receipt words (`OfiQp::send_receipt`), read with its
+    /// request CQ (`OfiCq::take_receipts`).
     pub(crate) receipts: bool,
 
     pub(crate) tables: Mutex<Tables>,

@@ -245,6 +245,10 @@ pub(crate) struct OfiQp {
     links: std::sync::atomic::AtomicU64,
     /// Our receives took messages the peer has not been told of (`give_receipts`).
     receipt_due: std::sync::atomic::AtomicBool,
+    /// Sends of ours wait for the peer's receipt: the request CQ reads our
+    /// receipt words (`take_receipt`). Set and cleared under `inner`.
+    awaiting_receipts: std::sync::atomic::AtomicBool,
+    me: Weak<OfiQp>,
 }
 
 impl Drop for OfiQp {
@@ -306,16 +310,20 @@ fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
 
 impl OfiQp {
     pub(crate) fn new(dev: &OfiDevice, init: QpInit) -> Result<Arc<OfiQp>> {
-        Ok(Arc::new(OfiQp {
+        let send_cq = ofi_cq(&init.send_cq)?;
+        let recv_cq = ofi_cq(&init.recv_cq)?;
+        let srq = match &init.srq {
+            Some(srq) => Some(ours::<OfiSrq, _>(srq, srq.as_any())?),
+            None => None,
+        };
+        Ok(Arc::new_cyclic(|me| OfiQp {
+            me: me.clone(),
             num: dev.next_qp_num(),
             dev: dev.me.clone(),
             waiter: dev.waiter.clone(),
-            send_cq: ofi_cq(&init.send_cq)?,
-            recv_cq: ofi_cq(&init.recv_cq)?,
-            srq: match &init.srq {
-                Some(srq) => Some(ours::<OfiSrq, _>(srq, srq.as_any())?),
-                None => None,
-            },
+            send_cq,
+            recv_cq,
+            srq,
             cap: init.cap,
             rdm: dev.rdm,
             pd: init.pd.id(),
@@ -351,6 +359,7 @@ impl OfiQp {
             link: Mutex::new(None),
             links: std::sync::atomic::AtomicU64::new(0),
             receipt_due: std::sync::atomic::AtomicBool::new(false),
+            awaiting_receipts: std::sync::atomic::AtomicBool::new(false),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -1126,6 +1135,10 @@ impl OfiQp {
         if let Some(slot) = inner.sends.get_mut(token) {
             slot.receipt = Some(number);
         }
+        // The request CQ's reads look at our receipt words from now on.
+        if !self.awaiting_receipts.swap(true, Ordering::AcqRel) {
+            self.send_cq.await_receipts(&self.me);
+        }
     }
 
     /// Receives completed (`done`, in order): the peer learns how many of its
@@ -1153,34 +1166,77 @@ impl OfiQp {
         self.receipt_due.load(Ordering::Acquire)
     }
 
-    /// Tells the peer how many of its messages our receives took (a socket
-    /// write: called with no lock of the QP or its CQs held).
+    /// Tells the peer how many of its messages our receives took: one RDMA
+    /// write of the count and its complement into the peer's receipt words
+    /// (`farewell`), injected (no completion, nothing to wait for), on the
+    /// fabric, so that the peer's next read of its request CQ finds it with
+    /// no thread of ours in between (a socket frame read by a blocked thread
+    /// cost a polling pair about 11 ms a round trip: docs/libfabric.md,
+    /// Receipts). Called with no lock of the QP's CQs held. A busy provider
+    /// leaves it due, for the progress thread to write (`retry_held`).
     pub(crate) fn send_receipt(&self) {
         if !self.receipt_due.swap(false, Ordering::AcqRel) {
             return;
         }
-        let count = self.inner.lock().received;
-        let stream = self.link.lock().as_ref().map(|l| l.stream.clone());
-        if let Some(stream) = stream {
-            crate::rdm::Link::receipt(&stream, count);
+        let inner = self.inner.lock();
+        let open = inner.state != QpState::Error && inner.dest != crate::rdm::FI_ADDR_UNSPEC;
+        let (Some(ep), true, key) = (inner.ep.as_ref(), open, inner.peer.farewell_key) else {
+            return;
+        };
+        if key == 0 {
+            return;
+        }
+        let words = [inner.received, !inner.received];
+        let at = inner
+            .peer
+            .farewell_address
+            .wrapping_add(crate::farewell::RECEIPT_OFFSET);
+        // SAFETY: an enabled endpoint and a peer in its AV; the 16 bytes are
+        // copied before the call returns (an inject).
+        let rc = unsafe {
+            fi::fi_inject_write(
+                ep.ptr(),
+                words.as_ptr().cast(),
+                std::mem::size_of_val(&words),
+                inner.dest,
+                at,
+                key,
+            )
+        };
+        drop(inner);
+        if rc == -(fi::FI_EAGAIN as isize) {
+            self.receipt_due.store(true, Ordering::Release);
+            if let Some(dev) = self.dev.upgrade() {
+                dev.retry_later(self.num);
+            }
+        } else if rc < 0 {
+            log::warn!("QP {}: receipt: {}", self.num, fi::strerror(rc as i32));
         }
     }
 
-    /// The peer received our first `count` messages of connection
-    /// `generation` (its receipt): the sends among them complete, in order.
-    pub(crate) fn peer_received(&self, generation: u64, count: u64) {
-        self.send_cq.deliver(|out| {
-            let mut inner = self.inner.lock();
-            if !self.is_link(generation) || count <= inner.sends.received {
-                return;
-            }
+    /// Reads our receipt words: the sends the peer's receipt covers complete,
+    /// in order, into `out` (the request CQ's queue, its lock held by the
+    /// caller). Returns whether the connection is to break (as `completed`).
+    /// Once nothing awaits a receipt, the request CQ stops looking
+    /// (`awaits_receipts`).
+    pub(crate) fn take_receipt(&self, out: &mut VecDeque<WorkCompletion>) -> bool {
+        let mut inner = self.inner.lock();
+        let count = self.farewell.receipt();
+        if count > inner.sends.received {
             inner.sends.received = count;
             inner.sends.release(out);
             self.release_held(&mut inner, out);
-        });
-        if std::mem::take(&mut self.inner.lock().break_pending) {
-            self.broken();
         }
+        if inner.sends.received >= inner.messages || inner.state == QpState::Error {
+            self.awaiting_receipts.store(false, Ordering::Release);
+        }
+        let refused = std::mem::take(&mut inner.break_pending);
+        refused && inner.state == QpState::Connected
+    }
+
+    /// Whether sends of ours wait for the peer's receipt.
+    pub(crate) fn awaits_receipts(&self) -> bool {
+        self.awaiting_receipts.load(Ordering::Acquire)
     }
 
     /// Reads the QP's CQs (what the provider completed before an event).
@@ -1538,6 +1594,7 @@ impl OfiQp {
                 let _ = self.post_bounces(&dev, srq, &mut inner);
             }
         });
+        self.send_receipt();
         if std::mem::take(&mut self.inner.lock().break_pending) {
             self.broken();
         }

@@ -28,16 +28,16 @@ use crate::cm::{strip_header, with_header, PeerTable};
 use crate::device::OfiDevice;
 use crate::qp::OfiQp;
 
-/// "DRSR", version 1: this backend's RDM handshake.
-const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'R', 0, 1, 0, 0];
+/// "DRSR", version 2: this backend's RDM handshake (version 1 sent receipts
+/// on the handshake's connection; 2 writes them on the fabric: a peer of
+/// the other version is rejected, not left waiting for receipts).
+const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'R', 0, 2, 0, 0];
 /// What travels on the handshake's connection (one byte, then the fields).
 const REQUEST: u8 = b'Q';
 const ACCEPT: u8 = b'A';
 const REJECT: u8 = b'R';
 const READY: u8 = b'K';
 const CLOSE: u8 = b'C';
-/// A receipt: how many of the peer's messages our receives took so far.
-const RECEIVED: u8 = b'N';
 /// The passive side's consumer accepted; its endpoint is being opened (as
 /// an IB CM's MRA, it holds off the active side's timeout: opening an
 /// ofi_rxm endpoint on verbs took 9 s in the soft-RoCE guest under load).
@@ -109,20 +109,12 @@ pub(crate) struct Pending {
 /// The handshake's connection of a QP: its socket, and which connection of
 /// the QP it belongs to (a QP reset and connected again has a new one).
 pub(crate) struct Link {
-    /// Shared, so that a receipt is written with no lock held (`OfiQp::send_receipt`).
+    /// Open for the DAT connection's life (its close or end is the disconnection).
     pub stream: Arc<TcpStream>,
     pub generation: u64,
 }
 
 impl Link {
-    /// Tells the peer that our receives took its first `count` messages
-    /// (see `OfiDevice::receipts`). Blocking, but a frame of 14 bytes to a
-    /// peer whose watcher reads them as they come (one that stopped reading
-    /// also stopped sending what we would vouch for).
-    pub(crate) fn receipt(stream: &TcpStream, count: u64) {
-        let _ = write_frame(stream, RECEIVED, &[&count.to_le_bytes()]);
-    }
-
     /// Ends the connection: with a close (a disconnection) or without (broken).
     pub(crate) fn end(&self, graceful: bool) {
         if graceful {
@@ -490,11 +482,6 @@ fn watch(dev: &Weak<OfiDevice>, qp: &Arc<OfiQp>, stream: &TcpStream, generation:
     let graceful = loop {
         match read_frame(stream) {
             Ok((CLOSE, _)) => break true,
-            Ok((RECEIVED, f)) => {
-                if let Some(count) = f.first().and_then(|c| c.as_slice().try_into().ok()) {
-                    qp.peer_received(generation, u64::from_le_bytes(count));
-                }
-            }
             Ok(_) => continue,
             Err(_) => break false,
         }
