@@ -319,8 +319,8 @@ fn complete(
     broken: &mut Vec<Arc<OfiQp>>,
     receipts: &mut Vec<Arc<OfiQp>>,
 ) {
-    let qp_num = (done.context >> 32) as u32;
-    match dev.qp(qp_num) {
+    let conn = (done.context >> 32) as u32;
+    match dev.conn(conn) {
         Some(qp) => {
             let broke = qp.completed(done.context as u32, done.result, done.data, q);
             if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
@@ -330,7 +330,8 @@ fn complete(
                 broken.push(qp);
             }
         }
-        None => log::debug!("completion for QP {qp_num}, gone"),
+        // A connection that ended (its QP reset or gone): nothing to report.
+        None => log::debug!("completion for connection {conn}, gone"),
     }
 }
 

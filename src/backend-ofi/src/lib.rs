@@ -22,6 +22,7 @@ mod device;
 mod farewell;
 mod keys;
 mod mem;
+mod port;
 mod qp;
 mod rdm;
 mod srq;

@@ -28,10 +28,12 @@ use crate::cm::{strip_header, with_header, PeerTable};
 use crate::device::OfiDevice;
 use crate::qp::OfiQp;
 
-/// "DRSR", version 2: this backend's RDM handshake (version 1 sent receipts
-/// on the handshake's connection; 2 writes them on the fabric: a peer of
-/// the other version is rejected, not left waiting for receipts).
-const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'R', 0, 2, 0, 0];
+/// "DRSR", version 3: this backend's RDM handshake (version 1 sent receipts
+/// on the handshake's connection, 2 wrote them on the fabric; 3 carries
+/// each side's connection id, the tag of the messages it receives, since
+/// connections share endpoints: `port`). A peer of another version is
+/// rejected, not left waiting.
+const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'R', 0, 3, 0, 0];
 /// What travels on the handshake's connection (one byte, then the fields).
 const REQUEST: u8 = b'Q';
 const ACCEPT: u8 = b'A';
@@ -103,7 +105,14 @@ pub(crate) struct Pending {
     stream: TcpStream,
     /// The active endpoint's fabric address.
     name: Vec<u8>,
+    /// The active side's connection id (the tag of what we send it).
+    tag: u64,
     peer: PeerTable,
+}
+
+/// A connection id as the handshake carries it (8 bytes, little-endian).
+fn tag_of(field: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(field.try_into().ok()?)).filter(|&t| t != 0)
 }
 
 /// The handshake's connection of a QP: its socket, and which connection of
@@ -200,7 +209,7 @@ impl OfiDevice {
         timeout: Option<Duration>,
     ) -> Result<()> {
         let opening = std::time::Instant::now();
-        qp.open_endpoint(self, &self.info)?;
+        qp.open_endpoint(self, &self.info, false)?;
         log::debug!(
             "QP {}: connecting, endpoint opened in {:?}",
             qp.num(),
@@ -209,12 +218,13 @@ impl OfiDevice {
         qp.set_addresses(None, Some(remote));
         let name = qp.fabric_name().inspect_err(|_| qp.abandon())?;
         let header = with_header(self, Some(&qp), private_data);
+        let tag = qp.tag().to_le_bytes();
         let provider = self.target().provider;
         let dev = self.me.clone();
         std::thread::Builder::new()
             .name("daplrs-ofi-conn".into())
             .spawn(move || {
-                let fields: [&[u8]; 4] = [&MAGIC, provider.as_bytes(), &name, &header];
+                let fields: [&[u8]; 5] = [&MAGIC, provider.as_bytes(), &name, &header, &tag];
                 connect_and_watch(&dev, &qp, remote, &fields, timeout);
             })
             .map_err(|_| Error::NoResource(Resource::Host))?;
@@ -231,7 +241,7 @@ impl OfiDevice {
         // A peer gone by now is seen below (its read fails).
         let _ = write_frame(&pending.stream, ACCEPTING, &[]);
         let opening = std::time::Instant::now();
-        qp.open_endpoint(self, &self.info)?;
+        qp.open_endpoint(self, &self.info, true)?;
         log::debug!(
             "QP {}: accepting, endpoint opened in {:?}",
             qp.num(),
@@ -243,11 +253,13 @@ impl OfiDevice {
         );
         qp.insert_peer(&pending.name)?;
         qp.set_peer_table(pending.peer);
+        qp.set_peer_tag(pending.tag);
         let name = qp.fabric_name()?;
         let header = with_header(self, Some(&qp), private_data);
+        let tag = qp.tag().to_le_bytes();
         let generation = qp.attach_link(&pending.stream)?;
         // A peer gone by now is seen by the watcher (its read fails).
-        let _ = write_frame(&pending.stream, ACCEPT, &[&name, &header]);
+        let _ = write_frame(&pending.stream, ACCEPT, &[&name, &header, &tag]);
         let dev = self.me.clone();
         std::thread::Builder::new()
             .name("daplrs-ofi-conn".into())
@@ -348,10 +360,10 @@ fn read_request(
     };
     let Some(dev) = dev.upgrade() else { return };
     let ours =
-        fields.len() == 4 && fields[0] == MAGIC && fields[1] == dev.target().provider.as_bytes();
-    if !ours {
+        fields.len() == 5 && fields[0] == MAGIC && fields[1] == dev.target().provider.as_bytes();
+    let Some(tag) = fields.get(4).and_then(|f| tag_of(f)).filter(|_| ours) else {
         return;
-    }
+    };
     let Some((peer, private_data)) = strip_header(&fields[3]) else {
         return;
     };
@@ -367,9 +379,15 @@ fn read_request(
             let _ = write_frame(&stream, REJECT, &[&header]);
             return;
         }
-        tables
-            .handshakes
-            .insert(req, Pending { stream, name, peer });
+        tables.handshakes.insert(
+            req,
+            Pending {
+                stream,
+                name,
+                tag,
+                peer,
+            },
+        );
     }
     dev.emit(CmEvent::ConnectRequest {
         listener,
@@ -425,10 +443,12 @@ fn connect_and_watch(
         return;
     }
     match reply {
-        Ok((ACCEPT, f)) if f.len() == 2 => {
-            let Some((peer, private_data)) = strip_header(&f[1]) else {
+        Ok((ACCEPT, f)) if f.len() == 3 => {
+            let (Some((peer, private_data)), Some(tag)) = (strip_header(&f[1]), tag_of(&f[2]))
+            else {
                 return failed(CmEvent::rejected_not_by_peer(num));
             };
+            qp.set_peer_tag(tag);
             let Some(d) = dev.upgrade() else { return };
             if qp.insert_peer(&f[0]).is_err() {
                 return failed(CmEvent::rejected_not_by_peer(num));
@@ -559,28 +579,11 @@ impl Keeper {
 }
 
 /// An endpoint, its AV and its bounce buffers, held only to be closed and
-/// freed, in that order, when dropped.
+/// freed, in that order, when dropped; then the CQs it was bound to.
 pub(crate) struct Parked {
     pub _ep: crate::Fid<fi::fid_ep>,
     pub _av: Option<crate::Fid<fi::fid_av>>,
     /// Where the endpoint's receives land (an SRQ of ours): freed after it closes.
     pub _bounces: crate::bounce::Bounces,
-}
-
-/// The address vector of an RDM endpoint: its own, naming its one peer, so
-/// that both sides' entries of a connection have the same index (shm resets
-/// the peer's state at our index for it when an entry is removed:
-/// smr_unmap_from_endpoint; with one AV per IA the indexes differ and a later
-/// connection's peer state is stale, its sends refused for ever).
-pub(crate) fn open_av(domain: &crate::Fid<fi::fid_domain>) -> Result<crate::Fid<fi::fid_av>> {
-    let mut attr = fi::fi_av_attr {
-        type_: fi::fi_av_type_FI_AV_TABLE,
-        count: 1,
-        ..Default::default()
-    };
-    let mut av = std::ptr::null_mut();
-    // SAFETY: an open domain; `av` receives the new object.
-    let rc = unsafe { fi::fi_av_open(domain.ptr(), &mut attr, &mut av, std::ptr::null_mut()) };
-    crate::device::opened(rc, "fi_av_open", Error::NoResource(Resource::Qp))?;
-    Ok(crate::Fid(av))
+    pub _cqs: Vec<Arc<crate::cq::OfiCq>>,
 }
