@@ -107,6 +107,9 @@ pub struct OfiDevice {
     pub(crate) tables: Mutex<Tables>,
     /// Reliable datagrams: the endpoints QPs share (`port`).
     pub(crate) ports: Mutex<crate::port::Ports>,
+    /// Reliable datagrams: the thread reading the handshakes' connections
+    /// (`rdm::Handshakes`), started at the first listen or connect.
+    pub(crate) handshakes: Mutex<Option<Arc<crate::rdm::Handshakes>>>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
     next_id: AtomicU64,
     next_qp: AtomicU32,
@@ -451,6 +454,7 @@ impl OfiDevice {
             closing: parking_lot::ReentrantMutex::new(()),
             tables: Mutex::new(Tables::default()),
             ports: Mutex::new(Default::default()),
+            handshakes: Mutex::new(None),
             cm_handler: Mutex::new(None),
             next_id: AtomicU64::new(1),
             next_qp: AtomicU32::new(1),
@@ -950,6 +954,10 @@ impl Device for OfiDevice {
         for qp in qps {
             qp.destroy_now();
         }
+        let handshakes = self.handshakes.lock().take();
+        if let Some(hs) = handshakes {
+            hs.stop();
+        }
     }
 }
 
@@ -957,6 +965,9 @@ impl Drop for OfiDevice {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.waiter.wake();
+        if let Some(hs) = self.handshakes.get_mut().take() {
+            hs.stop();
+        }
         let mut tables = self.tables.lock();
         tables.requests.clear();
         tables.handshakes.clear();
