@@ -2339,8 +2339,13 @@ impl QueuePair for OfiQp {
         if wr.sgl.len() > self.cap.max_recv_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
-        self.waiter.note_post();
         let mut inner = self.inner.lock();
+        if inner.state != QpState::Init {
+            // A receive of an EP not connected yet moves nothing: the
+            // progress thread keeps its pace (many EPs readied before their
+            // connections are made cost it no quick turns).
+            self.waiter.note_post();
+        }
         if inner.state == QpState::Error {
             drop(inner);
             self.recv_cq

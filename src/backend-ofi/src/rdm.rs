@@ -258,10 +258,11 @@ impl OfiDevice {
             }
         };
         let deadline = opening + timeout.unwrap_or(CONNECT_TIMEOUT);
-        hs.add(Conn {
+        let done = connect_done(&connecting);
+        let mut conn = Conn {
             stream: Arc::new(connecting),
             buf: Vec::new(),
-            qp: Some(qp),
+            qp: Some(qp.clone()),
             generation: 0,
             phase: Phase::Connecting {
                 request,
@@ -269,7 +270,19 @@ impl OfiDevice {
             },
             deadline: Some(deadline),
             watched: false,
-        });
+        };
+        if done {
+            // Connected already: the request goes now, the thread reads the answer.
+            match connected(&mut conn, false) {
+                Ok(Next::Keep) => {}
+                Ok(Next::Drop) => return Ok(()),
+                Err(event) => {
+                    hs.defer(qp, event);
+                    return Ok(());
+                }
+            }
+        }
+        hs.add(conn);
         Ok(())
     }
 
@@ -394,7 +407,7 @@ fn accept_loop(socket: &TcpListener, hs: &Arc<Handshakes>, id: u64, closed: &Ato
             continue;
         };
         let _ = stream.set_nodelay(true);
-        hs.add(Conn {
+        let mut conn = Conn {
             stream: Arc::new(stream),
             buf: Vec::new(),
             qp: None,
@@ -402,7 +415,17 @@ fn accept_loop(socket: &TcpListener, hs: &Arc<Handshakes>, id: u64, closed: &Ato
             phase: Phase::Request { listener: id },
             deadline: Some(Instant::now() + REQUEST_TIMEOUT),
             watched: false,
-        });
+        };
+        // The request most often came with the connection: read here, it
+        // costs the handshake thread no turn.
+        let ended = read_available(&mut conn);
+        if ended || matches!(parse_frame(&conn.buf), Ok(Some(_)) | Err(_)) {
+            if let Some(dev) = hs.dev.upgrade() {
+                read_frames(&dev, None, &mut conn, ended);
+            }
+            continue;
+        }
+        hs.add(conn);
     }
 }
 
@@ -545,6 +568,11 @@ impl Handshakes {
                 }
             }
         }
+        // The thread sleeps until its first deadline: woken only if this one
+        // comes sooner (a new socket in the set wakes it by itself).
+        let sooner = conn
+            .deadline
+            .is_some_and(|d| t.deadlines.first().is_none_or(|&(first, _)| d < first));
         if let Some(d) = conn.deadline {
             t.deadlines.insert((d, token));
         }
@@ -563,9 +591,11 @@ impl Handshakes {
                 }
             }
         }
+        let deferred = !t.deferred.is_empty();
         drop(t);
-        // The first deadline may now be sooner than the thread's sleep.
-        self.poke();
+        if sooner || deferred {
+            self.poke();
+        }
     }
 
     /// No longer watches `conn`'s socket (a QP's link may keep a copy of
@@ -727,19 +757,29 @@ fn run(me: Weak<Handshakes>) {
 
 /// Reads what `conn` has (or, `expired`, handles its deadline).
 fn handle(dev: &Arc<OfiDevice>, hs: &Handshakes, conn: &mut Conn, expired: bool) -> Next {
-    if let Phase::Connecting {
-        request,
-        answer_timeout,
-    } = &conn.phase
-    {
-        let (request, answer_timeout) = (request.clone(), *answer_timeout);
-        return connected(dev, conn, expired, &request, answer_timeout);
+    if let Phase::Connecting { .. } = conn.phase {
+        return match connected(conn, expired) {
+            Ok(next) => next,
+            Err(event) => {
+                if let Some(qp) = &conn.qp {
+                    failed(dev, qp, event);
+                }
+                Next::Drop
+            }
+        };
     }
     if expired {
         return timed_out(dev, conn);
     }
-    // Everything the socket has, without waiting.
-    let mut ended;
+    let ended = read_available(conn);
+    read_frames(dev, Some(hs), conn, ended)
+}
+
+/// Reads everything `conn`'s socket has, without waiting; returns whether
+/// the connection ended (or sent more than a frame's worth where none is
+/// awaited beyond one).
+fn read_available(conn: &mut Conn) -> bool {
+    let ended;
     let mut chunk = [0u8; 4096];
     loop {
         // SAFETY: a socket of ours; `chunk` has room for its length.
@@ -773,6 +813,18 @@ fn handle(dev: &Arc<OfiDevice>, hs: &Handshakes, conn: &mut Conn, expired: bool)
             }
         }
     }
+    ended
+}
+
+/// Handles the frames read on `conn` (`hs`: the thread's, where it reads
+/// it), then its end if it `ended`.
+fn read_frames(
+    dev: &Arc<OfiDevice>,
+    hs: Option<&Handshakes>,
+    conn: &mut Conn,
+    ended: bool,
+) -> Next {
+    let mut ended = ended;
     loop {
         let parsed = match parse_frame(&conn.buf) {
             Ok(p) => p,
@@ -802,7 +854,7 @@ fn handle(dev: &Arc<OfiDevice>, hs: &Handshakes, conn: &mut Conn, expired: bool)
 /// A frame read on `conn`.
 fn on_frame(
     dev: &Arc<OfiDevice>,
-    hs: &Handshakes,
+    hs: Option<&Handshakes>,
     conn: &mut Conn,
     kind: u8,
     fields: Vec<Vec<u8>>,
@@ -811,7 +863,9 @@ fn on_frame(
         Phase::Request { listener } => {
             // Out of the epoll set before the consumer may accept, whose
             // accept adds the same socket again.
-            hs.forget(conn);
+            if let Some(hs) = hs {
+                hs.forget(conn);
+            }
             if kind == REQUEST {
                 request(dev, conn, listener, fields);
             }
@@ -889,14 +943,16 @@ fn request(dev: &Arc<OfiDevice>, conn: &mut Conn, listener: u64, fields: Vec<Vec
 }
 
 /// The active side's TCP connect finished (or timed out): the request goes,
-/// and the answer is awaited.
-fn connected(
-    dev: &Arc<OfiDevice>,
-    conn: &mut Conn,
-    expired: bool,
-    request: &[u8],
-    answer_timeout: Option<Duration>,
-) -> Next {
+/// and the answer is awaited. Err: the connect failed, with the event that
+/// says so (for the caller to report).
+fn connected(conn: &mut Conn, expired: bool) -> std::result::Result<Next, CmEvent> {
+    let Phase::Connecting {
+        request,
+        answer_timeout,
+    } = std::mem::replace(&mut conn.phase, Phase::AwaitingAnswer)
+    else {
+        return Ok(Next::Keep);
+    };
     let qp = conn.qp.clone().expect("an active connection's QP");
     let num = qp.num();
     let outcome = if expired {
@@ -905,24 +961,34 @@ fn connected(
         socket_error(&conn.stream)
     };
     if let Err(e) = outcome {
-        failed(dev, &qp, connect_failure(num, &e));
-        return Next::Drop;
+        return Err(connect_failure(num, &e));
     }
     // Connected: the socket blocks again for writes (`write_frame`).
     let _ = conn.stream.set_nonblocking(false);
     let _ = conn.stream.set_nodelay(true);
     let Ok(generation) = qp.attach_link(&conn.stream) else {
-        return Next::Drop;
+        return Ok(Next::Drop);
     };
     conn.generation = generation;
     qp.set_addresses(Some(v4(conn.stream.local_addr())), None);
-    if (&*conn.stream).write_all(request).is_err() {
-        failed(dev, &qp, CmEvent::rejected_not_by_peer(num));
-        return Next::Drop;
+    if (&*conn.stream).write_all(&request).is_err() {
+        return Err(CmEvent::rejected_not_by_peer(num));
     }
-    conn.phase = Phase::AwaitingAnswer;
     conn.deadline = answer_timeout.map(|t| Instant::now() + t);
-    Next::Keep
+    Ok(Next::Keep)
+}
+
+/// Whether a connect begun non-blocking is done already (over loopback it
+/// most often is by the time `connect` returns).
+fn connect_done(s: &TcpStream) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours, no waiting.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n == 1 && pfd.revents & libc::POLLOUT != 0
 }
 
 /// The pending error of a socket whose connect finished.
