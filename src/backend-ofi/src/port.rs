@@ -27,10 +27,17 @@ use crate::device::{opened, OfiDevice};
 use crate::Fid;
 
 /// Distinct peer names a shared port's AV takes before it retires (takes no
-/// new QP, and closes once its last QP left). shm (1.17) reuses a removed
-/// entry's slot only after 256 inserts, and then its state of the old peer
-/// (left behind by `fi_av_remove`) would mislead it; its AV holds 256 peers.
+/// new QP, and closes once its last QP left), on a provider whose AV holds
+/// 256 peers (shm, 1.17's SMR_MAX_PEERS; it reuses a removed entry's slot
+/// only after 256 inserts, and then its state of the old peer, left behind
+/// by `fi_av_remove`, would mislead it). `PEERS_MAX` bounds what the QPs
+/// attached may bring: their names inserted, and one each for those whose
+/// peer is not known yet (connects under way).
 const NAMES_MAX: usize = 128;
+const PEERS_MAX: usize = 256;
+/// The same on other providers (ofi_rxm's AV grows as needed): only a
+/// bound on the entries left by peers gone.
+const NAMES_MAX_GROWING: usize = 1 << 16;
 
 /// Which QPs share a port.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -59,7 +66,7 @@ struct State {
     /// QPs attached whose peer is not inserted yet (each may add a name).
     unresolved: usize,
     qps: usize,
-    /// Takes no new QP (its AV took NAMES_MAX names).
+    /// Takes no new QP (its AV took `names_max` names).
     retired: bool,
     /// Receive slots of the provider held beyond each QP's first.
     spare_used: usize,
@@ -83,6 +90,9 @@ pub(crate) struct Port {
     cqs: Vec<Arc<OfiCq>>,
     /// Bounce buffers of the port's one SRQ QP, freed after the endpoint.
     bounces: Mutex<crate::bounce::Bounces>,
+    /// The AV's bounds (NAMES_MAX and PEERS_MAX where it holds 256 peers).
+    names_max: usize,
+    peers_max: usize,
 }
 
 /// The room for an endpoint's fabric name (libfabric's FI_NAME_MAX is 64).
@@ -102,6 +112,12 @@ impl Port {
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), dev.info.ptr(), &mut ep, null_mut()) };
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
+        // Providers naming endpoints by string (shm) hold 256 peers an AV.
+        let (names_max, peers_max) = if dev.parks {
+            (NAMES_MAX, PEERS_MAX)
+        } else {
+            (NAMES_MAX_GROWING, usize::MAX)
+        };
         let peers = match key {
             PortKey::Shared { .. } => NAMES_MAX,
             PortKey::Own { .. } => 1,
@@ -149,6 +165,8 @@ impl Port {
             state: Mutex::new(State::default()),
             cqs: vec![send_cq.clone(), recv_cq.clone()],
             bounces: Mutex::new(Default::default()),
+            names_max,
+            peers_max,
         })
     }
 
@@ -169,8 +187,12 @@ impl Port {
         if matches!(self.key, PortKey::Own { .. }) {
             return st.qps == 0;
         }
-        if st.names + st.unresolved >= NAMES_MAX {
+        if st.names >= self.names_max {
             st.retired = true;
+            return false;
+        }
+        if st.names + st.unresolved >= self.peers_max {
+            // Full for now: connects under way may bring new names.
             return false;
         }
         st.qps + 1 + st.spare_used <= self.rx_depth

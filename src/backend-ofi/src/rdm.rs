@@ -68,6 +68,9 @@ const READING_MAX: usize = 256;
 /// Requests of a device waiting for the consumer's accept or reject; more
 /// are rejected.
 const WAITING_MAX: usize = 1024;
+/// The listening socket's backlog (connects the kernel completes before the
+/// accepting thread takes them).
+const LISTEN_BACKLOG: i32 = 4096;
 
 /// The address "no particular peer" (libfabric's FI_ADDR_UNSPEC).
 pub(crate) const FI_ADDR_UNSPEC: u64 = u64::MAX;
@@ -203,6 +206,12 @@ impl OfiDevice {
             io::ErrorKind::AddrInUse => Error::AddrInUse,
             _ => Error::NoResource(Resource::Host),
         })?;
+        // Room for a burst of connects (std listens with a backlog of 128: a
+        // client connecting 1,024 EPs at once saw the rest of its SYNs
+        // dropped, and each retried a second later). The kernel caps it at
+        // net.core.somaxconn.
+        // SAFETY: the listening socket just bound; listen again only resizes its backlog.
+        unsafe { libc::listen(socket.as_raw_fd(), LISTEN_BACKLOG) };
         let port = v4(socket.local_addr()).port();
         let socket = Arc::new(socket);
         let closed = Arc::new(AtomicBool::new(false));
