@@ -5,4 +5,5 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_atomic.h>
+#include <rdma/fi_tagged.h>
 #include <rdma/fi_errno.h>

@@ -61,6 +61,7 @@ impl Bounces {
         ep: *mut fi::fid_ep,
         count: usize,
         len: usize,
+        tag: Option<u64>,
         context: impl Fn(usize) -> *mut libc::c_void,
     ) -> Result<()> {
         if self.bufs.len() < count {
@@ -68,19 +69,21 @@ impl Bounces {
         }
         for slot in 0..count {
             if !self.bufs[slot].posted && self.bufs[slot].landed.is_none() {
-                self.post(dev, ep, slot, len, context(slot))?;
+                self.post(dev, ep, slot, len, tag, context(slot))?;
             }
         }
         Ok(())
     }
 
-    /// Posts `slot` again once its message was copied out (`len`: what it must hold now).
+    /// Posts `slot` again once its message was copied out (`len`: what it
+    /// must hold now); `tag`: over a port, the connection's (tagged receive).
     pub(crate) fn post(
         &mut self,
         dev: &OfiDevice,
         ep: *mut fi::fid_ep,
         slot: usize,
         len: usize,
+        tag: Option<u64>,
         context: *mut libc::c_void,
     ) -> Result<()> {
         let buf = &mut self.bufs[slot];
@@ -120,9 +123,25 @@ impl Bounces {
             addr: crate::rdm::FI_ADDR_UNSPEC,
             ..Default::default()
         };
+        let tagged = fi::fi_msg_tagged {
+            msg_iov: msg.msg_iov,
+            desc: msg.desc,
+            iov_count: 1,
+            addr: msg.addr,
+            tag: tag.unwrap_or(0),
+            ignore: 0,
+            context,
+            data: 0,
+        };
+        let flags = fi::FI_COMPLETION as u64;
         // SAFETY: an enabled endpoint; the buffer lives with the endpoint (see
         // `Bounces`), the structs for the call.
-        let rc = unsafe { fi::fi_recvmsg(ep, &msg, fi::FI_COMPLETION as u64) };
+        let rc = unsafe {
+            match tag {
+                Some(_) => fi::fi_trecvmsg(ep, &tagged, flags),
+                None => fi::fi_recvmsg(ep, &msg, flags),
+            }
+        };
         crate::check(rc, "fi_recvmsg (bounce buffer)", Error::Internal)?;
         buf.posted = true;
         buf.cancelling = false;

@@ -206,7 +206,7 @@ impl OfiDevice {
             log::warn!("connect: {why}");
             Error::NoDevice
         })?;
-        qp.open_endpoint(self, &info)?;
+        qp.open_endpoint(self, &info, false)?;
         qp.set_addresses(None, Some(remote));
         let data = with_header(self, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
@@ -239,7 +239,7 @@ impl OfiDevice {
             .requests
             .remove(&req)
             .ok_or(Error::BadState)?;
-        qp.open_endpoint(self, &request.info)?;
+        qp.open_endpoint(self, &request.info, true)?;
         qp.set_addresses(request.local, request.remote);
         qp.set_peer_table(request.peer);
         let data = with_header(self, Some(&qp), private_data);

@@ -39,6 +39,10 @@ pub(crate) struct OfiCq {
     /// The receive fid_cqs of SRQ QPs whose receive CQ this is (`add_feed`).
     #[allow(clippy::type_complexity)]
     feeds: Mutex<Vec<(Weak<OfiQp>, Weak<Fid<fi::fid_cq>>)>>,
+    /// QPs whose request CQ this is and whose sends wait for the peer's
+    /// receipt (`OfiQp::take_receipt`): each read of the CQ looks at their
+    /// receipt words after the provider's entries.
+    awaiting: Mutex<Vec<Weak<OfiQp>>>,
 }
 
 impl OfiCq {
@@ -73,6 +77,7 @@ impl OfiCq {
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
             feeds: Mutex::new(Vec::new()),
+            awaiting: Mutex::new(Vec::new()),
         }))
     }
 
@@ -203,7 +208,37 @@ impl OfiCq {
                 }
             });
         }
+        drop(_reading);
+        self.take_receipts(&mut q, broken);
         q.len() > before
+    }
+
+    /// A QP's sends wait for its peer's receipt: this CQ's reads look at its
+    /// receipt words until none does (`OfiQp::take_receipt`).
+    pub(crate) fn await_receipts(&self, qp: &Weak<OfiQp>) {
+        self.awaiting.lock().push(qp.clone());
+    }
+
+    /// Reads the receipt words of the QPs awaiting one (what the drain just
+    /// read of the provider may have placed there); forgets those that await
+    /// none now.
+    fn take_receipts(&self, q: &mut VecDeque<WorkCompletion>, broken: &mut Vec<Arc<OfiQp>>) {
+        let awaiting: Vec<Arc<OfiQp>> = {
+            let a = self.awaiting.lock();
+            if a.is_empty() {
+                return;
+            }
+            a.iter().filter_map(Weak::upgrade).collect()
+        };
+        for qp in &awaiting {
+            if qp.take_receipt(q) {
+                broken.push(qp.clone());
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        self.awaiting.lock().retain(|w| {
+            w.upgrade().is_some_and(|qp| qp.awaits_receipts()) && seen.insert(w.as_ptr() as usize)
+        });
     }
 
     /// A QP of an SRQ reads its receives from `cq` (see `srq`): this CQ reads
@@ -284,8 +319,8 @@ fn complete(
     broken: &mut Vec<Arc<OfiQp>>,
     receipts: &mut Vec<Arc<OfiQp>>,
 ) {
-    let qp_num = (done.context >> 32) as u32;
-    match dev.qp(qp_num) {
+    let conn = (done.context >> 32) as u32;
+    match dev.conn(conn) {
         Some(qp) => {
             let broke = qp.completed(done.context as u32, done.result, done.data, q);
             if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
@@ -295,7 +330,8 @@ fn complete(
                 broken.push(qp);
             }
         }
-        None => log::debug!("completion for QP {qp_num}, gone"),
+        // A connection that ended (its QP reset or gone): nothing to report.
+        None => log::debug!("completion for connection {conn}, gone"),
     }
 }
 

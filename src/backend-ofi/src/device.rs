@@ -27,6 +27,8 @@ use crate::{check, Fid, Info, Target};
 #[derive(Default)]
 pub(crate) struct Tables {
     pub qps: HashMap<u32, Weak<OfiQp>>,
+    /// A connection's number (what its requests' contexts name) -> its QP.
+    pub conns: HashMap<u32, Weak<OfiQp>>,
     /// An endpoint's `fid_ep` address -> its QP, for connection events.
     pub eps: HashMap<usize, u32>,
     pub cqs: Vec<Weak<OfiCq>>,
@@ -97,13 +99,21 @@ pub struct OfiDevice {
     /// not a receive of the peer took it, its process running or not (a send
     /// to a stopped peer succeeded; so did one into a receive too small).
     /// DAT's send completes once placed in the receive. shm reports a send
-    /// once the peer took it, so it needs none.
+    /// once the peer took it, so it needs none. A receipt is an RDMA write
+    /// into the sender's receipt words (`OfiQp::send_receipt`), read with its
+    /// request CQ (`OfiCq::take_receipts`).
     pub(crate) receipts: bool,
 
     pub(crate) tables: Mutex<Tables>,
+    /// Reliable datagrams: the endpoints QPs share (`port`).
+    pub(crate) ports: Mutex<crate::port::Ports>,
+    /// Reliable datagrams: the thread reading the handshakes' connections
+    /// (`rdm::Handshakes`), started at the first listen or connect.
+    pub(crate) handshakes: Mutex<Option<Arc<crate::rdm::Handshakes>>>,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
     next_id: AtomicU64,
     next_qp: AtomicU32,
+    next_conn: AtomicU32,
     pub(crate) next_key: AtomicU32,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -123,6 +133,8 @@ pub struct OfiDevice {
 
 /// The deepest DAT queue an EP may have (uDAPL benchmarks ask for 20,000).
 const MAX_QUEUE_DEPTH: u32 = 1 << 16;
+/// The QPs of a reliable-datagram device (they share its endpoints).
+const MAX_RDM_QPS: u32 = 1 << 16;
 
 /// The capabilities every entry needs (docs/libfabric.md, Opening an IA).
 fn caps() -> u64 {
@@ -157,6 +169,10 @@ fn hints_for(target: &Target, endpoints: Endpoints, atomics: bool) -> Info {
         let h = fi::fi_allocinfo();
         assert!(!h.is_null(), "fi_allocinfo");
         (*h).caps = caps() | if atomics { fi::FI_ATOMIC as u64 } else { 0 };
+        if endpoints != Endpoints::Msg {
+            // Connections share endpoints, told apart by tag (`port`).
+            (*h).caps |= fi::FI_TAGGED as u64;
+        }
         (*(*h).ep_attr).type_ = match endpoints {
             Endpoints::Msg => fi::fi_ep_type_FI_EP_MSG,
             Endpoints::Rdm { .. } => fi::fi_ep_type_FI_EP_RDM,
@@ -437,9 +453,12 @@ impl OfiDevice {
             parks,
             closing: parking_lot::ReentrantMutex::new(()),
             tables: Mutex::new(Tables::default()),
+            ports: Mutex::new(Default::default()),
+            handshakes: Mutex::new(None),
             cm_handler: Mutex::new(None),
             next_id: AtomicU64::new(1),
             next_qp: AtomicU32::new(1),
+            next_conn: AtomicU32::new(1),
             next_key: AtomicU32::new(1),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
@@ -555,6 +574,21 @@ impl OfiDevice {
         self.next_qp.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// A new connection's number (never 0).
+    pub(crate) fn next_conn(&self) -> u32 {
+        loop {
+            let n = self.next_conn.fetch_add(1, Ordering::Relaxed);
+            if n != 0 {
+                return n;
+            }
+        }
+    }
+
+    /// The QP of connection number `conn`, while it has it.
+    pub(crate) fn conn(&self, conn: u32) -> Option<Arc<OfiQp>> {
+        self.tables.lock().conns.get(&conn).and_then(Weak::upgrade)
+    }
+
     fn start_progress(self: &Arc<Self>) -> std::io::Result<()> {
         let me = Arc::downgrade(self);
         let waiter = self.waiter.clone();
@@ -645,7 +679,13 @@ impl OfiDevice {
         };
         let clamp = |v: usize| v.min(u32::MAX as usize) as u32;
         DeviceAttr {
-            max_qp: clamp(dom.ep_cnt),
+            // Over reliable datagrams QPs share the provider's endpoints
+            // (`port`): how many is ours to say.
+            max_qp: if self.rdm {
+                MAX_RDM_QPS
+            } else {
+                clamp(dom.ep_cnt)
+            },
             // Deeper than the provider's queues: the QP holds what they cannot
             // take and feeds it as they complete (`qp`).
             max_qp_wr: MAX_QUEUE_DEPTH,
@@ -914,6 +954,10 @@ impl Device for OfiDevice {
         for qp in qps {
             qp.destroy_now();
         }
+        let handshakes = self.handshakes.lock().take();
+        if let Some(hs) = handshakes {
+            hs.stop();
+        }
     }
 }
 
@@ -921,6 +965,9 @@ impl Drop for OfiDevice {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.waiter.wake();
+        if let Some(hs) = self.handshakes.get_mut().take() {
+            hs.stop();
+        }
         let mut tables = self.tables.lock();
         tables.requests.clear();
         tables.handshakes.clear();

@@ -8,6 +8,11 @@
 //! So a QP's disconnect first writes a word into the peer's farewell word (one
 //! RDMA write, delivered before the shutdown that follows it on the same
 //! connection), and a connection that ends with no farewell written broke.
+//!
+//! Over reliable datagrams (our connection layer, `rdm`) the same
+//! registration holds the QP's receipt words: where the peer writes how many
+//! of our messages its receives took (`OfiDevice::receipts`), one RDMA write
+//! on the fabric, read by whoever reads our request CQ next.
 
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,25 +26,39 @@ use crate::device::OfiDevice;
 use crate::mem::register;
 use crate::Fid;
 
-/// Word 0: where the peer's farewell lands; word 1: what ours is written from.
+/// Word 0: where the peer's farewell lands; word 1: what ours is written
+/// from; words 2 and 3: the peer's receipt, a count and its complement (a
+/// read that sees them disagree caught the write half done, and looks again
+/// at its next read).
 pub(crate) struct Farewell {
     /// Registered when the QP first opens an endpoint. Declared before the
     /// words: fields drop in order, so the registration closes first.
     mr: Mutex<Option<Fid<fi::fid_mr>>>,
-    words: Box<[AtomicU64; 2]>,
+    words: Box<[AtomicU64; WORDS]>,
 }
+
+const WORDS: usize = 4;
+/// Where the receipt words sit in the registration (bytes).
+pub(crate) const RECEIPT_OFFSET: u64 = 16;
 
 impl Farewell {
     pub(crate) fn new() -> Farewell {
         Farewell {
             mr: Mutex::new(None),
-            words: Box::new([AtomicU64::new(0), AtomicU64::new(1)]),
+            words: Box::new([
+                AtomicU64::new(0),
+                AtomicU64::new(1),
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+            ]),
         }
     }
 
     /// Readies the word for a new connection: registered (once), cleared.
     pub(crate) fn arm(&self, dev: &OfiDevice) -> Result<()> {
         self.words[0].store(0, Ordering::Release);
+        self.words[2].store(0, Ordering::Release);
+        self.words[3].store(0, Ordering::Release);
         let mut mr = self.mr.lock();
         if mr.is_some() {
             return Ok(());
@@ -49,7 +68,7 @@ impl Farewell {
         *mr = Some(register(
             dev,
             self.words.as_ptr() as u64,
-            std::mem::size_of::<[AtomicU64; 2]>() as u64,
+            std::mem::size_of::<[AtomicU64; WORDS]>() as u64,
             (fi::FI_WRITE | fi::FI_REMOTE_WRITE) as u64,
             key,
             "fi_mr_regattr (farewell)",
@@ -72,6 +91,17 @@ impl Farewell {
             self.words.as_ptr() as u64
         };
         (key, address)
+    }
+
+    /// The count of the peer's last receipt written whole (0: none yet).
+    pub(crate) fn receipt(&self) -> u64 {
+        let count = self.words[2].load(Ordering::Acquire);
+        let check = self.words[3].load(Ordering::Acquire);
+        if check == !count {
+            count
+        } else {
+            0
+        }
     }
 
     /// Whether the peer wrote its farewell before the connection ended.

@@ -1,5 +1,7 @@
-//! Queue pairs: one libfabric endpoint each, opened when the connection is
-//! made (a passive side's endpoint must come from the connection request).
+//! Queue pairs: over connected endpoints (FI_EP_MSG) one libfabric endpoint
+//! each, opened when the connection is made (a passive side's endpoint must
+//! come from the connection request); over reliable datagrams a port shared
+//! with the other QPs of its EVD set (`port`), from the connection on.
 //!
 //! libfabric does not promise completions in posting order; DAT reports an
 //! EP's requests in that order. Each request and receive takes the next slot
@@ -26,6 +28,7 @@ use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::OfiMw;
+use crate::port::{Port, PortKey};
 use crate::srq::OfiSrq;
 use crate::{Fid, Info};
 
@@ -152,7 +155,20 @@ impl Ring {
 
 struct Inner {
     state: QpState,
+    /// A connected endpoint's own (FI_EP_MSG).
     ep: Option<Fid<fi::fid_ep>>,
+    /// Reliable datagrams: the port the QP sends and receives through
+    /// (`port`), from its connection until its reset or destroy.
+    port: Option<Arc<Port>>,
+    /// Reliable datagrams: this connection's id (the tag of the messages it
+    /// receives) and the peer connection's (the tag of those it sends).
+    tag: u64,
+    peer_tag: u64,
+    /// Tokens of the receives (ours, not bounce buffers) the provider holds:
+    /// given back (`fi_cancel`) when the QP leaves its port.
+    given: Vec<u32>,
+    /// The receives the QP may give the provider at once.
+    rx_cap: usize,
     sends: Ring,
     recvs: Ring,
     /// Receives the provider does not hold yet, oldest first: posted before
@@ -189,14 +205,12 @@ struct Inner {
     srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
     /// With an SRQ of ours, the endpoint's bounce buffers (closed with it).
     bounces: crate::bounce::Bounces,
-    /// The peer endpoint's address in the device's AV (reliable datagrams;
+    /// The peer endpoint's address in the port's AV (reliable datagrams;
     /// FI_ADDR_UNSPEC on a connected endpoint or before the handshake).
     dest: u64,
-    /// The endpoint's AV (reliable datagrams). After `ep`, which closes first.
-    av: Option<Fid<fi::fid_av>>,
-    /// Reliable datagrams: the peer endpoint's fabric address and ours.
+    /// Reliable datagrams: the peer endpoint's fabric address (its entry in
+    /// the port's AV, counted: `Port::insert`).
     dest_name: Vec<u8>,
-    name: Vec<u8>,
     /// Messages posted on this connection (each send's receipt number) and
     /// messages of the peer received whole, in order, into our receives (what
     /// our receipts say), where the device has receipts (`OfiDevice::receipts`).
@@ -215,6 +229,10 @@ struct Lookup {
 
 pub(crate) struct OfiQp {
     num: u32,
+    /// The current connection's number (its requests' contexts name it, so
+    /// that what completes after it ended is not taken for a later one's):
+    /// given at `open_endpoint`, 0 before.
+    conn: std::sync::atomic::AtomicU32,
     dev: Weak<OfiDevice>,
     /// The device's progress thread's, told of each post (`Waiter::note_post`).
     waiter: Arc<crate::wait::Waiter>,
@@ -245,46 +263,65 @@ pub(crate) struct OfiQp {
     links: std::sync::atomic::AtomicU64,
     /// Our receives took messages the peer has not been told of (`give_receipts`).
     receipt_due: std::sync::atomic::AtomicBool,
+    /// Sends of ours wait for the peer's receipt: the request CQ reads our
+    /// receipt words (`take_receipt`). Set and cleared under `inner`.
+    awaiting_receipts: std::sync::atomic::AtomicBool,
+    me: Weak<OfiQp>,
 }
 
 impl Drop for OfiQp {
     fn drop(&mut self) {
-        // An endpoint still open goes through the keeper (see `rdm::Keeper`).
         let dev = self.dev.upgrade();
         let _closing = dev.as_ref().map(|d| d.closing.lock());
-        close_endpoint(&self.dev, self.inner.get_mut());
+        let conn = self.conn.load(Ordering::Acquire);
+        close_endpoint(&self.dev, self.inner.get_mut(), conn);
     }
 }
 
-/// Closes a QP's endpoint: reliable datagrams first remove the peer from its
-/// AV, and an endpoint a peer of this process still names is parked (see
-/// `rdm::Keeper`).
-fn close_endpoint(dev: &Weak<OfiDevice>, inner: &mut Inner) {
-    let mut dest = std::mem::replace(&mut inner.dest, crate::rdm::FI_ADDR_UNSPEC);
+/// The context of request `token` of connection `conn` (what its
+/// completion names: `cq::complete`).
+fn context_of(conn: u32, token: u32) -> *mut libc::c_void {
+    (((conn as u64) << 32) | token as u64) as *mut libc::c_void
+}
+
+/// Ends the QP's use of its endpoint (connection `conn`'s): a connected
+/// endpoint closes; over reliable datagrams the QP gives back the receives
+/// the provider holds (`fi_cancel`) and leaves its port, which closes with
+/// its last QP (an endpoint a peer of this process still names is parked:
+/// `rdm::Keeper`). Completions of the connection that come after are dropped.
+fn close_endpoint(dev: &Weak<OfiDevice>, inner: &mut Inner, conn: u32) {
+    let dev = dev.upgrade();
+    if let Some(d) = &dev {
+        d.tables.lock().conns.remove(&conn);
+    }
+    inner.dest = crate::rdm::FI_ADDR_UNSPEC;
     let dest_name = std::mem::take(&mut inner.dest_name);
-    let name = std::mem::take(&mut inner.name);
-    let av = inner.av.take();
+    if let Some(port) = inner.port.take() {
+        for token in std::mem::take(&mut inner.given) {
+            // SAFETY: the port's open endpoint; a receive posted with this
+            // context (one matched already completes as it is).
+            unsafe { fi::fi_cancel(port.ep(), context_of(conn, token | RECV_BIT)) };
+        }
+        let parks = dev.as_ref().is_some_and(|d| d.parks);
+        let peer = (!dest_name.is_empty()).then_some(dest_name.as_slice());
+        let woken = port.leave(peer, inner.recvs_given, parks);
+        inner.recvs_given = 0;
+        port.keep_bounces(std::mem::take(&mut inner.bounces));
+        drop(port);
+        if let Some(d) = &dev {
+            for qp in woken {
+                d.retry_later(qp);
+            }
+        }
+        return;
+    }
     let Some(ep) = inner.ep.take() else { return };
-    if let Some(dev) = dev.upgrade() {
-        dev.tables.lock().eps.remove(&(ep.ptr() as usize));
+    if let Some(d) = &dev {
+        d.tables.lock().eps.remove(&(ep.ptr() as usize));
     }
-    if let (Some(av), true) = (&av, dest != crate::rdm::FI_ADDR_UNSPEC) {
-        // SAFETY: the endpoint's open AV; `dest` was inserted by `insert_peer`.
-        unsafe { fi::fi_av_remove(av.ptr(), &mut dest, 1, 0) };
-    }
-    let parked = if dest_name.is_empty() {
-        None
-    } else {
-        crate::rdm::keeper().unnamed(&dest_name)
-    };
-    // The peer's parked endpoint (if it was) closes outside the keeper's lock.
-    drop(parked);
-    let parked = crate::rdm::Parked {
-        _ep: ep,
-        _av: av,
-        _bounces: std::mem::take(&mut inner.bounces),
-    };
-    crate::rdm::keeper().close(parked, &name);
+    drop(ep);
+    // Bounce buffers (if any) are freed once the endpoint closed.
+    inner.bounces = Default::default();
 }
 
 /// Our object behind a trait object the core hands back (`any` is its
@@ -306,16 +343,21 @@ fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
 
 impl OfiQp {
     pub(crate) fn new(dev: &OfiDevice, init: QpInit) -> Result<Arc<OfiQp>> {
-        Ok(Arc::new(OfiQp {
+        let send_cq = ofi_cq(&init.send_cq)?;
+        let recv_cq = ofi_cq(&init.recv_cq)?;
+        let srq = match &init.srq {
+            Some(srq) => Some(ours::<OfiSrq, _>(srq, srq.as_any())?),
+            None => None,
+        };
+        Ok(Arc::new_cyclic(|me| OfiQp {
+            me: me.clone(),
             num: dev.next_qp_num(),
+            conn: std::sync::atomic::AtomicU32::new(0),
             dev: dev.me.clone(),
             waiter: dev.waiter.clone(),
-            send_cq: ofi_cq(&init.send_cq)?,
-            recv_cq: ofi_cq(&init.recv_cq)?,
-            srq: match &init.srq {
-                Some(srq) => Some(ours::<OfiSrq, _>(srq, srq.as_any())?),
-                None => None,
-            },
+            send_cq,
+            recv_cq,
+            srq,
             cap: init.cap,
             rdm: dev.rdm,
             pd: init.pd.id(),
@@ -323,6 +365,11 @@ impl OfiQp {
             inner: Mutex::new(Inner {
                 state: QpState::Init,
                 ep: None,
+                port: None,
+                tag: 0,
+                peer_tag: 0,
+                given: Vec::new(),
+                rx_cap: dev.queue_depths().0,
                 sends: Ring::default(),
                 recvs: Ring::default(),
                 pending: VecDeque::new(),
@@ -342,8 +389,6 @@ impl OfiQp {
                 bounces: Default::default(),
                 dest: crate::rdm::FI_ADDR_UNSPEC,
                 dest_name: Vec::new(),
-                name: Vec::new(),
-                av: None,
                 messages: 0,
                 received: 0,
                 receipts_over: false,
@@ -351,6 +396,7 @@ impl OfiQp {
             link: Mutex::new(None),
             links: std::sync::atomic::AtomicU64::new(0),
             receipt_due: std::sync::atomic::AtomicBool::new(false),
+            awaiting_receipts: std::sync::atomic::AtomicBool::new(false),
             farewell: crate::farewell::Farewell::new(),
             farewell_done: std::sync::atomic::AtomicBool::new(false),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -376,44 +422,112 @@ impl OfiQp {
     }
 
     fn context(&self, token: u32) -> *mut libc::c_void {
-        (((self.num as u64) << 32) | token as u64) as *mut libc::c_void
+        context_of(self.conn.load(Ordering::Acquire), token)
+    }
+
+    /// The endpoint the QP posts on: its own, or its port's.
+    fn ep_of(inner: &Inner) -> Option<*mut fi::fid_ep> {
+        match (&inner.ep, &inner.port) {
+            (Some(ep), _) => Some(ep.ptr()),
+            (None, Some(port)) => Some(port.ep()),
+            (None, None) => None,
+        }
+    }
+
+    /// This connection's id, the tag of the messages it receives (reliable
+    /// datagrams: the peer learns it in the handshake).
+    pub(crate) fn tag(&self) -> u64 {
+        self.inner.lock().tag
+    }
+
+    /// The peer connection's id, the tag of the messages we send it.
+    pub(crate) fn set_peer_tag(&self, tag: u64) {
+        self.inner.lock().peer_tag = tag;
     }
 
     /// Opens the endpoint from `info` (the device's for an active side, the
     /// request's for a passive one), binds the device's EQ and the QP's CQs,
     /// enables it and posts the receives waiting for it.
-    pub(crate) fn open_endpoint(self: &Arc<Self>, dev: &OfiDevice, info: &Info) -> Result<()> {
+    pub(crate) fn open_endpoint(
+        self: &Arc<Self>,
+        dev: &OfiDevice,
+        info: &Info,
+        passive: bool,
+    ) -> Result<()> {
         // Bound to its CQs, an endpoint is progressed by their reads: not
         // before it is enabled (ofi_rxm's opens its own CQ then).
         let asked = std::time::Instant::now();
         let _opening = dev.closing.lock();
         let locked = asked.elapsed();
         let mut inner = self.inner.lock();
-        if inner.state != QpState::Init || inner.ep.is_some() {
+        if inner.state != QpState::Init || inner.ep.is_some() || inner.port.is_some() {
             return Err(Error::BadState);
         }
         self.farewell.arm(dev)?;
         self.farewell_done.store(false, Ordering::Release);
         self.leaving.store(false, Ordering::Release);
+        let conn = dev.next_conn();
+        self.conn.store(conn, Ordering::Release);
+        if dev.rdm {
+            let key = if self.srq.is_some() {
+                PortKey::Own { qp: self.num }
+            } else {
+                PortKey::Shared {
+                    send_cq: daplrs_backend::CompletionQueue::id(&*self.send_cq),
+                    recv_cq: daplrs_backend::CompletionQueue::id(&*self.recv_cq),
+                    passive,
+                }
+            };
+            let port = dev.attach_port(key, &self.send_cq, &self.recv_cq)?;
+            log::debug!(
+                "QP {}: port {key:?} (lock {locked:?}, {:?})",
+                self.num,
+                asked.elapsed()
+            );
+            inner.port = Some(port);
+            inner.tag = dev.next_id();
+            inner.peer_tag = 0;
+            inner.rx_cap = (self.cap.max_recv_wr.max(1) as usize).min(self.depths.0);
+        } else {
+            self.open_own(dev, info, &mut inner, locked, asked)?;
+        }
+        dev.tables.lock().conns.insert(conn, self.me.clone());
+        inner.state = QpState::Connecting;
+        inner.recvs_given = 0;
+        inner.sends_given = 0;
+        inner.messages = 0;
+        inner.received = 0;
+        inner.receipts_over = false;
+        inner.sends.received = 0;
+        if let Some(srq) = self.pooled_srq() {
+            srq.enroll(self);
+            // Any not posted now are retried (`post_bounces`).
+            let _ = self.post_bounces(dev, srq, &mut inner);
+            return Ok(());
+        }
+        self.feed_recvs(&mut inner)
+    }
+
+    /// Opens a connected endpoint of the QP's own (FI_EP_MSG) from `info`,
+    /// bound to the device's EQ and the QP's CQs, and enabled.
+    fn open_own(
+        self: &Arc<Self>,
+        dev: &OfiDevice,
+        info: &Info,
+        inner: &mut Inner,
+        locked: std::time::Duration,
+        asked: std::time::Instant,
+    ) -> Result<()> {
         let mut ep = null_mut();
         // SAFETY: an open domain and a provider fi_info; `ep` receives the endpoint.
         let rc = unsafe { fi::fi_endpoint(dev.domain.ptr(), info.ptr(), &mut ep, null_mut()) };
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
-        // Connection events come on the EQ; reliable datagrams need the AV.
-        let av = if dev.rdm {
-            Some(crate::rdm::open_av(&dev.domain)?)
-        } else {
-            None
-        };
-        let (events, what) = match &av {
-            Some(av) => (av.fid(), "bind AV"),
-            None => (dev.eq.fid(), "bind EQ"),
-        };
-        // SAFETY: the endpoint just opened; the EQ or AV is an open object of its fabric.
+        // Connection events come on the EQ.
+        // SAFETY: the endpoint just opened; the EQ is an open object of its fabric.
         opened(
-            unsafe { fi::fi_ep_bind(ep.ptr(), events, 0) },
-            what,
+            unsafe { fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0) },
+            "bind EQ",
             Error::Internal,
         )?;
         let srq_cq = self.bind_cqs(dev, &ep)?;
@@ -439,22 +553,9 @@ impl OfiQp {
         }
         dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
         inner.ep = Some(ep);
-        inner.av = av;
         inner.srq_cq = srq_cq;
-        inner.state = QpState::Connecting;
-        inner.recvs_given = 0;
-        inner.sends_given = 0;
-        inner.messages = 0;
-        inner.received = 0;
-        inner.receipts_over = false;
-        inner.sends.received = 0;
-        if let Some(srq) = self.pooled_srq() {
-            srq.enroll(self);
-            // Any not posted now are retried (`post_bounces`).
-            let _ = self.post_bounces(dev, srq, &mut inner);
-            return Ok(());
-        }
-        self.feed_recvs(&mut inner)
+        inner.rx_cap = self.depths.0;
+        Ok(())
     }
 
     /// Binds the endpoint's CQs: the request CQ, and the receive CQ, or with
@@ -557,10 +658,11 @@ impl OfiQp {
     /// progress thread (`retry_held`): with none posted, nothing would come
     /// back here.
     fn post_bounces(&self, dev: &OfiDevice, srq: &OfiSrq, inner: &mut Inner) -> Result<()> {
-        let ep = inner.ep.as_ref().ok_or(Error::BadState)?.ptr();
+        let ep = Self::ep_of(inner).ok_or(Error::BadState)?;
         let count = crate::bounce::BOUNCES.min(self.depths.0);
         let len = srq.bounce_len();
-        let posted = inner.bounces.post_all(dev, ep, count, len, |slot| {
+        let tag = self.rdm.then_some(inner.tag);
+        let posted = inner.bounces.post_all(dev, ep, count, len, tag, |slot| {
             self.context(BOUNCE | slot as u32)
         });
         match &posted {
@@ -577,7 +679,7 @@ impl OfiQp {
         let Some(srq) = self.pooled_srq() else { return };
         let mut ready = Vec::new();
         let cancelled = inner.bounces.landed(landed, &mut ready);
-        if inner.state == QpState::Error || inner.ep.is_none() {
+        if inner.state == QpState::Error || Self::ep_of(inner).is_none() {
             // Flushed as the connection ended: nothing of the consumer's was in it.
             return;
         }
@@ -642,7 +744,7 @@ impl OfiQp {
     /// asked back, and posted again longer as their cancels complete.
     pub(crate) fn lengthen_bounces(&self, len: usize) {
         let mut inner = self.inner.lock();
-        let Some(ep) = inner.ep.as_ref().map(Fid::ptr) else {
+        let Some(ep) = Self::ep_of(&inner) else {
             return;
         };
         if inner.state == QpState::Error {
@@ -655,33 +757,82 @@ impl OfiQp {
 
     /// Gives the provider the waiting receives it has room for, in order.
     fn feed_recvs(&self, inner: &mut Inner) -> Result<()> {
-        while inner.recvs_given < self.depths.0 {
-            let Some((token, wr)) = inner.pending.pop_front() else {
-                return Ok(());
-            };
-            if let Err(e) = self.post_recv_now(inner, token, &wr) {
+        while !inner.pending.is_empty() && self.may_give_recv(inner) {
+            let (token, wr) = inner.pending.pop_front().expect("checked");
+            if let Err(e) = self.give_recv(inner, token, &wr) {
                 // Kept, in its place, for the next completion to retry.
                 inner.pending.push_front((token, wr));
                 return Err(e);
             }
-            inner.recvs_given += 1;
         }
         Ok(())
     }
 
+    /// Whether the QP may give the provider one more receive: below its cap
+    /// and, over a port, its own slot or a spare one (else it waits for one,
+    /// woken by `retry_held`: `Port::take_slot`).
+    fn may_give_recv(&self, inner: &Inner) -> bool {
+        if inner.recvs_given >= inner.rx_cap {
+            return false;
+        }
+        match &inner.port {
+            Some(port) => port.take_slot(self.num, inner.recvs_given),
+            None => true,
+        }
+    }
+
+    /// Posts receive `token` (its room taken by `may_give_recv`); a refusal
+    /// gives the room back. Over a port a busy provider (its receive entries
+    /// also hold messages that came before their receive) keeps the receive
+    /// waiting, for the progress thread to post (`retry_held`).
+    fn give_recv(&self, inner: &mut Inner, token: u32, wr: &RecvWr) -> Result<()> {
+        match self.post_recv_now(inner, token, wr) {
+            Ok(()) => {
+                inner.recvs_given += 1;
+                inner.given.push(token);
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(port) = &inner.port {
+                    let woken = port.returned(inner.recvs_given + 1);
+                    if let Some(dev) = self.dev.upgrade() {
+                        for qp in woken {
+                            dev.retry_later(qp);
+                        }
+                        if e == Error::NoResource(Resource::WorkQueue) {
+                            dev.retry_later(self.num);
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A receive the provider held is done (completed, or given back): its
+    /// room frees (a spare slot of the port wakes a QP waiting for one).
+    fn recv_done(&self, inner: &mut Inner, token: u32) {
+        let had = inner.recvs_given;
+        inner.recvs_given = had.saturating_sub(1);
+        let token = token & TOKEN_MASK;
+        if let Some(i) = inner.given.iter().position(|&t| t == token) {
+            inner.given.swap_remove(i);
+        }
+        if let Some(port) = &inner.port {
+            let woken = port.returned(had);
+            if let Some(dev) = self.dev.upgrade() {
+                for qp in woken {
+                    dev.retry_later(qp);
+                }
+            }
+        }
+    }
+
     /// The endpoint's fabric address (`fi_getname`), for the peer's AV.
     pub(crate) fn fabric_name(&self) -> Result<Vec<u8>> {
-        let ep = self.endpoint().ok_or(Error::BadState)?;
-        let mut name = vec![0u8; NAME_BYTES];
-        let mut len = name.len();
-        // SAFETY: an enabled endpoint; `name` has `len` writable bytes.
-        let rc = unsafe { fi::fi_getname(ep.cast(), name.as_mut_ptr().cast(), &mut len) };
-        opened(rc, "fi_getname", Error::Internal)?;
-        name.truncate(len);
-        if self.dev.upgrade().is_some_and(|d| d.parks) {
-            self.inner.lock().name = name.clone();
-        }
-        Ok(name)
+        let inner = self.inner.lock();
+        let port = inner.port.as_ref().ok_or(Error::BadState)?;
+        Ok(port.name().to_vec())
     }
 
     /// Inserts the peer endpoint's fabric address (`name`) into the
@@ -704,30 +855,13 @@ impl OfiQp {
             );
             return Err(Error::NoResource(Resource::Qp));
         }
-        // Handed over zero-padded to the size of our own names' buffer
-        // (`fabric_name`): a provider that reads a fixed length, whatever a
-        // string's end, reads nothing of the peer's beyond it.
-        let mut padded = [0u8; NAME_BYTES];
-        padded
-            .get_mut(..name.len())
-            .ok_or(Error::NoResource(Resource::Qp))?
-            .copy_from_slice(name);
         let mut inner = self.inner.lock();
-        let av = inner.av.as_ref().ok_or(Error::BadState)?.ptr();
-        let mut addr = crate::rdm::FI_ADDR_UNSPEC;
-        // SAFETY: an open AV; `padded` holds a name of this provider's
-        // shape (`peer_name_fits`), `addr` receives one fi_addr_t.
-        let rc =
-            unsafe { fi::fi_av_insert(av, padded.as_ptr().cast(), 1, &mut addr, 0, null_mut()) };
-        if rc != 1 {
-            log::warn!("fi_av_insert: {}", fi::strerror(rc.min(0)));
-            return Err(Error::NoResource(Resource::Qp));
+        if !inner.dest_name.is_empty() {
+            return Err(Error::BadState);
         }
-        if parks {
-            crate::rdm::keeper().named(name);
-            inner.dest_name = name.to_vec();
-        }
-        inner.dest = addr;
+        let port = inner.port.clone().ok_or(Error::BadState)?;
+        inner.dest = port.insert(name, parks)?;
+        inner.dest_name = name.to_vec();
         Ok(())
     }
 
@@ -770,7 +904,8 @@ impl OfiQp {
         }
     }
 
-    /// The endpoint's fid_ep (for connect and accept).
+    /// The connected endpoint's fid_ep (for connect, accept and shutdown;
+    /// None over a port, which other QPs share).
     pub(crate) fn endpoint(&self) -> Option<*mut fi::fid_ep> {
         self.inner.lock().ep.as_ref().map(Fid::ptr)
     }
@@ -850,7 +985,7 @@ impl OfiQp {
         }
         let ep = self.endpoint();
         if let Some(ep) = ep {
-            // SAFETY: the QP's open endpoint.
+            // SAFETY: the QP's open endpoint (connected: a port is shared).
             let rc = unsafe { fi::fi_shutdown(ep, 0) };
             if rc != 0 && !abrupt {
                 log::debug!("fi_shutdown: {}", fi::strerror(rc));
@@ -934,7 +1069,7 @@ impl OfiQp {
         let _closing = dev.as_ref().map(|d| d.closing.lock());
         let srq_cq = {
             let mut inner = self.inner.lock();
-            close_endpoint(&self.dev, &mut inner);
+            close_endpoint(&self.dev, &mut inner, self.conn.load(Ordering::Acquire));
             inner.state = QpState::Init;
             inner.srq_cq.take()
         };
@@ -948,7 +1083,7 @@ impl OfiQp {
         let _closing = dev.as_ref().map(|d| d.closing.lock());
         let srq_cq = {
             let mut inner = self.inner.lock();
-            close_endpoint(&self.dev, &mut inner);
+            close_endpoint(&self.dev, &mut inner, self.conn.load(Ordering::Acquire));
             inner.srq_cq.take()
         };
         // The endpoint closed first: its receive CQ may close now.
@@ -1105,7 +1240,7 @@ impl OfiQp {
         let before = out.len();
         inner.recvs.release(out);
         self.give_receipts(inner, out.range(before..));
-        inner.recvs_given = inner.recvs_given.saturating_sub(1);
+        self.recv_done(inner, token);
         if inner.state == QpState::Connected {
             if let Err(e) = self.feed_recvs(inner) {
                 log::debug!("QP {num}: receives wait for room: {e:?}");
@@ -1125,6 +1260,10 @@ impl OfiQp {
         let number = inner.messages;
         if let Some(slot) = inner.sends.get_mut(token) {
             slot.receipt = Some(number);
+        }
+        // The request CQ's reads look at our receipt words from now on.
+        if !self.awaiting_receipts.swap(true, Ordering::AcqRel) {
+            self.send_cq.await_receipts(&self.me);
         }
     }
 
@@ -1153,34 +1292,77 @@ impl OfiQp {
         self.receipt_due.load(Ordering::Acquire)
     }
 
-    /// Tells the peer how many of its messages our receives took (a socket
-    /// write: called with no lock of the QP or its CQs held).
+    /// Tells the peer how many of its messages our receives took: one RDMA
+    /// write of the count and its complement into the peer's receipt words
+    /// (`farewell`), injected (no completion, nothing to wait for), on the
+    /// fabric, so that the peer's next read of its request CQ finds it with
+    /// no thread of ours in between (a socket frame read by a blocked thread
+    /// cost a polling pair about 11 ms a round trip: docs/libfabric.md,
+    /// Receipts). Called with no lock of the QP's CQs held. A busy provider
+    /// leaves it due, for the progress thread to write (`retry_held`).
     pub(crate) fn send_receipt(&self) {
         if !self.receipt_due.swap(false, Ordering::AcqRel) {
             return;
         }
-        let count = self.inner.lock().received;
-        let stream = self.link.lock().as_ref().map(|l| l.stream.clone());
-        if let Some(stream) = stream {
-            crate::rdm::Link::receipt(&stream, count);
+        let inner = self.inner.lock();
+        let open = inner.state != QpState::Error && inner.dest != crate::rdm::FI_ADDR_UNSPEC;
+        let (Some(ep), true, key) = (Self::ep_of(&inner), open, inner.peer.farewell_key) else {
+            return;
+        };
+        if key == 0 {
+            return;
+        }
+        let words = [inner.received, !inner.received];
+        let at = inner
+            .peer
+            .farewell_address
+            .wrapping_add(crate::farewell::RECEIPT_OFFSET);
+        // SAFETY: an enabled endpoint and a peer in its AV; the 16 bytes are
+        // copied before the call returns (an inject).
+        let rc = unsafe {
+            fi::fi_inject_write(
+                ep,
+                words.as_ptr().cast(),
+                std::mem::size_of_val(&words),
+                inner.dest,
+                at,
+                key,
+            )
+        };
+        drop(inner);
+        if rc == -(fi::FI_EAGAIN as isize) {
+            self.receipt_due.store(true, Ordering::Release);
+            if let Some(dev) = self.dev.upgrade() {
+                dev.retry_later(self.num);
+            }
+        } else if rc < 0 {
+            log::warn!("QP {}: receipt: {}", self.num, fi::strerror(rc as i32));
         }
     }
 
-    /// The peer received our first `count` messages of connection
-    /// `generation` (its receipt): the sends among them complete, in order.
-    pub(crate) fn peer_received(&self, generation: u64, count: u64) {
-        self.send_cq.deliver(|out| {
-            let mut inner = self.inner.lock();
-            if !self.is_link(generation) || count <= inner.sends.received {
-                return;
-            }
+    /// Reads our receipt words: the sends the peer's receipt covers complete,
+    /// in order, into `out` (the request CQ's queue, its lock held by the
+    /// caller). Returns whether the connection is to break (as `completed`).
+    /// Once nothing awaits a receipt, the request CQ stops looking
+    /// (`awaits_receipts`).
+    pub(crate) fn take_receipt(&self, out: &mut VecDeque<WorkCompletion>) -> bool {
+        let mut inner = self.inner.lock();
+        let count = self.farewell.receipt();
+        if count > inner.sends.received {
             inner.sends.received = count;
             inner.sends.release(out);
             self.release_held(&mut inner, out);
-        });
-        if std::mem::take(&mut self.inner.lock().break_pending) {
-            self.broken();
         }
+        if inner.sends.received >= inner.messages || inner.state == QpState::Error {
+            self.awaiting_receipts.store(false, Ordering::Release);
+        }
+        let refused = std::mem::take(&mut inner.break_pending);
+        refused && inner.state == QpState::Connected
+    }
+
+    /// Whether sends of ours wait for the peer's receipt.
+    pub(crate) fn awaits_receipts(&self) -> bool {
+        self.awaiting_receipts.load(Ordering::Acquire)
     }
 
     /// Reads the QP's CQs (what the provider completed before an event).
@@ -1262,7 +1444,7 @@ impl OfiQp {
         if inner.lookup.is_some() {
             return Ok(());
         }
-        let ep = inner.ep.as_ref().map(Fid::ptr).ok_or(Error::NotConnected)?;
+        let ep = Self::ep_of(inner).ok_or(Error::NotConnected)?;
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         let mut lookup = self.lookup.lock();
         if lookup.mr.is_none() {
@@ -1304,20 +1486,39 @@ impl OfiQp {
     }
 
     fn post_recv_now(&self, inner: &Inner, token: u32, wr: &RecvWr) -> Result<()> {
-        let ep = inner.ep.as_ref().ok_or(Error::BadState)?;
+        let ep = Self::ep_of(inner).ok_or(Error::BadState)?;
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         let (iov, mut desc) = io_vectors(&dev, &wr.sgl);
-        let msg = fi::fi_msg {
-            msg_iov: or_null(&iov).cast(),
-            desc: or_null_mut(&mut desc),
-            iov_count: iov.len(),
-            context: self.context(token | RECV_BIT),
-            addr: crate::rdm::FI_ADDR_UNSPEC,
-            ..Default::default()
-        };
+        let context = self.context(token | RECV_BIT);
+        let flags = fi::FI_COMPLETION as u64;
         // SAFETY: an enabled endpoint; the vectors live for the call (the provider
         // copies the message description, not the buffers, which stay registered).
-        let rc = unsafe { fi::fi_recvmsg(ep.ptr(), &msg, fi::FI_COMPLETION as u64) };
+        let rc = unsafe {
+            if self.rdm {
+                // Over a port: this connection's messages only (their tag).
+                let msg = fi::fi_msg_tagged {
+                    msg_iov: or_null(&iov).cast(),
+                    desc: or_null_mut(&mut desc),
+                    iov_count: iov.len(),
+                    addr: crate::rdm::FI_ADDR_UNSPEC,
+                    tag: inner.tag,
+                    ignore: 0,
+                    context,
+                    data: 0,
+                };
+                fi::fi_trecvmsg(ep, &msg, flags)
+            } else {
+                let msg = fi::fi_msg {
+                    msg_iov: or_null(&iov).cast(),
+                    desc: or_null_mut(&mut desc),
+                    iov_count: iov.len(),
+                    context,
+                    addr: crate::rdm::FI_ADDR_UNSPEC,
+                    ..Default::default()
+                };
+                fi::fi_recvmsg(ep, &msg, flags)
+            }
+        };
         crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue)).map(|_| ())
     }
 
@@ -1533,11 +1734,16 @@ impl OfiQp {
                 inner.sends.release(out);
                 self.release_held(&mut inner, out);
             }
+            if matches!(inner.state, QpState::Connected | QpState::Connecting) {
+                // Receives that waited for room in the port (or a busy provider).
+                let _ = self.feed_recvs(&mut inner);
+            }
             let open = matches!(inner.state, QpState::Connected | QpState::Connecting);
             if let (Some(srq), Some(dev), true) = (self.pooled_srq(), self.dev.upgrade(), open) {
                 let _ = self.post_bounces(&dev, srq, &mut inner);
             }
         });
+        self.send_receipt();
         if std::mem::take(&mut self.inner.lock().break_pending) {
             self.broken();
         }
@@ -1566,7 +1772,7 @@ impl OfiQp {
     /// One request to the provider; a bind the backend executes now, giving
     /// its completion's status (None: the provider completes the request).
     fn issue(&self, inner: &mut Inner, request: &Request) -> Result<Option<WcStatus>> {
-        let ep = inner.ep.as_ref().ok_or(Error::NotConnected)?.ptr();
+        let ep = Self::ep_of(inner).ok_or(Error::NotConnected)?;
         let refused = self.refused(inner, request);
         let known = request.kind.rkey().and_then(|k| inner.starts.get(&k));
         let fresh = self
@@ -1629,19 +1835,34 @@ impl OfiQp {
         let rc = unsafe {
             match request.kind {
                 Kind::Send { data } => {
-                    let msg = fi::fi_msg {
-                        msg_iov: or_null(&iov).cast(),
-                        desc: or_null_mut(&mut desc),
-                        iov_count: segments,
-                        context,
-                        addr: inner.dest,
-                        data: data.unwrap_or(0),
-                    };
                     let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
                     // An empty message has nothing to place (and shm never
                     // reports one delivered).
                     let when = if segments == 0 { flags } else { placed };
-                    fi::fi_sendmsg(ep, &msg, when | with_data)
+                    if self.rdm {
+                        // Over a port: tagged with the peer connection's id.
+                        let msg = fi::fi_msg_tagged {
+                            msg_iov: or_null(&iov).cast(),
+                            desc: or_null_mut(&mut desc),
+                            iov_count: segments,
+                            addr: inner.dest,
+                            tag: inner.peer_tag,
+                            ignore: 0,
+                            context,
+                            data: data.unwrap_or(0),
+                        };
+                        fi::fi_tsendmsg(ep, &msg, when | with_data)
+                    } else {
+                        let msg = fi::fi_msg {
+                            msg_iov: or_null(&iov).cast(),
+                            desc: or_null_mut(&mut desc),
+                            iov_count: segments,
+                            context,
+                            addr: inner.dest,
+                            data: data.unwrap_or(0),
+                        };
+                        fi::fi_sendmsg(ep, &msg, when | with_data)
+                    }
                 }
                 Kind::Write { va, rkey, .. } | Kind::Read { va, rkey } => {
                     let (addr, key) = remote_target(&dev, inner, va, rkey);
@@ -1716,7 +1937,7 @@ impl OfiQp {
         iov: &[libc::iovec],
         desc: &mut [*mut libc::c_void],
     ) -> isize {
-        let Some(ep) = inner.ep.as_ref().map(Fid::ptr) else {
+        let Some(ep) = Self::ep_of(inner) else {
             return -(fi::FI_ENOTCONN as isize);
         };
         let dest = inner.dest;
@@ -1800,9 +2021,22 @@ impl OfiQp {
             // delivered (see `issue`).
             flags |= fi::FI_DELIVERY_COMPLETE as u64;
         }
-        let posted = inner.ep.as_ref().map_or(-(fi::FI_ENOTCONN as isize), |ep| {
+        let tagged = fi::fi_msg_tagged {
+            addr: msg.addr,
+            tag: inner.peer_tag,
+            context: msg.context,
+            data: msg.data,
+            ..Default::default()
+        };
+        let posted = Self::ep_of(inner).map_or(-(fi::FI_ENOTCONN as isize), |ep| {
             // SAFETY: an enabled endpoint; no buffers.
-            unsafe { fi::fi_sendmsg(ep.ptr(), &msg, flags) }
+            unsafe {
+                if self.rdm {
+                    fi::fi_tsendmsg(ep, &tagged, flags)
+                } else {
+                    fi::fi_sendmsg(ep, &msg, flags)
+                }
+            }
         });
         let posted = crate::check(posted, "post (immediate data)", Error::Internal);
         if posted.is_ok() {
@@ -2105,8 +2339,13 @@ impl QueuePair for OfiQp {
         if wr.sgl.len() > self.cap.max_recv_sge.max(1) as usize {
             return Err(Error::TooLong);
         }
-        self.waiter.note_post();
         let mut inner = self.inner.lock();
+        if inner.state != QpState::Init {
+            // A receive of an EP not connected yet moves nothing: the
+            // progress thread keeps its pace (many EPs readied before their
+            // connections are made cost it no quick turns).
+            self.waiter.note_post();
+        }
         if inner.state == QpState::Error {
             drop(inner);
             self.recv_cq
@@ -2125,18 +2364,23 @@ impl QueuePair for OfiQp {
             operands: None,
             receipt: None,
         });
-        if inner.ep.is_none() || !inner.pending.is_empty() || inner.recvs_given >= self.depths.0 {
+        if Self::ep_of(&inner).is_none() || !inner.pending.is_empty() || !self.may_give_recv(&inner)
+        {
             inner.pending.push_back((token, wr));
             return Ok(());
         }
-        let posted = self.post_recv_now(&inner, token, &wr);
-        match posted {
-            Ok(()) => inner.recvs_given += 1,
-            Err(_) => {
+        match self.give_recv(&mut inner, token, &wr) {
+            Ok(()) => Ok(()),
+            Err(Error::NoResource(Resource::WorkQueue)) if self.rdm => {
+                // The port's provider is busy: posted by the progress thread.
+                inner.pending.push_back((token, wr));
+                Ok(())
+            }
+            Err(e) => {
                 inner.recvs.slots.pop_back();
+                Err(e)
             }
         }
-        posted
     }
 
     fn reset(&self) -> Result<()> {
@@ -2146,7 +2390,7 @@ impl QueuePair for OfiQp {
         if !matches!(inner.state, QpState::Error | QpState::Init) {
             return Err(Error::BadState);
         }
-        close_endpoint(&self.dev, &mut inner);
+        close_endpoint(&self.dev, &mut inner, self.conn.load(Ordering::Acquire));
         self.end_link(false);
         inner.srq_cq = None;
         inner.state = QpState::Init;
@@ -2174,9 +2418,6 @@ impl QueuePair for OfiQp {
         self.destroy_now();
     }
 }
-
-/// The room for an endpoint's fabric name (libfabric's FI_NAME_MAX is 64).
-const NAME_BYTES: usize = 256;
 
 /// Whether a peer's fabric address, as its handshake carried it, has the
 /// shape of `own` (one of our endpoints' names on the same provider):

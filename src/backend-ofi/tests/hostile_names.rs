@@ -25,12 +25,17 @@ fn frame(kind: u8, fields: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A request from a peer naming itself `name`: the connection layer's magic,
-/// the provider, the name, and the header of ours (no key table, no private data).
+/// the provider, the name, the header of ours (no key table, no private
+/// data) and its connection id.
 fn hostile_request(provider: &str, name: &[u8]) -> Vec<u8> {
-    let layer_magic = [b'D', b'R', b'S', b'R', 0, 1, 0, 0];
+    let layer_magic = [b'D', b'R', b'S', b'R', 0, 3, 0, 0];
     let mut header = vec![b'D', b'R', b'O', 3];
     header.resize(32, 0);
-    frame(b'Q', &[&layer_magic, provider.as_bytes(), name, &header])
+    let tag = 7u64.to_le_bytes();
+    frame(
+        b'Q',
+        &[&layer_magic, provider.as_bytes(), name, &header, &tag],
+    )
 }
 
 fn refused_then_legitimate(provider: &str, name: &[u8]) {

@@ -1,5 +1,5 @@
 //! A peer that opens handshake connections to a reliable-datagram listener
-//! and sends nothing holds at most 256 of them (a thread and a socket each):
+//! and sends nothing holds at most 256 of them (a socket each):
 //! each one past that ends the oldest at once, instead of all of them being
 //! held until their 5 s request timeout. A legitimate connection made during
 //! such a flood still connects.

@@ -439,6 +439,34 @@ pub unsafe fn fi_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -
     op!((*ep).rma, writemsg(ep, msg, flags))
 }
 
+/// An RDMA write of `len` bytes at most the provider's inject size: the
+/// buffer may be reused at return, and no completion is ever reported.
+///
+/// # Safety
+/// See [`fi_allocinfo`].
+pub unsafe fn fi_inject_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest_addr: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    op!((*ep).rma, inject(ep, buf, len, dest_addr, addr, key))
+}
+
+/// # Safety
+/// See [`fi_allocinfo`].
+pub unsafe fn fi_tsendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    op!((*ep).tagged, sendmsg(ep, msg, flags))
+}
+
+/// # Safety
+/// See [`fi_allocinfo`].
+pub unsafe fn fi_trecvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    op!((*ep).tagged, recvmsg(ep, msg, flags))
+}
+
 /// # Safety
 /// See [`fi_allocinfo`].
 pub unsafe fn fi_fetch_atomicmsg(
