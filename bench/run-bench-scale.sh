@@ -92,9 +92,14 @@ field() {
 		for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$2"
 }
 
-# The largest RSS per connection (KiB, either side) the entry showed at any N so far.
+# The RSS per connection (KiB, the larger side) the entry showed at its largest N so far:
+# what a connection costs once shared costs (an endpoint per EVD set, a progress thread)
+# are spread, which N = 1 holds whole (70 MB for tcp;ofi_rxm, 5 MB for shm).
 kib_per_conn() {
-	awk -v e="$1" '{ split($1, w, ":") } w[1] == e && ($2 == "rss_c" || $2 == "rss_s") && $3 > m { m = $3 }
+	awk -v e="$1" '{ split($1, w, ":") } w[1] == e && ($2 == "rss_c" || $2 == "rss_s") {
+			n = w[2] + 0
+			if (n > top) { top = n; m = 0 }
+			if (n == top && $3 > m) m = $3 }
 		END { print m + 0 }' "$results" 2>/dev/null || echo 0
 }
 
