@@ -14,6 +14,10 @@
 //! `settle_quiet`) wakes no poller, epoll included, for a small frame; the look keeps the
 //! connections it left quiet and reads them each time, as before. Those are the connections
 //! with requests of the consumer's outstanding: work, not the connection count.
+//!
+//! Each CQ also keeps the parked set of the connections it receives for that need only their
+//! input watched (`Parked`): the progress thread watches it nested in its own epoll set, and
+//! a thread waiting on the CQ claims it whole (engine/mod.rs `claim_for_cq`).
 
 use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
