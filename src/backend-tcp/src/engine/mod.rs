@@ -199,9 +199,11 @@ enum Phase {
 }
 
 struct Conn {
-    /// In the progress thread's set of returned connections (see `release_cq_claims`).
-    /// Declared first, so that a dropped connection leaves the set before its socket closes.
-    returned: Option<crate::readiness::Parked>,
+    /// In its receive CQ's parked set (readiness.rs), which the progress thread watches
+    /// nested in its set of returned connections unless a driver holds it (see
+    /// `release_cq_claims`). Declared first, so that a dropped connection leaves the set
+    /// before its socket closes.
+    parked: Option<crate::readiness::Parked>,
     /// In the readiness sets of its QP's CQs, for their pollers (readiness.rs): while
     /// established. Before the socket too, for the same reason.
     watched: Option<crate::readiness::Watched>,
@@ -329,7 +331,7 @@ pub(crate) struct Claim {
 impl Conn {
     fn new(stream: TcpStream, phase: Phase, deadline: Option<Instant>, charge: Charge) -> Conn {
         Conn {
-            returned: None,
+            parked: None,
             watched: None,
             stream,
             phase,
@@ -432,6 +434,14 @@ impl Conn {
             && !self.wait_drain
             && !self.close_when_flushed;
         !self.out.is_empty() && !held_only
+    }
+
+    /// Whether a thread of the application may read it: established, its writes not failed,
+    /// and driven by nobody or by `driver` (a waiting thread's CQ).
+    fn open_to(&self, driver: Option<u64>) -> bool {
+        (self.driven.is_none() || self.driven == driver)
+            && !self.write_failed
+            && matches!(self.phase, Phase::Established { .. })
     }
 
     fn is_closing(&self) -> bool {
@@ -737,13 +747,7 @@ impl Engine {
             .values()
             .filter(|e| e.send_cq.id == cq || e.recv_cq.id == cq)
             .filter_map(|e| e.conn)
-            .filter(|t| {
-                self.conns.get(t).is_some_and(|c| {
-                    (c.driven.is_none() || c.driven == driven)
-                        && !c.write_failed
-                        && matches!(c.phase, Phase::Established { .. })
-                })
-            })
+            .filter(|t| self.conns.get(t).is_some_and(|c| c.open_to(driven)))
             .collect()
     }
 
@@ -799,13 +803,10 @@ impl Engine {
             let Some(c) = self.conns.get_mut(&token) else {
                 continue;
             };
-            let usable = (c.driven.is_none() || c.driven == Some(cq))
-                && !c.write_failed
-                && matches!(c.phase, Phase::Established { .. });
-            if !usable {
+            if !c.open_to(Some(cq)) {
                 continue;
             }
-            if let Some(p) = c.returned.as_ref() {
+            if let Some(p) = c.parked.as_ref() {
                 match self.claimed_sets.get(&p.cq.id) {
                     Some((_, driver)) if *driver == cq => {
                         // Watched through its set; a quiet socket would not wake the
@@ -828,7 +829,7 @@ impl Engine {
             }
             // Out of the progress thread's set of returned connections (without waking it):
             // the driver polls it now, and sleeps in poll on it, so every frame must wake it.
-            c.returned = None;
+            c.parked = None;
             c.set_quiet(false);
             out.push(Claim {
                 token,
@@ -899,7 +900,7 @@ impl Engine {
             return false;
         };
         if let Some(c) = self.conns.get_mut(&token) {
-            c.returned = Some(parked);
+            c.parked = Some(parked);
         }
         self.nest(&cq);
         true
@@ -925,7 +926,7 @@ impl Engine {
 
     /// Whether connection `token` is parked (readiness.rs `Parked`).
     pub(crate) fn parked(&self, token: u64) -> bool {
-        self.conns.get(&token).is_some_and(|c| c.returned.is_some())
+        self.conns.get(&token).is_some_and(|c| c.parked.is_some())
     }
 
     /// The parked connections with input in the parked sets of the CQs `ids` (what the
@@ -946,9 +947,7 @@ impl Engine {
 
     /// Whether a polling consumer may read connection `token` now (as `pollable_for_cq`).
     pub(crate) fn pollable(&self, token: u64) -> bool {
-        self.conns.get(&token).is_some_and(|c| {
-            c.driven.is_none() && !c.write_failed && matches!(c.phase, Phase::Established { .. })
-        })
+        self.conns.get(&token).is_some_and(|c| c.open_to(None))
     }
 
     /// Puts established connection `token` in the readiness sets of its QP's CQs
@@ -978,9 +977,10 @@ impl Engine {
     }
 
     /// The wait of CQ `cq`'s driver ended: the connections it claimed go back to the progress
-    /// thread. Those it only needs to watch for input go into its set of returned connections,
-    /// an epoll set whose descriptor is in its poll set: it is woken if something is there to
-    /// read, and not otherwise; the next wait takes them out of the set again
+    /// thread, and the parked sets it held are watched in its set of returned connections
+    /// again. Those it only needs to watch for input are parked (`park`): the set of returned
+    /// connections is an epoll set whose descriptor is in its poll set, so it is woken if
+    /// something is there to read, and not otherwise; the next wait claims them again
     /// (`claim_for_cq`), also without waking it. (Put back into its poll set instead, they
     /// were there again by the next wait, which claimed them without waking it; asleep in poll
     /// on the socket, it was woken by the answer along with the waiter, and on 2 CPUs took the

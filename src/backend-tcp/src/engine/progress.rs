@@ -169,7 +169,7 @@ impl ProgressThread {
                         let mut ready = Vec::new();
                         eng.parked_ready(&sets, &mut ready);
                         for t in ready {
-                            if eng.conns.get(&t).is_some_and(|c| c.returned.is_some()) {
+                            if eng.conns.get(&t).is_some_and(|c| c.parked.is_some()) {
                                 eng.read_conn(sh, t, buf);
                             }
                         }
@@ -386,11 +386,11 @@ impl PollSet {
         // wake-up costs what they cost, not what the connections of the IA cost.
         let parks =
             c.returnable() && c.same_host.incoming.is_none() && (c.quiet || !c.polled_at(now));
-        if c.returned.is_some() {
+        if c.parked.is_some() {
             if parks {
                 return false; // in its parked set (held by a driver or watched by us)
             }
-            c.returned = None;
+            c.parked = None;
         }
         if parks && may_park {
             return true;

@@ -439,7 +439,7 @@ impl Engine {
         c.same_host.peer_switched = true;
         // The progress thread watches the ring in its poll set, not in its set of returned
         // connections (which sees the socket only).
-        if c.returned.take().is_some() {
+        if c.parked.take().is_some() {
             self.wake_needed = true;
         }
         c.dec.discard_buffered();
