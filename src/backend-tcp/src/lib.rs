@@ -1280,14 +1280,14 @@ impl CompletionQueue for TcpCq {
         let Looks { ready, quiet } = &mut *looks;
         ready.clear();
         let scan_all = self.scan_all.load(Ordering::Relaxed);
+        // Rings marked on the device's board (any CQ's: a look reads what it takes).
+        let board = sh.samehost.board().filter(|b| !scan_all && b.marked());
         if !scan_all {
             self.readiness.ready(ready);
             ready.extend_from_slice(quiet);
-            if ready.is_empty() {
+            if ready.is_empty() && board.is_none() {
                 return false;
             }
-            ready.sort_unstable();
-            ready.dedup();
         }
         if buf.len() < DRIVE_BUF {
             buf.resize(DRIVE_BUF, 0);
@@ -1295,6 +1295,12 @@ impl CompletionQueue for TcpCq {
         sh.try_run(|eng, sh| {
             if scan_all {
                 *ready = eng.pollable_for_cq(self.id);
+            } else {
+                if let Some(b) = board {
+                    b.take(ready);
+                }
+                ready.sort_unstable();
+                ready.dedup();
             }
             quiet.clear();
             let mut looked = false;

@@ -5,8 +5,9 @@
 //! Each CQ keeps an epoll set of the sockets of its established TCP connections (level-
 //! triggered: looking consumes nothing) and a list of the same-host rings its connections'
 //! frames come through (samehost/ring.rs), whose data no socket reports. A look asks the
-//! epoll set which sockets hold input and reads those rings that hold data; the engine is
-//! taken only if something is there. A connection joins these sets when it is established
+//! epoll set which sockets hold input, and the device's ready board which rings their
+//! writers marked (samehost/board.rs; a ring without a slot there is read each look); the
+//! engine is taken only if something is there. A connection joins these sets when it is established
 //! and leaves them (`Watched`, dropped) when it closes or its frames move to a ring.
 //!
 //! What the kernel does not report is looked at directly: a socket made quiet (its receive
@@ -36,8 +37,11 @@ pub(crate) struct CqReadiness {
     sockets: OnceLock<Option<Epoll>>,
     /// The tokens of the sockets in `sockets`.
     socket_tokens: Mutex<Vec<u64>>,
-    /// The rings its connections' frames come through, by token.
+    /// The rings its connections' frames come through, by token, that a look reads each
+    /// time: those not on the device's ready board (samehost/board.rs).
     rings: Mutex<Vec<(u64, Arc<Ring>)>>,
+    /// The connections whose rings are on the board: a look reads those marked there.
+    boarded: Mutex<Vec<u64>>,
     /// Connections a request was posted on since the last look (`note_posted`).
     posted: Mutex<Vec<u64>>,
     /// The parked connections of the QPs this CQ receives for: those that need only their
@@ -96,11 +100,15 @@ impl CqReadiness {
     }
 
     fn watch_ring(&self, token: u64, ring: Arc<Ring>) {
-        self.rings.lock().push((token, ring));
+        match ring.on_board() {
+            true => self.boarded.lock().push(token),
+            false => self.rings.lock().push((token, ring)),
+        }
     }
 
     fn forget_ring(&self, token: u64) {
         self.rings.lock().retain(|(t, _)| *t != token);
+        self.boarded.lock().retain(|t| *t != token);
     }
 
     /// Appends the tokens of the connections in these sets (sockets and rings): not all of
@@ -108,6 +116,7 @@ impl CqReadiness {
     pub(crate) fn members(&self, out: &mut Vec<u64>) {
         out.extend_from_slice(&self.socket_tokens.lock());
         out.extend(self.rings.lock().iter().map(|(t, _)| *t));
+        out.extend_from_slice(&self.boarded.lock());
     }
 
     /// Parks socket `fd` of connection `token`; false if the set could not be made or took it.
@@ -167,8 +176,9 @@ impl CqReadiness {
     }
 
     /// Appends the tokens of the connections with something to read now: sockets with input
-    /// (at most 64 a look; the rest stay ready for the next), rings with data, and those
-    /// posted on since the last look.
+    /// (at most 64 a look; the rest stay ready for the next), rings off the board with data,
+    /// and those posted on since the last look. The rings marked on the board are taken
+    /// under the engine (`TcpCq::progress`), where nothing taken can be dropped.
     pub(crate) fn ready(&self, out: &mut Vec<u64>) {
         out.append(&mut self.posted.lock());
         if let Some(Some(epoll)) = self.sockets.get() {
@@ -221,6 +231,7 @@ impl Watched {
     }
 
     /// Watches `ring`, through which connection `token`'s frames come, in the sets of `cqs`.
+    /// A ring on our board (samehost/board.rs) is read when marked there, by any look.
     pub(crate) fn ring(cqs: Vec<Arc<TcpCq>>, token: u64, ring: &Arc<Ring>) -> Watched {
         for cq in &cqs {
             cq.readiness.watch_ring(token, ring.clone());

@@ -105,7 +105,7 @@ impl Engine {
             return;
         };
         // Our ring for what the peer sends; without one, the peer keeps writing to the socket.
-        let ring = match Ring::create() {
+        let ring = match Ring::create(sh.samehost.board_slot(token)) {
             Ok(r) => Some(Arc::new(r)),
             Err(e) => {
                 log::info!(target: LOG, "connection {token}: no same-host ring ({e}): the peer's frames stay on TCP");

@@ -37,6 +37,7 @@
 //! not.
 
 pub(crate) mod arena;
+pub(crate) mod board;
 pub(crate) mod ring;
 pub(crate) mod sys;
 
@@ -249,6 +250,9 @@ pub(crate) struct Local {
     shares_pages: bool,
     /// What the keeper hands peers' requests to.
     promoter: Arc<OnceLock<Promoter>>,
+    /// Where the writers of our rings mark them (board.rs): made with the first ring (None:
+    /// it could not be, every look reads every ring).
+    board: OnceLock<Option<Arc<board::Board>>>,
     /// Tests: every peer's offer is refused, as from another PID namespace.
     #[cfg(any(test, feature = "testing"))]
     refuse_offers: bool,
@@ -269,6 +273,7 @@ impl Local {
             peers: Default::default(),
             shares_pages: false,
             promoter: Default::default(),
+            board: OnceLock::new(),
             #[cfg(any(test, feature = "testing"))]
             refuse_offers: test_hooks::REFUSE_OFFERS.with(|r| r.get()),
         };
@@ -289,6 +294,22 @@ impl Local {
             Err(e) => log::info!(target: LOG, "{device}: no same-host table ({e}); TCP only"),
         }
         local
+    }
+
+    /// A slot on our board for the ring of connection `token` (None: the ring is read at
+    /// every look).
+    pub fn board_slot(&self, token: u64) -> Option<board::Slot> {
+        let board = self.board.get_or_init(|| {
+            board::Board::create()
+                .map_err(|e| log::info!(target: LOG, "no ready board ({e}): looks read every ring"))
+                .ok()
+        });
+        board.as_ref()?.slot(token)
+    }
+
+    /// Our board, once a ring made it.
+    pub fn board(&self) -> Option<&board::Board> {
+        self.board.get()?.as_deref()
     }
 
     /// Whether we advertise the path (and can honour what advertising promises: an offer).

@@ -58,15 +58,20 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::board::{PeerSlot, Slot};
 use super::{sys, Refusal};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSRG");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_CAPACITY: usize = 12;
 /// The reader's eventfd (its descriptor plus one; 0: none), written before the ring is offered.
 const OFF_BELL: usize = 16;
+/// The reader's ready board (board.rs): its descriptor plus one (0: none, the reader then
+/// reads the ring at every look), and the ring's slot on it.
+const OFF_BOARD_FD: usize = 20;
+const OFF_BOARD_SLOT: usize = 24;
 /// The reader's position (written by the reader only).
 const OFF_HEAD: usize = 64;
 /// The writer's position (written by the writer only).
@@ -118,11 +123,22 @@ pub(crate) struct Ring {
     /// The reader's eventfd: for the reader, its own, to sleep on; for the writer, its
     /// duplicate, to signal. None: doorbells go through the socket.
     bell: Option<OwnedFd>,
+    /// The ring's slot on the reader's board (board.rs): for the reader, to give back; for
+    /// the writer, to mark after each write. None: the reader has no board for it.
+    board: OnBoard,
+}
+
+enum OnBoard {
+    None,
+    /// Held for its drop, which gives the slot back.
+    Reader(#[allow(dead_code)] Slot),
+    Writer(PeerSlot),
 }
 
 impl Ring {
-    /// A new ring for what we receive, to be named in our offer.
-    pub fn create() -> io::Result<Ring> {
+    /// A new ring for what we receive, to be named in our offer, with its slot on our board
+    /// (None: every look reads it).
+    pub fn create(slot: Option<Slot>) -> io::Result<Ring> {
         let len = OFF_DATA + CAPACITY;
         let fd = sys::memfd("daplrs-ring", len)?;
         sys::seal_size(&fd)?;
@@ -133,6 +149,10 @@ impl Ring {
         map.write_u32(OFF_CAPACITY, CAPACITY as u32);
         let bell_fd = bell.as_ref().map_or(0, |b| b.as_raw_fd() as u32 + 1);
         map.write_u32(OFF_BELL, bell_fd);
+        if let Some(s) = &slot {
+            map.write_u32(OFF_BOARD_FD, s.board_fd() as u32 + 1);
+            map.write_u32(OFF_BOARD_SLOT, s.index());
+        }
         map.write_u64(OFF_MAGIC, MAGIC);
         Ok(Ring {
             map,
@@ -140,6 +160,7 @@ impl Ring {
             pos: AtomicU64::new(0),
             fd: parking_lot::Mutex::new(Some(fd)),
             bell,
+            board: slot.map_or(OnBoard::None, OnBoard::Reader),
         })
     }
 
@@ -181,12 +202,21 @@ impl Ring {
                 }
             },
         };
+        // A reader that named a board reads the ring only when it is marked there: a board
+        // we cannot mark is a ring we cannot write to.
+        let board = match map.read_u32(OFF_BOARD_FD).checked_sub(1) {
+            None => OnBoard::None,
+            Some(board_fd) => {
+                OnBoard::Writer(PeerSlot::open(pid, board_fd, map.read_u32(OFF_BOARD_SLOT))?)
+            }
+        };
         let ring = Ring {
             capacity: CAPACITY as u64,
             pos: AtomicU64::new(0),
             fd: parking_lot::Mutex::new(None),
             bell,
             map,
+            board,
         };
         // The reader's ring is new: it has read nothing, and we start writing at its head.
         let head = ring.head().load(Ordering::SeqCst);
@@ -223,6 +253,12 @@ impl Ring {
     }
 
     // ---- the reader's side ----
+
+    /// Whether the writer marks this ring on our board when it writes (else every look
+    /// reads it).
+    pub fn on_board(&self) -> bool {
+        matches!(self.board, OnBoard::Reader(_))
+    }
 
     /// The bell to poll (with the socket) while waiting for this ring's data.
     pub fn bell_fd(&self) -> Option<RawFd> {
@@ -340,6 +376,9 @@ impl Ring {
         let tail = tail.wrapping_add(written as u64);
         self.pos.store(tail, Ordering::Relaxed);
         self.tail().store(tail, Ordering::SeqCst);
+        if let OnBoard::Writer(slot) = &self.board {
+            slot.mark();
+        }
         Ok(written)
     }
 
@@ -552,7 +591,7 @@ mod tests {
     use super::*;
 
     fn pair() -> (Ring, Ring) {
-        let reader = Ring::create().unwrap();
+        let reader = Ring::create(None).unwrap();
         let writer = Ring::open(std::process::id(), reader.fd().unwrap() as u32).unwrap();
         (reader, writer)
     }
@@ -740,7 +779,7 @@ mod tests {
 
     #[test]
     fn a_bell_that_is_no_eventfd_is_not_rung() {
-        let r = Ring::create().unwrap();
+        let r = Ring::create(None).unwrap();
         // The header names a descriptor that is no eventfd (here: the ring's own memfd, as a
         // hostile reader could): the writer maps the ring but takes no bell, and falls back
         // to the socket's doorbells instead of writing into whatever that descriptor is.
