@@ -140,6 +140,29 @@ impl CqReadiness {
         }
     }
 
+    /// Adds the bell `fd` of parked connection `token`'s ring to the parked set.
+    fn park_bell(&self, fd: RawFd, token: u64) -> bool {
+        match self
+            .parked
+            .get()
+            .and_then(|s| s.as_ref())
+            .map(|s| s.add(fd, token))
+        {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                log::warn!("epoll_ctl(ADD) of a bell: {e}");
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn unpark_bell(&self, fd: RawFd) {
+        if let Some(Some(set)) = self.parked.get() {
+            set.remove(fd);
+        }
+    }
+
     fn unpark(&self, fd: RawFd) {
         if let Some(Some(set)) = self.parked.get() {
             set.remove(fd);
@@ -260,17 +283,53 @@ impl Drop for Watched {
 pub(crate) struct Parked {
     pub(crate) cq: Arc<TcpCq>,
     fd: RawFd,
+    /// The same-host ring its frames come through: we count as its sleeper while parked, so
+    /// that its writer rings the bell (samehost/ring.rs), which is in the set beside the
+    /// socket (None: no bell, the writer's doorbells come through the socket).
+    ring: Option<(Arc<Ring>, Option<RawFd>)>,
 }
 
 impl Parked {
-    /// Parks socket `fd` of connection `token` in `cq`'s set; None if it could not be.
-    pub(crate) fn new(cq: Arc<TcpCq>, fd: RawFd, token: u64) -> Option<Parked> {
-        cq.readiness.park(fd, token).then_some(Parked { cq, fd })
+    /// Parks socket `fd` of connection `token` in `cq`'s set, with the bell of `ring` if its
+    /// frames come through one; None if it could not be, or if the ring holds data already.
+    pub(crate) fn new(
+        cq: Arc<TcpCq>,
+        fd: RawFd,
+        token: u64,
+        ring: Option<Arc<Ring>>,
+    ) -> Option<Parked> {
+        if !cq.readiness.park(fd, token) {
+            return None;
+        }
+        let mut parked = Parked { cq, fd, ring: None };
+        if let Some(ring) = ring {
+            // Counted first, so that a frame written from now on rings the bell; one written
+            // before is found here, and the connection is left to be read.
+            let has_data = ring.begin_sleep();
+            let bell = ring.bell_fd();
+            parked.ring = Some((ring, None));
+            if has_data {
+                return None;
+            }
+            if let Some(bell) = bell {
+                if !parked.cq.readiness.park_bell(bell, token) {
+                    return None;
+                }
+                parked.ring = parked.ring.take().map(|(r, _)| (r, Some(bell)));
+            }
+        }
+        Some(parked)
     }
 }
 
 impl Drop for Parked {
     fn drop(&mut self) {
+        if let Some((ring, bell)) = self.ring.take() {
+            if let Some(bell) = bell {
+                self.cq.readiness.unpark_bell(bell);
+            }
+            ring.end_sleep();
+        }
         self.cq.readiness.unpark(self.fd);
     }
 }

@@ -415,14 +415,14 @@ impl Conn {
     }
 
     /// Whether the progress thread may watch it in its set of returned connections, which
-    /// watches the socket for input only: nothing to write, input wanted, the peer's frames
-    /// not coming through our same-host ring (watched through its bells; a peer that has not
-    /// switched to it sends SWITCH on the socket first: `same_host_switch`).
+    /// watches for input only (the socket, and the bell of our same-host ring once the peer's
+    /// frames come through it): nothing to write, input wanted, and not between our ring's
+    /// offer and the peer's SWITCH (which comes on the socket: `same_host_switch`).
     fn returnable(&self) -> bool {
         !self.signalled
             && self.out.is_empty()
             && self.wants_input()
-            && self.same_host.reading_ring().is_none()
+            && (self.same_host.incoming.is_none() || self.same_host.reading_ring().is_some())
     }
 
     /// Whether it has output to write now: not when all it has is ACKs held for our next
@@ -896,7 +896,8 @@ impl Engine {
             return false;
         }
         let fd = c.stream.as_raw_fd();
-        let Some(parked) = crate::readiness::Parked::new(cq.clone(), fd, token) else {
+        let ring = c.same_host.reading_ring().cloned();
+        let Some(parked) = crate::readiness::Parked::new(cq.clone(), fd, token, ring) else {
             return false;
         };
         if let Some(c) = self.conns.get_mut(&token) {

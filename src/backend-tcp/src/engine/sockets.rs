@@ -597,6 +597,11 @@ impl Engine {
         let Some(ring) = c.same_host.reading_ring().cloned() else {
             return;
         };
+        // Parked, its bell is in the parked set (readiness.rs `Parked`): rearmed before the
+        // ring is read, so that a frame written after the read rings it again.
+        if c.parked.is_some() {
+            ring.drain_bell();
+        }
         let mut ended = false;
         let mut doorbells = [0u8; 256];
         if socket {
