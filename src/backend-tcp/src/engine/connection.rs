@@ -507,6 +507,15 @@ impl Engine {
 
     pub(super) fn check_deadlines(&mut self) {
         let now = Instant::now();
+        // A walk of every connection and QP: at most once a grain, not at every wake-up of
+        // the progress thread (thousands a second while connections are set up).
+        if self
+            .deadlines_checked
+            .is_some_and(|at| now < at + DEADLINE_GRAIN)
+        {
+            return;
+        }
+        self.deadlines_checked = Some(now);
         let expired_conns: Vec<(u64, Phase, Option<PeerEnd>)> = self
             .conns
             .iter()
@@ -538,6 +547,10 @@ impl Engine {
         }
     }
 }
+
+/// How late a connection's or a connect's deadline may be noticed: its timeouts are
+/// milliseconds to seconds.
+const DEADLINE_GRAIN: Duration = Duration::from_millis(2);
 
 /// A connect under way (`Engine::connect_started`).
 pub(super) struct Connecting {

@@ -546,6 +546,8 @@ enum Outcome {
 pub(crate) struct Engine {
     qps: IntMap<u32, QpEntry>,
     conns: IntMap<u64, Conn>,
+    /// When `check_deadlines` last walked the connections (`DEADLINE_GRAIN`).
+    deadlines_checked: Option<Instant>,
     pub(crate) listeners: IntMap<u64, ListenerEntry>,
     pub(crate) connect_results: Vec<(u32, u64, io::Result<TcpStream>)>,
     /// Connects under way, by QP (`connect_started`).
