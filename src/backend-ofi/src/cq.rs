@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::device::{opened, OfiDevice};
 use crate::qp::OfiQp;
+use crate::ready::{Feed, Ready, Seat};
 use crate::Fid;
 
 /// Entries read from the fid_cq at a time.
@@ -36,9 +37,12 @@ pub(crate) struct OfiCq {
     queue: Mutex<VecDeque<WorkCompletion>>,
     notify: Mutex<Option<NotifyFn>>,
     depth: AtomicU32,
-    /// The receive fid_cqs of SRQ QPs whose receive CQ this is (`add_feed`).
-    #[allow(clippy::type_complexity)]
-    feeds: Mutex<Vec<(Weak<OfiQp>, Weak<Fid<fi::fid_cq>>)>>,
+    /// Connected endpoints complete on fid_cqs of their own, which this CQ
+    /// reads as their descriptors say (`ready`); the device's fid_cq above
+    /// serves reliable-datagram ports.
+    pub(crate) ready: Arc<Ready>,
+    /// Reliable datagrams: ports' endpoints complete on `cq` (not read otherwise).
+    shared: bool,
     /// QPs whose request CQ this is and whose sends wait for the peer's
     /// receipt (`OfiQp::take_receipt`): each read of the CQ looks at their
     /// receipt words after the provider's entries.
@@ -76,7 +80,11 @@ impl OfiCq {
             queue: Mutex::new(VecDeque::new()),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
-            feeds: Mutex::new(Vec::new()),
+            ready: Ready::new(dev.waiter.clone()).map_err(|e| {
+                log::warn!("epoll_create1: {e}");
+                Error::NoResource(Resource::Memory)
+            })?,
+            shared: dev.rdm,
             awaiting: Mutex::new(Vec::new()),
         }))
     }
@@ -86,8 +94,14 @@ impl OfiCq {
         depth: u32,
         wait: fi::fi_wait_obj,
     ) -> Result<Fid<fi::fid_cq>> {
+        Self::open_sized(dev, (depth.max(64) as usize) * 4, wait)
+    }
+
+    /// A fid_cq of `size` entries (the provider keeps those beyond in a
+    /// list of its own, so it bounds memory, not completions).
+    fn open_sized(dev: &OfiDevice, size: usize, wait: fi::fi_wait_obj) -> Result<Fid<fi::fid_cq>> {
         let mut attr = fi::fi_cq_attr {
-            size: (depth.max(64) as usize) * 4,
+            size,
             format: fi::fi_cq_format_FI_CQ_FORMAT_DATA,
             wait_obj: wait,
             ..Default::default()
@@ -125,6 +139,40 @@ impl OfiCq {
         };
         if added {
             self.fire();
+        }
+        r
+    }
+
+    /// `deliver` on two CQs at once, `send` and `recv` (one queue when they
+    /// are one CQ: `f` then gets None for the second): both queues held,
+    /// taken in the CQs' order and before any QP's lock; notifies those
+    /// that got completions.
+    pub(crate) fn deliver_both<R>(
+        send: &OfiCq,
+        recv: &OfiCq,
+        f: impl FnOnce(&mut VecDeque<WorkCompletion>, Option<&mut VecDeque<WorkCompletion>>) -> R,
+    ) -> R {
+        if std::ptr::eq(send, recv) {
+            return send.deliver(|q| f(q, None));
+        }
+        let (r, sent, received) = {
+            let (mut sq, mut rq);
+            if send.id < recv.id {
+                sq = send.queue.lock();
+                rq = recv.queue.lock();
+            } else {
+                rq = recv.queue.lock();
+                sq = send.queue.lock();
+            }
+            let (s0, r0) = (sq.len(), rq.len());
+            let r = f(&mut sq, Some(&mut rq));
+            (r, sq.len() > s0, rq.len() > r0)
+        };
+        if sent {
+            send.fire();
+        }
+        if received {
+            recv.fire();
         }
         r
     }
@@ -184,7 +232,7 @@ impl OfiCq {
         (added, broken)
     }
 
-    /// Reads the fid_cq (and its feeds) into the queue; QPs whose connection
+    /// Reads the fid_cq (or the feeds ready) into the queue; QPs whose connection
     /// broke go to `broken`, those with a receipt to give to `receipts` (both
     /// handled by the caller once no lock is held: a receipt is a socket write).
     fn reap_locked(
@@ -198,13 +246,18 @@ impl OfiCq {
         // No endpoint of the device closes while its CQ is read (see `OfiDevice::closing`).
         let _reading = dev.closing.lock();
         let verbs = dev.verbs_errors;
-        drain(self.cq.ptr(), verbs, |done| {
-            complete(dev, done, &mut q, broken, receipts)
-        });
-        for (qp, cq) in self.feeds() {
-            drain(cq.ptr(), verbs, |done| {
-                if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
-                    broken.push(qp.clone());
+        if self.shared {
+            drain(self.cq.ptr(), verbs, |done| {
+                complete(dev, done, &mut q, broken, receipts)
+            });
+        }
+        for source in self.ready.take() {
+            drain(source.feed.cq.ptr(), verbs, |done| match &source.srq {
+                None => complete(dev, done, &mut q, broken, receipts),
+                Some(qp) => {
+                    if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
+                        broken.push(qp.clone());
+                    }
                 }
             });
         }
@@ -241,23 +294,24 @@ impl OfiCq {
         });
     }
 
-    /// A QP of an SRQ reads its receives from `cq` (see `srq`): this CQ reads
-    /// it with its own, as long as the QP keeps it.
-    pub(crate) fn add_feed(&self, qp: &Arc<OfiQp>, cq: &Arc<Fid<fi::fid_cq>>) {
-        self.feeds
-            .lock()
-            .push((Arc::downgrade(qp), Arc::downgrade(cq)));
+    /// A seat for an endpoint on a fid_cq this CQ reads (see `ready`): on
+    /// one shared by a few endpoints, or with `srq` on SRQ QP `srq`'s own
+    /// (for its receives of the SRQ: see `srq`).
+    pub(crate) fn seat(&self, dev: &OfiDevice, srq: Option<&Arc<OfiQp>>) -> Result<Seat> {
+        // Room for a few requests per endpoint; the provider keeps those
+        // beyond in a list of its own (it bounds memory, not completions).
+        let open = || Self::open_sized(dev, 1024, fi::fi_wait_obj_FI_WAIT_FD);
+        match srq {
+            Some(qp) => Ok(self.ready.own(qp, open()?)),
+            None => self.ready.seat(open),
+        }
     }
 
-    /// The fid_cqs of the QPs that feed this CQ (held, so that they stay open
-    /// while read or armed).
-    pub(crate) fn feeds(&self) -> Vec<(Arc<OfiQp>, Arc<Fid<fi::fid_cq>>)> {
-        let mut feeds = self.feeds.lock();
-        feeds.retain(|(qp, cq)| qp.strong_count() > 0 && cq.strong_count() > 0);
-        feeds
-            .iter()
-            .filter_map(|(qp, cq)| Some((qp.upgrade()?, cq.upgrade()?)))
-            .collect()
+    /// The fid_cqs to ask `fi_trywait` of before the progress thread
+    /// sleeps, held open meanwhile: those read at every look (SRQ QPs'), or
+    /// with `all` every one (a provider arming descriptors there).
+    pub(crate) fn feeds(&self, all: bool) -> Vec<Arc<Feed>> {
+        self.ready.to_ask(all)
     }
 }
 

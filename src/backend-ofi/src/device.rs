@@ -88,6 +88,13 @@ pub struct OfiDevice {
     /// The core provider is verbs: an error entry's `prov_errno` is the
     /// ibv_wc_status behind its generic EIO (`cq::status_of`).
     pub(crate) verbs_errors: bool,
+    /// The provider's CQ wait descriptors show what a read would find
+    /// without `fi_trywait` arming them (tcp: a level-triggered epoll set of
+    /// the endpoints' sockets and the CQ's signal): the connected endpoints'
+    /// fid_cqs (`ready`) are then left out of the progress thread's
+    /// `fi_trywait`, which walks their endpoints. Elsewhere (verbs arms its
+    /// completion channel there) they are asked too.
+    level_waits: bool,
     /// The consumer's share of a connection message: what the provider's
     /// connection data holds beside our header (`cm::with_header`).
     private_data_max: u32,
@@ -445,6 +452,7 @@ impl OfiDevice {
             local_descs,
             atomics,
             verbs_errors: provider.split(';').next() == Some("verbs"),
+            level_waits: provider == "tcp",
             private_data_max,
             receipts: endpoints != Endpoints::Msg && provider.ends_with(";ofi_rxm"),
             keys,
@@ -620,6 +628,12 @@ impl OfiDevice {
     /// provider arms a descriptor only in `fi_trywait`, which the sleeping
     /// thread made before this CQ existed.
     fn watch_cq(&self, cq: &OfiCq) {
+        if !self.rdm {
+            if let Err(e) = self.waiter.watch(cq.ready.fd()) {
+                log::warn!("CQ {}: ready set not watched ({e}): polled", cq.ready.fd());
+                self.polled.store(true, Ordering::Release);
+            }
+        }
         self.watch_fd(cq.wait_fd);
     }
 
@@ -837,11 +851,24 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
             std::thread::sleep(std::time::Duration::from_micros(100));
             continue;
         }
+        // A feed marked from now on wakes the thread (`Ready::mark`); one
+        // marked since the turn is read first.
+        waiter.going_to_sleep();
+        if cqs.iter().any(|cq| cq.ready.has_marked()) {
+            waiter.awake();
+            continue;
+        }
         let mut fids: Vec<*mut fi::fid> = Vec::with_capacity(cqs.len() + 1);
         fids.push(dev.eq.fid());
         fids.extend(cqs.iter().map(|cq| cq.cq.fid()));
-        let feeds: Vec<_> = cqs.iter().flat_map(|cq| cq.feeds()).collect();
-        fids.extend(feeds.iter().map(|(_, cq)| cq.fid()));
+        // On tcp the connected endpoints' fid_cqs are not asked (asking
+        // walks their endpoints): their descriptors are in the CQs' ready
+        // sets, watched; those read at every look (SRQ QPs' own) are.
+        let feeds: Vec<_> = cqs
+            .iter()
+            .flat_map(|cq| cq.feeds(!dev.level_waits))
+            .collect();
+        fids.extend(feeds.iter().map(|f| f.cq.fid()));
         // Armed with the device and CQs held (their objects stay open); the
         // sleep holds neither, so that they can be dropped (a drop wakes us).
         let sleep = waiter.may_sleep(dev.fabric.ptr(), &mut fids);
@@ -850,6 +877,7 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         if sleep {
             waiter.sleep();
         }
+        waiter.awake();
     }
 }
 

@@ -27,6 +27,7 @@ mod mem;
 mod port;
 mod qp;
 mod rdm;
+mod ready;
 mod srq;
 mod wait;
 

@@ -29,6 +29,7 @@ use crate::device::{opened, OfiDevice};
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::OfiMw;
 use crate::port::{Port, PortKey};
+use crate::ready::Seat;
 use crate::srq::OfiSrq;
 use crate::{Fid, Info};
 
@@ -200,9 +201,10 @@ struct Inner {
     /// refused for now (shm: FI_EAGAIN): (token, length, immediate data),
     /// posted again by the progress thread (`retry_held`).
     unclosed: VecDeque<(u32, u64, u32)>,
-    /// With an SRQ, the fid_cq the endpoint's receives complete on (see
-    /// `srq`). Declared after `ep`, which must close first.
-    srq_cq: Option<Arc<Fid<fi::fid_cq>>>,
+    /// A connected endpoint's seats on the fid_cqs its CQs read (shared by a
+    /// few endpoints; with an SRQ of the provider's, its receives' of its
+    /// own: see `ready`, `srq`). Declared after `ep`, which must close first.
+    feeds: Feeds,
     /// With an SRQ of ours, the endpoint's bounce buffers (closed with it).
     bounces: crate::bounce::Bounces,
     /// The peer endpoint's address in the port's AV (reliable datagrams;
@@ -275,6 +277,25 @@ impl Drop for OfiQp {
         let _closing = dev.as_ref().map(|d| d.closing.lock());
         let conn = self.conn.load(Ordering::Acquire);
         close_endpoint(&self.dev, self.inner.get_mut(), conn);
+    }
+}
+
+/// A connected endpoint's seats on the fid_cqs its CQs read (`Inner::feeds`).
+#[derive(Default)]
+pub(crate) struct Feeds {
+    /// Held (until the endpoint closed), read by the request CQ.
+    tx: Option<Seat>,
+    /// The receive CQ's seat (None: the request CQ's is the one).
+    rx: Option<Seat>,
+}
+
+impl Feeds {
+    /// A receive was posted: the provider may take a message it had read
+    /// before, which no descriptor shows (`Seat::mark`).
+    fn received(&self) {
+        if let Some(rx) = self.rx.as_ref().or(self.tx.as_ref()) {
+            rx.mark();
+        }
     }
 }
 
@@ -385,7 +406,7 @@ impl OfiQp {
                 lookup: None,
                 held: VecDeque::new(),
                 unclosed: VecDeque::new(),
-                srq_cq: None,
+                feeds: Feeds::default(),
                 bounces: Default::default(),
                 dest: crate::rdm::FI_ADDR_UNSPEC,
                 dest_name: Vec::new(),
@@ -530,7 +551,7 @@ impl OfiQp {
             "bind EQ",
             Error::Internal,
         )?;
-        let srq_cq = self.bind_cqs(dev, &ep)?;
+        let feeds = self.bind_cqs(dev, &ep)?;
         // SAFETY: the endpoint, bound to its EQ and CQs.
         let enable = || unsafe { fi::fi_enable(ep.ptr()) };
         let mut rc = enable();
@@ -547,25 +568,18 @@ impl OfiQp {
             self.num,
             asked.elapsed()
         );
-        if let Some(cq) = &srq_cq {
-            self.recv_cq.add_feed(self, cq);
-            dev.watch_fd(crate::wait::wait_fd(cq.fid()));
-        }
         dev.tables.lock().eps.insert(ep.ptr() as usize, self.num);
         inner.ep = Some(ep);
-        inner.srq_cq = srq_cq;
+        inner.feeds = feeds;
         inner.rx_cap = self.depths.0;
         Ok(())
     }
 
-    /// Binds the endpoint's CQs: the request CQ, and the receive CQ, or with
-    /// an SRQ the shared context and a fid_cq of the QP's own for its receives
-    /// (returned: see `srq`).
-    fn bind_cqs(
-        &self,
-        dev: &OfiDevice,
-        ep: &Fid<fi::fid_ep>,
-    ) -> Result<Option<Arc<Fid<fi::fid_cq>>>> {
+    /// Binds the endpoint to fid_cqs of its own that the QP's CQs read
+    /// (`ready`): one for its requests and receives when both CQs are one,
+    /// else one each; with an SRQ of the provider's, its shared context and
+    /// a fid_cq for its receives (see `srq`).
+    fn bind_cqs(self: &Arc<Self>, dev: &OfiDevice, ep: &Fid<fi::fid_ep>) -> Result<Feeds> {
         let srx = self.srq.as_ref().and_then(|srq| srq.srx());
         let same = srx.is_none() && Arc::ptr_eq(&self.send_cq, &self.recv_cq);
         let bind = |fid: *mut fi::fid, flags: u64| {
@@ -576,20 +590,24 @@ impl OfiQp {
                 Error::Internal,
             )
         };
-        let tx = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
-        bind(self.send_cq.cq.fid(), tx)?;
-        let Some(srx) = srx else {
-            // No SRQ, or one of ours (its messages land in bounce buffers).
-            if !same {
-                bind(self.recv_cq.cq.fid(), fi::FI_RECV as u64)?;
-            }
-            return Ok(None);
-        };
-        bind(srx.fid(), 0)?;
-        let depth = daplrs_backend::CompletionQueue::depth(&*self.recv_cq);
-        let cq = Arc::new(OfiCq::open_fid(dev, depth, fi::fi_wait_obj_FI_WAIT_FD)?);
-        bind(cq.fid(), fi::FI_RECV as u64)?;
-        Ok(Some(cq))
+        let tx_flags = fi::FI_TRANSMIT as u64 | if same { fi::FI_RECV as u64 } else { 0 };
+        let tx = self.send_cq.seat(dev, None)?;
+        bind(tx.cq().fid(), tx_flags)?;
+        if same {
+            return Ok(Feeds {
+                tx: Some(tx),
+                rx: None,
+            });
+        }
+        let rx = self.recv_cq.seat(dev, srx.is_some().then_some(self))?;
+        if let Some(srx) = srx {
+            bind(srx.fid(), 0)?;
+        }
+        bind(rx.cq().fid(), fi::FI_RECV as u64)?;
+        Ok(Feeds {
+            tx: Some(tx),
+            rx: Some(rx),
+        })
     }
 
     /// A receive of the SRQ completed on this QP's endpoint. Returns whether
@@ -668,7 +686,7 @@ impl OfiQp {
         match &posted {
             Err(Error::NoResource(Resource::WorkQueue)) => dev.retry_later(self.num),
             Err(e) => log::warn!("QP {}: bounce buffers not posted: {e:?}", self.num),
-            Ok(()) => {}
+            Ok(()) => inner.feeds.received(),
         }
         posted
     }
@@ -942,9 +960,14 @@ impl OfiQp {
         self.end_if(|inner| inner.ep.as_ref().map(|ep| ep.ptr() as usize) == Some(fid as usize))
     }
 
+    /// The flush goes into the CQs' queues with them held (taken before the
+    /// QP's lock, as a reader or a post does): pushed after the QP's lock
+    /// was released, a request posted meanwhile (flushed at once, the QP in
+    /// Error) came before those posted ahead of it (test_remote_violation,
+    /// once the progress thread found the violation while the requests after
+    /// it were still being posted).
     fn end_if(&self, current: impl FnOnce(&Inner) -> bool) -> bool {
-        let (sends, recvs, first);
-        {
+        OfiCq::deliver_both(&self.send_cq, &self.recv_cq, |sq, rq| {
             let mut inner = self.inner.lock();
             if !current(&inner) {
                 return false;
@@ -952,19 +975,20 @@ impl OfiQp {
             inner.state = QpState::Error;
             inner.held.clear();
             inner.unclosed.clear();
-            sends = inner.sends.flush(self.num);
-            recvs = inner.recvs.flush(self.num);
+            sq.extend(inner.sends.flush(self.num));
+            let recvs = inner.recvs.flush(self.num);
+            match rq {
+                Some(rq) => rq.extend(recvs),
+                None => sq.extend(recvs),
+            }
             let pending: Vec<_> = inner.pending.drain(..).collect();
             drop(pending);
             if let Some(srq) = self.pooled_srq() {
                 // Messages that found no receive die with the connection.
                 srq.forget(self.num);
             }
-            first = !std::mem::replace(&mut inner.ended, true);
-        }
-        self.send_cq.push(sends);
-        self.recv_cq.push(recvs);
-        first
+            !std::mem::replace(&mut inner.ended, true)
+        })
     }
 
     pub(crate) fn was_connecting(&self) -> bool {
@@ -1067,13 +1091,13 @@ impl OfiQp {
         self.inner.lock().ended = false;
         let dev = self.dev.upgrade();
         let _closing = dev.as_ref().map(|d| d.closing.lock());
-        let srq_cq = {
+        let feeds = {
             let mut inner = self.inner.lock();
             close_endpoint(&self.dev, &mut inner, self.conn.load(Ordering::Acquire));
             inner.state = QpState::Init;
-            inner.srq_cq.take()
+            std::mem::take(&mut inner.feeds)
         };
-        drop(srq_cq);
+        drop(feeds);
     }
 
     pub(crate) fn destroy_now(&self) {
@@ -1081,13 +1105,13 @@ impl OfiQp {
         self.end();
         let dev = self.dev.upgrade();
         let _closing = dev.as_ref().map(|d| d.closing.lock());
-        let srq_cq = {
+        let feeds = {
             let mut inner = self.inner.lock();
             close_endpoint(&self.dev, &mut inner, self.conn.load(Ordering::Acquire));
-            inner.srq_cq.take()
+            std::mem::take(&mut inner.feeds)
         };
-        // The endpoint closed first: its receive CQ may close now.
-        drop(srq_cq);
+        // The endpoint closed first: its CQs may close now.
+        drop(feeds);
     }
 
     /// The connection failed under a request (a remote access error, a
@@ -1519,7 +1543,9 @@ impl OfiQp {
                 fi::fi_recvmsg(ep, &msg, flags)
             }
         };
-        crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue)).map(|_| ())
+        crate::check(rc, "fi_recvmsg", Error::NoResource(Resource::WorkQueue))?;
+        inner.feeds.received();
+        Ok(())
     }
 
     /// Posts `wr`. A fenced request waits (in `held`, its slot taken) until
@@ -2392,7 +2418,7 @@ impl QueuePair for OfiQp {
         }
         close_endpoint(&self.dev, &mut inner, self.conn.load(Ordering::Acquire));
         self.end_link(false);
-        inner.srq_cq = None;
+        inner.feeds = Feeds::default();
         inner.state = QpState::Init;
         inner.ended = false;
         inner.broke = false;

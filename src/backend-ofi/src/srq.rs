@@ -4,9 +4,9 @@
 //! `domain_attr->max_ep_srx_ctx > 0`: tcp) that the endpoints of the SRQ's
 //! QPs are bound to. A receive's completion is reported on the CQ bound to the
 //! endpoint that consumed it, with no word of which endpoint that was; so each
-//! such QP reads its receives from a fid_cq of its own, which its DAT receive
-//! CQ reads with its own (`OfiCq::add_feed`), and the QP names itself in the
-//! completion. Receives beyond the provider's depth wait here, in posting
+//! such QP reads its receives from a fid_cq of its own, which its DAT
+//! receive CQ reads at every look (`OfiCq::seat`, `ready`), and the QP names
+//! itself in the completion. Receives beyond the provider's depth wait here, in posting
 //! order, and are given to it as earlier ones are consumed.
 //!
 //! Elsewhere (shm and ofi_rxm have none in 1.17) a pool of ours: the SRQ keeps

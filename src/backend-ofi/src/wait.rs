@@ -35,6 +35,9 @@ pub(crate) struct Waiter {
     /// (`take_posted`): on a provider it must poll, its turns come quickly for
     /// a while (`device::Cadence`).
     posted: AtomicBool,
+    /// The thread is going to sleep, or sleeps (`sleep`): a feed marked
+    /// meanwhile wakes it (`wake_sleeper`, `ready`).
+    sleeping: AtomicBool,
 }
 
 impl Waiter {
@@ -57,6 +60,7 @@ impl Waiter {
                 epoch: Instant::now(),
                 polled_at: AtomicU64::new(0),
                 posted: AtomicBool::new(false),
+                sleeping: AtomicBool::new(false),
             };
             w.watch(w.wake.as_raw_fd())?;
             Ok(w)
@@ -151,6 +155,26 @@ impl Waiter {
         let one = 1u64;
         // SAFETY: eight bytes to our eventfd; a full counter only means it is already awake.
         unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// The thread is about to look whether it may sleep: from now a mark
+    /// wakes it (it looks at the marks after this, a marker at this after
+    /// its mark).
+    pub(crate) fn going_to_sleep(&self) {
+        self.sleeping.store(true, Ordering::SeqCst);
+    }
+
+    /// The thread is awake (did not sleep, or woke).
+    pub(crate) fn awake(&self) {
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Wakes the thread if it sleeps or is going to (see `going_to_sleep`).
+    #[inline]
+    pub(crate) fn wake_sleeper(&self) {
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
+        }
     }
 
     /// Whether the thread may sleep: `fi_trywait` says nothing is pending on
