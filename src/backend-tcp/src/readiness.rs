@@ -23,6 +23,7 @@
 use std::os::fd::RawFd;
 use std::sync::{Arc, OnceLock};
 
+use daplrs_backend::intmap::IntSet;
 use parking_lot::Mutex;
 
 use crate::samehost::ring::Ring;
@@ -35,13 +36,13 @@ pub(crate) struct CqReadiness {
     /// The sockets of its TCP connections, by token; made at the first (None: epoll refused,
     /// then every connection is looked at, as before: `Watched::socket`).
     sockets: OnceLock<Option<Epoll>>,
-    /// The tokens of the sockets in `sockets`.
-    socket_tokens: Mutex<Vec<u64>>,
+    /// The tokens of the sockets in `sockets` (a set: connections leave it one by one).
+    socket_tokens: Mutex<IntSet<u64>>,
     /// The rings its connections' frames come through, by token, that a look reads each
     /// time: those not on the device's ready board (samehost/board.rs).
     rings: Mutex<Vec<(u64, Arc<Ring>)>>,
     /// The connections whose rings are on the board: a look reads those marked there.
-    boarded: Mutex<Vec<u64>>,
+    boarded: Mutex<IntSet<u64>>,
     /// Connections a request was posted on since the last look (`note_posted`).
     posted: Mutex<Vec<u64>>,
     /// The parked connections of the QPs this CQ receives for: those that need only their
@@ -82,7 +83,7 @@ impl CqReadiness {
         };
         match epoll.add(fd, token) {
             Ok(()) => {
-                self.socket_tokens.lock().push(token);
+                self.socket_tokens.lock().insert(token);
                 true
             }
             Err(e) => {
@@ -95,28 +96,30 @@ impl CqReadiness {
     fn unwatch_socket(&self, fd: RawFd, token: u64) {
         if let Some(Some(epoll)) = self.sockets.get() {
             epoll.remove(fd);
-            self.socket_tokens.lock().retain(|t| *t != token);
+            self.socket_tokens.lock().remove(&token);
         }
     }
 
     fn watch_ring(&self, token: u64, ring: Arc<Ring>) {
         match ring.on_board() {
-            true => self.boarded.lock().push(token),
+            true => {
+                self.boarded.lock().insert(token);
+            }
             false => self.rings.lock().push((token, ring)),
         }
     }
 
     fn forget_ring(&self, token: u64) {
         self.rings.lock().retain(|(t, _)| *t != token);
-        self.boarded.lock().retain(|t| *t != token);
+        self.boarded.lock().remove(&token);
     }
 
     /// Appends the tokens of the connections in these sets (sockets and rings): not all of
     /// the CQ's if one could not be put in them (`TcpCq::readiness_failed`).
     pub(crate) fn members(&self, out: &mut Vec<u64>) {
-        out.extend_from_slice(&self.socket_tokens.lock());
+        out.extend(self.socket_tokens.lock().iter());
         out.extend(self.rings.lock().iter().map(|(t, _)| *t));
-        out.extend_from_slice(&self.boarded.lock());
+        out.extend(self.boarded.lock().iter());
     }
 
     /// Parks socket `fd` of connection `token`; false if the set could not be made or took it.
@@ -208,7 +211,7 @@ impl CqReadiness {
             let tokens = self.socket_tokens.lock();
             match tokens.len() {
                 0 => {}
-                n if n <= READ_ALL_UPTO => out.extend_from_slice(&tokens),
+                n if n <= READ_ALL_UPTO => out.extend(tokens.iter()),
                 _ => {
                     drop(tokens);
                     epoll.ready(out);
