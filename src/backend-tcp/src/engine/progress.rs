@@ -384,7 +384,7 @@ impl PollSet {
         // watches for input only). An idle connection goes there too (`parks`), so
         // that the poll set holds the connections with something under way and a
         // wake-up costs what they cost, not what the connections of the IA cost.
-        let parks = c.returnable() && (c.quiet || !c.polled_at(now));
+        let parks = c.parkable(now) && (c.quiet || !c.polled_at(now));
         if c.parked.is_some() {
             if parks {
                 return false; // in its parked set (held by a driver or watched by us)

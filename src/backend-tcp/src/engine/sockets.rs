@@ -630,6 +630,7 @@ impl Engine {
             }
             match ring.read(buf) {
                 Ok(n) => {
+                    c.ring_read_at = Some(Instant::now());
                     if !closing {
                         c.dec.feed(&buf[..n]);
                     }
