@@ -106,6 +106,9 @@ pub(crate) struct Ready {
     marked: Mutex<Vec<u64>>,
     /// Feeds read at every look (SRQ feeds, or one without a descriptor).
     always: Mutex<Vec<u64>>,
+    /// Descriptors in the epoll set: with none (the CQ of a reliable-datagram
+    /// device, whose ports read their own fid_cqs), a look makes no system call.
+    in_epoll: AtomicUsize,
 }
 
 impl Ready {
@@ -124,6 +127,7 @@ impl Ready {
             shared: Mutex::new(Vec::new()),
             marked: Mutex::new(Vec::new()),
             always: Mutex::new(Vec::new()),
+            in_epoll: AtomicUsize::new(0),
         }))
     }
 
@@ -179,6 +183,9 @@ impl Ready {
             watched = unsafe {
                 libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev)
             } == 0;
+            if watched {
+                self.in_epoll.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let feed = Arc::new(Feed {
             token,
@@ -222,6 +229,7 @@ impl Ready {
                     std::ptr::null_mut(),
                 )
             };
+            self.in_epoll.fetch_sub(1, Ordering::Relaxed);
         }
         self.feeds.lock().remove(&token);
         self.always.lock().retain(|t| *t != token);
@@ -242,17 +250,19 @@ impl Ready {
             let always = self.always.lock();
             tokens.extend(always.iter().copied());
         }
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
-        // SAFETY: our epoll descriptor; room for EVENTS events; no wait.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                EVENTS as i32,
-                0,
-            )
-        };
-        tokens.extend(events.iter().take(n.max(0) as usize).map(|e| e.u64));
+        if self.in_epoll.load(Ordering::Relaxed) != 0 {
+            let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+            // SAFETY: our epoll descriptor; room for EVENTS events; no wait.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    EVENTS as i32,
+                    0,
+                )
+            };
+            tokens.extend(events.iter().take(n.max(0) as usize).map(|e| e.u64));
+        }
         if tokens.is_empty() {
             return Vec::new();
         }
