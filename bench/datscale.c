@@ -18,9 +18,10 @@
  *     (conn_per_s: each one a connect here and an accept at the server); the
  *     server's time from the first connection request to its last ESTABLISHED
  *     (accept_s_server);
- *   - memory: each side's resident set (VmRSS, /proc/self/statm) read before
- *     its first EP and once all N are connected, the growth divided by N, in
- *     KiB per connection (rss_kib_per_conn_client / _server); buffers and
+ *   - memory: each side's resident set (the Rss of /proc/self/smaps_rollup,
+ *     exact; statm's where it is missing) read before its first EP and once
+ *     all N are connected, the growth divided by N, in KiB per connection
+ *     (rss_kib_per_conn_client / _server); buffers and
  *     arrays are allocated and touched before the first reading;
  *   - an 8 B send/recv ping-pong: the client posts a send, both sides spin on
  *     dat_evd_dequeue of their receive EVD (no sched_yield, no dat_evd_wait),
@@ -134,12 +135,29 @@ static double now_us(void)
 
 static DAT_TIMEOUT timeout_us(int seconds) { return (DAT_TIMEOUT)seconds * 1000000u; }
 
-/* The resident set in KiB (/proc/self/statm's second field, in pages). */
+/*
+ * The resident set in KiB: the Rss of /proc/self/smaps_rollup, which the kernel
+ * counts by walking the page tables when it is read, so it is exact. statm's
+ * resident count (the fallback, where smaps_rollup is missing) lags: before
+ * Linux 6.2 each thread batches its RSS changes and publishes them only every
+ * 64 page faults, so with a provider's helper threads a reading can miss
+ * hundreds of KiB (in a 6.1 guest, 64 connections once read as no growth).
+ */
 static double rss_kib(void)
 {
-	FILE *f = fopen("/proc/self/statm", "r");
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
 	unsigned long size, resident;
+	char line[256];
 
+	if (f) {
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "Rss: %lu kB", &resident) == 1) {
+				fclose(f);
+				return (double)resident;
+			}
+		fclose(f);
+	}
+	f = fopen("/proc/self/statm", "r");
 	if (!f)
 		die("cannot open /proc/self/statm: %s", strerror(errno));
 	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
