@@ -63,8 +63,12 @@ pub(crate) struct VerbsQp {
     srq: Option<Arc<VerbsSrq>>,
     _pd: Arc<PdInner>,
     pub(super) cap: QpCap,
-    /// What this QP added to its receive CQ's size (its own depth, or its SRQ's).
-    recv_depth: u32,
+    /// What this QP has added to its send CQ's size: room for as many completions as it ever
+    /// had requests outstanding (`sends_out`), grown as that grows, at most `max_send_wr`.
+    send_room: AtomicU32,
+    /// The same for its receive CQ (`recvs_out`, at most `max_recv_wr`); with an SRQ, the SRQ's
+    /// whole depth from the start.
+    recv_room: AtomicU32,
     max_inline: u32,
     pub(super) conn: Mutex<Conn>,
     /// The `Phase`, changed only under `conn`'s lock (with the rest of the connection's
@@ -270,12 +274,17 @@ impl VerbsQp {
         }
         // SAFETY: the QP we just created.
         let qp_num = unsafe { (*qp).qp_num };
-        // Receives of an SRQ complete on the CQ of whichever QP takes them: count the SRQ's
-        // depth against each of its QPs' receive CQs.
-        let recv_depth = srq.as_ref().map_or(cap.max_recv_wr, |s| s.max_wr());
-        if let Err(e) = send_cq.attach(cap.max_send_wr).and_then(|_| {
-            recv_cq.attach(recv_depth).inspect_err(|_| {
-                send_cq.detach(cap.max_send_wr);
+        // Each CQ grows by what the QP has outstanding (`reserve`), not by the whole depths it
+        // could hold: EPs that share an EVD pay for what they post, not for the queue depths
+        // they asked for. Receives of an SRQ complete on the CQ of whichever QP takes them:
+        // the SRQ's whole depth counts against each of its QPs' receive CQs from the start.
+        let send_room = FIRST_ROOM.min(cap.max_send_wr);
+        let recv_room = srq
+            .as_ref()
+            .map_or(FIRST_ROOM.min(cap.max_recv_wr), |s| s.max_wr());
+        if let Err(e) = send_cq.attach(send_room).and_then(|_| {
+            recv_cq.attach(recv_room).inspect_err(|_| {
+                send_cq.detach(send_room);
             })
         }) {
             // SAFETY: not shared with anyone yet.
@@ -292,7 +301,8 @@ impl VerbsQp {
             srq,
             _pd: pd.clone(),
             cap,
-            recv_depth,
+            send_room: AtomicU32::new(send_room),
+            recv_room: AtomicU32::new(recv_room),
             max_inline,
             phase: AtomicU8::new(if ud { Phase::Connected } else { Phase::Idle } as u8),
             conn: Mutex::new(Conn {
@@ -760,6 +770,20 @@ impl VerbsQp {
         // signaled completion is reaped). The lock is held across the post so the queue's
         // record is in posting order.
         let mut sq = self.sq.lock();
+        // Room in the send CQ first, under the send queue's lock: no other post raises
+        // `sends_out` meanwhile.
+        let posted = if bind.inv.is_some() { 2 } else { 1 };
+        if let Err(e) = reserve(
+            &self.send_cq,
+            &self.send_room,
+            self.sends_out.load(Ordering::SeqCst) + posted,
+            self.cap.max_send_wr,
+        ) {
+            let mut binds = self.binds.lock();
+            binds.remove(&wr.wr_id);
+            self.binds_out.store(binds.len() as u32, Ordering::Release);
+            return Err(e);
+        }
         // On iWARP every read is signaled: a later request may complete before it (see
         // `completed_in_order`), so only its own completion says it is done.
         let signaled = wr.signaled
@@ -783,7 +807,6 @@ impl VerbsQp {
         }
         w.send_flags = flags;
         let with_inv = bind.inv.is_some();
-        let posted = if with_inv { 2 } else { 1 };
         self.sends_out.fetch_add(posted, Ordering::SeqCst);
         if with_inv {
             sq.posted.push_back(INTERNAL_BIT);
@@ -994,7 +1017,11 @@ impl QueuePair for VerbsQp {
         w.wr_id = wr.wr_id | RECV_BIT;
         w.sg_list = super::sys::sge_ptr(sges);
         w.num_sge = sges.len() as i32;
-        self.recvs_out.fetch_add(1, Ordering::SeqCst);
+        let out = self.recvs_out.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Err(e) = reserve(&self.recv_cq, &self.recv_room, out, self.cap.max_recv_wr) {
+            self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
         let mut bad = std::ptr::null_mut();
         // SAFETY: our QP; the request is copied by verbs.
         let rc = unsafe { ibv_post_recv(self.qp.0, &mut w, &mut bad) };
@@ -1095,6 +1122,12 @@ impl QueuePair for VerbsQp {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
         w.send_flags = flags;
+        reserve(
+            &self.send_cq,
+            &self.send_room,
+            self.sends_out.load(Ordering::SeqCst) + 1,
+            self.cap.max_send_wr,
+        )?;
         self.sends_out.fetch_add(1, Ordering::SeqCst);
         sq.posted.push_back(wr.wr_id);
         let mut bad = std::ptr::null_mut();
@@ -1112,12 +1145,38 @@ impl QueuePair for VerbsQp {
     }
 }
 
+/// The CQ entries a new QP adds to each of its CQs; `reserve` adds more as its requests
+/// outstanding grow.
+const FIRST_ROOM: u32 = 1;
+
+/// Makes `room` (the entries a QP has added to `cq`) at least `need` requests outstanding: a
+/// QP never has more completions in its CQ than requests outstanding, so the CQ, holding the
+/// room of every QP it serves, cannot overflow. Grows by doubling, at most to `cap` (the
+/// queue's depth), resizing the CQ only when it is too small.
+fn reserve(cq: &VerbsCq, room: &AtomicU32, need: u32, cap: u32) -> Result<()> {
+    loop {
+        let cur = room.load(Ordering::SeqCst);
+        if need <= cur {
+            return Ok(());
+        }
+        let new = cur.saturating_mul(2).min(cap).max(need);
+        cq.attach(new - cur)?;
+        if room
+            .compare_exchange(cur, new, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return Ok(());
+        }
+        cq.detach(new - cur);
+    }
+}
+
 impl Drop for VerbsQp {
     fn drop(&mut self) {
         self.shared.unregister_qp(self.qp_num);
         self.release_windows();
-        self.send_cq.detach(self.cap.max_send_wr);
-        self.recv_cq.detach(self.recv_depth);
+        self.send_cq.detach(self.send_room.load(Ordering::SeqCst));
+        self.recv_cq.detach(self.recv_room.load(Ordering::SeqCst));
         // SAFETY: our QP; its cm id (if any) was destroyed by `destroy`/`reset`.
         let rc = unsafe { ibv_destroy_qp(self.qp.0) };
         if rc != 0 {
