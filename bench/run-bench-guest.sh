@@ -17,7 +17,13 @@
 # and registration per message (issue 26): datperf reg_write / reg_read
 # rounds at 4 KiB and 1 MiB (ours and OFED's), and regcost's
 # dat_lmr_create / dat_lmr_free (ours, OFED's) against raw ibv_reg_mr /
-# ibv_dereg_mr of the same buffer; then, in the same guest, the CPU cost of
+# ibv_dereg_mr of the same buffer; connections at scale (issue 37): bench/
+# datscale at N = 1, 64, 256 (SCALE_NS) over ours and OFED's, the same EP
+# attributes (queues 4/4, one request, one receive and one connection EVD
+# shared by every EP): the 8 B send/recv round trip on EP 0, connections set
+# up per second, and the RSS growth per connection of client and server
+# (smaps_rollup; at N = 1 it holds one-time costs too); then, in the same
+# guest, the CPU cost of
 # each DTO on the verbs path with message and connection rates
 # (bench/dto-cost.sh, its own table; 30-45 minutes; BENCH_COST=0 skips it).
 #
@@ -32,7 +38,8 @@
 #      (200, 1 MiB reads per bandwidth run), STEP_TIMEOUT (120 s per client),
 #      GUEST_VM_TIMEOUT (900 s for the whole guest, boot included, 4500 with
 #      the cost section; the latency/bandwidth measurements take 300-400 s),
-#      DATPERF_ARGS (extra datperf options, both sides).
+#      DATPERF_ARGS (extra datperf options, both sides), SCALE_NS ("1 64 256";
+#      empty: no datscale rows), SCALE_ITERS (1000 round trips, at most 5 s).
 # Every server is bounded by `timeout`, waited for by polling (its listening
 # line, or its TCP port for perftest), never by a fixed sleep, and killed on
 # exit. Logs of every run, per-round figures and the table are kept in
@@ -48,16 +55,19 @@ ROUNDS=${ROUNDS:-5}
 LAT_ITERS=${LAT_ITERS:-1000}
 BW_ITERS=${BW_ITERS:-200}
 REG_ITERS=${REG_ITERS:-200}
+SCALE_NS=${SCALE_NS-1 64 256}
+SCALE_ITERS=${SCALE_ITERS:-1000}
 STEP_TIMEOUT=${STEP_TIMEOUT:-120}
 DATPERF_ARGS=${DATPERF_ARGS:-}
 DATPERF_QUAL=18515      # rdma_cm port space
 PERFTEST_PORT=18516     # TCP, perftest's out-of-band exchange
-export ROUNDS LAT_ITERS BW_ITERS REG_ITERS STEP_TIMEOUT DATPERF_ARGS
+SCALE_QUAL=18517        # datscale, rdma_cm port space
+export ROUNDS LAT_ITERS BW_ITERS REG_ITERS STEP_TIMEOUT DATPERF_ARGS SCALE_NS SCALE_ITERS
 
 # ================================================================ host side
 if [ "${1:-}" != --inside ]; then
 	install_guest_debs run-bench-guest || exit 1
-	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf build/bin/regcost; do
+	for f in build/lib/libdat2.so.2 build/lib/libdaplrs-verbs.so.2 build/bin/datperf build/bin/regcost build/bin/datscale; do
 		if [ ! -e "$top/$f" ]; then
 			echo "run-bench-guest: $f is missing (run make, then make -C bench)" >&2
 			exit 1
@@ -174,6 +184,21 @@ regcost() {  # ROUND WHO (-P IA | -d DEV)
 	done
 }
 
+# datscale: the client's "scale ia=.. n=N mode=one .. rtt_med_us=X .. conn_per_s=X ..
+# rss_kib_per_conn_client=X rss_kib_per_conn_server=X" row.
+datscale_run() {  # ROUND WHO IA N
+	local tag=r$1-scale-$2-n$4 row
+	run_pair "$tag" "line:server listening" \
+		-- "$top/build/bin/datscale" -P "$3" -s -c "$4" -q $SCALE_QUAL -A 60 \
+		-- "$top/build/bin/datscale" -P "$3" -h $ADDR -c "$4" -q $SCALE_QUAL -n "$SCALE_ITERS" -D 5 ||
+		return 0
+	row=$(grep '^scale ' "logs/$tag-client.log" | tr ' ' '\n')
+	record "$1" "scale_rtt_$4" "$2" "$(sed -n 's/^rtt_med_us=//p' <<<"$row")"
+	record "$1" "scale_conn_$4" "$2" "$(sed -n 's/^conn_per_s=//p' <<<"$row")"
+	record "$1" "scale_rssc_$4" "$2" "$(sed -n 's/^rss_kib_per_conn_client=//p' <<<"$row")"
+	record "$1" "scale_rsss_$4" "$2" "$(sed -n 's/^rss_kib_per_conn_server=//p' <<<"$row")"
+}
+
 # perftest: the client prints the figures. ib_read_lat: "8 ITERS t_min t_max
 # t_typical(median) ..." (a whole read, as datperf's read_lat);
 # ib_read_bw: "1048576 ITERS peak avg Mpps" in MB/sec = 2^20 B/s, turned
@@ -205,6 +230,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	regcost "$r" ours -P "$OURS"
 	regcost "$r" ofed -P "$OFED"
 	regcost "$r" raw -d "$DEV"
+	for n in $SCALE_NS; do
+		datscale_run "$r" ours "$OURS" "$n"
+		datscale_run "$r" ofed "$OFED" "$n"
+	done
 done
 took=$((SECONDS - t0))
 # The CPU cost per DTO (bench/dto-cost.sh), in the same guest: its own table.
@@ -213,7 +242,8 @@ if [ "${BENCH_COST:-1}" = 1 ]; then
 fi
 
 # ------------------------------------------------------------------ table
-awk -v rounds="$ROUNDS" -v took="$took" -v lat_n="$LAT_ITERS" -v bw_n="$BW_ITERS" -v reg_n="$REG_ITERS" -v dpargs="$DATPERF_ARGS" '
+awk -v rounds="$ROUNDS" -v took="$took" -v lat_n="$LAT_ITERS" -v bw_n="$BW_ITERS" -v reg_n="$REG_ITERS" -v dpargs="$DATPERF_ARGS" \
+	-v scale_ns="$SCALE_NS" -v scale_n="$SCALE_ITERS" '
 function median(key,   n, i, j, t, a) {
 	n = cnt[key]; if (n == 0) return ""
 	for (i = 1; i <= n; i++) a[i] = v[key, i]
@@ -237,6 +267,15 @@ END {
 	name["create_4k"] = "register 4 KiB (us; raw: ibv_reg_mr)"; name["free_4k"] = "free 4 KiB (us; raw: ibv_dereg_mr)"
 	name["create_1m"] = "register 1 MiB (us; raw: ibv_reg_mr)"; name["free_1m"] = "free 1 MiB (us; raw: ibv_dereg_mr)"
 	for (i = 3; i <= nfigs; i++) { d[figs[i]] = 1; raw[figs[i]] = figs[i] ~ /^(create|free)/ }
+	nscale = split(scale_ns, sn, " ")
+	for (j = 1; j <= nscale; j++) {
+		k = sn[j]
+		figs[++nfigs] = "scale_rtt_" k; name["scale_rtt_" k] = "datscale N=" k ": round trip (median us)"
+		figs[++nfigs] = "scale_conn_" k; name["scale_conn_" k] = "datscale N=" k ": connections per s"
+		figs[++nfigs] = "scale_rssc_" k; name["scale_rssc_" k] = "datscale N=" k ": client KiB per conn"
+		figs[++nfigs] = "scale_rsss_" k; name["scale_rsss_" k] = "datscale N=" k ": server KiB per conn"
+		d["scale_rtt_" k] = 1; d["scale_conn_" k] = 0; d["scale_rssc_" k] = 1; d["scale_rsss_" k] = 1
+	}
 	printf "\nsoft-RoCE guest (rxe0, TCG emulation): medians of %d rounds, interleaved\n", rounds
 	printf "%-38s %10s %10s %10s | %9s %9s\n", "figure", "ours", "OFED", "raw verbs", "ours:OFED", "ours:raw"
 	for (i = 1; i <= nfigs; i++) {
@@ -259,6 +298,12 @@ END {
 	       dpargs == "" ? "" : " (extra options: " dpargs ")"
 	print "reg round: datperf reg_* (both sides register the same buffer per message, one transfer, a finish,"
 	printf "both free), %d rounds (1 MiB: 50); register/free: regcost, the same buffer %d times, median of each call.\n", reg_n, reg_n
+	if (nscale > 0) {
+		print "datscale: N connections on one PSP, EP queues 4/4 sharing one request, receive and connection EVD per side;"
+		printf "an 8 B send/recv ping-pong on EP 0 (%d round trips, at most 5 s); connections per s: higher is better;\n", scale_n
+		print "KiB per conn: RSS growth (smaps_rollup) from before the first EP to all N connected, over N (N = 1: one-time costs too)."
+		print "Both datscale sides spin: in a 2-vCPU emulated guest a run whose spinners share a vCPU reads in ms (see per round)."
+	}
 	printf "Emulated timings mean nothing alone; the ratios are the result. Measurements took %d s in the guest.\n", took
 }' results.txt >table.txt
 sync
