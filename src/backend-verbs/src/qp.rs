@@ -278,10 +278,17 @@ impl VerbsQp {
         // could hold: EPs that share an EVD pay for what they post, not for the queue depths
         // they asked for. Receives of an SRQ complete on the CQ of whichever QP takes them:
         // the SRQ's whole depth counts against each of its QPs' receive CQs from the start.
-        let send_room = FIRST_ROOM.min(cap.max_send_wr);
+        // A CQ that cannot be resized (siw) cannot grow later: there the QP takes its whole
+        // depths now, so a lack of room refuses the EP, never a post.
+        let first = if shared.cq_resize {
+            FIRST_ROOM
+        } else {
+            u32::MAX
+        };
+        let send_room = first.min(cap.max_send_wr);
         let recv_room = srq
             .as_ref()
-            .map_or(FIRST_ROOM.min(cap.max_recv_wr), |s| s.max_wr());
+            .map_or(first.min(cap.max_recv_wr), |s| s.max_wr());
         if let Err(e) = send_cq.attach(send_room).and_then(|_| {
             recv_cq.attach(recv_room).inspect_err(|_| {
                 send_cq.detach(send_room);
