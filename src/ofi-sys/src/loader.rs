@@ -235,9 +235,15 @@ mod tests {
 
     extern "C" fn mark(_: c_int) {}
 
+    /// The tests of one binary run on parallel threads, and both of these look at the
+    /// process's signal actions: one sets SIGUSR2's while the other compares them all (a
+    /// fresh-clone CI run saw it fail so: "signal 12's handler changed").
+    static SIGNAL_ACTIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// A load that replaces a handler leaves it as it was.
     #[test]
     fn a_load_that_installs_handlers_leaves_the_programs_in_place() {
+        let _alone = SIGNAL_ACTIONS.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: a test-only handler for SIGUSR2, which nothing else here uses.
         unsafe {
             let mut ours: libc::sigaction = std::mem::zeroed();
@@ -255,6 +261,7 @@ mod tests {
     /// Opening libfabric itself changes no handler of the program.
     #[test]
     fn opening_libfabric_changes_no_signal_action() {
+        let _alone = SIGNAL_ACTIONS.lock().unwrap_or_else(|e| e.into_inner());
         let handler = |s| action_of(s).map(|a| a.sa_sigaction);
         let before: Vec<_> = (1..=31).map(handler).collect();
         available().expect("libfabric.so.1 (libfabric1) is installed for these tests");
