@@ -303,7 +303,7 @@ impl OfiCq {
         let open = || Self::open_sized(dev, 1024, fi::fi_wait_obj_FI_WAIT_FD);
         match srq {
             Some(qp) => Ok(self.ready.own(qp, open()?)),
-            None => self.ready.seat(open),
+            None => self.ready.seat(open, !dev.level_waits),
         }
     }
 

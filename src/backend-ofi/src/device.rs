@@ -94,7 +94,7 @@ pub struct OfiDevice {
     /// fid_cqs (`ready`) are then left out of the progress thread's
     /// `fi_trywait`, which walks their endpoints. Elsewhere (verbs arms its
     /// completion channel there) they are asked too.
-    level_waits: bool,
+    pub(crate) level_waits: bool,
     /// The consumer's share of a connection message: what the provider's
     /// connection data holds beside our header (`cm::with_header`).
     private_data_max: u32,

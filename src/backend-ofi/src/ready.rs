@@ -137,10 +137,14 @@ impl Ready {
     }
 
     /// A seat on a shared feed with room, or on a new one (`open` opens its
-    /// fid_cq, FI_WAIT_FD).
+    /// fid_cq, FI_WAIT_FD). `read_always`: the provider's wait descriptors
+    /// show nothing until `fi_trywait` armed them (verbs), and `fi_trywait`
+    /// refuses to arm a CQ that holds entries: a feed whose descriptor
+    /// stays quiet may still hold completions, so every look reads it.
     pub(crate) fn seat(
         self: &Arc<Self>,
         open: impl FnOnce() -> Result<Fid<fi::fid_cq>>,
+        read_always: bool,
     ) -> Result<Seat> {
         let mut shared = self.shared.lock();
         shared.retain(|w| w.strong_count() > 0);
@@ -156,7 +160,7 @@ impl Ready {
                 return Ok(Seat { feed });
             }
         }
-        let feed = self.add(open()?, None);
+        let feed = self.add(open()?, None, read_always);
         feed.users.store(1, Ordering::Release);
         shared.push(Arc::downgrade(&feed));
         Ok(Seat { feed })
@@ -165,12 +169,17 @@ impl Ready {
     /// A feed of SRQ QP `qp`'s alone, for its receives of the SRQ (read at
     /// every look, as the provider's shared context may hold their messages).
     pub(crate) fn own(self: &Arc<Self>, qp: &Arc<OfiQp>, cq: Fid<fi::fid_cq>) -> Seat {
-        let feed = self.add(cq, Some(qp));
+        let feed = self.add(cq, Some(qp), true);
         feed.users.store(1, Ordering::Release);
         Seat { feed }
     }
 
-    fn add(self: &Arc<Self>, cq: Fid<fi::fid_cq>, srq: Option<&Arc<OfiQp>>) -> Arc<Feed> {
+    fn add(
+        self: &Arc<Self>,
+        cq: Fid<fi::fid_cq>,
+        srq: Option<&Arc<OfiQp>>,
+        read_always: bool,
+    ) -> Arc<Feed> {
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let fd = crate::wait::wait_fd(cq.fid());
         let mut watched = false;
@@ -201,7 +210,7 @@ impl Ready {
                 srq: srq.map(Arc::downgrade),
             },
         );
-        if srq.is_some() || !watched {
+        if srq.is_some() || !watched || read_always {
             self.always.lock().push(token);
         }
         feed
