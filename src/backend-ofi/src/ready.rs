@@ -14,7 +14,9 @@
 //! sockets and of the CQ's signal, which every completion written sets), and
 //! the feeds to read whatever their descriptors say (`mark`: a receive
 //! posted, which lets the provider take a message it had already read from
-//! the socket; an SRQ QP's own receive feed, read on every look as before).
+//! the socket; an SRQ QP's own receive feed, read on every look as before;
+//! every feed on a provider whose descriptors say nothing until
+//! `fi_trywait` arms them, verbs).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
