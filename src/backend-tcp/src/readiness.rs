@@ -124,17 +124,40 @@ impl CqReadiness {
 
     /// Parks socket `fd` of connection `token`; false if the set could not be made or took it.
     pub(crate) fn park(&self, fd: RawFd, token: u64) -> bool {
+        let added = self.add_parked(fd, token);
+        if added {
+            self.parked_count
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        added
+    }
+
+    /// Adds the bell `fd` of parked connection `token`'s ring to the parked set (it counts
+    /// with its connection, not apart).
+    fn park_bell(&self, fd: RawFd, token: u64) -> bool {
+        self.add_parked(fd, token)
+    }
+
+    fn unpark_bell(&self, fd: RawFd) {
+        self.remove_parked(fd);
+    }
+
+    fn unpark(&self, fd: RawFd) {
+        if self.remove_parked(fd) {
+            self.parked_count
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `fd` to the parked set under `token`, making the set first if need be.
+    fn add_parked(&self, fd: RawFd, token: u64) -> bool {
         let set = self.parked.get_or_init(|| {
             Epoll::new()
                 .map_err(|e| log::warn!("epoll: {e}; connections are not parked"))
                 .ok()
         });
         match set.as_ref().map(|s| s.add(fd, token)) {
-            Some(Ok(())) => {
-                self.parked_count
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                true
-            }
+            Some(Ok(())) => true,
             Some(Err(e)) => {
                 log::warn!("epoll_ctl(ADD): {e}");
                 false
@@ -143,34 +166,14 @@ impl CqReadiness {
         }
     }
 
-    /// Adds the bell `fd` of parked connection `token`'s ring to the parked set.
-    fn park_bell(&self, fd: RawFd, token: u64) -> bool {
-        match self
-            .parked
-            .get()
-            .and_then(|s| s.as_ref())
-            .map(|s| s.add(fd, token))
-        {
-            Some(Ok(())) => true,
-            Some(Err(e)) => {
-                log::warn!("epoll_ctl(ADD) of a bell: {e}");
-                false
+    /// Takes `fd` out of the parked set; false if there is no set.
+    fn remove_parked(&self, fd: RawFd) -> bool {
+        match self.parked.get() {
+            Some(Some(set)) => {
+                set.remove(fd);
+                true
             }
-            None => false,
-        }
-    }
-
-    fn unpark_bell(&self, fd: RawFd) {
-        if let Some(Some(set)) = self.parked.get() {
-            set.remove(fd);
-        }
-    }
-
-    fn unpark(&self, fd: RawFd) {
-        if let Some(Some(set)) = self.parked.get() {
-            set.remove(fd);
-            self.parked_count
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            _ => false,
         }
     }
 
