@@ -562,6 +562,40 @@ static void test_transfers(void)
 		free(dst);
 	}
 
+	/* short, long, short on one connection: each receive takes its own
+	 * message, in order (over reliable datagrams the short ones land in the
+	 * port's eager buffers, the long one under a tag of its own) */
+	{
+		size_t big = 65536 + 7, lens[3] = { 8, 65536 + 7, 8 };
+		char *src = malloc(3 * big), *dst = malloc(3 * big);
+		DAT_LMR_CONTEXT ls, ld;
+		DAT_LMR_HANDLE hs = lmr_make(ia_a, pz_a, src, 3 * big, DAT_MEM_PRIV_ALL_FLAG, &ls, NULL);
+		DAT_LMR_HANDLE hd = lmr_make(ia_b, pz_b, dst, 3 * big, DAT_MEM_PRIV_ALL_FLAG, &ld, NULL);
+		for (size_t i = 0; i < 3 * big; i++)
+			src[i] = (char)(i * 13 + 5);
+		memset(dst, 0, 3 * big);
+		for (int i = 0; i < 3; i++) {
+			r[0] = seg(ld, dst + i * big, big);
+			CHECK_RC(dat_ep_post_recv(B.ep, 1, r, ck(0x4101 + 2 * i), 0), DAT_SUCCESS);
+		}
+		for (int i = 0; i < 3; i++) {
+			s[0] = seg(ls, src + i * big, lens[i]);
+			CHECK_RC(dat_ep_post_send(A.ep, 1, s, ck(0x4100 + 2 * i), 0), DAT_SUCCESS);
+		}
+		for (int i = 0; i < 3; i++)
+			if (expect_dto(B.rcv, B.ep, 0x4101 + 2 * i, DAT_DTO_SUCCESS, lens[i], DAT_DTO_RECEIVE,
+				       "short, long, short: receive"))
+				CHECK(memcmp(src + i * big, dst + i * big, lens[i]) == 0,
+				      "short, long, short: receive %d holds another message's bytes", i);
+		for (int i = 0; i < 3; i++)
+			expect_dto(A.req, A.ep, 0x4100 + 2 * i, DAT_DTO_SUCCESS, lens[i], DAT_DTO_SEND,
+				   "short, long, short: send");
+		CHECK_RC(dat_lmr_free(hs), DAT_SUCCESS);
+		CHECK_RC(dat_lmr_free(hd), DAT_SUCCESS);
+		free(src);
+		free(dst);
+	}
+
 	/* RDMA write gathering 3 segments into B's memory (B's LMR context) */
 	fill(bbuf + 8192, 0xEE, 64);
 	rem = rseg(rc_b, bbuf + 8192, 10);

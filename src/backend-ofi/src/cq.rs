@@ -94,15 +94,27 @@ impl OfiCq {
         depth: u32,
         wait: fi::fi_wait_obj,
     ) -> Result<Fid<fi::fid_cq>> {
-        Self::open_sized(dev, (depth.max(64) as usize) * 4, wait)
+        // A port's entries carry the tag of what an eager buffer took (`port`).
+        let tagged = dev.rdm;
+        Self::open_sized(dev, (depth.max(64) as usize) * 4, wait, tagged)
     }
 
     /// A fid_cq of `size` entries (the provider keeps those beyond in a
     /// list of its own, so it bounds memory, not completions).
-    fn open_sized(dev: &OfiDevice, size: usize, wait: fi::fi_wait_obj) -> Result<Fid<fi::fid_cq>> {
+    fn open_sized(
+        dev: &OfiDevice,
+        size: usize,
+        wait: fi::fi_wait_obj,
+        tagged: bool,
+    ) -> Result<Fid<fi::fid_cq>> {
+        let format = if tagged {
+            fi::fi_cq_format_FI_CQ_FORMAT_TAGGED
+        } else {
+            fi::fi_cq_format_FI_CQ_FORMAT_DATA
+        };
         let mut attr = fi::fi_cq_attr {
             size,
-            format: fi::fi_cq_format_FI_CQ_FORMAT_DATA,
+            format,
             wait_obj: wait,
             ..Default::default()
         };
@@ -247,16 +259,18 @@ impl OfiCq {
         let _reading = dev.closing.lock();
         let verbs = dev.verbs_errors;
         if self.shared {
-            drain(self.cq.ptr(), verbs, |done| {
+            drain(self.cq.ptr(), verbs, true, |done| {
                 complete(dev, done, &mut q, broken, receipts)
             });
         }
         for source in self.ready.take() {
-            drain(source.feed.cq.ptr(), verbs, |done| match &source.srq {
-                None => complete(dev, done, &mut q, broken, receipts),
-                Some(qp) => {
-                    if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
-                        broken.push(qp.clone());
+            drain(source.feed.cq.ptr(), verbs, false, |done| {
+                match &source.srq {
+                    None => complete(dev, done, &mut q, broken, receipts),
+                    Some(qp) => {
+                        if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
+                            broken.push(qp.clone());
+                        }
                     }
                 }
             });
@@ -300,7 +314,7 @@ impl OfiCq {
     pub(crate) fn seat(&self, dev: &OfiDevice, srq: Option<&Arc<OfiQp>>) -> Result<Seat> {
         // Room for a few requests per endpoint; the provider keeps those
         // beyond in a list of its own (it bounds memory, not completions).
-        let open = || Self::open_sized(dev, 1024, fi::fi_wait_obj_FI_WAIT_FD);
+        let open = || Self::open_sized(dev, 1024, fi::fi_wait_obj_FI_WAIT_FD, false);
         match srq {
             Some(qp) => Ok(self.ready.own(qp, open()?)),
             None => self.ready.seat(open, !dev.level_waits),
@@ -317,19 +331,50 @@ impl OfiCq {
 
 /// Reads every entry of `cq` (its errors included) into `each`.
 /// `verbs`: the provider's error entries carry an ibv_wc_status (`status_of`).
-fn drain(cq: *mut fi::fid_cq, verbs: bool, mut each: impl FnMut(Done)) {
-    let mut entries = [fi::fi_cq_data_entry::default(); BATCH];
+/// `tagged`: the fid_cq's format is FI_CQ_FORMAT_TAGGED (a port's: see `port`).
+fn drain(cq: *mut fi::fid_cq, verbs: bool, tagged: bool, each: impl FnMut(Done)) {
+    if tagged {
+        drain_as::<fi::fi_cq_tagged_entry>(cq, verbs, each)
+    } else {
+        drain_as::<fi::fi_cq_data_entry>(cq, verbs, each)
+    }
+}
+
+/// An entry of a fid_cq's format.
+trait Entry: Default + Copy {
+    fn done(&self) -> Done;
+}
+
+impl Entry for fi::fi_cq_data_entry {
+    fn done(&self) -> Done {
+        Done {
+            context: self.op_context as u64,
+            result: Ok(self.len as u32),
+            data: (self.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(self.data),
+            tag: 0,
+        }
+    }
+}
+
+impl Entry for fi::fi_cq_tagged_entry {
+    fn done(&self) -> Done {
+        Done {
+            context: self.op_context as u64,
+            result: Ok(self.len as u32),
+            data: (self.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(self.data),
+            tag: self.tag,
+        }
+    }
+}
+
+fn drain_as<E: Entry>(cq: *mut fi::fid_cq, verbs: bool, mut each: impl FnMut(Done)) {
+    let mut entries = [E::default(); BATCH];
     loop {
-        // SAFETY: an open CQ of FI_CQ_FORMAT_DATA; room for BATCH entries.
+        // SAFETY: an open CQ of E's format; room for BATCH entries.
         let n = unsafe { fi::fi_cq_read(cq, entries.as_mut_ptr().cast(), BATCH) };
         if n > 0 {
             for e in &entries[..n as usize] {
-                let data = (e.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(e.data);
-                each(Done {
-                    context: e.op_context as u64,
-                    result: Ok(e.len as u32),
-                    data,
-                });
+                each(e.done());
             }
             if (n as usize) < BATCH {
                 return;
@@ -352,20 +397,24 @@ fn drain(cq: *mut fi::fid_cq, verbs: bool, mut each: impl FnMut(Done)) {
                 context: err.op_context as u64,
                 result: Err(status_of(err.err, verbs.then_some(err.prov_errno))),
                 data: None,
+                tag: err.tag,
             });
         }
     }
 }
 
-/// Hands one entry to the QP its context names.
 /// One entry of the fid_cq: its context (QP number and token), the length
-/// or error, and the remote CQ data a receive carries (see `qp::INVALIDATE`).
-struct Done {
-    context: u64,
-    result: Result<u32, WcStatus>,
-    data: Option<u64>,
+/// or error, the remote CQ data a receive carries (see `qp::INVALIDATE`) and
+/// a tagged receive's tag (0 where the format has none).
+pub(crate) struct Done {
+    pub context: u64,
+    pub result: Result<u32, WcStatus>,
+    pub data: Option<u64>,
+    pub tag: u64,
 }
 
+/// Hands one entry to the QP its context names (a port's eager buffer's
+/// entry to the port: `port::POOL_CONN`).
 fn complete(
     dev: &OfiDevice,
     done: Done,
@@ -374,6 +423,19 @@ fn complete(
     receipts: &mut Vec<Arc<OfiQp>>,
 ) {
     let conn = (done.context >> 32) as u32;
+    if conn == crate::port::POOL_CONN {
+        let Some((qp, arrival)) = dev.pool_landed(&done) else {
+            return;
+        };
+        let broke = qp.arrived(arrival, q);
+        if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
+            receipts.push(qp.clone());
+        }
+        if broke {
+            broken.push(qp);
+        }
+        return;
+    }
     match dev.conn(conn) {
         Some(qp) => {
             let broke = qp.completed(done.context as u32, done.result, done.data, q);

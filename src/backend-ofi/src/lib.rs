@@ -21,6 +21,7 @@ pub mod catalog;
 mod cm;
 mod cq;
 mod device;
+mod eager;
 mod farewell;
 mod keys;
 mod mem;

@@ -13,6 +13,9 @@
 //! The provider's receive depth is the port's: each QP may always have one
 //! receive with the provider (so a message to it always finds one, whatever
 //! the others hold), and receives beyond that take the port's spare slots.
+//! A shared port keeps eager buffers of its own posted (`eager`): its QPs'
+//! short messages land there, and the provider holds a QP's receive only
+//! for a large message announced.
 
 use std::collections::{HashMap, VecDeque};
 use std::ptr::null_mut;
@@ -22,9 +25,14 @@ use daplrs_backend::{Error, Resource, Result};
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use crate::cq::OfiCq;
+use crate::cq::{Done, OfiCq};
 use crate::device::{opened, OfiDevice};
+use crate::eager::{Arrival, EagerPool};
 use crate::Fid;
+
+/// The connection number of an eager buffer's context (`next_conn` never
+/// gives it): its token is the port's id (above 8 bits) and the slot.
+pub(crate) const POOL_CONN: u32 = 0;
 
 /// Distinct peer names a shared port's AV takes before it retires (takes no
 /// new QP, and closes once its last QP left), on a provider whose AV holds
@@ -90,6 +98,10 @@ pub(crate) struct Port {
     cqs: Vec<Arc<OfiCq>>,
     /// Bounce buffers of the port's one SRQ QP, freed after the endpoint.
     bounces: Mutex<crate::bounce::Bounces>,
+    /// A shared port's eager buffers (`eager`), freed after the endpoint;
+    /// `id` names the port in their contexts.
+    pool: Mutex<Option<EagerPool>>,
+    id: u32,
     /// The AV's bounds (NAMES_MAX and PEERS_MAX where it holds 256 peers).
     names_max: usize,
     peers_max: usize,
@@ -165,9 +177,64 @@ impl Port {
             state: Mutex::new(State::default()),
             cqs: vec![send_cq.clone(), recv_cq.clone()],
             bounces: Mutex::new(Default::default()),
+            pool: Mutex::new(None),
+            id: 0,
             names_max,
             peers_max,
         })
+    }
+
+    /// Gives a shared port of a device with eager buffers its buffers, posted.
+    fn open_pool(self: &Arc<Self>, dev: &OfiDevice) -> Result<()> {
+        let pool = EagerPool::new(dev)?;
+        *self.pool.lock() = Some(pool);
+        dev.tables
+            .lock()
+            .ports
+            .insert(self.id, Arc::downgrade(self));
+        self.repost();
+        Ok(())
+    }
+
+    /// The context of eager buffer `slot`.
+    fn pool_context(&self, slot: usize) -> *mut libc::c_void {
+        let token = (self.id << 8) | slot as u32;
+        (((POOL_CONN as u64) << 32) | token as u64) as *mut libc::c_void
+    }
+
+    /// Posts the eager buffers not posted; a busy provider leaves them for
+    /// the progress thread (`OfiDevice::retry_pool`).
+    pub(crate) fn repost(self: &Arc<Self>) {
+        let all = match self.pool.lock().as_mut() {
+            Some(pool) => pool.post_all(self.ep(), |slot| self.pool_context(slot)),
+            None => true,
+        };
+        if !all {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.retry_pool(self);
+            }
+        }
+    }
+
+    /// Eager buffer `slot` completed: what landed, and for which connection
+    /// (see `EagerPool::landed`).
+    pub(crate) fn landed(
+        self: &Arc<Self>,
+        slot: usize,
+        done: &Done,
+    ) -> Option<(u32, std::result::Result<Arrival, daplrs_backend::WcStatus>)> {
+        let mut pool = self.pool.lock();
+        let landed = pool.as_mut()?.landed(slot, done);
+        let all_posted = pool
+            .as_mut()
+            .is_some_and(|p| p.post_all(self.ep(), |s| self.pool_context(s)));
+        drop(pool);
+        if !all_posted {
+            if let Some(dev) = self.dev.upgrade() {
+                dev.retry_pool(self);
+            }
+        }
+        landed
     }
 
     pub(crate) fn ep(&self) -> *mut fi::fid_ep {
@@ -195,7 +262,16 @@ impl Port {
             // Full for now: connects under way may bring new names.
             return false;
         }
-        st.qps + 1 + st.spare_used <= self.rx_depth
+        st.qps + 1 + st.spare_used + self.pool_len() <= self.rx_depth
+    }
+
+    /// The provider's receive slots the eager buffers take.
+    fn pool_len(&self) -> usize {
+        if self.id == 0 {
+            0
+        } else {
+            crate::eager::BUFFERS
+        }
     }
 
     /// Inserts `name` (a peer's fabric address, its shape checked by the
@@ -277,7 +353,7 @@ impl Port {
             return true;
         }
         let mut st = self.state.lock();
-        if st.qps + st.spare_used < self.rx_depth {
+        if st.qps + st.spare_used + self.pool_len() < self.rx_depth {
             st.spare_used += 1;
             return true;
         }
@@ -300,7 +376,9 @@ impl Port {
     }
 
     fn wake(&self, st: &mut State) -> Vec<u32> {
-        let free = self.rx_depth.saturating_sub(st.qps + st.spare_used);
+        let free = self
+            .rx_depth
+            .saturating_sub(st.qps + st.spare_used + self.pool_len());
         let n = free.min(st.waiting.len());
         st.waiting.drain(..n).collect()
     }
@@ -334,10 +412,14 @@ impl Drop for Port {
         let (Some(ep), av) = (self.ep.take(), self.av.take()) else {
             return;
         };
+        if let (Some(dev), true) = (&dev, self.id != 0) {
+            dev.tables.lock().ports.remove(&self.id);
+        }
         let parked = crate::rdm::Parked {
             _ep: ep,
             _av: av,
             _bounces: std::mem::take(self.bounces.get_mut()),
+            _pool: self.pool.get_mut().take(),
             _cqs: std::mem::take(&mut self.cqs),
         };
         crate::rdm::keeper().close(parked, &self.name);
@@ -372,7 +454,15 @@ impl OfiDevice {
                 return Ok(port);
             }
         }
-        let port = Arc::new(Port::open(self, key, send_cq, recv_cq)?);
+        let mut port = Port::open(self, key, send_cq, recv_cq)?;
+        let eager = self.eager && matches!(key, PortKey::Shared { .. });
+        if eager {
+            port.id = self.next_port_id();
+        }
+        let port = Arc::new(port);
+        if eager {
+            port.open_pool(self)?;
+        }
         {
             let mut st = port.state.lock();
             st.qps = 1;

@@ -26,6 +26,7 @@ use crate::bounce::Landed;
 use crate::cm::PeerTable;
 use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
+use crate::eager::{Arrival, ANNOUNCE, EAGER, EAGER_MAX, LARGE};
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::OfiMw;
 use crate::port::{Port, PortKey};
@@ -57,6 +58,14 @@ pub(crate) const INVALIDATE: u64 = 1 << 32;
 /// bit 34: at most MAX_IMM_WRITE bytes).
 const WRITE_IMM: u64 = 1 << 33;
 const MAX_IMM_WRITE: u64 = (1 << 30) - 1;
+/// A connection tag's bit (reliable datagrams): its receives are the
+/// provider's to match, not fed from its port's eager buffers (an SRQ of
+/// ours: see `eager`); its peer sends every message under the tag as is.
+const DIRECT: u64 = 1 << 40;
+/// Messages that landed for a connection and found no receive: past this
+/// many beyond its receive queue's depth the peer is flooding it, and the
+/// connection breaks (as an RDMA NIC's would, the receiver not ready).
+const ARRIVED_SLACK: usize = crate::eager::BUFFERS;
 /// How long a disconnect waits for its farewell to be delivered.
 const FAREWELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long a graceful disconnect waits at most for the requests posted. On a
@@ -176,6 +185,12 @@ struct Inner {
     /// the endpoint exists, or beyond the provider's receive depth (fed to it
     /// as earlier ones complete, so DAT's deeper queues lose nothing).
     pending: VecDeque<(u32, RecvWr)>,
+    /// Reliable datagrams: what landed in the port's eager buffers for this
+    /// connection and found no receive yet, oldest first (`arrived`).
+    arrived: VecDeque<Arrival>,
+    /// A large message's announce went and its send was refused (busy): its
+    /// request's token, so that the retry sends no second announce.
+    announced: Option<u32>,
     /// Receives and requests the provider holds now (at most its depths).
     recvs_given: usize,
     sends_given: usize,
@@ -394,6 +409,8 @@ impl OfiQp {
                 sends: Ring::default(),
                 recvs: Ring::default(),
                 pending: VecDeque::new(),
+                arrived: VecDeque::new(),
+                announced: None,
                 recvs_given: 0,
                 sends_given: 0,
                 local: None,
@@ -506,8 +523,12 @@ impl OfiQp {
                 asked.elapsed()
             );
             inner.port = Some(port);
-            inner.tag = dev.next_id();
+            // The tag's low 32 bits name the connection (`eager`).
+            let direct = !dev.eager || self.srq.is_some();
+            inner.tag = conn as u64 | if direct { DIRECT } else { 0 };
             inner.peer_tag = 0;
+            inner.arrived.clear();
+            inner.announced = None;
             inner.rx_cap = (self.cap.max_recv_wr.max(1) as usize).min(self.depths.0);
         } else {
             self.open_own(dev, info, &mut inner, locked, asked)?;
@@ -773,8 +794,12 @@ impl OfiQp {
             .cancel_shorter(ep, len, |slot| self.context(BOUNCE | slot as u32));
     }
 
-    /// Gives the provider the waiting receives it has room for, in order.
+    /// Gives the provider the waiting receives it has room for, in order
+    /// (fed from eager buffers: those for the large messages announced).
     fn feed_recvs(&self, inner: &mut Inner) -> Result<()> {
+        if Self::receives_eagerly(inner) {
+            return self.give_announced(inner);
+        }
         while !inner.pending.is_empty() && self.may_give_recv(inner) {
             let (token, wr) = inner.pending.pop_front().expect("checked");
             if let Err(e) = self.give_recv(inner, token, &wr) {
@@ -983,6 +1008,9 @@ impl OfiQp {
             }
             let pending: Vec<_> = inner.pending.drain(..).collect();
             drop(pending);
+            // Messages that found no receive die with the connection (their
+            // senders had no receipt of them).
+            inner.arrived.clear();
             if let Some(srq) = self.pooled_srq() {
                 // Messages that found no receive die with the connection.
                 srq.forget(self.num);
@@ -1237,6 +1265,28 @@ impl OfiQp {
         data: Option<u64>,
         out: &mut VecDeque<WorkCompletion>,
     ) {
+        self.fill_recv(inner, token, result, data, out);
+        self.recv_done(inner, token);
+        if Self::receives_eagerly(inner) {
+            self.match_arrivals(inner, out);
+        } else if inner.state == QpState::Connected {
+            if let Err(e) = self.feed_recvs(inner) {
+                log::debug!("QP {}: receives wait for room: {e:?}", self.num);
+            }
+        }
+    }
+
+    /// Receive `token` is done (`result`, `data`: as `received`): its slot
+    /// is marked, the receives done in order go to `out`, and the peer is
+    /// owed a receipt of them.
+    fn fill_recv(
+        &self,
+        inner: &mut Inner,
+        token: u32,
+        result: Result<u32, WcStatus>,
+        data: Option<u64>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) {
         let num = self.num;
         let (invalidated, refused) = self.invalidation(data);
         let imm = data.filter(|d| d & WRITE_IMM != 0);
@@ -1264,12 +1314,114 @@ impl OfiQp {
         let before = out.len();
         inner.recvs.release(out);
         self.give_receipts(inner, out.range(before..));
-        self.recv_done(inner, token);
-        if inner.state == QpState::Connected {
-            if let Err(e) = self.feed_recvs(inner) {
-                log::debug!("QP {num}: receives wait for room: {e:?}");
+    }
+
+    /// Whether the QP's receives are fed from its port's eager buffers
+    /// (`eager`), not matched by the provider.
+    fn receives_eagerly(inner: &Inner) -> bool {
+        inner.port.is_some() && inner.tag & DIRECT == 0
+    }
+
+    /// Whether the QP is on `port` (an eager buffer's message names it).
+    pub(crate) fn is_on(&self, port: &Arc<Port>) -> bool {
+        self.inner
+            .lock()
+            .port
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, port))
+    }
+
+    /// A message for this connection landed in its port's eager buffers
+    /// (`eager`): it takes the oldest receive waiting, or waits for one.
+    /// Returns whether the connection is to break (as `completed`).
+    pub(crate) fn arrived(
+        &self,
+        arrival: std::result::Result<Arrival, WcStatus>,
+        out: &mut VecDeque<WorkCompletion>,
+    ) -> bool {
+        let mut inner = self.inner.lock();
+        if !matches!(inner.state, QpState::Connected | QpState::Connecting) {
+            // Came after the connection ended: nobody's receive takes it.
+            return false;
+        }
+        match arrival {
+            Ok(arrival) => inner.arrived.push_back(arrival),
+            Err(status) => {
+                log::warn!("QP {}: eager buffer failed: {status:?}", self.num);
+                inner.broke = true;
+                inner.break_pending = true;
             }
         }
+        if inner.arrived.len() > self.cap.max_recv_wr as usize + ARRIVED_SLACK {
+            log::warn!("QP {}: the peer sends beyond our receives", self.num);
+            inner.arrived.clear();
+            inner.broke = true;
+            inner.break_pending = true;
+        }
+        self.match_arrivals(&mut inner, out);
+        let refused = std::mem::take(&mut inner.break_pending);
+        refused && inner.state == QpState::Connected
+    }
+
+    /// Pairs what arrived with the receives waiting, oldest with oldest: a
+    /// short message is copied into its receive, which completes into `out`
+    /// (the receive CQ's queue); a large one's receive goes to the provider
+    /// (`give_announced`), and waits there while that has no room.
+    fn match_arrivals(&self, inner: &mut Inner, out: &mut VecDeque<WorkCompletion>) {
+        loop {
+            if self.give_announced(inner).is_err() {
+                return;
+            }
+            if inner.pending.is_empty()
+                || !matches!(inner.arrived.front(), Some(Arrival::Eager { .. }))
+            {
+                return;
+            }
+            let Some(Arrival::Eager { bytes, data }) = inner.arrived.pop_front() else {
+                return;
+            };
+            let (token, wr) = inner.pending.pop_front().expect("checked");
+            let result = crate::srq::copy_into(&wr, &bytes);
+            if result.is_err() {
+                // A message longer than its receive: as on an RDMA NIC the
+                // receive fails and the connection breaks.
+                inner.broke = true;
+                inner.break_pending = true;
+            }
+            self.fill_recv(inner, token, result, data, out);
+        }
+    }
+
+    /// `match_arrivals` from outside a read of the receive CQ: completions
+    /// into its queue (taken before the QP's lock), then the receipts due.
+    fn match_waiting(&self) {
+        self.recv_cq.deliver(|out| {
+            let mut inner = self.inner.lock();
+            if Self::receives_eagerly(&inner) && !inner.arrived.is_empty() {
+                self.match_arrivals(&mut inner, out);
+            }
+        });
+        self.send_receipt();
+        if std::mem::take(&mut self.inner.lock().break_pending) {
+            self.broken();
+        }
+    }
+
+    /// Gives the provider the waiting receives of the large messages
+    /// announced at the front of what arrived, in order, while it has room.
+    fn give_announced(&self, inner: &mut Inner) -> Result<()> {
+        while matches!(inner.arrived.front(), Some(Arrival::Large)) && !inner.pending.is_empty() {
+            if !self.may_give_recv(inner) {
+                return Err(Error::NoResource(Resource::WorkQueue));
+            }
+            let (token, wr) = inner.pending.pop_front().expect("checked");
+            if let Err(e) = self.give_recv(inner, token, &wr) {
+                inner.pending.push_front((token, wr));
+                return Err(e);
+            }
+            inner.arrived.pop_front();
+        }
+        Ok(())
     }
 
     /// A message was posted (request `token`'s send): where the provider
@@ -1525,7 +1677,13 @@ impl OfiQp {
                     desc: or_null_mut(&mut desc),
                     iov_count: iov.len(),
                     addr: crate::rdm::FI_ADDR_UNSPEC,
-                    tag: inner.tag,
+                    // Fed from eager buffers, the provider holds a receive
+                    // only for a large message announced.
+                    tag: if Self::receives_eagerly(inner) {
+                        inner.tag | LARGE
+                    } else {
+                        inner.tag
+                    },
                     ignore: 0,
                     context,
                     data: 0,
@@ -1769,6 +1927,7 @@ impl OfiQp {
                 let _ = self.post_bounces(&dev, srq, &mut inner);
             }
         });
+        self.match_waiting();
         self.send_receipt();
         if std::mem::take(&mut self.inner.lock().break_pending) {
             self.broken();
@@ -1864,20 +2023,37 @@ impl OfiQp {
                     let with_data = data.map_or(0, |_| fi::FI_REMOTE_CQ_DATA as u64);
                     // An empty message has nothing to place (and shm never
                     // reports one delivered).
-                    let when = if segments == 0 { flags } else { placed };
+                    // Where the peer's receipt tells (`OfiDevice::receipts`),
+                    // the provider's own word of delivery would cost a second
+                    // answer from the peer.
+                    let when = if segments == 0 || dev.receipts {
+                        flags
+                    } else {
+                        placed
+                    };
                     if self.rdm {
-                        // Over a port: tagged with the peer connection's id.
-                        let msg = fi::fi_msg_tagged {
-                            msg_iov: or_null(&iov).cast(),
-                            desc: or_null_mut(&mut desc),
-                            iov_count: segments,
-                            addr: inner.dest,
-                            tag: inner.peer_tag,
-                            ignore: 0,
-                            context,
-                            data: data.unwrap_or(0),
-                        };
-                        fi::fi_tsendmsg(ep, &msg, when | with_data)
+                        // Over a port: tagged with the peer connection's id
+                        // (and how it lands: `eager`).
+                        match self.message_tag(inner, request) {
+                            Err(rc) => rc,
+                            Ok(tag) => {
+                                let msg = fi::fi_msg_tagged {
+                                    msg_iov: or_null(&iov).cast(),
+                                    desc: or_null_mut(&mut desc),
+                                    iov_count: segments,
+                                    addr: inner.dest,
+                                    tag,
+                                    ignore: 0,
+                                    context,
+                                    data: data.unwrap_or(0),
+                                };
+                                let rc = fi::fi_tsendmsg(ep, &msg, when | with_data);
+                                if rc == 0 {
+                                    inner.announced = None;
+                                }
+                                rc
+                            }
+                        }
                     } else {
                         let msg = fi::fi_msg {
                             msg_iov: or_null(&iov).cast(),
@@ -2028,6 +2204,31 @@ impl OfiQp {
         }
     }
 
+    /// The tag of send `request` to the peer connection: as is where the
+    /// provider matches the peer's receives (`DIRECT`); else eager, or a
+    /// large message's, announced first (once: a send refused for now is
+    /// retried without a second announce). Err: the announce's refusal.
+    fn message_tag(&self, inner: &mut Inner, request: &Request) -> std::result::Result<u64, isize> {
+        let peer = inner.peer_tag;
+        if peer & DIRECT != 0 {
+            return Ok(peer);
+        }
+        if request.len as usize <= EAGER_MAX {
+            return Ok(peer | EAGER);
+        }
+        if inner.announced != Some(request.token) {
+            let ep = Self::ep_of(inner).ok_or(-(fi::FI_ENOTCONN as isize))?;
+            // SAFETY: an enabled endpoint and a peer in its AV; no payload.
+            let rc =
+                unsafe { fi::fi_tinject(ep, null_mut(), 0, inner.dest, peer | EAGER | ANNOUNCE) };
+            if rc != 0 {
+                return Err(rc);
+            }
+            inner.announced = Some(request.token);
+        }
+        Ok(peer | LARGE)
+    }
+
     /// The send that follows the write of an RDMA write with immediate data:
     /// no payload, the immediate data and the write's length in its remote CQ
     /// data; it consumes the target's receive, after the write's data (send
@@ -2047,9 +2248,10 @@ impl OfiQp {
             // delivered (see `issue`).
             flags |= fi::FI_DELIVERY_COMPLETE as u64;
         }
+        let eager = inner.peer_tag & DIRECT == 0;
         let tagged = fi::fi_msg_tagged {
             addr: msg.addr,
-            tag: inner.peer_tag,
+            tag: inner.peer_tag | if eager { EAGER } else { 0 },
             context: msg.context,
             data: msg.data,
             ..Default::default()
@@ -2390,6 +2592,17 @@ impl QueuePair for OfiQp {
             operands: None,
             receipt: None,
         });
+        if Self::receives_eagerly(&inner) {
+            // Fed from the port's eager buffers: it takes what arrived, if
+            // anything did (with the receive CQ's queue, taken first).
+            inner.pending.push_back((token, wr));
+            let waiting = !inner.arrived.is_empty();
+            drop(inner);
+            if waiting {
+                self.match_waiting();
+            }
+            return Ok(());
+        }
         if Self::ep_of(&inner).is_none() || !inner.pending.is_empty() || !self.may_give_recv(&inner)
         {
             inner.pending.push_back((token, wr));

@@ -1186,5 +1186,7 @@ pub(crate) struct Parked {
     pub _av: Option<crate::Fid<fi::fid_av>>,
     /// Where the endpoint's receives land (an SRQ of ours): freed after it closes.
     pub _bounces: crate::bounce::Bounces,
+    /// A shared port's eager buffers: freed after it closes.
+    pub _pool: Option<crate::eager::EagerPool>,
     pub _cqs: Vec<Arc<crate::cq::OfiCq>>,
 }

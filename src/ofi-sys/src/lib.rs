@@ -463,6 +463,18 @@ pub unsafe fn fi_tsendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64
 
 /// # Safety
 /// See [`fi_allocinfo`].
+pub unsafe fn fi_tinject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest_addr: fi_addr_t,
+    tag: u64,
+) -> isize {
+    op!((*ep).tagged, inject(ep, buf, len, dest_addr, tag))
+}
+
+/// # Safety
+/// See [`fi_allocinfo`].
 pub unsafe fn fi_trecvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
     op!((*ep).tagged, recvmsg(ep, msg, flags))
 }
