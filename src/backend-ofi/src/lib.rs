@@ -5,7 +5,7 @@
 //! verbs providers) and reliable datagrams with a connection layer of our own
 //! (`FI_EP_RDM`: shm, tcp;ofi_rxm; `rdm`, one handshake thread per device),
 //! their endpoints shared by the QPs of an EVD set and messages told apart
-//! by tag (`port`), sends, receives, RDMA reads and writes, memory windows (a
+//! by tag (`port`; short ones land in the port's eager buffers, `eager`), sends, receives, RDMA reads and writes, memory windows (a
 //! registration per bind), immediate data, shared receive queues (`srq`: the
 //! provider's shared receive context where it has one, else a pool of ours
 //! fed through bounce buffers, `bounce`), and a progress thread that
