@@ -131,9 +131,11 @@ impl EagerPool {
         // SAFETY: an enabled endpoint; the buffer lives with the endpoint
         // (see `EagerPool`), the structs for the call.
         let rc = unsafe { fi::fi_trecvmsg(ep, &msg, fi::FI_COMPLETION as u64) };
+        // Busy (EAGAIN), or shm's receive entries all hold messages that came
+        // before a receive (ENOMEM): the progress thread posts it again.
         if rc == 0 {
             buf.posted = true;
-        } else if rc != -(fi::FI_EAGAIN as isize) {
+        } else if rc != -(fi::FI_EAGAIN as isize) && rc != -(fi::FI_ENOMEM as isize) {
             log::warn!("eager buffer not posted: {}", fi::strerror(rc as i32));
         }
         rc == 0

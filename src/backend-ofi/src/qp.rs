@@ -842,7 +842,11 @@ impl OfiQp {
                         for qp in woken {
                             dev.retry_later(qp);
                         }
-                        if e == Error::NoResource(Resource::WorkQueue) {
+                        // shm's receive entries also hold the messages that came
+                        // before their receive: full, it says ENOMEM, not EAGAIN.
+                        let busy = e == Error::NoResource(Resource::WorkQueue)
+                            || (self.rdm && e == Error::NoResource(Resource::Memory));
+                        if busy {
                             dev.retry_later(self.num);
                         }
                     }
