@@ -93,55 +93,11 @@ impl Bounces {
             buf.mr = None;
             buf.mem = vec![0; len];
         }
-        if dev.local_descs && buf.mr.is_none() {
-            let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
-            let addr = buf.mem.as_mut_ptr() as u64;
-            let len = buf.mem.len() as u64;
-            let what = "fi_mr_regattr (bounce buffer)";
-            buf.mr = Some(crate::mem::register(
-                dev,
-                addr,
-                len,
-                fi::FI_RECV as u64,
-                key,
-                what,
-            )?);
+        if buf.mr.is_none() {
+            buf.mr = register_for_recv(dev, &mut buf.mem, "fi_mr_regattr (bounce buffer)")?;
         }
-        let mut desc = buf.mr.as_ref().map_or(null_mut(), |m| {
-            // SAFETY: the buffer's registration.
-            unsafe { fi::fi_mr_desc(m.ptr()) }
-        });
-        let iov = libc::iovec {
-            iov_base: buf.mem.as_mut_ptr().cast(),
-            iov_len: buf.mem.len(),
-        };
-        let msg = fi::fi_msg {
-            msg_iov: (&iov as *const libc::iovec).cast(),
-            desc: &mut desc,
-            iov_count: 1,
-            context,
-            addr: crate::rdm::FI_ADDR_UNSPEC,
-            ..Default::default()
-        };
-        let tagged = fi::fi_msg_tagged {
-            msg_iov: msg.msg_iov,
-            desc: msg.desc,
-            iov_count: 1,
-            addr: msg.addr,
-            tag: tag.unwrap_or(0),
-            ignore: 0,
-            context,
-            data: 0,
-        };
-        let flags = fi::FI_COMPLETION as u64;
-        // SAFETY: an enabled endpoint; the buffer lives with the endpoint (see
-        // `Bounces`), the structs for the call.
-        let rc = unsafe {
-            match tag {
-                Some(_) => fi::fi_trecvmsg(ep, &tagged, flags),
-                None => fi::fi_recvmsg(ep, &msg, flags),
-            }
-        };
+        let tag = tag.map(|t| (t, 0));
+        let rc = post_buffer(ep, &mut buf.mem, buf.mr.as_ref(), tag, context);
         crate::check(rc, "fi_recvmsg (bounce buffer)", Error::Internal)?;
         buf.posted = true;
         buf.cancelling = false;
@@ -197,6 +153,70 @@ impl Bounces {
                 // Not found: it matched already, and completes as it is.
                 buf.cancelling = rc == 0;
             }
+        }
+    }
+}
+
+/// Registers `mem` for receives where the provider needs descriptors
+/// (FI_MR_LOCAL); None elsewhere.
+pub(crate) fn register_for_recv(
+    dev: &OfiDevice,
+    mem: &mut [u8],
+    what: &str,
+) -> Result<Option<Fid<fi::fid_mr>>> {
+    if !dev.local_descs {
+        return Ok(None);
+    }
+    let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
+    let (addr, len) = (mem.as_mut_ptr() as u64, mem.len() as u64);
+    crate::mem::register(dev, addr, len, fi::FI_RECV as u64, key, what).map(Some)
+}
+
+/// Posts `mem` as one receive of the backend's own on `ep` (`mr`: its
+/// registration, if any): tagged with (tag, ignore bits), or untagged.
+/// Returns the provider's answer.
+pub(crate) fn post_buffer(
+    ep: *mut fi::fid_ep,
+    mem: &mut [u8],
+    mr: Option<&Fid<fi::fid_mr>>,
+    tag: Option<(u64, u64)>,
+    context: *mut libc::c_void,
+) -> isize {
+    let mut desc = mr.map_or(null_mut(), |m| {
+        // SAFETY: the buffer's registration.
+        unsafe { fi::fi_mr_desc(m.ptr()) }
+    });
+    let iov = libc::iovec {
+        iov_base: mem.as_mut_ptr().cast(),
+        iov_len: mem.len(),
+    };
+    let msg = fi::fi_msg {
+        msg_iov: (&iov as *const libc::iovec).cast(),
+        desc: &mut desc,
+        iov_count: 1,
+        context,
+        addr: crate::rdm::FI_ADDR_UNSPEC,
+        ..Default::default()
+    };
+    let (t, ignore) = tag.unwrap_or_default();
+    let tagged = fi::fi_msg_tagged {
+        msg_iov: msg.msg_iov,
+        desc: msg.desc,
+        iov_count: 1,
+        addr: msg.addr,
+        tag: t,
+        ignore,
+        context,
+        data: 0,
+    };
+    let flags = fi::FI_COMPLETION as u64;
+    // SAFETY: an enabled endpoint; the caller keeps the buffer (and its
+    // registration) alive while the provider may write it, the structs live
+    // for the call.
+    unsafe {
+        match tag {
+            Some(_) => fi::fi_trecvmsg(ep, &tagged, flags),
+            None => fi::fi_recvmsg(ep, &msg, flags),
         }
     }
 }

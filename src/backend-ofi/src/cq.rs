@@ -424,10 +424,10 @@ fn complete(
 ) {
     let conn = (done.context >> 32) as u32;
     if conn == crate::port::POOL_CONN {
-        let Some((qp, arrival)) = dev.pool_landed(&done) else {
+        let Some((port, qp, arrival)) = dev.pool_landed(&done) else {
             return;
         };
-        let broke = qp.arrived(arrival, q);
+        let broke = qp.arrived(&port, arrival, q);
         if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
             receipts.push(qp.clone());
         }

@@ -626,25 +626,22 @@ impl OfiDevice {
         self.waiter.wake();
     }
 
-    /// An eager buffer's completion (`port::POOL_CONN`): the QP of the
-    /// connection it names, and what landed for it.
+    /// An eager buffer's completion (`port::POOL_CONN`): the port, the QP of
+    /// the connection its tag names, and what landed for it.
     pub(crate) fn pool_landed(
         &self,
         done: &crate::cq::Done,
-    ) -> Option<(
-        Arc<OfiQp>,
-        std::result::Result<crate::eager::Arrival, daplrs_backend::WcStatus>,
-    )> {
+    ) -> Option<(Arc<crate::port::Port>, Arc<OfiQp>, crate::eager::Landing)> {
         let token = done.context as u32;
-        let port = self
-            .tables
-            .lock()
-            .ports
-            .get(&(token >> 8))
-            .and_then(Weak::upgrade)?;
-        let (conn, arrival) = port.landed((token & 0xff) as usize, done)?;
-        let qp = self.conn(conn)?;
-        qp.is_on(&port).then_some((qp, arrival))
+        let (port, qp) = {
+            let t = self.tables.lock();
+            let conn = crate::eager::conn_of(done.tag);
+            let port = t.ports.get(&(token >> 8)).and_then(Weak::upgrade)?;
+            (port, t.conns.get(&conn).and_then(Weak::upgrade))
+        };
+        // The buffer goes back to the provider whoever it was for.
+        let arrival = port.landed((token & 0xff) as usize, done)?;
+        Some((port, qp?, arrival))
     }
 
     /// The QP of connection number `conn`, while it has it.

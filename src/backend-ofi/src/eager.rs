@@ -17,12 +17,10 @@
 //! tag, and the provider places the message there (or keeps it until then,
 //! as it keeps any message that finds no receive).
 
-use std::ptr::null_mut;
-use std::sync::atomic::Ordering;
-
 use daplrs_backend::{Result, WcStatus};
 use ofi_sys as fi;
 
+use crate::bounce::{post_buffer, register_for_recv};
 use crate::cq::Done;
 use crate::device::OfiDevice;
 use crate::Fid;
@@ -48,6 +46,9 @@ pub(crate) enum Arrival {
     Large,
 }
 
+/// What an eager buffer took for a connection, or how it failed.
+pub(crate) type Landing = std::result::Result<Arrival, WcStatus>;
+
 struct Buffer {
     /// Closed before `mem` is freed (fields drop in order).
     mr: Option<Fid<fi::fid_mr>>,
@@ -67,21 +68,7 @@ impl EagerPool {
         let mut bufs = Vec::with_capacity(BUFFERS);
         for _ in 0..BUFFERS {
             let mut mem = vec![0u8; EAGER_MAX].into_boxed_slice();
-            let mr = if dev.local_descs {
-                let key = dev.next_key.fetch_add(1, Ordering::Relaxed);
-                let what = "fi_mr_regattr (eager buffer)";
-                let (addr, len) = (mem.as_mut_ptr() as u64, mem.len() as u64);
-                Some(crate::mem::register(
-                    dev,
-                    addr,
-                    len,
-                    fi::FI_RECV as u64,
-                    key,
-                    what,
-                )?)
-            } else {
-                None
-            };
+            let mr = register_for_recv(dev, &mut mem, "fi_mr_regattr (eager buffer)")?;
             bufs.push(Buffer {
                 mr,
                 mem,
@@ -107,30 +94,19 @@ impl EagerPool {
         true
     }
 
-    fn post(&mut self, ep: *mut fi::fid_ep, slot: usize, context: *mut libc::c_void) -> bool {
-        let buf = &mut self.bufs[slot];
-        let mut desc = buf.mr.as_ref().map_or(null_mut(), |m| {
-            // SAFETY: the buffer's registration.
-            unsafe { fi::fi_mr_desc(m.ptr()) }
-        });
-        let iov = libc::iovec {
-            iov_base: buf.mem.as_mut_ptr().cast(),
-            iov_len: buf.mem.len(),
+    /// Posts buffer `slot`; false: the provider refused it for now.
+    pub(crate) fn post(
+        &mut self,
+        ep: *mut fi::fid_ep,
+        slot: usize,
+        context: *mut libc::c_void,
+    ) -> bool {
+        let Some(buf) = self.bufs.get_mut(slot) else {
+            return true;
         };
-        let msg = fi::fi_msg_tagged {
-            msg_iov: (&iov as *const libc::iovec).cast(),
-            desc: &mut desc,
-            iov_count: 1,
-            addr: crate::rdm::FI_ADDR_UNSPEC,
-            tag: EAGER,
-            // Any message with EAGER set, whatever its connection.
-            ignore: !EAGER,
-            context,
-            data: 0,
-        };
-        // SAFETY: an enabled endpoint; the buffer lives with the endpoint
-        // (see `EagerPool`), the structs for the call.
-        let rc = unsafe { fi::fi_trecvmsg(ep, &msg, fi::FI_COMPLETION as u64) };
+        // Any message with EAGER set, whatever its connection.
+        let tag = Some((EAGER, !EAGER));
+        let rc = post_buffer(ep, &mut buf.mem, buf.mr.as_ref(), tag, context);
         // Busy (EAGAIN), or shm's receive entries all hold messages that came
         // before a receive (ENOMEM): the progress thread posts it again.
         if rc == 0 {
@@ -142,16 +118,11 @@ impl EagerPool {
     }
 
     /// Buffer `slot` completed (`done`): what landed, for the connection its
-    /// tag names, copied out; the buffer is for `post_all` to post again.
+    /// tag names (`conn_of`), copied out; the buffer is to be posted again.
     /// None: nothing of a connection (a buffer cancelled as the port closes).
-    pub(crate) fn landed(
-        &mut self,
-        slot: usize,
-        done: &Done,
-    ) -> Option<(u32, std::result::Result<Arrival, WcStatus>)> {
+    pub(crate) fn landed(&mut self, slot: usize, done: &Done) -> Option<Landing> {
         let buf = self.bufs.get_mut(slot)?;
         buf.posted = false;
-        let conn = done.tag as u32;
         let arrival = match done.result {
             // Cancelled as the endpoint closes: not posted again.
             Err(WcStatus::Flushed) => return None,
@@ -165,6 +136,11 @@ impl EagerPool {
                 })
             }
         };
-        (done.tag & EAGER != 0).then_some((conn, arrival))
+        (done.tag & EAGER != 0).then_some(arrival)
     }
+}
+
+/// The connection a message's tag names (its low 32 bits).
+pub(crate) fn conn_of(tag: u64) -> u32 {
+    tag as u32
 }

@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 
 use crate::cq::{Done, OfiCq};
 use crate::device::{opened, OfiDevice};
-use crate::eager::{Arrival, EagerPool};
+use crate::eager::{EagerPool, Landing};
 use crate::Fid;
 
 /// The connection number of an eager buffer's context (`next_conn` never
@@ -216,20 +216,14 @@ impl Port {
         }
     }
 
-    /// Eager buffer `slot` completed: what landed, and for which connection
-    /// (see `EagerPool::landed`).
-    pub(crate) fn landed(
-        self: &Arc<Self>,
-        slot: usize,
-        done: &Done,
-    ) -> Option<(u32, std::result::Result<Arrival, daplrs_backend::WcStatus>)> {
+    /// Eager buffer `slot` completed: what landed (see `EagerPool::landed`);
+    /// the buffer is posted again (by the progress thread if the provider
+    /// refuses it now).
+    pub(crate) fn landed(self: &Arc<Self>, slot: usize, done: &Done) -> Option<Landing> {
         let mut pool = self.pool.lock();
-        let landed = pool.as_mut()?.landed(slot, done);
-        let all_posted = pool
-            .as_mut()
-            .is_some_and(|p| p.post_all(self.ep(), |s| self.pool_context(s)));
-        drop(pool);
-        if !all_posted {
+        let pool = pool.as_mut()?;
+        let landed = pool.landed(slot, done);
+        if !pool.post(self.ep(), slot, self.pool_context(slot)) {
             if let Some(dev) = self.dev.upgrade() {
                 dev.retry_pool(self);
             }

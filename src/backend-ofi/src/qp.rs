@@ -26,7 +26,7 @@ use crate::bounce::Landed;
 use crate::cm::PeerTable;
 use crate::cq::OfiCq;
 use crate::device::{opened, OfiDevice};
-use crate::eager::{Arrival, ANNOUNCE, EAGER, EAGER_MAX, LARGE};
+use crate::eager::{Arrival, Landing, ANNOUNCE, EAGER, EAGER_MAX, LARGE};
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::OfiMw;
 use crate::port::{Port, PortKey};
@@ -1326,26 +1326,20 @@ impl OfiQp {
         inner.port.is_some() && inner.tag & DIRECT == 0
     }
 
-    /// Whether the QP is on `port` (an eager buffer's message names it).
-    pub(crate) fn is_on(&self, port: &Arc<Port>) -> bool {
-        self.inner
-            .lock()
-            .port
-            .as_ref()
-            .is_some_and(|p| Arc::ptr_eq(p, port))
-    }
-
-    /// A message for this connection landed in its port's eager buffers
+    /// A message for this connection landed in the eager buffers of `port`
     /// (`eager`): it takes the oldest receive waiting, or waits for one.
     /// Returns whether the connection is to break (as `completed`).
     pub(crate) fn arrived(
         &self,
-        arrival: std::result::Result<Arrival, WcStatus>,
+        port: &Arc<Port>,
+        arrival: Landing,
         out: &mut VecDeque<WorkCompletion>,
     ) -> bool {
         let mut inner = self.inner.lock();
-        if !matches!(inner.state, QpState::Connected | QpState::Connecting) {
-            // Came after the connection ended: nobody's receive takes it.
+        let ours = inner.port.as_ref().is_some_and(|p| Arc::ptr_eq(p, port));
+        if !ours || !matches!(inner.state, QpState::Connected | QpState::Connecting) {
+            // Another port's connection (a peer naming a connection not its
+            // own), or one that ended: nobody's receive takes it.
             return false;
         }
         match arrival {
