@@ -97,6 +97,7 @@ impl Engine {
                 port: local.port(),
                 out: VecDeque::new(),
             });
+            self.ud_qps.insert(n);
         }
         // The progress thread polls the new socket from its next round.
         self.wake_needed = true;
@@ -105,11 +106,11 @@ impl Engine {
 
     /// The datagram sockets the progress thread polls: (QP, fd, whether output waits).
     pub(crate) fn ud_sockets(&self) -> Vec<(u32, std::os::fd::RawFd, bool)> {
-        self.qps
+        self.ud_qps
             .iter()
-            .filter_map(|(n, e)| {
-                e.ud.as_ref()
-                    .map(|u| (*n, u.sock.as_raw_fd(), !u.out.is_empty()))
+            .filter_map(|n| {
+                let u = self.qps.get(n)?.ud.as_ref()?;
+                Some((*n, u.sock.as_raw_fd(), !u.out.is_empty()))
             })
             .collect()
     }

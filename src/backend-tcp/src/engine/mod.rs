@@ -629,6 +629,8 @@ pub(crate) struct Engine {
     pub(crate) panic_on_rkey: Option<u32>,
     /// Datagram address resolutions under way, by id.
     ud_pending: IntMap<u64, datagram::UdResolve>,
+    /// The datagram QPs (`ud_sockets` polls them without a walk of every QP).
+    ud_qps: daplrs_backend::intmap::IntSet<u32>,
     /// Their TCP connects, as the helper threads finish them.
     pub(crate) ud_connect_results: Vec<(u64, io::Result<TcpStream>)>,
     /// Our HELLOs advertise the same-host path (the device can offer its key table).
@@ -1216,6 +1218,7 @@ impl Engine {
         if let Some(e) = self.qps.remove(&qp) {
             self.note_receiver(&e.send_cq, &e.recv_cq, false);
         }
+        self.ud_qps.remove(&qp);
         self.connecting.remove(&qp);
         self.forget_ud_resolutions(qp);
     }

@@ -382,9 +382,14 @@ impl Engine {
         qp: u32,
         offer: &wire::SameHostOffer,
     ) {
-        let opened = match offer.ring_fd {
-            Some(fd) => Ring::open(offer.pid, fd),
-            None => Err("the peer offered no ring".to_string()),
+        let peer = self
+            .conns
+            .get(&token)
+            .and_then(|c| c.same_host.peer.clone());
+        let opened = match (offer.ring_fd, peer) {
+            (Some(fd), Some(peer)) => Ring::open(peer.process(), fd),
+            (None, _) => Err("the peer offered no ring".to_string()),
+            (Some(_), None) => return, // the connection went meanwhile
         };
         match opened {
             Ok(ring) => {

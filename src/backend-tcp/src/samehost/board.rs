@@ -22,19 +22,23 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+use super::peer::PeerProcess;
 use super::{sys, Refusal};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSBD");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_CAPACITY: usize = 12;
+/// A random number naming this board among all boards of its process, over time: a ring
+/// names its board by descriptor and nonce, so that its writer finds a board it maps already
+/// without a look at the descriptor (which a board made later may have taken over).
+const OFF_NONCE: usize = 16;
 /// The summary: bit w says bit word w may have marks. One cache line.
 const OFF_SUMMARY: usize = 64;
 const SUMMARY_WORDS: usize = 8;
@@ -50,6 +54,7 @@ const _: () = assert!(OFF_BITS + BIT_WORDS * 8 <= LEN);
 pub(crate) struct Board {
     map: sys::SharedMap,
     fd: OwnedFd,
+    nonce: u64,
     /// The connection each slot's ring belongs to (0: free), and the free slots.
     slots: Mutex<Slots>,
 }
@@ -73,6 +78,9 @@ impl Slot {
     pub fn board_fd(&self) -> RawFd {
         self.board.fd.as_raw_fd()
     }
+    pub fn board_nonce(&self) -> u64 {
+        self.board.nonce
+    }
 }
 
 impl Drop for Slot {
@@ -90,10 +98,15 @@ impl Board {
         let map = sys::SharedMap::map(fd.as_raw_fd(), LEN)?;
         map.write_u32(OFF_VERSION, VERSION);
         map.write_u32(OFF_CAPACITY, SLOTS as u32);
+        let mut nonce = [0u8; 8];
+        super::getrandom(&mut nonce);
+        let nonce = u64::from_ne_bytes(nonce);
+        map.write_u64(OFF_NONCE, nonce);
         map.write_u64(OFF_MAGIC, MAGIC);
         Ok(Arc::new(Board {
             map,
             fd,
+            nonce,
             slots: Mutex::new(Slots::default()),
         }))
     }
@@ -165,34 +178,34 @@ pub(crate) struct PeerSlot {
     index: u32,
 }
 
-/// A peer's board: its process, its descriptor there and its inode.
+/// A peer's board: its process, its descriptor there and its nonce.
 type PeerBoardId = (u32, u32, u64);
 
 /// The boards of peers we map, while some ring uses them.
 static PEER_BOARDS: Mutex<Vec<(PeerBoardId, Weak<PeerBoard>)>> = Mutex::new(Vec::new());
 
 impl PeerSlot {
-    /// Slot `index` of the board behind descriptor `fd` of process `pid`.
-    pub fn open(pid: u32, fd: u32, index: u32) -> Result<PeerSlot, Refusal> {
+    /// Slot `index` of the board with `nonce` behind descriptor `fd` of `peer`: the board
+    /// mapped already if it is, without a system call.
+    pub fn open(peer: &PeerProcess, fd: u32, index: u32, nonce: u64) -> Result<PeerSlot, Refusal> {
         if index as usize >= SLOTS {
-            return Err(format!("pid {pid}: board slot {index} out of range"));
+            return Err(format!(
+                "pid {}: board slot {index} out of range",
+                peer.pid()
+            ));
         }
-        let (file, len) = super::open_peer_memfd(pid, fd)?;
-        let ino = file
-            .metadata()
-            .map_err(|e| format!("pid {pid} fd {fd}: {e}"))?
-            .ino();
+        let id = (peer.pid(), fd, nonce);
         let mut boards = PEER_BOARDS.lock();
         boards.retain(|(_, b)| b.strong_count() > 0);
         let found = boards
             .iter()
-            .find(|(id, _)| *id == (pid, fd, ino))
+            .find(|(known, _)| *known == id)
             .and_then(|(_, b)| b.upgrade());
         let board = match found {
             Some(b) => b,
             None => {
-                let b = Arc::new(PeerBoard::map(pid, fd, &file, len)?);
-                boards.push(((pid, fd, ino), Arc::downgrade(&b)));
+                let b = Arc::new(PeerBoard::map(peer, fd, nonce)?);
+                boards.push((id, Arc::downgrade(&b)));
                 b
             }
         };
@@ -215,7 +228,9 @@ impl PeerSlot {
 }
 
 impl PeerBoard {
-    fn map(pid: u32, fd: u32, file: &std::fs::File, len: u64) -> Result<PeerBoard, Refusal> {
+    fn map(peer: &PeerProcess, fd: u32, nonce: u64) -> Result<PeerBoard, Refusal> {
+        let pid = peer.pid();
+        let (file, len) = peer.memfd(fd)?;
         if len != LEN as u64 {
             return Err(format!("pid {pid} fd {fd}: {len} bytes is no board"));
         }
@@ -228,6 +243,9 @@ impl PeerBoard {
             return Err(format!(
                 "pid {pid} fd {fd}: not a board of version {VERSION}"
             ));
+        }
+        if map.read_u64(OFF_NONCE) != nonce {
+            return Err(format!("pid {pid} fd {fd}: not the board its ring names"));
         }
         Ok(PeerBoard { map })
     }
@@ -252,7 +270,9 @@ mod tests {
         let pid = std::process::id();
         let fd = |s: &Slot| s.board_fd() as u32;
         let slots: Vec<Slot> = (1..=130).map(|t| board.slot(t).expect("slot")).collect();
-        let writer = |s: &Slot| PeerSlot::open(pid, fd(s), s.index()).expect("peer slot");
+        let me = PeerProcess::new(pid);
+        let writer =
+            |s: &Slot| PeerSlot::open(&me, fd(s), s.index(), s.board_nonce()).expect("peer slot");
         assert!(!board.marked());
         let (w1, w70, w130) = (writer(&slots[0]), writer(&slots[69]), writer(&slots[129]));
         for w in [&w1, &w70, &w130, &w70] {
@@ -271,6 +291,9 @@ mod tests {
         w70.mark();
         assert_eq!(marked_tokens(&board), Vec::<u64>::new());
         assert_eq!(board.slot(500).expect("slot").index(), index);
-        assert!(PeerSlot::open(pid, fd(&slots[0]), SLOTS as u32).is_err());
+        let nonce = slots[0].board_nonce();
+        assert!(PeerSlot::open(&me, fd(&slots[0]), SLOTS as u32, nonce).is_err());
+        // A nonce that is not the board's is another board.
+        assert!(PeerSlot::open(&me, fd(&slots[0]), 0, !nonce).is_err());
     }
 }

@@ -38,6 +38,7 @@
 
 pub(crate) mod arena;
 pub(crate) mod board;
+pub(crate) mod peer;
 pub(crate) mod ring;
 pub(crate) mod sys;
 
@@ -582,6 +583,8 @@ struct PeerMapping {
     capacity: usize,
     pid: u32,
     nonce: u64,
+    /// The peer's descriptors (its rings, board and bells) are reached through it.
+    process: peer::PeerProcess,
     /// The peer's `/proc/<pid>/mem`, for small transfers (`sys::proc_mem`); None if it could
     /// not be opened (then process_vm_readv/writev carry everything).
     mem: Option<std::fs::File>,
@@ -703,11 +706,17 @@ impl PeerTable {
     pub fn pid(&self) -> u32 {
         self.mapping.pid
     }
+
+    /// The peer, as its rings are reached.
+    pub fn process(&self) -> &peer::PeerProcess {
+        &self.mapping.process
+    }
 }
 
 impl PeerMapping {
     fn map(offer: &SameHostOffer) -> Result<PeerMapping, Refusal> {
-        let (file, len) = open_peer_memfd(offer.pid, offer.fd)?;
+        let process = peer::PeerProcess::new(offer.pid);
+        let (file, len) = process.memfd(offer.fd)?;
         let path = format!("/proc/{}/fd/{}", offer.pid, offer.fd);
         if !(OFF_SLOTS as u64 + SLOT_LEN as u64..=MAX_TABLE_BYTES).contains(&len) {
             return Err(format!("{path}: {len} bytes is no key table"));
@@ -738,6 +747,7 @@ impl PeerMapping {
             capacity,
             pid: offer.pid,
             nonce: offer.nonce,
+            process,
             mem,
             arenas: Default::default(),
             heat: Default::default(),

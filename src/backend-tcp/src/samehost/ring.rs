@@ -59,10 +59,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::board::{PeerSlot, Slot};
+use super::peer::PeerProcess;
 use super::{sys, Refusal};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DAPLRSRG");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
 const OFF_CAPACITY: usize = 12;
@@ -72,6 +73,8 @@ const OFF_BELL: usize = 16;
 /// reads the ring at every look), and the ring's slot on it.
 const OFF_BOARD_FD: usize = 20;
 const OFF_BOARD_SLOT: usize = 24;
+/// The board's nonce (board.rs), which names it among the boards of the reader's process.
+const OFF_BOARD_NONCE: usize = 32;
 /// The reader's position (written by the reader only).
 const OFF_HEAD: usize = 64;
 /// The writer's position (written by the writer only).
@@ -152,6 +155,7 @@ impl Ring {
         if let Some(s) = &slot {
             map.write_u32(OFF_BOARD_FD, s.board_fd() as u32 + 1);
             map.write_u32(OFF_BOARD_SLOT, s.index());
+            map.write_u64(OFF_BOARD_NONCE, s.board_nonce());
         }
         map.write_u64(OFF_MAGIC, MAGIC);
         Ok(Ring {
@@ -176,8 +180,9 @@ impl Ring {
     }
 
     /// Maps the ring a peer's offer names (descriptor `fd` of process `pid`), as its writer.
-    pub fn open(pid: u32, fd: u32) -> Result<Ring, Refusal> {
-        let (file, len) = super::open_peer_memfd(pid, fd)?;
+    pub fn open(peer: &PeerProcess, fd: u32) -> Result<Ring, Refusal> {
+        let pid = peer.pid();
+        let (file, len) = peer.memfd(fd)?;
         let want = (OFF_DATA + CAPACITY) as u64;
         if len != want {
             return Err(format!("pid {pid} fd {fd}: {len} bytes is no ring"));
@@ -194,7 +199,7 @@ impl Ring {
         }
         let bell = match map.read_u32(OFF_BELL).checked_sub(1) {
             None => None,
-            Some(bell_fd) => match sys::peer_eventfd(pid, bell_fd) {
+            Some(bell_fd) => match peer.eventfd(bell_fd) {
                 Ok(dup) => Some(dup),
                 Err(e) => {
                     log::info!(target: super::LOG, "pid {pid}: no bell for its ring ({e}): doorbells go through the socket");
@@ -207,7 +212,8 @@ impl Ring {
         let board = match map.read_u32(OFF_BOARD_FD).checked_sub(1) {
             None => OnBoard::None,
             Some(board_fd) => {
-                OnBoard::Writer(PeerSlot::open(pid, board_fd, map.read_u32(OFF_BOARD_SLOT))?)
+                let (slot, nonce) = (map.read_u32(OFF_BOARD_SLOT), map.read_u64(OFF_BOARD_NONCE));
+                OnBoard::Writer(PeerSlot::open(peer, board_fd, slot, nonce)?)
             }
         };
         let ring = Ring {
@@ -590,9 +596,13 @@ impl Ring {
 mod tests {
     use super::*;
 
+    fn me() -> PeerProcess {
+        PeerProcess::new(std::process::id())
+    }
+
     fn pair() -> (Ring, Ring) {
         let reader = Ring::create(None).unwrap();
-        let writer = Ring::open(std::process::id(), reader.fd().unwrap() as u32).unwrap();
+        let writer = Ring::open(&me(), reader.fd().unwrap() as u32).unwrap();
         (reader, writer)
     }
 
@@ -785,11 +795,11 @@ mod tests {
         // to the socket's doorbells instead of writing into whatever that descriptor is.
         let fd = r.fd().unwrap();
         r.map.write_u32(OFF_BELL, fd as u32 + 1);
-        let w = Ring::open(std::process::id(), fd as u32).unwrap();
+        let w = Ring::open(&me(), fd as u32).unwrap();
         assert!(!w.ring_bell());
         // A descriptor that does not exist: the same.
         r.map.write_u32(OFF_BELL, i32::MAX as u32);
-        let w = Ring::open(std::process::id(), fd as u32).unwrap();
+        let w = Ring::open(&me(), fd as u32).unwrap();
         assert!(!w.ring_bell());
     }
 
@@ -798,10 +808,10 @@ mod tests {
         let (r, _w) = pair();
         // Already written to: refused.
         r.map.atomic_u64(OFF_TAIL).store(1, Ordering::SeqCst);
-        assert!(Ring::open(std::process::id(), r.fd().unwrap() as u32).is_err());
+        assert!(Ring::open(&me(), r.fd().unwrap() as u32).is_err());
         // Not a ring (a key table's memfd, or any other file): refused.
         let other = sys::memfd("not-a-ring", 8192).unwrap();
         sys::seal_size(&other).unwrap();
-        assert!(Ring::open(std::process::id(), other.as_raw_fd() as u32).is_err());
+        assert!(Ring::open(&me(), other.as_raw_fd() as u32).is_err());
     }
 }

@@ -426,41 +426,54 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// A duplicate of descriptor `fd` of process `pid`, if it is an eventfd (pidfd_getfd(2),
-/// Linux 5.6: needs the right to ptrace-attach to `pid`, as cross-memory attach does; a
-/// seccomp filter may refuse the call itself). The duplicate shares
-/// the peer's open file: it is made non-blocking, so that ringing never waits however the
-/// peer made it.
-pub(crate) fn peer_eventfd(pid: u32, fd: u32) -> io::Result<OwnedFd> {
-    if !is_process_and_descriptor(pid, fd) {
-        return Err(io::ErrorKind::InvalidInput.into());
+/// `dup`, a duplicate of a peer's descriptor, if it is an eventfd, made non-blocking: it
+/// shares the peer's open file, so that ringing never waits however the peer made it.
+pub(crate) fn checked_eventfd(dup: OwnedFd) -> io::Result<OwnedFd> {
+    // The kernel gives every eventfd (and other descriptors with no file of their own) one
+    // anonymous inode: one with another inode is no eventfd. One with that inode is taken
+    // without a look at its name through /proc (a path walk, the dearest part of mapping a
+    // peer's ring): what we write to it (8 bytes) lands in the peer's own open file, which
+    // only an eventfd takes; the others refuse the write.
+    if identity(dup.as_raw_fd()).ok() != eventfd_identity() {
+        let what = std::fs::read_link(format!("/proc/self/fd/{}", dup.as_raw_fd()))?;
+        return match what.as_os_str() == "anon_inode:[eventfd]" {
+            true => nonblocking(dup),
+            false => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is no eventfd", what.display()),
+            )),
+        };
     }
-    // SAFETY: pidfd_open(2) with no flags; the descriptor is owned at once.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if pidfd < 0 {
+    nonblocking(dup)
+}
+
+/// The device and inode of what descriptor `fd` names.
+fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: fstat(2) fills the one struct we pass.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `pidfd` was just created and nobody else owns it.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-    // SAFETY: pidfd_getfd(2) with no flags; the new descriptor (close-on-exec) is owned at once.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as i32, 0) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` was just created and nobody else owns it.
-    let dup = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    let what = std::fs::read_link(format!("/proc/self/fd/{}", dup.as_raw_fd()))?;
-    if what.as_os_str() != "anon_inode:[eventfd]" {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is no eventfd", what.display()),
-        ));
-    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The device and inode an eventfd of ours has (None if it cannot be told).
+fn eventfd_identity() -> Option<(u64, u64)> {
+    static IDENTITY: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    *IDENTITY.get_or_init(|| identity(eventfd().ok()?.as_raw_fd()).ok())
+}
+
+/// `fd`, made non-blocking (it may share a peer's open file: ringing never waits).
+fn nonblocking(dup: OwnedFd) -> io::Result<OwnedFd> {
     // SAFETY: fcntl(2) on the descriptor we own.
     let flags = unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
     // SAFETY: as above.
-    if flags < 0
-        || unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+    if flags & libc::O_NONBLOCK == 0
+        && unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
     {
         return Err(io::Error::last_os_error());
     }

@@ -968,7 +968,7 @@ mod hostile {
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
-    use super::super::super::samehost::{ring::Ring, test_hooks, Mode};
+    use super::super::super::samehost::{peer::PeerProcess, ring::Ring, test_hooks, Mode};
     use super::super::super::wire::{self, Header, Kind, SameHostOffer};
     use super::super::super::TcpDevice;
     use super::super::GUARD_US;
@@ -1147,7 +1147,8 @@ mod hostile {
         let (_, p) = read_frame(s).expect("the target's offer");
         let theirs = SameHostOffer::decode(&p).expect("well formed");
         let ring_fd = theirs.ring_fd.expect("the target offers a ring");
-        let ring = Ring::open(theirs.pid, ring_fd).expect("map the target's ring");
+        let ring =
+            Ring::open(&PeerProcess::new(theirs.pid), ring_fd).expect("map the target's ring");
         let mut out = Vec::new();
         wire::put_frame(&mut out, Header::new(Kind::Switch), b"");
         s.write_all(&out).expect("switch");
