@@ -609,7 +609,7 @@ static void test_transfers(void)
 	expect_empty(B.rcv, "an RDMA write consumed no receive");
 
 	/* RDMA read of 10 bytes into segments of 4, 4 and 16 bytes */
-	memcpy(bbuf + 9000, "ABCDEFGHIJ", 10);
+	memcpy(bbuf + 9000, "ABCDEFGHIJKLMN", 14);
 	fill(abuf + 10000, 0xEE, 256);
 	s[0] = seg(lc_a, abuf + 10000, 4);
 	s[1] = seg(lc_a, abuf + 10064, 4);
@@ -631,6 +631,24 @@ static void test_transfers(void)
 			CHECK(memcmp(abuf + 10128, "IJ", 2) == 0 && all_are(abuf + 10130, 0xEE, 126),
 			      "read segment 3");
 		}
+		/* A full request queue (64) of 4-segment reads at once: a device that reads
+		 * into fewer segments (siw: one) gets each as several reads, and the queue
+		 * still takes as many requests as the EP asked for, completed in order. */
+		int four = ia_attr_of(ia_a).max_iov_segments_per_rdma_read >= 4;
+		for (int i = 0; four && i < 64; i++) {
+			DAT_LMR_TRIPLET q[4];
+			for (int j = 0; j < 4; j++)
+				q[j] = seg(lc_a, abuf + 12000 + 64 * i + 16 * j, 2 + j);
+			rem = rseg(rc_b, bbuf + 9000, 14);
+			CHECK_RC(dat_ep_post_rdma_read(A.ep, 4, q, ck(0x5100 + i), &rem, 0), DAT_SUCCESS);
+		}
+		for (int i = 0; four && i < 64; i++)
+			expect_dto(A.req, A.ep, 0x5100 + i, DAT_DTO_SUCCESS, 14, DAT_DTO_RDMA_READ, "4-segment read");
+		if (four)
+			CHECK(memcmp(abuf + 12000 + 64 * 63, "AB", 2) == 0 && memcmp(abuf + 12000 + 64 * 63 + 16, "CDE", 3) == 0 &&
+				      memcmp(abuf + 12000 + 64 * 63 + 32, "FGHI", 4) == 0 &&
+				      memcmp(abuf + 12000 + 64 * 63 + 48, "JKLMN", 5) == 0,
+			      "the last 4-segment read's data");
 	}
 	/* a zero-byte RDMA read (no local segments, remote length 0) completes
 	 * (the seed page of NetworkDirect's Read names it a liveness probe) */

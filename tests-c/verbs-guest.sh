@@ -382,16 +382,27 @@ for ia in $OURS $NET_IA $IP_IA; do
 	if grep -q "IA address $ADDR" "$log"; then ok "datinfo $ia: IA address $ADDR"; else bad "datinfo $ia (see $log)"; fi
 done
 # what datinfo says the device supports: RoCE everything; iWARP (siw) no
-# atomics, no immediate data, no UD, no memory windows, reads into 1 segment
+# atomics, no immediate data, no UD, no memory windows (reads into 1 segment: split)
 if [ "$VERBS_IA" = rs-rxe0 ]; then
 	log="$out/datinfo-$OURS.log"
 	if [ $k = siw ]; then
+		# siw reads into one segment: a read into more is split (more than 1 here)
 		if grep -q ', iWARP, link active' "$log" && grep -q 'max RMRs 0 (no memory windows' "$log" &&
-			grep -q 'RDMA read into 1 segments' "$log" &&
+			grep -Eq 'RDMA read into ([2-9]|[1-9][0-9]+) segments' "$log" &&
 			! grep -Eq 'DAT_IB_(FETCH_AND_ADD|CMP_AND_SWAP|IMMED_DATA|UD)' "$log"; then
-			ok "datinfo $OURS: iWARP, no RMRs, atomics, immediate data or UD"
+			ok "datinfo $OURS: iWARP, no RMRs, atomics, immediate data or UD; reads split"
 		else
 			bad "datinfo $OURS: not what siw0 has (see $log)"
+		fi
+		# siw pins registrations against RLIMIT_MEMLOCK even for root: at Debian's default
+		# (8 MiB) datinfo says so, and a registration beyond it (dtest's server) fails saying why
+		log="$out/memlock-$OURS.log"
+		(ulimit -l 8192 && tmo=60 ours_env "$top/build/bin/datinfo" "$OURS" &&
+			tmo=60 ours_env dtest -P "$OURS" -s) > "$log" 2>&1
+		if grep -q 'locked-memory limit 8192 KiB' "$log" && grep -q 'pin their pages against RLIMIT_MEMLOCK, 8192 KiB' "$log"; then
+			ok "memlock $OURS: datinfo shows the limit, a registration beyond it says why it failed"
+		else
+			bad "memlock $OURS: no word of RLIMIT_MEMLOCK (see $log)"
 		fi
 	elif grep -q ', RoCE, GID' "$log" && grep -q 'DAT_IB_FETCH_AND_ADD DAT_IB_CMP_AND_SWAP DAT_IB_IMMED_DATA DAT_IB_UD' "$log"; then
 		ok "datinfo $OURS: RoCE with atomics, immediate data and UD"

@@ -787,6 +787,7 @@ impl OfiDevice {
             max_rdma_read_sge: clamp(tx.rma_iov_limit.max(1)).min(clamp(tx.iov_limit.max(1))),
             atomics: self.atomics,
             pins_for_write: false,
+            pin_limit: None,
             write_imm: self.remote_data(),
             transport: "libfabric",
         }

@@ -417,6 +417,7 @@ impl TcpDevice {
             max_rdma_read_sge: 32,
             atomics: true,
             pins_for_write: false,
+            pin_limit: None,
             write_imm: true,
             transport: "TCP",
         };

@@ -48,6 +48,9 @@ const RECV_BIT: u64 = 1 << 63;
 /// Marks a request the backend posts for itself (the invalidation before a window is bound
 /// again): its completion is accounted for and never reaches the core.
 const INTERNAL_BIT: u64 = 1 << 62;
+/// With INTERNAL_BIT: a piece of a split read (`VerbsQp::post_split_read`) other than its
+/// last; the low bits number it.
+const SPLIT_BIT: u64 = 1 << 61;
 
 /// siw's vendor id ("bmt", drivers/infiniband/sw/siw/siw.h SIW_VENDOR_ID).
 const SIW_VENDOR_ID: u32 = 0x626d74;
@@ -92,6 +95,13 @@ pub(crate) struct Shared {
     /// remote write on it (the kernel's rdma_rw registers read sinks so on every iWARP
     /// device). siw checks only local write: not there (see `mem.rs`).
     read_sink_remote_write: bool,
+    /// The device checks a region's remote read right when a peer reads it. siw does not:
+    /// it sends a read response from any region of the QP's PD whose STag the request names
+    /// (siw_qp_tx.c checks the source with no access bits). See `mem.rs` for what we do there.
+    checks_remote_read: bool,
+    /// The segments one RDMA read takes on the device (`read_sge_limit`); on iWARP a read with
+    /// more is split (`VerbsQp::post_split_read`).
+    read_sge_limit: u32,
     /// An iWARP device: connections are TCP streams with MPA (see `cm.rs` for how their
     /// failures read).
     iwarp: bool,
@@ -115,6 +125,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Reads with more segments than the device reads into are split (iWARP: reads complete
+    /// in order there, which the split relies on; see `VerbsQp::post_split_read`).
+    fn splits_reads(&self) -> bool {
+        self.iwarp && self.read_sge_limit < self.attr.max_sge
+    }
+
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -287,7 +303,10 @@ impl VerbsDevice {
         // SAFETY: a live context and its device.
         let iwarp =
             unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
-        let attr = device_attr(&da, &pa, iwarp);
+        let mut attr = device_attr(&da, &pa, iwarp);
+        // siw pins against the limit whatever the process may lock (siw_mem.c); the others,
+        // through ib_umem_get, only a process without CAP_IPC_LOCK.
+        attr.pin_limit = sys::pin_limit(da.vendor_id == SIW_VENDOR_ID);
         if da.vendor_id == SIW_VENDOR_ID {
             siw_key_guard(ctx);
         }
@@ -303,6 +322,8 @@ impl VerbsDevice {
             max_inline: MAX_INLINE,
             mw_type2,
             read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
+            checks_remote_read: da.vendor_id != SIW_VENDOR_ID,
+            read_sge_limit: read_sge_limit(&da),
             cq_resize,
             probe_cq,
             recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
@@ -371,16 +392,28 @@ fn device_attr(da: &ibv_device_attr, pa: &ibv_port_attr, iwarp: bool) -> DeviceA
         // Datagram QPs (IBV_QPT_UD), resolved through rdma_cm's UDP port space; iWARP
         // is connections only.
         ud: !iwarp,
-        // 0 on devices that do not say: then as for the other requests.
-        max_rdma_read_sge: if da.max_sge_rd > 0 {
-            u(da.max_sge_rd.min(da.max_sge))
-        } else {
+        // As many as any request takes: on iWARP a read with more segments than the device
+        // reads into goes as one read per run of segments (`read_sge_limit`, qp.rs).
+        max_rdma_read_sge: if iwarp {
             u(da.max_sge)
+        } else {
+            read_sge_limit(da)
         },
         atomics: da.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
         pins_for_write: true,
+        pin_limit: None, // set by `open` (`sys::pin_limit`)
         write_imm: !iwarp,
         transport,
+    }
+}
+
+/// The segments one RDMA read may have on this device: `max_sge_rd` (siw reads into one), or
+/// as for other requests where the device does not say (0).
+fn read_sge_limit(da: &ibv_device_attr) -> u32 {
+    let u = |x: i32| x.max(0) as u32;
+    match da.max_sge_rd {
+        n if n > 0 => u(n.min(da.max_sge)),
+        _ => u(da.max_sge),
     }
 }
 

@@ -59,6 +59,9 @@ impl ProtectionDomain for VerbsPd {
         // The backend's access bits are the IBV_ACCESS_* values. Memory that may be written
         // locally may be the sink of an RDMA read: on iWARP NICs that takes remote write too
         // (`Shared::read_sink_remote_write`); the LMR keeps the privileges asked for.
+        let shared = &self.inner.shared;
+        let remote_read = access & ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 != 0;
+        let remote_write = access & ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0 != 0;
         let mut hw_access = access;
         if self.inner.shared.read_sink_remote_write
             && access & ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 != 0
@@ -77,6 +80,9 @@ impl ProtectionDomain for VerbsPd {
         if mr.is_null() {
             let e = super::sys::errno();
             log::debug!("ibv_reg_mr({addr:#x}, {length}): errno {e}");
+            if e == libc::ENOMEM {
+                pin_limit_reached(&shared.name, shared.attr.pin_limit, length);
+            }
             return Err(match e {
                 // Memory that is not there, or not writable for write access (the TCP
                 // backend refuses the same memory the same way).
@@ -84,12 +90,32 @@ impl ProtectionDomain for VerbsPd {
                 _ => Error::NoResource(Resource::Key),
             });
         }
+        if !shared.checks_remote_read && remote_write && !remote_read {
+            // A peer that may write such a region could read it too (`checks_remote_read`):
+            // refused, rather than grant more than asked; after the registration, so that
+            // memory that cannot be registered at all is refused as on any device.
+            // SAFETY: the MR we just registered, not handed out.
+            unsafe { ibv_dereg_mr(mr) };
+            log::warn!(
+                "verbs {}: a region peers may write but not read: this device lets a peer \
+                 read every region it may write (siw checks no remote read right); refused",
+                shared.name
+            );
+            return Err(Error::Unsupported);
+        }
+        // SAFETY: the MR we just registered.
+        let rkey = unsafe { (*mr).rkey };
         Ok(Arc::new(VerbsMr {
             mr: Mutex::new(Ptr(mr)),
-            // SAFETY: the MR we just registered.
-            lkey: unsafe { (*mr).lkey },
             // SAFETY: as above.
-            rkey: unsafe { (*mr).rkey },
+            lkey: unsafe { (*mr).lkey },
+            // A region with no remote right on a device that would let a peer read it by its
+            // STag anyway: the context handed out names no STag the device knows (its key
+            // byte differs, which siw compares), so no peer reads the region through it.
+            rkey: match shared.checks_remote_read || remote_read || remote_write {
+                true => rkey,
+                false => rkey ^ HIDDEN_KEY_BIT,
+            },
             addr,
             length,
             access,
@@ -100,6 +126,28 @@ impl ProtectionDomain for VerbsPd {
         Ok(VerbsMw::alloc(&self.inner)?)
     }
 }
+
+/// A registration refused for lack of memory where registrations pin against the locked-memory
+/// limit: said once per process (an error, shown with no DAT_LOG set), since the remedy is
+/// the user's (siw pins against it even for root; Debian's default is 8 MiB).
+fn pin_limit_reached(device: &str, limit: Option<u64>, length: u64) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(limit) = limit else {
+        return;
+    };
+    if !SAID.swap(true, Ordering::Relaxed) {
+        log::error!(
+            "verbs {device}: registering {length} bytes failed: out of locked memory? \
+             Registrations pin their pages against RLIMIT_MEMLOCK, {} KiB here: raise it \
+             (ulimit -l, limits.conf memlock)",
+            limit / 1024
+        );
+    }
+}
+
+/// Flipped in the key byte of a region's STag to make the rmr_context of a region with no
+/// remote right on a device that does not check the read right (`Shared::checks_remote_read`).
+const HIDDEN_KEY_BIT: u32 = 0x80;
 
 pub(crate) struct VerbsMr {
     /// NULL once deregistered.

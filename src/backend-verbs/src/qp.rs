@@ -20,7 +20,7 @@ use rdma_sys::*;
 use super::cq::VerbsCq;
 use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
 use super::sys::Ptr;
-use super::{Shared, INTERNAL_BIT, RECV_BIT};
+use super::{Shared, INTERNAL_BIT, RECV_BIT, SPLIT_BIT};
 use daplrs_backend::intmap::{IntMap, IntSet};
 use daplrs_backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
@@ -63,6 +63,12 @@ pub(crate) struct VerbsQp {
     srq: Option<Arc<VerbsSrq>>,
     _pd: Arc<PdInner>,
     pub(super) cap: QpCap,
+    /// The hardware send queue's depth: `cap.max_send_wr`, times the pieces a read may be
+    /// split into where reads are split (`post_split_read`).
+    hw_send_wr: u32,
+    /// The pieces of split reads outstanding beyond one per read: `sends_out` counts every
+    /// work request, the EP's depth (`begin_send`) one per request of the consumer.
+    split_extra: AtomicU32,
     /// What this QP has added to its send CQ's size: room for as many completions as it ever
     /// had requests outstanding (`sends_out`), grown as that grows, at most `max_send_wr`.
     send_room: AtomicU32,
@@ -157,6 +163,11 @@ struct SendQueue {
     /// requests posted earlier (`VerbsQp::completed_in_order`).
     signaled: IntSet<u64>,
     early: IntMap<u64, WorkCompletion>,
+    /// Numbers the pieces of split reads.
+    split_seq: u64,
+    /// A piece of a split read failed: the status its read (the next request completed,
+    /// flushed behind it) reports.
+    split_error: Option<WcStatus>,
 }
 
 impl VerbsQp {
@@ -186,7 +197,9 @@ impl VerbsQp {
         if sgl.len() > self.cap.max_send_sge as usize {
             return Err(Error::TooLong);
         }
-        if self.sends_out.load(Ordering::SeqCst) + 1 > self.cap.max_send_wr {
+        let requests =
+            self.sends_out.load(Ordering::SeqCst) - self.split_extra.load(Ordering::SeqCst);
+        if requests + 1 > self.cap.max_send_wr {
             return Err(Error::NoResource(Resource::Qp));
         }
         Ok(true)
@@ -230,6 +243,16 @@ impl VerbsQp {
             max_rd_atomic: init.cap.max_rd_atomic.clamp(1, attr.max_rd_atomic.max(1)),
             max_inline: 0,
         };
+        // Room for every request of the EP split into as many reads as its segments need.
+        let pieces = match shared.splits_reads() {
+            true => cap.max_send_sge.div_ceil(shared.read_sge_limit.max(1)),
+            false => 1,
+        };
+        let hw_send_wr = cap
+            .max_send_wr
+            .saturating_mul(pieces)
+            .min(attr.max_qp_wr)
+            .max(cap.max_send_wr);
         // Inline sends for small payloads where the device takes them.
         let mut qp = std::ptr::null_mut();
         let mut max_inline = 0;
@@ -243,7 +266,7 @@ impl VerbsQp {
                 .as_ref()
                 .map(|s| s.srq.0)
                 .unwrap_or(std::ptr::null_mut());
-            ia.cap.max_send_wr = cap.max_send_wr;
+            ia.cap.max_send_wr = hw_send_wr;
             ia.cap.max_recv_wr = cap.max_recv_wr;
             ia.cap.max_send_sge = cap.max_send_sge;
             ia.cap.max_recv_sge = cap.max_recv_sge;
@@ -285,7 +308,7 @@ impl VerbsQp {
         } else {
             u32::MAX
         };
-        let send_room = first.min(cap.max_send_wr);
+        let send_room = first.min(hw_send_wr);
         let recv_room = srq
             .as_ref()
             .map_or(first.min(cap.max_recv_wr), |s| s.max_wr());
@@ -308,6 +331,8 @@ impl VerbsQp {
             srq,
             _pd: pd.clone(),
             cap,
+            hw_send_wr,
+            split_extra: AtomicU32::new(0),
             send_room: AtomicU32::new(send_room),
             recv_room: AtomicU32::new(recv_room),
             max_inline,
@@ -659,12 +684,29 @@ impl VerbsQp {
             sq.posted.pop_front();
             sq.signaled.remove(&front);
             self.sends_out.fetch_sub(1, Ordering::SeqCst);
+            if front & SPLIT_BIT != 0 {
+                self.split_extra.fetch_sub(1, Ordering::SeqCst);
+                match done.map(|wc| wc.status) {
+                    Some(WcStatus::Success) | None => {}
+                    Some(failed) => {
+                        sq.split_error.get_or_insert(failed);
+                    }
+                }
+                continue;
+            }
             if front & INTERNAL_BIT != 0 {
                 continue;
             }
-            queue.push_wc(done.unwrap_or_else(|| {
+            let mut wc = done.unwrap_or_else(|| {
                 WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
-            }));
+            });
+            // The read a failed piece belonged to: flushed behind it, it fails as the piece did.
+            if let Some(failed) = sq.split_error.take() {
+                if wc.status != WcStatus::Success {
+                    wc.status = failed;
+                }
+            }
+            queue.push_wc(wc);
         }
     }
 
@@ -784,7 +826,7 @@ impl VerbsQp {
             &self.send_cq,
             &self.send_room,
             self.sends_out.load(Ordering::SeqCst) + posted,
-            self.cap.max_send_wr,
+            self.hw_send_wr,
         ) {
             let mut binds = self.binds.lock();
             binds.remove(&wr.wr_id);
@@ -863,10 +905,89 @@ impl VerbsQp {
     /// The length of a completed signaled send, write or read where the device reports none
     /// (siw), else what it reported; forgets the request either way.
     pub(super) fn sent_len(&self, wr_id: u64, reported: u32) -> u32 {
-        if !self.shared.recv_needs_sge {
+        if !self.shared.recv_needs_sge && !self.shared.splits_reads() {
             return reported;
         }
         self.sent_lens.lock().remove(&wr_id).unwrap_or(reported)
+    }
+}
+
+impl VerbsQp {
+    /// An RDMA read with more segments than the device reads into (siw: one), as one read
+    /// per run of segments, of consecutive remote ranges, posted together. On iWARP (the only
+    /// devices this is done on, `Shared::splits_reads`) reads complete in order, each
+    /// signaled: every piece but the last is the backend's own (INTERNAL_BIT | SPLIT_BIT), and
+    /// the last completes the read, with the length of all (`sent_len`) and the status of a
+    /// piece that failed (`completed_in_order`).
+    fn post_split_read(&self, wr: &SendWr, remote_addr: u64, rkey: u32) -> Result<()> {
+        let limit = self.shared.read_sge_limit.max(1) as usize;
+        let runs: Vec<&[daplrs_backend::Sge]> = wr.sgl.chunks(limit).collect();
+        let n = runs.len() as u32;
+        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+        let mut sq = self.sq.lock();
+        reserve(
+            &self.send_cq,
+            &self.send_room,
+            self.sends_out.load(Ordering::SeqCst) + n,
+            self.hw_send_wr,
+        )?;
+        let mut ids = Vec::with_capacity(runs.len());
+        for _ in 1..n {
+            sq.split_seq += 1;
+            ids.push(INTERNAL_BIT | SPLIT_BIT | (sq.split_seq & (SPLIT_BIT - 1)));
+        }
+        ids.push(wr.wr_id);
+        // SAFETY: plain data.
+        let mut wrs: Vec<ibv_send_wr> =
+            runs.iter().map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut at = remote_addr;
+        for (i, run) in runs.iter().enumerate() {
+            let w = &mut wrs[i];
+            w.wr_id = ids[i];
+            w.sg_list = super::sys::sge_ptr(run);
+            w.num_sge = run.len() as i32;
+            set_opcode(
+                &SendOp::RdmaRead {
+                    remote_addr: at,
+                    rkey,
+                },
+                w,
+            );
+            w.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+            at += run.iter().map(|s| u64::from(s.length)).sum::<u64>();
+        }
+        for i in 1..wrs.len() {
+            let next: *mut ibv_send_wr = &mut wrs[i];
+            wrs[i - 1].next = next;
+        }
+        self.sent_lens.lock().insert(wr.wr_id, total as u32);
+        self.sends_out.fetch_add(n, Ordering::SeqCst);
+        self.split_extra.fetch_add(n - 1, Ordering::SeqCst);
+        for &id in &ids {
+            sq.posted.push_back(id);
+            sq.signaled.insert(id);
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: our QP; the work requests and the scatter list they point into live across
+        // the call (verbs copies them before returning).
+        let rc = unsafe { ibv_post_send(self.qp.0, wrs.as_mut_ptr(), &mut bad) };
+        if rc == 0 {
+            sq.unsignaled_run = 0;
+            return Ok(());
+        }
+        // The pieces before the one refused are posted and complete as the device says; the
+        // rest, the read's own among them, are not: the read is refused.
+        let posted = wrs.iter().position(|w| std::ptr::eq(w, bad)).unwrap_or(0);
+        for &id in &ids[posted..] {
+            sq.posted.pop_back();
+            sq.signaled.remove(&id);
+        }
+        let unposted = n - posted as u32;
+        self.sends_out.fetch_sub(unposted, Ordering::SeqCst);
+        self.split_extra.fetch_sub(unposted - 1, Ordering::SeqCst);
+        self.sent_lens.lock().remove(&wr.wr_id);
+        log::debug!("QP {}: ibv_post_send (split read): error {rc}", self.qp_num);
+        Err(Error::NoResource(Resource::Qp))
     }
 }
 
@@ -955,6 +1076,11 @@ impl QueuePair for VerbsQp {
     fn post_send(&self, wr: &SendWr) -> Result<()> {
         if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
             return Ok(());
+        }
+        if let SendOp::RdmaRead { remote_addr, rkey } = wr.op {
+            if wr.sgl.len() > self.shared.read_sge_limit as usize && self.shared.splits_reads() {
+                return self.post_split_read(wr, remote_addr, rkey);
+            }
         }
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };

@@ -272,3 +272,29 @@ pub(super) fn find_port(target: &str, port: Option<u8>) -> Result<PortInfo, Stri
         }
     }
 }
+
+/// The locked-memory limit registrations pin against (`DeviceAttr::pin_limit`): RLIMIT_MEMLOCK
+/// when finite and, unless `always` (siw), the process lacks CAP_IPC_LOCK (with it,
+/// ib_umem_get pins past the limit).
+pub(super) fn pin_limit(always: bool) -> Option<u64> {
+    // SAFETY: plain data, filled by getrlimit(2).
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    (always || !may_lock_any()).then_some(r.rlim_cur)
+}
+
+/// Whether the process has CAP_IPC_LOCK in its effective set (/proc/self/status, CapEff).
+fn may_lock_any() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}

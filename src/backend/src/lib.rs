@@ -72,6 +72,11 @@ pub struct DeviceAttr {
     /// `Error::BadAddress` where any of them is not mapped writable (an RDMA device's
     /// ibv_reg_mr: EFAULT). The core then need not ask the kernel about that memory first.
     pub pins_for_write: bool,
+    /// Registrations pin their pages against the process's locked-memory limit
+    /// (RLIMIT_MEMLOCK) and fail beyond it: that limit in bytes. None where nothing is
+    /// pinned against it (the limit is infinite, the process may lock any amount, or the
+    /// backend pins nothing).
+    pub pin_limit: Option<u64>,
     /// The transport under the device, as datinfo shows it: "TCP", "InfiniBand", "RoCE",
     /// "iWARP".
     pub transport: &'static str,

@@ -159,7 +159,11 @@ impl Lmr {
             Ok(mr) => mr,
             Err(e) => {
                 pz.users.release();
-                return Err(from_backend(e, Some(Param::RegionDescription)));
+                return Err(match e {
+                    // The device cannot grant exactly these privileges: a peer would get more.
+                    backend::Error::Unsupported => DatError::plain(ErrorType::ModelNotSupported),
+                    e => from_backend(e, Some(Param::RegionDescription)),
+                });
             }
         };
         let reservation = handle::reserve(HandleKind::Lmr, ia.dispatch());

@@ -282,6 +282,9 @@ fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
     p.provider_specific_attr = attrs;
 }
 
+/// The provider-specific attribute naming the locked-memory limit registrations pin against.
+pub const PIN_LIMIT_ATTR: &str = "DAPLRS_PIN_LIMIT";
+
 /// The provider-specific attributes of DAT_PROVIDER_ATTR, by the names OFED's provider reports
 /// them under (programs written for it look them up by name: dtestsrq sizes its messages by
 /// DAT_IB_TRANSPORT_MTU, dtestx checks the extension names), each with what holds for this IA.
@@ -320,6 +323,11 @@ fn provider_specific_attrs(ia: &Ia) -> Vec<(&'static str, String)> {
     // Unreliable datagrams (core/ep/ud.rs), where the backend has datagram QPs.
     if dev.ud {
         attrs.push((DAT_IB_ATTR_UD, yes()));
+    }
+    // Ours: the locked-memory limit registrations pin against, in bytes, where they do
+    // (datinfo shows it: a registration beyond it fails).
+    if let Some(limit) = dev.pin_limit {
+        attrs.push((PIN_LIMIT_ATTR, limit.to_string()));
     }
     attrs
 }

@@ -282,6 +282,16 @@ fn provider_specific(p: &DAT_PROVIDER_ATTR) -> String {
         if n == "DAT_IB_DEVICE_NAME" {
             continue; // the adapter above
         }
+        if n == "DAPLRS_PIN_LIMIT" {
+            // The provider's: registrations pin against RLIMIT_MEMLOCK (siw, even for root).
+            let kib = v
+                .parse::<u64>()
+                .map_or(v.clone(), |b| format!("{} KiB", b / 1024));
+            pairs.push(format!(
+                "locked-memory limit {kib} (RLIMIT_MEMLOCK: registrations beyond it fail; ulimit -l)"
+            ));
+            continue;
+        }
         pairs.push(if v == "TRUE" { n } else { format!("{n}={v}") });
     }
     if pairs.is_empty() {
