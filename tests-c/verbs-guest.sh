@@ -31,6 +31,8 @@
 #    provider (ofa-v2-rxe), OFED's libdat2 with our provider (by full path);
 #  - wire mixes: a dapltest server all OFED's (libdat2 + provider) with a
 #    client all ours, and the reverse;
+#  - last, test_device_removal on each device: removed (rdma link delete) under
+#    open IAs with reads in flight, and added back;
 #  - our libfabric backend (libdaplrs-ofi.so.2) over libfabric's verbs
 #    provider on rxe0: "ofi verbs;ofi_rxm rxe0" (rs-ofi-vrxm, reliable
 #    datagrams with our connection layer) and "ofi verbs rxe0" (rs-ofi-vmsg,
@@ -74,7 +76,7 @@ if [ "${1:-}" != --inside ]; then
 			exit 1
 		fi
 	done
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads \
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_device_removal \
 		test_dat12_rules test_misuse12 test_interop12 test_interop20; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
@@ -360,6 +362,14 @@ for t in test_provider_handles test_dto_rules test_remote_violation test_peer_ki
 	c_test "$t" "$out/$t.log" "$OURS" 200 "$top/build/tests/$t"
 done
 
+# --- 1a. iWARP NICs read into sinks registered for each read alone (sink.rs); siw
+# need not, DAPLRS_VERBS_SINK_MR=always makes it (our provider only)
+if [ $k = siw ] && [ "$VERBS_IA" = rs-rxe0 ]; then
+	for t in test_dto_rules test_remote_violation test_dat2_ops; do
+		DAPLRS_VERBS_SINK_MR=always c_test "$t (read sinks of their own)" "$out/$t-sink-mr.log" "$OURS" 200 "$top/build/tests/$t"
+	done
+fi
+
 # --- 1b. the DAT 1.2 suite on rs-rxe0's u1.2 entry (our provider only)
 if [ "$VERBS_IA" = rs-rxe0 ]; then
 	for t in test_dat12_rules test_misuse12 interop12.sh; do
@@ -556,5 +566,44 @@ if [ "$VERBS_IA" = rs-rxe0 ] && rdma link show rxe0/1 > /dev/null 2>&1; then
 	ofi_suite rs-ofi-vrxm "ofi:verbs;ofi_rxm:rxe0" "$OFI_VRXM_PASS" "$OFI_VRXM_FAILING"
 	[ "$OFI_DEBIAN" = 1 ] && ofi_debian vrxm rs-ofi-vrxm
 	ofi_suite rs-ofi-vmsg "ofi:verbs:rxe0" "$OFI_VMSG_PASS" "$OFI_VMSG_FAILING"
+fi
+# --- last, as it takes the device away: an RDMA device removed under open IAs
+# (test_device_removal.c: once it says "ready", the device is deleted, and added back
+# after). Each kind's device in turn.
+device_removal() {
+	local log="$out/test_device_removal.log" pid del rc drc
+	DAT_TEST_IA=$OURS tmo=150 ours_env "$top/build/tests/test_device_removal" > "$log" 2>&1 &
+	pid=$!
+	for _ in $(seq 300); do
+		grep -q '^ready' "$log" && break
+		kill -0 $pid 2> /dev/null || break
+		sleep 0.1
+	done
+	timeout 120 rdma link delete "$dev" &
+	del=$!
+	wait $pid
+	rc=$?
+	wait $del
+	drc=$?
+	if [ $rc -eq 0 ] && [ $drc -eq 0 ] && grep -q ' passed, 0 failed' "$log"; then
+		ok "device removal on $dev ($(grep -E 'passed, [0-9]+ failed' "$log" | tail -1))"
+	else
+		bad "device removal on $dev: exit $rc, rdma link delete exit $drc, $(grep -E 'passed, [0-9]+ failed' "$log" | tail -1) (see $log)"
+		grep -m5 'FAIL' "$log" | sed 's/^/       /'
+	fi
+	rdma link add "$dev" type "$1" netdev "$netdev"
+	if rdma link show "$dev/1" 2> /dev/null | grep -q ACTIVE; then
+		ok "$dev added back"
+	else
+		bad "$dev not back after its removal"
+	fi
+}
+if [ "$VERBS_IA" = rs-rxe0 ]; then
+	for k in $VERBS_KINDS; do
+		kind $k
+		out=$base tag=
+		[ $k != rxe ] && out=$base/$k tag="$k: "
+		rdma link show $dev/1 > /dev/null 2>&1 && device_removal $k
+	done
 fi
 echo "verbs-guest: guest tests took $(elapsed)"

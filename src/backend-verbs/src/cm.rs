@@ -831,6 +831,11 @@ fn handle(s: &Arc<Shared>, e: Ev) {
     if e.kind == RDMA_CM_EVENT_CONNECT_REQUEST {
         return connect_request(s, e);
     }
+    // On any id of the IA: the device is going (fault.rs); the id's own owner still hears of
+    // it below.
+    if e.kind == RDMA_CM_EVENT_DEVICE_REMOVAL {
+        super::fault::device_removed(s);
+    }
     let owner = {
         let st = s.cm.lock();
         match st.owners.get(&e.token) {
@@ -1169,8 +1174,9 @@ fn qp_event(s: &Arc<Shared>, qp_num: u32, e: Ev) {
                 destroy_id(id);
             } else {
                 // A peer that disconnects after a failed request (a remote access it refused,
-                // or one we made) ends a broken connection, not an orderly one.
-                let broken = !c.disconnecting && qp.failed();
+                // or one we made) ends a broken connection, not an orderly one; so does one
+                // whose device went (fault.rs: the first IA to hear of it broke its side).
+                let broken = !c.disconnecting && (qp.failed() || s.lost.load(Ordering::SeqCst));
                 if broken {
                     qp.broken.store(true, Ordering::SeqCst);
                 }

@@ -18,8 +18,10 @@
 
 mod cm;
 mod cq;
+mod fault;
 mod mem;
 mod qp;
+mod sink;
 mod sys;
 
 use std::net::Ipv4Addr;
@@ -92,8 +94,8 @@ pub(crate) struct Shared {
     mw_type2: bool,
     /// The sink of an RDMA read needs remote write access: on iWARP the read response is
     /// placed through the sink's STag like an RDMA write (RFC 5040), and iWARP NICs check
-    /// remote write on it (the kernel's rdma_rw registers read sinks so on every iWARP
-    /// device). siw checks only local write: not there (see `mem.rs`).
+    /// remote write on it. Each read's sink is registered for it alone (sink.rs). siw checks
+    /// only local write: not there.
     read_sink_remote_write: bool,
     /// The device checks a region's remote read right when a peer reads it. siw does not:
     /// it sends a read response from any region of the QP's PD whose STag the request names
@@ -119,6 +121,8 @@ pub(crate) struct Shared {
     cqs: Mutex<IntMap<u64, Weak<VerbsCq>>>,
     cm: Mutex<CmState>,
     closing: AtomicBool,
+    /// The device failed or was removed (fault.rs).
+    lost: AtomicBool,
     next_id: AtomicU64,
     /// Threads sleeping on the completion channel in `VerbsCq::drive`.
     drivers: AtomicU32,
@@ -321,7 +325,9 @@ impl VerbsDevice {
             attr,
             max_inline: MAX_INLINE,
             mw_type2,
-            read_sink_remote_write: iwarp && da.vendor_id != SIW_VENDOR_ID,
+            read_sink_remote_write: iwarp
+                && (da.vendor_id != SIW_VENDOR_ID
+                    || std::env::var("DAPLRS_VERBS_SINK_MR").as_deref() == Ok("always")),
             checks_remote_read: da.vendor_id != SIW_VENDOR_ID,
             read_sge_limit: read_sge_limit(&da),
             cq_resize,
@@ -336,9 +342,11 @@ impl VerbsDevice {
             cqs: Mutex::new(IntMap::default()),
             cm: Mutex::new(CmState::default()),
             closing: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             drivers: AtomicU32::new(0),
         });
+        fault::register(&shared);
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
             .name("daplrs-verbs".into())
@@ -635,6 +643,11 @@ fn async_events(s: &Arc<Shared>) {
         }
         let ty = ev.event_type;
         use ibv_event_type::*;
+        if fault::device_event(s, &ev) {
+            // SAFETY: the event we got.
+            unsafe { ibv_ack_async_event(&mut ev) };
+            continue;
+        }
         match ty {
             IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR => {
                 // SAFETY: a QP event carries the QP.

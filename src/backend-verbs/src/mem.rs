@@ -56,18 +56,12 @@ impl ProtectionDomain for VerbsPd {
         self.inner.id
     }
     fn reg_mr(&self, addr: u64, length: u64, access: u32) -> Result<Arc<dyn MemoryRegion>> {
-        // The backend's access bits are the IBV_ACCESS_* values. Memory that may be written
-        // locally may be the sink of an RDMA read: on iWARP NICs that takes remote write too
-        // (`Shared::read_sink_remote_write`); the LMR keeps the privileges asked for.
+        // The backend's access bits are the IBV_ACCESS_* values: the device gets what the
+        // consumer asked for, no more (an iWARP NIC's read sinks: sink.rs).
         let shared = &self.inner.shared;
         let remote_read = access & ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 != 0;
         let remote_write = access & ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0 != 0;
-        let mut hw_access = access;
-        if self.inner.shared.read_sink_remote_write
-            && access & ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 != 0
-        {
-            hw_access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        }
+        let hw_access = access;
         // SAFETY: the caller guarantees [addr, addr+length) is valid memory until deregister.
         let mr = unsafe {
             ibv_reg_mr(

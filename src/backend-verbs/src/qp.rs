@@ -101,6 +101,10 @@ pub(crate) struct VerbsQp {
     sq: Mutex<SendQueue>,
     /// A datagram QP (IBV_QPT_UD).
     pub(super) ud: bool,
+    /// The sinks of reads in flight, registered for them alone (sink.rs), by wr_id; how many
+    /// (a completion of a QP with none takes no lock).
+    sinks: Mutex<IntMap<u64, super::sink::Sinks>>,
+    sinks_out: AtomicU32,
 }
 
 /// An address handle: an ibv_ah made in a QP's PD from the path rdma_cm resolved, the remote
@@ -353,6 +357,8 @@ impl VerbsQp {
             broken: AtomicBool::new(false),
             windows: Mutex::new(Vec::new()),
             sq: Mutex::new(SendQueue::default()),
+            sinks: Mutex::new(IntMap::default()),
+            sinks_out: AtomicU32::new(0),
             ud,
         });
         if ud {
@@ -700,6 +706,7 @@ impl VerbsQp {
             let mut wc = done.unwrap_or_else(|| {
                 WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
             });
+            self.release_sinks(front);
             // The read a failed piece belonged to: flushed behind it, it fails as the piece did.
             if let Some(failed) = sq.split_error.take() {
                 if wc.status != WcStatus::Success {
@@ -913,6 +920,30 @@ impl VerbsQp {
 }
 
 impl VerbsQp {
+    /// An RDMA read whose sink segments are registered for it alone (sink.rs), released when
+    /// it completes (`release_sinks`).
+    fn post_read_to_own_sinks(&self, wr: &SendWr) -> Result<()> {
+        let mut own = wr.clone();
+        let sinks = super::sink::Sinks::register(self._pd.pd.0, &mut own.sgl)?;
+        self.sinks.lock().insert(wr.wr_id, sinks);
+        self.sinks_out.fetch_add(1, Ordering::SeqCst);
+        let posted = self.post_begun(&own);
+        if posted.is_err() {
+            self.release_sinks(wr.wr_id);
+        }
+        posted
+    }
+
+    /// The sinks of read `wr_id`, if it had its own, deregistered: it is done.
+    fn release_sinks(&self, wr_id: u64) {
+        if self.sinks_out.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        if self.sinks.lock().remove(&wr_id).is_some() {
+            self.sinks_out.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// An RDMA read with more segments than the device reads into (siw: one), as one read
     /// per run of segments, of consecutive remote ranges, posted together. On iWARP (the only
     /// devices this is done on, `Shared::splits_reads`) reads complete in order, each
@@ -1058,25 +1089,9 @@ fn set_opcode(op: &SendOp, w: &mut ibv_send_wr) {
     }
 }
 
-impl QueuePair for VerbsQp {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn qp_num(&self) -> u32 {
-        self.qp_num
-    }
-    fn state(&self) -> QpState {
-        match self.phase() {
-            Phase::Idle => QpState::Init,
-            Phase::Connecting => QpState::Connecting,
-            Phase::Connected => QpState::Connected,
-            Phase::Error => QpState::Error,
-        }
-    }
-    fn post_send(&self, wr: &SendWr) -> Result<()> {
-        if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
-            return Ok(());
-        }
+impl VerbsQp {
+    /// The rest of `post_send`, once `begin_send` took the request.
+    fn post_begun(&self, wr: &SendWr) -> Result<()> {
         if let SendOp::RdmaRead { remote_addr, rkey } = wr.op {
             if wr.sgl.len() > self.shared.read_sge_limit as usize && self.shared.splits_reads() {
                 return self.post_split_read(wr, remote_addr, rkey);
@@ -1123,6 +1138,32 @@ impl QueuePair for VerbsQp {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
         self.post_wr(wr, w, flags, total, bind)
+    }
+}
+
+impl QueuePair for VerbsQp {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn state(&self) -> QpState {
+        match self.phase() {
+            Phase::Idle => QpState::Init,
+            Phase::Connecting => QpState::Connecting,
+            Phase::Connected => QpState::Connected,
+            Phase::Error => QpState::Error,
+        }
+    }
+    fn post_send(&self, wr: &SendWr) -> Result<()> {
+        if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
+            return Ok(());
+        }
+        if matches!(wr.op, SendOp::RdmaRead { .. }) && self.shared.read_sink_remote_write {
+            return self.post_read_to_own_sinks(wr);
+        }
+        self.post_begun(wr)
     }
     fn post_recv(&self, wr: RecvWr) -> Result<()> {
         if self.srq.is_some() {

@@ -614,6 +614,14 @@ pub enum CmEvent {
         by_peer: bool,
         private_data: Vec<u8>,
     },
+    /// The device failed or was removed (verbs: a fatal asynchronous event, rdma_cm's
+    /// DEVICE_REMOVAL): every QP of it is broken (each its own `Broken`), what was posted
+    /// completes flushed, and nothing new will work. Once per device.
+    DeviceLost,
+    /// Completion queue `cq` (`CompletionQueue::id`) overran: completions may be lost.
+    CqOverrun {
+        cq: u64,
+    },
 }
 
 impl CmEvent {

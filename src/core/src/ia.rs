@@ -774,6 +774,23 @@ impl Ia {
                     }
                 }
             }
+            // The IA is unusable (its EPs' connections are reported broken one by one).
+            CmEvent::DeviceLost => self.post_async(
+                event_number::ASYNC_IA_CATASTROPHIC,
+                self.handle(),
+                Handle::NULL,
+            ),
+            CmEvent::CqOverrun { cq } => {
+                let overran = handle::children(self.handle())
+                    .into_iter()
+                    .find_map(|(h, o)| {
+                        matches!(&o, Object::Evd(e) if e.cq().is_some_and(|c| c.id() == cq))
+                            .then_some(h)
+                    });
+                if let Some(evd) = overran {
+                    self.post_async(event_number::ASYNC_EVD_OVERFLOW, evd, evd);
+                }
+            }
         }
     }
 }
