@@ -126,6 +126,19 @@ static UNUSED int expect_conn_event(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, DAT_EV
 	return ev.event_number == number;
 }
 
+/* Waits for the end of `ep`'s connection on `evd`: BROKEN, or DISCONNECTED where the
+ * transport ends a failed connection as an orderly one (iWARP's TERMINATE; the peer of a
+ * side whose device went). Returns 1 if it came. */
+static UNUSED int expect_conn_end(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, const char *what)
+{
+	DAT_EVENT ev;
+	DAT_RETURN rc = wait_event(evd, &ev);
+	int ok = rc == DAT_SUCCESS && ev.event_data.connect_event_data.ep_handle == ep &&
+		 (ev.event_number == DAT_CONNECTION_EVENT_BROKEN || ev.event_number == DAT_CONNECTION_EVENT_DISCONNECTED);
+	CHECK(ok, "%s: %#x, event %#x (want BROKEN or DISCONNECTED)", what, (unsigned)rc, ev.event_number);
+	return ok;
+}
+
 /* Waits for a DTO completion and checks every field. A `len` of -1 skips the
  * length. Returns 1 if every field matched. */
 static UNUSED int expect_dto(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, uint64_t cookie, DAT_DTO_COMPLETION_STATUS status,

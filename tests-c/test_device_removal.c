@@ -44,19 +44,6 @@ static void expect_catastrophic(DAT_EVD_HANDLE async, const char *what)
 	expect_empty(async, what);
 }
 
-/* One connection event on `evd` for `ep`: BROKEN, or DISCONNECTED where the other side's
- * end (its IA broke it) reached this one before word of the removal did. */
-static void connection_ends(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, const char *what)
-{
-	DAT_EVENT ev;
-	DAT_RETURN rc = wait_event(evd, &ev);
-	CHECK(rc == DAT_SUCCESS && ev.event_data.connect_event_data.ep_handle == ep &&
-		      (ev.event_number == DAT_CONNECTION_EVENT_BROKEN ||
-		       ev.event_number == DAT_CONNECTION_EVENT_DISCONNECTED),
-	      "%s: %#x, event %#x (want BROKEN or DISCONNECTED)", what, (unsigned)rc, ev.event_number);
-	expect_empty(evd, what);
-}
-
 /* Takes every completion left on `evd` within `secs`: each of `cookies` (from `first`)
  * exactly once, flushed; returns how many came. */
 static int flushed_once(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, uint64_t first, int cookies, const char *what)
@@ -166,8 +153,10 @@ int main(void)
 
 	expect_catastrophic(async_a, "IA A's async EVD");
 	expect_catastrophic(async_b, "IA B's async EVD");
-	connection_ends(A.conn, A.ep, "A's connect EVD");
-	connection_ends(B.conn, B.ep, "B's connect EVD");
+	expect_conn_end(A.conn, A.ep, "A's connect EVD");
+	expect_empty(A.conn, "A's connect EVD");
+	expect_conn_end(B.conn, B.ep, "B's connect EVD");
+	expect_empty(B.conn, "B's connect EVD");
 	flushed_once(A.rcv, A.ep, 0xa00, RECVS, "A's receives");
 	flushed_once(B.rcv, B.ep, 0xb00, RECVS, "B's receives");
 

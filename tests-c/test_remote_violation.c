@@ -103,6 +103,34 @@ static int window_bounds_unchecked;
 /* The IA has no RMRs (max_rmrs 0: soft-iWARP has no memory windows). */
 static int no_rmrs;
 
+/* The remote triplet violation `k` names, through the window's context `ctx`, and in
+ * `*target` the memory it aims at (the window's start unless the kind says otherwise). */
+static DAT_RMR_TRIPLET aim(enum kind k, DAT_RMR_CONTEXT ctx, char **target)
+{
+	switch (k) {
+	case WRITE_BAD_CONTEXT:
+	case READ_BAD_CONTEXT:
+		return rseg(ctx ^ 0x7f7f7f00u, *target, 16);
+	case WRITE_PAST_END:
+	case READ_PAST_END:
+		*target = bbuf + WIN_OFF + WIN_LEN - 8;
+		return rseg(ctx, *target, 16);
+	case WRITE_BEFORE_START:
+		*target = bbuf + WIN_OFF - 8;
+		return rseg(ctx, *target, 16);
+	case WRITE_OTHER_PZ:
+	case READ_OTHER_PZ:
+		*target = b2buf + 64;
+		return rseg(rc_b2, *target, 16);
+	case WRITE_LMR_NO_REMOTE:
+	case READ_LMR_NO_REMOTE:
+		*target = blbuf + 64;
+		return rseg(rc_bl, *target, 16);
+	default:
+		return rseg(ctx, *target, 16);
+	}
+}
+
 static void violation(enum kind k, int suppress)
 {
 	const char *name = kind_name[k];
@@ -157,34 +185,7 @@ static void violation(enum kind k, int suppress)
 		expect_bind(B.req, rmr, 0x10, DAT_RMR_BIND_SUCCESS, "bind of the window");
 	}
 
-	switch (k) {
-	case WRITE_BAD_CONTEXT:
-	case READ_BAD_CONTEXT:
-		rem = rseg(ctx ^ 0x7f7f7f00u, target, 16);
-		break;
-	case WRITE_PAST_END:
-	case READ_PAST_END:
-		rem = rseg(ctx, bbuf + WIN_OFF + WIN_LEN - 8, 16);
-		target = bbuf + WIN_OFF + WIN_LEN - 8;
-		break;
-	case WRITE_BEFORE_START:
-		rem = rseg(ctx, bbuf + WIN_OFF - 8, 16);
-		target = bbuf + WIN_OFF - 8;
-		break;
-	case WRITE_OTHER_PZ:
-	case READ_OTHER_PZ:
-		target = b2buf + 64;
-		rem = rseg(rc_b2, target, 16);
-		break;
-	case WRITE_LMR_NO_REMOTE:
-	case READ_LMR_NO_REMOTE:
-		target = blbuf + 64;
-		rem = rseg(rc_bl, target, 16);
-		break;
-	default:
-		rem = rseg(ctx, target, 16);
-		break;
-	}
+	rem = aim(k, ctx, &target);
 
 	/* the memory both sides must find untouched */
 	memset(bbuf, 0x33, 8192);
@@ -270,17 +271,6 @@ static void violation(enum kind k, int suppress)
  * target's memory stays as it was, and the connection ends on both sides. A region the
  * device cannot restrict as asked (siw lets a peer read whatever it may write) is refused
  * when created (DAT_MODEL_NOT_SUPPORTED): no peer gets more than the consumer asked. */
-static void connection_ends(DAT_EVD_HANDLE evd, DAT_EP_HANDLE ep, const char *what)
-{
-	/* The TERMINATE ends the stream: rdma_cm reports it disconnected on either side. */
-	DAT_EVENT ev;
-	DAT_RETURN rc = wait_event(evd, &ev);
-	CHECK(rc == DAT_SUCCESS && ev.event_data.connect_event_data.ep_handle == ep &&
-		      (ev.event_number == DAT_CONNECTION_EVENT_BROKEN ||
-		       ev.event_number == DAT_CONNECTION_EVENT_DISCONNECTED),
-	      "%s: %#x, event %#x (want BROKEN or DISCONNECTED)", what, (unsigned)rc, ev.event_number);
-}
-
 static void violation_iwarp(enum kind k)
 {
 	const char *name = kind_name[k];
@@ -318,34 +308,7 @@ static void violation_iwarp(enum kind k)
 		if (rc != DAT_SUCCESS)
 			return;
 	}
-	switch (k) {
-	case WRITE_BAD_CONTEXT:
-	case READ_BAD_CONTEXT:
-		rem = rseg(ctx ^ 0x7f7f7f00u, target, 16);
-		break;
-	case WRITE_PAST_END:
-	case READ_PAST_END:
-		target = bbuf + WIN_OFF + WIN_LEN - 8;
-		rem = rseg(ctx, target, 16);
-		break;
-	case WRITE_BEFORE_START:
-		target = bbuf + WIN_OFF - 8;
-		rem = rseg(ctx, target, 16);
-		break;
-	case WRITE_OTHER_PZ:
-	case READ_OTHER_PZ:
-		target = b2buf + 64;
-		rem = rseg(rc_b2, target, 16);
-		break;
-	case WRITE_LMR_NO_REMOTE:
-	case READ_LMR_NO_REMOTE:
-		target = blbuf + 64;
-		rem = rseg(rc_bl, target, 16);
-		break;
-	default:
-		rem = rseg(ctx, target, 16);
-		break;
-	}
+	rem = aim(k, ctx, &target);
 	side_ep(&A, &attr);
 	side_ep(&B, &attr);
 	if (connect_pair(&A, &B)) {
@@ -372,8 +335,8 @@ static void violation_iwarp(enum kind k)
 		else
 			CHECK(st == DAT_DTO_SUCCESS || st == DAT_DTO_ERR_REMOTE_ACCESS || st == DAT_DTO_ERR_FLUSHED,
 			      "%s: the write completed with status %u", name, st);
-		connection_ends(B.conn, B.ep, "target's connect EVD");
-		connection_ends(A.conn, A.ep, "initiator's connect EVD");
+		expect_conn_end(B.conn, B.ep, "target's connect EVD");
+		expect_conn_end(A.conn, A.ep, "initiator's connect EVD");
 		CHECK(all_are(bbuf, 0x33, 8192) && all_are(b2buf, 0x33, 4096) && all_are(blbuf, 0x33, 4096),
 		      "%s: the target's memory changed", name);
 		CHECK(all_are(abuf + 2048, 0x44, 16), "%s: the read brought bytes back", name);

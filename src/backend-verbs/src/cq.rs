@@ -240,6 +240,9 @@ impl VerbsCq {
             );
         }
         let qp = qp_of(last, shared, wc.qp_num);
+        if qp.as_ref().is_some_and(|q| q.dropped_after_loss(is_recv)) {
+            return; // completed already, flushed, when the device went (qp.rs `flush_lost`)
+        }
         let mut imm = None;
         let mut invalidated = None;
         // soft-RoCE (rxe) hands user space the kernel's flag value for "with invalidate" (bit 2,

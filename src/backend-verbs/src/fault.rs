@@ -6,7 +6,8 @@
 //! let go of user contexts), and rdma_cm's DEVICE_REMOVAL on each id bound to it (the removal
 //! of one that cannot, soft-RoCE and soft-iWARP among them: `rdma link delete` then waits
 //! until every process has closed the device). Either way each IA on the device breaks every
-//! QP it has, connected or not, so that what was posted completes flushed, and tells the core
+//! QP it has, connected or not: what was posted completes flushed here, once (qp.rs
+//! `flush_lost`: a dead device completes nothing more), and tells the core
 //! once (`CmEvent::DeviceLost`: DAT_ASYNC_ERROR_IA_CATASTROPHIC). IAs on one device share the
 //! context's descriptor, and whichever event thread reads an event serves every IA of it.
 
@@ -53,18 +54,20 @@ impl Shared {
             self.name
         );
         let ctx = self.ctx.0 as usize;
-        let mine: Vec<u32> = all_qps()
+        let mine: Vec<_> = all_qps()
             .lock()
             .iter()
             .filter(|((c, _), _)| *c == ctx)
-            .filter_map(|(&(_, n), w)| {
-                w.upgrade()
-                    .filter(|q| std::ptr::eq(&*q.shared, self))
-                    .map(|_| n)
-            })
+            .filter_map(|(_, w)| w.upgrade().filter(|q| std::ptr::eq(&*q.shared, self)))
             .collect();
-        for qp_num in mine {
-            self.defer_break(qp_num);
+        // What was posted completes flushed here: a device that died completes nothing more
+        // (one being removed might; what it reports then is dropped). Datagram QPs keep the
+        // device's flushes.
+        for qp in mine {
+            if !qp.ud {
+                qp.flush_lost();
+            }
+            self.defer_break(qp.qp_num);
         }
         self.defer_event(CmEvent::DeviceLost);
     }

@@ -105,6 +105,12 @@ pub(crate) struct VerbsQp {
     /// (a completion of a QP with none takes no lock).
     sinks: Mutex<IntMap<u64, super::sink::Sinks>>,
     sinks_out: AtomicU32,
+    /// The receives posted (without an SRQ) and not completed, oldest first: a device that
+    /// dies completes none of them, and `flush_lost` does.
+    recv_ids: Mutex<VecDeque<u64>>,
+    /// The device is gone and what was outstanding completed here (`flush_lost`): what it
+    /// may still report of this QP is dropped, and every later request completes flushed.
+    flushed_here: AtomicBool,
 }
 
 /// An address handle: an ibv_ah made in a QP's PD from the path rdma_cm resolved, the remote
@@ -359,6 +365,8 @@ impl VerbsQp {
             sq: Mutex::new(SendQueue::default()),
             sinks: Mutex::new(IntMap::default()),
             sinks_out: AtomicU32::new(0),
+            recv_ids: Mutex::new(VecDeque::new()),
+            flushed_here: AtomicBool::new(false),
             ud,
         });
         if ud {
@@ -521,6 +529,16 @@ impl VerbsQp {
                 Some(s) => s.completed(wr_id),
                 None => {
                     self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+                    let id = wr_id & !RECV_BIT;
+                    let mut ids = self.recv_ids.lock();
+                    match ids.front() == Some(&id) {
+                        true => drop(ids.pop_front()),
+                        false => {
+                            if let Some(at) = ids.iter().position(|&r| r == id) {
+                                ids.remove(at);
+                            }
+                        }
+                    }
                 }
             }
         } else if self.shared.iwarp {
@@ -826,6 +844,15 @@ impl VerbsQp {
         // signaled completion is reaped). The lock is held across the post so the queue's
         // record is in posting order.
         let mut sq = self.sq.lock();
+        if self.flushed_here.load(Ordering::SeqCst) {
+            drop(sq);
+            let mut binds = self.binds.lock();
+            binds.remove(&wr.wr_id);
+            self.binds_out.store(binds.len() as u32, Ordering::Release);
+            drop(binds);
+            self.flushed_now(wr);
+            return Ok(());
+        }
         // Room in the send CQ first, under the send queue's lock: no other post raises
         // `sends_out` meanwhile.
         let posted = if bind.inv.is_some() { 2 } else { 1 };
@@ -934,6 +961,61 @@ impl VerbsQp {
         posted
     }
 
+    /// Request `wr` completes flushed at once: the device is gone (`flush_lost`).
+    fn flushed_now(&self, wr: &SendWr) {
+        self.release_sinks(wr.wr_id);
+        self.send_cq.push_synthetic(vec![WorkCompletion::flushed(
+            wr.wr_id,
+            wr.op.opcode(),
+            self.qp_num,
+        )]);
+    }
+
+    /// The device is gone (fault.rs): every request and receive still outstanding completes
+    /// flushed now, in posting order (a dead device completes none of them), and whatever the
+    /// device may still report of this QP is dropped (`dropped_after_loss`). Receives of an
+    /// SRQ stay the SRQ's.
+    pub(super) fn flush_lost(&self) {
+        let mut sq = self.sq.lock();
+        let mut ids = self.recv_ids.lock();
+        if self.flushed_here.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let flushed = |id: u64, op| WorkCompletion::flushed(id, op, self.qp_num);
+        let sends: Vec<WorkCompletion> = sq
+            .posted
+            .drain(..)
+            .filter(|id| id & INTERNAL_BIT == 0)
+            .map(|id| flushed(id, WcOpcode::Send))
+            .collect();
+        sq.early.clear();
+        sq.signaled.clear();
+        sq.split_error = None;
+        self.sends_out.store(0, Ordering::SeqCst);
+        self.split_extra.store(0, Ordering::SeqCst);
+        let recvs: Vec<WorkCompletion> = ids
+            .drain(..)
+            .map(|id| flushed(id, WcOpcode::Recv))
+            .collect();
+        self.recvs_out.store(0, Ordering::SeqCst);
+        drop(ids);
+        drop(sq);
+        self.sinks.lock().clear();
+        self.sinks_out.store(0, Ordering::SeqCst);
+        if !sends.is_empty() {
+            self.send_cq.push_synthetic(sends);
+        }
+        if !recvs.is_empty() {
+            self.recv_cq.push_synthetic(recvs);
+        }
+    }
+
+    /// Whether a completion the device reports of this QP comes after `flush_lost` completed
+    /// it already (a receive of an SRQ is the SRQ's, and reported).
+    pub(super) fn dropped_after_loss(&self, is_recv: bool) -> bool {
+        self.flushed_here.load(Ordering::SeqCst) && !(is_recv && self.srq.is_some())
+    }
+
     /// The sinks of read `wr_id`, if it had its own, deregistered: it is done.
     fn release_sinks(&self, wr_id: u64) {
         if self.sinks_out.load(Ordering::SeqCst) == 0 {
@@ -956,6 +1038,11 @@ impl VerbsQp {
         let n = runs.len() as u32;
         let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
         let mut sq = self.sq.lock();
+        if self.flushed_here.load(Ordering::SeqCst) {
+            drop(sq);
+            self.flushed_now(wr);
+            return Ok(());
+        }
         reserve(
             &self.send_cq,
             &self.send_room,
@@ -1191,6 +1278,18 @@ impl QueuePair for VerbsQp {
         w.wr_id = wr.wr_id | RECV_BIT;
         w.sg_list = super::sys::sge_ptr(sges);
         w.num_sge = sges.len() as i32;
+        // Held across the post, so the record is in posting order (and no `flush_lost` runs
+        // between the two).
+        let mut ids = self.recv_ids.lock();
+        if self.flushed_here.load(Ordering::SeqCst) {
+            drop(ids);
+            self.recv_cq.push_synthetic(vec![WorkCompletion::flushed(
+                wr.wr_id,
+                WcOpcode::Recv,
+                self.qp_num,
+            )]);
+            return Ok(());
+        }
         let out = self.recvs_out.fetch_add(1, Ordering::SeqCst) + 1;
         if let Err(e) = reserve(&self.recv_cq, &self.recv_room, out, self.cap.max_recv_wr) {
             self.recvs_out.fetch_sub(1, Ordering::SeqCst);
@@ -1204,6 +1303,7 @@ impl QueuePair for VerbsQp {
             log::debug!("QP {}: ibv_post_recv: error {rc}", self.qp_num);
             return Err(Error::NoResource(Resource::Qp));
         }
+        ids.push_back(wr.wr_id);
         Ok(())
     }
     fn replaced_after_reset(&self) -> bool {
