@@ -31,8 +31,6 @@
 #    provider (ofa-v2-rxe), OFED's libdat2 with our provider (by full path);
 #  - wire mixes: a dapltest server all OFED's (libdat2 + provider) with a
 #    client all ours, and the reverse;
-#  - last, test_device_removal on each device: removed (rdma link delete) under
-#    open IAs with reads in flight, and added back;
 #  - our libfabric backend (libdaplrs-ofi.so.2) over libfabric's verbs
 #    provider on rxe0: "ofi verbs;ofi_rxm rxe0" (rs-ofi-vrxm, reliable
 #    datagrams with our connection layer) and "ofi verbs rxe0" (rs-ofi-vmsg,
@@ -42,6 +40,8 @@
 #    Debian's dapltest (as on rs-rxe0), dtest, dtest -c, dtestx -q and
 #    dtestsrq (dtestx's transfers need immediate data, which libfabric's
 #    verbs does not give the backend: said, not run).
+#  - last, test_device_removal on each device: removed (rdma link delete) under
+#    open IAs with reads in flight, and added back.
 # Ends with one line "verbs-guest: N passed, N failed" (run-tests.sh adds it
 # to the total). A guest that does not boot is one failure, never a skip.
 #

@@ -75,8 +75,13 @@ impl Shared {
 
 /// rdma_cm said `s`'s device is being removed (on one of its ids): every IA on it is told.
 pub(super) fn device_removed(s: &Arc<Shared>) {
-    for ia in on_context(s.ctx.0 as usize) {
-        ia.device_lost("rdma_cm: device removed");
+    lost_on_context(s.ctx.0 as usize, "rdma_cm: device removed");
+}
+
+/// Every IA on the device of context `ctx` loses it (`why`).
+fn lost_on_context(ctx: usize, why: &str) {
+    for ia in on_context(ctx) {
+        ia.device_lost(why);
     }
 }
 
@@ -86,11 +91,7 @@ pub(super) fn device_event(s: &Arc<Shared>, ev: &ibv_async_event) -> bool {
     use ibv_event_type::*;
     let ctx = s.ctx.0 as usize;
     match ev.event_type {
-        IBV_EVENT_DEVICE_FATAL => {
-            for ia in on_context(ctx) {
-                ia.device_lost("fatal device error");
-            }
-        }
+        IBV_EVENT_DEVICE_FATAL => lost_on_context(ctx, "fatal device error"),
         IBV_EVENT_CQ_ERR => {
             // SAFETY: a CQ event carries the CQ, whose context is our id for it (cq.rs).
             let id = unsafe { (*ev.element.cq).cq_context } as usize as u64;

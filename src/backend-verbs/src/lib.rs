@@ -307,11 +307,9 @@ impl VerbsDevice {
         // SAFETY: a live context and its device.
         let iwarp =
             unsafe { (*(*ctx.0).device).transport_type } == ibv_transport_type::IBV_TRANSPORT_IWARP;
-        let mut attr = device_attr(&da, &pa, iwarp);
-        // siw pins against the limit whatever the process may lock (siw_mem.c); the others,
-        // through ib_umem_get, only a process without CAP_IPC_LOCK.
-        attr.pin_limit = sys::pin_limit(da.vendor_id == SIW_VENDOR_ID);
-        if da.vendor_id == SIW_VENDOR_ID {
+        let attr = device_attr(&da, &pa, iwarp);
+        let siw = da.vendor_id == SIW_VENDOR_ID;
+        if siw {
             siw_key_guard(ctx);
         }
         let (cq_resize, probe_cq) = probe_cq_resize(ctx);
@@ -326,13 +324,12 @@ impl VerbsDevice {
             max_inline: MAX_INLINE,
             mw_type2,
             read_sink_remote_write: iwarp
-                && (da.vendor_id != SIW_VENDOR_ID
-                    || std::env::var("DAPLRS_VERBS_SINK_MR").as_deref() == Ok("always")),
-            checks_remote_read: da.vendor_id != SIW_VENDOR_ID,
+                && (!siw || std::env::var("DAPLRS_VERBS_SINK_MR").as_deref() == Ok("always")),
+            checks_remote_read: !siw,
             read_sge_limit: read_sge_limit(&da),
             cq_resize,
             probe_cq,
-            recv_needs_sge: da.vendor_id == SIW_VENDOR_ID,
+            recv_needs_sge: siw,
             iwarp,
             comp_channel,
             cm_channel,
@@ -409,7 +406,9 @@ fn device_attr(da: &ibv_device_attr, pa: &ibv_port_attr, iwarp: bool) -> DeviceA
         },
         atomics: da.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
         pins_for_write: true,
-        pin_limit: None, // set by `open` (`sys::pin_limit`)
+        // siw pins against the limit whatever the process may lock (siw_mem.c); the others,
+        // through ib_umem_get, only a process without CAP_IPC_LOCK.
+        pin_limit: sys::pin_limit(da.vendor_id == SIW_VENDOR_ID),
         write_imm: !iwarp,
         transport,
     }

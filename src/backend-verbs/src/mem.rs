@@ -61,14 +61,13 @@ impl ProtectionDomain for VerbsPd {
         let shared = &self.inner.shared;
         let remote_read = access & ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 != 0;
         let remote_write = access & ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0 != 0;
-        let hw_access = access;
         // SAFETY: the caller guarantees [addr, addr+length) is valid memory until deregister.
         let mr = unsafe {
             ibv_reg_mr(
                 self.inner.pd.0,
                 addr as usize as *mut libc::c_void,
                 length as usize,
-                hw_access as i32,
+                access as i32,
             )
         };
         if mr.is_null() {

@@ -529,15 +529,11 @@ impl VerbsQp {
                 Some(s) => s.completed(wr_id),
                 None => {
                     self.recvs_out.fetch_sub(1, Ordering::SeqCst);
+                    // Receives complete in order: it is the first (the search ends there).
                     let id = wr_id & !RECV_BIT;
                     let mut ids = self.recv_ids.lock();
-                    match ids.front() == Some(&id) {
-                        true => drop(ids.pop_front()),
-                        false => {
-                            if let Some(at) = ids.iter().position(|&r| r == id) {
-                                ids.remove(at);
-                            }
-                        }
+                    if let Some(at) = ids.iter().position(|&r| r == id) {
+                        ids.remove(at);
                     }
                 }
             }
@@ -567,10 +563,7 @@ impl VerbsQp {
         if is_recv || self.binds_out.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let mut binds = self.binds.lock();
-        let (mw, rkey) = binds.remove(&wr_id)?;
-        self.binds_out.store(binds.len() as u32, Ordering::Release);
-        drop(binds);
+        let (mw, rkey) = self.forget_bind(wr_id)?;
         if status == WcStatus::Success {
             mw.set_bound(rkey);
         }
@@ -846,10 +839,7 @@ impl VerbsQp {
         let mut sq = self.sq.lock();
         if self.flushed_here.load(Ordering::SeqCst) {
             drop(sq);
-            let mut binds = self.binds.lock();
-            binds.remove(&wr.wr_id);
-            self.binds_out.store(binds.len() as u32, Ordering::Release);
-            drop(binds);
+            self.forget_bind(wr.wr_id);
             self.flushed_now(wr);
             return Ok(());
         }
@@ -862,9 +852,7 @@ impl VerbsQp {
             self.sends_out.load(Ordering::SeqCst) + posted,
             self.hw_send_wr,
         ) {
-            let mut binds = self.binds.lock();
-            binds.remove(&wr.wr_id);
-            self.binds_out.store(binds.len() as u32, Ordering::Release);
+            self.forget_bind(wr.wr_id);
             return Err(e);
         }
         // On iWARP every read is signaled: a later request may complete before it (see
@@ -915,9 +903,7 @@ impl VerbsQp {
                 sq.posted.pop_back();
             }
             sq.signaled.remove(&wr.wr_id);
-            let mut binds = self.binds.lock();
-            binds.remove(&wr.wr_id);
-            self.binds_out.store(binds.len() as u32, Ordering::Release);
+            self.forget_bind(wr.wr_id);
             if self.shared.recv_needs_sge {
                 self.sent_lens.lock().remove(&wr.wr_id);
             }
@@ -961,6 +947,14 @@ impl VerbsQp {
         posted
     }
 
+    /// The window bind `wr_id` had in flight, no longer (its completion, or a post refused).
+    fn forget_bind(&self, wr_id: u64) -> Option<(Arc<VerbsMw>, u32)> {
+        let mut binds = self.binds.lock();
+        let bind = binds.remove(&wr_id);
+        self.binds_out.store(binds.len() as u32, Ordering::Release);
+        bind
+    }
+
     /// Request `wr` completes flushed at once: the device is gone (`flush_lost`).
     fn flushed_now(&self, wr: &SendWr) {
         self.release_sinks(wr.wr_id);
@@ -1002,6 +996,7 @@ impl VerbsQp {
         drop(sq);
         self.sinks.lock().clear();
         self.sinks_out.store(0, Ordering::SeqCst);
+        self.sent_lens.lock().clear();
         if !sends.is_empty() {
             self.send_cq.push_synthetic(sends);
         }

@@ -283,7 +283,8 @@ fn fill_provider_attr(ia: &Arc<Ia>, p: &mut DAT_PROVIDER_ATTR) {
 }
 
 /// The provider-specific attribute naming the locked-memory limit registrations pin against.
-pub const PIN_LIMIT_ATTR: &str = "DAPLRS_PIN_LIMIT";
+/// (datinfo shows it by this name.)
+const PIN_LIMIT_ATTR: &str = "DAPLRS_PIN_LIMIT";
 
 /// The provider-specific attributes of DAT_PROVIDER_ATTR, by the names OFED's provider reports
 /// them under (programs written for it look them up by name: dtestsrq sizes its messages by

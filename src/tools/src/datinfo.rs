@@ -283,7 +283,8 @@ fn provider_specific(p: &DAT_PROVIDER_ATTR) -> String {
             continue; // the adapter above
         }
         if n == "DAPLRS_PIN_LIMIT" {
-            // The provider's: registrations pin against RLIMIT_MEMLOCK (siw, even for root).
+            // Our provider's (provider-ffi's PIN_LIMIT_ATTR): registrations pin against
+            // RLIMIT_MEMLOCK (siw, even for root).
             let kib = v
                 .parse::<u64>()
                 .map_or(v.clone(), |b| format!("{} KiB", b / 1024));

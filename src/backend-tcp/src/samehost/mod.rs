@@ -612,7 +612,8 @@ fn same_arena(a: &ArenaSpan, b: &ArenaSpan) -> bool {
 
 impl PeerArenas {
     /// Our mapping of the arena `span` names (its `off` is ignored), mapped now if need be.
-    fn get(&mut self, pid: u32, span: ArenaSpan) -> Option<Arc<sys::SharedMap>> {
+    fn get(&mut self, peer: &peer::PeerProcess, span: ArenaSpan) -> Option<Arc<sys::SharedMap>> {
+        let pid = peer.pid();
         if let Some((_, m)) = self.maps.iter().find(|(s, _)| same_arena(s, &span)) {
             return m.clone();
         }
@@ -620,7 +621,7 @@ impl PeerArenas {
         // system call) at the mappings we hold, only when another is made.
         self.maps
             .retain(|(s, _)| sys::inode_at(&format!("/proc/{pid}/fd/{}", s.fd)) == Some(s.ino));
-        let map = match Self::open(pid, span) {
+        let map = match Self::open(peer, span) {
             Ok(m) => Some(Arc::new(m)),
             Err(e) => {
                 log::info!(target: LOG, "pid {pid}: arena fd {}: {e}; cross-memory attach", span.fd);
@@ -634,8 +635,8 @@ impl PeerArenas {
         map
     }
 
-    fn open(pid: u32, span: ArenaSpan) -> Result<sys::SharedMap, Refusal> {
-        let (file, len) = open_peer_memfd(pid, span.fd)?;
+    fn open(peer: &peer::PeerProcess, span: ArenaSpan) -> Result<sys::SharedMap, Refusal> {
+        let (file, len) = peer.memfd(span.fd)?;
         if sys::inode_of(file.as_raw_fd()).ok() != Some(span.ino) {
             return Err("another file now".into());
         }
@@ -990,7 +991,7 @@ impl PeerTable {
     ) -> Moved {
         let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
         if let Some(span) = e.arena {
-            let map = self.mapping.arenas.lock().get(self.mapping.pid, span);
+            let map = self.mapping.arenas.lock().get(&self.mapping.process, span);
             // The offset comes from the peer's table (untrusted): copy_ranges copies nothing
             // outside the mapping.
             if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {

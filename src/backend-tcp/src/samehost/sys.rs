@@ -950,11 +950,5 @@ impl SharedMap {
 
 /// The inode number of a file we hold (what /proc/<pid>/maps shows for its mappings).
 pub(crate) fn inode_of(fd: RawFd) -> io::Result<u64> {
-    // SAFETY: fstat(2) fills the one struct we pass.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st.st_ino)
+    identity(fd).map(|(_, ino)| ino)
 }
