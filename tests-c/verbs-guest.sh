@@ -40,6 +40,8 @@
 #    Debian's dapltest (as on rs-rxe0), dtest, dtest -c, dtestx -q and
 #    dtestsrq (dtestx's transfers need immediate data, which libfabric's
 #    verbs does not give the backend: said, not run).
+#  - on siw0, read-sink-wire.py: the connection captured while
+#    test_read_sink_wire reads, no read request naming the consumer's memory;
 #  - last, test_device_removal on each device: removed (rdma link delete) under
 #    open IAs with reads in flight, and added back.
 # Ends with one line "verbs-guest: N passed, N failed" (run-tests.sh adds it
@@ -76,7 +78,7 @@ if [ "${1:-}" != --inside ]; then
 			exit 1
 		fi
 	done
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_device_removal \
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_device_removal test_read_sink_wire \
 		test_dat12_rules test_misuse12 test_interop12 test_interop20; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
@@ -363,8 +365,11 @@ for t in test_provider_handles test_dto_rules test_remote_violation test_peer_ki
 done
 
 # --- 1a. iWARP NICs read into sinks registered for each read alone (sink.rs); siw
-# need not, DAPLRS_VERBS_SINK_MR=always makes it (our provider only)
+# reads into a bounce buffer, DAPLRS_VERBS_SINK_MR=always gives it the NICs' way
+# (our provider only). The wire check: no read request names the consumer's
+# memory (read-sink-wire.py captures the connection as root).
 if [ $k = siw ] && [ "$VERBS_IA" = rs-rxe0 ]; then
+	c_test "read-sink-wire" "$out/read-sink-wire.log" "$OURS" 200 "$top/tests-c/read-sink-wire.py"
 	for t in test_dto_rules test_remote_violation test_dat2_ops; do
 		DAPLRS_VERBS_SINK_MR=always c_test "$t (read sinks of their own)" "$out/$t-sink-mr.log" "$OURS" 200 "$top/build/tests/$t"
 	done

@@ -326,6 +326,14 @@ impl VerbsCq {
         self.reap(&mut q.last_qp, &mut q.wcs, usize::MAX);
     }
 
+    /// Reaps the hardware CQ for a thread other than the consumer's (a post that waits for
+    /// reads, `VerbsQp::wait_bounced_reads`), telling the consumer of what it queued.
+    pub(super) fn reap_for_consumer(&self) {
+        if self.reap_some() {
+            self.fire();
+        }
+    }
+
     /// Reaps the hardware CQ; whether that queued anything.
     fn reap_some(&self) -> bool {
         let mut q = self.queue.lock();

@@ -92,11 +92,9 @@ pub(crate) struct Shared {
     attr: DeviceAttr,
     max_inline: u32,
     mw_type2: bool,
-    /// The sink of an RDMA read needs remote write access: on iWARP the read response is
-    /// placed through the sink's STag like an RDMA write (RFC 5040), and iWARP NICs check
-    /// remote write on it. Each read's sink is registered for it alone (sink.rs). siw checks
-    /// only local write: not there.
-    read_sink_remote_write: bool,
+    /// Where an RDMA read's response lands: on iWARP its sink's STag goes to the peer in
+    /// the read request (sink.rs).
+    read_sink: sink::ReadSink,
     /// The device checks a region's remote read right when a peer reads it. siw does not:
     /// it sends a read response from any region of the QP's PD whose STag the request names
     /// (siw_qp_tx.c checks the source with no access bits). See `mem.rs` for what we do there.
@@ -323,8 +321,7 @@ impl VerbsDevice {
             attr,
             max_inline: MAX_INLINE,
             mw_type2,
-            read_sink_remote_write: iwarp
-                && (!siw || std::env::var("DAPLRS_VERBS_SINK_MR").as_deref() == Ok("always")),
+            read_sink: sink::ReadSink::for_device(iwarp, siw),
             checks_remote_read: !siw,
             read_sge_limit: read_sge_limit(&da),
             cq_resize,

@@ -19,6 +19,7 @@ use rdma_sys::*;
 
 use super::cq::VerbsCq;
 use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
+use super::sink::{ReadSink, Sinks};
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT, SPLIT_BIT};
 use daplrs_backend::intmap::{IntMap, IntSet};
@@ -105,6 +106,8 @@ pub(crate) struct VerbsQp {
     /// (a completion of a QP with none takes no lock).
     sinks: Mutex<IntMap<u64, super::sink::Sinks>>,
     sinks_out: AtomicU32,
+    /// Of those, the reads into a bounce buffer whose response is not copied out yet.
+    bounced_out: AtomicU32,
     /// The receives posted (without an SRQ) and not completed, oldest first: a device that
     /// dies completes none of them, and `flush_lost` does.
     recv_ids: Mutex<VecDeque<u64>>,
@@ -365,6 +368,7 @@ impl VerbsQp {
             sq: Mutex::new(SendQueue::default()),
             sinks: Mutex::new(IntMap::default()),
             sinks_out: AtomicU32::new(0),
+            bounced_out: AtomicU32::new(0),
             recv_ids: Mutex::new(VecDeque::new()),
             flushed_here: AtomicBool::new(false),
             ud,
@@ -690,6 +694,12 @@ impl VerbsQp {
             );
             return;
         }
+        // A read's sink is done when its response is in, not when it retires in order: a
+        // fenced request waits for exactly this (`wait_bounced_reads`).
+        let mut wc = wc;
+        if !self.finish_sinks(wc.wr_id, wc.status == WcStatus::Success) {
+            wc.status = WcStatus::LocalProtection;
+        }
         sq.early.insert(wc.wr_id, wc);
         while let Some(&front) = sq.posted.front() {
             let done = match sq.early.remove(&front) {
@@ -717,7 +727,6 @@ impl VerbsQp {
             let mut wc = done.unwrap_or_else(|| {
                 WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
             });
-            self.release_sinks(front);
             // The read a failed piece belonged to: flushed behind it, it fails as the piece did.
             if let Some(failed) = sq.split_error.take() {
                 if wc.status != WcStatus::Success {
@@ -933,16 +942,23 @@ impl VerbsQp {
 }
 
 impl VerbsQp {
-    /// An RDMA read whose sink segments are registered for it alone (sink.rs), released when
-    /// it completes (`release_sinks`).
+    /// An RDMA read whose sink is registered for it alone (sink.rs): the consumer's segments
+    /// or a bounce buffer, released when it completes (`finish_sinks`).
     fn post_read_to_own_sinks(&self, wr: &SendWr) -> Result<()> {
         let mut own = wr.clone();
-        let sinks = super::sink::Sinks::register(self._pd.pd.0, &mut own.sgl)?;
+        let pd = self._pd.pd.0;
+        let sinks = match self.shared.read_sink {
+            ReadSink::Bounce => Sinks::bounce(pd, &mut own.sgl)?,
+            _ => Sinks::register(pd, &mut own.sgl)?,
+        };
+        if sinks.bounced() {
+            self.bounced_out.fetch_add(1, Ordering::SeqCst);
+        }
         self.sinks.lock().insert(wr.wr_id, sinks);
         self.sinks_out.fetch_add(1, Ordering::SeqCst);
         let posted = self.post_begun(&own);
         if posted.is_err() {
-            self.release_sinks(wr.wr_id);
+            self.finish_sinks(wr.wr_id, false);
         }
         posted
     }
@@ -957,7 +973,7 @@ impl VerbsQp {
 
     /// Request `wr` completes flushed at once: the device is gone (`flush_lost`).
     fn flushed_now(&self, wr: &SendWr) {
-        self.release_sinks(wr.wr_id);
+        self.finish_sinks(wr.wr_id, false);
         self.send_cq.push_synthetic(vec![WorkCompletion::flushed(
             wr.wr_id,
             wr.op.opcode(),
@@ -996,6 +1012,7 @@ impl VerbsQp {
         drop(sq);
         self.sinks.lock().clear();
         self.sinks_out.store(0, Ordering::SeqCst);
+        self.bounced_out.store(0, Ordering::SeqCst);
         self.sent_lens.lock().clear();
         if !sends.is_empty() {
             self.send_cq.push_synthetic(sends);
@@ -1011,14 +1028,41 @@ impl VerbsQp {
         self.flushed_here.load(Ordering::SeqCst) && !(is_recv && self.srq.is_some())
     }
 
-    /// The sinks of read `wr_id`, if it had its own, deregistered: it is done.
-    fn release_sinks(&self, wr_id: u64) {
+    /// The sinks of read `wr_id`, if it had its own, finished (its bounced response copied
+    /// out if it `succeeded`) and deregistered: it is done. False if the copy failed.
+    fn finish_sinks(&self, wr_id: u64, succeeded: bool) -> bool {
         if self.sinks_out.load(Ordering::SeqCst) == 0 {
-            return;
+            return true;
         }
-        if self.sinks.lock().remove(&wr_id).is_some() {
-            self.sinks_out.fetch_sub(1, Ordering::SeqCst);
+        let Some(sinks) = self.sinks.lock().remove(&wr_id) else {
+            return true;
+        };
+        self.sinks_out.fetch_sub(1, Ordering::SeqCst);
+        let copied = sinks.finish(succeeded);
+        if sinks.bounced() {
+            self.bounced_out.fetch_sub(1, Ordering::SeqCst);
         }
+        copied
+    }
+
+    /// A fenced request must see the bytes of the reads before it, and a bounced read's bytes
+    /// reach the consumer's memory only when its completion is reaped (sink.rs): so the
+    /// request waits, in its post, reaping the send CQ, until those copies are done (or the
+    /// QP failed: then it is flushed anyway). Bounded: a read whose peer answers in no
+    /// 30 s leaves the request refused (resources), for the consumer to post again.
+    fn wait_bounced_reads(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.bounced_out.load(Ordering::SeqCst) > 0 {
+            if self.phase() == Phase::Error || self.flushed_here.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::NoResource(Resource::Qp));
+            }
+            self.send_cq.reap_for_consumer();
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     /// An RDMA read with more segments than the device reads into (siw: one), as one read
@@ -1239,10 +1283,13 @@ impl QueuePair for VerbsQp {
         }
     }
     fn post_send(&self, wr: &SendWr) -> Result<()> {
+        if wr.fence && self.bounced_out.load(Ordering::SeqCst) > 0 {
+            self.wait_bounced_reads()?;
+        }
         if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
             return Ok(());
         }
-        if matches!(wr.op, SendOp::RdmaRead { .. }) && self.shared.read_sink_remote_write {
+        if matches!(wr.op, SendOp::RdmaRead { .. }) && self.shared.read_sink != ReadSink::Consumer {
             return self.post_read_to_own_sinks(wr);
         }
         self.post_begun(wr)
