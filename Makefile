@@ -25,10 +25,11 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # library (ABI comparison, third-party provider), the conformance suite,
 # iproute2 for the two-host test in network namespaces, and xz-utils to
 # unpack Debian's dapl source (tests-c/debian-sources.sh), and libfabric-dev
-# for the OFI bindings (src/ofi-sys, docs/libfabric.md).
+# for the OFI bindings (src/ofi-sys, docs/libfabric.md), valgrind for the
+# instruction counts of tests-c/cost-guard.sh.
 TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl2 dapl2-utils \
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest \
-               libfabric-dev
+               libfabric-dev valgrind
 
 .PHONY: all libs tools header test test-rust test-c test-ofi test-verbs deps install uninstall clean
 
