@@ -263,18 +263,13 @@ impl Keys {
 
     /// The ranges of a local SGL (checked as `check_local_sgl`; empty segments left out), for
     /// a same-host copy the caller makes while it holds this registry locked.
-    pub fn local_ranges(
-        &self,
-        sgl: &[Sge],
-        pd: u32,
-        write: bool,
-    ) -> Result<Vec<(u64, usize)>, WcStatus> {
+    pub fn local_ranges(&self, sgl: &[Sge], pd: u32, write: bool) -> Result<Ranges, WcStatus> {
         self.check_local_sgl(sgl, pd, write)?;
-        Ok(sgl
-            .iter()
-            .filter(|s| s.length > 0)
-            .map(|s| (s.addr, s.length as usize))
-            .collect())
+        let mut ranges = Ranges::default();
+        for s in sgl.iter().filter(|s| s.length > 0) {
+            ranges.push((s.addr, s.length as usize));
+        }
+        Ok(ranges)
     }
 
     /// Reads the bytes a local SGL describes.
@@ -522,6 +517,43 @@ impl Keys {
         self.check_remote(rkey, addr, u64::from(len), pd, access::REMOTE_READ)?;
         // SAFETY: as in remote_write, with remote read access.
         unsafe { sys::read_registered(addr, len as usize) }.ok_or(Status::RemoteAccess)
+    }
+}
+
+/// A request's local segments as (address, length), empty ones left out: up to
+/// `Ranges::INLINE` with no heap allocation (a DTO's path allocates nothing for the lists
+/// programs use), more on the heap.
+#[derive(Default)]
+pub struct Ranges {
+    len: usize,
+    inline: [(u64, usize); Ranges::INLINE],
+    heap: Vec<(u64, usize)>,
+}
+
+impl Ranges {
+    pub const INLINE: usize = 4;
+
+    fn push(&mut self, r: (u64, usize)) {
+        if self.heap.is_empty() && self.len < Self::INLINE {
+            self.inline[self.len] = r;
+            self.len += 1;
+            return;
+        }
+        if self.heap.is_empty() {
+            self.heap.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.heap.push(r);
+    }
+}
+
+impl std::ops::Deref for Ranges {
+    type Target = [(u64, usize)];
+    fn deref(&self) -> &[(u64, usize)] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
     }
 }
 

@@ -102,6 +102,17 @@ pub(crate) struct Shared {
     arenas: Mutex<IntMap<u32, Arc<samehost::arena::Arena>>>,
 }
 
+thread_local! {
+    /// The list of deferred work a thread last delivered, empty, for its next turn on the
+    /// engine (`Shared::take_deferred` leaves it there): the common turn, one completion,
+    /// then allocates nothing.
+    static SPARE_DEFERRED: std::cell::Cell<Vec<Deferred>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A spare list with more room than this is dropped rather than kept.
+const SPARE_DEFERRED_MAX: usize = 64;
+
 impl Shared {
     /// Maps the memory of regions same-host peers asked for into arenas (samehost/arena.rs),
     /// so that their copies become plain memory copies: `keys` are the peers' requests (a
@@ -287,7 +298,13 @@ impl Shared {
     /// connection events go to the shared queue there, so that they reach the consumer in the
     /// engine's order whichever thread hands them over (see `deliver_cm`).
     pub(crate) fn take_deferred(&self, eng: &mut Engine) -> Vec<Deferred> {
-        let mut all = std::mem::take(&mut eng.deferred);
+        // The engine keeps this thread's spare list (empty, with room), so that the next
+        // completion pushed allocates nothing; a turn that left nothing (a look that found
+        // nothing) touches no thread-local.
+        let mut all = match eng.deferred.is_empty() {
+            true => Vec::new(),
+            false => std::mem::replace(&mut eng.deferred, SPARE_DEFERRED.take()),
+        };
         eng.take_signalled(&mut all);
         if !all.iter().any(|d| matches!(d, Deferred::Cm(_))) {
             return all; // the common case: completions only
@@ -306,9 +323,9 @@ impl Shared {
     }
 
     /// Does what `take_deferred` left, outside the engine lock.
-    pub(crate) fn deliver(&self, deferred: Vec<Deferred>) {
+    pub(crate) fn deliver(&self, mut deferred: Vec<Deferred>) {
         let mut last_cq: Option<u64> = None;
-        for d in deferred {
+        for d in deferred.drain(..) {
             match d {
                 Deferred::Notify(cq) => {
                     if last_cq == Some(cq.id) {
@@ -327,6 +344,9 @@ impl Shared {
                 // with what this thread queued before.
                 Deferred::Cm(ev) => self.cm_events.lock().push_back(ev),
             }
+        }
+        if deferred.capacity() > 0 && deferred.capacity() <= SPARE_DEFERRED_MAX {
+            SPARE_DEFERRED.set(deferred);
         }
         self.deliver_cm();
     }
