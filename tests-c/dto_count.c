@@ -47,27 +47,13 @@ int main(int argc, char **argv)
 	}
 	const char *op = argv[1];
 	long n = atol(argv[2]);
-	DAT_IA_HANDLE ia_a = DAT_HANDLE_NULL, ia_b = DAT_HANDLE_NULL;
-	DAT_EVD_HANDLE async_a = DAT_HANDLE_NULL, async_b = DAT_HANDLE_NULL;
-	DAT_PZ_HANDLE pz_a = DAT_HANDLE_NULL, pz_b = DAT_HANDLE_NULL;
 	struct side A = { 0 }, B = { 0 };
-	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
-	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);
-	if (check_failed)
+	if (!open_pair(&A, &B, 16))
 		return check_summary("dto_count");
-	CHECK_RC(dat_pz_create(ia_a, &pz_a), DAT_SUCCESS);
-	CHECK_RC(dat_pz_create(ia_b, &pz_b), DAT_SUCCESS);
 	DAT_LMR_CONTEXT lc_a = 0, lc_b = 0;
 	DAT_RMR_CONTEXT rc_b = 0;
-	DAT_LMR_HANDLE lmr_a = lmr_make(ia_a, pz_a, abuf, sizeof abuf, DAT_MEM_PRIV_ALL_FLAG, &lc_a, NULL);
-	DAT_LMR_HANDLE lmr_b = lmr_make(ia_b, pz_b, bbuf, sizeof bbuf, DAT_MEM_PRIV_ALL_FLAG, &lc_b, &rc_b);
-	side_evds(&A, ia_a, pz_a);
-	side_evds(&B, ia_b, pz_b);
-	DAT_EP_ATTR attr = ep_attr(0, 0, 16);
-	side_ep(&A, &attr);
-	side_ep(&B, &attr);
-	if (check_failed || !connect_pair(&A, &B))
-		return check_summary("dto_count");
+	DAT_LMR_HANDLE lmr_a = lmr_make(A.ia, A.pz, abuf, sizeof abuf, DAT_MEM_PRIV_ALL_FLAG, &lc_a, NULL);
+	DAT_LMR_HANDLE lmr_b = lmr_make(B.ia, B.pz, bbuf, sizeof bbuf, DAT_MEM_PRIV_ALL_FLAG, &lc_b, &rc_b);
 	DAT_LMR_TRIPLET l = seg(lc_a, abuf, 8), lb = seg(lc_b, bbuf, 8);
 	DAT_RMR_TRIPLET r = rseg(rc_b, bbuf + 8, 8);
 	if (strcmp(op, "send") == 0)
@@ -101,16 +87,8 @@ int main(int argc, char **argv)
 		}
 	}
 	printf("dto_count %s empty %ld\n", op, empty);
-	CHECK(disconnect_pair(&A, &B), "disconnect");
-	side_free_ep(&A);
-	side_free_ep(&B);
-	side_free_evds(&A);
-	side_free_evds(&B);
 	CHECK_RC(dat_lmr_free(lmr_a), DAT_SUCCESS);
 	CHECK_RC(dat_lmr_free(lmr_b), DAT_SUCCESS);
-	CHECK_RC(dat_pz_free(pz_a), DAT_SUCCESS);
-	CHECK_RC(dat_pz_free(pz_b), DAT_SUCCESS);
-	CHECK_RC(dat_ia_close(ia_a, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
-	CHECK_RC(dat_ia_close(ia_b, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
+	close_pair(&A, &B);
 	return check_summary("dto_count");
 }

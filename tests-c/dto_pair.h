@@ -380,6 +380,41 @@ static UNUSED void side_free_evds(struct side *s)
 	CHECK_RC(dat_evd_free(s->cr), DAT_SUCCESS);
 }
 
+/* One connection between two IAs on $DAT_TEST_IA, as a test of a single
+ * connection sets it up: on each side an IA, a PZ, the EVDs and an EP with
+ * `depth` requests; a connected to b. Returns 1 when connected. The test's
+ * LMRs go in a->pz and b->pz, and are freed before close_pair. */
+static UNUSED int open_pair(struct side *a, struct side *b, DAT_COUNT depth)
+{
+	struct side *s[2] = { a, b };
+	for (int i = 0; i < 2; i++) {
+		DAT_IA_HANDLE ia = DAT_HANDLE_NULL;
+		DAT_PZ_HANDLE pz = DAT_HANDLE_NULL;
+		s[i]->async = DAT_HANDLE_NULL;
+		CHECK_RC(dat_ia_open(dat_test_ia(), 8, &s[i]->async, &ia), DAT_SUCCESS);
+		if (check_failed)
+			return 0;
+		CHECK_RC(dat_pz_create(ia, &pz), DAT_SUCCESS);
+		side_evds(s[i], ia, pz);
+		DAT_EP_ATTR attr = ep_attr(0, 0, depth);
+		side_ep(s[i], &attr);
+	}
+	return !check_failed && connect_pair(a, b);
+}
+
+/* Undoes open_pair: disconnects, frees the EPs, EVDs, PZs and IAs. */
+static UNUSED void close_pair(struct side *a, struct side *b)
+{
+	CHECK(disconnect_pair(a, b), "disconnect");
+	struct side *s[2] = { a, b };
+	for (int i = 0; i < 2; i++) {
+		side_free_ep(s[i]);
+		side_free_evds(s[i]);
+		CHECK_RC(dat_pz_free(s[i]->pz), DAT_SUCCESS);
+		CHECK_RC(dat_ia_close(s[i]->ia, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
+	}
+}
+
 /* Registers `len` bytes at `p` in `pz`. */
 static UNUSED DAT_LMR_HANDLE lmr_make(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, void *p, DAT_VLEN len,
 				      DAT_MEM_PRIV_FLAGS priv, DAT_LMR_CONTEXT *lctx, DAT_RMR_CONTEXT *rctx)

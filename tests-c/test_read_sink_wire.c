@@ -24,27 +24,15 @@ int main(void)
 	setvbuf(stdout, NULL, _IONBF, 0);
 	alarm(100);
 	catch_sigpipe();
-	DAT_IA_HANDLE ia_a = DAT_HANDLE_NULL, ia_b = DAT_HANDLE_NULL;
-	DAT_EVD_HANDLE async_a = DAT_HANDLE_NULL, async_b = DAT_HANDLE_NULL;
-	DAT_PZ_HANDLE pz_a = DAT_HANDLE_NULL, pz_b = DAT_HANDLE_NULL;
 	struct side A = { 0 }, B = { 0 };
-	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
-	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);
-	if (check_failed)
+	if (!open_pair(&A, &B, 16))
 		return check_summary("test_read_sink_wire");
-	CHECK_RC(dat_pz_create(ia_a, &pz_a), DAT_SUCCESS);
-	CHECK_RC(dat_pz_create(ia_b, &pz_b), DAT_SUCCESS);
 	DAT_LMR_CONTEXT lc_sink = 0, lc_source = 0;
 	DAT_RMR_CONTEXT rc_source = 0;
-	DAT_LMR_HANDLE lmr_sink = lmr_make(ia_a, pz_a, sink, BUF,
+	DAT_LMR_HANDLE lmr_sink = lmr_make(A.ia, A.pz, sink, BUF,
 					   DAT_MEM_PRIV_LOCAL_READ_FLAG | DAT_MEM_PRIV_LOCAL_WRITE_FLAG, &lc_sink, NULL);
-	DAT_LMR_HANDLE lmr_source = lmr_make(ia_b, pz_b, source, BUF, DAT_MEM_PRIV_ALL_FLAG, &lc_source, &rc_source);
-	side_evds(&A, ia_a, pz_a);
-	side_evds(&B, ia_b, pz_b);
-	DAT_EP_ATTR attr = ep_attr(0, 0, 16);
-	side_ep(&A, &attr);
-	side_ep(&B, &attr);
-	if (check_failed || !connect_pair(&A, &B))
+	DAT_LMR_HANDLE lmr_source = lmr_make(B.ia, B.pz, source, BUF, DAT_MEM_PRIV_ALL_FLAG, &lc_source, &rc_source);
+	if (check_failed)
 		return check_summary("test_read_sink_wire");
 	printf("sink %08x %016llx %d\n", (unsigned)lc_sink, (unsigned long long)(uintptr_t)sink, BUF);
 	printf("source %08x %016llx\n", (unsigned)rc_source, (unsigned long long)(uintptr_t)source);
@@ -65,17 +53,9 @@ int main(void)
 	CHECK(memcmp(sink + 6000, source + 4096, 100) == 0 && memcmp(sink + 5000, source + 4196, 100) == 0,
 	      "two-segment read: the bytes, in segment order");
 
-	CHECK(disconnect_pair(&A, &B), "disconnect");
-	side_free_ep(&A);
-	side_free_ep(&B);
-	side_free_evds(&A);
-	side_free_evds(&B);
 	CHECK_RC(dat_lmr_free(lmr_sink), DAT_SUCCESS);
 	CHECK_RC(dat_lmr_free(lmr_source), DAT_SUCCESS);
-	CHECK_RC(dat_pz_free(pz_a), DAT_SUCCESS);
-	CHECK_RC(dat_pz_free(pz_b), DAT_SUCCESS);
-	CHECK_RC(dat_ia_close(ia_a, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
-	CHECK_RC(dat_ia_close(ia_b, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
+	close_pair(&A, &B);
 	check_no_sigpipe();
 	return check_summary("test_read_sink_wire");
 }
