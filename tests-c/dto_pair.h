@@ -402,10 +402,10 @@ static UNUSED int open_pair(struct side *a, struct side *b, DAT_COUNT depth)
 	return !check_failed && connect_pair(a, b);
 }
 
-/* Undoes open_pair: disconnects, frees the EPs, EVDs, PZs and IAs. */
-static UNUSED void close_pair(struct side *a, struct side *b)
+/* Frees what open_pair made, the connection already ended: the EPs, EVDs,
+ * PZs and IAs. */
+static UNUSED void free_pair(struct side *a, struct side *b)
 {
-	CHECK(disconnect_pair(a, b), "disconnect");
 	struct side *s[2] = { a, b };
 	for (int i = 0; i < 2; i++) {
 		side_free_ep(s[i]);
@@ -413,6 +413,13 @@ static UNUSED void close_pair(struct side *a, struct side *b)
 		CHECK_RC(dat_pz_free(s[i]->pz), DAT_SUCCESS);
 		CHECK_RC(dat_ia_close(s[i]->ia, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
 	}
+}
+
+/* Undoes open_pair: disconnects, then free_pair. */
+static UNUSED void close_pair(struct side *a, struct side *b)
+{
+	CHECK(disconnect_pair(a, b), "disconnect");
+	free_pair(a, b);
 }
 
 /* Registers `len` bytes at `p` in `pz`. */

@@ -76,25 +76,13 @@ int main(void)
 	setvbuf(stdout, NULL, _IONBF, 0);
 	alarm(120);
 	catch_sigpipe();
-	DAT_IA_HANDLE ia_a, ia_b;
-	DAT_PZ_HANDLE pz_a, pz_b;
-	DAT_EVD_HANDLE async_a = DAT_HANDLE_NULL, async_b = DAT_HANDLE_NULL;
-	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_a, &ia_a), DAT_SUCCESS);
-	CHECK_RC(dat_ia_open(dat_test_ia(), 8, &async_b, &ia_b), DAT_SUCCESS);
-	if (check_failed)
+	if (!open_pair(&A, &B, 64))
 		return check_summary("test_device_removal");
-	CHECK_RC(dat_pz_create(ia_a, &pz_a), DAT_SUCCESS);
-	CHECK_RC(dat_pz_create(ia_b, &pz_b), DAT_SUCCESS);
 	DAT_LMR_CONTEXT lc_a, lc_b;
 	DAT_RMR_CONTEXT rc_b;
-	DAT_LMR_HANDLE lmr_a = lmr_make(ia_a, pz_a, abuf, BUF, DAT_MEM_PRIV_ALL_FLAG, &lc_a, NULL);
-	DAT_LMR_HANDLE lmr_b = lmr_make(ia_b, pz_b, bbuf, BUF, DAT_MEM_PRIV_ALL_FLAG, &lc_b, &rc_b);
-	side_evds(&A, ia_a, pz_a);
-	side_evds(&B, ia_b, pz_b);
-	DAT_EP_ATTR attr = ep_attr(0, 0, 64);
-	side_ep(&A, &attr);
-	side_ep(&B, &attr);
-	if (check_failed || !connect_pair(&A, &B))
+	DAT_LMR_HANDLE lmr_a = lmr_make(A.ia, A.pz, abuf, BUF, DAT_MEM_PRIV_ALL_FLAG, &lc_a, NULL);
+	DAT_LMR_HANDLE lmr_b = lmr_make(B.ia, B.pz, bbuf, BUF, DAT_MEM_PRIV_ALL_FLAG, &lc_b, &rc_b);
+	if (check_failed)
 		return check_summary("test_device_removal");
 	for (int i = 0; i < RECVS; i++) {
 		DAT_LMR_TRIPLET r = seg(lc_a, abuf + 4096 * i, 4096);
@@ -151,8 +139,8 @@ int main(void)
 	}
 	CHECK(done == posted, "%d of %d reads completed", done, posted);
 
-	expect_catastrophic(async_a, "IA A's async EVD");
-	expect_catastrophic(async_b, "IA B's async EVD");
+	expect_catastrophic(A.async, "IA A's async EVD");
+	expect_catastrophic(B.async, "IA B's async EVD");
 	expect_conn_end(A.conn, A.ep, "A's connect EVD");
 	expect_empty(A.conn, "A's connect EVD");
 	expect_conn_end(B.conn, B.ep, "B's connect EVD");
@@ -172,16 +160,9 @@ int main(void)
 	}
 
 	double t1 = now();
-	side_free_ep(&A);
-	side_free_ep(&B);
-	side_free_evds(&A);
-	side_free_evds(&B);
 	CHECK_RC(dat_lmr_free(lmr_a), DAT_SUCCESS);
 	CHECK_RC(dat_lmr_free(lmr_b), DAT_SUCCESS);
-	CHECK_RC(dat_pz_free(pz_a), DAT_SUCCESS);
-	CHECK_RC(dat_pz_free(pz_b), DAT_SUCCESS);
-	CHECK_RC(dat_ia_close(ia_a, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
-	CHECK_RC(dat_ia_close(ia_b, DAT_CLOSE_GRACEFUL_FLAG), DAT_SUCCESS);
+	free_pair(&A, &B);
 	CHECK(now() - t1 < 10, "freeing and closing took %.1f s", now() - t1);
 	check_no_sigpipe();
 	return check_summary("test_device_removal");
