@@ -54,7 +54,7 @@ static void new_pair(void)
 	connect_pair(&A, &B);
 }
 
-static void free_pair(void)
+static void free_eps(void)
 {
 	side_free_ep(&A);
 	side_free_ep(&B);
@@ -90,7 +90,7 @@ static void test_send_with_invalidate(void)
 		if (expect_dto(B.rcv, B.ep, 0x12, DAT_DTO_SUCCESS, 64, DAT_DTO_RECEIVE, "receive without invalidation"))
 			CHECK(memcmp(bbuf + 8192, abuf, 64) == 0, "data of a send without invalidation");
 		disconnect_pair(&A, &B);
-		free_pair();
+		free_eps();
 		return;
 	}
 	new_pair();
@@ -133,7 +133,7 @@ static void test_send_with_invalidate(void)
 	expect_conn_event(A.conn, A.ep, DAT_CONNECTION_EVENT_BROKEN, "broken after a write to an invalidated RMR");
 	/* the invalidated RMR holds its LMR no longer: both can be freed */
 	CHECK_RC(dat_rmr_free(rmr), DAT_SUCCESS);
-	free_pair();
+	free_eps();
 
 	/* a context that names no bound RMR of the peer (its LMR's own rmr_context) */
 	new_pair();
@@ -163,7 +163,7 @@ static void test_send_with_invalidate(void)
 	} else {
 		CHECK(0, "the connection survived a bad invalidation");
 	}
-	free_pair();
+	free_eps();
 }
 
 static void test_read_to_rmr(void)
@@ -183,7 +183,7 @@ static void test_read_to_rmr(void)
 			   DAT_INVALID_HANDLE);
 		expect_empty(A.req, "refused reads to an RMR");
 		disconnect_pair(&A, &B);
-		free_pair();
+		free_eps();
 		return;
 	}
 	CHECK_RC(dat_rmr_create(pz_a, &rmr), DAT_SUCCESS);
@@ -214,7 +214,7 @@ static void test_read_to_rmr(void)
 	DAT_RMR_TRIPLET rol = rseg(rctx, abuf + 16384, 64);
 	CHECK_TYPE(dat_ep_post_rdma_read_to_rmr(A.ep, &rol, ck(0x28), &remote, 0), DAT_INVALID_PARAMETER);
 	disconnect_pair(&A, &B);
-	free_pair();
+	free_eps();
 	CHECK_RC(dat_rmr_free(rmr), DAT_SUCCESS);
 	CHECK_RC(dat_rmr_free(ro), DAT_SUCCESS);
 }
@@ -258,7 +258,7 @@ static void test_shared_virtual(void)
 	if (expect_dto(A.req, A.ep, 0x31, DAT_DTO_SUCCESS, 256, DAT_DTO_RDMA_WRITE, "write to a shared LMR"))
 		CHECK(memcmp(shm + 1000, abuf, 256) == 0, "data in the shared region");
 	disconnect_pair(&A, &B);
-	free_pair();
+	free_eps();
 	CHECK_RC(dat_lmr_free(lmr), DAT_SUCCESS);
 
 	/* no id */
@@ -322,7 +322,7 @@ static void test_rmr_for_ep(void)
 		CHECK(memcmp(abuf, bbuf + 512, 256) == 0, "data read through an RMR for EP");
 	CHECK_TYPE(dat_rmr_create_for_ep(DAT_HANDLE_NULL, &rmr), DAT_INVALID_HANDLE);
 	disconnect_pair(&A, &B);
-	free_pair();
+	free_eps();
 	CHECK_RC(dat_rmr_free(rmr), DAT_SUCCESS);
 }
 
