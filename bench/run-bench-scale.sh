@@ -9,7 +9,8 @@
 #   mode all   each round trip on the next EP in turn (every EP active)
 # at N = 1, 64, 256, 1024, 4096 on
 #   rs-tcp-lo    rs-tcp over TCP on loopback (DAPLRS_SAME_HOST=never)
-#   rs-tcp-host  rs-tcp on its same-host path (DAPLRS_SAME_HOST=require)
+#   rs-tcp-host  rs-tcp on its same-host path as users get it (DAPLRS_SAME_HOST=auto: set up
+#                at a connection's first request, which goes over TCP)
 #   rs-ofi-tcp   "ofi tcp 127.0.0.1"         libfabric tcp (FI_EP_MSG)
 #   rs-ofi-shm   "ofi shm"                   libfabric shm (FI_EP_RDM, our connections)
 #   rs-ofi-rxm   "ofi tcp;ofi_rxm 127.0.0.1" libfabric tcp;ofi_rxm (FI_EP_RDM)
@@ -67,7 +68,7 @@ lib=${OFI_LIB:-$top/build/lib/libdaplrs-ofi.so.2}
 # Each entry: its IA, its dat.conf, its same-host setting, a description.
 declare -A ia conffile samehost what
 ia[rs-tcp-lo]=rs-tcp conffile[rs-tcp-lo]=$top/dat.conf samehost[rs-tcp-lo]=never
-ia[rs-tcp-host]=rs-tcp conffile[rs-tcp-host]=$top/dat.conf samehost[rs-tcp-host]=require
+ia[rs-tcp-host]=rs-tcp conffile[rs-tcp-host]=$top/dat.conf samehost[rs-tcp-host]=auto
 what[rs-tcp-lo]="rs-tcp over TCP (loopback)" what[rs-tcp-host]="rs-tcp, same-host path"
 for e in rs-ofi-tcp rs-ofi-shm rs-ofi-rxm; do ia[$e]=$e conffile[$e]=$conf samehost[$e]=auto; done
 what[rs-ofi-tcp]="ofi tcp (MSG)" what[rs-ofi-shm]="ofi shm (RDM)" what[rs-ofi-rxm]="ofi tcp;ofi_rxm (RDM)"

@@ -2,7 +2,8 @@
 //! (Ia, Ep, Evd, Lmr, Rmr, Pz, Sp, Cr, Srq, Cno): connection management, data transfer, remote
 //! access enforcement, and failures. Every test runs over each device of `TestDevice`
 //! (testing.rs): `over_tcp::*` (the TCP backend, its same-host path off),
-//! `over_samehost::*` (the same-host path required) and, built with the verbs feature,
+//! `over_samehost::*` (the same-host path required), `over_samehost_lazy::*` (the same-host
+//! path as users get it: set up at a connection's first request) and, built with the verbs feature,
 //! `over_verbs::*`, ignored unless asked for: those need an RDMA port, named by
 //! DAPLRS_TEST_DEVICE (e.g. "verbs:rxe0:1"), and run in the soft-RoCE guest of
 //! tests-c/verbs-guest.sh (`<test binary> --ignored over_verbs::`). Built with the ofi feature
@@ -48,6 +49,12 @@ macro_rules! over_every_device {
             $(#[test]
             fn $test() {
                 super::$test(&super::TestDevice::SameHost)
+            })*
+        }
+        mod over_samehost_lazy {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::SameHostLazy)
             })*
         }
         #[cfg(feature = "verbs")]

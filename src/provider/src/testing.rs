@@ -45,6 +45,9 @@ pub(crate) enum TestDevice {
     /// The TCP backend on 127.0.0.1 with its same-host path required (DAPLRS_SAME_HOST=
     /// require): a connection that cannot use it fails, so a pass proves the path was used.
     SameHost,
+    /// The same-host path as users get it (DAPLRS_SAME_HOST=auto): set up at a connection's
+    /// first request, which goes over TCP, and switched to while requests stream.
+    SameHostLazy,
     /// An RDMA port through the verbs backend; the words of its ia_params after "verbs"
     /// ("rxe0 1": device and port; the GID is the one of the port's netdev, as for any IA).
     /// The IA's address is that netdev's IPv4 address.
@@ -57,7 +60,7 @@ pub(crate) enum TestDevice {
 }
 
 impl TestDevice {
-    /// "tcp", "samehost", or (built with the verbs feature) "verbs:<device>[:<port>]".
+    /// "tcp", "samehost", "samehost-lazy", or (built with the verbs feature) "verbs:<device>[:<port>]".
     pub(crate) fn parse(s: &str) -> Result<TestDevice, String> {
         let words: Vec<&str> = s
             .split(|c: char| c == ':' || c.is_whitespace())
@@ -66,6 +69,7 @@ impl TestDevice {
         match words.as_slice() {
             ["tcp"] => Ok(TestDevice::Tcp),
             ["samehost"] => Ok(TestDevice::SameHost),
+            ["samehost-lazy"] => Ok(TestDevice::SameHostLazy),
             #[cfg(feature = "verbs")]
             ["verbs", device] => Ok(TestDevice::Verbs(device.to_string())),
             #[cfg(feature = "verbs")]
@@ -79,7 +83,7 @@ impl TestDevice {
                 "{DEVICE_ENV}={s:?}: these tests were built without the verbs feature"
             )),
             _ => Err(format!(
-                "{DEVICE_ENV}={s:?}: expected tcp, samehost, verbs:<device>[:<port>] or ofi:<provider>[:<place>]"
+                "{DEVICE_ENV}={s:?}: expected tcp, samehost, samehost-lazy, verbs:<device>[:<port>] or ofi:<provider>[:<place>]"
             )),
         }
     }
@@ -96,7 +100,9 @@ impl TestDevice {
     /// The ia_params of an IA on this device.
     pub(crate) fn ia_params(&self) -> String {
         match self {
-            TestDevice::Tcp | TestDevice::SameHost => "tcp 127.0.0.1".to_string(),
+            TestDevice::Tcp | TestDevice::SameHost | TestDevice::SameHostLazy => {
+                "tcp 127.0.0.1".to_string()
+            }
             #[cfg(feature = "verbs")]
             TestDevice::Verbs(words) => format!("verbs {words}"),
             #[cfg(feature = "ofi")]
@@ -132,6 +138,7 @@ impl TestDevice {
         match self {
             TestDevice::Tcp => test_hooks::open_with(Mode::Never, open).0,
             TestDevice::SameHost => test_hooks::open_with(Mode::Require, open).0,
+            TestDevice::SameHostLazy => test_hooks::open_with(Mode::Auto, open).0,
             #[cfg(feature = "verbs")]
             TestDevice::Verbs(_) => open(),
             #[cfg(feature = "ofi")]
@@ -527,6 +534,10 @@ pub(crate) fn bad_rkey_write_breaks_the_connection(server: &Side, client: &Side)
 fn test_device_names() {
     assert_eq!(TestDevice::parse("tcp"), Ok(TestDevice::Tcp));
     assert_eq!(TestDevice::parse(" samehost "), Ok(TestDevice::SameHost));
+    assert_eq!(
+        TestDevice::parse("samehost-lazy"),
+        Ok(TestDevice::SameHostLazy)
+    );
     assert!(!TestDevice::parse("samehost").expect("samehost").is_verbs());
     assert!(TestDevice::parse("tcp:lo").is_err());
     assert!(TestDevice::parse("").is_err());

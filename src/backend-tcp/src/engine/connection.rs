@@ -215,10 +215,10 @@ impl Engine {
             e.local = local;
             e.remote = remote;
         }
-        self.rewatch(req);
         if flags & wire::FLAG_SAME_HOST != 0 {
-            self.same_host_send_offer(sh, req, qp);
+            self.same_host_agreed(sh, req, qp);
         }
+        self.rewatch(req);
         self.emit(CmEvent::Established {
             qp_num: qp,
             private_data: Vec::new(),

@@ -68,6 +68,12 @@ impl Engine {
         let Some(token) = e.conn else {
             return Err(bad_state());
         };
+        if e.offer_on_post {
+            // The connection's first request: the same-host path is set up now, this request
+            // going over TCP ahead of the switch (samehost.rs, `same_host_agreed`).
+            self.same_host_first_post(sh, token, qp);
+            return self.post_send(sh, qp, wr);
+        }
         // Its pollers read it at their next look (readiness.rs), on either CQ: the answer
         // completes into the send CQ, a message the peer sends meanwhile into the receive CQ.
         e.send_cq.readiness.note_posted(token);

@@ -150,6 +150,9 @@ struct QpEntry {
     /// Our posted receives, published in our same-host ring for the peer to place its sends
     /// in (engine/samehost.rs).
     recv_window: Option<samehost::RecvWindow>,
+    /// Both sides agreed on the same-host path and our offer waits for the QP's first
+    /// request (engine/samehost.rs, "set up at first use").
+    offer_on_post: bool,
 }
 
 impl QpEntry {
@@ -744,6 +747,7 @@ impl Engine {
                 sent_to_recvs: 0,
                 recvs_done: 0,
                 recv_window: None,
+                offer_on_post: false,
             },
         );
         n
@@ -992,6 +996,13 @@ impl Engine {
         }
         // Out of the sets first: a socket is in a set once.
         c.watched = None;
+        if c.same_host.offer_pending {
+            // Its same-host path waits for its first request (samehost.rs): the progress
+            // thread alone watches it until then. Only the peer's offer can come first, and
+            // a look that asked the kernel about every such idle socket would pay a system
+            // call each time while the busy connections are on rings.
+            return;
+        }
         let ring = c.same_host.reading_ring().cloned();
         c.watched = Some(match ring {
             Some(ring) => crate::readiness::Watched::ring(cqs, token, &ring),

@@ -87,7 +87,7 @@ impl Engine {
         let peer = self.same_host_hello && flags & wire::FLAG_SAME_HOST != 0;
         match Self::same_host_decide(sh, token, peer) {
             Ok(true) => {
-                self.same_host_send_offer(sh, token, qp);
+                self.same_host_agreed(sh, token, qp);
                 true
             }
             Ok(false) => true,
@@ -99,11 +99,56 @@ impl Engine {
         }
     }
 
-    /// Queues our offer on `token` (right after the handshake frame) and expects the peer's.
+    /// Both sides use the path on `token` (`qp`'s connection). Set up at first use: our offer
+    /// waits for the connection's first request, our QP's first post (`same_host_first_post`)
+    /// or the peer's offer, which its first post sent (`same_host_offer`). A connection that
+    /// never carries a request costs no ring, bell or board slot on either side, nor their
+    /// system calls and page faults, which made a same-host connection twice a TCP one's CPU;
+    /// the requests before the switch go over TCP, in order with those after. Require mode
+    /// offers at once, so that the path carries every request, the first included.
+    pub(super) fn same_host_agreed(&mut self, sh: &Shared, token: u64, qp: u32) {
+        if sh.samehost.mode == Mode::Require {
+            self.same_host_send_offer(sh, token, qp);
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.same_host.offer_pending = true;
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
+            e.offer_on_post = true;
+        }
+    }
+
+    /// `qp`'s first request on `token`, whose offer waits for it (`same_host_agreed`): the
+    /// offer goes first.
+    pub(super) fn same_host_first_post(&mut self, sh: &Shared, token: u64, qp: u32) {
+        if self
+            .conns
+            .get(&token)
+            .is_some_and(|c| c.same_host.offer_pending)
+        {
+            self.same_host_send_offer(sh, token, qp);
+        } else if let Some(e) = self.qps.get_mut(&qp) {
+            e.offer_on_post = false;
+        }
+    }
+
+    /// Queues our offer on `token` (after the handshake frame, or whatever went before on a
+    /// connection set up at first use) and expects the peer's.
     pub(super) fn same_host_send_offer(&mut self, sh: &Shared, token: u64, qp: u32) {
-        let Some(pd) = self.qps.get(&qp).map(|e| e.pd) else {
+        let Some(pd) = self.qps.get_mut(&qp).map(|e| {
+            e.offer_on_post = false;
+            e.pd
+        }) else {
             return;
         };
+        if let Some(c) = self.conns.get_mut(&token) {
+            if std::mem::take(&mut c.same_host.offer_pending) {
+                // Its pollers read it again: the answers to what it sends now come on the
+                // socket until the peer switches.
+                self.rewatch(token);
+            }
+        }
         // Our ring for what the peer sends; without one, the peer keeps writing to the socket.
         let ring = match Ring::create(sh.samehost.board_slot(token)) {
             Ok(r) => Some(Arc::new(r)),
@@ -324,6 +369,18 @@ impl Engine {
     /// The peer's offer arrived on `token` (established, `qp`): map its table if the offer
     /// checks out; else the connection stays on TCP (or fails, in require mode).
     pub(super) fn same_host_offer(&mut self, sh: &Shared, token: u64, qp: u32, p: &[u8]) {
+        if self
+            .conns
+            .get(&token)
+            .is_some_and(|c| c.same_host.offer_pending)
+        {
+            // The peer's first request came before ours: our offer goes now, ahead of
+            // anything we send the peer from here on.
+            self.same_host_send_offer(sh, token, qp);
+            if let Some(c) = self.conns.get_mut(&token) {
+                c.same_host.expect_offer = true;
+            }
+        }
         let Some(c) = self.conns.get_mut(&token) else {
             return;
         };

@@ -168,10 +168,10 @@ impl Engine {
                     c.deadline = None;
                     c.arm_signal();
                 }
-                self.rewatch(token);
                 if !self.same_host_accepted(sh, token, qp, h.flags) {
                     return false;
                 }
+                self.rewatch(token);
                 if let Some(e) = self.qps.get_mut(&qp) {
                     e.state = QpState::Connected;
                     e.deadline = None;

@@ -1096,6 +1096,9 @@ pub(crate) struct Link {
     pub peer_advertised: bool,
     /// We advertised and expect the peer's one offer.
     pub expect_offer: bool,
+    /// Both sides use the path, and our offer waits for the connection's first request, ours
+    /// (our QP's first post) or the peer's (its offer): engine/samehost.rs.
+    pub offer_pending: bool,
     /// The peer's table, once its offer checked out.
     pub peer: Option<Arc<PeerTable>>,
     /// Our ring for what the peer sends (ring.rs), named in our offer.

@@ -692,6 +692,102 @@ fn sends_go_through_the_rings_in_order() {
     close(&[&client, &server]);
 }
 
+/// Waits (within the hang guard) until `f` holds.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_micros(u64::from(GUARD_US));
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within the guard");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// In auto mode (the default) a connection sets the path up at its first request
+/// (engine/samehost.rs, `same_host_agreed`): one that carries none holds no ring and maps no
+/// table; one that does switches while its messages stream, which arrive in order across
+/// the switch, and its RDMA goes inline once the peer's table is there.
+#[test]
+fn auto_sets_the_path_up_at_a_connections_first_request() {
+    let (idle_srv, idle_s) = side("isrv", mem_priv::ALL, Mode::Auto);
+    let (idle_cli, idle_c) = side("icli", mem_priv::ALL, Mode::Auto);
+    let _idle_psp = connect_pair(&idle_srv, &idle_cli);
+    let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Auto);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Auto);
+    let _psp = connect_pair(&server, &client);
+    assert_eq!(
+        attached(&s_stats) + attached(&c_stats),
+        0,
+        "set up at connect"
+    );
+
+    // Rounds of 8 sends posted back to back, from the connection's first request on: the
+    // first go over TCP, the later ones through the server's ring.
+    for round in 0..4u64 {
+        for i in 0..8u64 {
+            server
+                .ep
+                .post_recv(&[server.seg(i as usize * 8, 8)], 100 * round + i, 0)
+                .expect("recv");
+        }
+        for i in 0..8u64 {
+            let off = 1024 + i as usize * 8;
+            client.buf.write(off, &(round * 8 + i).to_le_bytes());
+            client
+                .ep
+                .post_send(&[client.seg(off, 8)], 1000 * round + i, 0)
+                .expect("send");
+        }
+        for i in 0..8u64 {
+            assert_eq!(
+                dto(&next(&server.dto)),
+                (100 * round + i, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+            );
+            assert_eq!(
+                server.buf.read(i as usize * 8, 8),
+                (round * 8 + i).to_le_bytes(),
+                "round {round}, message {i}"
+            );
+        }
+        for i in 0..8u64 {
+            assert_eq!(dto(&next(&client.dto)).0, 1000 * round + i);
+        }
+    }
+    eventually("the client's frames through the server's ring", || {
+        rings(&s_stats) == 1
+    });
+    eventually("the server's frames through the client's ring", || {
+        rings(&c_stats) == 1
+    });
+    eventually("the client has the server's table", || {
+        attached(&c_stats) == 1
+    });
+    let before = inline(&c_stats);
+    client.buf.write(2000, b"inline");
+    client
+        .ep
+        .post_rdma_write(&[client.seg(2000, 6)], 7, server.remote(2100, 6), 0)
+        .expect("write");
+    assert_eq!(dto(&next(&client.dto)).1, dto_status::SUCCESS);
+    assert_eq!(server.buf.read(2100, 6), b"inline");
+    assert_eq!(inline(&c_stats), before + 1, "the write went inline");
+
+    // The idle pair, connected before all this, set nothing up; its first request does.
+    assert_eq!(
+        (
+            attached(&idle_s),
+            attached(&idle_c),
+            rings(&idle_s),
+            rings(&idle_c)
+        ),
+        (0, 0, 0, 0),
+        "an idle connection holds no ring"
+    );
+    sync_server(&idle_srv, &idle_cli);
+    eventually("the idle pair's path, at its first request", || {
+        attached(&idle_s) == 1 && rings(&idle_s) == 1
+    });
+    close(&[&client, &server, &idle_cli, &idle_srv]);
+}
+
 #[test]
 fn never_takes_no_inline_op() {
     let (server, s_stats) = side("srv", mem_priv::ALL, Mode::Never);
@@ -1078,6 +1174,20 @@ mod hostile {
         s.write_all(&out).expect("offer");
     }
 
+    /// The target's first request on `qp`, which in auto mode sends its offer (set up at
+    /// first use), ahead of this empty send.
+    fn first_request(qp: &Arc<dyn QueuePair>) {
+        let wr = daplrs_backend::SendWr {
+            wr_id: 1,
+            op: daplrs_backend::SendOp::Send,
+            sgl: Vec::new().into(),
+            signaled: true,
+            solicited: false,
+            fence: false,
+        };
+        qp.post_send(&wr).expect("the target's first request");
+    }
+
     fn broken(t: &Target) -> bool {
         matches!(t.cm.recv_timeout(guard()), Ok(CmEvent::Broken { .. }))
     }
@@ -1106,8 +1216,9 @@ mod hostile {
     #[test]
     fn a_bad_offer_keeps_tcp_and_a_second_one_breaks() {
         let t = target(Mode::Auto);
-        let (mut s, flags, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let (mut s, flags, qp) = connect(&t, wire::FLAG_SAME_HOST);
         assert_ne!(flags & wire::FLAG_SAME_HOST, 0);
+        first_request(&qp);
         let (h, p) = read_frame(&mut s).expect("the target's offer");
         assert_eq!(h.kind, Kind::SameHost);
         let theirs = SameHostOffer::decode(&p).expect("well formed");
@@ -1124,10 +1235,40 @@ mod hostile {
         send_offer(&mut s, &forged.encode());
         assert!(broken(&t));
 
-        // Malformed (short) offers break at once.
+        // Malformed (short) offers break at once, also as the connection's first request.
         let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
-        let _ = read_frame(&mut s).expect("the target's offer");
         send_offer(&mut s, &[0u8; 8]);
+        assert!(broken(&t));
+    }
+
+    /// A peer's offer that comes first (its first request, set up at first use) is answered
+    /// with the target's, ahead of anything else; one that does not check out is then
+    /// declined, and the connection stays on TCP.
+    #[test]
+    fn an_offer_that_comes_first_is_answered() {
+        let t = target(Mode::Auto);
+        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let bogus = SameHostOffer {
+            ring_fd: None,
+            pid: std::process::id(),
+            fd: 0,
+            nonce: 1,
+            nonce_addr: 8,
+            pd: 1,
+        };
+        send_offer(&mut s, &bogus.encode());
+        let (h, p) = read_frame(&mut s).expect("the target's answer");
+        assert_eq!(h.kind, Kind::SameHost);
+        assert_eq!(
+            SameHostOffer::decode(&p).expect("well formed").pid,
+            std::process::id()
+        );
+        let (h, _) = read_frame(&mut s).expect("the target's decline");
+        assert_eq!(h.kind, Kind::Switch);
+        assert_ne!(h.flags & wire::FLAG_DECLINED, 0);
+        assert!(t.cm.recv_timeout(Duration::from_millis(200)).is_err());
+        // A second offer is a protocol error, as ever.
+        send_offer(&mut s, &bogus.encode());
         assert!(broken(&t));
     }
 
@@ -1160,7 +1301,8 @@ mod hostile {
     #[test]
     fn a_garbled_ring_position_breaks_the_connection() {
         let t = target(Mode::Auto);
-        let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
+        let (mut s, _, qp) = connect(&t, wire::FLAG_SAME_HOST);
+        first_request(&qp);
         let ring = map_and_switch(&mut s);
         ring.publish_tail_for_test(u64::MAX / 2);
         s.write_all(&[0]).expect("doorbell");
@@ -1173,7 +1315,8 @@ mod hostile {
     #[test]
     fn a_peer_gone_after_its_switch_breaks_the_connection_while_polled() {
         let t = target(Mode::Auto);
-        let (mut s, _, _qp, cq) = connect_with_cq(&t, wire::FLAG_SAME_HOST);
+        let (mut s, _, qp, cq) = connect_with_cq(&t, wire::FLAG_SAME_HOST);
+        first_request(&qp);
         let _ring = map_and_switch(&mut s);
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
