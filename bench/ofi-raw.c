@@ -21,6 +21,13 @@
  *   ofi-raw -s [-a ADDR] [-p PORT] [-e msg|rdm] [-P PROV]   server: one client, then exits
  *   ofi-raw -c ADDR [-p PORT] [-e msg|rdm] [-P PROV] [-n LAT] [-N BW] [-w W] [-r R] [-S BYTES] [-D]
  *
+ *   ofi-raw -s -C N [-a ADDR] [-p PORT] [-P PROV]                  server: N connections, then exits
+ *   ofi-raw -c ADDR -C N [-p PORT] [-P PROV] [-o OUTSTANDING]      client: prints
+ *       ofi-raw conn prov=tcp n=N seconds=S conn_per_s=R cpu_s=C
+ *
+ * -C N: the connection rate datscale measures (its conn_per_s), FI_EP_MSG
+ * only; see "connection rate" below for what it times.
+ *
  * -D (on both sides) posts as our backend does: writes with fi_writemsg and
  * FI_DELIVERY_COMPLETE (a write completes once placed, as on an RDMA NIC: the
  * target then acknowledges each write), reads with fi_readmsg; like with like
@@ -67,6 +74,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,10 +95,13 @@ static struct {
 	int server, lat_iters, bw_iters, window, read_window, spin, timeout_s;
 	int delivery;                /* -D: writes complete once placed (FI_DELIVERY_COMPLETE) */
 	int rdm;                     /* -e rdm: reliable datagrams and a TCP side channel */
+	int conns;                   /* -C: the connection rate over this many connections (0: off) */
+	int conn_window;             /* -o: connects in flight at once (datscale's -W) */
 	uint32_t bw_size;
 } opt = {
 	.prov = "tcp", .addr = "127.0.0.1", .port = "18619",
 	.lat_iters = 20000, .bw_iters = 2048, .window = 8, .read_window = 8, .timeout_s = 30,
+	.conn_window = 64,
 	.bw_size = 1u << 20,
 };
 
@@ -219,7 +230,8 @@ static struct fi_info *get_rdm_info(void)
 
 static void open_fabric(struct side *s, struct fi_info *info)
 {
-	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_UNSPEC };
+	/* -C: room for every connection's events at once (0: the provider's size). */
+	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_UNSPEC, .size = opt.conns ? opt.conns + 64 : 0 };
 
 	check(fi_fabric(info->fabric_attr, &s->fabric, NULL), "fi_fabric");
 	check(fi_eq_open(s->fabric, &eq_attr, &s->eq, NULL), "fi_eq_open");
@@ -659,6 +671,275 @@ static void run_client(struct side *s)
 	end_server(s);
 }
 
+/* ------------------------------------------------------------ connection rate */
+
+/*
+ * -C N: datscale's conn_per_s (bench/datscale.c) with libfabric alone, on
+ * connected endpoints (FI_EP_MSG only: over -e rdm, ofi_rxm connects inside
+ * the provider on the first transfer to a peer, with no event to time). The
+ * client's wall time from its first fi_endpoint to its last FI_CONNECTED:
+ * every endpoint first, then fi_connect, -o in flight at once, as datscale
+ * creates its EPs and then connects -W at a time. Every endpoint binds the
+ * one EQ and the one CQ, as datscale's EPs share one connection EVD and one
+ * receive EVD (and as any consumer with many peers would): tcp takes a CQ
+ * bound to many endpoints. The hints are the MSG mode's. What differs from
+ * datscale: no private data, and no receive posted per endpoint (datscale
+ * posts one on each EP before it connects or accepts).
+ */
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* 4,096 connections need more descriptors than the usual soft limit of 1,024. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		die("getrlimit(RLIMIT_NOFILE): %m");
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		die("setrlimit(RLIMIT_NOFILE): %m");
+}
+
+/* The domain and the one CQ every endpoint shares (polled, but nothing is
+ * posted: it is there because a consumer's endpoints have one). */
+static void open_conn_domain(struct side *s, struct fi_info *info)
+{
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE };
+
+	check(fi_domain(s->fabric, info, &s->domain, NULL), "fi_domain");
+	check(fi_cq_open(s->domain, &cq_attr, &s->cq, NULL), "fi_cq_open");
+	s->info = info;
+}
+
+/* An enabled endpoint for `info`; its context is its own slot, so that an EQ
+ * event names it (conn_index). */
+static void open_conn_ep(struct side *s, struct fi_info *info, struct fid_ep **ep)
+{
+	check(fi_endpoint(s->domain, info, ep, ep), "fi_endpoint");
+	check(fi_ep_bind(*ep, &s->eq->fid, 0), "fi_ep_bind eq");
+	check(fi_ep_bind(*ep, &s->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind cq");
+	check(fi_enable(*ep), "fi_enable");
+}
+
+/* An EQ entry with room for private data, should a provider send some. */
+struct cm_event {
+	struct fi_eq_cm_entry e;
+	uint8_t data[256];
+};
+
+/* What an EQ read returned (`n`, `event`): the event; an error entry (a
+ * refused or failed connect, say) or nothing within `secs` dies naming `what`. */
+static uint32_t cm_result(struct side *s, ssize_t n, uint32_t event, int secs, const char *what)
+{
+	if (n == -FI_EAVAIL) {
+		struct fi_eq_err_entry err = { 0 };
+		char buf[256];
+
+		fi_eq_readerr(s->eq, &err, 0);
+		if (err.prov_errno)
+			die("%s: %s (provider: %s)", what, fi_strerror(err.err),
+			    fi_eq_strerror(s->eq, err.prov_errno, err.err_data, buf, sizeof(buf)));
+		die("%s: %s", what, fi_strerror(err.err));
+	}
+	if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT)
+		die("%s: no event within %d s", what, secs);
+	check((int)n, what);
+	return event;
+}
+
+/* The next EQ event within `secs`. */
+static uint32_t next_cm(struct side *s, int secs, struct cm_event *ev, const char *what)
+{
+	uint32_t event = 0;
+	ssize_t n = fi_eq_sread(s->eq, &event, ev, sizeof(*ev), secs * 1000, 0);
+
+	return cm_result(s, n, event, secs, what);
+}
+
+/* The index of the endpoint an event names, its state moved from `from` to
+ * `to` (0 none, 1 connected, 2 shut down): an event for an endpoint not
+ * ours, or a second one of a kind, dies. */
+static int conn_index(struct fid_ep **ep, char *state, fid_t fid, char from, char to,
+		      const char *what)
+{
+	struct fid_ep **p = fid ? fid->context : NULL;
+
+	if (!p || p < ep || p >= ep + opt.conns || !*p || &(*p)->fid != fid)
+		die("%s: an event for an endpoint that is not ours", what);
+	if (state[p - ep] != from)
+		die("%s: endpoint %d in state %d, not %d", what, (int)(p - ep), state[p - ep], from);
+	state[p - ep] = to;
+	return (int)(p - ep);
+}
+
+static const char *event_name(uint32_t event)
+{
+	switch (event) {
+	case FI_CONNREQ: return "FI_CONNREQ";
+	case FI_CONNECTED: return "FI_CONNECTED";
+	case FI_SHUTDOWN: return "FI_SHUTDOWN";
+	default: return "an unexpected event";
+	}
+}
+
+/* The server's wait for the client to shut every connection down. tcp
+ * (1.17) reads an endpoint's socket, and so sees it closed and writes its
+ * FI_SHUTDOWN, only in a read of its CQ (the EQ runs connection set-up
+ * alone): so this wait polls the CQ and the EQ in turn, as the file's other
+ * waits poll, bounded by -T as a whole. */
+static void wait_closed(struct side *s, struct fid_ep **ep, char *state)
+{
+	double deadline = now_us() + opt.timeout_s * 1e6;
+	char what[96];
+
+	for (int closed = 0; closed < opt.conns;) {
+		struct fi_cq_entry c[16];
+		struct cm_event ev;
+		uint32_t event = 0;
+		ssize_t n = fi_cq_read(s->cq, c, 16);
+
+		snprintf(what, sizeof(what), "waiting for the client to close (%d of %d closed)", closed,
+			 opt.conns);
+		if (n != -FI_EAGAIN)
+			die("%s: fi_cq_read returned %zd (nothing was posted)", what, n);
+		n = fi_eq_read(s->eq, &event, &ev, sizeof(ev), 0);
+		if (n == -FI_EAGAIN) {
+			if (now_us() > deadline)
+				n = -FI_ETIMEDOUT;
+			else {
+				idle();
+				continue;
+			}
+		}
+		event = cm_result(s, n, event, opt.timeout_s, what);
+		if (event != FI_SHUTDOWN)
+			die("%s: %s (%u)", what, event_name(event), event);
+		conn_index(ep, state, ev.e.fid, 1, 2, what);
+		closed++;
+	}
+}
+
+/* Closes every endpoint (fi_shutdown first: the peer sees FI_SHUTDOWN), then
+ * what they shared. */
+static void close_conns(struct side *s, struct fid_ep **ep)
+{
+	for (int i = 0; i < opt.conns; i++) {
+		if (!ep[i])
+			continue;
+		fi_shutdown(ep[i], 0);
+		fi_close(&ep[i]->fid);
+	}
+	fi_close(&s->cq->fid);
+	fi_close(&s->domain->fid);
+	if (s->pep)
+		fi_close(&s->pep->fid);
+	fi_close(&s->eq->fid);
+	fi_close(&s->fabric->fid);
+	fi_freeinfo(s->info);
+}
+
+/* The server: one endpoint and fi_accept per FI_CONNREQ, the FI_CONNECTED
+ * events counted as they come; one line (first request to last
+ * FI_CONNECTED, as datscale's accept_s_server); then waits until the client
+ * has shut every connection down. */
+static void serve_conns(struct side *s)
+{
+	struct cm_event ev;
+	struct fid_ep **ep = calloc(opt.conns, sizeof(*ep));
+	char *state = calloc(opt.conns, 1), what[96];
+	int n = opt.conns, accepted = 0, connected = 0;
+	double t0 = 0, cpu0 = 0, secs;
+
+	if (!ep || !state)
+		die("out of memory");
+	s->info = get_info(opt.addr, opt.port, FI_SOURCE);
+	open_fabric(s, s->info);
+	open_conn_domain(s, s->info);
+	check(fi_passive_ep(s->fabric, s->info, &s->pep, NULL), "fi_passive_ep");
+	check(fi_pep_bind(s->pep, &s->eq->fid, 0), "fi_pep_bind");
+	check(fi_listen(s->pep), "fi_listen");
+	printf("ofi-raw: server listening on %s port %s (%s, %d connections)\n", opt.addr, opt.port,
+	       opt.prov, n);
+	fflush(stdout);
+	while (connected < n) {
+		uint32_t event;
+
+		snprintf(what, sizeof(what), "accepting (%d of %d requests, %d connected)", accepted, n,
+			 connected);
+		/* The first request waits for a client to start (as serve_accept). */
+		event = next_cm(s, accepted ? opt.timeout_s : 4 * opt.timeout_s, &ev, what);
+		if (event == FI_CONNREQ && accepted < n) {
+			if (!accepted)
+				t0 = now_us(), cpu0 = cpu_s();
+			open_conn_ep(s, ev.e.info, &ep[accepted]);
+			check(fi_accept(ep[accepted], NULL, 0), "fi_accept");
+			fi_freeinfo(ev.e.info);
+			accepted++;
+		} else if (event == FI_CONNECTED) {
+			conn_index(ep, state, ev.e.fid, 0, 1, what);
+			connected++;
+		} else {
+			die("%s: %s (%u)", what, event_name(event), event);
+		}
+	}
+	secs = (now_us() - t0) / 1e6;
+	printf("ofi-raw conn-server prov=%s n=%d seconds=%.3f conn_per_s=%.0f cpu_s=%.3f\n", opt.prov, n,
+	       secs, n / secs, cpu_s() - cpu0);
+	fflush(stdout);
+	wait_closed(s, ep, state);
+	close_conns(s, ep);
+	free(ep);
+	free(state);
+}
+
+/* The client: every endpoint, then the connects, -o in flight; timed from
+ * before the first fi_endpoint to the last FI_CONNECTED. */
+static void connect_conns(struct side *s)
+{
+	struct cm_event ev;
+	struct fid_ep **ep = calloc(opt.conns, sizeof(*ep));
+	char *state = calloc(opt.conns, 1), what[96];
+	int n = opt.conns, next = 0, connected = 0;
+	double t0, cpu0, secs;
+
+	if (!ep || !state)
+		die("out of memory");
+	s->info = get_info(opt.addr, opt.port, 0);
+	open_fabric(s, s->info);
+	open_conn_domain(s, s->info);
+	cpu0 = cpu_s();
+	t0 = now_us();
+	for (int i = 0; i < n; i++)
+		open_conn_ep(s, s->info, &ep[i]);
+	while (connected < n) {
+		uint32_t event;
+
+		for (; next < n && next - connected < opt.conn_window; next++)
+			check(fi_connect(ep[next], s->info->dest_addr, NULL, 0),
+			      next ? "fi_connect (after the first)" : "fi_connect");
+		snprintf(what, sizeof(what), "connecting (%d of %d connected)", connected, n);
+		event = next_cm(s, opt.timeout_s, &ev, what);
+		if (event != FI_CONNECTED)
+			die("%s: %s (%u)", what, event_name(event), event);
+		conn_index(ep, state, ev.e.fid, 0, 1, what);
+		connected++;
+	}
+	secs = (now_us() - t0) / 1e6;
+	printf("ofi-raw conn prov=%s n=%d seconds=%.3f conn_per_s=%.0f cpu_s=%.3f\n", opt.prov, n, secs,
+	       n / secs, cpu_s() - cpu0);
+	fflush(stdout);
+	close_conns(s, ep);
+	free(ep);
+	free(state);
+}
+
 /* Closes what was opened, in order: shm removes an endpoint's files in
  * /dev/shm only when it is closed. */
 static void close_side(struct side *s)
@@ -685,7 +966,10 @@ static void usage(void)
 			"       [-P PROV] [-n LAT_ITERS] [-N BW_ITERS] [-S BW_BYTES] [-w WINDOW] [-r READ_WINDOW]\n"
 			"       [-y spin|yield] [-T SECONDS] [-D]\n"
 			"  -e rdm  reliable datagrams (-P \"tcp;ofi_rxm\", -P shm), set up over TCP to ADDR:PORT\n"
-			"  -D  writes complete once placed at the target (FI_DELIVERY_COMPLETE, as our backend's)\n");
+			"  -D  writes complete once placed at the target (FI_DELIVERY_COMPLETE, as our backend's)\n"
+			"   or: ofi-raw -s -C N [-a ADDR] [-p PORT] [-P PROV] [-T SECONDS]\n"
+			"       ofi-raw -c ADDR -C N [-p PORT] [-P PROV] [-o OUTSTANDING] [-T SECONDS]\n"
+			"  -C N  the connection rate over N connections (FI_EP_MSG only), -o connects in flight\n");
 	exit(2);
 }
 
@@ -694,7 +978,7 @@ int main(int argc, char **argv)
 	struct side s = { .sock = -1 };
 	int c;
 
-	while ((c = getopt(argc, argv, "sc:a:p:P:e:n:N:S:w:r:y:T:D")) != -1) {
+	while ((c = getopt(argc, argv, "sc:a:p:P:e:n:N:S:w:r:y:T:DC:o:")) != -1) {
 		switch (c) {
 		case 's': opt.server = 1; break;
 		case 'c': opt.addr = optarg; break;
@@ -714,12 +998,24 @@ int main(int argc, char **argv)
 		case 'y': opt.spin = !strcmp(optarg, "spin"); break;
 		case 'T': opt.timeout_s = atoi(optarg); break;
 		case 'D': opt.delivery = 1; break;
+		case 'C': opt.conns = atoi(optarg); break;
+		case 'o': opt.conn_window = atoi(optarg); break;
 		default: usage();
 		}
 	}
 	if (opt.lat_iters < 1 || opt.bw_iters < 1 || opt.window < 1 || opt.read_window < 1 ||
-	    opt.bw_size < LAT_SIZE + 1 || opt.timeout_s < 1)
+	    opt.bw_size < LAT_SIZE + 1 || opt.timeout_s < 1 || opt.conns < 0 || opt.conn_window < 1)
 		usage();
+	if (opt.conns) {
+		if (opt.rdm)
+			die("-C: connected endpoints only (-e msg)");
+		raise_nofile();
+		if (opt.server)
+			serve_conns(&s);
+		else
+			connect_conns(&s);
+		return 0;
+	}
 	if (opt.server) {
 		if (opt.rdm)
 			serve_rdm(&s);
