@@ -1052,12 +1052,11 @@ impl Ep {
         out: &mut SgeList,
     ) -> DatResult<u64> {
         let mut total: u64 = 0;
-        let lmrs = ia.lmrs_by_context.lock();
         for seg in iov {
             if seg.length == 0 {
                 continue;
             }
-            let lmr = lmrs.get(&seg.lkey).ok_or_else(|| {
+            let lmr = ia.lmrs.check(seg.lkey).ok_or_else(|| {
                 DatError::new(
                     ErrorType::PrivilegesViolation,
                     if need == mem_priv::LOCAL_READ {

@@ -17,6 +17,7 @@ use super::error::{DatError, DatResult, Param, SubType};
 use super::evd::{DtoExt, Evd, Event, EventData};
 use super::handle::{self, Handle, HandleKind, Object};
 use super::lmr::Lmr;
+use super::lmr_table::LmrTable;
 use super::rmr::Rmr;
 use super::sp::Sp;
 use super::srq;
@@ -115,27 +116,6 @@ impl PendingTable {
     }
 }
 
-/// What a post checks of an LMR, by its lmr_context, kept as plain values: each segment of
-/// an IOV is checked against it under the map's lock without reaching the LMR itself.
-pub(crate) struct LocalRegion {
-    pub lmr: Weak<Lmr>,
-    /// The LMR's PZ, by address (compared, never followed).
-    pub pz: usize,
-    pub addr: u64,
-    pub len: u64,
-    pub privileges: u32,
-}
-
-impl LocalRegion {
-    /// Whether `[addr, addr + len)` lies inside the region.
-    pub fn contains(&self, addr: u64, len: u64) -> bool {
-        let Some(end) = self.addr.checked_add(self.len) else {
-            return false;
-        };
-        addr >= self.addr && addr.checked_add(len).is_some_and(|e| e <= end)
-    }
-}
-
 pub struct Ia {
     handle: Handle,
     name: String,
@@ -162,7 +142,8 @@ pub struct Ia {
     early_requests: Mutex<IntMap<u64, Vec<CmEvent>>>,
     /// Listeners whose service point is gone: a late request for one is rejected, not parked.
     closed_listeners: Mutex<IntSet<u64>>,
-    pub(crate) lmrs_by_context: Mutex<IntMap<u32, LocalRegion>>,
+    /// The LMRs by lmr_context, with what a post checks of each, read without a lock.
+    pub(crate) lmrs: LmrTable,
     /// RMRs by the rmr_context of their latest bind (stale entries are told apart by the
     /// RMR's own state): a peer's send-with-invalidate and dat_ep_post_rdma_read_to_rmr name
     /// an RMR by its context.
@@ -250,7 +231,7 @@ impl Ia {
             sps_by_listener: Mutex::new(IntMap::default()),
             early_requests: Mutex::new(IntMap::default()),
             closed_listeners: Mutex::new(IntSet::default()),
-            lmrs_by_context: Mutex::new(IntMap::default()),
+            lmrs: LmrTable::default(),
             rmrs_by_context: Mutex::new(IntMap::default()),
             pending: Mutex::new(PendingTable::default()),
             counters: Counters::new(counters::ia::ALL),
@@ -612,7 +593,7 @@ impl Ia {
     /// The live LMR of this IA whose lmr_context is `lmr_context` (DAT 1.2's dat_rmr_bind
     /// names the LMR by its triplet's context only).
     pub fn lmr_by_context(&self, lmr_context: u32) -> Option<Arc<Lmr>> {
-        self.lmrs_by_context.lock().get(&lmr_context)?.lmr.upgrade()
+        self.lmrs.lmr(lmr_context)
     }
 
     /// The RMR whose latest bind gave `rmr_context`, if it is still bound with it.

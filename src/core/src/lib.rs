@@ -19,6 +19,7 @@ pub mod ext;
 pub mod handle;
 pub mod ia;
 pub mod lmr;
+mod lmr_table;
 pub mod pz;
 pub mod rmr;
 pub mod sp;

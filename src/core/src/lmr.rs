@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::consts::mem_priv;
 use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
 use super::handle::{self, Handle, HandleKind, Object, UseCount};
-use super::ia::{Ia, LocalRegion};
+use super::ia::Ia;
+use super::lmr_table::RegionCheck;
 use super::pz::Pz;
 use daplrs_backend::{self as backend, access, MemoryRegion};
 
@@ -178,16 +179,24 @@ impl Lmr {
             va_type,
             users: UseCount::default(),
         });
-        ia.lmrs_by_context.lock().insert(
+        let entered = ia.lmrs.insert(
             lmr.mr.lkey(),
-            LocalRegion {
-                lmr: Arc::downgrade(&lmr),
+            Arc::downgrade(&lmr),
+            RegionCheck {
                 pz: Arc::as_ptr(pz) as usize,
                 addr: lmr.mr.addr(),
                 len: lmr.mr.length(),
                 privileges,
             },
         );
+        if !entered {
+            lmr.mr.deregister();
+            pz.users.release();
+            return Err(DatError::new(
+                ErrorType::InsufficientResources,
+                SubType::None,
+            ));
+        }
         reservation.commit(Object::Lmr(lmr.clone()), ia.handle());
         Ok(lmr)
     }
@@ -261,7 +270,7 @@ impl Lmr {
 
     pub(crate) fn destroy(&self) {
         self.users.force_retire();
-        self.ia.lmrs_by_context.lock().remove(&self.mr.lkey());
+        self.ia.lmrs.remove(self.mr.lkey());
         self.mr.deregister();
         self.pz.users.release();
     }
