@@ -201,8 +201,7 @@ impl OfiDevice {
         remote: SocketAddrV4,
         private_data: &[u8],
     ) -> Result<()> {
-        let target = self.target();
-        let info = getinfo(&target, *remote.ip(), Some(remote.port()), false).map_err(|why| {
+        let info = self.connect_info(remote).map_err(|why| {
             log::warn!("connect: {why}");
             Error::NoDevice
         })?;
@@ -225,6 +224,31 @@ impl OfiDevice {
             qp.abandon();
         }
         connected
+    }
+
+    /// The fi_info to connect an endpoint to `remote`. On tcp it names the
+    /// domain and the destination, nothing of one connection (fi_endpoint
+    /// copies it; fi_connect is given the address), so the last one is kept
+    /// for the next connection to the same address: each fi_getinfo walks the
+    /// host's interfaces (a netlink dump, an ethtool ioctl per interface,
+    /// five sockets), which was half of what a connection cost us beyond
+    /// libfabric's own. Other providers may bind in fi_getinfo (verbs: an
+    /// rdma_cm id), so they ask each time.
+    fn connect_info(&self, remote: SocketAddrV4) -> std::result::Result<Arc<Info>, String> {
+        let target = self.target();
+        let reusable = target.provider == "tcp";
+        if reusable {
+            if let Some((to, info)) = self.last_connect.lock().as_ref() {
+                if *to == remote {
+                    return Ok(info.clone());
+                }
+            }
+        }
+        let info = Arc::new(getinfo(&target, *remote.ip(), Some(remote.port()), false)?);
+        if reusable {
+            *self.last_connect.lock() = Some((remote, info.clone()));
+        }
+        Ok(info)
     }
 
     pub(crate) fn accept_request(

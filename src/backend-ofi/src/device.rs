@@ -68,6 +68,9 @@ pub struct OfiDevice {
     /// Endpoints are kept open while an AV entry of this process names them
     /// (providers naming endpoints by string, shm: see `rdm::Keeper`).
     pub(crate) parks: bool,
+    /// The fi_info of the last connection made to an address, on providers
+    /// whose answer holds nothing of one connection (`OfiDevice::connect_info`).
+    pub(crate) last_connect: Mutex<Option<(std::net::SocketAddrV4, Arc<Info>)>>,
     /// Held while a CQ is read and while an endpoint opens or closes:
     /// ofi_rxm (1.17) reading a CQ progresses every endpoint bound to it, and
     /// one bound but not yet enabled has no CQ of its own yet (a NULL call,
@@ -474,6 +477,7 @@ impl OfiDevice {
             rdm: endpoints != Endpoints::Msg,
             ordered: endpoints != Endpoints::Rdm { ordered: false },
             parks,
+            last_connect: Mutex::new(None),
             closing: parking_lot::ReentrantMutex::new(()),
             tables: Mutex::new(Tables::default()),
             ports: Mutex::new(Default::default()),
