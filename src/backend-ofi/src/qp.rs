@@ -566,8 +566,8 @@ impl OfiQp {
         opened(rc, "fi_endpoint", Error::NoResource(Resource::Qp))?;
         let ep = Fid(ep);
         // Connection events come on the EQ.
-        // SAFETY: the endpoint just opened; the EQ is an open object of its fabric.
         opened(
+            // SAFETY: the endpoint just opened; the EQ is an open object of its fabric.
             unsafe { fi::fi_ep_bind(ep.ptr(), dev.eq.fid(), 0) },
             "bind EQ",
             Error::Internal,

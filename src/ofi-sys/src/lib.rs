@@ -19,7 +19,7 @@
     non_upper_case_globals,
     non_snake_case
 )]
-#[allow(clippy::all)]
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
@@ -44,9 +44,12 @@ pub const API_VERSION: u32 = fi_version_of(1, 17);
 /// provider left the operation empty.
 macro_rules! op {
     ($table:expr, $op:ident ( $($arg:expr),* ) ) => {{
-        // SAFETY (for every use): the caller passes a live object of the
-        // provider; its operations table stays valid while the object lives.
-        match unsafe { (*$table).$op } {
+        // SAFETY: every use passes a live object of the provider; its
+        // operations table stays valid while the object lives.
+        let op = unsafe { (*$table).$op };
+        match op {
+            // SAFETY: that object's operation, called as the C API documents
+            // (the caller's pointers valid, as the calling fn's contract says).
             Some(f) => unsafe { f($($arg),*) },
             None => -(FI_ENOSYS as i64) as _,
         }

@@ -76,7 +76,7 @@ fn open() -> Result<Api, String> {
             Ok(p)
         }
     };
-    // SAFETY (each transmute): the symbol is the libfabric function of that
+    // SAFETY: each transmute: the symbol is the libfabric function of that
     // name, whose C signature (rdma/fabric.h) the type above spells out.
     unsafe {
         Ok(Api {

@@ -385,9 +385,9 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
     ep.post_send(iov, cookie.as_u64(), flags)
 }
@@ -410,9 +410,9 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
             return unsafe { post_send_iov(ep_handle, n, iov, cookie, flags) };
         }
         let ep = ep(ep_handle)?;
+        let mut buf = IovBuf::new();
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
-        let mut buf = IovBuf::new();
         let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
         ep.post_send_with_invalidate(iov, cookie.as_u64(), flags, rmr_context)
     })
@@ -468,9 +468,9 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_recv_iov)) }?;
     ep.post_recv(iov, cookie.as_u64(), flags)
 }
@@ -499,9 +499,9 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_rdma_read_iov)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_read(
@@ -536,9 +536,9 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
     let ep = ep(ep_handle)?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_write(

@@ -98,9 +98,9 @@ unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> 
     let imm = unsafe { a.u32() }?;
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let flags = unsafe { a.u32() }?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, segments, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
     ep.post_rdma_write_immed(iov, cookie, unsafe { remote(rmr) }?, imm, flags)
@@ -119,9 +119,9 @@ unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let cookie = unsafe { a.u64() }?;
     // SAFETY: dat_extension_op's caller passed this operation's arguments (its C macro's contract).
     let flags = unsafe { a.u32() }?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, segments, ep.iov_limit(|a| a.max_request_iov)) }?;
     // SAFETY: `ah` is NULL or points to a readable struct (the C caller's contract).
     let ah = unsafe { input(ah, Param::AddressHandle) }?;

@@ -54,9 +54,9 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     cookie: DAT_DTO_COOKIE,
 ) -> DatResult<()> {
     let srq = handle::srq(h(srq))?;
+    let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let mut buf = IovBuf::new();
     let iov = unsafe { buf.read(iov, n, srq.query().attr.max_recv_iov) }?;
     srq.post_recv(iov, cookie.as_u64())
 }

@@ -141,6 +141,7 @@ pub struct OpenIa {
 }
 // SAFETY: provider_ia is an opaque token of the provider.
 unsafe impl Send for OpenIa {}
+// SAFETY: as above.
 unsafe impl Sync for OpenIa {}
 
 struct IaTable {
@@ -643,6 +644,7 @@ mod tests {
             thread_safe: false,
         };
         let info = k.to_info();
+        // SAFETY: an info just made, whose strings live as long as it.
         assert_eq!(unsafe { ProviderKey::from_info(&info) }, k);
     }
 }

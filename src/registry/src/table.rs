@@ -64,6 +64,7 @@ fn same_slot_types(v20: &dat_abi::DAT_PROVIDER, v12: &dat_abi12::DAT_PROVIDER) {
 pub struct ProviderPtr(*const c_void);
 // SAFETY: the pointee is an immutable table of function pointers.
 unsafe impl Send for ProviderPtr {}
+// SAFETY: as above.
 unsafe impl Sync for ProviderPtr {}
 
 impl ProviderPtr {

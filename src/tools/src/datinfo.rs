@@ -391,6 +391,7 @@ fn load_libdat12() -> Result<Libdat12, String> {
     // SAFETY: an all-zero Dl_info is valid; dladdr fills it for an
     // address inside a loaded object.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `openv` is an address of a loaded object.
     let path = if unsafe { libc::dladdr(openv, &mut info) } != 0 && !info.dli_fname.is_null() {
         // SAFETY: dladdr's file name is a NUL-terminated string.
         let found = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
@@ -445,6 +446,7 @@ fn describe12(e: &conf::ConfEntry) -> Result<Vec<String>, Failure> {
     let mut lines = vec![format!("DAT 1.2 entry, opened through {}", lib.path)];
     // SAFETY: all-zero is a valid value of these plain C structs.
     let mut attr: d12::DAT_IA_ATTR = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     let mut pattr: d12::DAT_PROVIDER_ATTR = unsafe { std::mem::zeroed() };
     // SAFETY: ia is open; the attribute structs are ours, of 1.2's layout.
     let rc = unsafe {

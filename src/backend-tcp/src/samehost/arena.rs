@@ -671,8 +671,8 @@ pub(crate) mod tests {
         // Read-only memory.
         let page = sys::page_size() as usize;
         let mem = Pages::new(page);
-        // SAFETY: our own mapping.
         assert_eq!(
+            // SAFETY: our own mapping.
             unsafe { libc::mprotect(mem.ptr.cast(), page, libc::PROT_READ) },
             0
         );

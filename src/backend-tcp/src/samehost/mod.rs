@@ -1001,11 +1001,11 @@ impl PeerTable {
                 }
             }
         }
-        // SAFETY: the caller checked every local range against our registry, which it holds
-        // locked for this call (so no local registration ends meanwhile); the peer's range
-        // was just checked against its registry under its table's mutex, which we hold until
-        // the copy is over (so its deregistration waits for us).
         let moved = match &self.mapping.mem {
+            // SAFETY: the caller checked every local range against our registry, which it
+            // holds locked for this call (so no local registration ends meanwhile); the
+            // peer's range was just checked against its registry under its table's mutex,
+            // which we hold until the copy is over (so its deregistration waits for us).
             Some(mem) if len <= SMALL_VIA_MEM => unsafe {
                 sys::proc_mem(mem.as_raw_fd(), local, (addr, len as usize), write)
             },

@@ -471,8 +471,8 @@ fn nonblocking(dup: OwnedFd) -> io::Result<OwnedFd> {
     if flags < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: as above.
     if flags & libc::O_NONBLOCK == 0
+        // SAFETY: as above.
         && unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
     {
         return Err(io::Error::last_os_error());

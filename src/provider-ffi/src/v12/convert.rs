@@ -266,7 +266,7 @@ pub(crate) fn provider_attr_to_v12(p: &d20::DAT_PROVIDER_ATTR) -> d12::DAT_PROVI
 /// lacks) keep their number and carry no data.
 pub(crate) fn event_to_v12(e: &d20::DAT_EVENT) -> d12::DAT_EVENT {
     let number = e.event_number;
-    // SAFETY (each union read below): the event number names the member the
+    // SAFETY: each union read below: the event number names the member the
     // 2.0 layer wrote (evd::to_c_event).
     let data = unsafe {
         match number {
