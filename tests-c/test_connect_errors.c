@@ -8,14 +8,17 @@
  * connect's timeout passes. (Without a timeout it would end UNREACHABLE
  * once rdma_cm's request retries run out, about a minute later: too long
  * for this suite.)
+ * A program started while a PSP listens inherits no listening socket.
  * (Over rs-tcp on loopback there is no address that answers nothing without
  * sending traffic off this machine, so that case runs in the guest.)
  * Two IAs in one process of the IA $DAT_TEST_IA (default rs-tcp). */
 #include <dat2/udat.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
 #include "dto_pair.h"
@@ -72,6 +75,51 @@ static void peer_rejects(void)
 	reusable("peer rejected");
 }
 
+/* Whether this process holds a socket listening on TCP port `port`. */
+static int holds_listener(int port)
+{
+	for (int fd = 0; fd < 4096; fd++) {
+		int on = 0;
+		socklen_t len = sizeof(on);
+		struct sockaddr_in sin;
+		socklen_t slen = sizeof(sin);
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on &&
+		    getsockname(fd, (struct sockaddr *)&sin, &slen) == 0 && sin.sin_family == AF_INET &&
+		    ntohs(sin.sin_port) == port)
+			return 1;
+	}
+	return 0;
+}
+
+/* A program that a DAT program starts (system(3), posix_spawn) must not
+ * inherit a PSP's listening socket: one that outlived the program (which
+ * died, or exited without freeing its PSPs) would keep the conn_qual
+ * listening, and the program, started again, would have dat_psp_create
+ * refused with DAT_CONN_QUAL_IN_USE. This program, run again as that child,
+ * looks at the descriptors it got. */
+static void psp_not_inherited(void)
+{
+	DAT_CONN_QUAL qual = 0;
+	DAT_PSP_HANDLE psp = listen_any(&B, &qual);
+	char port[16];
+	snprintf(port, sizeof(port), "%u", (unsigned)qual);
+	/* (Over rdma_cm, verbs, the listener is no socket of ours: nothing to
+	 * inherit. Over TCP entries the child finds it unless it is
+	 * close-on-exec.) */
+	if (holds_listener((int)qual))
+		CHECK(1, "the PSP's listener on %s is a socket of ours", port);
+	pid_t child = fork();
+	if (child == 0) {
+		execl("/proc/self/exe", "test_connect_errors", "--holds-listener", port, (char *)NULL);
+		_exit(127);
+	}
+	int status = -1;
+	CHECK(child > 0 && waitpid(child, &status, 0) == child, "fork and wait");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a child started while the PSP listens got its listener (status %#x)",
+	      (unsigned)status);
+	CHECK_RC(dat_psp_free(psp), DAT_SUCCESS);
+}
+
 /* An address on the IA's subnet where no host answers. */
 static DAT_IA_ADDRESS_PTR silent_address(void)
 {
@@ -91,8 +139,10 @@ static void nobody_there(void)
 	reusable("timed out");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--holds-listener") == 0)
+		return holds_listener(atoi(argv[2]));
 	DAT_EVD_HANDLE async_a = DAT_HANDLE_NULL, async_b = DAT_HANDLE_NULL;
 	DAT_IA_HANDLE ia_a, ia_b;
 	DAT_PZ_HANDLE pz_a, pz_b;
@@ -116,6 +166,7 @@ int main(void)
 
 	no_listener();
 	peer_rejects();
+	psp_not_inherited();
 	if (ia_adapter_is(ia_a, "rxe"))
 		nobody_there();
 	/* after all that, a connection still works */

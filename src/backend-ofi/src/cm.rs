@@ -44,6 +44,67 @@ pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
 
 /// A registration key as the header carries it. Keys wider than 32 bits are
 /// not supported (docs/libfabric.md, Later): such a key goes as 0, "none".
+/// Marks close-on-exec the listening socket bound to `addr`. libfabric's tcp
+/// provider (1.17) makes its sockets without SOCK_CLOEXEC, so a child the
+/// program starts (system(3), posix_spawn) held the listener: one that
+/// outlived the program (dead, or exited without `dat_psp_free`, which shuts
+/// the listener down everywhere) kept its port listening, and the program
+/// started again had `dat_psp_create` refused with DAT_CONN_QUAL_IN_USE (a
+/// TIME_WAIT does not: the provider sets SO_REUSEADDR). The socket is found
+/// by what it is, a listener on that address, among our descriptors: only
+/// the provider's can be one. (Its connection sockets are inherited too; a
+/// child that outlives us keeps such a connection open until it exits.)
+fn listener_close_on_exec(addr: &libc::sockaddr_in) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        if !listens_on(fd, addr) {
+            continue;
+        }
+        log::debug!("listener {fd}: close-on-exec");
+        // SAFETY: fcntl(2) on a descriptor of ours, setting a flag only.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        if flags >= 0 {
+            // SAFETY: as above.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+        }
+    }
+}
+
+/// Whether descriptor `fd` is a socket listening on `addr`.
+fn listens_on(fd: std::os::fd::RawFd, addr: &libc::sockaddr_in) -> bool {
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into a c_int of ours, its length given; a descriptor
+    // that is no socket fails (ENOTSOCK).
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut on as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || on == 0 {
+        return false;
+    }
+    // SAFETY: all-zero is a valid sockaddr_in.
+    let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: getsockname into a sockaddr_in of ours, its length given.
+    let rc =
+        unsafe { libc::getsockname(fd, (&mut name as *mut libc::sockaddr_in).cast(), &mut len) };
+    rc == 0
+        && i32::from(name.sin_family) == libc::AF_INET
+        && name.sin_port == addr.sin_port
+        && name.sin_addr.s_addr == addr.sin_addr.s_addr
+}
+
 fn narrow_key(key: u64, what: &str) -> u32 {
     u32::try_from(key).unwrap_or_else(|_| {
         log::warn!("{what} key {key:#x} is wider than 32 bits: not announced");
@@ -181,6 +242,7 @@ impl OfiDevice {
                 Error::Internal,
             )?;
         }
+        listener_close_on_exec(&name);
         let listener = Arc::new(OfiListener {
             id: self.next_id(),
             port: u16::from_be(name.sin_port),
