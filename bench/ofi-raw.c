@@ -826,6 +826,18 @@ static void wait_closed(struct side *s, struct fid_ep **ep, char *state)
 	}
 }
 
+/* What every side opened under its endpoints: CQ, domain, passive endpoint,
+ * EQ and fabric, in that order. */
+static void close_fabric(struct side *s)
+{
+	fi_close(&s->cq->fid);
+	fi_close(&s->domain->fid);
+	if (s->pep)
+		fi_close(&s->pep->fid);
+	fi_close(&s->eq->fid);
+	fi_close(&s->fabric->fid);
+}
+
 /* Closes every endpoint (fi_shutdown first: the peer sees FI_SHUTDOWN), then
  * what they shared. */
 static void close_conns(struct side *s, struct fid_ep **ep)
@@ -836,12 +848,7 @@ static void close_conns(struct side *s, struct fid_ep **ep)
 		fi_shutdown(ep[i], 0);
 		fi_close(&ep[i]->fid);
 	}
-	fi_close(&s->cq->fid);
-	fi_close(&s->domain->fid);
-	if (s->pep)
-		fi_close(&s->pep->fid);
-	fi_close(&s->eq->fid);
-	fi_close(&s->fabric->fid);
+	close_fabric(s);
 	fi_freeinfo(s->info);
 }
 
@@ -950,12 +957,7 @@ static void close_side(struct side *s)
 	if (s->av)
 		fi_close(&s->av->fid);
 	fi_close(&s->mr->fid);
-	fi_close(&s->cq->fid);
-	fi_close(&s->domain->fid);
-	if (s->pep)
-		fi_close(&s->pep->fid);
-	fi_close(&s->eq->fid);
-	fi_close(&s->fabric->fid);
+	close_fabric(s);
 	if (s->sock >= 0)
 		close(s->sock);
 }

@@ -71,7 +71,7 @@ impl Engine {
         if e.offer_on_post {
             // The connection's first request: the same-host path is set up now, this request
             // going over TCP ahead of the switch (samehost.rs, `same_host_agreed`).
-            self.same_host_first_post(sh, token, qp);
+            self.same_host_offer_if_pending(sh, token, qp);
             return self.post_send(sh, qp, wr);
         }
         // Its pollers read it at their next look (readiness.rs), on either CQ: the answer

@@ -100,9 +100,9 @@ impl Engine {
     }
 
     /// Both sides use the path on `token` (`qp`'s connection). Set up at first use: our offer
-    /// waits for the connection's first request, our QP's first post (`same_host_first_post`)
-    /// or the peer's offer, which its first post sent (`same_host_offer`). A connection that
-    /// never carries a request costs no ring, bell or board slot on either side, nor their
+    /// waits for the connection's first request: our QP's first post (`post_send`) or the
+    /// peer's offer, which its first post sent (`same_host_offer`); both call
+    /// `same_host_offer_if_pending`. A connection that never carries a request costs no ring, bell or board slot on either side, nor their
     /// system calls and page faults, which made a same-host connection twice a TCP one's CPU;
     /// the requests before the switch go over TCP, in order with those after. Require mode
     /// offers at once, so that the path carries every request, the first included.
@@ -119,18 +119,22 @@ impl Engine {
         }
     }
 
-    /// `qp`'s first request on `token`, whose offer waits for it (`same_host_agreed`): the
-    /// offer goes first.
-    pub(super) fn same_host_first_post(&mut self, sh: &Shared, token: u64, qp: u32) {
+    /// The connection's first request, ours (`qp`'s first post) or the peer's (its offer):
+    /// our offer, if it waits for that (`same_host_agreed`), goes now, ahead of anything we
+    /// send the peer from here on. Returns whether it went.
+    pub(super) fn same_host_offer_if_pending(&mut self, sh: &Shared, token: u64, qp: u32) -> bool {
         if self
             .conns
             .get(&token)
             .is_some_and(|c| c.same_host.offer_pending)
         {
             self.same_host_send_offer(sh, token, qp);
-        } else if let Some(e) = self.qps.get_mut(&qp) {
+            return true;
+        }
+        if let Some(e) = self.qps.get_mut(&qp) {
             e.offer_on_post = false;
         }
+        false
     }
 
     /// Queues our offer on `token` (after the handshake frame, or whatever went before on a
@@ -369,14 +373,8 @@ impl Engine {
     /// The peer's offer arrived on `token` (established, `qp`): map its table if the offer
     /// checks out; else the connection stays on TCP (or fails, in require mode).
     pub(super) fn same_host_offer(&mut self, sh: &Shared, token: u64, qp: u32, p: &[u8]) {
-        if self
-            .conns
-            .get(&token)
-            .is_some_and(|c| c.same_host.offer_pending)
-        {
-            // The peer's first request came before ours: our offer goes now, ahead of
-            // anything we send the peer from here on.
-            self.same_host_send_offer(sh, token, qp);
+        // The peer's first request may come before ours: then its offer is answered.
+        if self.same_host_offer_if_pending(sh, token, qp) {
             if let Some(c) = self.conns.get_mut(&token) {
                 c.same_host.expect_offer = true;
             }

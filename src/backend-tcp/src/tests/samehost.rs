@@ -1188,6 +1188,19 @@ mod hostile {
         qp.post_send(&wr).expect("the target's first request");
     }
 
+    /// An offer naming our own process with a nonce that is not our table's: well formed,
+    /// never checks out.
+    fn bogus_offer() -> SameHostOffer {
+        SameHostOffer {
+            ring_fd: None,
+            pid: std::process::id(),
+            fd: 0,
+            nonce: 1,
+            nonce_addr: 8,
+            pd: 1,
+        }
+    }
+
     fn broken(t: &Target) -> bool {
         matches!(t.cm.recv_timeout(guard()), Ok(CmEvent::Broken { .. }))
     }
@@ -1201,14 +1214,7 @@ mod hostile {
             0,
             "not advertised: not offered"
         );
-        let bogus = SameHostOffer {
-            ring_fd: None,
-            pid: std::process::id(),
-            fd: 0,
-            nonce: 1,
-            nonce_addr: 8,
-            pd: 1,
-        };
+        let bogus = bogus_offer();
         send_offer(&mut s, &bogus.encode());
         assert!(broken(&t));
     }
@@ -1248,14 +1254,7 @@ mod hostile {
     fn an_offer_that_comes_first_is_answered() {
         let t = target(Mode::Auto);
         let (mut s, _, _qp) = connect(&t, wire::FLAG_SAME_HOST);
-        let bogus = SameHostOffer {
-            ring_fd: None,
-            pid: std::process::id(),
-            fd: 0,
-            nonce: 1,
-            nonce_addr: 8,
-            pd: 1,
-        };
+        let bogus = bogus_offer();
         send_offer(&mut s, &bogus.encode());
         let (h, p) = read_frame(&mut s).expect("the target's answer");
         assert_eq!(h.kind, Kind::SameHost);
