@@ -542,6 +542,43 @@ pub(super) fn set_realtime(on: bool) -> io::Result<()> {
     }
 }
 
+/// `struct sched_attr` of sched_setattr(2), as far as its first version (56 bytes).
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Asks the kernel for time slices of `slice` for the calling (ordinary, SCHED_OTHER)
+/// thread, zero for its default: since Linux 6.12 a thread with a shorter slice than the one
+/// running may preempt it when woken (EEVDF), and no privilege is needed. Older kernels
+/// ignore the request or refuse it (then the thread keeps the default slice).
+pub(super) fn set_time_slice(slice: std::time::Duration) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: slice.as_nanos() as u64,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: sched_setattr(2) on the calling thread (pid 0) reads the one struct we pass,
+    // whose size it is told.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// How many times the calling thread has blocked (voluntary context switches).
 pub(super) fn times_blocked() -> u64 {
     // SAFETY: getrusage(2) fills the one struct we pass.

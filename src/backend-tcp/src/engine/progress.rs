@@ -36,6 +36,8 @@ struct ProgressThread {
     last_traffic: Option<Instant>,
     /// The engine's `requests_served` at our last look (see `PollSet::target_polled`).
     requests_seen: u64,
+    /// Whether the thread is starved (then it does not spin).
+    starvation: Starvation,
 }
 
 impl ProgressThread {
@@ -51,6 +53,7 @@ impl ProgressThread {
             realtime,
             last_traffic: None,
             requests_seen: 0,
+            starvation: Starvation::default(),
         }
     }
 
@@ -109,7 +112,12 @@ impl ProgressThread {
         // Back when the first poll lease ends, to watch what it left to its poller again.
         let tick = Duration::from_millis(TICK_MS as u64);
         let timeout = set.lease_end.map_or(tick, |l| l.min(tick));
-        let spin_until = self.last_traffic.map(|t| t + self.spin);
+        // No spin window while the thread is starved (`Starvation`).
+        let spin_until = self
+            .last_traffic
+            .map(|t| t + self.spin)
+            .filter(|_| !self.spin.is_zero() && self.starvation.may_spin(Instant::now()));
+        self.follow_starvation();
         let rings_ready = set.rings.begin();
         let mut polled = match spin_until {
             // A signal handler left a connection to the engine's holder (us) while we
@@ -117,13 +125,14 @@ impl ProgressThread {
             _ if rings_ready || shared.sweep_asked() => sys::poll(&mut set.fds, 0),
             // Spinning for a polled target: at the window's end look again whether it still
             // is one, instead of falling asleep.
-            Some(until) if !self.spin.is_zero() => {
-                let timeout = if set.target_polled {
-                    Duration::ZERO
-                } else {
-                    timeout
-                };
-                spin_poll(&mut set.fds, until, timeout, true)
+            Some(until) => {
+                let spun = spin_poll(&mut set.fds, until, Duration::ZERO, true);
+                self.starvation.spun(until, Instant::now());
+                self.follow_starvation();
+                match spun {
+                    Ok(0) if !set.target_polled => sys::poll_for(&mut set.fds, timeout),
+                    other => other,
+                }
             }
             _ => sys::poll_for(&mut set.fds, timeout),
         };
@@ -133,6 +142,15 @@ impl ProgressThread {
         }
         set.rings.end(&mut set.fds);
         (polled, returned_ready)
+    }
+
+    /// Asks for the time slices the thread's starvation calls for, if it changed.
+    fn follow_starvation(&mut self) {
+        if let Some(slice) = self.starvation.slice_change() {
+            if let Err(e) = sys::set_time_slice(slice) {
+                log::debug!("progress thread: time slice {slice:?} not set: {e}");
+            }
+        }
     }
 
     /// Serves what `set`'s poll found ready, under the engine lock; whether that was traffic
@@ -568,6 +586,99 @@ impl Realtime {
     }
 }
 
+/// Whether the progress thread is starved: the threads it shares the CPUs with do not give
+/// them back (programs that spin on their memory without `sched_yield`, as many as CPUs).
+/// Seen when spin windows lose their CPU for long (`LOST_CPU`), `LOST_TO_STARVE` in a row;
+/// then, for a spell, the thread does not spin and asks for short time slices; at its end one
+/// spin looks again, and each spell that ends with the CPUs still held is followed by one
+/// twice as long (so that the looks, a few milliseconds each, cost spinners little).
+///
+/// Why: a spin window (and each `sched_yield` in it) spends the thread's claim on a CPU, and
+/// the kernel then lets the woken thread wait for a running one's slice to end: when every
+/// CPU runs a program that spins on its memory for a peer's RDMA write, with no DAT call, the
+/// frame that carries that write waited for the scheduler's tick, 2 ms a message on average
+/// here (4 ms ticks). Without the window, and with slices shorter than the spinner's (Linux
+/// 6.12 and later: EEVDF lets a woken thread with a shorter slice go first), the woken thread
+/// preempts the spinner: 70-85 us one-way over loopback TCP, 2 CPUs (without the short slice
+/// 47-1,890 us, erratic). Neither is kept for programs that poll or yield: there the window
+/// spares a wake-up a message, and short slices made the woken thread preempt the poller
+/// that would have read the frame itself (8 B polled writes 65-71 us against 32-40).
+#[derive(Default)]
+struct Starvation {
+    /// Starved until then: no spin window, short slices.
+    until: Option<Instant>,
+    /// Spins in a row that lost their CPU.
+    lost_in_a_row: u32,
+    /// How long the next starved spell lasts.
+    spell: Duration,
+    /// The thread asked for short slices (`slice_change`).
+    short_slices: bool,
+}
+
+/// A spin that ended this long after its window lost its CPU to a thread that kept it. Over
+/// loopback TCP, 2 CPUs, the spins of a progress thread whose CPUs spinners held ended 1 to
+/// over 4 ms late (4,373 of 4,507); those of ping-pongs that poll or block, 11 to 17 in
+/// 2,100-2,500 more than 250 us late.
+const LOST_CPU: Duration = Duration::from_micros(500);
+/// How many spins in a row must lose their CPU for the thread to be starved: with two, the
+/// polling and blocking ping-pongs above were starved 2 to 5 times a run (their setup), and
+/// their writes took twice as long.
+const LOST_TO_STARVE: u32 = 3;
+/// How long the thread stays starved: the first spell, and the longest, each spell twice as
+/// long as the one before while every look at its end finds the CPUs held still.
+const FIRST_SPELL: Duration = Duration::from_millis(10);
+const LONGEST_SPELL: Duration = Duration::from_secs(1);
+/// The time slice a starved progress thread asks for.
+const STARVED_SLICE: Duration = Duration::from_micros(100);
+
+impl Starvation {
+    /// Whether the thread is starved now.
+    fn starved(&self) -> bool {
+        self.until.is_some()
+    }
+
+    /// The time slice to ask for (zero: the kernel's default), if it is not the one asked
+    /// for last: short while starved.
+    fn slice_change(&mut self) -> Option<Duration> {
+        let starved = self.starved();
+        (starved != self.short_slices).then(|| {
+            self.short_slices = starved;
+            match starved {
+                true => STARVED_SLICE,
+                false => Duration::ZERO,
+            }
+        })
+    }
+
+    /// Whether a spin window is worth its CPU at `now` (the starved spell, if any, ends:
+    /// that spin looks whether the spinners still hold the CPUs).
+    fn may_spin(&mut self, now: Instant) -> bool {
+        match self.until {
+            Some(until) if now < until => false,
+            Some(_) => {
+                self.until = None;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// After a spin whose window ended at `window_end`, at `now`.
+    fn spun(&mut self, window_end: Instant, now: Instant) {
+        if now <= window_end + LOST_CPU {
+            self.lost_in_a_row = 0;
+            self.spell = FIRST_SPELL;
+            return;
+        }
+        self.lost_in_a_row += 1;
+        if self.lost_in_a_row >= LOST_TO_STARVE {
+            self.spell = self.spell.clamp(FIRST_SPELL, LONGEST_SPELL);
+            self.until = Some(now + self.spell);
+            self.spell = (self.spell * 2).min(LONGEST_SPELL);
+        }
+    }
+}
+
 // ---- spinning before sleeping -----------------------------------------------------------------
 
 /// Environment variable: how long, in microseconds, a thread that just saw traffic (the
@@ -844,4 +955,54 @@ pub(crate) fn spin_poll(
         }
     }
     sys::poll_for(fds, timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spins that lose their CPU three times in a row starve the thread for a spell that
+    /// doubles while the CPUs stay held, up to a second; one spin that keeps its CPU ends it.
+    #[test]
+    fn spins_that_lose_their_cpu_starve_the_progress_thread() {
+        let mut s = Starvation::default();
+        let t0 = Instant::now();
+        let late = |end: Instant| end + LOST_CPU + Duration::from_micros(1);
+        // Two late spins, one on time: not starved (the count starts again).
+        s.spun(t0, late(t0));
+        s.spun(t0, late(t0));
+        s.spun(t0, t0 + LOST_CPU);
+        s.spun(t0, late(t0));
+        s.spun(t0, late(t0));
+        assert!(!s.starved() && s.may_spin(t0));
+        // The third late one in a row: starved for FIRST_SPELL.
+        let now = late(t0);
+        assert_eq!(s.slice_change(), None);
+        s.spun(t0, now);
+        assert!(s.starved() && !s.may_spin(now + FIRST_SPELL / 2));
+        assert_eq!(s.slice_change(), Some(STARVED_SLICE));
+        assert_eq!(s.slice_change(), None);
+        // The spell ends: one spin looks; late again, the next spell is twice as long.
+        let end = now + FIRST_SPELL;
+        assert!(s.may_spin(end) && !s.starved());
+        assert_eq!(s.slice_change(), Some(Duration::ZERO));
+        s.spun(end, late(end));
+        assert!(!s.may_spin(late(end) + FIRST_SPELL));
+        assert!(s.may_spin(late(end) + FIRST_SPELL * 2));
+        // Spells stop growing at LONGEST_SPELL.
+        let mut at = late(end) + FIRST_SPELL * 2;
+        for _ in 0..20 {
+            s.spun(at, late(at));
+            at = late(at) + LONGEST_SPELL;
+            assert!(s.may_spin(at));
+        }
+        // A spin that keeps its CPU: the next starvation needs three late ones again, and
+        // starts with the first spell.
+        s.spun(at, at);
+        s.spun(at, late(at));
+        s.spun(at, late(at));
+        assert!(!s.starved());
+        s.spun(at, late(at));
+        assert!(s.starved() && s.may_spin(late(at) + FIRST_SPELL));
+    }
 }
