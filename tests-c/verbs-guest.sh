@@ -9,8 +9,8 @@
 #  - the C tests test_provider_handles, test_dto_rules, test_remote_violation,
 #    test_peer_killed, test_srq, test_connect_errors, test_csp, test_evd_rules, test_ib_ext, test_ud,
 #    test_dat2_ops, test_unmapped, test_handle_types, test_fork, test_threads
-#    (threads posting and reaping on shared EVDs, its default size) and
-#    test_send_placement with
+#    (threads posting and reaping on shared EVDs, its default size),
+#    test_send_placement and test_blocking_calls with
 #    DAT_TEST_IA=rs-rxe0;
 #  - the provider crate's DAT behaviour tests (src/provider/src/
 #    behaviour_tests.rs, the Rust tests that run over TCP and the same-host
@@ -78,7 +78,7 @@ if [ "${1:-}" != --inside ]; then
 			exit 1
 		fi
 	done
-	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_device_removal test_read_sink_wire \
+	for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_blocking_calls test_device_removal test_read_sink_wire \
 		test_dat12_rules test_misuse12 test_interop12 test_interop20; do
 		if [ ! -x "$top/build/tests/$t" ]; then
 			echo "verbs-guest: FAIL: $top/build/tests/$t is missing (run make -C tests-c all first)"
@@ -360,7 +360,7 @@ dtestsrq_pair() {
 # suite: everything below on the device kind set by `kind`.
 suite() {
 # --- 1. the C tests on our IA
-for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_send_placement; do
+for t in test_provider_handles test_dto_rules test_remote_violation test_peer_killed test_srq test_connect_errors test_csp test_evd_rules test_ib_ext test_dat2_ops test_ud test_unmapped test_handle_types test_fork test_threads test_send_placement test_blocking_calls; do
 	c_test "$t" "$out/$t.log" "$OURS" 200 "$top/build/tests/$t"
 done
 
@@ -502,8 +502,8 @@ rust_behaviour() {
 # The C programs that pass over libfabric's verbs provider (the others, and
 # why, in docs/libfabric.md, "Where it stands").
 # (Each list may be set from the environment, to run a few of them.)
-OFI_VRXM_PASS=${OFI_VRXM_PASS-"test_dto_rules test_connect_errors test_csp test_evd_rules test_dat2_ops test_fork test_handle_types test_misuse12 test_srq test_ud test_ib_ext test_remote_violation test_dat12_rules test_threads test_send_placement test_reg_per_message test_provider_handles test_unmapped interop12.sh test_arg_positions test_peer_killed test_cycles"}
-OFI_VMSG_PASS=${OFI_VMSG_PASS-"test_dto_rules test_dat2_ops test_evd_rules test_peer_killed test_fork test_ud test_threads test_srq test_handle_types test_misuse12 test_ib_ext test_connect_errors test_csp test_remote_violation test_dat12_rules test_cycles test_arg_positions test_send_placement test_provider_handles test_unmapped interop12.sh"}
+OFI_VRXM_PASS=${OFI_VRXM_PASS-"test_dto_rules test_connect_errors test_csp test_evd_rules test_dat2_ops test_fork test_handle_types test_misuse12 test_srq test_ud test_ib_ext test_remote_violation test_dat12_rules test_threads test_send_placement test_reg_per_message test_provider_handles test_unmapped interop12.sh test_arg_positions test_peer_killed test_cycles test_blocking_calls"}
+OFI_VMSG_PASS=${OFI_VMSG_PASS-"test_dto_rules test_dat2_ops test_evd_rules test_peer_killed test_fork test_ud test_threads test_srq test_handle_types test_misuse12 test_ib_ext test_connect_errors test_csp test_remote_violation test_dat12_rules test_cycles test_arg_positions test_send_placement test_provider_handles test_unmapped interop12.sh test_blocking_calls"}
 # The behaviour tests known to fail there (docs/libfabric.md, Where it stands).
 OFI_VRXM_FAILING=${OFI_VRXM_FAILING-""}
 OFI_VMSG_FAILING=${OFI_VMSG_FAILING-""}
