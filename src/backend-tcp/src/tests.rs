@@ -10,7 +10,8 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::sync::Arc;
 
 use daplrs_backend::Sge;
-use daplrs_core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
+use daplrs_core::consts::{dto_op, dto_status, event_number, mem_priv};
+use daplrs_core::ep::EpState;
 use daplrs_core::ep::RemoteBuffer;
 use daplrs_core::error::ErrorType;
 use daplrs_core::evd::EventData;
@@ -206,7 +207,7 @@ fn garbage_after_the_handshake_breaks_that_connection() {
     });
     connect_to_fake_target(&client, port);
     assert_eq!(next(&client.conn).number, event_number::CONNECTION_BROKEN);
-    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Disconnected);
     close(&[&client]);
     t.join().expect("fake target");
 }
@@ -301,7 +302,7 @@ fn unanswered_connect_times_out_and_flushes() {
         next(&client.conn).number,
         event_number::CONNECTION_TIMED_OUT
     );
-    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Disconnected);
     assert_eq!(
         dto(&next(&client.dto)),
         (4, dto_status::FLUSHED, 0, dto_op::RECEIVE)

@@ -141,23 +141,6 @@ pub mod ib_ext {
     pub const DTO_RECV_UD: u32 = 14;
 }
 
-/// DAT_EP_STATE values.
-pub mod ep_state {
-    pub const UNCONNECTED: u32 = 0;
-    pub const UNCONFIGURED_UNCONNECTED: u32 = 1;
-    pub const RESERVED: u32 = 2;
-    pub const UNCONFIGURED_RESERVED: u32 = 3;
-    pub const PASSIVE_CONNECTION_PENDING: u32 = 4;
-    pub const UNCONFIGURED_PASSIVE: u32 = 5;
-    pub const ACTIVE_CONNECTION_PENDING: u32 = 6;
-    pub const TENTATIVE_CONNECTION_PENDING: u32 = 7;
-    pub const UNCONFIGURED_TENTATIVE: u32 = 8;
-    pub const CONNECTED: u32 = 9;
-    pub const DISCONNECT_PENDING: u32 = 10;
-    pub const DISCONNECTED: u32 = 11;
-    pub const COMPLETION_PENDING: u32 = 12;
-}
-
 pub mod close_flags {
     pub const ABRUPT: u32 = 0;
     pub const GRACEFUL: u32 = 1;

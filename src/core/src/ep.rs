@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::consts::{
-    async_reason, completion_flags, dto_op, ep_state, evd_flags, event_number, mem_priv,
-};
+use super::consts::{async_reason, completion_flags, dto_op, evd_flags, event_number, mem_priv};
 use super::counters::{self, Counters};
 use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
 use super::evd::{Evd, Event, EventData};
@@ -132,11 +130,31 @@ impl EpAttr {
     }
 }
 
+/// An EP's state (DAT_EP_STATE): what the core's state machine keeps. The discriminants
+/// are DAT's values, which only the C boundary reads (`as u32`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpState {
+    Unconnected = 0,
+    UnconfiguredUnconnected = 1,
+    Reserved = 2,
+    UnconfiguredReserved = 3,
+    PassiveConnectionPending = 4,
+    UnconfiguredPassive = 5,
+    ActiveConnectionPending = 6,
+    TentativeConnectionPending = 7,
+    UnconfiguredTentative = 8,
+    Connected = 9,
+    DisconnectPending = 10,
+    Disconnected = 11,
+    CompletionPending = 12,
+}
+
 /// What dat_ep_query reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpParam {
     pub ia: Handle,
-    pub state: u32,
+    pub state: EpState,
     pub local_address: Ipv4Addr,
     pub local_port: u64,
     pub remote_address: Option<Ipv4Addr>,
@@ -168,7 +186,7 @@ pub struct EpModify {
 }
 
 struct EpInner {
-    state: u32,
+    state: EpState,
     pz: Option<Arc<Pz>>,
     recv_evd: Option<Arc<Evd>>,
     request_evd: Option<Arc<Evd>>,
@@ -245,22 +263,21 @@ pub struct Ep {
 }
 
 /// The INVALID_STATE subtype naming an EP state.
-pub(crate) fn state_error(state: u32) -> DatError {
+pub(crate) fn state_error(state: EpState) -> DatError {
     let sub = match state {
-        ep_state::UNCONNECTED => SubType::EpUnconnected,
-        ep_state::UNCONFIGURED_UNCONNECTED => SubType::EpUnconfigured,
-        ep_state::RESERVED => SubType::EpReserved,
-        ep_state::UNCONFIGURED_RESERVED => SubType::EpUnconfReserved,
-        ep_state::PASSIVE_CONNECTION_PENDING => SubType::EpPassConnPending,
-        ep_state::UNCONFIGURED_PASSIVE => SubType::EpUnconfPassive,
-        ep_state::ACTIVE_CONNECTION_PENDING => SubType::EpActConnPending,
-        ep_state::TENTATIVE_CONNECTION_PENDING => SubType::EpTentConnPending,
-        ep_state::UNCONFIGURED_TENTATIVE => SubType::EpUnconfTentative,
-        ep_state::CONNECTED => SubType::EpConnected,
-        ep_state::DISCONNECT_PENDING => SubType::EpDiscPending,
-        ep_state::DISCONNECTED => SubType::EpDisconnected,
-        ep_state::COMPLETION_PENDING => SubType::EpComplPending,
-        _ => SubType::None,
+        EpState::Unconnected => SubType::EpUnconnected,
+        EpState::UnconfiguredUnconnected => SubType::EpUnconfigured,
+        EpState::Reserved => SubType::EpReserved,
+        EpState::UnconfiguredReserved => SubType::EpUnconfReserved,
+        EpState::PassiveConnectionPending => SubType::EpPassConnPending,
+        EpState::UnconfiguredPassive => SubType::EpUnconfPassive,
+        EpState::ActiveConnectionPending => SubType::EpActConnPending,
+        EpState::TentativeConnectionPending => SubType::EpTentConnPending,
+        EpState::UnconfiguredTentative => SubType::EpUnconfTentative,
+        EpState::Connected => SubType::EpConnected,
+        EpState::DisconnectPending => SubType::EpDiscPending,
+        EpState::Disconnected => SubType::EpDisconnected,
+        EpState::CompletionPending => SubType::EpComplPending,
     };
     DatError::invalid_state(sub)
 }
@@ -390,9 +407,9 @@ impl Ep {
             None => (None, None),
         };
         let state = if pz.is_some() {
-            ep_state::UNCONNECTED
+            EpState::Unconnected
         } else {
-            ep_state::UNCONFIGURED_UNCONNECTED
+            EpState::UnconfiguredUnconnected
         };
         let reservation = handle::reserve(HandleKind::Ep, ia.dispatch());
         let ep = Arc::new(Ep {
@@ -433,7 +450,7 @@ impl Ep {
     pub fn ia(&self) -> &Arc<Ia> {
         &self.ia
     }
-    pub fn state(&self) -> u32 {
+    pub fn state(&self) -> EpState {
         self.inner.lock().state
     }
     pub fn attr(&self) -> EpAttr {
@@ -498,7 +515,7 @@ impl Ep {
     }
 
     /// dat_ep_get_status: (state, recv_idle, request_idle).
-    pub fn get_status(&self) -> (u32, bool, bool) {
+    pub fn get_status(&self) -> (EpState, bool, bool) {
         let i = self.inner.lock();
         let recv_idle = i.qp.as_ref().map(|q| q.posted_recvs() == 0).unwrap_or(true);
         (i.state, recv_idle, true)
@@ -508,11 +525,11 @@ impl Ep {
     pub fn modify(self: &Arc<Self>, change: EpModify) -> DatResult<()> {
         let mut i = self.inner.lock();
         match i.state {
-            ep_state::UNCONNECTED
-            | ep_state::UNCONFIGURED_UNCONNECTED
-            | ep_state::UNCONFIGURED_RESERVED
-            | ep_state::UNCONFIGURED_PASSIVE
-            | ep_state::UNCONFIGURED_TENTATIVE => {}
+            EpState::Unconnected
+            | EpState::UnconfiguredUnconnected
+            | EpState::UnconfiguredReserved
+            | EpState::UnconfiguredPassive
+            | EpState::UnconfiguredTentative => {}
             s => return Err(state_error(s)),
         }
         let dev = self.ia.device().attr();
@@ -635,12 +652,12 @@ impl Ep {
                 .insert(qp.qp_num(), Arc::downgrade(self));
             i.qp = Some(qp);
             i.sink_cq = sink;
-            if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
-                i.state = ep_state::UNCONNECTED;
+            if i.state == EpState::UnconfiguredUnconnected {
+                i.state = EpState::Unconnected;
             }
             // A provider-created EP configured by its consumer can now be accepted on.
-            if i.state == ep_state::UNCONFIGURED_TENTATIVE {
-                i.state = ep_state::TENTATIVE_CONNECTION_PENDING;
+            if i.state == EpState::UnconfiguredTentative {
+                i.state = EpState::TentativeConnectionPending;
             }
         }
         Ok(())
@@ -706,7 +723,7 @@ impl Ep {
         }
         let qp = {
             let mut i = self.inner.lock();
-            if i.state != ep_state::UNCONNECTED {
+            if i.state != EpState::Unconnected {
                 return Err(state_error(i.state));
             }
             if i.connect_evd.is_none() {
@@ -715,7 +732,7 @@ impl Ep {
             let qp =
                 i.qp.clone()
                     .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-            i.state = ep_state::ACTIVE_CONNECTION_PENDING;
+            i.state = EpState::ActiveConnectionPending;
             i.remote = Some(remote);
             qp
         };
@@ -727,8 +744,8 @@ impl Ep {
         let result = self.ia.device().connect(&qp, remote, private_data, timeout);
         if let Err(e) = result {
             let mut i = self.inner.lock();
-            if i.state == ep_state::ACTIVE_CONNECTION_PENDING {
-                i.state = ep_state::UNCONNECTED;
+            if i.state == EpState::ActiveConnectionPending {
+                i.state = EpState::Unconnected;
                 i.remote = None;
             }
             return Err(e.into());
@@ -746,7 +763,7 @@ impl Ep {
     ) -> DatResult<()> {
         let remote = {
             let d = dup.inner.lock();
-            if d.state != ep_state::CONNECTED {
+            if d.state != EpState::Connected {
                 return Err(state_error(d.state));
             }
             d.remote
@@ -771,14 +788,14 @@ impl Ep {
         let qp = {
             let mut i = self.inner.lock();
             match i.state {
-                ep_state::DISCONNECTED => return Ok(()),
-                ep_state::CONNECTED
-                | ep_state::ACTIVE_CONNECTION_PENDING
-                | ep_state::PASSIVE_CONNECTION_PENDING
-                | ep_state::DISCONNECT_PENDING => {}
+                EpState::Disconnected => return Ok(()),
+                EpState::Connected
+                | EpState::ActiveConnectionPending
+                | EpState::PassiveConnectionPending
+                | EpState::DisconnectPending => {}
                 s => return Err(state_error(s)),
             }
-            i.state = ep_state::DISCONNECT_PENDING;
+            i.state = EpState::DisconnectPending;
             i.qp.clone()
         };
         match qp {
@@ -792,7 +809,7 @@ impl Ep {
         let qp = {
             let i = self.inner.lock();
             match i.state {
-                ep_state::DISCONNECTED | ep_state::UNCONNECTED => {}
+                EpState::Disconnected | EpState::Unconnected => {}
                 s => return Err(state_error(s)),
             }
             i.qp.clone()
@@ -824,7 +841,7 @@ impl Ep {
                 i.sink_cq = sink;
             }
         }
-        i.state = ep_state::UNCONNECTED;
+        i.state = EpState::Unconnected;
         i.remote = None;
         i.peer_private_data = Arc::from(Vec::new());
         Ok(())
@@ -833,10 +850,10 @@ impl Ep {
     /// Called by an RSP: UNCONNECTED -> RESERVED.
     pub(crate) fn reserve_for(&self, sp: Handle) -> DatResult<()> {
         let mut i = self.inner.lock();
-        if i.state != ep_state::UNCONNECTED {
+        if i.state != EpState::Unconnected {
             return Err(state_error(i.state));
         }
-        i.state = ep_state::RESERVED;
+        i.state = EpState::Reserved;
         i.reserved_by = sp;
         Ok(())
     }
@@ -847,10 +864,10 @@ impl Ep {
         if i.reserved_by == sp
             && matches!(
                 i.state,
-                ep_state::RESERVED | ep_state::TENTATIVE_CONNECTION_PENDING
+                EpState::Reserved | EpState::TentativeConnectionPending
             )
         {
-            i.state = ep_state::UNCONNECTED;
+            i.state = EpState::Unconnected;
             i.reserved_by = Handle::NULL;
         }
     }
@@ -860,18 +877,18 @@ impl Ep {
     /// UNCONFIGURED_UNCONNECTED -> UNCONFIGURED_TENTATIVE.
     pub(crate) fn make_provider_tentative(&self, private_data: &[u8]) {
         let mut i = self.inner.lock();
-        if i.state == ep_state::UNCONFIGURED_UNCONNECTED {
-            i.state = ep_state::UNCONFIGURED_TENTATIVE;
+        if i.state == EpState::UnconfiguredUnconnected {
+            i.state = EpState::UnconfiguredTentative;
             i.peer_private_data = Arc::from(private_data.to_vec());
         }
     }
 
     pub(crate) fn make_tentative(&self, private_data: &[u8]) -> bool {
         let mut i = self.inner.lock();
-        if i.state != ep_state::RESERVED {
+        if i.state != EpState::Reserved {
             return false;
         }
-        i.state = ep_state::TENTATIVE_CONNECTION_PENDING;
+        i.state = EpState::TentativeConnectionPending;
         i.peer_private_data = Arc::from(private_data.to_vec());
         true
     }
@@ -884,7 +901,7 @@ impl Ep {
     ) -> DatResult<Arc<dyn QueuePair>> {
         let mut i = self.inner.lock();
         match i.state {
-            ep_state::UNCONNECTED | ep_state::TENTATIVE_CONNECTION_PENDING => {}
+            EpState::Unconnected | EpState::TentativeConnectionPending => {}
             s => return Err(state_error(s)),
         }
         if i.connect_evd.is_none() {
@@ -893,7 +910,7 @@ impl Ep {
         let qp =
             i.qp.clone()
                 .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        i.state = ep_state::PASSIVE_CONNECTION_PENDING;
+        i.state = EpState::PassiveConnectionPending;
         i.remote = Some(remote);
         i.peer_private_data = Arc::from(private_data.to_vec());
         i.reserved_by = Handle::NULL;
@@ -903,8 +920,8 @@ impl Ep {
     /// An accept failed synchronously.
     pub(crate) fn abort_accept(&self) {
         let mut i = self.inner.lock();
-        if i.state == ep_state::PASSIVE_CONNECTION_PENDING {
-            i.state = ep_state::UNCONNECTED;
+        if i.state == EpState::PassiveConnectionPending {
+            i.state = EpState::Unconnected;
             i.remote = None;
         }
     }
@@ -926,13 +943,13 @@ impl Ep {
         let (evd, pd) = {
             let mut i = self.inner.lock();
             match i.state {
-                ep_state::ACTIVE_CONNECTION_PENDING => {
+                EpState::ActiveConnectionPending => {
                     i.peer_private_data = Arc::from(private_data);
                 }
-                ep_state::PASSIVE_CONNECTION_PENDING => {}
+                EpState::PassiveConnectionPending => {}
                 _ => return,
             }
-            i.state = ep_state::CONNECTED;
+            i.state = EpState::Connected;
             (i.connect_evd.clone(), i.peer_private_data.clone())
         };
         self.post_connection_event(evd, event_number::CONNECTION_ESTABLISHED, pd);
@@ -953,14 +970,14 @@ impl Ep {
         let (evd, pd, has_srq) = {
             let mut i = self.inner.lock();
             match i.state {
-                ep_state::ACTIVE_CONNECTION_PENDING
-                | ep_state::PASSIVE_CONNECTION_PENDING
-                | ep_state::TENTATIVE_CONNECTION_PENDING
-                | ep_state::CONNECTED
-                | ep_state::DISCONNECT_PENDING => {}
+                EpState::ActiveConnectionPending
+                | EpState::PassiveConnectionPending
+                | EpState::TentativeConnectionPending
+                | EpState::Connected
+                | EpState::DisconnectPending => {}
                 _ => return,
             }
-            let number = if i.state == ep_state::PASSIVE_CONNECTION_PENDING
+            let number = if i.state == EpState::PassiveConnectionPending
                 && number != event_number::CONNECTION_DISCONNECTED
             {
                 event_number::CONNECTION_ACCEPT_COMPLETION_ERROR
@@ -970,7 +987,7 @@ impl Ep {
             } else {
                 number
             };
-            i.state = ep_state::DISCONNECTED;
+            i.state = EpState::Disconnected;
             if !private_data.is_empty() {
                 i.peer_private_data = Arc::from(private_data);
             }
@@ -1020,7 +1037,7 @@ impl Ep {
             return Err(DatError::bad(Param::EpHandle));
         }
         match i.state {
-            ep_state::CONNECTED | ep_state::DISCONNECTED => Ok(()),
+            EpState::Connected | EpState::Disconnected => Ok(()),
             s => Err(state_error(s)),
         }
     }
@@ -1472,7 +1489,7 @@ impl Ep {
         let (soft_fires, hard_breaks) = {
             let mut i = self.inner.lock();
             let w = i.watermarks;
-            let connected = i.state == ep_state::CONNECTED;
+            let connected = i.state == EpState::Connected;
             if !(w.soft_armed || (w.hard.is_some() && connected)) {
                 return;
             }
@@ -1486,7 +1503,7 @@ impl Ep {
                 // As dat_ep_disconnect: DISCONNECT_PENDING until the backend reports the
                 // teardown (it must have let go of the QP before a reset), then reported as
                 // BROKEN (see `on_connection_lost`).
-                i.state = ep_state::DISCONNECT_PENDING;
+                i.state = EpState::DisconnectPending;
                 i.watermarks.breaking = true;
             }
             (soft_fires, hard_breaks.then(|| i.qp.clone()).flatten())
@@ -1529,13 +1546,13 @@ impl Ep {
             i.freed = true;
             let was = matches!(
                 i.state,
-                ep_state::CONNECTED
-                    | ep_state::ACTIVE_CONNECTION_PENDING
-                    | ep_state::PASSIVE_CONNECTION_PENDING
-                    | ep_state::DISCONNECT_PENDING
+                EpState::Connected
+                    | EpState::ActiveConnectionPending
+                    | EpState::PassiveConnectionPending
+                    | EpState::DisconnectPending
             );
             // A freed EP reports no more connection events.
-            i.state = ep_state::DISCONNECTED;
+            i.state = EpState::Disconnected;
             (i.qp.take(), was)
         };
         if let Some(qp) = qp {

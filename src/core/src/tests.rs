@@ -4,10 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cno::Cno;
-use super::consts::{
-    async_reason, close_flags, ep_state, evd_flags, event_number, handle_type, mem_priv,
-};
-use super::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
+use super::consts::{async_reason, close_flags, evd_flags, event_number, handle_type, mem_priv};
+use super::ep::{Ep, EpAttr, EpModify, EpState, RemoteBuffer};
 use super::error::{DatError, ErrorType, Param, SubType};
 use super::evd::{Evd, EventData};
 use super::handle::{self, Handle};
@@ -412,7 +410,7 @@ fn ep_states_and_attributes() {
     )
     .expect("ep with defaults");
     let p = ep.query();
-    assert_eq!(p.state, ep_state::UNCONNECTED);
+    assert_eq!(p.state, EpState::Unconnected);
     assert_eq!(p.pz, pz.handle());
     assert_eq!(p.attr, EpAttr::defaults(&dev));
 
@@ -490,7 +488,7 @@ fn ep_states_and_attributes() {
 
     // Unconfigured EP (no PZ) becomes UNCONNECTED when modified to have one.
     let ep2 = Ep::create(&ia, None, None, None, None, None, None).expect("ep without pz");
-    assert_eq!(ep2.state(), ep_state::UNCONFIGURED_UNCONNECTED);
+    assert_eq!(ep2.state(), EpState::UnconfiguredUnconnected);
     assert_eq!(
         ep2.post_recv(&[seg], 1, 0).expect_err("unconfigured").sub,
         SubType::EpUnconfigured
@@ -501,7 +499,7 @@ fn ep_states_and_attributes() {
         ..Default::default()
     })
     .expect("modify");
-    assert_eq!(ep2.state(), ep_state::UNCONNECTED);
+    assert_eq!(ep2.state(), EpState::Unconnected);
     assert_eq!(ep2.query().recv_evd, dto.handle());
 
     // Freeing an EP flushes its posted receive into the recv EVD.
@@ -654,10 +652,10 @@ fn service_points_and_conn_quals() {
     any.free().expect("free");
     // The port may be taken by someone else in between; only assert when we got it.
     if let Ok(rsp) = Sp::create_rsp(&ia, rsp_port, &ep, &cr_evd) {
-        assert_eq!(ep.state(), ep_state::RESERVED);
+        assert_eq!(ep.state(), EpState::Reserved);
         assert_eq!(rsp.query().ep, ep.handle());
         rsp.free().expect("free rsp");
-        assert_eq!(ep.state(), ep_state::UNCONNECTED);
+        assert_eq!(ep.state(), EpState::Unconnected);
     }
     psp.free().expect("free psp");
     // The port is free again.

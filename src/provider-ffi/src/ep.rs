@@ -170,7 +170,7 @@ pub(crate) unsafe extern "C" fn query(
         }
         let p = ep.query();
         param.ia_handle = c(p.ia);
-        param.ep_state = p.state;
+        param.ep_state = p.state as DAT_EP_STATE;
         param.comm = DAT_COMM::default();
         param.local_ia_address_ptr = sockaddr_of(p.local_address);
         param.local_port_qual = p.local_port;
@@ -563,7 +563,7 @@ pub(crate) unsafe extern "C" fn get_status(
         // SAFETY: `state` is NULL or points to a writable value of its type (the C caller's
         // contract).
         if let Some(st) = unsafe { state.as_mut() } {
-            *st = s;
+            *st = s as DAT_EP_STATE;
         }
         // SAFETY: `recv_idle` is NULL or points to a writable value of its type (the C caller's
         // contract).

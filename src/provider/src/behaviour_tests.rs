@@ -18,10 +18,8 @@
 //! arenas, engine internals) stay in daplrs-tcp: src/backend-tcp/src/tests.rs and its tests/ directory.
 
 use crate::backend::Sge;
-use crate::core::consts::{
-    close_flags, dto_op, dto_status, ep_state, evd_flags, event_number, mem_priv,
-};
-use crate::core::ep::{Ep, RemoteBuffer};
+use crate::core::consts::{close_flags, dto_op, dto_status, evd_flags, event_number, mem_priv};
+use crate::core::ep::{Ep, EpState, RemoteBuffer};
 use crate::core::error::{ErrorType, SubType};
 use crate::core::evd::{Evd, EventData};
 use crate::core::handle::{self, Handle};
@@ -313,7 +311,7 @@ fn remote_access_violation_breaks_the_connection(dev: &TestDevice) {
         return;
     }
     bad_rkey_write_breaks_the_connection(&server, &client);
-    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Disconnected);
 
     // Posts on a DISCONNECTED EP succeed and are flushed at once.
     client
@@ -325,7 +323,7 @@ fn remote_access_violation_breaks_the_connection(dev: &TestDevice) {
         (3, dto_status::FLUSHED, 0, dto_op::SEND)
     );
     client.ep.reset().expect("reset");
-    assert_eq!(client.ep.state(), ep_state::UNCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Unconnected);
     close(&[&client, &server]);
 }
 
@@ -388,7 +386,7 @@ fn graceful_disconnect_flushes_receives(dev: &TestDevice) {
         dto(&next(&server.dto)),
         (9, dto_status::FLUSHED, 0, dto_op::RECEIVE)
     );
-    assert_eq!(server.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(server.ep.state(), EpState::Disconnected);
     client
         .ep
         .disconnect(close_flags::GRACEFUL)
@@ -466,7 +464,7 @@ fn reject_and_unreachable_ports(dev: &TestDevice) {
         panic!("{ev:?}")
     };
     client.assert_private_data(private_data, b"go away");
-    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Disconnected);
     client.ep.reset().expect("reset");
 
     // Nobody listens on a port we just released.
@@ -670,14 +668,14 @@ fn rsp_dup_connect_and_handoff(dev: &TestDevice) {
                 .map(|rsp| (rsp, port))
         })
         .expect("rsp on a free port");
-    assert_eq!(server.ep.state(), ep_state::RESERVED);
+    assert_eq!(server.ep.state(), EpState::Reserved);
     client
         .ep
         .connect(server.addr(), port, GUARD_US, b"rsp", 0, 0)
         .expect("connect");
     let cr = next_cr(&server.cr);
     assert_eq!(cr.query().ep, server.ep.handle());
-    assert_eq!(server.ep.state(), ep_state::TENTATIVE_CONNECTION_PENDING);
+    assert_eq!(server.ep.state(), EpState::TentativeConnectionPending);
     cr.accept(None, b"").expect("accept on the reserved EP");
     assert_eq!(
         next(&client.conn).number,
@@ -919,7 +917,7 @@ fn provider_created_ep_is_configured_then_accepted(dev: &TestDevice) {
         .expect("connect");
     let cr = next_cr(&server.cr);
     let ep = handle::ep(cr.query().ep).expect("provider-created EP");
-    assert_eq!(ep.state(), ep_state::UNCONFIGURED_TENTATIVE);
+    assert_eq!(ep.state(), EpState::UnconfiguredTentative);
     let e = cr.accept(None, b"").expect_err("unconfigured");
     assert_eq!(
         (e.kind, e.sub),
@@ -933,7 +931,7 @@ fn provider_created_ep_is_configured_then_accepted(dev: &TestDevice) {
         attr: None,
     })
     .expect("configure");
-    assert_eq!(ep.state(), ep_state::TENTATIVE_CONNECTION_PENDING);
+    assert_eq!(ep.state(), EpState::TentativeConnectionPending);
     cr.accept(None, b"").expect("accept");
     assert_eq!(
         next(&client.conn).number,
@@ -1153,7 +1151,7 @@ fn rmr_bind_on_a_disconnected_ep_is_flushed_and_leaves_it_unbound(dev: &TestDevi
         next(&client.conn).number,
         event_number::CONNECTION_DISCONNECTED
     );
-    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Disconnected);
 
     // On a helper thread, so that a deadlock fails the test instead of hanging it.
     let (tx, rx) = std::sync::mpsc::channel();

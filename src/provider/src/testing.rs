@@ -13,11 +13,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use daplrs_backend::Sge;
-use daplrs_core::consts::{
-    close_flags, dto_op, dto_status, ep_state, evd_flags, event_number, mem_priv,
-};
+use daplrs_core::consts::{close_flags, dto_op, dto_status, evd_flags, event_number, mem_priv};
 use daplrs_core::cr::Cr;
-use daplrs_core::ep::{Ep, RemoteBuffer};
+use daplrs_core::ep::{Ep, EpState, RemoteBuffer};
 use daplrs_core::evd::{Evd, Event, EventData};
 use daplrs_core::handle;
 use daplrs_core::ia::Ia;
@@ -478,8 +476,8 @@ pub(crate) fn connect_pair(server: &Side, client: &Side) -> Arc<Sp> {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(client.ep.state(), ep_state::CONNECTED);
-    assert_eq!(server.ep.state(), ep_state::CONNECTED);
+    assert_eq!(client.ep.state(), EpState::Connected);
+    assert_eq!(server.ep.state(), EpState::Connected);
     psp
 }
 

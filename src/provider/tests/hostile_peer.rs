@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use daplrs::backend::tcp::wire::{self, Header, Kind, Status, HEADER_LEN};
 use daplrs::backend::Sge;
-use daplrs::core::consts::{close_flags, dto_status, ep_state, evd_flags, event_number, mem_priv};
+use daplrs::core::consts::{close_flags, dto_status, evd_flags, event_number, mem_priv};
+use daplrs::core::ep::EpState;
 use daplrs::core::ep::{Ep, RemoteBuffer};
 use daplrs::core::evd::{Evd, Event, EventData};
 use daplrs::core::handle::{self, Handle};
@@ -598,7 +599,7 @@ fn a_hostile_peer_cannot_hurt_the_target_or_its_legitimate_peers() {
     // the peer's (another thread of the target may be the one delivering it, after accept
     // returned): binds on it need that (failed once in about 15 runs without this wait).
     let t0 = Instant::now();
-    while server_ep.state() != ep_state::CONNECTED {
+    while server_ep.state() != EpState::Connected {
         assert!(t0.elapsed() < HANG, "the target's EP never connected");
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::super::samehost::{test_hooks, Mode, Stats};
 use super::{close, connect_pair, dto, next, Side, GUARD_US};
-use daplrs_core::consts::{dto_op, dto_status, ep_state, event_number, mem_priv};
+use daplrs_core::consts::{dto_op, dto_status, event_number, mem_priv};
+use daplrs_core::ep::EpState;
 use daplrs_core::evd::EventData;
 
 fn side(name: &str, privileges: u32, mode: Mode) -> (Side, Arc<Stats>) {
@@ -919,7 +920,7 @@ fn require_fails_a_connection_that_cannot_use_it() {
     cr.accept(Some(&server.ep), b"").expect("accept");
     let ev = next(&client.conn);
     assert_eq!(ev.number, event_number::CONNECTION_NON_PEER_REJECTED);
-    assert_eq!(client.ep.state(), ep_state::DISCONNECTED);
+    assert_eq!(client.ep.state(), EpState::Disconnected);
     close(&[&client, &server]);
 }
 

@@ -49,11 +49,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::consts::{completion_flags, dto_op, ep_state, ib_ext, mem_priv};
+use super::super::consts::{completion_flags, dto_op, ib_ext, mem_priv};
 use super::super::counters;
 use super::super::error::{from_backend, DatError, DatResult, Param, SubType};
 use super::super::evd::{Event, EventData, UdConnExt};
 use super::super::ia::PendingDto;
+use super::EpState;
 use super::{state_error, Ep};
 use daplrs_backend::{AddressHandle, QueuePair, SendOp, SendWr, Sge, UdPeer};
 
@@ -102,7 +103,7 @@ impl Ep {
     fn ud_ready_qp(&self) -> DatResult<Arc<dyn QueuePair>> {
         let i = self.inner.lock();
         match i.state {
-            ep_state::UNCONNECTED | ep_state::CONNECTED => {}
+            EpState::Unconnected | EpState::Connected => {}
             s => return Err(state_error(s)),
         }
         if i.connect_evd.is_none() {
@@ -141,7 +142,7 @@ impl Ep {
         let evd = {
             let i = self.inner.lock();
             match i.state {
-                ep_state::UNCONNECTED | ep_state::CONNECTED => {}
+                EpState::Unconnected | EpState::Connected => {}
                 _ => return,
             }
             i.connect_evd.clone()
@@ -167,8 +168,8 @@ impl Ep {
         {
             let mut i = self.inner.lock();
             match i.state {
-                ep_state::UNCONNECTED => i.state = ep_state::CONNECTED,
-                ep_state::CONNECTED => {}
+                EpState::Unconnected => i.state = EpState::Connected,
+                EpState::Connected => {}
                 _ => return,
             }
         }
@@ -225,10 +226,10 @@ impl Ep {
         let evd = {
             let mut i = self.inner.lock();
             match i.state {
-                ep_state::UNCONNECTED | ep_state::CONNECTED | ep_state::DISCONNECT_PENDING => {}
+                EpState::Unconnected | EpState::Connected | EpState::DisconnectPending => {}
                 _ => return,
             }
-            i.state = ep_state::DISCONNECTED;
+            i.state = EpState::Disconnected;
             i.connect_evd.clone()
         };
         self.post_connection_event(evd, number, Arc::from(Vec::new()));
@@ -260,7 +261,7 @@ impl Ep {
         }
         self.check_request_flags(flags)?;
         match state {
-            ep_state::UNCONNECTED | ep_state::CONNECTED | ep_state::DISCONNECTED => {}
+            EpState::Unconnected | EpState::Connected | EpState::Disconnected => {}
             s => return Err(state_error(s)),
         }
         let pz = pz.ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
