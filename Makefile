@@ -8,6 +8,7 @@ PREFIX      ?= /usr/local
 LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
 BINDIR      ?= $(PREFIX)/bin
+MANDIR      ?= $(PREFIX)/share/man
 # The dat.conf DAT registries (ours and OFED's) read when DAT_OVERRIDE is unset.
 DATCONF     ?= /etc/dat.conf
 CARGO       ?= cargo
@@ -29,9 +30,9 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # instruction counts of tests-c/cost-guard.sh.
 TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl2 dapl2-utils \
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest \
-               libfabric-dev valgrind
+               libfabric-dev valgrind groff-base
 
-.PHONY: all libs tools header test test-rust test-c test-ofi test-verbs deps install uninstall clean
+.PHONY: all libs tools header test test-rust test-c test-ofi test-verbs deps install uninstall clean man-check
 
 all: libs tools
 
@@ -148,7 +149,13 @@ deps:
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 
-test: deps reserve-ports all test-rust test-c test-verbs
+test: deps man-check reserve-ports all test-rust test-c test-verbs
+
+# Every export of libdat2.so.2 and libdat.so.1 has a man page, the pages
+# are what man/gen-pages.py makes of man/calls.in and the headers, and
+# groff formats each without a warning (man/check-pages.sh; builds nothing).
+man-check:
+	man/check-pages.sh
 
 # Before the Rust tests, whose plain TCP peers could otherwise leave a fixed
 # port of Debian's test programs in TIME_WAIT (see tests-c/reserve-ports.sh).
@@ -239,7 +246,8 @@ net-faults-long: all
 # Entries name the provider libraries by their installed path, so they load
 # whatever the loader's path. Installing to the live system (no DESTDIR)
 # runs ldconfig, so that the loader finds our libdat2.so.2 and libdat.so.1
-# (PREFIX's lib directory comes before the system's).
+# (PREFIX's lib directory comes before the system's). The man pages of man/
+# go to $(MANDIR)/man1, man3, man5 and man7 (see man/check-pages.sh).
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/dat2 $(DESTDIR)$(INCLUDEDIR)/dat \
 		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
@@ -251,6 +259,9 @@ install: all
 	install -m 0755 $(BUILD)/bin/datinfo $(DESTDIR)$(BINDIR)/datinfo
 	install -m 0644 include/dat2/*.h $(DESTDIR)$(INCLUDEDIR)/dat2/
 	install -m 0644 include/dat/*.h $(DESTDIR)$(INCLUDEDIR)/dat/
+	for s in 1 3 5 7; do \
+		install -d $(DESTDIR)$(MANDIR)/man$$s && install -m 0644 man/man$$s/*.$$s $(DESTDIR)$(MANDIR)/man$$s/ || exit 1; \
+	done
 	for pc in dat2 dat; do \
 		sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 			$$pc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc || exit 1; \
@@ -289,6 +300,7 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/dat/,$(notdir $(wildcard include/dat/*.h)))
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat 2>/dev/null
 	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc $(DESTDIR)$(LIBDIR)/pkgconfig/dat.pc
+	rm -f $(foreach s,1 3 5 7,$(addprefix $(DESTDIR)$(MANDIR)/man$(s)/,$(notdir $(wildcard man/man$(s)/*.$(s)))))
 	scripts/datconf-merge remove $(DESTDIR)$(DATCONF)
 	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi
 
