@@ -30,7 +30,7 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # instruction counts of tests-c/cost-guard.sh.
 TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl2 dapl2-utils \
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest \
-               libfabric-dev valgrind groff-base
+               libfabric-dev valgrind groff-base man-db
 
 .PHONY: all libs tools header test test-rust test-c test-ofi test-verbs deps install uninstall clean man-check
 

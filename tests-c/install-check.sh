@@ -13,7 +13,9 @@
 #    loader cache built there), with no LD_LIBRARY_PATH or DAT_OVERRIDE,
 #    Debian's unmodified dapltest loads our libdat2.so.2 and our provider
 #    through /etc/dat.conf and passes an FFT suite, and both consumers run
-#    (the 1.2 one on the installed libdat.so.1 and provider);
+#    (the 1.2 one on the installed libdat.so.1 and provider), and man(1)
+#    finds the installed pages (man/: a call of each API, dat.conf(5),
+#    datinfo(1), daplrs(7));
 #  - uninstall removes every file it installed and leaves dat.conf byte for
 #    byte as it was.
 set -u
@@ -179,6 +181,10 @@ echo "consumer12 exit \$?"
 info=\$(timeout 60 /usr/local/bin/datinfo rs-tcp 2>&1)
 echo "datinfo: \$(grep -c 'IA address 127.0.0.1' <<<"\$info")"
 echo "datinfo12: \$(grep -c 'DAT 1.2 entry, opened through /usr/local/lib/libdat.so.1' <<<"\$info")"
+for page in dat_ep_post_rdma_read dat_rmr_bind 5:dat.conf 1:datinfo 7:daplrs; do
+	sec=\${page%%:*}; name=\${page#*:}; [ "\$sec" = "\$page" ] && sec=3
+	echo "man \$sec \$name: \$(MANPAGER=cat MANWIDTH=80 man -M /usr/local/share/man "\$sec" "\$name" 2>/dev/null | grep -c .)"
+done
 EOF
 unshare -m bash "$work/inside.sh" > "$work/inside.log" 2>&1
 grep -q 'ldd:.*/usr/local/lib/libdat2.so.2' "$work/inside.log" && ok ||
@@ -202,6 +208,12 @@ grep -Eq 'datinfo: [1-9]' "$work/inside.log" && ok || bad "installed datinfo did
 # (its u1.2 entries as DAT 1.2 ones, through the installed libdat.so.1)
 grep -Eq 'datinfo12: [1-9]' "$work/inside.log" && ok ||
 	bad "installed datinfo did not open rs-tcp's u1.2 entries through the installed libdat.so.1"
+
+# (man finds the installed pages: a section 3 page of each API, dat.conf(5), datinfo(1),
+# daplrs(7))
+for page in "3 dat_ep_post_rdma_read" "3 dat_rmr_bind" "5 dat.conf" "1 datinfo" "7 daplrs"; do
+	grep -Eq "^man $page: [1-9]" "$work/inside.log" && ok || bad "man $page: no page in the installed tree"
+done
 
 # uninstall: our files gone, dat.conf as it was
 make -s -C "$top" uninstall DESTDIR="$root" PREFIX=/usr/local > "$work/uninstall.log" 2>&1 || bad "make uninstall failed"
