@@ -42,8 +42,6 @@ pub(crate) struct PeerTable {
 /// none below it (see `OfiDevice::private_data_max`).
 pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
 
-/// A registration key as the header carries it. Keys wider than 32 bits are
-/// not supported (docs/libfabric.md, Later): such a key goes as 0, "none".
 /// Marks close-on-exec the listening socket bound to `addr`. libfabric's tcp
 /// provider (1.17) makes its sockets without SOCK_CLOEXEC, so a child the
 /// program starts (system(3), posix_spawn) held the listener: one that
@@ -105,6 +103,8 @@ fn listens_on(fd: std::os::fd::RawFd, addr: &libc::sockaddr_in) -> bool {
         && name.sin_addr.s_addr == addr.sin_addr.s_addr
 }
 
+/// A registration key as the header carries it. Keys wider than 32 bits are
+/// not supported (docs/libfabric.md, Later): such a key goes as 0, "none".
 fn narrow_key(key: u64, what: &str) -> u32 {
     u32::try_from(key).unwrap_or_else(|_| {
         log::warn!("{what} key {key:#x} is wider than 32 bits: not announced");

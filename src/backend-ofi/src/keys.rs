@@ -39,7 +39,7 @@ pub(crate) const SLOTS: usize = 1 << 16;
 /// WINDOW) and protection domain (high half): the initiator checks those
 /// itself, since the provider sees no protection domains and drops a
 /// connection on a refused access without saying why (docs/libfabric.md,
-/// Where it stands).
+/// Memory, "The initiator's checks").
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Entry {

@@ -117,8 +117,10 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
 /// the process, where the user did not set it. FI_UNIVERSE_SIZE (256 by
 /// default) is the number of peers ofi_rxm sizes each endpoint's CQ on the
 /// core provider for (receive depth + send depth times it): 32,896 entries on
-/// verbs, past rxe's 32,768, so no endpoint of "verbs;ofi_rxm" opened. Each
-/// of our reliable-datagram endpoints has one peer (docs/libfabric.md).
+/// verbs, past rxe's 32,768, so no endpoint of "verbs;ofi_rxm" opened. An
+/// endpoint of ours (a port, shared by an EVD set's connections) has a peer
+/// per process it is connected to, few in a job of one process per host
+/// (docs/libfabric.md, "Many connections over reliable datagrams").
 pub(crate) fn prepare_libfabric() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
