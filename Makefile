@@ -9,7 +9,9 @@ LIBDIR      ?= $(PREFIX)/lib
 INCLUDEDIR  ?= $(PREFIX)/include
 BINDIR      ?= $(PREFIX)/bin
 MANDIR      ?= $(PREFIX)/share/man
-# The dat.conf DAT registries (ours and OFED's) read when DAT_OVERRIDE is unset.
+# The dat.conf DAT registries (ours and OFED's) read when DAT_OVERRIDE is unset;
+# empty (make install DATCONF=): install and uninstall leave dat.conf alone
+# (the Debian packages register the providers in their maintainer scripts).
 DATCONF     ?= /etc/dat.conf
 CARGO       ?= cargo
 CC          ?= cc
@@ -267,7 +269,7 @@ install: all
 			$$pc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc || exit 1; \
 	done
 	@mkdir -p $(BUILD)
-	@{ \
+	@[ -z "$(DATCONF)" ] || { \
 	echo '# udapl-rs over TCP on the loopback interface; for a NIC: "tcp <interface>".'; \
 	echo '# Entries for DAT 2.0 programs (libdat2) and DAT 1.2 programs (libdat), each'; \
 	echo '# nonthreadsafe and threadsafe (the provider is safe to call from any thread).'; \
@@ -287,7 +289,7 @@ install: all
 		done; done; \
 	done < $(BUILD)/ofi.entries; \
 	} > $(BUILD)/dat.conf.entries
-	scripts/datconf-merge add $(DESTDIR)$(DATCONF) $(BUILD)/dat.conf.entries
+	$(if $(DATCONF),scripts/datconf-merge add $(DESTDIR)$(DATCONF) $(BUILD)/dat.conf.entries)
 	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi
 
 uninstall:
@@ -301,12 +303,35 @@ uninstall:
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/dat 2>/dev/null
 	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/dat2.pc $(DESTDIR)$(LIBDIR)/pkgconfig/dat.pc
 	rm -f $(foreach s,1 3 5 7,$(addprefix $(DESTDIR)$(MANDIR)/man$(s)/,$(notdir $(wildcard man/man$(s)/*.$(s)))))
-	scripts/datconf-merge remove $(DESTDIR)$(DATCONF)
+	$(if $(DATCONF),scripts/datconf-merge remove $(DESTDIR)$(DATCONF))
 	@if [ -z "$(DESTDIR)" ]; then echo ldconfig; ldconfig; fi
 
 clean:
 	rm -rf $(BUILD)
 	$(CARGO) clean
+
+# -------------------------------------------------------------------- deb
+# Debian packages (issue 42; debian/README.source says which and why):
+# dpkg-buildpackage builds debian/ in a copy of the tree ($(BUILD)/deb-src,
+# so that this tree's build/ and target/ stay the developer's; cargo keeps a
+# target directory of its own, $(BUILD)/deb-target), the .debs go to
+# $(BUILD)/deb, and lintian fails the target on an error (warnings are
+# printed). The crates are fetched first: the package build runs cargo
+# offline; this make's variables do not reach it (debian/rules sets its
+# own: PREFIX=/usr, the multiarch LIBDIR, DATCONF=). tests-c/deb-check.sh installs the packages in a bookworm chroot.
+DEB_DEBS := dpkg-dev debhelper lintian gcc pkgconf libclang-dev libfabric-dev libibverbs-dev librdmacm-dev
+deb:
+	$(call apt_install,$(DEB_DEBS))
+	$(CARGO) fetch --locked
+	rm -rf $(BUILD)/deb $(BUILD)/deb-src
+	mkdir -p $(BUILD)/deb $(BUILD)/deb-src/udapl-rs
+	tar -cf - --exclude=./.git --exclude=./target --exclude=./$(BUILD) . | tar -xf - -C $(BUILD)/deb-src/udapl-rs
+	cd $(BUILD)/deb-src/udapl-rs && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/deb-target dpkg-buildpackage -b -us -uc
+	mv $(BUILD)/deb-src/*.deb $(BUILD)/deb-src/*.buildinfo $(BUILD)/deb-src/*.changes $(BUILD)/deb/
+	rm -rf $(BUILD)/deb-src
+	lintian --fail-on error $(BUILD)/deb/*.changes
+.PHONY: deb
 
 # ------------------------------------------------------- bench and demo
 # Not part of `make test`: benchmarks print figures, they assert nothing.
