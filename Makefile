@@ -240,6 +240,9 @@ net-faults-long: all
 # `make uninstall` restore that file byte for byte. Each IA gets a u2.0 and
 # a u1.2 entry of the same name (each registry serves its own version), each
 # as nonthreadsafe and threadsafe (programs ask for one or the other).
+# rs-tcp: on lo as rs-tcp, and as rs-tcp-<interface> on every other interface
+# with an IPv4 address (so two hosts find each other with no entry written
+# by hand).
 # libfabric entries: one per provider and domain fi_info lists that the ofi
 # backend supports and opens on here (`datinfo --ofi-entries`, from the
 # backend's table in src/backend-ofi/src/catalog.rs): libfabric's tcp
@@ -276,6 +279,11 @@ install: all
 	for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do \
 		echo "rs-tcp u$$api $$ts default $(LIBDIR)/libdaplrs.so.2 dapl.$$api \"tcp lo\" \"\""; \
 	done; done; \
+	for i in $$(ip -o -4 addr show 2>/dev/null | awk '$$2 != "lo" { sub(/@.*/, "", $$2); print $$2 }' | sort -u); do \
+		for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do \
+			echo "rs-tcp-$$i u$$api $$ts default $(LIBDIR)/libdaplrs.so.2 dapl.$$api \"tcp $$i\" \"\""; \
+		done; done; \
+	done; \
 	for d in $$(ls /sys/class/infiniband 2>/dev/null); do \
 		for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do \
 			echo "rs-$$d u$$api $$ts default $(LIBDIR)/libdaplrs-verbs.so.2 dapl.$$api \"verbs $$d 1\" \"\""; \

@@ -5,7 +5,8 @@
 #  - the files land under DESTDIR/usr/local (both registries, libdat2.so.2
 #    and libdat.so.1, both header trees, dat2.pc and dat.pc), dat.conf keeps
 #    every byte it had and gains our u2.0 and u1.2 entries (by installed
-#    path) in a marked block;
+#    path; rs-tcp on lo and rs-tcp-<interface> on each other interface with
+#    an IPv4 address) in a marked block;
 #  - a DAT 2.0 consumer and a DAT 1.2 consumer build with pkg-config (dat2,
 #    dat) against the installed tree;
 #  - in a mount namespace that shows the installed tree where it will live
@@ -64,6 +65,11 @@ grep -q '^rs-tcp u1.2 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.1
 for api in 2.0 1.2; do
 	grep -q "^rs-tcp u$api threadsafe default /usr/local/lib/libdaplrs.so.2 dapl.$api \"tcp lo\" \"\"\$" "$root/etc/dat.conf" &&
 		ok || bad "no threadsafe rs-tcp u$api entry in dat.conf"
+done
+# rs-tcp on every other interface with an IPv4 address, as rs-tcp-<interface>
+for i in $(ip -o -4 addr show 2>/dev/null | awk '$2 != "lo" { sub(/@.*/, "", $2); print $2 }' | sort -u); do
+	grep -q "^rs-tcp-$i u2.0 nonthreadsafe default /usr/local/lib/libdaplrs.so.2 dapl.2.0 \"tcp $i\" \"\"\$" "$root/etc/dat.conf" &&
+		ok || bad "no rs-tcp-$i entry (\"tcp $i\") in dat.conf"
 done
 # libfabric's tcp on lo (fi_info lists it wherever libfabric is installed): rs-ofi-tcp
 for api in 2.0 1.2; do for ts in nonthreadsafe threadsafe; do
