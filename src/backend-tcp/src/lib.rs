@@ -1216,7 +1216,7 @@ impl CompletionQueue for TcpCq {
         } else if spin_now {
             let until = Instant::now() + spin;
             let until = deadline.map_or(until, |d| d.min(until));
-            polled = engine::spin_poll(&mut fds, until, Duration::ZERO, false);
+            polled = engine::spin_poll(&mut fds, until, false);
         }
         let caught = ready || matches!(polled, Ok(n) if n > 0);
         let misses = if caught { 0 } else { misses.saturating_add(1) };

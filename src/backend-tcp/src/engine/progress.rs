@@ -126,7 +126,7 @@ impl ProgressThread {
             // Spinning for a polled target: at the window's end look again whether it still
             // is one, instead of falling asleep.
             Some(until) => {
-                let spun = spin_poll(&mut set.fds, until, Duration::ZERO, true);
+                let spun = spin_poll(&mut set.fds, until, true);
                 self.starvation.spun(until, Instant::now());
                 self.follow_starvation();
                 match spun {
@@ -927,26 +927,23 @@ impl RingWatch {
     }
 }
 
-/// poll(2) that first looks without sleeping until `until` (spinning), and only then sleeps
-/// for up to `timeout`. Returns how many descriptors are ready. With `yield_cpu`, each look
+/// poll(2) that looks without sleeping until `until` (spinning); Ok(0) once the window has
+/// ended with nothing ready (its last look just before), for the caller to sleep as it
+/// chooses (the progress thread first notes how late the window ended: `Starvation`).
+/// Returns how many descriptors are ready. With `yield_cpu`, each look
 /// that finds nothing gives the CPU to any other runnable thread: the progress thread spins
 /// that way, since on a machine with as many busy threads as CPUs the application thread it
 /// would keep off the CPU may be the very one that produces the next frame (measured: RDMA
 /// write ping-pong over veth on 2 CPUs, 66 us one-way with the progress threads spinning
 /// hard, 18 us yielding). An application thread waiting for its own completion spins hard.
-pub(crate) fn spin_poll(
-    fds: &mut [PollFd],
-    until: Instant,
-    timeout: Duration,
-    yield_cpu: bool,
-) -> io::Result<usize> {
+pub(crate) fn spin_poll(fds: &mut [PollFd], until: Instant, yield_cpu: bool) -> io::Result<usize> {
     loop {
         let n = sys::poll(fds, 0)?;
         if n > 0 {
             return Ok(n);
         }
         if Instant::now() >= until {
-            break;
+            return Ok(0);
         }
         if yield_cpu {
             std::thread::yield_now();
@@ -954,7 +951,6 @@ pub(crate) fn spin_poll(
             std::hint::spin_loop();
         }
     }
-    sys::poll_for(fds, timeout)
 }
 
 #[cfg(test)]
