@@ -557,12 +557,14 @@ impl Device for TcpDevice {
             None => None,
         };
         let pd = init.pd.id();
-        let qp_num = self
-            .shared
-            .run(|eng, _| eng.create_qp(pd, send_cq, recv_cq, srq, init.cap));
+        let (qp_num, lane) = self.shared.run(|eng, _| {
+            let n = eng.create_qp(pd, send_cq, recv_cq, srq, init.cap);
+            (n, eng.qp_lane(n).unwrap_or_default())
+        });
         Ok(Arc::new(TcpQp {
             qp_num,
             shared: self.shared.clone(),
+            lane,
         }))
     }
 
@@ -680,6 +682,8 @@ impl Device for TcpDevice {
         Ok(Arc::new(TcpQp {
             qp_num,
             shared: self.shared.clone(),
+            // A datagram QP has no same-host lane: one that is never opened.
+            lane: Arc::default(),
         }))
     }
 
@@ -1360,6 +1364,8 @@ impl CompletionQueue for TcpCq {
 struct TcpQp {
     qp_num: u32,
     shared: Arc<Shared>,
+    /// Its same-host RDMA reads and writes, without the engine (engine/lane.rs).
+    lane: Arc<engine::Lane>,
 }
 
 impl QueuePair for TcpQp {
@@ -1373,6 +1379,10 @@ impl QueuePair for TcpQp {
         self.shared.run(|eng, _| eng.qp_state(self.qp_num))
     }
     fn post_send(&self, wr: &SendWr) -> Result<()> {
+        if let Some(cq) = self.lane.post(&self.shared, wr) {
+            cq.notify();
+            return Ok(());
+        }
         // The engine keeps the request until it completes.
         self.shared
             .run(|eng, sh| eng.post_send(sh, self.qp_num, wr.clone()))

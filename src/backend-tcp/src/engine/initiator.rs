@@ -104,6 +104,7 @@ impl Engine {
             || (wr.fence && reads_out > 0)
             || (answers_with_data(opcode) && reads_out >= reads_allowed(&e.cap))
         {
+            e.lane.close();
             e.fenced.push_back(wr);
             return Ok(());
         }
@@ -184,6 +185,8 @@ impl Engine {
             }
         };
         if let Some(e) = self.qps.get_mut(&qp) {
+            // Requests after this one complete after it: they wait for the engine (lane.rs).
+            e.lane.close();
             e.outstanding.push_back(o);
             if consumes_recv {
                 e.sent_to_recvs += 1;

@@ -30,6 +30,7 @@ mod budget;
 mod connection;
 mod datagram;
 mod initiator;
+mod lane;
 mod liveness;
 mod progress;
 mod samehost;
@@ -40,6 +41,7 @@ mod target;
 use budget::Charge;
 pub(crate) use budget::PeerMemory;
 pub(crate) use datagram::TcpAh;
+pub(crate) use lane::Lane;
 #[cfg(test)]
 pub(crate) use progress::parse_spin;
 pub(crate) use progress::{progress_loop, spin_poll, spin_window, RingWatch, POLL_LEASE};
@@ -153,6 +155,8 @@ struct QpEntry {
     /// Both sides agreed on the same-host path and our offer waits for the QP's first
     /// request (engine/samehost.rs, "set up at first use").
     offer_on_post: bool,
+    /// The QP's RDMA reads and writes done without the engine while it is open (lane.rs).
+    lane: Arc<Lane>,
 }
 
 impl QpEntry {
@@ -748,9 +752,15 @@ impl Engine {
                 recvs_done: 0,
                 recv_window: None,
                 offer_on_post: false,
+                lane: Arc::default(),
             },
         );
         n
+    }
+
+    /// `qp`'s lane (lane.rs), which its `TcpQp` posts through.
+    pub(crate) fn qp_lane(&self, qp: u32) -> Option<Arc<Lane>> {
+        self.qps.get(&qp).map(|e| e.lane.clone())
     }
 
     /// The socket of `qp`'s connection (tests watch it for the peer's reset).
@@ -1101,6 +1111,8 @@ impl Engine {
         let Some(e) = self.qps.get_mut(&qp) else {
             return;
         };
+        // Every way out of Connected comes here: no read or write goes inline from now on.
+        e.lane.close();
         // In post order: the started requests, then those waiting behind a fence.
         let mut sends: Vec<(u64, WcOpcode)> = e
             .outstanding
@@ -1195,6 +1207,7 @@ impl Engine {
             QpState::Connected if e.ud.is_some() => {}
             _ => return Err(bad_state()),
         }
+        e.lane.close();
         e.conn = None;
         e.graceful_pending = false;
         e.remote = None;

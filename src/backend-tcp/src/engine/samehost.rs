@@ -568,61 +568,34 @@ impl Engine {
     /// Returns whether it was done and completed; if not, the caller sends it over TCP, which
     /// also produces every error (local ones and the target's) as it always has.
     pub(super) fn try_same_host(&mut self, sh: &Shared, qp: u32, wr: &SendWr) -> bool {
-        let (remote_addr, rkey, need, write) = match wr.op {
-            SendOp::RdmaRead { remote_addr, rkey } => (
-                remote_addr,
-                rkey,
-                daplrs_backend::access::REMOTE_READ,
-                false,
-            ),
-            SendOp::RdmaWrite { remote_addr, rkey } => (
-                remote_addr,
-                rkey,
-                daplrs_backend::access::REMOTE_WRITE,
-                true,
-            ),
-            _ => return false,
-        };
+        if !matches!(wr.op, SendOp::RdmaRead { .. } | SendOp::RdmaWrite { .. }) {
+            return false;
+        }
         let Some(e) = self.qps.get(&qp) else {
             return false;
         };
         if e.state != QpState::Connected || !e.outstanding.is_empty() || !e.fenced.is_empty() {
             return false;
         }
-        let Some(peer) = e
-            .conn
-            .and_then(|t| self.conns.get(&t))
-            .and_then(|c| c.same_host.peer.clone())
-        else {
+        let Some(conn) = e.conn.and_then(|t| self.conns.get(&t)) else {
             return false;
         };
-        let (pd, cq) = (e.pd, e.send_cq.clone());
-        let (total, how) = {
-            let keys = sh.keys.lock();
-            // A read writes our segments; a write reads them.
-            let Ok(ranges) = keys.local_ranges(&wr.sgl, pd, !write) else {
-                return false;
-            };
-            let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
-            if total > u64::from(sh.limits.max_message) {
-                return false;
-            }
-            let how = peer.transfer(&keys, rkey, remote_addr, need, &ranges, write);
-            if !how.done() {
-                return false;
-            }
-            (total, how)
+        let Some(peer) = conn.same_host.peer.clone() else {
+            return false;
         };
-        shm::count_inline(&sh.samehost.stats, how);
+        let Some(total) = lane::rdma_inline(sh, &peer, e.pd, wr) else {
+            return false;
+        };
+        let cq = e.send_cq.clone();
+        // The QP's next reads and writes need the engine no more (lane.rs), unless the
+        // connection raises the target signal: a post then also names the thread its
+        // answers' signals go to (`note_poster`).
+        if !conn.signalled {
+            e.lane.open(peer, e.pd, cq.clone(), qp);
+        }
         self.push_wc(
             &cq,
-            WorkCompletion::new(
-                wr.wr_id,
-                WcStatus::Success,
-                wr.op.opcode(),
-                total as u32,
-                qp,
-            ),
+            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp),
         );
         true
     }
