@@ -341,6 +341,47 @@ deb:
 	lintian --fail-on error $(BUILD)/deb/*.changes
 .PHONY: deb
 
+# -------------------------------------------------------------------- rpm
+# RPM packages (issue 42; redhat/udapl-rs.spec says which and why): the
+# split and the dat.conf registration of the Debian packages. rpmbuild
+# (Debian's rpm package has it) builds the spec from a tarball of the tree
+# (without .git, target/ and build/) under $(BUILD)/rpm-top, cargo keeps a
+# target directory of its own ($(BUILD)/rpm-target) and runs offline after
+# `cargo fetch`, and the .rpms go to $(BUILD)/rpm. As for deb, this make's
+# variables do not reach the build (the spec sets PREFIX=/usr,
+# LIBDIR=%{_libdir}, DATCONF=). On Debian (dpkg present) the rpm tooling
+# is installed with apt-get, and rpmbuild runs with --nodeps: its database
+# knows none of the BuildRequires, which Debian's packages provide. No
+# debuginfo packages: Debian's rpm has no find-debuginfo (debug_package is
+# %{nil}; brp-strip still strips, as Debian's packages are). brp-compress
+# (the man pages' gzip) runs under bash: it needs bash (read -d '') but
+# says #!/bin/sh, which is dash on Debian, where it would compress nothing.
+# `make rpm-check` (tests-c/rpm-check.sh) inspects the packages and
+# installs them in a throw-away root.
+RPM_DEBS    := rpm gcc pkgconf libclang-dev libfabric-dev libibverbs-dev librdmacm-dev
+RPM_SPEC    := redhat/udapl-rs.spec
+RPM_VERSION  = $(shell sed -n 's/^Version: *//p' $(RPM_SPEC))
+rpm:
+	$(if $(shell command -v dpkg 2>/dev/null),$(call apt_install,$(RPM_DEBS)))
+	$(CARGO) fetch --locked
+	rm -rf $(BUILD)/rpm $(BUILD)/rpm-top
+	mkdir -p $(BUILD)/rpm $(BUILD)/rpm-top/SOURCES
+	tar -czf $(BUILD)/rpm-top/SOURCES/udapl-rs-$(RPM_VERSION).tar.gz \
+		--exclude=./.git --exclude=./target --exclude=./$(BUILD) \
+		--transform 's,^\.,udapl-rs-$(RPM_VERSION),' .
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+		CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/rpm-target CARGO_NET_OFFLINE=true \
+		rpmbuild -bb $(if $(shell command -v dpkg 2>/dev/null),--nodeps) \
+		--define '_topdir $(CURDIR)/$(BUILD)/rpm-top' \
+		--define 'debug_package %{nil}' \
+		--define '__brp_compress bash %{_rpmconfigdir}/brp-compress %{?_prefix}' $(RPM_SPEC)
+	mv $(BUILD)/rpm-top/RPMS/*/*.rpm $(BUILD)/rpm/
+	@ls -l $(BUILD)/rpm
+
+rpm-check: rpm
+	tests-c/rpm-check.sh $(BUILD)/rpm
+.PHONY: rpm rpm-check
+
 # ------------------------------------------------------- bench and demo
 # Not part of `make test`: benchmarks print figures, they assert nothing.
 # qperf (tcp_bw), dapltest and iproute2 (the veth setting) are installed here.
