@@ -3,9 +3,8 @@
 //! write and read with offset addressing (tcp is offset-based: see
 //! docs/libfabric.md), and a send into a posted receive.
 //!
-//! Every unsafe block here is a libfabric call on objects this file opened
-//! and has not closed, with buffers of its own: said once, not per block.
-#![allow(clippy::undocumented_unsafe_blocks)]
+//! Every libfabric call here checks its return code with `ok`, which panics
+//! on a failure: an object the file goes on to use was opened.
 
 use ofi_sys::*;
 use std::ffi::CString;
@@ -23,9 +22,16 @@ struct Domain {
     eq: *mut fid_eq,
 }
 
+/// Opens a fabric, a domain and an EQ of libfabric's tcp provider for
+/// `node`/`service` (FI_SOURCE when `passive`); the caller closes them.
 unsafe fn open(node: &str, service: Option<&str>, passive: bool) -> Domain {
+    // SAFETY: `hints` is checked non-NULL before its attributes (allocated
+    // with it by fi_allocinfo) are written; the strings passed to fi_getinfo
+    // are CStrings alive across the call; every object passed on (info,
+    // fabric) was returned by the call before it, whose success `ok` checked.
     unsafe {
         let hints = fi_allocinfo();
+        assert!(!hints.is_null(), "fi_allocinfo");
         (*hints).caps = (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_RECV | FI_SEND) as u64
             | (FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
         (*(*hints).ep_attr).type_ = fi_ep_type_FI_EP_MSG;
@@ -76,6 +82,8 @@ unsafe fn open(node: &str, service: Option<&str>, passive: bool) -> Domain {
     }
 }
 
+/// # Safety
+/// `d` is from `open` and not closed.
 unsafe fn cq(d: &Domain) -> *mut fid_cq {
     let mut attr = fi_cq_attr {
         size: 64,
@@ -84,6 +92,8 @@ unsafe fn cq(d: &Domain) -> *mut fid_cq {
         ..Default::default()
     };
     let mut cq = null_mut();
+    // SAFETY: `d.domain` is live (the caller's contract); `attr` and `cq` are
+    // locals the call only reads and writes during the call.
     unsafe {
         ok(
             fi_cq_open(d.domain, &mut attr, &mut cq, null_mut()) as i64,
@@ -93,7 +103,12 @@ unsafe fn cq(d: &Domain) -> *mut fid_cq {
     cq
 }
 
+/// # Safety
+/// `d` is from `open` and not closed, `info` a live fi_info for its domain
+/// (the domain's own, or a connection request's), `cq` from `cq(d)`.
 unsafe fn endpoint(d: &Domain, info: *mut fi_info, cq: *mut fid_cq) -> *mut fid_ep {
+    // SAFETY: the domain, EQ, info and CQ are live (the caller's contract);
+    // `ep` is used only after fi_endpoint succeeded (`ok`).
     unsafe {
         let mut ep = null_mut();
         ok(
@@ -111,9 +126,14 @@ unsafe fn endpoint(d: &Domain, info: *mut fi_info, cq: *mut fid_cq) -> *mut fid_
 }
 
 /// Waits for one CM event of kind `want`, returning its entry.
+///
+/// # Safety
+/// `d.eq` is live.
 unsafe fn cm_event(d: &Domain, want: u32) -> (fi_eq_cm_entry, Vec<u8>) {
     let mut buf = [0u8; 512];
     let mut event = 0u32;
+    // SAFETY: `d.eq` is live (the caller's contract); the provider writes at
+    // most `buf.len()` bytes into `buf` and the event kind into `event`.
     let n = unsafe {
         fi_eq_sread(
             d.eq,
@@ -136,12 +156,19 @@ unsafe fn cm_event(d: &Domain, want: u32) -> (fi_eq_cm_entry, Vec<u8>) {
 /// calls of each side (measured: a write with FI_DELIVERY_COMPLETE does not
 /// complete while the target makes no call): reading `peer` with a count of
 /// 0 lets the target side progress without taking its completions.
+///
+/// # Safety
+/// `cq` and `peer` are live CQs of format FI_CQ_FORMAT_DATA.
 unsafe fn one_completion(cq: *mut fid_cq, peer: *mut fid_cq) -> fi_cq_data_entry {
     let mut entry = fi_cq_data_entry::default();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let mut none = fi_cq_data_entry::default();
+        // SAFETY: `peer` is live (the caller's contract); a count of 0 writes
+        // no entry.
         let _ = unsafe { fi_cq_read(peer, (&mut none as *mut fi_cq_data_entry).cast(), 0) };
+        // SAFETY: `cq` is live and of the data format (the caller's
+        // contract): one entry fits `entry`.
         let n = unsafe { fi_cq_read(cq, (&mut entry as *mut fi_cq_data_entry).cast(), 1) };
         if n == 1 {
             return entry;
@@ -156,6 +183,9 @@ unsafe fn one_completion(cq: *mut fid_cq, peer: *mut fid_cq) -> fi_cq_data_entry
     }
 }
 
+/// # Safety
+/// `d` is from `open` and not closed; `buf` outlives the registration (the
+/// caller closes it before the buffer goes) and is not moved meanwhile.
 unsafe fn register(d: &Domain, buf: &mut [u8], key: u64) -> *mut fid_mr {
     let iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -169,6 +199,9 @@ unsafe fn register(d: &Domain, buf: &mut [u8], key: u64) -> *mut fid_mr {
         ..Default::default()
     };
     let mut mr = null_mut();
+    // SAFETY: `d.domain` is live and `buf` outlives the registration (the
+    // caller's contract); `attr` and the iovec it points to are read during
+    // the call only.
     unsafe {
         ok(
             fi_mr_regattr(d.domain, &attr, 0, &mut mr) as i64,
@@ -180,6 +213,13 @@ unsafe fn register(d: &Domain, buf: &mut [u8], key: u64) -> *mut fid_mr {
 
 #[test]
 fn msg_endpoints_connect_and_move_data() {
+    // SAFETY: every object is one this test opened (its success checked by
+    // `ok`) and closes only at the end, after its last use; the registered
+    // buffers `target` and `local` are neither moved nor dropped before
+    // their registrations are closed; each posted operation's iovecs,
+    // descriptors and messages are locals alive until its completion is
+    // read; and `local.add(64/200)`, `target.add(1024)` stay within the
+    // 4096-byte buffers with the lengths posted.
     unsafe {
         // Passive side.
         // Port 0: the kernel picks one, read back with fi_getname.
@@ -224,6 +264,9 @@ fn msg_endpoints_connect_and_move_data() {
         // The provider progresses a connection only while its side reads its
         // EQ: the passive side runs on a thread of its own meanwhile.
         struct Passive(*mut fid_domain, *mut fid_eq, *mut fi_info);
+        // SAFETY: the server's domain and EQ are used by the accepting thread
+        // alone until the main thread joins it (the main thread touches only
+        // the client's objects meanwhile); the Passive sent back is all NULL.
         unsafe impl Send for Passive {}
         let p = Passive(server.domain, server.eq, null_mut());
         let accepting = std::thread::spawn(move || {
