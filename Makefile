@@ -151,7 +151,7 @@ deps:
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	@$(CARGO) fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 
-test: deps man-check reserve-ports all test-rust test-c test-verbs
+test: deps man-check reserve-ports all test-rust test-c test-packages test-verbs
 
 # Every export of libdat2.so.2 and libdat.so.1 has a man page, the pages
 # are what man/gen-pages.py makes of man/calls.in and the headers, and
@@ -327,6 +327,7 @@ clean:
 # printed). The crates are fetched first: the package build runs cargo
 # offline; this make's variables do not reach it (debian/rules sets its
 # own: PREFIX=/usr, the multiarch LIBDIR, DATCONF=). tests-c/deb-check.sh installs the packages in a bookworm chroot.
+DEB_TARGET_DIR ?= $(CURDIR)/$(BUILD)/deb-target
 DEB_DEBS := dpkg-dev debhelper lintian gcc pkgconf libclang-dev libfabric-dev libibverbs-dev librdmacm-dev
 deb:
 	$(call apt_install,$(DEB_DEBS))
@@ -335,7 +336,7 @@ deb:
 	mkdir -p $(BUILD)/deb $(BUILD)/deb-src/udapl-rs
 	tar -cf - --exclude=./.git --exclude=./target --exclude=./$(BUILD) . | tar -xf - -C $(BUILD)/deb-src/udapl-rs
 	cd $(BUILD)/deb-src/udapl-rs && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
-		CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/deb-target dpkg-buildpackage -b -us -uc
+		CARGO_TARGET_DIR=$(DEB_TARGET_DIR) dpkg-buildpackage -b -us -uc
 	mv $(BUILD)/deb-src/*.deb $(BUILD)/deb-src/*.buildinfo $(BUILD)/deb-src/*.changes $(BUILD)/deb/
 	rm -rf $(BUILD)/deb-src
 	lintian --fail-on error $(BUILD)/deb/*.changes
@@ -360,6 +361,7 @@ deb:
 # installs them in a throw-away root.
 RPM_DEBS    := rpm gcc pkgconf libclang-dev libfabric-dev libibverbs-dev librdmacm-dev
 RPM_SPEC    := redhat/udapl-rs.spec
+RPM_TARGET_DIR ?= $(CURDIR)/$(BUILD)/rpm-target
 RPM_VERSION  = $(shell sed -n 's/^Version: *//p' $(RPM_SPEC))
 rpm:
 	$(if $(shell command -v dpkg 2>/dev/null),$(call apt_install,$(RPM_DEBS)))
@@ -370,7 +372,7 @@ rpm:
 		--exclude=./.git --exclude=./target --exclude=./$(BUILD) \
 		--transform 's,^\.,udapl-rs-$(RPM_VERSION),' .
 	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
-		CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/rpm-target CARGO_NET_OFFLINE=true \
+		CARGO_TARGET_DIR=$(RPM_TARGET_DIR) CARGO_NET_OFFLINE=true \
 		rpmbuild -bb $(if $(shell command -v dpkg 2>/dev/null),--nodeps) \
 		--define '_topdir $(CURDIR)/$(BUILD)/rpm-top' \
 		--define 'debug_package %{nil}' \
@@ -381,6 +383,23 @@ rpm:
 rpm-check: rpm
 	tests-c/rpm-check.sh $(BUILD)/rpm
 .PHONY: rpm rpm-check
+
+# The packages as a site installs them, in `make test` (issue 42, item 4):
+# the Debian and RPM packages of the libraries `all` built and the tests
+# ran (CARGO=true in the environment reaches debian/rules' and the spec's
+# make: cargo's work is done, target/release holds it; the package builds
+# compile the C parts, link, lay out and check their packages as make deb
+# and make rpm do), then deb-check.sh and rpm-check.sh install them in
+# throw-away bookworm roots (the first run downloads bookworm once, into
+# build/deb-check/bookworm.tgz) and run Debian's dapltest and dtest
+# through them. `make deb` and `make rpm` alone build from source.
+test-packages: all
+	CARGO=true $(MAKE) --no-print-directory deb DEB_TARGET_DIR=$(CURDIR)/$(TARGET:/$(PROFILE)=)
+	CARGO=true $(MAKE) --no-print-directory rpm RPM_TARGET_DIR=$(CURDIR)/$(TARGET:/$(PROFILE)=)
+	tests-c/deb-check.sh $(BUILD)/deb; deb=$$?; \
+	tests-c/rpm-check.sh $(BUILD)/rpm; rpm=$$?; \
+	[ $$deb = 0 ] && [ $$rpm = 0 ]
+.PHONY: test-packages
 
 # ------------------------------------------------------- bench and demo
 # Not part of `make test`: benchmarks print figures, they assert nothing.
