@@ -26,9 +26,9 @@ use std::sync::{Arc, OnceLock};
 use daplrs_backend::intmap::IntSet;
 use parking_lot::Mutex;
 
+use crate::cq::TcpCq;
 use crate::samehost::ring::Ring;
 use crate::sys::Epoll;
-use crate::TcpCq;
 
 /// One CQ's readiness sets.
 #[derive(Default)]

@@ -41,7 +41,7 @@
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// Devices whose connections may be signalled: the handler looks for the descriptor in each.
 const SLOTS: usize = 16;

@@ -17,7 +17,7 @@
 //! engine lock, so closing the lane waits for a post under way: a request the engine starts
 //! after that completes after it, as the QP's order requires.
 
-use super::super::samehost::{self as shm, PeerTable};
+use super::super::samehost::{self as shm, peer_table::PeerTable};
 use super::*;
 
 #[derive(Default)]
@@ -66,7 +66,7 @@ impl Lane {
 
 /// An RDMA read or write of `wr` done here, now, between our segments (checked against our
 /// registry under `pd`) and the peer's memory (checked against its table as its own target
-/// would: samehost/mod.rs `PeerTable::transfer`). Returns the bytes moved; None when it was
+/// would: samehost/peer_table.rs `PeerTable::transfer`). Returns the bytes moved; None when it was
 /// not done (not an RDMA read or write, a refusal, a failure), nothing being completed then.
 pub(super) fn rdma_inline(sh: &Shared, peer: &PeerTable, pd: u32, wr: &SendWr) -> Option<u32> {
     let (remote_addr, rkey, need, write) = match wr.op {

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
-use super::{Shared, TcpCq, TcpSrq};
+use crate::cq::TcpCq;
+use crate::shared::Shared;
+use crate::srq::TcpSrq;
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{
     CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,

@@ -17,7 +17,7 @@
 //! (register, one RDMA write, free) paid the moves every message and ran at a tenth of TCP's
 //! speed. A region starts served by cross-memory attach; a peer counts what that costs it per
 //! key and, once it has cost about what the move would, asks the owner to move the region
-//! (mod.rs `Heat`); the owner's keeper thread moves it (`share`, called by the device's
+//! (peer_table.rs `Heat`); the owner's keeper thread moves it (`share`, called by the device's
 //! promoter) and publishes the arena in the region's key and its windows' keys. Memory
 //! registered inside an arena that exists already (a sub-page buffer beside a long-lived
 //! registration) is published with it at once (`existing`: no system call when there is
@@ -45,7 +45,7 @@
 //! Lifetime: a registration holds its arena; with the last one the pages move back and the
 //! descriptor closes (a peer's mapping keeps the memfd's copy until the peer drops it: it
 //! drops those whose descriptor closed each time it maps another, and keeps at most a few:
-//! mod.rs `PeerArenas`). A deregistration that meets a move in progress waits for it, and
+//! peer_table.rs `PeerArenas`). A deregistration that meets a move in progress waits for it, and
 //! returns with the pages private again.
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -365,7 +365,7 @@ pub(crate) fn existing(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
 /// into a new memfd): the arena (held by the registration) and the span its key publishes.
 /// None: the region stays served by cross-memory attach. Moving costs hundreds of
 /// microseconds, more for large regions: it is done for memory that peers use often (a
-/// peer's request, mod.rs `Heat`), not at registration.
+/// peer's request, peer_table.rs `Heat`), not at registration.
 pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
     let (start, end) = pages_of(addr, len)?;
     let mut arenas = ARENAS.lock();
