@@ -11,8 +11,9 @@
 //! then F_OWNER_TID to the application thread that last posted on it and takes the signal
 //! (`Engine::note_poster`): the one likely spinning for the answer, rather than the main
 //! thread, which the kernel prefers even asleep in `poll` (it would get EINTR and leave the
-//! spinner waiting); back to the process once that thread has exited. The ACK timer's
-//! signal is still the process's.
+//! spinner waiting); back to the process once that thread has exited. The device's ACK
+//! timer's signal follows the thread that last took a connection's signal
+//! (`direct_ack_timer`), and goes back to the process too when that thread has exited.
 //! The handler is async-signal-safe with respect to whatever the interrupted thread does:
 //!
 //! * it never blocks on a lock: the engine, the key table and a CQ's queue are taken with
@@ -316,23 +317,75 @@ pub(crate) fn register(sh: &std::sync::Arc<Shared>) -> Option<usize> {
         s.compare_exchange(std::ptr::null_mut(), p, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     })?;
-    // SAFETY: a zeroed sigevent with the fields SIGEV_SIGNAL reads set; the timer id is
-    // written by timer_create.
-    let timer = unsafe {
-        let mut ev: libc::sigevent = std::mem::zeroed();
-        ev.sigev_notify = libc::SIGEV_SIGNAL;
-        ev.sigev_signo = sig;
-        ev.sigev_value.sival_ptr = slot as *mut libc::c_void;
-        let mut t: libc::timer_t = std::ptr::null_mut();
-        (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut t) == 0).then_some(t)
-    };
-    match timer {
+    match ack_timer(sig, slot, None) {
         Some(t) => TIMERS[slot].store(t as usize + 1, Ordering::SeqCst),
         None => {
             log::debug!("DAPLRS_TARGET_SIGNAL: no ACK timer; ACKs wait for the progress thread")
         }
     }
     Some(slot)
+}
+
+/// A timer whose signal `sig` carries `slot`, sent to thread `tid` (SIGEV_THREAD_ID), or to
+/// the process (None), which lets the kernel pick a thread: the main one first, even asleep
+/// in a system call, which the signal then ends with EINTR.
+fn ack_timer(sig: i32, slot: usize, tid: Option<i32>) -> Option<libc::timer_t> {
+    // SAFETY: a zeroed sigevent with the fields SIGEV_SIGNAL / SIGEV_THREAD_ID read set; the
+    // timer id is written by timer_create.
+    unsafe {
+        let mut ev: libc::sigevent = std::mem::zeroed();
+        ev.sigev_notify = libc::SIGEV_SIGNAL;
+        if let Some(tid) = tid {
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_notify_thread_id = tid;
+        }
+        ev.sigev_signo = sig;
+        ev.sigev_value.sival_ptr = slot as *mut libc::c_void;
+        let mut t: libc::timer_t = std::ptr::null_mut();
+        (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut t) == 0).then_some(t)
+    }
+}
+
+/// Sends device `slot`'s ACK timer signal to thread `tid` from now on (None: to the process),
+/// as a connection's signal goes to the thread that posted on it: the one spinning for its
+/// data, not whichever thread the kernel picks, which may sit in a system call of the
+/// application's. A timer's target is fixed when it is made, so this makes a new one in
+/// place of the old (a run of the old one carries over). Not async-signal-safe: the engine
+/// holder calls it (handlers, which start the timer, then cannot hold the engine). Whether
+/// it took.
+pub(crate) fn direct_ack_timer(slot: usize, tid: Option<i32>) -> bool {
+    let (Some(sig), Some(timers)) = (signal(), TIMERS.get(slot)) else {
+        return false;
+    };
+    let Some(new) = ack_timer(sig, slot, tid) else {
+        return false;
+    };
+    let old = timers
+        .swap(new as usize + 1, Ordering::SeqCst)
+        .checked_sub(1);
+    if let Some(old) = old {
+        let old = old as libc::timer_t;
+        // SAFETY: timers of ours, out of the table (the old) or just made (the new); specs of
+        // ours.
+        unsafe {
+            let mut left: libc::itimerspec = std::mem::zeroed();
+            if libc::timer_gettime(old, &mut left) == 0
+                && left.it_value.tv_nsec | left.it_value.tv_sec != 0
+            {
+                libc::timer_settime(new, 0, &left, std::ptr::null_mut());
+            }
+            libc::timer_delete(old);
+        }
+    }
+    // The device left meanwhile (`unregister` took the old timer or none): not ours to keep.
+    if DEVICES[slot].load(Ordering::SeqCst).is_null() {
+        if let Some(t) = timers.swap(0, Ordering::SeqCst).checked_sub(1) {
+            // SAFETY: our timer, taken out of the table.
+            unsafe { libc::timer_delete(t as libc::timer_t) };
+        }
+        return false;
+    }
+    true
 }
 
 /// Starts device `slot`'s ACK timer, one shot after `after`, or stops it (None). Whether it
@@ -465,6 +518,16 @@ fn serve(sig: i32, fd: i32, in_our_code: bool) {
 /// Device `slot`'s ACK timer fired: what its connections hold is written now.
 fn serve_timer(slot: usize, in_our_code: bool) {
     stats::add(&stats::ACK_TIMER_SIGNALS, 1);
+    #[cfg(test)]
+    {
+        use test_hooks::{POSTERS, TIMER_ELSEWHERE};
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let posters = POSTERS.each_ref().map(|p| p.load(Ordering::Relaxed));
+        if posters[0] != 0 && !posters.contains(&me) {
+            TIMER_ELSEWHERE.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let Some(p) = DEVICES.get(slot).map(|s| s.load(Ordering::SeqCst)) else {
         return;
     };
@@ -560,6 +623,8 @@ pub(crate) mod test_hooks {
     const NONE: AtomicI32 = AtomicI32::new(0);
     pub(crate) static POSTERS: [AtomicI32; 2] = [NONE; 2];
     pub(crate) static SERVED_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
+    /// ACK timer signals taken on other threads than `POSTERS` while one is set.
+    pub(crate) static TIMER_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
     pub(crate) static FORCE_BUSY: AtomicBool = AtomicBool::new(false);
     /// How long handlers hold ACKs, in microseconds, instead of `ACK_HOLD` (0: that).
     pub(crate) static HOLD_US: AtomicU64 = AtomicU64::new(0);

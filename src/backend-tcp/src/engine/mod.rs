@@ -596,6 +596,9 @@ pub(crate) struct Engine {
     ack_timer_armed: bool,
     /// When the running ACK timer fires.
     ack_timer_due: Option<Instant>,
+    /// The thread the ACK timer's signal goes to (None: the process), the last to take a
+    /// connection's signal (`note_poster`).
+    ack_timer_thread: Option<i32>,
     /// Poster threads gone when our connections' signal owners were last checked
     /// (`forget_exited_posters`).
     posters_exited_seen: usize,

@@ -391,6 +391,17 @@ impl Engine {
         if c.signal_owner != Some(tid) && crate::sigio::set_owner_thread(c.stream.as_raw_fd(), tid)
         {
             c.signal_owner = Some(tid);
+            self.direct_ack_timer(Some(tid));
+        }
+    }
+
+    /// Sends the ACK timer's signal to thread `tid` (None: the process) if it goes elsewhere.
+    fn direct_ack_timer(&mut self, tid: Option<i32>) {
+        let Some(slot) = self.signal_slot else {
+            return;
+        };
+        if self.ack_timer_thread != tid && crate::sigio::direct_ack_timer(slot, tid) {
+            self.ack_timer_thread = tid;
         }
     }
 
@@ -412,6 +423,12 @@ impl Engine {
             {
                 c.signal_owner = None;
             }
+        }
+        if self
+            .ack_timer_thread
+            .is_some_and(|tid| !crate::sigio::thread_alive(tid))
+        {
+            self.direct_ack_timer(None);
         }
     }
 

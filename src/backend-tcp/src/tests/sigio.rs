@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::super::sigio::stats;
 use super::super::sigio::test_hooks::{
-    FORCE_BUSY, HANDLED, HOLD_US, IN_HANDLER, POSTERS, SERVED, SERVED_ELSEWHERE,
+    FORCE_BUSY, HANDLED, HOLD_US, IN_HANDLER, POSTERS, SERVED, SERVED_ELSEWHERE, TIMER_ELSEWHERE,
 };
 use super::{close, connect_pair, next, Side};
 use daplrs_core::consts::{dto_status, mem_priv};
@@ -622,6 +622,122 @@ fn blocking_initiator_body() {
         );
         close(&[&moved.0, &server]);
     });
+}
+
+#[test]
+fn the_ack_timer_goes_to_the_thread_that_posted() {
+    in_child("tests::sigio::ack_timer_body");
+}
+
+/// The target's thread posted a receive (so its connection's signal is that thread's), then
+/// spins on its memory with no DAT call; the initiator's writes are served by handlers on
+/// it, which hold their ACKs, and the ACK timer's signal that sends them reaches the same
+/// thread: not the main thread, asleep in `poll` here, which the kernel picks first for a
+/// process-directed signal and which would get EINTR.
+#[test]
+#[ignore = "run in a child process by the_ack_timer_goes_to_the_thread_that_posted"]
+fn ack_timer_body() {
+    HOLD_US.store(2_000, Ordering::Relaxed);
+    let (server, client, _psp) = connected_sides();
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let timer = get(&stats::ACK_TIMER_SIGNALS);
+    let remotes: Vec<_> = (0..N)
+        .map(|i| server.remote(WRITES_AT + i * 8, 8))
+        .collect();
+    let (taken, stop) = (
+        std::sync::atomic::AtomicBool::new(false),
+        std::sync::atomic::AtomicBool::new(false),
+    );
+    let mut interrupted = 0u64;
+    let mut fds = [0i32; 2];
+    // SAFETY: a pipe of ours, for this thread to poll (nothing is ever written to it).
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (server, client) = std::thread::scope(|s| {
+        let (server, client) = (Moved(server), Moved(client));
+        let (taken, stop) = (&taken, &stop);
+        let target = s.spawn(move || {
+            let moved = server;
+            // SAFETY: gettid has no preconditions.
+            POSTERS[1].store(unsafe { libc::gettid() }, Ordering::Relaxed);
+            moved
+                .0
+                .ep
+                .post_recv(&[moved.0.seg(0, 8)], 7, 0)
+                .expect("the target takes its connection's signal");
+            taken.store(true, Ordering::SeqCst);
+            let end = Instant::now() + Duration::from_secs(30);
+            while !stop.load(Ordering::Relaxed) {
+                assert!(Instant::now() < end, "the initiator completed within 30 s");
+                std::hint::spin_loop();
+            }
+            moved
+        });
+        let initiator = s.spawn(move || {
+            let moved = client;
+            let client = &moved.0;
+            // SAFETY: gettid has no preconditions.
+            POSTERS[0].store(unsafe { libc::gettid() }, Ordering::Relaxed);
+            while !taken.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            for (i, &remote) in remotes.iter().enumerate() {
+                client.buf.write(i * 8, &marker(b't', i));
+                client
+                    .ep
+                    .post_rdma_write(&[client.seg(i * 8, 8)], 700 + i as u64, remote, 0)
+                    .expect("write");
+                // Only the held ACK, sent by the timer, ends the wait.
+                let (cookie, status, _, _) = super::dto(&next(&client.dto));
+                assert_eq!((cookie, status), (700 + i as u64, dto_status::SUCCESS));
+            }
+            stop.store(true, Ordering::SeqCst);
+            moved
+        });
+        // This (the main) thread sleeps in poll meanwhile, the signal not blocked.
+        while !stop.load(Ordering::Relaxed) {
+            let mut p = libc::pollfd {
+                fd: fds[0],
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd of ours.
+            if unsafe { libc::poll(&mut p, 1, 100) } < 0 {
+                interrupted += 1;
+            }
+        }
+        let client = initiator.join().expect("initiator");
+        (target.join().expect("target"), client)
+    });
+    let (server, client) = (server.0, client.0);
+    for i in 0..N {
+        assert_eq!(
+            server.buf.read(WRITES_AT + i * 8, 8),
+            marker(b't', i),
+            "write {i}"
+        );
+    }
+    eprintln!(
+        "sigio: {} ACK timer signals, {} on other threads; the main thread's poll interrupted \
+         {interrupted} times",
+        get(&stats::ACK_TIMER_SIGNALS) - timer,
+        get(&TIMER_ELSEWHERE),
+    );
+    assert!(
+        get(&stats::ACK_TIMER_SIGNALS) > timer,
+        "the ACK timer sent the ACKs"
+    );
+    assert_eq!(
+        get(&TIMER_ELSEWHERE),
+        0,
+        "ACK timer signals on threads that did not post"
+    );
+    assert_eq!(interrupted, 0, "the main thread's poll was interrupted");
+    // SAFETY: our pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    close(&[&client, &server]);
 }
 
 /// Ping-pong of RDMA writes, both sides spinning on their memory with no DAT call between a
