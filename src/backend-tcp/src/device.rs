@@ -326,7 +326,7 @@ impl Device for TcpDevice {
         if self.shared.stopped.swap(true, Ordering::SeqCst) {
             return;
         }
-        sigio::unregister(&self.shared);
+        sigio::unregister(&*self.shared);
         self.shared.run(|eng, sh| eng.shutdown(sh));
         self.shared.wake();
         let handle = self.thread.lock().take();

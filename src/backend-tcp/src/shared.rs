@@ -386,3 +386,22 @@ impl Shared {
             .ok_or(Error::Foreign)
     }
 }
+
+/// The signal handler's way to a device (../sigio.rs), which names no type above it.
+impl crate::sigio::SignalledDevice for Shared {
+    fn serve_signalled(&self, fd: i32) -> bool {
+        Shared::serve_signalled(self, fd)
+    }
+    fn leave_to_others(&self) {
+        Shared::leave_to_others(self)
+    }
+    fn leave_acks_to_others(&self) {
+        Shared::leave_acks_to_others(self)
+    }
+    fn write_held_acks(&self) {
+        Shared::write_held_acks(self)
+    }
+    fn wake(&self) {
+        Shared::wake(self)
+    }
+}

@@ -42,13 +42,31 @@
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::shared::Shared;
+/// What a handler asks of a device whose connections it serves (shared.rs implements it):
+/// the handler reaches devices only through it, so that this module stays below them.
+/// Every method must be async-signal-safe in the sense of this module's doc.
+pub(crate) trait SignalledDevice: Send + Sync {
+    /// Serves armed connection `fd` if it is this device's: whether it was.
+    fn serve_signalled(&self, fd: i32) -> bool;
+    /// The handler interrupted this library's own code: the engine's holder or the progress
+    /// thread serves the armed connections instead.
+    fn leave_to_others(&self);
+    /// The same for the ACKs the device's timer was to write.
+    fn leave_acks_to_others(&self);
+    /// Writes what the device's connections hold (its ACK timer fired).
+    fn write_held_acks(&self);
+    /// Wakes the device's progress thread.
+    fn wake(&self);
+}
+
+/// A registered device, boxed so that one atomic word names it (`register`).
+struct Registered(*const dyn SignalledDevice);
 
 /// Devices whose connections may be signalled: the handler looks for the descriptor in each.
 const SLOTS: usize = 16;
 #[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
-static DEVICES: [AtomicPtr<Shared>; SLOTS] = [EMPTY; SLOTS];
+const EMPTY: AtomicPtr<Registered> = AtomicPtr::new(std::ptr::null_mut());
+static DEVICES: [AtomicPtr<Registered>; SLOTS] = [EMPTY; SLOTS];
 /// Each device's ACK timer, whose signal carries the slot (`register`): its timer_t plus
 /// one (glibc's first timer is 0), 0 for none.
 #[allow(clippy::declare_interior_mutable_const)]
@@ -310,13 +328,20 @@ pub(crate) fn set_owner_thread(fd: i32, tid: i32) -> bool {
 
 /// Makes a device's connections reachable from the handler, with a timer of its own for
 /// the ACKs handlers hold (engine/signalled.rs): its slot, None if off or no slot is free.
-pub(crate) fn register(sh: &std::sync::Arc<Shared>) -> Option<usize> {
+/// The device must stay alive until `unregister`.
+pub(crate) fn register<D: SignalledDevice + 'static>(dev: &std::sync::Arc<D>) -> Option<usize> {
     let sig = signal()?;
-    let p = std::sync::Arc::as_ptr(sh) as *mut Shared;
-    let slot = DEVICES.iter().position(|s| {
+    let dev: *const D = std::sync::Arc::as_ptr(dev);
+    let dev = dev as *const dyn SignalledDevice;
+    let p = Box::into_raw(Box::new(Registered(dev)));
+    let Some(slot) = DEVICES.iter().position(|s| {
         s.compare_exchange(std::ptr::null_mut(), p, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
-    })?;
+    }) else {
+        // SAFETY: ours, from Box::into_raw above, published nowhere.
+        drop(unsafe { Box::from_raw(p) });
+        return None;
+    };
     match ack_timer(sig, slot, None) {
         Some(t) => TIMERS[slot].store(t as usize + 1, Ordering::SeqCst),
         None => {
@@ -417,15 +442,21 @@ pub(crate) fn set_ack_timer(slot: Option<usize>, after: Option<std::time::Durati
 }
 
 /// The device leaves: once this returns, no handler uses it, and its timer is gone.
-pub(crate) fn unregister(sh: &Shared) {
+pub(crate) fn unregister<D: SignalledDevice + 'static>(dev: &D) {
     if signal().is_some() {
         log::info!("DAPLRS_TARGET_SIGNAL: {}", stats::summary());
     }
-    let p = sh as *const Shared as *mut Shared;
+    let mut gone = Vec::new();
     for (slot, s) in DEVICES.iter().enumerate() {
-        if s.compare_exchange(p, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+        let p = s.load(Ordering::SeqCst);
+        // SAFETY: a registered entry, freed only here, after it left its slot and no handler
+        // runs (below); only this device's own unregister takes it out.
+        let ours = unsafe { p.as_ref() }.is_some_and(|r| std::ptr::addr_eq(r.0, dev));
+        if ours
+            && s.compare_exchange(p, std::ptr::null_mut(), Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
         {
+            gone.push(p);
             if let Some(t) = TIMERS[slot].swap(0, Ordering::SeqCst).checked_sub(1) {
                 // SAFETY: our timer, taken out of the table: nobody starts it any more (the
                 // engine's slot names no timer now).
@@ -435,6 +466,11 @@ pub(crate) fn unregister(sh: &Shared) {
     }
     while ACTIVE.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
+    }
+    for p in gone {
+        // SAFETY: from Box::into_raw in `register`; out of its slot, and no handler that could
+        // have loaded it still runs.
+        drop(unsafe { Box::from_raw(p) });
     }
 }
 
@@ -499,9 +535,9 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 fn serve(sig: i32, fd: i32, in_our_code: bool) {
     for slot in &DEVICES {
         let p = slot.load(Ordering::SeqCst);
-        // SAFETY: a registered device stays alive until `unregister` saw ACTIVE at zero, and
-        // we counted ourselves in ACTIVE before loading the pointer.
-        let Some(sh) = (unsafe { p.as_ref() }) else {
+        // SAFETY: a registered entry and its device stay alive until `unregister` saw ACTIVE
+        // at zero, and we counted ourselves in ACTIVE before loading the pointer.
+        let Some(sh) = (unsafe { p.as_ref().map(|r| &*r.0) }) else {
             continue;
         };
         if in_our_code {
@@ -532,7 +568,7 @@ fn serve_timer(slot: usize, in_our_code: bool) {
         return;
     };
     // SAFETY: as in `serve`.
-    let Some(sh) = (unsafe { p.as_ref() }) else {
+    let Some(sh) = (unsafe { p.as_ref().map(|r| &*r.0) }) else {
         return;
     };
     if in_our_code {
