@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use daplrs_backend::{Error, Result, WcStatus};
 use ofi_sys as fi;
 
-use crate::device::OfiDevice;
+use crate::domain::Domain;
 use crate::Fid;
 
 /// Buffers a QP keeps posted (at most the provider's receive depth). More
@@ -44,7 +44,7 @@ struct Bounce {
 }
 
 /// A QP's bounce buffers, owned with its endpoint (and parked with it: see
-/// `rdm::Keeper`), so that none is freed while the provider may write it.
+/// `port::Keeper`), so that none is freed while the provider may write it.
 #[derive(Default)]
 pub(crate) struct Bounces {
     bufs: Vec<Bounce>,
@@ -57,7 +57,7 @@ impl Bounces {
     /// gives a slot's request context.
     pub(crate) fn post_all(
         &mut self,
-        dev: &OfiDevice,
+        dev: &Domain,
         ep: *mut fi::fid_ep,
         count: usize,
         len: usize,
@@ -79,7 +79,7 @@ impl Bounces {
     /// must hold now); `tag`: over a port, the connection's (tagged receive).
     pub(crate) fn post(
         &mut self,
-        dev: &OfiDevice,
+        dev: &Domain,
         ep: *mut fi::fid_ep,
         slot: usize,
         len: usize,
@@ -160,7 +160,7 @@ impl Bounces {
 /// Registers `mem` for receives where the provider needs descriptors
 /// (FI_MR_LOCAL); None elsewhere.
 pub(crate) fn register_for_recv(
-    dev: &OfiDevice,
+    dev: &Domain,
     mem: &mut [u8],
     what: &str,
 ) -> Result<Option<Fid<fi::fid_mr>>> {
@@ -195,7 +195,7 @@ pub(crate) fn post_buffer(
         desc: &mut desc,
         iov_count: 1,
         context,
-        addr: crate::rdm::FI_ADDR_UNSPEC,
+        addr: crate::FI_ADDR_UNSPEC,
         ..Default::default()
     };
     let (t, ignore) = tag.unwrap_or_default();

@@ -97,7 +97,7 @@ fn offered() -> Vec<(String, String)> {
 pub fn describe(provider: &str, place: Option<&str>) -> Result<Vec<String>, String> {
     let dev = OfiDevice::open(provider, place)
         .map_err(|e| OfiDevice::diagnose(provider, place).unwrap_or_else(|| e.to_string()))?;
-    let lines = describe_info(dev.info.ptr());
+    let lines = describe_info(dev.dom.info.ptr());
     daplrs_backend::Device::close(&*dev);
     Ok(lines)
 }

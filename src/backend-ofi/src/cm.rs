@@ -14,7 +14,10 @@ use daplrs_backend::{CmEvent, Error, Listener, Resource, Result};
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use crate::device::{getinfo, opened, OfiDevice};
+use crate::device::OfiDevice;
+use crate::domain::{getinfo, Domain};
+use crate::keys::PeerTable;
+use crate::opened;
 use crate::qp::OfiQp;
 use crate::{sockaddr_v4, Fid, Info};
 
@@ -26,17 +29,6 @@ use crate::{sockaddr_v4, Fid, Info};
 /// provider's 55 bytes of connection data (48, version 2's, left it 7).
 const MAGIC: [u8; 4] = [b'D', b'R', b'O', 3];
 pub(crate) const HEADER_BYTES: usize = 32;
-
-/// What a peer's handshake announced: its key table and its farewell word.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct PeerTable {
-    pub key: u64,
-    pub address: u64,
-    pub farewell_key: u64,
-    pub farewell_address: u64,
-    /// The peer QP's protection domain (0: not said).
-    pub pd: u32,
-}
 
 /// The consumer's share of a connection message where the provider bounds
 /// none below it (see `OfiDevice::private_data_max`).
@@ -113,7 +105,7 @@ fn narrow_key(key: u64, what: &str) -> u32 {
 }
 
 /// Our header (`qp`: the connection's QP, None for a reject) and `private_data`.
-pub(crate) fn with_header(dev: &OfiDevice, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
+pub(crate) fn with_header(dev: &Domain, qp: Option<&OfiQp>, private_data: &[u8]) -> Vec<u8> {
     let (key, address) = (dev.keys.key, dev.keys.address);
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
     let pd = qp.map_or(0, |q| q.pd());
@@ -183,7 +175,7 @@ impl OfiDevice {
     pub(crate) fn target(&self) -> crate::Target {
         // SAFETY: the provider and domain names of our fi_info are NUL-terminated strings.
         let (provider, domain) = unsafe {
-            let i = &*self.info.ptr();
+            let i = &*self.dom.info.ptr();
             let p = std::ffi::CStr::from_ptr((*i.fabric_attr).prov_name)
                 .to_string_lossy()
                 .into_owned();
@@ -214,7 +206,8 @@ impl OfiDevice {
         })?;
         let mut pep = null_mut();
         // SAFETY: an open fabric and a provider fi_info; `pep` receives the endpoint.
-        let rc = unsafe { fi::fi_passive_ep(self.fabric.ptr(), info.ptr(), &mut pep, null_mut()) };
+        let rc =
+            unsafe { fi::fi_passive_ep(self.dom.fabric.ptr(), info.ptr(), &mut pep, null_mut()) };
         opened(rc, "fi_passive_ep", Error::NoResource(Resource::Host))?;
         let pep = Fid(pep);
         let mut name = libc::sockaddr_in {
@@ -227,7 +220,7 @@ impl OfiDevice {
         // SAFETY: the passive endpoint just opened, the device's EQ; `name` has `len` bytes.
         unsafe {
             opened(
-                fi::fi_pep_bind(pep.ptr(), self.eq.fid(), 0),
+                fi::fi_pep_bind(pep.ptr(), self.dom.eq.fid(), 0),
                 "bind EQ",
                 Error::Internal,
             )?;
@@ -244,7 +237,7 @@ impl OfiDevice {
         }
         listener_close_on_exec(&name);
         let listener = Arc::new(OfiListener {
-            id: self.next_id(),
+            id: self.dom.next_id(),
             port: u16::from_be(name.sin_port),
             dev: self.me.clone(),
             pep: Mutex::new(Some(pep)),
@@ -267,9 +260,9 @@ impl OfiDevice {
             log::warn!("connect: {why}");
             Error::NoDevice
         })?;
-        qp.open_endpoint(self, &info, false)?;
+        qp.open_endpoint(&self.dom, &info, false)?;
         qp.set_addresses(None, Some(remote));
-        let data = with_header(self, Some(&qp), private_data);
+        let data = with_header(&self.dom, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint; the provider's destination address; `data` lives for the call.
         let rc = unsafe {
@@ -300,7 +293,7 @@ impl OfiDevice {
         let target = self.target();
         let reusable = target.provider == "tcp";
         if reusable {
-            if let Some((to, info)) = self.last_connect.lock().as_ref() {
+            if let Some((to, info)) = self.dom.last_connect.lock().as_ref() {
                 if *to == remote {
                     return Ok(info.clone());
                 }
@@ -308,7 +301,7 @@ impl OfiDevice {
         }
         let info = Arc::new(getinfo(&target, *remote.ip(), Some(remote.port()), false)?);
         if reusable {
-            *self.last_connect.lock() = Some((remote, info.clone()));
+            *self.dom.last_connect.lock() = Some((remote, info.clone()));
         }
         Ok(info)
     }
@@ -325,10 +318,10 @@ impl OfiDevice {
             .requests
             .remove(&req)
             .ok_or(Error::BadState)?;
-        qp.open_endpoint(self, &request.info, true)?;
+        qp.open_endpoint(&self.dom, &request.info, true)?;
         qp.set_addresses(request.local, request.remote);
         qp.set_peer_table(request.peer);
-        let data = with_header(self, Some(&qp), private_data);
+        let data = with_header(&self.dom, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
         let rc = unsafe { fi::fi_accept(ep, data.as_ptr().cast(), data.len()) };
@@ -353,7 +346,7 @@ impl OfiDevice {
             .as_ref()
             .map(Fid::ptr)
             .ok_or(Error::BadState)?;
-        let data = with_header(self, None, private_data);
+        let data = with_header(&self.dom, None, private_data);
         // SAFETY: the listener's open passive endpoint and the request's handle.
         let rc = unsafe {
             fi::fi_reject(
@@ -377,7 +370,7 @@ impl OfiDevice {
             let n = unsafe {
                 if first {
                     fi::fi_eq_sread(
-                        self.eq.ptr(),
+                        self.dom.eq.ptr(),
                         &mut event,
                         buf.as_mut_ptr().cast(),
                         bytes,
@@ -385,7 +378,13 @@ impl OfiDevice {
                         0,
                     )
                 } else {
-                    fi::fi_eq_read(self.eq.ptr(), &mut event, buf.as_mut_ptr().cast(), bytes, 0)
+                    fi::fi_eq_read(
+                        self.dom.eq.ptr(),
+                        &mut event,
+                        buf.as_mut_ptr().cast(),
+                        bytes,
+                        0,
+                    )
                 }
             };
             first = false;
@@ -480,7 +479,7 @@ impl OfiDevice {
                 sockaddr_v4(i.dest_addr, i.dest_addrlen),
             )
         };
-        let req = self.next_id();
+        let req = self.dom.next_id();
         let unspecified = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
         self.tables.lock().requests.insert(
             req,
@@ -504,7 +503,7 @@ impl OfiDevice {
     fn cm_error(&self) {
         let mut err = fi::fi_eq_err_entry::default();
         // SAFETY: an open EQ with an error entry available.
-        if unsafe { fi::fi_eq_readerr(self.eq.ptr(), &mut err, 0) } < 0 {
+        if unsafe { fi::fi_eq_readerr(self.dom.eq.ptr(), &mut err, 0) } < 0 {
             return;
         }
         let Some(qp) = self.qp_of(err.fid) else {
@@ -542,7 +541,6 @@ impl OfiDevice {
     }
 
     fn qp_of(&self, fid: *mut fi::fid) -> Option<Arc<OfiQp>> {
-        let num = *self.tables.lock().eps.get(&(fid as usize))?;
-        self.qp(num)
+        self.registry.qp_of(fid)
     }
 }

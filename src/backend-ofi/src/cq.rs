@@ -14,10 +14,19 @@ use daplrs_backend::{
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use crate::device::{opened, OfiDevice};
-use crate::qp::OfiQp;
+use crate::domain::Domain;
 use crate::ready::{Feed, Ready, Seat};
-use crate::Fid;
+use crate::{opened, Fid};
+
+/// What reads a CQ's fid_cq into its queue, handing each entry to the QP
+/// its context names (`reap`, above the QPs): the CQ keeps it, for its
+/// consumer's polls and the QPs' own reads (`reap_and_notify`).
+pub(crate) trait Reader: Send + Sync {
+    /// Reads `cq`'s entries into its queue; `consumer`: from the consumer's
+    /// own poll (a connection broken meanwhile is left to the progress
+    /// thread). Returns whether completions were added.
+    fn read(&self, cq: &OfiCq, consumer: bool) -> bool;
+}
 
 /// Entries read from the fid_cq at a time.
 const BATCH: usize = 16;
@@ -31,10 +40,13 @@ pub(crate) struct OfiCq {
     pub(crate) cq: Fid<fi::fid_cq>,
     /// The provider's descriptor for this CQ (FI_WAIT_FD), if it gave one.
     pub(crate) wait_fd: Option<std::os::fd::RawFd>,
-    dev: Weak<OfiDevice>,
+    pub(crate) dev: Weak<Domain>,
+    /// What reads the fid_cq into `queue` (`reap`, above the QPs its
+    /// entries name), for the consumer's polls and the QPs' own reads.
+    reader: Weak<dyn Reader>,
     /// Completions ready for the core, in order. Held while the fid_cq is read,
     /// so that two readers cannot reorder what they read.
-    queue: Mutex<VecDeque<WorkCompletion>>,
+    pub(crate) queue: Mutex<VecDeque<WorkCompletion>>,
     notify: Mutex<Option<NotifyFn>>,
     depth: AtomicU32,
     /// Connected endpoints complete on fid_cqs of their own, which this CQ
@@ -42,15 +54,16 @@ pub(crate) struct OfiCq {
     /// serves reliable-datagram ports.
     pub(crate) ready: Arc<Ready>,
     /// Reliable datagrams: ports' endpoints complete on `cq` (not read otherwise).
-    shared: bool,
+    pub(crate) shared: bool,
     /// QPs whose request CQ this is and whose sends wait for the peer's
     /// receipt (`OfiQp::take_receipt`): each read of the CQ looks at their
-    /// receipt words after the provider's entries.
-    awaiting: Mutex<Vec<Weak<OfiQp>>>,
+    /// receipt words after the provider's entries. The CQ only keeps them
+    /// for its reader, which knows them.
+    pub(crate) awaiting: Mutex<Vec<Weak<dyn Any + Send + Sync>>>,
 }
 
 impl OfiCq {
-    pub(crate) fn open(dev: &OfiDevice, depth: u32) -> Result<Arc<OfiCq>> {
+    pub(crate) fn open(dev: &Domain, reader: Weak<dyn Reader>, depth: u32) -> Result<Arc<OfiCq>> {
         // A descriptor to sleep on where the provider offers one (see `wait`);
         // a CQ without one is read by the progress thread every millisecond.
         // Reliable-datagram providers are read every millisecond (they move
@@ -77,6 +90,7 @@ impl OfiCq {
             cq,
             wait_fd,
             dev: dev.me.clone(),
+            reader,
             queue: Mutex::new(VecDeque::new()),
             notify: Mutex::new(None),
             depth: AtomicU32::new(depth),
@@ -90,7 +104,7 @@ impl OfiCq {
     }
 
     pub(crate) fn open_fid(
-        dev: &OfiDevice,
+        dev: &Domain,
         depth: u32,
         wait: fi::fi_wait_obj,
     ) -> Result<Fid<fi::fid_cq>> {
@@ -102,7 +116,7 @@ impl OfiCq {
     /// A fid_cq of `size` entries (the provider keeps those beyond in a
     /// list of its own, so it bounds memory, not completions).
     fn open_sized(
-        dev: &OfiDevice,
+        dev: &Domain,
         size: usize,
         wait: fi::fi_wait_obj,
         tagged: bool,
@@ -189,7 +203,7 @@ impl OfiCq {
         r
     }
 
-    fn fire(&self) {
+    pub(crate) fn fire(&self) {
         let notify = self.notify.lock().clone();
         if let Some(n) = notify {
             n();
@@ -205,14 +219,7 @@ impl OfiCq {
 
     /// Reads every entry the provider has; returns whether completions were added.
     fn reap(&self) -> bool {
-        let Some(dev) = self.dev.upgrade() else {
-            return false;
-        };
-        let (added, broken) = self.reap_giving_receipts(&dev);
-        for qp in broken {
-            qp.broken();
-        }
-        added
+        self.reader.upgrade().is_some_and(|r| r.read(self, false))
     }
 
     /// `reap` for the consumer's own poll: the core calls it with its EVD's
@@ -221,102 +228,28 @@ impl OfiCq {
     /// connections instead, at once.
     /// Returns whether completions were added.
     fn reap_for_consumer(&self) -> bool {
-        let Some(dev) = self.dev.upgrade() else {
-            return false;
-        };
-        let (added, broken) = self.reap_giving_receipts(&dev);
-        if !broken.is_empty() {
-            dev.defer_broken(broken);
-        }
-        added
-    }
-
-    /// `reap_locked`, then the receipts it found due, written once no lock is
-    /// held; returns whether completions were added and the QPs whose
-    /// connection broke, for the caller to break as its context allows.
-    fn reap_giving_receipts(&self, dev: &OfiDevice) -> (bool, Vec<Arc<OfiQp>>) {
-        let mut broken = Vec::new();
-        let mut receipts = Vec::new();
-        let added = self.reap_locked(dev, &mut broken, &mut receipts);
-        for qp in receipts {
-            qp.send_receipt();
-        }
-        (added, broken)
-    }
-
-    /// Reads the fid_cq (or the feeds ready) into the queue; QPs whose connection
-    /// broke go to `broken`, those with a receipt to give to `receipts` (both
-    /// handled by the caller once no lock is held: a receipt is a socket write).
-    fn reap_locked(
-        &self,
-        dev: &OfiDevice,
-        broken: &mut Vec<Arc<OfiQp>>,
-        receipts: &mut Vec<Arc<OfiQp>>,
-    ) -> bool {
-        let mut q = self.queue.lock();
-        let before = q.len();
-        // No endpoint of the device closes while its CQ is read (see `OfiDevice::closing`).
-        let _reading = dev.closing.lock();
-        let verbs = dev.verbs_errors;
-        if self.shared {
-            drain(self.cq.ptr(), verbs, true, |done| {
-                complete(dev, done, &mut q, broken, receipts)
-            });
-        }
-        for source in self.ready.take() {
-            drain(source.feed.cq.ptr(), verbs, false, |done| {
-                match &source.srq {
-                    None => complete(dev, done, &mut q, broken, receipts),
-                    Some(qp) => {
-                        if qp.srq_received(done.context as u32, done.result, done.data, &mut q) {
-                            broken.push(qp.clone());
-                        }
-                    }
-                }
-            });
-        }
-        drop(_reading);
-        self.take_receipts(&mut q, broken);
-        q.len() > before
+        self.reader.upgrade().is_some_and(|r| r.read(self, true))
     }
 
     /// A QP's sends wait for its peer's receipt: this CQ's reads look at its
     /// receipt words until none does (`OfiQp::take_receipt`).
-    pub(crate) fn await_receipts(&self, qp: &Weak<OfiQp>) {
-        self.awaiting.lock().push(qp.clone());
-    }
-
-    /// Reads the receipt words of the QPs awaiting one (what the drain just
-    /// read of the provider may have placed there); forgets those that await
-    /// none now.
-    fn take_receipts(&self, q: &mut VecDeque<WorkCompletion>, broken: &mut Vec<Arc<OfiQp>>) {
-        let awaiting: Vec<Arc<OfiQp>> = {
-            let a = self.awaiting.lock();
-            if a.is_empty() {
-                return;
-            }
-            a.iter().filter_map(Weak::upgrade).collect()
-        };
-        for qp in &awaiting {
-            if qp.take_receipt(q) {
-                broken.push(qp.clone());
-            }
-        }
-        let mut seen = std::collections::HashSet::new();
-        self.awaiting.lock().retain(|w| {
-            w.upgrade().is_some_and(|qp| qp.awaits_receipts()) && seen.insert(w.as_ptr() as usize)
-        });
+    pub(crate) fn await_receipts(&self, qp: Weak<dyn Any + Send + Sync>) {
+        self.awaiting.lock().push(qp);
     }
 
     /// A seat for an endpoint on a fid_cq this CQ reads (see `ready`): on
     /// one shared by a few endpoints, or with `srq` on SRQ QP `srq`'s own
     /// (for its receives of the SRQ: see `srq`).
-    pub(crate) fn seat(&self, dev: &OfiDevice, srq: Option<&Arc<OfiQp>>) -> Result<Seat> {
+    pub(crate) fn seat(
+        &self,
+        dev: &Domain,
+        srq: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Result<Seat> {
         // Room for a few requests per endpoint; the provider keeps those
         // beyond in a list of its own (it bounds memory, not completions).
         let open = || Self::open_sized(dev, 1024, fi::fi_wait_obj_FI_WAIT_FD, false);
         match srq {
-            Some(qp) => Ok(self.ready.own(qp, open()?)),
+            Some(qp) => Ok(self.ready.own(&qp, open()?)),
             None => self.ready.seat(open, !dev.level_waits),
         }
     }
@@ -332,7 +265,7 @@ impl OfiCq {
 /// Reads every entry of `cq` (its errors included) into `each`.
 /// `verbs`: the provider's error entries carry an ibv_wc_status (`status_of`).
 /// `tagged`: the fid_cq's format is FI_CQ_FORMAT_TAGGED (a port's: see `port`).
-fn drain(cq: *mut fi::fid_cq, verbs: bool, tagged: bool, each: impl FnMut(Done)) {
+pub(crate) fn drain(cq: *mut fi::fid_cq, verbs: bool, tagged: bool, each: impl FnMut(Done)) {
     if tagged {
         drain_as::<fi::fi_cq_tagged_entry>(cq, verbs, each)
     } else {
@@ -411,44 +344,6 @@ pub(crate) struct Done {
     pub result: Result<u32, WcStatus>,
     pub data: Option<u64>,
     pub tag: u64,
-}
-
-/// Hands one entry to the QP its context names (a port's eager buffer's
-/// entry to the port: `port::POOL_CONN`).
-fn complete(
-    dev: &OfiDevice,
-    done: Done,
-    q: &mut VecDeque<WorkCompletion>,
-    broken: &mut Vec<Arc<OfiQp>>,
-    receipts: &mut Vec<Arc<OfiQp>>,
-) {
-    let conn = (done.context >> 32) as u32;
-    if conn == crate::port::POOL_CONN {
-        let Some((port, qp, arrival)) = dev.pool_landed(&done) else {
-            return;
-        };
-        let broke = qp.arrived(&port, arrival, q);
-        if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
-            receipts.push(qp.clone());
-        }
-        if broke {
-            broken.push(qp);
-        }
-        return;
-    }
-    match dev.conn(conn) {
-        Some(qp) => {
-            let broke = qp.completed(done.context as u32, done.result, done.data, q);
-            if qp.receipt_due() && !receipts.iter().any(|r| Arc::ptr_eq(r, &qp)) {
-                receipts.push(qp.clone());
-            }
-            if broke {
-                broken.push(qp);
-            }
-        }
-        // A connection that ended (its QP reset or gone): nothing to report.
-        None => log::debug!("completion for connection {conn}, gone"),
-    }
 }
 
 /// A libfabric error entry's status; `wc_status`: the ibv_wc_status a verbs

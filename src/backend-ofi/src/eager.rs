@@ -22,7 +22,7 @@ use ofi_sys as fi;
 
 use crate::bounce::{post_buffer, register_for_recv};
 use crate::cq::Done;
-use crate::device::OfiDevice;
+use crate::domain::Domain;
 use crate::Fid;
 
 /// Tag bits (the low 32 are the receiving connection's number): a message
@@ -57,14 +57,14 @@ struct Buffer {
 }
 
 /// A port's eager buffers: owned with its endpoint (and parked with it: see
-/// `rdm::Keeper`), so that none is freed while the provider may write one.
+/// `port::Keeper`), so that none is freed while the provider may write one.
 pub(crate) struct EagerPool {
     bufs: Vec<Buffer>,
 }
 
 impl EagerPool {
     /// `BUFFERS` buffers, registered where the provider needs descriptors.
-    pub(crate) fn new(dev: &OfiDevice) -> Result<EagerPool> {
+    pub(crate) fn new(dev: &Domain) -> Result<EagerPool> {
         let mut bufs = Vec::with_capacity(BUFFERS);
         for _ in 0..BUFFERS {
             let mut mem = vec![0u8; EAGER_MAX].into_boxed_slice();

@@ -11,7 +11,7 @@
 //!
 //! Over reliable datagrams (our connection layer, `rdm`) the same
 //! registration holds the QP's receipt words: where the peer writes how many
-//! of our messages its receives took (`OfiDevice::receipts`), one RDMA write
+//! of our messages its receives took (`Domain::receipts`), one RDMA write
 //! on the fabric, read by whoever reads our request CQ next.
 
 use std::ptr::null_mut;
@@ -21,8 +21,8 @@ use daplrs_backend::Result;
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use crate::cm::PeerTable;
-use crate::device::OfiDevice;
+use crate::domain::Domain;
+use crate::keys::PeerTable;
 use crate::mem::register;
 use crate::Fid;
 
@@ -55,7 +55,7 @@ impl Farewell {
     }
 
     /// Readies the word for a new connection: registered (once), cleared.
-    pub(crate) fn arm(&self, dev: &OfiDevice) -> Result<()> {
+    pub(crate) fn arm(&self, dev: &Domain) -> Result<()> {
         self.words[0].store(0, Ordering::Release);
         self.words[2].store(0, Ordering::Release);
         self.words[3].store(0, Ordering::Release);
@@ -78,7 +78,7 @@ impl Farewell {
 
     /// What the handshake announces: the word's key and RMA address (0 where
     /// the provider addresses registrations by offset), or zeros unregistered.
-    pub(crate) fn announce(&self, dev: &OfiDevice) -> (u64, u64) {
+    pub(crate) fn announce(&self, dev: &Domain) -> (u64, u64) {
         let Some(key) = self.mr.lock().as_ref().map(|m| {
             // SAFETY: the word's open registration.
             unsafe { fi::fi_mr_key(m.ptr()) }

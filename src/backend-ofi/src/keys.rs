@@ -10,7 +10,7 @@
 //! RDMA read, no CPU on the target), checks each request against it and
 //! addresses the provider's key it names; on shm before every RDMA request,
 //! and on providers choosing their own keys before every request through a
-//! window (`OfiDevice::fresh_lookup`).
+//! window (`Domain::fresh_lookup`).
 //! A freed registration's key is never reused (keys come from a counter), so
 //! a cached entry never applies to other memory: an access through a freed
 //! key fails at the provider's key check.
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use daplrs_backend::{Error, Resource, Result};
 use ofi_sys as fi;
 
-use crate::device::opened;
+use crate::opened;
 use crate::Fid;
 
 /// Key slots of the table (an entry per slot: at most this many registrations
@@ -66,7 +66,7 @@ impl Entry {
 }
 
 /// In an entry's rights: the key is a window's binding (an unbind or rebind
-/// ends it while peers may hold it: `OfiDevice::fresh_lookup`).
+/// ends it while peers may hold it: `Domain::fresh_lookup`).
 pub(crate) const WINDOW: u32 = 1 << 31;
 
 /// What a peer's entry says of one of its keys.
@@ -82,6 +82,17 @@ pub(crate) struct Remote {
 }
 
 pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+
+/// What a peer's handshake announced: its key table and its farewell word.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeerTable {
+    pub key: u64,
+    pub address: u64,
+    pub farewell_key: u64,
+    pub farewell_address: u64,
+    /// The peer QP's protection domain (0: not said).
+    pub pd: u32,
+}
 
 /// The device's exported table.
 pub(crate) struct KeyTable {

@@ -10,7 +10,7 @@
 //! provider's shared receive context where it has one, else a pool of ours
 //! fed through bounce buffers, `bounce`), and a progress thread that
 //! sleeps on the provider's wait descriptors (`wait`); 64-bit fetch-and-add
-//! and compare-and-swap where the provider has them (`OfiDevice::atomics`);
+//! and compare-and-swap where the provider has them (`Domain::atomics`);
 //! no datagrams (the device says so in its attributes, and the trait's
 //! defaults refuse them). Remote virtual addresses are translated for providers that address
 //! registrations by offset (`keys`).
@@ -21,6 +21,7 @@ pub mod catalog;
 mod cm;
 mod cq;
 mod device;
+mod domain;
 mod eager;
 mod farewell;
 mod keys;
@@ -29,8 +30,10 @@ mod port;
 mod qp;
 mod rdm;
 mod ready;
+mod reap;
 mod srq;
 mod wait;
+mod wire;
 
 pub use device::OfiDevice;
 
@@ -113,6 +116,14 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
     })
 }
 
+/// Checks a libfabric call made while opening an object.
+pub(crate) fn opened(rc: i32, what: &str, otherwise: Error) -> Result<(), Error> {
+    check(rc as isize, what, otherwise).map(|_| ())
+}
+
+/// The address "no particular peer" (libfabric's FI_ADDR_UNSPEC).
+pub(crate) const FI_ADDR_UNSPEC: u64 = u64::MAX;
+
 /// Sets what libfabric reads from the environment once, at its first call in
 /// the process, where the user did not set it. FI_UNIVERSE_SIZE (256 by
 /// default) is the number of peers ofi_rxm sizes each endpoint's CQ on the
@@ -169,7 +180,7 @@ pub(crate) fn parse_target(provider: &str, place: Option<&str>) -> Result<Target
                 Some(a) => (None, a),
                 // Not an interface here: the provider's own domain name (verbs: rxe0);
                 // its address is the interface the device sits on (else the provider's
-                // source address, when it is IPv4: `OfiDevice::open_described`).
+                // source address, when it is IPv4: `Domain::open`).
                 None => (
                     Some(p.to_string()),
                     rdma_device_address(p).unwrap_or(Ipv4Addr::UNSPECIFIED),

@@ -11,24 +11,24 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
-    access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Resource, Result, WcStatus,
+    access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Resource, Result, Sge, WcStatus,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use crate::device::{opened, OfiDevice};
+use crate::domain::{Domain, Window};
 use crate::keys::{Remote, WINDOW};
-use crate::Fid;
+use crate::{opened, Fid};
 
 static NEXT_PD: AtomicU32 = AtomicU32::new(1);
 
 pub(crate) struct OfiPd {
     id: u32,
-    dev: Weak<OfiDevice>,
+    dev: Weak<Domain>,
 }
 
 impl OfiPd {
-    pub(crate) fn new(dev: &OfiDevice) -> Arc<OfiPd> {
+    pub(crate) fn new(dev: &Domain) -> Arc<OfiPd> {
         Arc::new(OfiPd {
             id: NEXT_PD.fetch_add(1, Ordering::Relaxed),
             dev: dev.me.clone(),
@@ -42,7 +42,7 @@ impl OfiPd {
     /// the provider chooses: FI_MR_PROV_KEY). The context is `key` either way.
     fn register_published(
         &self,
-        dev: &OfiDevice,
+        dev: &Domain,
         key: u32,
         addr: u64,
         length: u64,
@@ -63,7 +63,7 @@ impl OfiPd {
             log::warn!("key {key:#x}: its key table slot is taken");
             return Err(Error::NoResource(Resource::Key));
         }
-        dev.tables.lock().descs.insert(key, desc as usize);
+        dev.descs.lock().insert(key, desc as usize);
         Ok(mr)
     }
 }
@@ -146,7 +146,7 @@ fn remote_access(rights: u32) -> u64 {
 /// provider's own key where it picks them: FI_MR_PROV_KEY). `what` names the
 /// registration in the log when the provider refuses it.
 pub(crate) fn register(
-    dev: &OfiDevice,
+    dev: &Domain,
     addr: u64,
     length: u64,
     fi_access: u64,
@@ -178,7 +178,7 @@ pub(crate) struct OfiMr {
     rights: u32,
     /// Both lkey and rkey: libfabric has one key per registration.
     key: u32,
-    dev: Weak<OfiDevice>,
+    dev: Weak<Domain>,
     mr: Mutex<Option<Fid<fi::fid_mr>>>,
 }
 
@@ -206,7 +206,7 @@ impl MemoryRegion for OfiMr {
     }
     fn deregister(&self) {
         if let Some(dev) = self.dev.upgrade() {
-            dev.tables.lock().descs.remove(&self.key);
+            dev.descs.lock().remove(&self.key);
             dev.keys.withdraw(self.key);
         }
         // Closing the registration (Fid's drop) makes its key invalid for every peer.
@@ -233,7 +233,7 @@ impl OfiMr {
 pub(crate) struct OfiMw {
     me: Weak<OfiMw>,
     pd: u32,
-    dev: Weak<OfiDevice>,
+    dev: Weak<Domain>,
     /// The current binding's registration and key (None: grants nothing).
     bound: Mutex<Option<(u32, Fid<fi::fid_mr>)>>,
     /// Keys given out by `next_rkey` whose bind has not run yet.
@@ -312,7 +312,8 @@ impl OfiMw {
         if !dev.keys.publish(new_rkey, &found) {
             return WcStatus::MwBind;
         }
-        dev.tables.lock().windows.insert(new_rkey, self.me.clone());
+        let me: Weak<dyn Window> = self.me.clone();
+        dev.windows.lock().insert(new_rkey, me);
         *self.bound.lock() = Some((new_rkey, reg));
         WcStatus::Success
     }
@@ -329,15 +330,17 @@ impl OfiMw {
     /// Withdraws binding `key` and closes its registration.
     fn release(&self, key: u32, reg: Fid<fi::fid_mr>) {
         if let Some(dev) = self.dev.upgrade() {
-            dev.tables.lock().windows.remove(&key);
+            dev.windows.lock().remove(&key);
             dev.keys.withdraw(key);
         }
         drop(reg);
     }
+}
 
+impl Window for OfiMw {
     /// A peer's send invalidates `rkey` on a QP of protection domain `pd`:
     /// the binding ends if it is this window's current one, in that domain.
-    pub(crate) fn invalidate_as(&self, rkey: u32, pd: u32) -> bool {
+    fn invalidate_as(&self, rkey: u32, pd: u32) -> bool {
         let taken = {
             let mut bound = self.bound.lock();
             let current = bound.as_ref().map(|(k, _)| *k);
@@ -392,4 +395,24 @@ impl Drop for OfiMw {
     fn drop(&mut self) {
         self.dealloc();
     }
+}
+
+/// The iovec and descriptor arrays of a scatter-gather list. Descriptors
+/// only where the provider wants them (FI_MR_LOCAL): otherwise the device's
+/// descriptors are not locked on the posting path at all.
+pub(crate) fn io_vectors(dev: &Domain, sgl: &[Sge]) -> (Vec<libc::iovec>, Vec<*mut libc::c_void>) {
+    let iov = |s: &Sge| libc::iovec {
+        iov_base: s.addr as *mut libc::c_void,
+        iov_len: s.length as usize,
+    };
+    if !dev.local_descs {
+        return sgl.iter().map(|s| (iov(s), null_mut())).unzip();
+    }
+    let descs = dev.descs.lock();
+    sgl.iter()
+        .map(|s| {
+            let desc = descs.get(&s.lkey).copied().unwrap_or(0) as *mut libc::c_void;
+            (iov(s), desc)
+        })
+        .unzip()
 }

@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{Error, Resource, Result};
@@ -26,9 +27,10 @@ use ofi_sys as fi;
 use parking_lot::Mutex;
 
 use crate::cq::{Done, OfiCq};
-use crate::device::{opened, OfiDevice};
+use crate::domain::Domain;
 use crate::eager::{EagerPool, Landing};
-use crate::Fid;
+use crate::wait::Waiter;
+use crate::{opened, Fid};
 
 /// The connection number of an eager buffer's context (`next_conn` never
 /// gives it): its token is the port's id (above 8 bits) and the slot.
@@ -84,7 +86,9 @@ struct State {
 
 pub(crate) struct Port {
     key: PortKey,
-    dev: Weak<OfiDevice>,
+    dev: Weak<Domain>,
+    /// The device's ports (this one's id there, the eager buffers to post again).
+    ports: Weak<Ports>,
     /// The endpoint, then its AV: closed in that order (`Drop`).
     ep: Option<Fid<fi::fid_ep>>,
     av: Option<Fid<fi::fid_av>>,
@@ -114,7 +118,8 @@ impl Port {
     /// Opens a port: an endpoint of the device's fi_info, its AV, bound to
     /// the CQs and enabled.
     fn open(
-        dev: &OfiDevice,
+        dev: &Domain,
+        ports: &Arc<Ports>,
         key: PortKey,
         send_cq: &Arc<OfiCq>,
         recv_cq: &Arc<OfiCq>,
@@ -170,6 +175,7 @@ impl Port {
         Ok(Port {
             key,
             dev: dev.me.clone(),
+            ports: Arc::downgrade(ports),
             ep: Some(ep),
             av: Some(av),
             name,
@@ -185,13 +191,10 @@ impl Port {
     }
 
     /// Gives a shared port of a device with eager buffers its buffers, posted.
-    fn open_pool(self: &Arc<Self>, dev: &OfiDevice) -> Result<()> {
+    fn open_pool(self: &Arc<Self>, dev: &Domain, ports: &Ports) -> Result<()> {
         let pool = EagerPool::new(dev)?;
         *self.pool.lock() = Some(pool);
-        dev.tables
-            .lock()
-            .ports
-            .insert(self.id, Arc::downgrade(self));
+        ports.by_id.lock().insert(self.id, Arc::downgrade(self));
         self.repost();
         Ok(())
     }
@@ -203,16 +206,14 @@ impl Port {
     }
 
     /// Posts the eager buffers not posted; a busy provider leaves them for
-    /// the progress thread (`OfiDevice::retry_pool`).
+    /// the progress thread (`Ports::retry`).
     pub(crate) fn repost(self: &Arc<Self>) {
         let all = match self.pool.lock().as_mut() {
             Some(pool) => pool.post_all(self.ep(), |slot| self.pool_context(slot)),
             None => true,
         };
         if !all {
-            if let Some(dev) = self.dev.upgrade() {
-                dev.retry_pool(self);
-            }
+            self.retry();
         }
     }
 
@@ -224,11 +225,16 @@ impl Port {
         let pool = pool.as_mut()?;
         let landed = pool.landed(slot, done);
         if !pool.post(self.ep(), slot, self.pool_context(slot)) {
-            if let Some(dev) = self.dev.upgrade() {
-                dev.retry_pool(self);
-            }
+            self.retry();
         }
         landed
+    }
+
+    /// The progress thread posts the eager buffers at its next turn.
+    fn retry(self: &Arc<Self>) {
+        if let (Some(_), Some(ports)) = (self.dev.upgrade(), self.ports.upgrade()) {
+            ports.retry(self);
+        }
     }
 
     pub(crate) fn ep(&self) -> *mut fi::fid_ep {
@@ -288,7 +294,7 @@ impl Port {
             .ok_or(Error::NoResource(Resource::Qp))?
             .copy_from_slice(name);
         let av = self.av.as_ref().ok_or(Error::BadState)?.ptr();
-        let mut addr = crate::rdm::FI_ADDR_UNSPEC;
+        let mut addr = crate::FI_ADDR_UNSPEC;
         // SAFETY: an open AV; `padded` holds a name of this provider's
         // shape (checked by the caller), `addr` receives one fi_addr_t.
         let rc =
@@ -301,14 +307,14 @@ impl Port {
         st.unresolved = st.unresolved.saturating_sub(1);
         st.peers.insert(name.to_vec(), Peer { addr, users: 1 });
         if parks {
-            crate::rdm::keeper().named(name);
+            keeper().named(name);
         }
         Ok(addr)
     }
 
     /// A QP leaves the port: its peer (`peer`: the name it inserted, if it
     /// did) has one user less; an entry naming an endpoint of this process
-    /// goes when it has none (so that endpoint may close: `rdm::Keeper`).
+    /// goes when it has none (so that endpoint may close: `Keeper`).
     /// `given`: the receives it had with the provider (cancelled by the
     /// caller). Returns QPs to wake (spare slots freed).
     pub(crate) fn leave(&self, peer: Option<&[u8]>, given: usize, parks: bool) -> Vec<u32> {
@@ -327,7 +333,7 @@ impl Port {
                     if let (Some(mut p), Some(av)) = (st.peers.remove(name), self.av.as_ref()) {
                         // SAFETY: the port's open AV; `p.addr` was inserted by `insert`.
                         unsafe { fi::fi_av_remove(av.ptr(), &mut p.addr, 1, 0) };
-                        released = crate::rdm::keeper().unnamed(name);
+                        released = keeper().unnamed(name);
                     }
                 }
             }
@@ -386,58 +392,109 @@ impl Port {
 impl Drop for Port {
     fn drop(&mut self) {
         let dev = self.dev.upgrade();
-        // No CQ is read while an endpoint closes (`OfiDevice::closing`).
+        // No CQ is read while an endpoint closes (`Domain::closing`).
         let _closing = dev.as_ref().map(|d| d.closing.lock());
         let parks = dev.as_ref().is_some_and(|d| d.parks);
         let peers = std::mem::take(&mut self.state.get_mut().peers);
         let mut released = Vec::new();
         if parks {
             // Entries naming endpoints of this process go first (they may
-            // then close: `rdm::Keeper`); the others go with the AV.
+            // then close: `Keeper`); the others go with the AV.
             for (name, mut peer) in peers {
                 if let Some(av) = &self.av {
                     // SAFETY: the port's open AV; the entry was inserted by `insert`.
                     unsafe { fi::fi_av_remove(av.ptr(), &mut peer.addr, 1, 0) };
                 }
-                released.extend(crate::rdm::keeper().unnamed(&name));
+                released.extend(keeper().unnamed(&name));
             }
         }
         drop(released);
         let (Some(ep), av) = (self.ep.take(), self.av.take()) else {
             return;
         };
-        if let (Some(dev), true) = (&dev, self.id != 0) {
-            dev.tables.lock().ports.remove(&self.id);
+        if let (Some(_), Some(ports), true) = (&dev, self.ports.upgrade(), self.id != 0) {
+            ports.by_id.lock().remove(&self.id);
         }
-        let parked = crate::rdm::Parked {
+        let parked = Parked {
             _ep: ep,
             _av: av,
             _bounces: std::mem::take(self.bounces.get_mut()),
             _pool: self.pool.get_mut().take(),
             _cqs: std::mem::take(&mut self.cqs),
         };
-        crate::rdm::keeper().close(parked, &self.name);
+        keeper().close(parked, &self.name);
     }
 }
 
-/// The device's ports, by key (those of a key in the order opened).
-#[derive(Default)]
+/// The device's ports: by key (those of a key in the order opened), and
+/// those with eager buffers by id (their buffers' contexts name it).
 pub(crate) struct Ports {
-    by_key: HashMap<PortKey, Vec<Weak<Port>>>,
+    by_key: Mutex<HashMap<PortKey, Vec<Weak<Port>>>>,
+    by_id: Mutex<HashMap<u32, Weak<Port>>>,
+    next_id: AtomicU32,
+    /// Ports whose eager buffers the provider was too busy to take, for the
+    /// progress thread to post (`take_retries`).
+    retries: Mutex<Vec<Weak<Port>>>,
+    /// The progress thread's, woken for a retry.
+    waiter: Arc<Waiter>,
 }
 
-impl OfiDevice {
+impl Ports {
+    pub(crate) fn new(waiter: Arc<Waiter>) -> Ports {
+        Ports {
+            by_key: Mutex::new(HashMap::new()),
+            by_id: Mutex::new(HashMap::new()),
+            next_id: AtomicU32::new(1),
+            retries: Mutex::new(Vec::new()),
+            waiter,
+        }
+    }
+
+    /// A new shared port's id (never 0, below 2^24: see `POOL_CONN`).
+    fn next_id(&self) -> u32 {
+        let by_id = self.by_id.lock();
+        loop {
+            let n = self.next_id.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+            if n != 0 && !by_id.contains_key(&n) {
+                return n;
+            }
+        }
+    }
+
+    /// The port of eager buffer context `token` (its id above 8 bits).
+    pub(crate) fn by_token(&self, token: u32) -> Option<Arc<Port>> {
+        self.by_id.lock().get(&(token >> 8)).and_then(Weak::upgrade)
+    }
+
+    /// The progress thread posts `port`'s eager buffers at its next turn.
+    fn retry(&self, port: &Arc<Port>) {
+        self.retries.lock().push(Arc::downgrade(port));
+        self.waiter.wake();
+    }
+
+    /// The ports `retry` named since the last call, still open.
+    pub(crate) fn take_retries(&self) -> Vec<Arc<Port>> {
+        let ports = std::mem::take(&mut *self.retries.lock());
+        ports.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Whether some port waits to be tried again.
+    pub(crate) fn retries_waiting(&self) -> bool {
+        !self.retries.lock().is_empty()
+    }
+
     /// The port a QP attaches to (one with room, else a new one), counted as
     /// attached: its peer unresolved until `Port::insert`. Called with the
     /// device's closing lock held (an endpoint may open).
-    pub(crate) fn attach_port(
-        &self,
+    pub(crate) fn attach(
+        self: &Arc<Self>,
+        dev: &Domain,
         key: PortKey,
         send_cq: &Arc<OfiCq>,
         recv_cq: &Arc<OfiCq>,
     ) -> Result<Arc<Port>> {
-        let mut ports = self.ports.lock();
-        let list = ports.by_key.entry(key).or_default();
+        let mut ports = self.by_key.lock();
+        let list = ports.entry(key).or_default();
         list.retain(|w| w.strong_count() > 0);
         for port in list.iter().filter_map(Weak::upgrade) {
             let mut st = port.state.lock();
@@ -448,14 +505,14 @@ impl OfiDevice {
                 return Ok(port);
             }
         }
-        let mut port = Port::open(self, key, send_cq, recv_cq)?;
-        let eager = self.eager && matches!(key, PortKey::Shared { .. });
+        let mut port = Port::open(dev, self, key, send_cq, recv_cq)?;
+        let eager = dev.eager && matches!(key, PortKey::Shared { .. });
         if eager {
-            port.id = self.next_port_id();
+            port.id = self.next_id();
         }
         let port = Arc::new(port);
         if eager {
-            port.open_pool(self)?;
+            port.open_pool(dev, self)?;
         }
         {
             let mut st = port.state.lock();
@@ -467,8 +524,72 @@ impl OfiDevice {
     }
 }
 
+/// Endpoints of this process that an address vector of this process still
+/// names, kept open until it no longer does. libfabric 1.17's shm keeps, in an
+/// AV entry for an endpoint of the same process, a pointer to that endpoint's
+/// memory region (not a mapping of its own, as for another process's), reads
+/// it when any later endpoint of the AV is enabled and writes through it when
+/// the entry is removed (prov/util/src/util_shm.c: smr_map_to_endpoint,
+/// smr_unmap_from_endpoint, smr_map_del). An endpoint closed first frees the
+/// region under the entry, and the process crashes or corrupts memory (seen:
+/// a SIGSEGV in fi_enable). Both sides of a DAT connection in one process is
+/// what most DAT test programs do.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    /// A fabric address -> how many AV entries of this process name it.
+    named: std::collections::HashMap<Vec<u8>, usize>,
+    /// Endpoints (with their AV) closed by their QP while still named.
+    parked: std::collections::HashMap<Vec<u8>, Parked>,
+}
+
+pub(crate) fn keeper() -> parking_lot::MutexGuard<'static, Keeper> {
+    static KEEPER: std::sync::OnceLock<Mutex<Keeper>> = std::sync::OnceLock::new();
+    KEEPER.get_or_init(Mutex::default).lock()
+}
+
+impl Keeper {
+    pub(crate) fn named(&mut self, name: &[u8]) {
+        *self.named.entry(name.to_vec()).or_insert(0) += 1;
+    }
+
+    /// An AV entry naming `name` was removed: a parked endpoint no longer
+    /// named closes (after the keeper's lock is released: dropped by the caller).
+    #[must_use]
+    pub(crate) fn unnamed(&mut self, name: &[u8]) -> Option<Parked> {
+        let count = self.named.get_mut(name)?;
+        *count -= 1;
+        if *count > 0 {
+            return None;
+        }
+        self.named.remove(name);
+        self.parked.remove(name)
+    }
+
+    /// Closes a QP's endpoint (`name`: its fabric address), or parks it while
+    /// an AV entry of this process names it.
+    pub(crate) fn close(&mut self, endpoint: Parked, name: &[u8]) {
+        if name.is_empty() || !self.named.contains_key(name) {
+            drop(endpoint);
+            return;
+        }
+        self.parked.insert(name.to_vec(), endpoint);
+    }
+}
+
+/// An endpoint, its AV and its bounce buffers, held only to be closed and
+/// freed, in that order, when dropped; then the CQs it was bound to.
+pub(crate) struct Parked {
+    pub _ep: Fid<fi::fid_ep>,
+    pub _av: Option<Fid<fi::fid_av>>,
+    /// Where the endpoint's receives land (an SRQ of ours): freed after it closes.
+    pub _bounces: crate::bounce::Bounces,
+    /// A shared port's eager buffers: freed after it closes.
+    pub _pool: Option<crate::eager::EagerPool>,
+    pub _cqs: Vec<Arc<OfiCq>>,
+}
+
 /// An AV for a port's peers (`count`: how many it is sized for).
-fn open_av(dev: &OfiDevice, count: usize) -> Result<Fid<fi::fid_av>> {
+fn open_av(dev: &Domain, count: usize) -> Result<Fid<fi::fid_av>> {
     let mut attr = fi::fi_av_attr {
         type_: fi::fi_av_type_FI_AV_TABLE,
         count,

@@ -30,31 +30,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use daplrs_backend::{CmEvent, Error, Listener, Resource, Result};
-use ofi_sys as fi;
+
 use parking_lot::Mutex;
 
-use crate::cm::{strip_header, with_header, PeerTable};
+use crate::cm::{strip_header, with_header};
 use crate::device::OfiDevice;
+use crate::keys::PeerTable;
 use crate::qp::OfiQp;
+use crate::wire::{
+    frame, parse_frame, write_frame, ACCEPT, ACCEPTING, CLOSE, MAGIC, MAX_FRAME, READY, REJECT,
+    REQUEST,
+};
 
-/// "DRSR", version 3: this backend's RDM handshake (version 1 sent receipts
-/// on the handshake's connection, 2 wrote them on the fabric; 3 carries
-/// each side's connection id, the tag of the messages it receives, since
-/// connections share endpoints: `port`). A peer of another version is
-/// rejected, not left waiting.
-const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'R', 0, 3, 0, 0];
-/// What travels on the handshake's connection (one byte, then the fields).
-const REQUEST: u8 = b'Q';
-const ACCEPT: u8 = b'A';
-const REJECT: u8 = b'R';
-const READY: u8 = b'K';
-const CLOSE: u8 = b'C';
-/// The passive side's consumer accepted; its endpoint is being opened (as
-/// an IB CM's MRA, it holds off the active side's timeout: opening an
-/// ofi_rxm endpoint on verbs took 9 s in the soft-RoCE guest under load).
-const ACCEPTING: u8 = b'W';
-/// The largest frame we read (addresses and private data are far smaller).
-const MAX_FRAME: usize = 64 << 10;
 /// How long a connecting peer may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a TCP connect to the peer may take when DAT gave no timeout.
@@ -71,52 +58,6 @@ const WAITING_MAX: usize = 1024;
 /// The listening socket's backlog (connects the kernel completes before the
 /// accepting thread takes them).
 const LISTEN_BACKLOG: i32 = 4096;
-
-/// The address "no particular peer" (libfabric's FI_ADDR_UNSPEC).
-pub(crate) const FI_ADDR_UNSPEC: u64 = u64::MAX;
-
-/// One frame: its kind, then each field as a 32-bit length and its bytes.
-fn frame(kind: u8, fields: &[&[u8]]) -> Vec<u8> {
-    let mut v = vec![kind, fields.len() as u8];
-    for f in fields {
-        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        v.extend_from_slice(f);
-    }
-    v
-}
-
-/// Writes one frame. The handshake's sockets stay blocking (the thread
-/// reading them asks `recv` not to wait): a frame is at most a few hundred
-/// bytes on a connection whose peer reads it.
-fn write_frame(mut s: &TcpStream, kind: u8, fields: &[&[u8]]) -> io::Result<()> {
-    s.write_all(&frame(kind, fields))
-}
-
-/// A frame at the front of `buf`: its kind, its fields and its length in
-/// bytes; None while incomplete. Err: longer than we read.
-#[allow(clippy::type_complexity)]
-fn parse_frame(buf: &[u8]) -> io::Result<Option<(u8, Vec<Vec<u8>>, usize)>> {
-    let [kind, count, ..] = *buf else {
-        return Ok(None);
-    };
-    let mut at = 2;
-    let mut fields = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let Some(len) = buf.get(at..at + 4) else {
-            return Ok(None);
-        };
-        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-        if at + 4 + len > MAX_FRAME {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too long"));
-        }
-        let Some(f) = buf.get(at + 4..at + 4 + len) else {
-            return Ok(None);
-        };
-        fields.push(f.to_vec());
-        at += 4 + len;
-    }
-    Ok(Some((kind, fields, at)))
-}
 
 fn v4(a: io::Result<SocketAddr>) -> SocketAddrV4 {
     match a {
@@ -138,24 +79,6 @@ pub(crate) struct Pending {
     /// The active side's connection id (the tag of what we send it).
     tag: u64,
     peer: PeerTable,
-}
-
-/// The handshake's connection of a QP: its socket, and which connection of
-/// the QP it belongs to (a QP reset and connected again has a new one).
-pub(crate) struct Link {
-    /// Open for the DAT connection's life (its close or end is the disconnection).
-    pub stream: Arc<TcpStream>,
-    pub generation: u64,
-}
-
-impl Link {
-    /// Ends the connection: with a close (a disconnection) or without (broken).
-    pub(crate) fn end(&self, graceful: bool) {
-        if graceful {
-            let _ = write_frame(&self.stream, CLOSE, &[]);
-        }
-        let _ = self.stream.shutdown(Shutdown::Both);
-    }
 }
 
 pub(crate) struct RdmListener {
@@ -215,7 +138,7 @@ impl OfiDevice {
         let port = v4(socket.local_addr()).port();
         let socket = Arc::new(socket);
         let closed = Arc::new(AtomicBool::new(false));
-        let id = self.next_id();
+        let id = self.dom.next_id();
         let hs = self.handshakes()?;
         let (s, c) = (socket.clone(), closed.clone());
         let thread = std::thread::Builder::new()
@@ -242,7 +165,7 @@ impl OfiDevice {
     ) -> Result<()> {
         let hs = self.handshakes()?;
         let opening = Instant::now();
-        qp.open_endpoint(self, &self.info, false)?;
+        qp.open_endpoint(&self.dom, &self.dom.info, false)?;
         log::debug!(
             "QP {}: connecting, endpoint opened in {:?}",
             qp.num(),
@@ -250,7 +173,7 @@ impl OfiDevice {
         );
         qp.set_addresses(None, Some(remote));
         let name = qp.fabric_name().inspect_err(|_| qp.abandon())?;
-        let header = with_header(self, Some(&qp), private_data);
+        let header = with_header(&self.dom, Some(&qp), private_data);
         let tag = qp.tag().to_le_bytes();
         let provider = self.target().provider;
         let request = frame(
@@ -306,7 +229,7 @@ impl OfiDevice {
         // A peer gone by now is seen below (its read fails).
         let _ = write_frame(&pending.stream, ACCEPTING, &[]);
         let opening = Instant::now();
-        qp.open_endpoint(self, &self.info, true)?;
+        qp.open_endpoint(&self.dom, &self.dom.info, true)?;
         log::debug!(
             "QP {}: accepting, endpoint opened in {:?}",
             qp.num(),
@@ -320,7 +243,7 @@ impl OfiDevice {
         qp.set_peer_table(pending.peer);
         qp.set_peer_tag(pending.tag);
         let name = qp.fabric_name()?;
-        let header = with_header(self, Some(&qp), private_data);
+        let header = with_header(&self.dom, Some(&qp), private_data);
         let tag = qp.tag().to_le_bytes();
         let generation = qp.attach_link(&pending.stream)?;
         // A peer gone by now is seen by the handshake thread (its read fails).
@@ -344,7 +267,7 @@ impl OfiDevice {
             .handshakes
             .remove(&req)
             .ok_or(Error::BadState)?;
-        let header = with_header(self, None, private_data);
+        let header = with_header(&self.dom, None, private_data);
         let _ = write_frame(&pending.stream, REJECT, &[&header]);
         let _ = pending.stream.shutdown(Shutdown::Write);
         Ok(())
@@ -922,13 +845,13 @@ fn request(dev: &Arc<OfiDevice>, conn: &mut Conn, listener: u64, fields: Vec<Vec
     // longer reads it).
     let stream = conn.stream.clone();
     let (remote, local) = (v4(stream.peer_addr()), v4(stream.local_addr()));
-    let req = dev.next_id();
+    let req = dev.dom.next_id();
     let name = fields[2].clone();
     {
         let mut tables = dev.tables.lock();
         if tables.handshakes.len() >= WAITING_MAX {
             drop(tables);
-            let header = with_header(dev, None, &[]);
+            let header = with_header(&dev.dom, None, &[]);
             let _ = write_frame(&stream, REJECT, &[&header]);
             return;
         }
@@ -1125,68 +1048,4 @@ fn connect_failure(qp_num: u32, e: &io::Error) -> CmEvent {
         // Nobody listening on that conn_qual.
         _ => CmEvent::rejected_not_by_peer(qp_num),
     }
-}
-
-/// Endpoints of this process that an address vector of this process still
-/// names, kept open until it no longer does. libfabric 1.17's shm keeps, in an
-/// AV entry for an endpoint of the same process, a pointer to that endpoint's
-/// memory region (not a mapping of its own, as for another process's), reads
-/// it when any later endpoint of the AV is enabled and writes through it when
-/// the entry is removed (prov/util/src/util_shm.c: smr_map_to_endpoint,
-/// smr_unmap_from_endpoint, smr_map_del). An endpoint closed first frees the
-/// region under the entry, and the process crashes or corrupts memory (seen:
-/// a SIGSEGV in fi_enable). Both sides of a DAT connection in one process is
-/// what most DAT test programs do.
-#[derive(Default)]
-pub(crate) struct Keeper {
-    /// A fabric address -> how many AV entries of this process name it.
-    named: std::collections::HashMap<Vec<u8>, usize>,
-    /// Endpoints (with their AV) closed by their QP while still named.
-    parked: std::collections::HashMap<Vec<u8>, Parked>,
-}
-
-pub(crate) fn keeper() -> parking_lot::MutexGuard<'static, Keeper> {
-    static KEEPER: std::sync::OnceLock<Mutex<Keeper>> = std::sync::OnceLock::new();
-    KEEPER.get_or_init(Mutex::default).lock()
-}
-
-impl Keeper {
-    pub(crate) fn named(&mut self, name: &[u8]) {
-        *self.named.entry(name.to_vec()).or_insert(0) += 1;
-    }
-
-    /// An AV entry naming `name` was removed: a parked endpoint no longer
-    /// named closes (after the keeper's lock is released: dropped by the caller).
-    #[must_use]
-    pub(crate) fn unnamed(&mut self, name: &[u8]) -> Option<Parked> {
-        let count = self.named.get_mut(name)?;
-        *count -= 1;
-        if *count > 0 {
-            return None;
-        }
-        self.named.remove(name);
-        self.parked.remove(name)
-    }
-
-    /// Closes a QP's endpoint (`name`: its fabric address), or parks it while
-    /// an AV entry of this process names it.
-    pub(crate) fn close(&mut self, endpoint: Parked, name: &[u8]) {
-        if name.is_empty() || !self.named.contains_key(name) {
-            drop(endpoint);
-            return;
-        }
-        self.parked.insert(name.to_vec(), endpoint);
-    }
-}
-
-/// An endpoint, its AV and its bounce buffers, held only to be closed and
-/// freed, in that order, when dropped; then the CQs it was bound to.
-pub(crate) struct Parked {
-    pub _ep: crate::Fid<fi::fid_ep>,
-    pub _av: Option<crate::Fid<fi::fid_av>>,
-    /// Where the endpoint's receives land (an SRQ of ours): freed after it closes.
-    pub _bounces: crate::bounce::Bounces,
-    /// A shared port's eager buffers: freed after it closes.
-    pub _pool: Option<crate::eager::EagerPool>,
-    pub _cqs: Vec<Arc<crate::cq::OfiCq>>,
 }

@@ -18,6 +18,7 @@
 //! every feed on a provider whose descriptors say nothing until
 //! `fi_trywait` arms them, verbs).
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,7 +28,6 @@ use daplrs_backend::Result;
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use crate::qp::OfiQp;
 use crate::wait::Waiter;
 use crate::Fid;
 
@@ -84,15 +84,16 @@ impl Drop for Seat {
 }
 
 /// A feed as a look hands it out: its fid_cq, and for an SRQ QP's own
-/// receive feed that QP (its entries go to `OfiQp::srq_received`).
+/// receive feed that QP (its entries go to `OfiQp::srq_received`), kept
+/// as the CQ's reader knows it (`reap`).
 pub(crate) struct Source {
     pub feed: Arc<Feed>,
-    pub srq: Option<Arc<OfiQp>>,
+    pub srq: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 struct Entry {
     feed: Weak<Feed>,
-    srq: Option<Weak<OfiQp>>,
+    srq: Option<Weak<dyn Any + Send + Sync>>,
 }
 
 pub(crate) struct Ready {
@@ -170,7 +171,11 @@ impl Ready {
 
     /// A feed of SRQ QP `qp`'s alone, for its receives of the SRQ (read at
     /// every look, as the provider's shared context may hold their messages).
-    pub(crate) fn own(self: &Arc<Self>, qp: &Arc<OfiQp>, cq: Fid<fi::fid_cq>) -> Seat {
+    pub(crate) fn own(
+        self: &Arc<Self>,
+        qp: &Arc<dyn Any + Send + Sync>,
+        cq: Fid<fi::fid_cq>,
+    ) -> Seat {
         let feed = self.add(cq, Some(qp), true);
         feed.users.store(1, Ordering::Release);
         Seat { feed }
@@ -179,7 +184,7 @@ impl Ready {
     fn add(
         self: &Arc<Self>,
         cq: Fid<fi::fid_cq>,
-        srq: Option<&Arc<OfiQp>>,
+        srq: Option<&Arc<dyn Any + Send + Sync>>,
         read_always: bool,
     ) -> Arc<Feed> {
         let token = self.next.fetch_add(1, Ordering::Relaxed);

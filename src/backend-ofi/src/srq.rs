@@ -31,8 +31,8 @@ use ofi_sys as fi;
 use parking_lot::Mutex;
 
 use crate::bounce::Landed;
-use crate::device::{opened, OfiDevice};
-use crate::qp::OfiQp;
+use crate::domain::Domain;
+use crate::opened;
 use crate::Fid;
 
 /// Tokens wrap below this (a receive's context is its token).
@@ -71,8 +71,8 @@ struct Pool {
     arrived: VecDeque<Arrival>,
     /// The longest receive posted so far: what a bounce buffer must hold.
     longest: usize,
-    /// The QPs receiving for the SRQ (told when `longest` grows).
-    qps: Vec<Weak<OfiQp>>,
+    /// The QPs receiving for the SRQ, by number (told when `longest` grows).
+    qps: Vec<(u32, Weak<dyn Member>)>,
 }
 
 enum Mode {
@@ -80,16 +80,28 @@ enum Mode {
     Pool(Mutex<Pool>),
 }
 
+/// A QP receiving for an SRQ of ours (`qp`, above it): asked to post
+/// longer bounce buffers as the receives grow, and to complete the messages
+/// of its that waited for a receive.
+pub(crate) trait Member: Send + Sync {
+    /// The SRQ's receives grew beyond the bounce buffers posted: those are
+    /// asked back, and posted again longer as their cancels complete.
+    fn lengthen_bounces(&self, len: usize);
+    /// A receive was posted to the SRQ while a message of this QP waited for
+    /// one: it completes on the QP's receive CQ.
+    fn serve_srq(&self, srq: &OfiSrq);
+}
+
 pub(crate) struct OfiSrq {
     id: u64,
-    dev: Weak<OfiDevice>,
+    dev: Weak<Domain>,
     max_sge: u32,
     max_wr: AtomicU32,
     mode: Mode,
 }
 
 impl OfiSrq {
-    pub(crate) fn open(dev: &OfiDevice, max_wr: u32, max_sge: u32) -> Result<Arc<OfiSrq>> {
+    pub(crate) fn open(dev: &Domain, max_wr: u32, max_sge: u32) -> Result<Arc<OfiSrq>> {
         let mode = if dev.shared_rx() {
             Mode::Context(Self::open_context(dev)?)
         } else {
@@ -104,7 +116,7 @@ impl OfiSrq {
         }))
     }
 
-    fn open_context(dev: &OfiDevice) -> Result<Context> {
+    fn open_context(dev: &Domain) -> Result<Context> {
         // SAFETY: our fi_info's receive attributes, read only.
         let mut attr = unsafe { *(*dev.info.ptr()).rx_attr };
         let mut srx = null_mut();
@@ -128,7 +140,7 @@ impl OfiSrq {
 
     fn post_now(&self, srx: &Fid<fi::fid_ep>, token: u32, wr: &RecvWr) -> Result<()> {
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
-        let (iov, mut desc) = crate::qp::io_vectors(&dev, &wr.sgl);
+        let (iov, mut desc) = crate::mem::io_vectors(&dev, &wr.sgl);
         let msg = fi::fi_msg {
             msg_iov: iov.as_ptr().cast(),
             desc: desc.as_mut_ptr(),
@@ -187,7 +199,7 @@ impl OfiSrq {
     /// A receive into the pool: a waiting message takes it at once; QPs whose
     /// bounce buffers are now too short post longer ones.
     fn post_to_pool(&self, pool: &Mutex<Pool>, wr: RecvWr) -> Result<()> {
-        let longer: Vec<Arc<OfiQp>> = {
+        let longer: Vec<Arc<dyn Member>> = {
             let mut p = pool.lock();
             if p.posted.len() >= self.max_wr.load(Ordering::Acquire) as usize {
                 return Err(Error::NoResource(Resource::Srq));
@@ -196,8 +208,8 @@ impl OfiSrq {
             p.posted.push_back(wr);
             if len > p.longest {
                 p.longest = len;
-                p.qps.retain(|q| q.strong_count() > 0);
-                p.qps.iter().filter_map(Weak::upgrade).collect()
+                p.qps.retain(|(_, q)| q.strong_count() > 0);
+                p.qps.iter().filter_map(|(_, q)| q.upgrade()).collect()
             } else {
                 Vec::new()
             }
@@ -212,7 +224,7 @@ impl OfiSrq {
     /// Gives the waiting messages the receives posted, oldest first, each
     /// through its QP (which completes it on its receive CQ, in order).
     fn serve_arrivals(&self, pool: &Mutex<Pool>) {
-        let Some(dev) = self.dev.upgrade() else {
+        let Some(_dev) = self.dev.upgrade() else {
             return;
         };
         loop {
@@ -224,7 +236,9 @@ impl OfiSrq {
                 let Some(front) = p.arrived.front() else {
                     return;
                 };
-                match dev.qp(front.qp_num) {
+                let num = front.qp_num;
+                let member = p.qps.iter().find(|(n, _)| *n == num);
+                match member.and_then(|(_, q)| q.upgrade()) {
                     Some(qp) => qp,
                     None => {
                         p.arrived.pop_front();
@@ -249,12 +263,14 @@ impl OfiSrq {
     }
 
     /// `qp` receives for the pool from now on (its endpoint is open).
-    pub(crate) fn enroll(&self, qp: &Arc<OfiQp>) {
+    pub(crate) fn enroll<M: Member + 'static>(&self, qp_num: u32, qp: &Arc<M>) {
         if let Some(pool) = self.pool() {
             let mut p = pool.lock();
+            let this = Arc::as_ptr(qp) as *const ();
             p.qps
-                .retain(|q| q.strong_count() > 0 && !std::ptr::eq(q.as_ptr(), &**qp));
-            p.qps.push(Arc::downgrade(qp));
+                .retain(|(_, q)| q.strong_count() > 0 && q.as_ptr() as *const () != this);
+            let qp: Weak<dyn Member> = Arc::downgrade(qp) as Weak<M>;
+            p.qps.push((qp_num, qp));
         }
     }
 
