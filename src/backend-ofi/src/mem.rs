@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
-    access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Resource, Result, Sge, WcStatus,
+    access, Error, MemoryRegion, MemoryWindow, ProtectionDomain, Registration, Resource, Result,
+    Sge, WcStatus,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -90,11 +91,14 @@ impl ProtectionDomain for OfiPd {
                 dev.release_key(key);
             })?;
         Ok(Arc::new(OfiMr {
-            pd: self.id,
-            addr,
-            length,
-            rights,
-            key,
+            reg: Registration {
+                lkey: key,
+                rkey: key,
+                addr,
+                length,
+                access: rights,
+                pd_id: self.id,
+            },
             dev: self.dev.clone(),
             mr: Mutex::new(Some(mr)),
         }))
@@ -172,12 +176,8 @@ pub(crate) fn register(
 }
 
 pub(crate) struct OfiMr {
-    pd: u32,
-    addr: u64,
-    length: u64,
-    rights: u32,
-    /// Both lkey and rkey: libfabric has one key per registration.
-    key: u32,
+    /// lkey and rkey are one key: libfabric has one per registration.
+    reg: Registration,
     dev: Weak<Domain>,
     mr: Mutex<Option<Fid<fi::fid_mr>>>,
 }
@@ -186,28 +186,13 @@ impl MemoryRegion for OfiMr {
     fn as_any(&self) -> &dyn Any {
         self
     }
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-    fn length(&self) -> u64 {
-        self.length
-    }
-    fn access(&self) -> u32 {
-        self.rights
-    }
-    fn pd_id(&self) -> u32 {
-        self.pd
+    fn registration(&self) -> &Registration {
+        &self.reg
     }
     fn deregister(&self) {
         if let Some(dev) = self.dev.upgrade() {
-            dev.descs.lock().remove(&self.key);
-            dev.keys.withdraw(self.key);
+            dev.descs.lock().remove(&self.reg.lkey);
+            dev.keys.withdraw(self.reg.lkey);
         }
         // Closing the registration (Fid's drop) makes its key invalid for every peer.
         self.mr.lock().take();
@@ -219,8 +204,8 @@ impl OfiMr {
     /// registered, and the range inside it.
     fn may_expose(&self, addr: u64, length: u64) -> bool {
         let end = addr.checked_add(length);
-        addr >= self.addr
-            && end.is_some_and(|e| e <= self.addr + self.length)
+        addr >= self.reg.addr
+            && end.is_some_and(|e| e <= self.reg.addr + self.reg.length)
             && self.mr.lock().is_some()
     }
 }
@@ -283,7 +268,7 @@ impl OfiMw {
             return WcStatus::MwBind;
         };
         if !self.live.load(Ordering::Acquire)
-            || region.pd != self.pd
+            || region.reg.pd_id != self.pd
             || !region.may_expose(addr, length)
         {
             return WcStatus::MwBind;

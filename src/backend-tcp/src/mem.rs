@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use daplrs_backend::{Error, Resource, Result};
-use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain};
+use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain, Registration};
 
 use crate::keys::{KeyEntry, Keys};
 use crate::samehost;
@@ -62,11 +62,14 @@ impl ProtectionDomain for TcpPd {
             self.shared.arenas.lock().insert(key, arena);
         }
         Ok(Arc::new(TcpMr {
-            key,
-            addr,
-            length,
-            access,
-            pd: self.id,
+            reg: Registration {
+                lkey: key,
+                rkey: key,
+                addr,
+                length,
+                access,
+                pd_id: self.id,
+            },
             shared: Arc::downgrade(&self.shared),
             live: AtomicBool::new(true),
         }))
@@ -93,11 +96,8 @@ impl ProtectionDomain for TcpPd {
 }
 
 struct TcpMr {
-    key: u32,
-    addr: u64,
-    length: u64,
-    access: u32,
-    pd: u32,
+    /// lkey and rkey are one key (keys.rs).
+    reg: Registration,
     shared: Weak<Shared>,
     live: AtomicBool,
 }
@@ -106,23 +106,8 @@ impl MemoryRegion for TcpMr {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-    fn length(&self) -> u64 {
-        self.length
-    }
-    fn access(&self) -> u32 {
-        self.access
-    }
-    fn pd_id(&self) -> u32 {
-        self.pd
+    fn registration(&self) -> &Registration {
+        &self.reg
     }
     fn deregister(&self) {
         if !self.live.swap(false, Ordering::SeqCst) {
@@ -133,15 +118,15 @@ impl MemoryRegion for TcpMr {
         };
         {
             let mut keys = shared.keys.lock();
-            keys.remove(self.key);
+            keys.remove(self.reg.lkey);
             // A window bound into this region must not outlive it: its range would then name
             // memory the consumer may unmap.
-            keys.remove_windows_of(self.key);
-            keys.free_index(self.key >> 8);
+            keys.remove_windows_of(self.reg.lkey);
+            keys.free_index(self.reg.lkey >> 8);
         }
         // After the registry lock: no peer copies through the key any more, and moving the
         // pages back takes hundreds of microseconds. Waits for a move of them in progress.
-        let arena = shared.arenas.lock().remove(&self.key);
+        let arena = shared.arenas.lock().remove(&self.reg.lkey);
         drop(arena);
     }
 }

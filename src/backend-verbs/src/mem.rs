@@ -9,7 +9,7 @@ use rdma_sys::*;
 use super::sys::Ptr;
 use super::Shared;
 use daplrs_backend::{Error, Resource, Result};
-use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain};
+use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain, Registration};
 
 pub(crate) struct PdInner {
     pub(super) id: u32,
@@ -100,19 +100,22 @@ impl ProtectionDomain for VerbsPd {
         let rkey = unsafe { (*mr).rkey };
         Ok(Arc::new(VerbsMr {
             mr: Mutex::new(Ptr(mr)),
-            // SAFETY: as above.
-            lkey: unsafe { (*mr).lkey },
-            // A region with no remote right on a device that would let a peer read it by its
-            // STag anyway: the context handed out names no STag the device knows (its key
-            // byte differs, which siw compares), so no peer reads the region through it.
-            rkey: match shared.checks_remote_read || remote_read || remote_write {
-                true => rkey,
-                false => rkey ^ HIDDEN_KEY_BIT,
+            reg: Registration {
+                // SAFETY: as above.
+                lkey: unsafe { (*mr).lkey },
+                // A region with no remote right on a device that would let a peer read it by
+                // its STag anyway: the context handed out names no STag the device knows (its
+                // key byte differs, which siw compares), so no peer reads the region through it.
+                rkey: match shared.checks_remote_read || remote_read || remote_write {
+                    true => rkey,
+                    false => rkey ^ HIDDEN_KEY_BIT,
+                },
+                addr,
+                length,
+                access,
+                pd_id: self.inner.id,
             },
-            addr,
-            length,
-            access,
-            pd: self.inner.clone(),
+            _pd: self.inner.clone(),
         }))
     }
     fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
@@ -145,35 +148,17 @@ const HIDDEN_KEY_BIT: u32 = 0x80;
 pub(crate) struct VerbsMr {
     /// NULL once deregistered.
     pub(super) mr: Mutex<Ptr<ibv_mr>>,
-    lkey: u32,
-    rkey: u32,
-    addr: u64,
-    length: u64,
-    access: u32,
-    pd: Arc<PdInner>,
+    reg: Registration,
+    /// Held, not read: the PD is deallocated (PdInner's drop) only after its regions.
+    _pd: Arc<PdInner>,
 }
 
 impl MemoryRegion for VerbsMr {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
-    fn lkey(&self) -> u32 {
-        self.lkey
-    }
-    fn rkey(&self) -> u32 {
-        self.rkey
-    }
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-    fn length(&self) -> u64 {
-        self.length
-    }
-    fn access(&self) -> u32 {
-        self.access
-    }
-    fn pd_id(&self) -> u32 {
-        self.pd.id
+    fn registration(&self) -> &Registration {
+        &self.reg
     }
     fn deregister(&self) {
         let mut mr = self.mr.lock();

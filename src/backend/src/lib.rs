@@ -408,16 +408,46 @@ pub trait ProtectionDomain: Send + Sync {
     fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>>;
 }
 
+/// What a registration is, as its backend made it: the one value each backend keeps for the
+/// core to read (the accessors of `MemoryRegion`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registration {
+    pub lkey: u32,
+    /// What a peer names the region by (verbs may hand out another than the device's when the
+    /// region grants no remote right: backend-verbs/src/mem.rs).
+    pub rkey: u32,
+    pub addr: u64,
+    pub length: u64,
+    /// The `access` flags the registration grants.
+    pub access: u32,
+    /// The protection domain's id (`ProtectionDomain::id`).
+    pub pd_id: u32,
+}
+
 pub trait MemoryRegion: Send + Sync {
     /// The backend's own object behind the trait (a backend reaches its native handles through
     /// it when the core hands one of its objects back, e.g. the PD and CQs of `QpInit`).
     fn as_any(&self) -> &dyn Any;
-    fn lkey(&self) -> u32;
-    fn rkey(&self) -> u32;
-    fn addr(&self) -> u64;
-    fn length(&self) -> u64;
-    fn access(&self) -> u32;
-    fn pd_id(&self) -> u32;
+    /// What was registered.
+    fn registration(&self) -> &Registration;
+    fn lkey(&self) -> u32 {
+        self.registration().lkey
+    }
+    fn rkey(&self) -> u32 {
+        self.registration().rkey
+    }
+    fn addr(&self) -> u64 {
+        self.registration().addr
+    }
+    fn length(&self) -> u64 {
+        self.registration().length
+    }
+    fn access(&self) -> u32 {
+        self.registration().access
+    }
+    fn pd_id(&self) -> u32 {
+        self.registration().pd_id
+    }
     /// After this returns, the backend never touches the range again.
     fn deregister(&self);
 }
