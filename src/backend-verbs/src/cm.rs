@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
-use super::qp::{Phase, VerbsAh, VerbsQp};
+use super::ah::VerbsAh;
+use super::qp::{Phase, VerbsQp};
 use super::sys::{self, Ptr};
 use super::Shared;
 use daplrs_backend::{CmEvent, ConnRequestId, Listener, UdPeer};
@@ -527,7 +528,7 @@ pub(super) fn ud_accept(
     attr.grh.hop_limit = 64;
     attr.dlid = remote.lid;
     attr.port_num = s.port;
-    let ah = match VerbsAh::create(&qp, &mut attr, *from.ip(), RDMA_UDP_QKEY) {
+    let ah = match VerbsAh::create(qp.pd(), &mut attr, *from.ip(), RDMA_UDP_QKEY) {
         Ok(ah) => ah,
         Err(why) => {
             log::warn!("datagram QP {}: {why}", qp.qp_num);
@@ -1039,7 +1040,7 @@ fn ud_event(s: &Arc<Shared>, e: Ev) {
                 return ud_failed(s, token, false, Vec::new());
             };
             let Some(r) = ud_end(s, token) else { return };
-            match VerbsAh::create(&qp, &mut remote.ah_attr, *r.remote.ip(), remote.qkey) {
+            match VerbsAh::create(qp.pd(), &mut remote.ah_attr, *r.remote.ip(), remote.qkey) {
                 Ok(ah) => s.defer_event(CmEvent::UdResolved {
                     qp_num: qp.qp_num,
                     id: token,

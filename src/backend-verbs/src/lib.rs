@@ -16,12 +16,14 @@
 //! provider: it cannot name a DAT type.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod ah;
 mod cm;
 mod cq;
 mod fault;
 mod mem;
 mod qp;
 mod sink;
+mod srq;
 mod sys;
 
 use std::net::Ipv4Addr;
@@ -105,7 +107,7 @@ pub(crate) struct Shared {
     /// An iWARP device: connections are TCP streams with MPA (see `cm.rs` for how their
     /// failures read).
     iwarp: bool,
-    /// The device refuses receives with no segment (libsiw): see `qp::recv_sges`.
+    /// The device refuses receives with no segment (libsiw): see `srq::recv_sges`.
     recv_needs_sge: bool,
     /// The device resizes CQs (ibv_resize_cq); siw does not (see `cq::NO_RESIZE_CQE`).
     cq_resize: bool,
@@ -690,7 +692,7 @@ impl Device for VerbsDevice {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<Arc<dyn SharedReceiveQueue>> {
-        Ok(qp::VerbsSrq::create(&self.shared, &**pd, max_wr, max_sge)?)
+        Ok(srq::VerbsSrq::create(&self.shared, &**pd, max_wr, max_sge)?)
     }
     fn set_cm_handler(&self, handler: Option<CmHandler>) {
         *self.shared.cm_handler.lock() = handler;

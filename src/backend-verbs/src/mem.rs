@@ -299,3 +299,11 @@ impl Drop for VerbsMw {
         self.dealloc();
     }
 }
+
+/// The PD behind a trait object of this backend's.
+pub(super) fn downcast_pd(pd: &dyn ProtectionDomain) -> Result<Arc<PdInner>> {
+    pd.as_any()
+        .downcast_ref::<VerbsPd>()
+        .map(|p| p.inner.clone())
+        .ok_or(Error::Internal)
+}

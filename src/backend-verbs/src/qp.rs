@@ -1,15 +1,15 @@
 //! Queue pair (an RC ibv_qp made with ibv_create_qp, moved through its states by us with the
-//! attributes rdma_cm gives) and shared receive queue.
+//! attributes rdma_cm gives).
 //!
 //! The QP exists from dat_ep_create on, before any connection: it is taken to INIT at once so
 //! receives can be posted early, and to RTR/RTS when rdma_cm has a path (see `cm.rs`).
 //!
 //! A datagram QP (IBV_QPT_UD, `VerbsQp::create_ud`) goes to RTS at once with rdma_cm's UDP
 //! Q_Key and stays there: it needs no connection. Its sends name an address handle
-//! (`VerbsAh`, made from the path rdma_cm resolved) and the remote QP number.
+//! (`VerbsAh`, ah.rs, made from the path rdma_cm resolved) and the remote QP number.
 
 use std::collections::VecDeque;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rdma_sys::*;
 
+use super::ah::VerbsAh;
 use super::cq::VerbsCq;
-use super::mem::{PdInner, VerbsMr, VerbsMw, VerbsPd};
+use super::mem::{downcast_pd, PdInner, VerbsMr, VerbsMw};
 use super::sink::{ReadSink, Sinks};
+use super::srq::{recv_sges, VerbsSrq};
 use super::sys::Ptr;
 use super::{Shared, INTERNAL_BIT, RECV_BIT, SPLIT_BIT};
 use daplrs_backend::intmap::{IntMap, IntSet};
@@ -114,56 +116,6 @@ pub(crate) struct VerbsQp {
     /// The device is gone and what was outstanding completed here (`flush_lost`): what it
     /// may still report of this QP is dropped, and every later request completes flushed.
     flushed_here: AtomicBool,
-}
-
-/// An address handle: an ibv_ah made in a QP's PD from the path rdma_cm resolved, the remote
-/// IA's address and the remote QP's Q_Key.
-pub(crate) struct VerbsAh {
-    ah: Ptr<ibv_ah>,
-    addr: Ipv4Addr,
-    qkey: u32,
-    _pd: Arc<PdInner>,
-}
-
-impl VerbsAh {
-    /// An address handle in `qp`'s PD for the path `attr` (from an rdma_cm UDP event).
-    pub(super) fn create(
-        qp: &VerbsQp,
-        attr: &mut ibv_ah_attr,
-        addr: Ipv4Addr,
-        qkey: u32,
-    ) -> Result<Arc<VerbsAh>, String> {
-        // SAFETY: a PD of this device, alive while the QP holds it; a path attribute block.
-        let ah = unsafe { ibv_create_ah(qp._pd.pd.0, attr) };
-        if ah.is_null() {
-            return Err(super::sys::os_error("ibv_create_ah", super::sys::errno()));
-        }
-        Ok(Arc::new(VerbsAh {
-            ah: Ptr(ah),
-            addr,
-            qkey,
-            _pd: qp._pd.clone(),
-        }))
-    }
-}
-
-impl AddressHandle for VerbsAh {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn address(&self) -> Ipv4Addr {
-        self.addr
-    }
-}
-
-impl Drop for VerbsAh {
-    fn drop(&mut self) {
-        // SAFETY: our AH; its PD lives until after this (held above).
-        let rc = unsafe { ibv_destroy_ah(self.ah.0) };
-        if rc != 0 {
-            log::warn!("ibv_destroy_ah: error {rc}");
-        }
-    }
 }
 
 /// Posted send requests, oldest first, and how many unsignaled ones were posted in a row.
@@ -649,11 +601,11 @@ impl VerbsQp {
     }
 }
 
-fn downcast_pd(pd: &dyn daplrs_backend::ProtectionDomain) -> Result<Arc<PdInner>> {
-    pd.as_any()
-        .downcast_ref::<VerbsPd>()
-        .map(|p| p.inner.clone())
-        .ok_or(Error::Internal)
+impl VerbsQp {
+    /// The QP's PD (a datagram QP's address handles are made in it: ah.rs).
+    pub(super) fn pd(&self) -> &Arc<PdInner> {
+        &self._pd
+    }
 }
 
 fn downcast_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<VerbsCq>> {
@@ -1497,139 +1449,6 @@ impl Drop for VerbsQp {
         let rc = unsafe { ibv_destroy_qp(self.qp.0) };
         if rc != 0 {
             log::warn!("ibv_destroy_qp: error {rc}");
-        }
-    }
-}
-
-/// One empty segment, for a receive of zero-length messages where the device wants one.
-static EMPTY_SGE: [daplrs_backend::Sge; 1] = [daplrs_backend::Sge {
-    addr: 0,
-    length: 0,
-    lkey: 0,
-}];
-
-/// A receive's scatter list as the device takes it: libsiw refuses a receive with no
-/// segment (EINVAL, providers/siw push_recv_wqe), so there it gets one empty segment, which
-/// takes a zero-length message just the same (siw skips empty segments and looks at no key)
-/// and fails a longer one with a length error, as no segment does.
-fn recv_sges<'a>(shared: &Shared, sgl: &'a [daplrs_backend::Sge]) -> &'a [daplrs_backend::Sge] {
-    if sgl.is_empty() && shared.recv_needs_sge {
-        &EMPTY_SGE
-    } else {
-        sgl
-    }
-}
-
-/// Shared receive queue.
-pub(crate) struct VerbsSrq {
-    pub(super) id: u64,
-    pub(super) srq: Ptr<ibv_srq>,
-    me: Weak<VerbsSrq>,
-    _pd: Arc<PdInner>,
-    max_wr: AtomicU32,
-    /// Receives posted and not completed (dat_srq_query counts them).
-    posted: Mutex<IntSet<u64>>,
-}
-
-impl VerbsSrq {
-    pub(super) fn create(
-        shared: &Arc<Shared>,
-        pd: &dyn daplrs_backend::ProtectionDomain,
-        max_wr: u32,
-        max_sge: u32,
-    ) -> Result<Arc<VerbsSrq>> {
-        let pd = downcast_pd(pd)?;
-        // SAFETY: plain data.
-        let mut a: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
-        a.attr.max_wr = max_wr.max(1);
-        a.attr.max_sge = max_sge.max(1);
-        // SAFETY: a PD of this device.
-        let srq = unsafe { ibv_create_srq(pd.pd.0, &mut a) };
-        if srq.is_null() {
-            return Err(Error::NoResource(Resource::Srq));
-        }
-        Ok(Arc::new_cyclic(|me| VerbsSrq {
-            id: shared.next_id(),
-            srq: Ptr(srq),
-            me: me.clone(),
-            _pd: pd,
-            max_wr: AtomicU32::new(a.attr.max_wr),
-            posted: Mutex::new(IntSet::default()),
-        }))
-    }
-
-    fn completed(&self, wr_id: u64) {
-        self.posted.lock().remove(&(wr_id & !RECV_BIT));
-    }
-
-    fn modify(&self, mut attr: ibv_srq_attr, mask: ibv_srq_attr_mask) -> Result<(), i32> {
-        // SAFETY: our SRQ and an attribute block that lives across the call.
-        match unsafe { ibv_modify_srq(self.srq.0, &mut attr, mask.0 as i32) } {
-            0 => Ok(()),
-            rc => Err(rc),
-        }
-    }
-}
-
-impl SharedReceiveQueue for VerbsSrq {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn id(&self) -> u64 {
-        self.id
-    }
-    fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        let sges = recv_sges(&self._pd.shared, &wr.sgl);
-        // SAFETY: plain data.
-        let mut w: ibv_recv_wr = unsafe { std::mem::zeroed() };
-        w.wr_id = wr.wr_id | RECV_BIT;
-        w.sg_list = super::sys::sge_ptr(sges);
-        w.num_sge = sges.len() as i32;
-        self.posted.lock().insert(wr.wr_id);
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: our SRQ; the request is copied by verbs.
-        let rc = unsafe { ibv_post_srq_recv(self.srq.0, &mut w, &mut bad) };
-        if rc != 0 {
-            self.posted.lock().remove(&wr.wr_id);
-            return Err(Error::NoResource(Resource::Srq));
-        }
-        Ok(())
-    }
-    fn posted(&self) -> u32 {
-        self.posted.lock().len() as u32
-    }
-    fn max_wr(&self) -> u32 {
-        self.max_wr.load(Ordering::SeqCst)
-    }
-    fn resize(&self, max_wr: u32) -> Result<()> {
-        self.modify(
-            ibv_srq_attr {
-                max_wr,
-                max_sge: 0,
-                srq_limit: 0,
-            },
-            ibv_srq_attr_mask::IBV_SRQ_MAX_WR,
-        )
-        .map_err(|_| Error::NoResource(Resource::Srq))?;
-        self.max_wr.store(max_wr, Ordering::SeqCst);
-        Ok(())
-    }
-    fn destroy(&self) {
-        // Receives never taken are dropped with the SRQ, as the TCP backend drops them: DAT
-        // forbids freeing an SRQ that an EP still uses, so no QP's CQ is left to report on.
-        let left = std::mem::take(&mut *self.posted.lock()).len();
-        if left > 0 {
-            log::debug!("SRQ {}: {left} receives dropped with the SRQ", self.id);
-        }
-    }
-}
-
-impl Drop for VerbsSrq {
-    fn drop(&mut self) {
-        // SAFETY: no QP uses the SRQ (each holds an Arc to it).
-        let rc = unsafe { ibv_destroy_srq(self.srq.0) };
-        if rc != 0 {
-            log::warn!("ibv_destroy_srq: error {rc}");
         }
     }
 }
