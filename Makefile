@@ -394,8 +394,8 @@ rpm-check: rpm
 # build/deb-check/bookworm.tgz) and run Debian's dapltest and dtest
 # through them. `make deb` and `make rpm` alone build from source.
 test-packages: all
-	CARGO=true $(MAKE) --no-print-directory deb DEB_TARGET_DIR=$(CURDIR)/$(TARGET:/$(PROFILE)=)
-	CARGO=true $(MAKE) --no-print-directory rpm RPM_TARGET_DIR=$(CURDIR)/$(TARGET:/$(PROFILE)=)
+	CARGO=true $(MAKE) --no-print-directory deb DEB_TARGET_DIR=$(CURDIR)/target
+	CARGO=true $(MAKE) --no-print-directory rpm RPM_TARGET_DIR=$(CURDIR)/target
 	tests-c/deb-check.sh $(BUILD)/deb; deb=$$?; \
 	tests-c/rpm-check.sh $(BUILD)/rpm; rpm=$$?; \
 	[ $$deb = 0 ] && [ $$rpm = 0 ]

@@ -44,8 +44,7 @@ else
 	inside=""
 	debs=$(cd "${1:-$top/build/deb}" 2>/dev/null && pwd)
 fi
-mirror=${DEB_CHECK_MIRROR:-http://deb.debian.org/debian}
-tarball=${DEB_CHECK_TARBALL:-$top/build/deb-check/bookworm.tgz}
+. "$top/tests-c/bookworm-root.sh"
 conf_name=deb-check
 ia=rs-tcp addr=127.0.0.1
 
@@ -67,10 +66,6 @@ if [ -z "$inside" ]; then
 		failed=1
 		summary
 	fi
-	command -v debootstrap > /dev/null || {
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap > /dev/null ||
-			{ echo "deb-check: FAIL: cannot install debootstrap"; failed=1; summary; }
-	}
 	# The TCP provider needs neither rdma-core nor libfabric; only the
 	# libfabric provider pulls libfabric in.
 	for p in libdaplrs2 libdat2-2-rs libdat1-rs udapl-rs-utils libdaplrs-verbs2 libdaplrs-ofi2; do
@@ -99,24 +94,8 @@ if [ -z "$inside" ]; then
 		fi
 	}
 	trap cleanup EXIT
-	# Debian's packages for the root: downloaded once, then unpacked from
-	# the tarball without the network.
-	include=libdapl2,dapl2-utils,libfabric1,iproute2,man-db
-	if [ ! -s "$tarball" ]; then
-		mkdir -p "$(dirname "$tarball")"
-		if ! debootstrap --variant=minbase --include=$include --make-tarball="$tarball.tmp" \
-			bookworm "$work/dl" "$mirror" > "$work/debootstrap-dl.log" 2>&1; then
-			echo "deb-check: FAIL: debootstrap could not download bookworm: $(tail -2 "$work/debootstrap-dl.log")"
-			rm -f "$tarball.tmp"
-			failed=1
-			summary
-		fi
-		mv "$tarball.tmp" "$tarball"
-		rm -rf "$work/dl"
-	fi
-	if ! debootstrap --variant=minbase --include=$include --unpack-tarball="$tarball" \
-		bookworm "$root" "$mirror" > "$work/debootstrap.log" 2>&1; then
-		echo "deb-check: FAIL: debootstrap: $(tail -2 "$work/debootstrap.log")"
+	if ! why=$(bookworm_root "$root" "$work" "$work/dl"); then
+		echo "deb-check: FAIL: $why"
 		failed=1
 		summary
 	fi

@@ -66,10 +66,8 @@ else
 	rpms=$(cd "${1:-$top/build/rpm}" 2>/dev/null && pwd)
 	debs=${2:-$top/build/deb}
 fi
-mirror=${DEB_CHECK_MIRROR:-http://deb.debian.org/debian}
-tarball=${DEB_CHECK_TARBALL:-$top/build/deb-check/bookworm.tgz}
-# deb-check.sh's root: the same packages, so that both share the tarball.
-include=libdapl2,dapl2-utils,libfabric1,iproute2,man-db
+# deb-check.sh's root, from the same tarball.
+. "$top/tests-c/bookworm-root.sh"
 # Our packages, each with the Debian package whose files it holds.
 pkgs="udapl-rs-libdat2 udapl-rs-libdat1 udapl-rs udapl-rs-verbs udapl-rs-ofi udapl-rs-devel udapl-rs-utils"
 deb_of() {
@@ -275,24 +273,8 @@ if [ -z "$inside" ]; then
 	done
 
 	# ------------------------------------------------------ the root
-	command -v debootstrap > /dev/null || {
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap > /dev/null ||
-			{ bad "cannot install debootstrap"; summary; }
-	}
-	if [ ! -s "$tarball" ]; then
-		mkdir -p "$(dirname "$tarball")"
-		if ! debootstrap --variant=minbase --include=$include --make-tarball="$tarball.tmp" \
-			bookworm "$work/dl" "$mirror" > "$out/debootstrap-dl.log" 2>&1; then
-			bad "debootstrap could not download bookworm: $(tail -2 "$out/debootstrap-dl.log")"
-			rm -f "$tarball.tmp"
-			summary
-		fi
-		mv "$tarball.tmp" "$tarball"
-		rm -rf "$work/dl"
-	fi
-	if ! debootstrap --variant=minbase --include=$include --unpack-tarball="$tarball" \
-		bookworm "$root" "$mirror" > "$out/debootstrap.log" 2>&1; then
-		bad "debootstrap: $(tail -2 "$out/debootstrap.log")"
+	if ! why=$(bookworm_root "$root" "$out" "$work/dl"); then
+		bad "$why"
 		summary
 	fi
 	RPM_CHECK_COUNTS="$passed $failed" unshare --mount --net --pid --fork --mount-proc \
