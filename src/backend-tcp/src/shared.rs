@@ -174,13 +174,10 @@ impl Shared {
         let served = eng.serve_signalled(self, fd);
         #[cfg(test)]
         {
-            use sigio::test_hooks::{POSTERS, SERVED, SERVED_ELSEWHERE};
+            use sigio::test_hooks::{elsewhere, SERVED, SERVED_ELSEWHERE};
             let n = served.unwrap_or(0) as u64;
             SERVED.fetch_add(n, Ordering::Relaxed);
-            // SAFETY: gettid has no preconditions.
-            let me = unsafe { libc::gettid() };
-            let posters = POSTERS.each_ref().map(|p| p.load(Ordering::Relaxed));
-            if posters[0] != 0 && !posters.contains(&me) {
+            if elsewhere() {
                 SERVED_ELSEWHERE.fetch_add(n, Ordering::Relaxed);
             }
         }

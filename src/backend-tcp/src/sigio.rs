@@ -394,9 +394,8 @@ pub(crate) fn direct_ack_timer(slot: usize, tid: Option<i32>) -> bool {
         // ours.
         unsafe {
             let mut left: libc::itimerspec = std::mem::zeroed();
-            if libc::timer_gettime(old, &mut left) == 0
-                && left.it_value.tv_nsec | left.it_value.tv_sec != 0
-            {
+            let read = libc::timer_gettime(old, &mut left) == 0;
+            if read && (left.it_value.tv_sec, left.it_value.tv_nsec) != (0, 0) {
                 libc::timer_settime(new, 0, &left, std::ptr::null_mut());
             }
             libc::timer_delete(old);
@@ -555,14 +554,8 @@ fn serve(sig: i32, fd: i32, in_our_code: bool) {
 fn serve_timer(slot: usize, in_our_code: bool) {
     stats::add(&stats::ACK_TIMER_SIGNALS, 1);
     #[cfg(test)]
-    {
-        use test_hooks::{POSTERS, TIMER_ELSEWHERE};
-        // SAFETY: gettid has no preconditions.
-        let me = unsafe { libc::gettid() };
-        let posters = POSTERS.each_ref().map(|p| p.load(Ordering::Relaxed));
-        if posters[0] != 0 && !posters.contains(&me) {
-            TIMER_ELSEWHERE.fetch_add(1, Ordering::Relaxed);
-        }
+    if test_hooks::elsewhere() {
+        test_hooks::TIMER_ELSEWHERE.fetch_add(1, Ordering::Relaxed);
     }
     let Some(p) = DEVICES.get(slot).map(|s| s.load(Ordering::SeqCst)) else {
         return;
@@ -661,6 +654,14 @@ pub(crate) mod test_hooks {
     pub(crate) static SERVED_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
     /// ACK timer signals taken on other threads than `POSTERS` while one is set.
     pub(crate) static TIMER_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
+
+    /// Whether this thread is not one of `POSTERS`, while one is set.
+    pub(crate) fn elsewhere() -> bool {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let posters = POSTERS.each_ref().map(|p| p.load(Ordering::Relaxed));
+        posters[0] != 0 && !posters.contains(&me)
+    }
     pub(crate) static FORCE_BUSY: AtomicBool = AtomicBool::new(false);
     /// How long handlers hold ACKs, in microseconds, instead of `ACK_HOLD` (0: that).
     pub(crate) static HOLD_US: AtomicU64 = AtomicU64::new(0);

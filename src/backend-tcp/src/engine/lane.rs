@@ -57,10 +57,7 @@ impl Lane {
 
     /// Waits for a post under way, after which every post goes to the engine.
     pub(super) fn close(&self) {
-        let mut open = self.open.lock();
-        if open.is_some() {
-            *open = None;
-        }
+        self.open.lock().take();
     }
 }
 
