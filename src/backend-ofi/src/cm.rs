@@ -320,7 +320,7 @@ impl OfiDevice {
             .ok_or(Error::BadState)?;
         qp.open_endpoint(&self.dom, &request.info, true)?;
         qp.set_addresses(request.local, request.remote);
-        qp.set_peer_table(request.peer);
+        qp.set_peer_table(request.peer, None);
         let data = with_header(&self.dom, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
@@ -417,7 +417,7 @@ impl OfiDevice {
                         // active side's from the request).
                         let private_data = match strip_header(data) {
                             Some((peer, data)) => {
-                                qp.set_peer_table(peer);
+                                qp.set_peer_table(peer, None);
                                 data
                             }
                             None => Vec::new(),

@@ -115,6 +115,8 @@ pub(crate) struct Domain {
     pub(crate) descs: Mutex<HashMap<u32, usize>>,
     /// A bound window's rkey -> the window (for a peer's send with invalidate).
     pub(crate) windows: Mutex<HashMap<u32, Weak<dyn Window>>>,
+    /// Peers' key tables mapped on this host (shm: `keymap`).
+    pub(crate) peer_keys: crate::keymap::PeerKeysCache,
     /// QPs whose held requests the provider was too busy to take (their
     /// numbers): tried again each turn of the progress thread, which does not
     /// sleep meanwhile (`Domain::retry_later`).
@@ -431,6 +433,7 @@ impl Domain {
             waiter: Arc::new(waiter),
             descs: Mutex::new(HashMap::new()),
             windows: Mutex::new(HashMap::new()),
+            peer_keys: Default::default(),
             retries: Mutex::new(Vec::new()),
         });
         Ok((dom, polled))
@@ -461,6 +464,12 @@ impl Domain {
     /// arrival (a race DAT leaves undefined) still loses the request.
     pub(crate) fn fresh_lookups(&self) -> bool {
         self.name.split(' ').nth(1) == Some("shm")
+    }
+
+    /// What our handshake offers peers on this host to map our key table
+    /// (`keymap`): where they read an entry before every request (shm).
+    pub(crate) fn key_share(&self) -> Vec<u8> {
+        crate::keymap::encode_share(self.keys.share().filter(|_| self.fresh_lookups()))
     }
 
     /// Whether a request through a peer's key whose entry says `remote`

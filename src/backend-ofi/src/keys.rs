@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use daplrs_backend::{Error, Resource, Result};
 use ofi_sys as fi;
 
+use crate::keymap::TableMemory;
 use crate::opened;
 use crate::Fid;
 
@@ -43,17 +44,17 @@ pub(crate) const SLOTS: usize = 1 << 16;
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct Entry {
-    key: AtomicU64,
-    start: AtomicU64,
-    length: AtomicU64,
-    scope: AtomicU64,
-    provider_key: AtomicU64,
+    pub(crate) key: AtomicU64,
+    pub(crate) start: AtomicU64,
+    pub(crate) length: AtomicU64,
+    pub(crate) scope: AtomicU64,
+    pub(crate) provider_key: AtomicU64,
 }
 
 impl Entry {
     /// Holds `found` for `key`. The key last: a peer that reads the slot
     /// while it changes sees the old key (gone) or the new one with its start.
-    fn fill(&self, key: u32, found: &Remote) {
+    pub(crate) fn fill(&self, key: u32, found: &Remote) {
         self.key.store(0, Ordering::Release);
         self.provider_key
             .store(found.provider_key, Ordering::Release);
@@ -100,7 +101,8 @@ pub(crate) struct KeyTable {
     /// fields drop in order, so the registration closes before the memory goes.
     #[allow(dead_code)]
     mr: Fid<fi::fid_mr>,
-    entries: Box<[Entry]>,
+    /// Shared with peers on this host (`keymap`).
+    memory: TableMemory,
     /// Which key holds each slot (not exported).
     claims: Claims,
     /// What a peer passes as the RMA key and the address of entry 0.
@@ -112,9 +114,13 @@ impl KeyTable {
     /// Registers the table for remote reads; `by_offset`: the provider
     /// addresses registrations by offset (the table's entry 0 is then at 0).
     pub(crate) fn open(domain: *mut fi::fid_domain, by_offset: bool) -> Result<KeyTable> {
-        let entries: Box<[Entry]> = (0..SLOTS).map(|_| Entry::default()).collect();
+        let memory = TableMemory::new().map_err(|e| {
+            log::warn!("key table: {e}");
+            Error::NoResource(Resource::Host)
+        })?;
+        let base = memory.entries().as_ptr();
         let iov = libc::iovec {
-            iov_base: entries.as_ptr() as *mut libc::c_void,
+            iov_base: base as *mut libc::c_void,
             iov_len: SLOTS * ENTRY_BYTES,
         };
         let attr = fi::fi_mr_attr {
@@ -126,7 +132,7 @@ impl KeyTable {
             ..Default::default()
         };
         let mut mr = null_mut();
-        // SAFETY: an open domain; `entries` stays allocated while the registration lives
+        // SAFETY: an open domain; `memory` stays mapped while the registration lives
         // (both are fields of the table, the registration dropped first).
         let rc = unsafe { fi::fi_mr_regattr(domain, &attr, 0, &mut mr) };
         opened(
@@ -137,13 +143,9 @@ impl KeyTable {
         let mr = Fid(mr);
         // SAFETY: the registration just made.
         let key = unsafe { fi::fi_mr_key(mr.ptr()) };
-        let address = if by_offset {
-            0
-        } else {
-            entries.as_ptr() as u64
-        };
+        let address = if by_offset { 0 } else { base as u64 };
         Ok(KeyTable {
-            entries,
+            memory,
             claims: Claims::new(),
             mr,
             key,
@@ -159,7 +161,7 @@ impl KeyTable {
     /// context would keep granting access, and two LMRs would share a key.
     pub(crate) fn registrations_distinct(&self, domain: *mut fi::fid_domain) -> bool {
         let iov = libc::iovec {
-            iov_base: self.entries.as_ptr() as *mut libc::c_void,
+            iov_base: self.memory.entries().as_ptr() as *mut libc::c_void,
             iov_len: ENTRY_BYTES,
         };
         let attr = fi::fi_mr_attr {
@@ -182,7 +184,12 @@ impl KeyTable {
     }
 
     fn entry(&self, key: u32) -> &Entry {
-        &self.entries[key as usize % SLOTS]
+        &self.memory.entries()[key as usize % SLOTS]
+    }
+
+    /// What a peer on this host maps to read entries in place: our pid and descriptor.
+    pub(crate) fn share(&self) -> Option<(u32, u32)> {
+        self.memory.share()
     }
 
     /// A key for a registration to be published: the next counter value

@@ -24,6 +24,7 @@ mod device;
 mod domain;
 mod eager;
 mod farewell;
+mod keymap;
 mod keys;
 mod mem;
 mod port;

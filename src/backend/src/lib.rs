@@ -16,6 +16,7 @@
 pub mod error;
 pub mod intmap;
 pub mod mapping;
+pub mod memfile;
 pub mod netif;
 
 use std::any::Any;

@@ -39,6 +39,7 @@ use crate::bounce::Landed;
 use crate::cq::{Done, OfiCq};
 use crate::domain::Domain;
 use crate::eager::{Arrival, Landing, ANNOUNCE, EAGER, EAGER_MAX, LARGE};
+use crate::keymap::PeerKeys;
 use crate::keys::PeerTable;
 use crate::keys::{self, ENTRY_BYTES};
 use crate::mem::io_vectors;
@@ -323,6 +324,9 @@ struct Inner {
     /// (see `keys`).
     peer: PeerTable,
     starts: std::collections::HashMap<u32, Option<keys::Remote>>,
+    /// The peer's table mapped (on this host, shm): each request's entry is
+    /// read there, now, instead of through the provider (`needs_lookup`).
+    peer_keys: Option<Arc<PeerKeys>>,
     /// The key whose entry is being read from the peer's table (one at a time:
     /// the requests needing it wait in `held`, so a post never waits on the peer).
     lookup: Option<u32>,
@@ -539,6 +543,7 @@ impl OfiQp {
                 break_pending: false,
                 peer: PeerTable::default(),
                 starts: std::collections::HashMap::new(),
+                peer_keys: None,
                 lookup: None,
                 held: VecDeque::new(),
                 unclosed: VecDeque::new(),
@@ -714,9 +719,12 @@ impl OfiQp {
         }
     }
 
-    pub(crate) fn set_peer_table(&self, peer: PeerTable) {
+    /// The peer's table as its handshake announced it; `mapped`: the table
+    /// itself, where this host lets us map it (`keymap`).
+    pub(crate) fn set_peer_table(&self, peer: PeerTable, mapped: Option<Arc<PeerKeys>>) {
         let mut inner = self.inner.lock();
         inner.peer = peer;
+        inner.peer_keys = mapped;
         inner.starts.clear();
         inner.lookup = None;
     }

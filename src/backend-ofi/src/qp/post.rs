@@ -52,8 +52,18 @@ impl OfiQp {
     }
 
     /// Whether a request to `rkey` must wait for the peer's table entry.
-    pub(super) fn needs_lookup(&self, inner: &Inner, rkey: Option<u32>) -> bool {
-        rkey.is_some_and(|k| !inner.starts.contains_key(&k))
+    /// Where the peer's table is mapped, never: the entry is read there now,
+    /// again at every call, so a request issued after this call is checked
+    /// against what the entry said when it went (as a fresh lookup is).
+    pub(super) fn needs_lookup(&self, inner: &mut Inner, rkey: Option<u32>) -> bool {
+        let Some(k) = rkey else {
+            return false;
+        };
+        if let Some(mapped) = inner.peer_keys.as_ref() {
+            inner.starts.insert(k, mapped.read(k));
+            return false;
+        }
+        !inner.starts.contains_key(&k)
     }
 
     /// The lookup in flight completed (`ok`: what the peer's entry says is
@@ -268,11 +278,14 @@ impl OfiQp {
             if front.fence && !first {
                 return;
             }
+            let rkey = front.kind.rkey();
+            let local = matches!(front.kind, Kind::Bind { .. });
+            let room = local || self.provider_room(inner, &front.kind);
             let Some(dev) = self.dev.upgrade() else {
                 return;
             };
-            if self.needs_lookup(inner, front.kind.rkey()) {
-                let rkey = front.kind.rkey().expect("an RDMA request");
+            if self.needs_lookup(inner, rkey) {
+                let rkey = rkey.expect("an RDMA request");
                 match self.start_lookup(inner, rkey) {
                     // Its completion calls this again.
                     Ok(()) => return,
@@ -290,8 +303,7 @@ impl OfiQp {
                     }
                 }
             }
-            let local = matches!(front.kind, Kind::Bind { .. });
-            if !local && !self.provider_room(inner, &front.kind) {
+            if !room {
                 // A completion makes room, and comes back here.
                 return;
             }

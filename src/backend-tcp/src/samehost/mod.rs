@@ -44,7 +44,6 @@ pub(crate) mod ring;
 pub(crate) mod sys;
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -53,6 +52,7 @@ use super::keys::{KeyEntry, Keys};
 use super::wire::SameHostOffer;
 use arena::ArenaSpan;
 use daplrs_backend::intmap::{IntMap, IntSet};
+use daplrs_backend::memfile;
 use peer_table::{Moved, PeerMapping, PeerTable};
 
 pub(crate) const LOG: &str = "daplrs::samehost";
@@ -405,8 +405,8 @@ impl TableLock {
 impl Table {
     fn create(capacity: usize) -> std::io::Result<Table> {
         let len = table_bytes(capacity);
-        let fd = sys::memfd("daplrs-keys", len)?;
-        sys::seal_size(&fd)?;
+        let fd = daplrs_backend::memfile::create("daplrs-keys", len)?;
+        daplrs_backend::memfile::seal_size(&fd)?;
         let map = sys::SharedMap::map(fd.as_raw_fd(), len)?;
         let mut nonce = [0u8; 8];
         getrandom(&mut nonce);
@@ -558,7 +558,7 @@ impl Publisher {
 }
 
 /// Why a peer's offer cannot be used.
-pub(crate) type Refusal = String;
+pub(crate) use daplrs_backend::memfile::Refusal;
 
 /// Whether the peer's descriptor `fd` is gone (closed, or its process ended). A peer keeps
 /// a connection's ring, and its key table, open for as long as the connection: when either
@@ -566,42 +566,14 @@ pub(crate) type Refusal = String;
 /// program that connects many EPs and frees them at once: Debian's dtestcm), and the end
 /// follows on the socket. That is no refusal of the same-host path, even in require mode.
 pub(crate) fn peer_descriptor_gone(pid: u32, fd: u32) -> bool {
-    sys::is_process_and_descriptor(pid, fd)
+    memfile::is_process_and_descriptor(pid, fd)
         && matches!(std::fs::symlink_metadata(format!("/proc/{pid}/fd/{fd}")),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// Opens descriptor `fd` of process `pid` (through /proc: the kernel's ptrace check decides)
-/// read-write if it is a memory file whose size is sealed: a peer's key table or ring.
-/// Returns it and its size.
+/// Opens the peer's memfd `fd` (a key table or ring) read-write: daplrs_backend::memfile.
 pub(crate) fn open_peer_memfd(pid: u32, fd: u32) -> Result<(std::fs::File, u64), Refusal> {
-    if !sys::is_process_and_descriptor(pid, fd) {
-        return Err(format!("offer names pid {pid} fd {fd}"));
-    }
-    let path = format!("/proc/{pid}/fd/{fd}");
-    // The offer may name any descriptor of the peer (a device, a FIFO): look at what it
-    // is through an O_PATH descriptor (opening that has no effect on what it names), and
-    // open it for real only if it is a regular file (a memfd is one).
-    let path_only = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH)
-        .open(&path)
-        .map_err(|e| format!("open {path}: {e}"))?;
-    let meta = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{path}: not a memory file"));
-    }
-    let reopen = format!("/proc/self/fd/{}", path_only.as_raw_fd());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(&reopen)
-        .map_err(|e| format!("open {path}: {e}"))?;
-    if !sys::size_sealed(file.as_raw_fd()) {
-        return Err(format!("{path}: size not sealed"));
-    }
-    Ok((file, meta.len()))
+    memfile::open_peer(pid, fd, true)
 }
 
 /// A connection's same-host state (engine/samehost.rs).

@@ -22,7 +22,7 @@ pub(crate) struct PeerProcess {
 impl PeerProcess {
     /// Process `pid` (untrusted: read from an offer), through a pidfd if one is given.
     pub fn new(pid: u32) -> PeerProcess {
-        let pidfd = sys::is_process_and_descriptor(pid, 0)
+        let pidfd = daplrs_backend::memfile::is_process_and_descriptor(pid, 0)
             .then(|| pidfd_open(pid).ok())
             .flatten();
         PeerProcess { pid, pidfd }
@@ -38,7 +38,7 @@ impl PeerProcess {
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Err(io::ErrorKind::Unsupported.into());
         };
-        if !sys::is_process_and_descriptor(self.pid, fd) {
+        if !daplrs_backend::memfile::is_process_and_descriptor(self.pid, fd) {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         // SAFETY: pidfd_getfd(2) with no flags; the new descriptor (close-on-exec) is
@@ -64,7 +64,7 @@ impl PeerProcess {
         if !meta.is_file() {
             return Err(format!("{}: not a memory file", what()));
         }
-        if !sys::size_sealed(file.as_raw_fd()) {
+        if !daplrs_backend::memfile::size_sealed(file.as_raw_fd()) {
             return Err(format!("{}: size not sealed", what()));
         }
         Ok((file, meta.len()))
@@ -96,13 +96,13 @@ mod tests {
     fn reaches_memfds_and_eventfds() {
         let me = PeerProcess::new(std::process::id());
         assert!(me.pidfd.is_some(), "pidfd_open refused here");
-        let m = sys::memfd("peer-test", 8192).unwrap();
-        sys::seal_size(&m).unwrap();
+        let m = daplrs_backend::memfile::create("peer-test", 8192).unwrap();
+        daplrs_backend::memfile::seal_size(&m).unwrap();
         let (_, len) = me.memfd(m.as_raw_fd() as u32).expect("memfd");
         assert_eq!(len, 8192);
         let e = sys::eventfd().unwrap();
         me.eventfd(e.as_raw_fd() as u32).expect("eventfd");
-        let unsealed = sys::memfd("peer-test", 8192).unwrap();
+        let unsealed = daplrs_backend::memfile::create("peer-test", 8192).unwrap();
         assert!(me.memfd(unsealed.as_raw_fd() as u32).is_err());
         assert!(me.eventfd(m.as_raw_fd() as u32).is_err());
         assert!(me.memfd(e.as_raw_fd() as u32).is_err());

@@ -2,7 +2,6 @@
 //! process-shared robust pthread mutexes living in that mapping, and process_vm_readv /
 //! process_vm_writev between our registered memory and a peer's.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -223,24 +222,6 @@ fn check(r: libc::c_int) -> io::Result<()> {
 /// Bytes of a pthread_mutex_t (the table reserves room for it).
 pub(crate) const MUTEX_SIZE: usize = std::mem::size_of::<libc::pthread_mutex_t>();
 
-/// A new anonymous memory file of `len` bytes (zero-filled, allocated as touched).
-pub(crate) fn memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
-    let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: plain memfd_create(2) with a NUL-terminated name; the descriptor is owned at once.
-    let raw =
-        unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` was just created and nobody else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ftruncate(2) on our own descriptor.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
 /// Our side of a transfer as iovecs: most requests have a segment or two, so no allocation
 /// for up to 8.
 struct Iovecs {
@@ -388,30 +369,6 @@ pub(crate) fn peek_u64(pid: u32, addr: u64) -> io::Result<u64> {
         n if n < 0 => Err(io::Error::last_os_error()),
         _ => Err(io::ErrorKind::UnexpectedEof.into()),
     }
-}
-
-/// Seals the size of our memfd (it was created with MFD_ALLOW_SEALING): nobody, not a peer
-/// holding it either, can shrink it under a mapping (which would SIGBUS whoever reads).
-pub(crate) fn seal_size(fd: &OwnedFd) -> io::Result<()> {
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl(2) F_ADD_SEALS on our own descriptor.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Whether a peer's memfd cannot shrink (so our mapping of it stays backed).
-pub(crate) fn size_sealed(fd: RawFd) -> bool {
-    // SAFETY: fcntl(2) F_GET_SEALS on a descriptor we hold.
-    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
-    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
-}
-
-/// Whether a peer's `pid` and `fd` (read from its offer or its ring, so untrusted) can name a
-/// process and one of its descriptors at all (pid_t and int are signed; pid 0 is no process).
-pub(crate) fn is_process_and_descriptor(pid: u32, fd: u32) -> bool {
-    pid != 0 && pid <= i32::MAX as u32 && fd <= i32::MAX as u32
 }
 
 /// A new eventfd for a ring's reader to sleep on (non-blocking: a reader drains it, a
@@ -638,8 +595,8 @@ fn userfaultfd() -> io::Result<OwnedFd> {
 pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result<(OwnedFd, u64)> {
     // Everything that can fail before the move: once the pages moved, the caller must get the
     // descriptor (to move them back).
-    let fd = memfd(name, len as usize)?;
-    seal_size(&fd)?;
+    let fd = daplrs_backend::memfile::create(name, len as usize)?;
+    daplrs_backend::memfile::seal_size(&fd)?;
     let ino = inode_of(fd.as_raw_fd())?;
     let memfd = fd.as_raw_fd();
     // SAFETY: the caller's range (see above).
