@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::memfile;
@@ -83,9 +83,17 @@ impl Drop for TableMemory {
     }
 }
 
-/// A peer's table, mapped read-only.
+/// A peer's table, mapped read-only, and the peer process it came from.
 pub(crate) struct PeerKeys {
     entries: NonNull<Entry>,
+    /// Its pid (from the handshake): the target of our own reads and writes
+    /// of its memory (`qp/inline.rs`).
+    pub(crate) pid: u32,
+    /// The kernel let us attach to its memory so far (cleared at the first
+    /// refusal: requests then go through the provider).
+    cma: AtomicBool,
+    /// Its /proc/<pid>/maps, where its mappings are asked (`memory_there`).
+    maps: Option<std::fs::File>,
 }
 
 // SAFETY: as TableMemory's: reached only through atomic loads.
@@ -119,7 +127,13 @@ impl PeerKeys {
             return Err(format!("mmap: {}", std::io::Error::last_os_error()));
         }
         let entries = NonNull::new(p.cast()).expect("mmap gave a mapping");
-        Ok((PeerKeys { entries }, (meta.dev(), meta.ino())))
+        let keys = PeerKeys {
+            entries,
+            pid,
+            cma: AtomicBool::new(true),
+            maps: std::fs::File::open(format!("/proc/{pid}/maps")).ok(),
+        };
+        Ok((keys, (meta.dev(), meta.ino())))
     }
 
     /// What the peer's entry says of `key` now, as `keys::remote_of` reads a copy (None:
@@ -141,6 +155,24 @@ impl PeerKeys {
             provider_key: e.provider_key.load(Ordering::Acquire),
         };
         (e.key.load(Ordering::Acquire) == key as u64).then_some(found)
+    }
+}
+
+impl PeerKeys {
+    /// Whether our reads and writes of the peer's memory may be tried.
+    pub(crate) fn cma_allowed(&self) -> bool {
+        self.cma.load(Ordering::Relaxed)
+    }
+
+    /// The kernel refused cross-memory attach to the peer: not tried again.
+    pub(crate) fn cma_refused(&self) {
+        self.cma.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the peer has `[va, va + len)` mapped readable (and writable if `write`), as
+    /// the kernel says (PROCMAP_QUERY, a call per mapping); None where it cannot say.
+    pub(crate) fn memory_there(&self, va: u64, len: u64, write: bool) -> Option<bool> {
+        daplrs_backend::mapping::mapped_in(self.maps.as_ref()?, va, len, write)
     }
 }
 

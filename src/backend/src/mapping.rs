@@ -76,17 +76,34 @@ fn ask_procmap(addr: u64, end: u64, need: u64) -> Option<bool> {
             own.as_ref()
         }
     }?;
+    let answer = spans_cover(file, addr, end, need);
+    if answer.is_none() {
+        NO_PROCMAP.store(true, Ordering::Relaxed);
+    }
+    answer
+}
+
+/// Whether `[addr, addr + len)` is mapped throughout, readable and writable if `write`, in
+/// the process whose /proc/<pid>/maps `maps` is (opened by the caller, who must be allowed
+/// to read it). None where the kernel has no PROCMAP_QUERY (before Linux 6.11).
+pub fn mapped_in(maps: &File, addr: u64, len: u64, write: bool) -> Option<bool> {
+    let Some(end) = addr.checked_add(len) else {
+        return Some(false);
+    };
+    let need = VMA_READ | if write { VMA_WRITE } else { 0 };
+    spans_cover(maps, addr, end, need)
+}
+
+/// PROCMAP_QUERY mapping by mapping over `[addr, end)`; None where the kernel has none.
+fn spans_cover(maps: &File, addr: u64, end: u64, need: u64) -> Option<bool> {
     let mut at = addr;
     while at < end {
-        match vma_span_at(file.as_raw_fd(), at) {
+        match vma_span_at(maps.as_raw_fd(), at) {
             Ok(Some((start, vma_end, flags))) if start <= at && flags & need == need => {
                 at = vma_end;
             }
             Ok(_) => return Some(false),
-            Err(_) => {
-                NO_PROCMAP.store(true, Ordering::Relaxed);
-                return None;
-            }
+            Err(_) => return None,
         }
     }
     Some(true)

@@ -17,6 +17,7 @@
 
 mod complete;
 mod connect;
+mod inline;
 mod post;
 mod queue_pair;
 mod recv;

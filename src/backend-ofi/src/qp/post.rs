@@ -195,7 +195,8 @@ impl OfiQp {
         }
     }
 
-    /// A request the backend executed itself (a bind) completes in order.
+    /// A request the backend executed itself (a bind, a read or write done
+    /// inline) completes in order.
     pub(super) fn complete_local(
         &self,
         inner: &mut Inner,
@@ -204,21 +205,41 @@ impl OfiQp {
         out: &mut VecDeque<WorkCompletion>,
     ) {
         let Some(status) = done else { return };
+        self.finish_local(inner, request, status, out);
+        if status != WcStatus::RemoteAccess {
+            self.release_held(inner, out);
+        }
+    }
+
+    /// Completes a request the backend executed itself with `status`, in order.
+    fn finish_local(
+        &self,
+        inner: &mut Inner,
+        request: &Request,
+        status: WcStatus,
+        out: &mut VecDeque<WorkCompletion>,
+    ) {
         if status == WcStatus::RemoteAccess {
             self.fail_request(inner, request, status, out);
             return;
         }
-        let new_rkey = match request.kind {
-            Kind::Bind { new_rkey, .. } => new_rkey,
-            _ => 0,
+        // A bind moves nothing; a read or write done here (`try_inline`) all it asked.
+        let (new_rkey, moved) = match request.kind {
+            Kind::Bind { new_rkey, .. } => (new_rkey, false),
+            _ => (0, status == WcStatus::Success),
         };
         let num = self.num;
         inner.sends.mark(request.token, |s| WorkCompletion {
             new_rkey,
-            ..WorkCompletion::new(s.wr_id, status, s.opcode, 0, num)
+            ..WorkCompletion::new(
+                s.wr_id,
+                status,
+                s.opcode,
+                if moved { s.len } else { 0 },
+                num,
+            )
         });
         inner.sends.release(out);
-        self.release_held(inner, out);
     }
 
     /// Whether the newest request must wait for every earlier one because the
@@ -322,7 +343,7 @@ impl OfiQp {
                 Ok(done) => done,
             };
             if let Some(status) = done {
-                self.fail_request(inner, &request, status, out);
+                self.finish_local(inner, &request, status, out);
                 if inner.break_pending {
                     // What follows is flushed when the connection breaks.
                     return;
@@ -389,6 +410,9 @@ impl OfiQp {
                 *access,
                 *new_rkey,
             )));
+        }
+        if let Some(status) = self.try_inline(inner, request) {
+            return Ok(Some(status));
         }
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         if dev.rdm
