@@ -466,10 +466,10 @@ impl Domain {
         self.name.split(' ').nth(1) == Some("shm")
     }
 
-    /// What our handshake offers peers on this host to map our key table
-    /// (`keymap`): where they read an entry before every request (shm).
+    /// What our reliable-datagram handshake offers a peer on this host to map
+    /// our key table (`keymap`).
     pub(crate) fn key_share(&self) -> Vec<u8> {
-        crate::keymap::encode_share(self.keys.share().filter(|_| self.fresh_lookups()))
+        crate::keymap::Share::encode(self.keys.share())
     }
 
     /// Whether a request through a peer's key whose entry says `remote`

@@ -4,9 +4,12 @@
 //! On shm the initiator must read a key's entry before every RDMA request (see
 //! `Domain::fresh_lookups`). Read through the provider, that is a second request to the
 //! target before each one, served by the target's progress: an 8 B write took two of the
-//! target's turns. So the table lives in a sealed memfd, and over shm the handshake names it
-//! (our pid and its descriptor, `rdm`); the initiator maps it read-only and reads an entry in
-//! place, as fresh as a read through the provider and without the target.
+//! target's turns. So the table lives in a sealed memfd, and over reliable datagrams the
+//! handshake names it (`Share`: our pid, its descriptor and a random token the file holds,
+//! `rdm`); an initiator on the same host maps it read-only and reads an entry in place, as
+//! fresh as a read through the provider and without the target. A peer on another host
+//! cannot open it, or finds another file without the token. Where the table is mapped,
+//! small RDMA requests are done by the initiator itself (`qp/inline.rs`).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -21,12 +24,47 @@ use parking_lot::Mutex;
 use crate::keys::{Entry, Remote, ENTRY_BYTES, SLOTS};
 
 const TABLE_BYTES: usize = SLOTS * ENTRY_BYTES;
+/// The file: the entries, then a page holding the token (outside the registration peers
+/// read through the provider).
+const FILE_BYTES: usize = TABLE_BYTES + 4096;
+
+/// What a peer needs to map our table, as the handshake carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Share {
+    pub pid: u32,
+    pub fd: u32,
+    /// Random, in the file after the entries: proves the file is the one announced.
+    pub token: u64,
+}
+
+impl Share {
+    pub(crate) fn encode(share: Option<Share>) -> Vec<u8> {
+        share.map_or_else(Vec::new, |s| {
+            let mut v = s.pid.to_le_bytes().to_vec();
+            v.extend_from_slice(&s.fd.to_le_bytes());
+            v.extend_from_slice(&s.token.to_le_bytes());
+            v
+        })
+    }
+
+    /// None: empty (not offered) or not 16 bytes.
+    pub(crate) fn decode(b: &[u8]) -> Option<Share> {
+        let b: &[u8; 16] = b.try_into().ok()?;
+        let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        Some(Share {
+            pid: word(0),
+            fd: word(4),
+            token: u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
+        })
+    }
+}
 
 /// Our table's entries: a sealed memfd mapped shared, or private memory where a memfd
 /// cannot be had (then nothing is offered to peers).
 pub(crate) struct TableMemory {
     entries: NonNull<Entry>,
     file: Option<OwnedFd>,
+    token: u64,
 }
 
 // SAFETY: the mapping is only reached through `&[Entry]`, whose fields are atomics.
@@ -36,7 +74,7 @@ unsafe impl Sync for TableMemory {}
 
 impl TableMemory {
     pub(crate) fn new() -> std::io::Result<TableMemory> {
-        let file = memfile::create("daplrs-ofi-keys", TABLE_BYTES)
+        let file = memfile::create("daplrs-ofi-keys", FILE_BYTES)
             .and_then(|fd| memfile::seal_size(&fd).map(|()| fd))
             .inspect_err(|e| log::debug!("key table not shared: {e}"))
             .ok();
@@ -49,7 +87,7 @@ impl TableMemory {
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                TABLE_BYTES,
+                FILE_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
                 flags,
                 fd,
@@ -60,7 +98,15 @@ impl TableMemory {
             return Err(std::io::Error::last_os_error());
         }
         let entries = NonNull::new(p.cast()).expect("mmap gave a mapping");
-        Ok(TableMemory { entries, file })
+        let token = random_token();
+        // SAFETY: the token's place is inside the mapping, after the entries, 8-aligned
+        // (a page boundary); nothing else refers to it.
+        unsafe { p.cast::<u8>().add(TABLE_BYTES).cast::<u64>().write(token) };
+        Ok(TableMemory {
+            entries,
+            file,
+            token,
+        })
     }
 
     pub(crate) fn entries(&self) -> &[Entry] {
@@ -69,18 +115,37 @@ impl TableMemory {
         unsafe { std::slice::from_raw_parts(self.entries.as_ptr(), SLOTS) }
     }
 
-    /// What a peer on this host opens to map the table: our pid and the memfd's descriptor.
-    pub(crate) fn share(&self) -> Option<(u32, u32)> {
+    /// What a peer on this host opens to map the table.
+    pub(crate) fn share(&self) -> Option<Share> {
         let fd = self.file.as_ref()?.as_raw_fd();
-        Some((std::process::id(), fd as u32))
+        Some(Share {
+            pid: std::process::id(),
+            fd: fd as u32,
+            token: self.token,
+        })
     }
 }
 
 impl Drop for TableMemory {
     fn drop(&mut self) {
         // SAFETY: our mapping, no longer borrowed (`entries` borrows self).
-        unsafe { libc::munmap(self.entries.as_ptr().cast(), TABLE_BYTES) };
+        unsafe { libc::munmap(self.entries.as_ptr().cast(), FILE_BYTES) };
     }
+}
+
+/// A token no other table has (the kernel's randomness; the time and our pid where it has
+/// none, enough against a file of another process).
+fn random_token() -> u64 {
+    let mut t = 0u64;
+    // SAFETY: getrandom(2) writes at most 8 bytes into `t`.
+    let n = unsafe { libc::getrandom((&mut t as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        t = now ^ (u64::from(std::process::id()) << 32);
+    }
+    t
 }
 
 /// A peer's table, mapped read-only, and the peer process it came from.
@@ -102,12 +167,13 @@ unsafe impl Send for PeerKeys {}
 unsafe impl Sync for PeerKeys {}
 
 impl PeerKeys {
-    /// Maps the table the peer `pid` holds at descriptor `fd` (untrusted: from its
-    /// handshake), if it is a sealed memfd of a table's size; also gives its identity
-    /// (device, inode), under which connections to one peer share the mapping.
-    fn open(pid: u32, fd: u32) -> Result<(PeerKeys, (u64, u64)), memfile::Refusal> {
+    /// Maps the table the handshake named (untrusted), if it is a sealed memfd of a table's
+    /// size holding the token; also gives its identity (device, inode), under which
+    /// connections to one peer share the mapping.
+    fn open(share: Share) -> Result<(PeerKeys, (u64, u64)), memfile::Refusal> {
+        let Share { pid, fd, token } = share;
         let (file, len) = memfile::open_peer(pid, fd, false)?;
-        if len != TABLE_BYTES as u64 {
+        if len != FILE_BYTES as u64 {
             return Err(format!("pid {pid} fd {fd}: {len} bytes, not a key table"));
         }
         let meta = file.metadata().map_err(|e| e.to_string())?;
@@ -116,7 +182,7 @@ impl PeerKeys {
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                TABLE_BYTES,
+                FILE_BYTES,
                 libc::PROT_READ,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
@@ -127,6 +193,18 @@ impl PeerKeys {
             return Err(format!("mmap: {}", std::io::Error::last_os_error()));
         }
         let entries = NonNull::new(p.cast()).expect("mmap gave a mapping");
+        // SAFETY: inside the mapping, page-aligned; read once (volatile: another process's).
+        let held = unsafe {
+            p.cast::<u8>()
+                .add(TABLE_BYTES)
+                .cast::<u64>()
+                .read_volatile()
+        };
+        if held != token {
+            // SAFETY: the mapping just made, referred to by nothing.
+            unsafe { libc::munmap(p, FILE_BYTES) };
+            return Err(format!("pid {pid} fd {fd}: not the table announced"));
+        }
         let keys = PeerKeys {
             entries,
             pid,
@@ -179,7 +257,7 @@ impl PeerKeys {
 impl Drop for PeerKeys {
     fn drop(&mut self) {
         // SAFETY: our mapping; nothing borrows it past `read`.
-        unsafe { libc::munmap(self.entries.as_ptr().cast(), TABLE_BYTES) };
+        unsafe { libc::munmap(self.entries.as_ptr().cast(), FILE_BYTES) };
     }
 }
 
@@ -191,18 +269,11 @@ pub(crate) struct PeerKeysCache {
 }
 
 impl PeerKeysCache {
-    /// The peer's table named in its handshake (`share`: pid and descriptor, 8 bytes), or
-    /// None: not offered, or not ours to open (another user, a ptrace policy); the QP
-    /// then reads entries through the provider.
+    /// The peer's table named in its handshake (`share`, `Share::encode`), or None: not
+    /// offered, on another host, or not ours to open (another user, a ptrace policy); the
+    /// QP then reads entries through the provider.
     pub(crate) fn get(&self, share: &[u8]) -> Option<Arc<PeerKeys>> {
-        let [p0, p1, p2, p3, f0, f1, f2, f3] = *share else {
-            return None;
-        };
-        let (pid, fd) = (
-            u32::from_le_bytes([p0, p1, p2, p3]),
-            u32::from_le_bytes([f0, f1, f2, f3]),
-        );
-        let (keys, id) = PeerKeys::open(pid, fd)
+        let (keys, id) = PeerKeys::open(Share::decode(share)?)
             .inspect_err(|e| log::debug!("peer key table not mapped: {e}"))
             .ok()?;
         let mut mapped = self.mapped.lock();
@@ -216,15 +287,6 @@ impl PeerKeysCache {
     }
 }
 
-/// Our share as the handshake carries it (empty: none).
-pub(crate) fn encode_share(share: Option<(u32, u32)>) -> Vec<u8> {
-    share.map_or_else(Vec::new, |(pid, fd)| {
-        let mut v = pid.to_le_bytes().to_vec();
-        v.extend_from_slice(&fd.to_le_bytes());
-        v
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,7 +297,7 @@ mod tests {
     #[test]
     fn a_peer_reads_our_entries_in_place() {
         let ours = TableMemory::new().expect("table memory");
-        let share = encode_share(ours.share());
+        let share = Share::encode(ours.share());
         let cache = PeerKeysCache::default();
         let theirs = cache.get(&share).expect("mapped");
         assert!(Arc::ptr_eq(&theirs, &cache.get(&share).expect("again")));
@@ -263,5 +325,10 @@ mod tests {
         e.key.store(0, Ordering::Release);
         assert!(theirs.read(77).is_none());
         assert!(cache.get(&[1, 2, 3]).is_none());
+        let forged = Share {
+            token: ours.share().expect("shared").token ^ 1,
+            ..ours.share().expect("shared")
+        };
+        assert!(cache.get(&Share::encode(Some(forged))).is_none());
     }
 }

@@ -188,7 +188,7 @@ impl KeyTable {
     }
 
     /// What a peer on this host maps to read entries in place: our pid and descriptor.
-    pub(crate) fn share(&self) -> Option<(u32, u32)> {
+    pub(crate) fn share(&self) -> Option<crate::keymap::Share> {
         self.memory.share()
     }
 

@@ -1,10 +1,12 @@
-//! RDMA requests over shm where the peer's key table is mapped (same host: `keymap`): the
-//! small ones done by the initiator itself, with a cross-memory attach between our segments
-//! and the peer's memory on the posting thread; the others looked at first.
+//! RDMA requests to a peer on this host whose key table is mapped (`keymap`: shm, and
+//! ofi_rxm between processes of one host): the small ones done by the initiator itself, with
+//! a cross-memory attach between our segments and the peer's memory on the posting thread;
+//! the others looked at first.
 //!
-//! shm copies an RMA in the target process, when its progress thread runs. A target spinning
-//! on its memory waited for the CPU it holds (half a millisecond an 8 B write), and memory
-//! the target had unmapped since its registration killed it with SIGSEGV inside shm's copy
+//! The provider moves an RMA in the target process, when its progress thread runs. A target
+//! spinning on its memory waited for the CPU it holds (half a millisecond an 8 B write on
+//! shm, a millisecond on ofi_rxm), memory the target had unmapped since its registration
+//! killed it with SIGSEGV inside shm's copy, and over tcp a read of it was never answered
 //! (issue 41). Done here, the target's CPU is never needed, and a fault is the kernel's
 //! EFAULT, completed as the remote access error an RDMA NIC reports. A request is done here
 //! only when nothing of the QP's before it is still out (at the provider or awaiting a
