@@ -12,8 +12,9 @@ use parking_lot::{Condvar, Mutex};
 
 use super::consts::TIMEOUT_INFINITE;
 use super::error::{DatError, DatResult, SubType};
-use super::handle::{self, Handle, HandleKind, Object, UseCount};
+use super::handle_table::{self, Handle, HandleKind};
 use super::ia::Ia;
+use super::use_count::UseCount;
 
 /// Called with the triggering EVD's handle; the ffi wraps DAT_OS_WAIT_PROXY_AGENT in one.
 pub type ProxyAgent = Arc<dyn Fn(Handle) + Send + Sync>;
@@ -62,7 +63,7 @@ impl Cno {
         fd_write
             .set_nonblocking(true)
             .map_err(|_| DatError::internal())?;
-        let reservation = handle::reserve(HandleKind::Cno, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Cno);
         let cno = Arc::new(Cno {
             handle: reservation.handle(),
             ia: ia.clone(),
@@ -76,7 +77,7 @@ impl Cno {
             fd_write,
             users: UseCount::default(),
         });
-        reservation.commit(Object::Cno(cno.clone()), ia.handle());
+        ia.commit(reservation, &cno);
         Ok(cno)
     }
 
@@ -163,13 +164,13 @@ impl Cno {
 
     /// dat_cno_free: refused while an EVD is attached.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        if !handle::is_live(self.handle) {
+        if !handle_table::is_live(self.handle) {
             return Err(HandleKind::Cno.invalid());
         }
         if self.users.retire().is_err() {
             return Err(DatError::invalid_state(SubType::CnoInUse));
         }
-        handle::remove(self.handle, HandleKind::Cno)?;
+        self.ia.remove(self.handle, HandleKind::Cno)?;
         self.destroy();
         Ok(())
     }

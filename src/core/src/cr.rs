@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::ep::Ep;
 use super::error::{DatError, DatResult, Param};
-use super::handle::{self, Handle, HandleKind, Object};
+use super::handle_table::{self, Handle, HandleKind};
 use super::sp::Sp;
 use daplrs_backend::ConnRequestId;
 
@@ -42,7 +42,7 @@ impl Cr {
         ep: Option<Arc<Ep>>,
         ud: bool,
     ) -> Arc<Cr> {
-        let reservation = handle::reserve(HandleKind::Cr, sp.ia().dispatch());
+        let reservation = sp.ia().reserve(HandleKind::Cr);
         let cr = Arc::new(Cr {
             handle: reservation.handle(),
             sp: sp.clone(),
@@ -53,7 +53,7 @@ impl Cr {
             ud,
             done: AtomicBool::new(false),
         });
-        reservation.commit(Object::Cr(cr.clone()), sp.ia().handle());
+        sp.ia().commit(reservation, &cr);
         cr
     }
 
@@ -82,7 +82,7 @@ impl Cr {
         if self.done.swap(true, Ordering::SeqCst) {
             return Err(HandleKind::Cr.invalid());
         }
-        handle::remove(self.handle, HandleKind::Cr).map(|_| ())
+        self.sp.ia().remove(self.handle, HandleKind::Cr)
     }
 
     /// dat_cr_accept: `ep` may be None for an RSP's request (its reserved EP is used).
@@ -99,7 +99,7 @@ impl Cr {
         if !Arc::ptr_eq(ep.ia(), &ia) {
             return Err(HandleKind::Ep.invalid());
         }
-        if !handle::is_live(self.handle) || self.done.load(Ordering::SeqCst) {
+        if !handle_table::is_live(self.handle) || self.done.load(Ordering::SeqCst) {
             return Err(HandleKind::Cr.invalid());
         }
         // A datagram request is answered by a datagram EP, a connection request by a

@@ -11,18 +11,19 @@ mod dto;
 mod ud;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::completion;
 use super::consts::{async_reason, completion_flags, dto_op, evd_flags, event_number, mem_priv};
-use super::counters::{self, Counters};
+use super::counters;
 use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
 use super::evd::{Evd, Event, EventData};
-use super::handle::{self, Handle, HandleKind, Object};
-use super::ia::{Ia, PendingDto};
+use super::handle_table::{self, AnyObject, Handle, HandleKind};
+use super::ia::{Ia, QpOwner};
+use super::pending::{EpShared, PendingDto};
 use super::pz::Pz;
 use super::srq::Srq;
 use daplrs_backend::{
@@ -236,24 +237,6 @@ struct Watermarks {
 /// DAT_WATERMARK_INFINITE.
 const WATERMARK_INFINITE: i32 = -1;
 
-/// What the completion of one of the EP's receives needs of the EP, shared with the receive's
-/// tracking entry (`PendingDto::recv`): the completion is counted and its notification decided
-/// without finding the EP by its QP number (a map under a lock) on the reap path.
-pub(crate) struct EpShared {
-    /// DCNT_EP_* (see `counters`).
-    pub(crate) counters: Counters,
-    /// `attr.recv_completion_flags`, readable without the EP lock (the EVD reads it while it
-    /// drains completions, which happens under EP locks).
-    recv_flags: AtomicU32,
-}
-
-impl EpShared {
-    /// The EP's recv_completion_flags, without taking its lock.
-    pub(crate) fn recv_completion_flags(&self) -> u32 {
-        self.recv_flags.load(Ordering::Relaxed)
-    }
-}
-
 pub struct Ep {
     handle: Handle,
     ia: Arc<Ia>,
@@ -304,6 +287,69 @@ fn check_evd_role(evd: &Option<Arc<Evd>>, flag: u32, bad: SubType) -> DatResult<
         Some(e) if e.flags() & flag == 0 => Err(DatError::invalid_handle(bad)),
         _ => Ok(()),
     }
+}
+
+/// The TCP port a conn_qual means. DAT conn_quals are 64-bit; those above
+/// 65535 are folded into 33534..=65534 exactly as OFED's rdma_cm provider
+/// folds them, so both agree on where a large conn_qual listens (dapltest's
+/// limit test uses 0xAffab1e + n). Zero is no port.
+pub fn port_of_conn_qual(conn_qual: u64) -> Option<u16> {
+    const MODULUS: u64 = 32001;
+    const BASE: u64 = 65535 - MODULUS;
+    match conn_qual {
+        0 => None,
+        1..=0xffff => Some(conn_qual as u16),
+        _ => Some((conn_qual % MODULUS + BASE) as u16),
+    }
+}
+
+impl Evd {
+    /// dat_evd_wait: waits until `threshold` events are queued with a notification event among
+    /// them (see `evd`'s module rules) or `timeout_us` passes, then returns the first event and
+    /// how many remain. A threshold above 1 on an EVD a consumer-controlled DTO stream feeds is
+    /// DAT_INVALID_STATE. Here, not in evd.rs, because the EPs that feed the EVD tell that.
+    pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
+        let mut ev = None;
+        let more = self.wait_into(timeout_us, threshold, &mut ev)?;
+        Ok((ev.ok_or_else(DatError::internal)?, more))
+    }
+
+    /// `wait`, the event written to `out` (None on entry) as in `dequeue_into`; returns how
+    /// many events remain.
+    pub fn wait_into(
+        &self,
+        timeout_us: u32,
+        threshold: i32,
+        out: &mut Option<Event>,
+    ) -> DatResult<usize> {
+        self.wait_with(timeout_us, threshold, out, || consumer_controlled(self))
+    }
+}
+
+/// Which consumer-controlled notification mode, if any, a DTO stream feeding `evd` uses: the
+/// INVALID_STATE subtype a wait with a threshold above 1 gets. Called without the EVD's state
+/// lock (it takes EP locks).
+fn consumer_controlled(evd: &Evd) -> Option<SubType> {
+    for (_, kind, object) in handle_table::children(evd.ia().handle()) {
+        if kind != HandleKind::Ep {
+            continue;
+        }
+        let Ok(ep) = object.downcast::<Ep>() else {
+            continue;
+        };
+        let p = ep.query();
+        let recv = p.attr.recv_completion_flags;
+        let request = p.attr.request_completion_flags;
+        if p.recv_evd == evd.handle() && recv & completion_flags::SOLICITED_WAIT != 0 {
+            return Some(SubType::EvdConfigSolicited);
+        }
+        if (p.recv_evd == evd.handle() && recv & completion_flags::UNSIGNALLED != 0)
+            || (p.request_evd == evd.handle() && request & completion_flags::UNSIGNALLED != 0)
+        {
+            return Some(SubType::EvdConfigNotify);
+        }
+    }
+    None
 }
 
 impl Ep {
@@ -412,14 +458,14 @@ impl Ep {
         } else {
             EpState::UnconfiguredUnconnected
         };
-        let reservation = handle::reserve(HandleKind::Ep, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Ep);
         let ep = Arc::new(Ep {
             handle: reservation.handle(),
             ia: ia.clone(),
-            shared: Arc::new(EpShared {
-                counters: Counters::new(counters::ep::ALL),
-                recv_flags: AtomicU32::new(attr.recv_completion_flags),
-            }),
+            shared: Arc::new(EpShared::new(
+                reservation.handle(),
+                attr.recv_completion_flags,
+            )),
             ud: Mutex::new(ud::UdTables::default()),
             inner: Mutex::new(EpInner {
                 state,
@@ -439,9 +485,9 @@ impl Ep {
             }),
         });
         if let Some(qp) = &qp {
-            ia.eps_by_qp.lock().insert(qp.qp_num(), Arc::downgrade(&ep));
+            ia.eps_by_qp.lock().insert(qp.qp_num(), ep.qp_owner());
         }
-        reservation.commit(Object::Ep(ep.clone()), ia.handle());
+        ia.commit(reservation, &ep);
         Ok(ep)
     }
 
@@ -462,9 +508,12 @@ impl Ep {
     pub fn iov_limit(&self, limit: impl FnOnce(&EpAttr) -> u32) -> u32 {
         limit(&self.inner.lock().attr)
     }
-    /// The EP's recv_completion_flags, without taking its lock.
-    pub(crate) fn recv_completion_flags(&self) -> u32 {
-        self.shared.recv_completion_flags()
+    /// What the IA keeps of the EP by its QP's number.
+    fn qp_owner(self: &Arc<Self>) -> QpOwner {
+        QpOwner {
+            shared: Arc::downgrade(&self.shared),
+            ep: Arc::downgrade(self) as Weak<AnyObject>,
+        }
     }
     /// The private data of the peer's request or accept; stays valid while the EP lives.
     pub fn peer_private_data(&self) -> Arc<[u8]> {
@@ -644,13 +693,12 @@ impl Ep {
         i.connect_evd = connect_evd;
         i.attr = attr;
         self.shared
-            .recv_flags
-            .store(attr.recv_completion_flags, Ordering::Relaxed);
+            .set_recv_completion_flags(attr.recv_completion_flags);
         if let Some((qp, sink)) = rebuilt {
             self.ia
                 .eps_by_qp
                 .lock()
-                .insert(qp.qp_num(), Arc::downgrade(self));
+                .insert(qp.qp_num(), self.qp_owner());
             i.qp = Some(qp);
             i.sink_cq = sink;
             if i.state == EpState::UnconfiguredUnconnected {
@@ -677,8 +725,7 @@ impl Ep {
         flags: u32,
     ) -> DatResult<()> {
         self.ia.check_open()?;
-        let port =
-            super::sp::port_of_conn_qual(conn_qual).ok_or(DatError::bad(Param::RemoteConnQual))?;
+        let port = port_of_conn_qual(conn_qual).ok_or(DatError::bad(Param::RemoteConnQual))?;
         if private_data.len() > self.ia.device().attr().max_private_data as usize {
             return Err(DatError::bad(Param::PrivateDataSize));
         }
@@ -837,7 +884,7 @@ impl Ep {
                 self.ia
                     .eps_by_qp
                     .lock()
-                    .insert(new.qp_num(), Arc::downgrade(self));
+                    .insert(new.qp_num(), self.qp_owner());
                 i.qp = Some(new);
                 i.sink_cq = sink;
             }
@@ -1013,7 +1060,7 @@ impl Ep {
     /// dat_ep_free: any state; a connection is torn down abruptly and outstanding requests are
     /// flushed.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        handle::remove(self.handle, HandleKind::Ep)?;
+        self.ia.remove(self.handle, HandleKind::Ep)?;
         self.destroy();
         Ok(())
     }
@@ -1097,7 +1144,7 @@ fn build_qp(
             let mut batch = Vec::new();
             while cq.poll(64, &mut batch) > 0 {
                 for wc in batch.drain(..) {
-                    ia.retire(wc.wr_id);
+                    completion::retire(&ia, wc.wr_id);
                 }
             }
         })));

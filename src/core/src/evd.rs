@@ -36,97 +36,21 @@
 //! solicited: on verbs a SOLICITED_WAIT receive EVD notifies on every receive, as the default.
 
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::cno::{deadline_from, Cno};
-use super::consts::{completion_flags, evd_flags, evd_state, event_number};
+use super::completion;
+use super::consts::{evd_flags, evd_state, event_number};
 use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, Param, SubType};
-use super::handle::{self, Handle, HandleKind, Object, UseCount};
-use super::ia::Ia;
+pub use super::event::{DtoExt, Event, EventData, UdConnExt};
+use super::handle_table::{self, AnyObject, Handle, HandleKind};
+use super::ia::{EventQueue, Ia};
+use super::use_count::UseCount;
 use daplrs_backend::{CompletionQueue, WorkCompletion};
-
-/// The payload of an event; handles are the values C sees.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EventData {
-    Dto {
-        ep: Handle,
-        cookie: u64,
-        status: u32,
-        transferred: u32,
-        op: u32,
-        rmr_context: u32,
-        /// The IB extension's data of a DAT_IB_DTO_EVENT.
-        ext: Option<DtoExt>,
-    },
-    RmrBind {
-        rmr: Handle,
-        cookie: u64,
-        status: u32,
-    },
-    CrArrival {
-        sp: Handle,
-        local_addr: Ipv4Addr,
-        conn_qual: u64,
-        cr: Handle,
-    },
-    /// The private data stays owned by the EP (see `Ep::peer_private_data`) for as long as the
-    /// ffi layer needs a stable pointer to it.
-    Connection {
-        ep: Handle,
-        private_data: Arc<[u8]>,
-    },
-    /// A datagram EP's address resolution ended (DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED,
-    /// _REJECT_EVENT, _ERROR_EVENT; see `ep::ud`). The private data is owned by the
-    /// resolution's record (`ext.cm`) until dat_ib_ud_cm_free.
-    UdConnection {
-        ep: Handle,
-        private_data: Arc<[u8]>,
-        ext: UdConnExt,
-    },
-    Async {
-        handle: Handle,
-        reason: u32,
-    },
-    Software {
-        pointer: u64,
-    },
-}
-
-/// What a datagram EP's connection event adds (DAT_IB_EXTENSION_EVENT_DATA): the extension
-/// type, the remote address handle (DAT_IB_ADDR_HANDLE: our token for it, the remote QP
-/// number and IA address) and the resolution's record (its `context`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdConnExt {
-    /// DAT_IB_EXT_TYPE: DAT_IB_UD_REMOTE_AH, _PASSIVE_REMOTE_AH, _CONNECT_REJECT, _ERROR.
-    pub kind: u32,
-    /// The address handle's token (0: none, for a failure).
-    pub ah: u64,
-    pub qpn: u32,
-    pub address: Option<Ipv4Addr>,
-    /// The record's token, for dat_ib_ud_cm_free.
-    pub cm: u64,
-}
-
-/// What a DAT_IB_DTO_EVENT adds to a DTO completion (DAT_IB_EXTENSION_EVENT_DATA).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DtoExt {
-    /// DAT_IB_EXT_TYPE.
-    pub kind: u32,
-    /// The immediate data of a write-with-immediate, for the receive it consumed.
-    pub imm: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    pub number: u32,
-    pub evd: Handle,
-    pub data: EventData,
-}
 
 struct EvdState {
     queue: VecDeque<Event>,
@@ -282,7 +206,7 @@ impl Evd {
         } else {
             None
         };
-        let reservation = handle::reserve(HandleKind::Evd, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Evd);
         let evd = Arc::new(Evd {
             handle: reservation.handle(),
             ia: ia.clone(),
@@ -325,9 +249,9 @@ impl Evd {
             // A CNO's waiter learns of completions only if they reach the EVD by themselves.
             cq.set_events_wanted(evd.state.lock().cno.is_some());
         }
-        reservation.commit(Object::Evd(evd.clone()), ia.handle());
+        ia.commit(reservation, &evd);
         if flags & evd_flags::ASYNC != 0 {
-            ia.adopt_async_evd(&evd);
+            ia.adopt_async_evd(&evd, false);
         }
         Ok(evd)
     }
@@ -401,7 +325,7 @@ impl Evd {
             batch.clear();
             let n = cq.poll(BATCH, &mut batch);
             for wc in batch.drain(..) {
-                let Some((ev, notify)) = self.ia.dto_event(&wc, self.handle) else {
+                let Some((ev, notify)) = completion::event(&self.ia, &wc, self.handle) else {
                     continue;
                 };
                 // Only the first event may be taken: a later one would overtake it.
@@ -417,27 +341,6 @@ impl Evd {
             }
         }
         behind
-    }
-
-    /// Which consumer-controlled notification mode, if any, a DTO stream feeding this EVD
-    /// uses: the INVALID_STATE subtype a wait with a threshold above 1 gets. Called without
-    /// the EVD's state lock (it takes EP locks).
-    fn consumer_controlled(&self) -> Option<SubType> {
-        for (_, obj) in handle::children(self.ia.handle()) {
-            let Object::Ep(ep) = obj else { continue };
-            let p = ep.query();
-            let recv = p.attr.recv_completion_flags;
-            let request = p.attr.request_completion_flags;
-            if p.recv_evd == self.handle && recv & completion_flags::SOLICITED_WAIT != 0 {
-                return Some(SubType::EvdConfigSolicited);
-            }
-            if (p.recv_evd == self.handle && recv & completion_flags::UNSIGNALLED != 0)
-                || (p.request_evd == self.handle && request & completion_flags::UNSIGNALLED != 0)
-            {
-                return Some(SubType::EvdConfigNotify);
-            }
-        }
-        None
     }
 
     /// Queues a provider-generated notification event (never dropped).
@@ -617,23 +520,18 @@ impl Evd {
         Ok(())
     }
 
-    /// dat_evd_wait: waits until `threshold` events are queued with a notification event among
-    /// them (see the module's rules) or `timeout_us` passes, then returns the first event and
-    /// how many remain. A threshold above 1 on an EVD a consumer-controlled DTO stream feeds is
-    /// DAT_INVALID_STATE.
-    pub fn wait(&self, timeout_us: u32, threshold: i32) -> DatResult<(Event, usize)> {
-        let mut ev = None;
-        let more = self.wait_into(timeout_us, threshold, &mut ev)?;
-        Ok((ev.ok_or_else(DatError::internal)?, more))
-    }
-
-    /// `wait`, the event written to `out` (None on entry) as in `dequeue_into`; returns how
-    /// many events remain.
-    pub fn wait_into(
+    /// dat_evd_wait (`Evd::wait`, in ep.rs): waits until `threshold` events are queued with a
+    /// notification event among them (see the module's rules) or `timeout_us` passes, writes
+    /// the first event to `out` (None on entry) as in `dequeue_into` and returns how many
+    /// remain. With a threshold above 1, `controlled` says which consumer-controlled DTO
+    /// stream feeds the EVD, if one does: DAT_INVALID_STATE with that subtype (the EPs know;
+    /// asked without the EVD's state lock, as they take EP locks).
+    pub(crate) fn wait_with(
         &self,
         timeout_us: u32,
         threshold: i32,
         out: &mut Option<Event>,
+        controlled: impl FnOnce() -> Option<SubType>,
     ) -> DatResult<usize> {
         self.counters.inc(counters::evd::WAIT);
         if threshold == 1 {
@@ -647,11 +545,7 @@ impl Evd {
             self.drain_cq();
         }
         let deadline = deadline_from(timeout_us);
-        let controlled = if threshold > 1 {
-            self.consumer_controlled()
-        } else {
-            None
-        };
+        let controlled = if threshold > 1 { controlled() } else { None };
         let mut s = self.state.lock();
         if threshold <= 0 || threshold as usize > s.qlen {
             return Err(DatError::bad(Param::Threshold));
@@ -798,7 +692,7 @@ impl Evd {
 
     /// dat_evd_free: refused while an EP, PSP or RSP uses the EVD.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        if !handle::is_live(self.handle) {
+        if !handle_table::is_live(self.handle) {
             return Err(DatError::bad_handle(Param::EvdHandle));
         }
         if self.users.retire().is_err() {
@@ -809,7 +703,7 @@ impl Evd {
             self.users.release_retire();
             return Err(DatError::invalid_state(SubType::EvdWaiter));
         }
-        handle::remove(self.handle, HandleKind::Evd)?;
+        self.ia.remove(self.handle, HandleKind::Evd)?;
         self.destroy();
         Ok(())
     }
@@ -832,5 +726,24 @@ impl Evd {
             c.users.release();
         }
         self.ia.forget_async_evd(self.handle);
+    }
+}
+
+impl EventQueue for Evd {
+    fn handle(&self) -> Handle {
+        self.handle
+    }
+    fn push_provider(&self, event: Event) {
+        Evd::push_provider(self, event);
+    }
+    fn into_any(self: Arc<Self>) -> Arc<AnyObject> {
+        self
+    }
+}
+
+impl Ia {
+    /// The async EVD, if the IA has one.
+    pub fn async_evd(&self) -> Option<Arc<Evd>> {
+        self.async_queue()?.into_any().downcast().ok()
     }
 }

@@ -5,7 +5,7 @@
 //! The rules follow the base operations they extend: the request-queue, flag and local-IOV
 //! checks of dat_ep_post_rdma_write / dat_ep_post_rdma_read, completion through the EP's
 //! request EVD, exactly once. What differs is how a completion is reported: as a
-//! DAT_IB_DTO_EVENT whose extension data names the operation (see `Ia::dto_event`), and, for a
+//! DAT_IB_DTO_EVENT whose extension data names the operation (see `completion::event`), and, for a
 //! write with immediate data, a receive consumed at the target that reports the data.
 
 use super::consts::{completion_flags, ib_ext, mem_priv};
@@ -13,7 +13,7 @@ use super::counters;
 use super::ep::{Ep, RemoteBuffer};
 use super::error::{DatError, DatResult, Param};
 use super::handle::Object;
-use super::ia::PendingDto;
+use super::pending::PendingDto;
 use daplrs_backend::{SendOp, SendWr, Sge};
 
 /// The two 64-bit atomics.
@@ -40,7 +40,7 @@ impl Ep {
             return Err(DatError::not_implemented());
         }
         let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
-        let (sgl, total) = Self::check_local_iov(self.ia(), pz, iov, mem_priv::LOCAL_READ)?;
+        let (sgl, total) = self.ia().lmrs.check_iov(pz, iov, mem_priv::LOCAL_READ)?;
         if total > u64::from(self.ia().max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
@@ -89,12 +89,10 @@ impl Ep {
             return Err(DatError::not_implemented());
         }
         let (pz, qp) = self.request_common(flags, 1, |a| a.max_rdma_read_iov)?;
-        let (sgl, total) = Self::check_local_iov(
-            self.ia(),
-            pz,
-            std::slice::from_ref(local),
-            mem_priv::LOCAL_WRITE,
-        )?;
+        let (sgl, total) =
+            self.ia()
+                .lmrs
+                .check_iov(pz, std::slice::from_ref(local), mem_priv::LOCAL_WRITE)?;
         if total != 8 {
             return Err(DatError::length());
         }

@@ -1,14 +1,15 @@
 //! LMR: a registered local memory region. Its lmr_context is the backend lkey and its
 //! rmr_context the backend rkey; both are unique among live registrations of the device.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::consts::mem_priv;
 use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
-use super::handle::{self, Handle, HandleKind, Object, UseCount};
+use super::handle_table::{self, AnyObject, Handle, HandleKind};
 use super::ia::Ia;
 use super::lmr_table::RegionCheck;
 use super::pz::Pz;
+use super::use_count::UseCount;
 use daplrs_backend::{self as backend, access, MemoryRegion};
 
 /// DAT_VA_TYPE.
@@ -167,7 +168,7 @@ impl Lmr {
                 });
             }
         };
-        let reservation = handle::reserve(HandleKind::Lmr, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Lmr);
         let lmr = Arc::new(Lmr {
             handle: reservation.handle(),
             ia: ia.clone(),
@@ -181,7 +182,7 @@ impl Lmr {
         });
         let entered = ia.lmrs.insert(
             lmr.mr.lkey(),
-            Arc::downgrade(&lmr),
+            Arc::downgrade(&lmr) as Weak<AnyObject>,
             RegionCheck {
                 pz: Arc::as_ptr(pz) as usize,
                 addr: lmr.mr.addr(),
@@ -197,7 +198,7 @@ impl Lmr {
                 SubType::None,
             ));
         }
-        reservation.commit(Object::Lmr(lmr.clone()), ia.handle());
+        ia.commit(reservation, &lmr);
         Ok(lmr)
     }
 
@@ -257,13 +258,13 @@ impl Lmr {
 
     /// dat_lmr_free: refused while an RMR is bound into the region.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        if !handle::is_live(self.handle) {
+        if !handle_table::is_live(self.handle) {
             return Err(HandleKind::Lmr.invalid());
         }
         if self.users.retire().is_err() {
             return Err(DatError::invalid_state(SubType::LmrInUse));
         }
-        handle::remove(self.handle, HandleKind::Lmr)?;
+        self.ia.remove(self.handle, HandleKind::Lmr)?;
         self.destroy();
         Ok(())
     }
@@ -273,6 +274,14 @@ impl Lmr {
         self.ia.lmrs.remove(self.mr.lkey());
         self.mr.deregister();
         self.pz.users.release();
+    }
+}
+
+impl Ia {
+    /// The live LMR of this IA whose lmr_context is `lmr_context` (DAT 1.2's dat_rmr_bind
+    /// names the LMR by its triplet's context only).
+    pub fn lmr_by_context(&self, lmr_context: u32) -> Option<Arc<Lmr>> {
+        self.lmrs.lmr(lmr_context)?.downcast().ok()
     }
 }
 

@@ -18,8 +18,11 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use super::lmr::Lmr;
+use super::consts::mem_priv;
+use super::error::{DatError, DatResult, ErrorType, Param, SubType};
+use super::handle_table::AnyObject;
 use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{Sge, SgeList};
 
 /// What a post checks of an LMR, kept as plain values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,10 +85,11 @@ const FIRST_TIER: usize = 64;
 const TIERS: usize = 22;
 
 /// What create and free keep under the mutex: the LMRs themselves (for lookups that need the
-/// object, as DAT 1.2's dat_rmr_bind) and the array's occupancy.
+/// object, as DAT 1.2's dat_rmr_bind; an `Lmr`, which lmr.rs downcasts: the IA's table sits
+/// below it) and the array's occupancy.
 #[derive(Default)]
 struct Writer {
-    regions: IntMap<u32, (Weak<Lmr>, RegionCheck)>,
+    regions: IntMap<u32, (Weak<AnyObject>, RegionCheck)>,
     /// Entries not EMPTY in the current tier (live and tombstones).
     used: usize,
 }
@@ -138,6 +142,79 @@ impl LmrTable {
         }
     }
 
+    /// Checks a local IOV against the LMRs: each non-empty segment must name a live LMR (else
+    /// PRIVILEGES_VIOLATION) of the PZ `pz` (else PROTECTION_VIOLATION), lie inside it (else
+    /// INVALID_PARAMETER on the local IOV) and have `need` privilege. Returns the segments to
+    /// post and the total length.
+    pub(crate) fn check_iov(&self, pz: usize, iov: &[Sge], need: u32) -> DatResult<(SgeList, u64)> {
+        let mut out = SgeList::new();
+        let total = self.check_iov_into(pz, iov, need, &mut out)?;
+        Ok((out, total))
+    }
+
+    /// `check_iov`, appending the segments to post to `out` (the work request's own list: no
+    /// copy of it on the post path); returns the total length. Inlined into each post: as a
+    /// call of its own, its entry and exit were a sixth of it.
+    #[inline(always)]
+    pub(crate) fn check_iov_into(
+        &self,
+        pz: usize,
+        iov: &[Sge],
+        need: u32,
+        out: &mut SgeList,
+    ) -> DatResult<u64> {
+        let mut total: u64 = 0;
+        for seg in iov {
+            if seg.length == 0 {
+                continue;
+            }
+            let lmr = self.check(seg.lkey).ok_or_else(|| {
+                DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                )
+            })?;
+            if lmr.pz != pz {
+                return Err(DatError::new(
+                    ErrorType::ProtectionViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::ProtectionRead
+                    } else {
+                        SubType::ProtectionWrite
+                    },
+                ));
+            }
+            if !lmr.contains(seg.addr, u64::from(seg.length)) {
+                return Err(DatError::bad(Param::LocalIov));
+            }
+            // Local write privilege implies local read, as on every RDMA NIC
+            // (verbs has no local-read flag): OFED's dtest sends from an LMR
+            // registered with DAT_MEM_PRIV_LOCAL_WRITE_FLAG alone.
+            let granted = if need == mem_priv::LOCAL_READ {
+                lmr.privileges & (mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE)
+            } else {
+                lmr.privileges & need
+            };
+            if granted == 0 {
+                return Err(DatError::new(
+                    ErrorType::PrivilegesViolation,
+                    if need == mem_priv::LOCAL_READ {
+                        SubType::PrivilegesRead
+                    } else {
+                        SubType::PrivilegesWrite
+                    },
+                ));
+            }
+            total += u64::from(seg.length);
+            out.push(*seg);
+        }
+        Ok(total)
+    }
+
     #[inline]
     fn probe(&self, key: u32) -> Option<RegionCheck> {
         let entries = self.tiers[self.tier.load(Ordering::Relaxed)].get()?;
@@ -155,13 +232,13 @@ impl LmrTable {
         None
     }
 
-    /// The live LMR whose lmr_context is `key`.
-    pub(crate) fn lmr(&self, key: u32) -> Option<Arc<Lmr>> {
+    /// The live LMR whose lmr_context is `key` (see `Writer`).
+    pub(crate) fn lmr(&self, key: u32) -> Option<Arc<AnyObject>> {
         self.writer.lock().regions.get(&key)?.0.upgrade()
     }
 
     /// Enters a new LMR; false if the array cannot hold another (2^26 live).
-    pub(crate) fn insert(&self, key: u32, lmr: Weak<Lmr>, region: RegionCheck) -> bool {
+    pub(crate) fn insert(&self, key: u32, lmr: Weak<AnyObject>, region: RegionCheck) -> bool {
         let mut w = self.writer.lock();
         if w.regions.remove(&key).is_some() {
             // A context the device reissued while we still held it: the old entry goes.
@@ -288,7 +365,7 @@ mod tests {
         assert_eq!(t.check(7), None);
         // Growth: 1,000 live regions, keys shaped as TCP's (index << 8 | generation).
         for i in 0..1000u32 {
-            assert!(t.insert(i << 8 | 1, Weak::new(), region(u64::from(i))));
+            assert!(t.insert(i << 8 | 1, Weak::<()>::new(), region(u64::from(i))));
         }
         for i in 0..1000u32 {
             assert_eq!(t.check(i << 8 | 1), Some(region(u64::from(i))));
@@ -298,7 +375,7 @@ mod tests {
         // tombstones are rebuilt away and the live ones stay found.
         for n in 0..100_000u32 {
             let key = (2000 + n % 7) << 8 | (n / 7) & 0xff;
-            assert!(t.insert(key, Weak::new(), region(9)));
+            assert!(t.insert(key, Weak::<()>::new(), region(9)));
             assert_eq!(t.check(key), Some(region(9)));
             t.remove(key);
             assert_eq!(t.check(key), None);
@@ -317,7 +394,7 @@ mod tests {
     fn readers_never_see_a_torn_or_missing_live_region() {
         let t = Arc::new(LmrTable::default());
         // One region stays live throughout; others come and go around it.
-        assert!(t.insert(1 << 8, Weak::new(), region(1)));
+        assert!(t.insert(1 << 8, Weak::<()>::new(), region(1)));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reader = {
             let (t, stop) = (t.clone(), stop.clone());
@@ -336,15 +413,15 @@ mod tests {
         // The others: one that comes and goes, and 20,000 more of which a third are freed,
         // so that the array grows and is rebuilt while the reader reads.
         for n in 0..20_000u32 {
-            assert!(t.insert(2 << 8, Weak::new(), region(2)));
-            assert!(t.insert((3 + n) << 8, Weak::new(), region(3)));
+            assert!(t.insert(2 << 8, Weak::<()>::new(), region(2)));
+            assert!(t.insert((3 + n) << 8, Weak::<()>::new(), region(3)));
             t.remove(2 << 8);
             if n % 3 == 0 {
                 t.remove((3 + n) << 8);
             }
         }
         // A context reissued while held replaces its entry.
-        assert!(t.insert(5 << 8, Weak::new(), region(5)));
+        assert!(t.insert(5 << 8, Weak::<()>::new(), region(5)));
         assert_eq!(t.check(5 << 8), Some(region(5)));
         stop.store(true, Ordering::Relaxed);
         assert!(reader.join().expect("reader") > 0);

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use super::error::{DatError, DatResult, SubType};
-use super::handle::{self, Handle, HandleKind, Object, UseCount};
+use super::handle_table::{self, Handle, HandleKind};
 use super::ia::Ia;
+use super::use_count::UseCount;
 use daplrs_backend::ProtectionDomain;
 
 pub struct Pz {
@@ -25,14 +26,14 @@ impl Pz {
             SubType::ResourceProtectionDomain,
         )?;
         let pd = ia.device().alloc_pd()?;
-        let reservation = handle::reserve(HandleKind::Pz, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Pz);
         let pz = Arc::new(Pz {
             handle: reservation.handle(),
             ia: ia.clone(),
             pd,
             users: UseCount::default(),
         });
-        reservation.commit(Object::Pz(pz.clone()), ia.handle());
+        ia.commit(reservation, &pz);
         Ok(pz)
     }
 
@@ -62,13 +63,13 @@ impl Pz {
 
     /// dat_pz_free: refused (INVALID_STATE PZ_IN_USE) while an EP, LMR, RMR or SRQ uses it.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        if !handle::is_live(self.handle) {
+        if !handle_table::is_live(self.handle) {
             return Err(HandleKind::Pz.invalid());
         }
         if self.users.retire().is_err() {
             return Err(DatError::invalid_state(SubType::PzInUse));
         }
-        handle::remove(self.handle, HandleKind::Pz)?;
+        self.ia.remove(self.handle, HandleKind::Pz)?;
         self.destroy();
         Ok(())
     }

@@ -6,16 +6,18 @@
 //! the post; `bind_order` only keeps binds of one RMR in post order (the rkey of a bind derives
 //! from the previous one) and nothing on the completion path takes it.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
 use super::consts::{completion_flags, dto_op, mem_priv};
-use super::ep::Ep;
+use super::ep::{Ep, RemoteBuffer};
 use super::error::{DatError, DatResult, ErrorType, Param, SubType};
-use super::handle::{self, Handle, HandleKind, Object};
-use super::ia::{Ia, PendingDto};
+use super::handle_table::{Handle, HandleKind};
+use super::ia::Ia;
 use super::lmr::{access_of, Lmr, VA_TYPE_VA, VA_TYPE_ZB};
+use super::pending::{PendingDto, Window};
 use super::pz::Pz;
 use daplrs_backend::{MemoryWindow, SendOp, SendWr, Sge, SgeList};
 
@@ -79,7 +81,7 @@ impl Rmr {
                 return Err(e.into());
             }
         };
-        let reservation = handle::reserve(HandleKind::Rmr, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Rmr);
         let rmr = Arc::new(Rmr {
             handle: reservation.handle(),
             ia: ia.clone(),
@@ -91,7 +93,7 @@ impl Rmr {
             }),
             bind_order: Mutex::new(()),
         });
-        reservation.commit(Object::Rmr(rmr.clone()), ia.handle());
+        ia.commit(reservation, &rmr);
         Ok(rmr)
     }
 
@@ -229,7 +231,7 @@ impl Rmr {
             cookie,
             op: dto_op::BIND_MW,
             report_success: report,
-            rmr: Some((self.clone(), new_rkey)),
+            rmr: Some((self.clone() as Arc<dyn Window>, new_rkey)),
             ext: None,
             recv: None,
         };
@@ -267,19 +269,13 @@ impl Rmr {
             self.ia
                 .rmrs_by_context
                 .lock()
-                .insert(new_rkey, Arc::downgrade(self));
+                .insert(new_rkey, Arc::downgrade(self) as Weak<dyn Window>);
         }
         Ok(new_rkey)
     }
 
     pub(crate) fn pz(&self) -> &Arc<Pz> {
         &self.pz
-    }
-
-    /// Whether the RMR's current binding is the one `rmr_context` names.
-    pub(crate) fn is_bound_as(&self, rmr_context: u32) -> bool {
-        let st = self.state.lock();
-        st.posted == rmr_context && st.binding.is_some()
     }
 
     /// The local memory the binding `rmr_context` names, as a segment of its LMR, if the range
@@ -308,9 +304,37 @@ impl Rmr {
         })
     }
 
+    /// dat_rmr_free.
+    pub fn free(self: &Arc<Self>) -> DatResult<()> {
+        self.ia.remove(self.handle, HandleKind::Rmr)?;
+        self.destroy();
+        Ok(())
+    }
+
+    pub(crate) fn destroy(&self) {
+        self.mw.dealloc();
+        let old = self.state.lock().binding.take();
+        if let Some(old) = old {
+            old.lmr.users.release();
+        }
+        self.pz.users.release();
+    }
+}
+
+impl Window for Rmr {
+    fn handle(&self) -> Handle {
+        self.handle
+    }
+
+    /// Whether the RMR's current binding is the one `rmr_context` names.
+    fn is_bound_as(&self, rmr_context: u32) -> bool {
+        let st = self.state.lock();
+        st.posted == rmr_context && st.binding.is_some()
+    }
+
     /// The bind that gave `rmr_context` failed or was flushed after it was posted: unless a
     /// later bind was posted since, the RMR is left unbound and the window grants nothing.
-    pub(crate) fn bind_failed(&self, rmr_context: u32) {
+    fn bind_failed(&self, rmr_context: u32) {
         let old = {
             let mut st = self.state.lock();
             if st.posted != rmr_context {
@@ -325,19 +349,47 @@ impl Rmr {
         }
     }
 
-    /// dat_rmr_free.
-    pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        handle::remove(self.handle, HandleKind::Rmr)?;
-        self.destroy();
-        Ok(())
+    fn as_any(&self) -> &dyn Any {
+        self
     }
+}
 
-    pub(crate) fn destroy(&self) {
-        self.mw.dealloc();
-        let old = self.state.lock().binding.take();
-        if let Some(old) = old {
-            old.lmr.users.release();
+impl Ep {
+    /// dat_ep_post_rdma_read_to_rmr: an RDMA read whose sink is an RMR of ours, named by its
+    /// triplet (rmr_context of its current binding, address, length) instead of an LMR
+    /// triplet. The range must lie inside the binding, which must grant write (local or
+    /// remote); the read then lands in the LMR the RMR is bound into, exactly as
+    /// dat_ep_post_rdma_read into that range. Here, with the RMR it reads into.
+    pub fn post_rdma_read_to_rmr(
+        &self,
+        local: RemoteBuffer,
+        cookie: u64,
+        remote: RemoteBuffer,
+        flags: u32,
+    ) -> DatResult<()> {
+        let no_rmr = DatError::new(ErrorType::PrivilegesViolation, SubType::PrivilegesWrite);
+        let window = self.ia().rmr_by_context(local.rmr_context).ok_or(no_rmr)?;
+        let rmr = window.as_any().downcast_ref::<Rmr>().ok_or(no_rmr)?;
+        let sge = rmr
+            .local_segment(
+                local.rmr_context,
+                local.address,
+                local.length,
+                mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE,
+            )
+            .ok_or(DatError::bad(Param::LocalIov))?;
+        if !Arc::ptr_eq(rmr.pz(), &self.pz_or_err()?) {
+            return Err(DatError::new(
+                ErrorType::ProtectionViolation,
+                SubType::ProtectionWrite,
+            ));
         }
-        self.pz.users.release();
+        // Its one local segment is the RMR triplet, which this call has instead of a count
+        // and an LMR IOV: what dat_ep_post_rdma_read says of the segments is said of it.
+        self.post_rdma_read(&[sge], cookie, remote, flags)
+            .map_err(|e| match e.param {
+                Some(Param::NumSegments) => DatError::bad(Param::LocalIov),
+                _ => e,
+            })
     }
 }

@@ -22,18 +22,19 @@
 //!   accepted or rejected, as for a PSP.
 
 use std::net::SocketAddrV4;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
 use super::consts::{evd_flags, event_number, ib_ext, psp_flags};
 use super::cr::Cr;
+pub use super::ep::port_of_conn_qual;
 use super::ep::Ep;
 use super::error::{DatError, DatResult, ErrorType, Param, SubType};
 use super::evd::{Evd, Event, EventData};
-use super::handle::{self, Handle, HandleKind, Object};
+use super::handle_table::{AnyObject, Handle, HandleKind};
 use super::ia::Ia;
-use daplrs_backend::{ConnRequestId, Listener};
+use daplrs_backend::{CmEvent, ConnRequestId, Listener};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpKind {
@@ -100,20 +101,6 @@ pub struct Sp {
     freed: Mutex<bool>,
 }
 
-/// The TCP port a conn_qual means. DAT conn_quals are 64-bit; those above
-/// 65535 are folded into 33534..=65534 exactly as OFED's rdma_cm provider
-/// folds them, so both agree on where a large conn_qual listens (dapltest's
-/// limit test uses 0xAffab1e + n). Zero is no port.
-pub fn port_of_conn_qual(conn_qual: u64) -> Option<u16> {
-    const MODULUS: u64 = 32001;
-    const BASE: u64 = 65535 - MODULUS;
-    match conn_qual {
-        0 => None,
-        1..=0xffff => Some(conn_qual as u16),
-        _ => Some((conn_qual % MODULUS + BASE) as u16),
-    }
-}
-
 /// Where a new service point listens: on a conn_qual's port, on a port the backend picks, or
 /// (CSP) on the port of its address with its communicator.
 enum Listen {
@@ -154,7 +141,7 @@ impl Sp {
                 return Err(e.into());
             }
         };
-        let reservation = handle::reserve(kind.handle_kind(), ia.dispatch());
+        let reservation = ia.reserve(kind.handle_kind());
         if let Some(ep) = &ep {
             if let Err(e) = ep.reserve_for(reservation.handle()) {
                 listener.close();
@@ -175,14 +162,12 @@ impl Sp {
             comm,
             freed: Mutex::new(false),
         });
-        let obj = match kind {
-            SpKind::Psp => Object::Psp(sp.clone()),
-            SpKind::Rsp => Object::Rsp(sp.clone()),
-            SpKind::Csp => Object::Csp(sp.clone()),
-        };
-        reservation.commit(obj, ia.handle());
+        ia.commit(reservation, &sp);
         // Only now do the listener's requests reach the SP (those that came already waited).
-        ia.register_sp(sp.listener.id(), &sp);
+        let early = ia.register_listener(sp.listener.id(), Arc::downgrade(&sp) as Weak<AnyObject>);
+        for ev in early {
+            sp.on_request(ev);
+        }
         Ok(sp)
     }
 
@@ -290,6 +275,29 @@ impl Sp {
         }
     }
 
+    /// A request of its listener (`CmEvent::ConnectRequest` or `UdRequest`) arrived: see
+    /// `on_connect_request`.
+    pub(crate) fn on_request(self: &Arc<Self>, ev: CmEvent) {
+        let ud = matches!(ev, CmEvent::UdRequest { .. });
+        if let CmEvent::ConnectRequest {
+            req,
+            private_data,
+            remote,
+            local,
+            ..
+        }
+        | CmEvent::UdRequest {
+            req,
+            private_data,
+            remote,
+            local,
+            ..
+        } = ev
+        {
+            self.on_connect_request(req, private_data, remote, local, ud);
+        }
+    }
+
     /// A connection request arrived (called from the CM event path); `ud`: a datagram EP's
     /// address-resolution request (see `ep::ud`), which becomes a CR reported as
     /// DAT_IB_UD_CONNECTION_REQUEST_EVENT and is served by PSPs without
@@ -357,7 +365,7 @@ impl Sp {
 
     /// dat_psp_free / dat_rsp_free / dat_csp_free. Requests not yet accepted stay valid CRs.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        handle::remove(self.handle, self.kind.handle_kind())?;
+        self.ia.remove(self.handle, self.kind.handle_kind())?;
         self.destroy();
         Ok(())
     }
@@ -384,7 +392,7 @@ impl Sp {
             .sps_by_listener
             .lock()
             .values()
-            .filter_map(|w| w.upgrade())
+            .filter_map(|w| w.upgrade()?.downcast().ok())
             .collect();
         sps.into_iter()
             .find(|s| s.kind == SpKind::Psp && s.conn_qual() == conn_qual && !*s.freed.lock())

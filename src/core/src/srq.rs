@@ -7,12 +7,12 @@
 //! (DAT_SRQ_LW_DEFAULT) never fires: no count is below 0.
 //!
 //! The rule lives here, with no help from the backend: every SRQ receive a QP consumes
-//! completes, every completion passes through `Ia::retire` as soon as the backend produces it
-//! (the EVD drains its CQ from the CQ's notify hook), and by then the backend's `posted()`
-//! count, which dat_srq_query reports, no longer holds that receive. Checking the armed SRQs
-//! there is one rule for both backends with no trait surface: the alternative, the backend
-//! reporting the crossing itself, would have the TCP engine check at every place it takes a
-//! receive (sends and writes with immediate data), and verbs' hardware limit
+//! completes, every completion passes through `completion::retire` as soon as the backend
+//! produces it (the EVD drains its CQ from the CQ's notify hook), and by then the backend's
+//! `posted()` count, which dat_srq_query reports, no longer holds that receive. Checking the
+//! armed SRQs there is one rule for both backends with no trait surface: the alternative, the
+//! backend reporting the crossing itself, would have the TCP engine check at every place it
+//! takes a receive (sends and writes with immediate data), and verbs' hardware limit
 //! (IBV_EVENT_SRQ_LIMIT_REACHED) counts receives not yet taken by the device, a different
 //! number from the one the consumer queries, and arrives on a descriptor the IAs of a device
 //! share.
@@ -22,11 +22,12 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use super::consts::{async_reason, dto_op, event_number, mem_priv};
-use super::ep::Ep;
 use super::error::{from_backend, DatError, DatResult, Param, SubType};
-use super::handle::{self, Handle, HandleKind, Object, UseCount};
-use super::ia::{Ia, PendingDto};
+use super::handle_table::{self, Handle, HandleKind};
+use super::ia::Ia;
+use super::pending::PendingDto;
 use super::pz::Pz;
+use super::use_count::UseCount;
 use daplrs_backend::{RecvWr, Sge, SharedReceiveQueue};
 
 /// DAT_SRQ_ATTR.
@@ -116,7 +117,7 @@ impl Srq {
                 return Err(e.into());
             }
         };
-        let reservation = handle::reserve(HandleKind::Srq, ia.dispatch());
+        let reservation = ia.reserve(HandleKind::Srq);
         let s = Arc::new(Srq {
             handle: reservation.handle(),
             ia: ia.clone(),
@@ -125,7 +126,7 @@ impl Srq {
             attr: Mutex::new(attr),
             users: UseCount::default(),
         });
-        reservation.commit(Object::Srq(s.clone()), ia.handle());
+        ia.commit(reservation, &s);
         // The watermark of the attributes is armed as one set later would be: with nothing
         // posted yet, a nonzero one fires at once (why DAT asks for DAT_SRQ_LW_DEFAULT here).
         s.arm_low_watermark();
@@ -155,12 +156,10 @@ impl Srq {
         if iov.len() > attr.max_recv_iov as usize {
             return Err(DatError::bad(Param::NumSegments));
         }
-        let (sgl, _) = Ep::check_local_iov(
-            &self.ia,
-            Arc::as_ptr(&self.pz) as usize,
-            iov,
-            mem_priv::LOCAL_WRITE,
-        )?;
+        let (sgl, _) =
+            self.ia
+                .lmrs
+                .check_iov(Arc::as_ptr(&self.pz) as usize, iov, mem_priv::LOCAL_WRITE)?;
         let wr_id = self.ia.track(PendingDto {
             ep: Handle::NULL,
             cookie,
@@ -244,13 +243,13 @@ impl Srq {
 
     /// dat_srq_free: refused while an EP uses the SRQ.
     pub fn free(self: &Arc<Self>) -> DatResult<()> {
-        if !handle::is_live(self.handle) {
+        if !handle_table::is_live(self.handle) {
             return Err(HandleKind::Srq.invalid());
         }
         if self.users.retire().is_err() {
             return Err(DatError::invalid_state(SubType::SrqInUse));
         }
-        handle::remove(self.handle, HandleKind::Srq)?;
+        self.ia.remove(self.handle, HandleKind::Srq)?;
         self.destroy();
         Ok(())
     }

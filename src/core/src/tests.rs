@@ -685,7 +685,7 @@ fn lmr_check_sees_a_free_after_a_cached_check() {
         lkey: lmr.lmr_context(),
     };
     let pz_id = Arc::as_ptr(&pz) as usize;
-    let check = |pz: usize, seg: Sge| Ep::check_local_iov(&ia, pz, &[seg], mem_priv::LOCAL_READ);
+    let check = |pz: usize, seg: Sge| ia.lmrs.check_iov(pz, &[seg], mem_priv::LOCAL_READ);
     for _ in 0..2 {
         assert_eq!(check(pz_id, seg).expect("live lmr").1, 64);
     }

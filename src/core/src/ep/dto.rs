@@ -1,6 +1,6 @@
 //! The EP's data-transfer calls (dat_ep_post_send, _post_rdma_write, _post_rdma_read,
 //! _post_recv and their checks, the receive watermarks): each becomes a work request on the
-//! EP's backend queue pair, tracked until its completion (ia.rs `PendingDto`).
+//! EP's backend queue pair, tracked until its completion (`PendingDto`).
 
 use super::*;
 
@@ -34,84 +34,6 @@ impl Ep {
             EpState::Connected | EpState::Disconnected => Ok(()),
             s => Err(state_error(s)),
         }
-    }
-
-    /// Validates a local IOV against the IA's LMRs: each non-empty segment must name a live LMR
-    /// (else PRIVILEGES_VIOLATION) of the EP's PZ (else PROTECTION_VIOLATION), lie inside it
-    /// (else INVALID_PARAMETER on the local IOV) and have `need` privilege. Returns the segments to
-    /// post and the total length.
-    pub(crate) fn check_local_iov(
-        ia: &Ia,
-        pz: usize,
-        iov: &[Sge],
-        need: u32,
-    ) -> DatResult<(SgeList, u64)> {
-        let mut out = SgeList::new();
-        let total = Self::check_local_iov_into(ia, pz, iov, need, &mut out)?;
-        Ok((out, total))
-    }
-
-    /// `check_local_iov`, appending the segments to post to `out` (the work request's own list:
-    /// no copy of it on the post path); returns the total length. Inlined into each post: as a
-    /// call of its own, its entry and exit were a sixth of it.
-    #[inline(always)]
-    pub(crate) fn check_local_iov_into(
-        ia: &Ia,
-        pz: usize,
-        iov: &[Sge],
-        need: u32,
-        out: &mut SgeList,
-    ) -> DatResult<u64> {
-        let mut total: u64 = 0;
-        for seg in iov {
-            if seg.length == 0 {
-                continue;
-            }
-            let lmr = ia.lmrs.check(seg.lkey).ok_or_else(|| {
-                DatError::new(
-                    ErrorType::PrivilegesViolation,
-                    if need == mem_priv::LOCAL_READ {
-                        SubType::PrivilegesRead
-                    } else {
-                        SubType::PrivilegesWrite
-                    },
-                )
-            })?;
-            if lmr.pz != pz {
-                return Err(DatError::new(
-                    ErrorType::ProtectionViolation,
-                    if need == mem_priv::LOCAL_READ {
-                        SubType::ProtectionRead
-                    } else {
-                        SubType::ProtectionWrite
-                    },
-                ));
-            }
-            if !lmr.contains(seg.addr, u64::from(seg.length)) {
-                return Err(DatError::bad(Param::LocalIov));
-            }
-            // Local write privilege implies local read, as on every RDMA NIC
-            // (verbs has no local-read flag): OFED's dtest sends from an LMR
-            // registered with DAT_MEM_PRIV_LOCAL_WRITE_FLAG alone.
-            let granted = if need == mem_priv::LOCAL_READ {
-                lmr.privileges & (mem_priv::LOCAL_READ | mem_priv::LOCAL_WRITE)
-            } else {
-                lmr.privileges & need
-            };
-            if granted == 0 {
-                return Err(DatError::new(
-                    ErrorType::PrivilegesViolation,
-                    if need == mem_priv::LOCAL_READ {
-                        SubType::PrivilegesRead
-                    } else {
-                        SubType::PrivilegesWrite
-                    },
-                ));
-            }
-            total += u64::from(seg.length);
-            out.push(*seg);
-        }
-        Ok(total)
     }
 
     /// Posts a send-queue request with its tracking entry on `qp` (the EP's, from
@@ -170,8 +92,7 @@ impl Ep {
     /// Counts a posted request: DCNT_EP_POST_x, and its bytes in DCNT_EP_POST_x_DATA (the
     /// counter after it).
     pub(crate) fn count_post(&self, counter: usize, bytes: u64) {
-        self.shared.counters.inc(counter);
-        self.shared.counters.add(counter + 1, bytes);
+        self.shared.count(counter, bytes);
     }
 
     pub(crate) fn report_success(flags: u32) -> bool {
@@ -206,8 +127,10 @@ impl Ep {
             solicited: flags & completion_flags::SOLICITED_WAIT != 0,
             fence: flags & completion_flags::BARRIER_FENCE != 0,
         };
-        let total =
-            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_READ, &mut wr.sgl)?;
+        let total = self
+            .ia
+            .lmrs
+            .check_iov_into(pz, iov, mem_priv::LOCAL_READ, &mut wr.sgl)?;
         // Transfers are bounded by the IA's limits; an EP's max_message_size
         // and max_rdma_size are kept and reported but, as in OFED's
         // provider, not enforced (dtest writes 4 MiB through an EP that
@@ -252,8 +175,10 @@ impl Ep {
             solicited: false,
             fence: flags & completion_flags::BARRIER_FENCE != 0,
         };
-        let total =
-            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_READ, &mut wr.sgl)?;
+        let total = self
+            .ia
+            .lmrs
+            .check_iov_into(pz, iov, mem_priv::LOCAL_READ, &mut wr.sgl)?;
         if total > u64::from(self.ia.max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
@@ -272,48 +197,6 @@ impl Ep {
         )?;
         self.count_post(counters::ep::POST_WRITE, total);
         Ok(())
-    }
-
-    /// dat_ep_post_rdma_read_to_rmr: an RDMA
-    /// read whose sink is an RMR of ours, named by its triplet (rmr_context of its current
-    /// binding, address, length) instead of an LMR triplet. The range must lie inside the
-    /// binding, which must grant write (local or remote); the read then lands in the LMR the
-    /// RMR is bound into, exactly as dat_ep_post_rdma_read into that range.
-    pub fn post_rdma_read_to_rmr(
-        &self,
-        local: RemoteBuffer,
-        cookie: u64,
-        remote: RemoteBuffer,
-        flags: u32,
-    ) -> DatResult<()> {
-        let rmr = self
-            .ia
-            .rmr_by_context(local.rmr_context)
-            .ok_or(DatError::new(
-                ErrorType::PrivilegesViolation,
-                SubType::PrivilegesWrite,
-            ))?;
-        let sge = rmr
-            .local_segment(
-                local.rmr_context,
-                local.address,
-                local.length,
-                mem_priv::LOCAL_WRITE | mem_priv::REMOTE_WRITE,
-            )
-            .ok_or(DatError::bad(Param::LocalIov))?;
-        if !Arc::ptr_eq(rmr.pz(), &self.pz_or_err()?) {
-            return Err(DatError::new(
-                ErrorType::ProtectionViolation,
-                SubType::ProtectionWrite,
-            ));
-        }
-        // Its one local segment is the RMR triplet, which this call has instead of a count
-        // and an LMR IOV: what dat_ep_post_rdma_read says of the segments is said of it.
-        self.post_rdma_read(&[sge], cookie, remote, flags)
-            .map_err(|e| match e.param {
-                Some(Param::NumSegments) => DatError::bad(Param::LocalIov),
-                _ => e,
-            })
     }
 
     /// dat_ep_post_rdma_read: reads `remote.length` bytes, filling the local IOV front to back.
@@ -336,8 +219,10 @@ impl Ep {
             solicited: false,
             fence: flags & completion_flags::BARRIER_FENCE != 0,
         };
-        let total =
-            Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, &mut wr.sgl)?;
+        let total = self
+            .ia
+            .lmrs
+            .check_iov_into(pz, iov, mem_priv::LOCAL_WRITE, &mut wr.sgl)?;
         let want = u64::from(remote.length);
         if want > u64::from(self.ia.max_rdma_size) || total < want {
             return Err(DatError::length());
@@ -417,7 +302,10 @@ impl Ep {
             (pz, qp, i.attr.service_type, watermarked)
         };
         let mut sgl = SgeList::new();
-        let total = Self::check_local_iov_into(&self.ia, pz, iov, mem_priv::LOCAL_WRITE, &mut sgl)?;
+        let total = self
+            .ia
+            .lmrs
+            .check_iov_into(pz, iov, mem_priv::LOCAL_WRITE, &mut sgl)?;
         // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
         let (op, ext) = ud::recv_kind(service_type);
         let wr_id = self.ia.track(PendingDto {

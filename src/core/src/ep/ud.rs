@@ -53,7 +53,7 @@ use super::super::consts::{completion_flags, dto_op, ib_ext, mem_priv};
 use super::super::counters;
 use super::super::error::{from_backend, DatError, DatResult, Param, SubType};
 use super::super::evd::{Event, EventData, UdConnExt};
-use super::super::ia::PendingDto;
+use super::super::pending::PendingDto;
 use super::EpState;
 use super::{state_error, Ep};
 use daplrs_backend::{AddressHandle, QueuePair, SendOp, SendWr, Sge, UdPeer};
@@ -276,12 +276,10 @@ impl Ep {
             .get(&ah)
             .cloned()
             .ok_or(DatError::bad(Param::AddressHandle))?;
-        let (sgl, total) = Self::check_local_iov(
-            &self.ia,
-            Arc::as_ptr(&pz) as usize,
-            iov,
-            mem_priv::LOCAL_READ,
-        )?;
+        let (sgl, total) =
+            self.ia
+                .lmrs
+                .check_iov(Arc::as_ptr(&pz) as usize, iov, mem_priv::LOCAL_READ)?;
         if total > u64::from(self.ia.device().attr().mtu) {
             return Err(DatError::length());
         }

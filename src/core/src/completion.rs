@@ -1,0 +1,175 @@
+//! A work completion becomes the DAT event its request asked for: the request's tracking entry
+//! (`PendingDto`, the IA's table), DAT's rules of suppressed success and notification, and
+//! what the completion does to the objects it names (a failed bind's RMR, an RMR a peer
+//! invalidated, an EP's receive counters, an SRQ's low watermark).
+//!
+//! The EVD's drain converts every completion here, inlined: the module sits below the EVD and
+//! names no object above it, only what the IA keeps of them (`EpShared`, `Window`).
+
+use super::consts::{completion_flags, dto_op, dto_status, event_number, ib_ext};
+use super::counters;
+use super::event::{DtoExt, Event, EventData};
+use super::handle_table::Handle;
+use super::ia::Ia;
+use super::pending::PendingDto;
+use super::srq;
+use daplrs_backend::{WcOpcode, WcStatus, WorkCompletion};
+
+/// Ends the tracking of a completed request and returns it. Every completion passes here
+/// (those of a NULL EVD's sink CQ too), so this is where the core learns that an SRQ receive
+/// was consumed and the SRQ's low watermark may have been crossed.
+#[inline]
+pub(crate) fn retire(ia: &Ia, wr_id: u64) -> Option<PendingDto> {
+    let p = ia.untrack(wr_id)?;
+    if p.ep.is_null() && p.op == dto_op::RECEIVE {
+        srq::receive_consumed();
+    }
+    Some(p)
+}
+
+/// Converts a work completion into the DAT event for the EVD `evd` and whether it is a
+/// notification event (see `evd`'s module notes), or None when the consumer asked not to
+/// see it. Inlined into the EVD's drain, its one caller: as a call of its own it saved
+/// and restored registers and passed the event (72 bytes) out through memory.
+#[inline(always)]
+pub(crate) fn event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
+    let pending = retire(ia, wc.wr_id)?;
+    let status = dto_status_of(wc.status);
+    if status == dto_status::SUCCESS && !pending.report_success {
+        return None;
+    }
+    let notify = notifies(ia, wc, &pending);
+    // A bind is known by its tracking entry, not by the completion's opcode: verbs leaves
+    // the opcode of a failed or flushed completion undefined.
+    if let Some((rmr, rmr_context)) = pending.rmr.as_ref() {
+        if status != dto_status::SUCCESS {
+            rmr.bind_failed(*rmr_context);
+        }
+        let event = Event {
+            number: event_number::RMR_BIND_COMPLETION,
+            evd,
+            data: EventData::RmrBind {
+                rmr: rmr.handle(),
+                cookie: pending.cookie,
+                status,
+            },
+        };
+        return Some((event, notify));
+    }
+    let ep = if pending.ep.is_null() {
+        ia.ep_shared_by_qp(wc.qp_num)
+            .map(|e| e.handle)
+            .unwrap_or(Handle::NULL)
+    } else {
+        pending.ep
+    };
+    let transferred = if status == dto_status::SUCCESS {
+        wc.byte_len
+    } else {
+        0
+    };
+    // A peer's send-with-invalidate ended the binding of one of our RMRs.
+    let (recv_op, invalidated) = match wc.invalidated {
+        Some(ctx) if status == dto_status::SUCCESS => {
+            if let Some(rmr) = ia.rmr_by_context(ctx) {
+                rmr.bind_failed(ctx);
+            }
+            (dto_op::RECEIVE_WITH_INVALIDATE, ctx)
+        }
+        _ => (pending.op, 0),
+    };
+    if status == dto_status::SUCCESS {
+        count_receive(ia, wc, &pending);
+    }
+    // An extended request, or a receive the peer's write-with-immediate consumed, is a
+    // DAT_IB_DTO_EVENT carrying its extension data; everything else a DTO completion.
+    let (number, op, ext) = match (pending.ext, wc.imm) {
+        (Some(kind), _) => (ib_ext::DTO_EVENT, pending.op, Some(DtoExt { kind, imm: 0 })),
+        (None, Some(imm)) if wc.opcode == WcOpcode::RecvRdmaImm => (
+            ib_ext::DTO_EVENT,
+            ib_ext::DTO_RECV_IMMED,
+            Some(DtoExt {
+                kind: ib_ext::TYPE_RDMA_WRITE_IMMED_DATA,
+                imm,
+            }),
+        ),
+        _ => (event_number::DTO_COMPLETION, recv_op, None),
+    };
+    let event = Event {
+        number,
+        evd,
+        data: EventData::Dto {
+            ep,
+            cookie: pending.cookie,
+            status,
+            transferred,
+            op,
+            rmr_context: invalidated,
+            ext,
+        },
+    };
+    Some((event, notify))
+}
+
+/// Whether a work completion's event is a notification event (see `evd`'s module rules):
+/// not for a successful receive of an EP whose recv_completion_flags ask for
+/// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
+/// notification. The EP's flags are read without its lock (drains run under EP locks):
+/// through the receive's tracking entry, or for an SRQ's receive through the QP it reached.
+fn notifies(ia: &Ia, wc: &WorkCompletion, pending: &PendingDto) -> bool {
+    if wc.solicited
+        || wc.status != WcStatus::Success
+        || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
+    {
+        return true;
+    }
+    let flags = match &pending.recv {
+        Some(shared) => shared.recv_completion_flags(),
+        None => match ia.ep_shared_by_qp(wc.qp_num) {
+            Some(ep) => ep.recv_completion_flags(),
+            None => return true,
+        },
+    };
+    flags & completion_flags::SOLICITED_WAIT == 0
+}
+
+/// Counts a successful receive on its EP: DCNT_EP_RECV (or _RECV_UD, _RECV_RDMA_IMM) and its
+/// bytes. An EP's own receive names its counters; an SRQ's is known by the QP it reached.
+#[inline(always)]
+fn count_receive(ia: &Ia, wc: &WorkCompletion, pending: &PendingDto) {
+    if pending.op != dto_op::RECEIVE && pending.op != ib_ext::DTO_RECV_UD {
+        return;
+    }
+    let counter = if wc.opcode == WcOpcode::RecvRdmaImm {
+        counters::ep::RECV_RDMA_IMM
+    } else if pending.op == ib_ext::DTO_RECV_UD {
+        counters::ep::RECV_UD
+    } else {
+        counters::ep::RECV
+    };
+    match &pending.recv {
+        Some(shared) => shared.count(counter, u64::from(wc.byte_len)),
+        None => {
+            if let Some(e) = ia.ep_shared_by_qp(wc.qp_num) {
+                e.count(counter, u64::from(wc.byte_len));
+            }
+        }
+    }
+}
+
+/// Maps a backend completion status onto DAT_DTO_COMPLETION_STATUS.
+pub(crate) fn dto_status_of(s: WcStatus) -> u32 {
+    match s {
+        WcStatus::Success => dto_status::SUCCESS,
+        WcStatus::Flushed => dto_status::FLUSHED,
+        WcStatus::LocalLength => dto_status::LOCAL_LENGTH,
+        WcStatus::LocalQpOp => dto_status::LOCAL_EP,
+        WcStatus::LocalProtection => dto_status::LOCAL_PROTECTION,
+        WcStatus::MwBind => dto_status::RMR_OPERATION_FAILED,
+        WcStatus::BadResponse => dto_status::BAD_RESPONSE,
+        WcStatus::RemoteAccess => dto_status::REMOTE_ACCESS,
+        WcStatus::RemoteInvalidRequest | WcStatus::RemoteOp => dto_status::REMOTE_RESPONDER,
+        WcStatus::Transport => dto_status::TRANSPORT,
+        WcStatus::ReceiverNotReady => dto_status::RECEIVER_NOT_READY,
+    }
+}

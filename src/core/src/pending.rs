@@ -1,0 +1,173 @@
+//! A request between its post and its completion: its record (`PendingDto`), the IA's table of
+//! them by wr_id, and what the completion needs of the EP and RMR it names (`EpShared`,
+//! `Window`). The table is the IA's, below every object, so it holds those two through what
+//! `completion` reads of them, not through the types `Ep` and `Rmr`.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use super::counters::{self, Counters};
+use super::handle_table::Handle;
+
+/// A posted request the core waits to see completed.
+pub(crate) struct PendingDto {
+    /// NULL for SRQ receives: the EP is known only from the completing QP.
+    pub ep: Handle,
+    pub cookie: u64,
+    pub op: u32,
+    /// DAT_COMPLETION_SUPPRESS_FLAG / UNSIGNALLED: no event on success.
+    pub report_success: bool,
+    /// For an RMR bind: the RMR and the rmr_context the bind gives.
+    pub rmr: Option<(Arc<dyn Window>, u32)>,
+    /// For an IB-extension request: the DAT_IB_EXT_TYPE its DAT_IB_DTO_EVENT reports.
+    pub ext: Option<u32>,
+    /// For a receive of an EP's own queue (not an SRQ's): the EP's counters and
+    /// recv_completion_flags, for its completion (see `EpShared`).
+    pub recv: Option<Arc<EpShared>>,
+}
+
+/// The requests posted and not completed yet, by wr_id: a slab whose wr_id is a slot's index
+/// (low 32 bits) and the slot's generation (the next 30: the top two bits are the backend's),
+/// so a post and its completion cost an index, not a hash, and a wr_id of a retired request
+/// (a completion reported twice, a backend's bug) finds nothing.
+#[derive(Default)]
+pub(crate) struct PendingTable {
+    slots: Vec<(u32, Option<PendingDto>)>,
+    free: Vec<u32>,
+}
+
+const GENERATION_MASK: u32 = (1 << 30) - 1;
+
+// Both inlined into the IA's `track` and `untrack`, as they were when the table was the IA's
+// own: a call of its own costs the post and the reap a few instructions each.
+impl PendingTable {
+    #[inline]
+    pub(crate) fn insert(&mut self, p: PendingDto) -> u64 {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.0 = slot.0.wrapping_add(1) & GENERATION_MASK;
+        slot.1 = Some(p);
+        (u64::from(slot.0) << 32) | u64::from(index)
+    }
+
+    #[inline]
+    pub(crate) fn remove(&mut self, wr_id: u64) -> Option<PendingDto> {
+        let index = wr_id as u32;
+        let generation = (wr_id >> 32) as u32;
+        let slot = self.slots.get_mut(index as usize)?;
+        if slot.0 != generation || slot.1.is_none() {
+            return None;
+        }
+        self.free.push(index);
+        slot.1.take()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+    }
+}
+
+/// What the completion of one of an EP's receives needs of the EP, shared with the receive's
+/// tracking entry (`PendingDto::recv`) and the IA's QP index: the completion is counted and its
+/// notification decided without the EP itself (the IA's table sits below it) and, for its own
+/// receives, without finding it by its QP number (a map under a lock) on the reap path.
+pub(crate) struct EpShared {
+    /// The EP's handle, which an SRQ receive's event names.
+    pub(crate) handle: Handle,
+    /// DCNT_EP_* (see `counters`).
+    pub(crate) counters: Counters,
+    /// `attr.recv_completion_flags`, readable without the EP lock (the EVD reads it while it
+    /// drains completions, which happens under EP locks).
+    recv_flags: AtomicU32,
+}
+
+impl EpShared {
+    pub(crate) fn new(handle: Handle, recv_completion_flags: u32) -> EpShared {
+        EpShared {
+            handle,
+            counters: Counters::new(counters::ep::ALL),
+            recv_flags: AtomicU32::new(recv_completion_flags),
+        }
+    }
+
+    /// The EP's recv_completion_flags, without taking its lock.
+    pub(crate) fn recv_completion_flags(&self) -> u32 {
+        self.recv_flags.load(Ordering::Relaxed)
+    }
+
+    /// dat_ep_modify changed them.
+    pub(crate) fn set_recv_completion_flags(&self, flags: u32) {
+        self.recv_flags.store(flags, Ordering::Relaxed);
+    }
+
+    /// Counts a posted or completed request: DCNT_EP_x, and its bytes in DCNT_EP_x_DATA (the
+    /// counter after it).
+    #[inline]
+    pub(crate) fn count(&self, counter: usize, bytes: u64) {
+        self.counters.inc(counter);
+        self.counters.add(counter + 1, bytes);
+    }
+}
+
+/// An RMR as a bind's completion and a peer's send-with-invalidate reach it (rmr.rs implements
+/// it): both can end its binding.
+pub(crate) trait Window: Send + Sync {
+    fn handle(&self) -> Handle;
+    /// Whether the RMR's latest bind gave `rmr_context` and it is bound.
+    fn is_bound_as(&self, rmr_context: u32) -> bool;
+    /// The bind that gave `rmr_context` failed, or the peer invalidated it: if it is still
+    /// the latest, the window stops granting access and the LMR is released.
+    fn bind_failed(&self, rmr_context: u32);
+    /// The RMR itself, for rmr.rs, which names its type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PendingDto, PendingTable};
+    use crate::handle_table::Handle;
+
+    fn dto(cookie: u64) -> PendingDto {
+        PendingDto {
+            ep: Handle::NULL,
+            cookie,
+            op: 0,
+            report_success: true,
+            rmr: None,
+            ext: None,
+            recv: None,
+        }
+    }
+
+    /// Each wr_id finds its request once; a slot reused gets a new wr_id, and the old one
+    /// (a completion reported twice) finds nothing; the backend's two top bits stay clear.
+    #[test]
+    fn a_wr_id_finds_its_request_once() {
+        let mut t = PendingTable::default();
+        let a = t.insert(dto(1));
+        let b = t.insert(dto(2));
+        assert_ne!(a, b);
+        assert_eq!(t.remove(a).map(|p| p.cookie), Some(1));
+        assert!(t.remove(a).is_none(), "retired");
+        let c = t.insert(dto(3));
+        assert_ne!(c, a, "the slot is reused under another wr_id");
+        assert_eq!(c as u32, a as u32, "same slot");
+        assert!(t.remove(a).is_none());
+        assert_eq!(t.remove(c).map(|p| p.cookie), Some(3));
+        assert_eq!(t.remove(b).map(|p| p.cookie), Some(2));
+        assert!(t.remove(u64::MAX).is_none() && t.remove(0).is_none());
+        for _ in 0..100_000 {
+            let id = t.insert(dto(0));
+            assert_eq!(id >> 62, 0);
+            assert!(t.remove(id).is_some());
+        }
+    }
+}
