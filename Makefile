@@ -27,9 +27,9 @@ CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
 # Debian packages `make test` needs: the C toolchain, OFED's headers and
 # library (ABI comparison, third-party provider), the conformance suite,
 # iproute2 for the two-host test in network namespaces, and xz-utils to
-# unpack Debian's dapl source (tests-c/debian-sources.sh), and libfabric-dev
+# unpack Debian's dapl source (tests-c/scripts/debian-sources.sh), and libfabric-dev
 # for the OFI bindings (src/ofi-sys, docs/libfabric.md), valgrind for the
-# instruction counts of tests-c/cost-guard.sh.
+# instruction counts of tests-c/scripts/cost-guard.sh.
 TEST_DEBS   := gcc make pkg-config python3 iproute2 xz-utils libdapl-dev libdapl2 dapl2-utils \
                libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers ibverbs-utils rdmacm-utils perftest \
                libfabric-dev valgrind groff-base man-db
@@ -160,9 +160,9 @@ man-check:
 	man/check-pages.sh
 
 # Before the Rust tests, whose plain TCP peers could otherwise leave a fixed
-# port of Debian's test programs in TIME_WAIT (see tests-c/reserve-ports.sh).
+# port of Debian's test programs in TIME_WAIT (see tests-c/scripts/reserve-ports.sh).
 reserve-ports:
-	./tests-c/reserve-ports.sh
+	./tests-c/scripts/reserve-ports.sh
 .PHONY: reserve-ports
 
 # `cargo test --workspace` runs the DAT behaviour tests
@@ -184,7 +184,7 @@ test-ofi: all
 	$(MAKE) -C tests-c test-ofi
 
 # The verbs layer: the RDMA-applicable tests in a soft-RoCE qemu guest
-# (tests-c/verbs-guest.sh; scripts/rxe-vm installs qemu and the guest kernel
+# (tests-c/scripts/verbs-guest.sh; scripts/rxe-vm installs qemu and the guest kernel
 # itself; the guest's DAT/RDMA tools are in TEST_DEBS). `test` lists it
 # after test-c.
 test-verbs: deps all $(BUILD)/tests/daplrs-behaviour-verbs
@@ -199,11 +199,11 @@ $(BUILD)/tests/daplrs-behaviour-verbs: FORCE
 		sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1); \
 	[ -n "$$bin" ] && cp "$$bin" $@
 
-# Threads (issue 11): `make test` runs tests-c/test_threads in a bounded
+# Threads (issue 11): `make test` runs tests-c/programs/test_threads.c in a bounded
 # size; stress-threads runs bigger configurations (minutes); check-threads
 # runs it under ThreadSanitizer with our Rust libraries instrumented too,
 # which needs a nightly toolchain with rust-src (it says SKIPPED, loudly,
-# where there is none; see tests-c/check-threads.sh).
+# where there is none; see tests-c/scripts/check-threads.sh).
 stress-threads: all
 	$(MAKE) -C tests-c stress-threads
 
@@ -214,7 +214,7 @@ check-threads: all
 # Memory (issue 11): the C tests and Debian's dtest/dapltest under
 # AddressSanitizer + UBSan, valgrind memcheck of whole processes, and the
 # growth runs (10,000 IA cycles, 100,000 connections, a million LMRs); see
-# tests-c/check-memory.sh. Minutes; not part of `make test`, which runs
+# tests-c/scripts/check-memory.sh. Minutes; not part of `make test`, which runs
 # test_cycles and test_resources at a bounded size.
 MEMORY_DEBS := valgrind libasan8 libubsan1
 check-memory: deps all
@@ -222,7 +222,7 @@ check-memory: deps all
 	$(MAKE) -C tests-c check-memory
 .PHONY: check-memory
 
-# Network faults (issue 11): `make test` runs tests-c/net-faults.sh with a 2 s
+# Network faults (issue 11): `make test` runs tests-c/scripts/net-faults.sh with a 2 s
 # dead-peer detection time; net-faults-long at the provider's default (30 s)
 # with a longer impaired run (several minutes).
 net-faults-long: all
@@ -326,7 +326,7 @@ clean:
 # $(BUILD)/deb, and lintian fails the target on an error (warnings are
 # printed). The crates are fetched first: the package build runs cargo
 # offline; this make's variables do not reach it (debian/rules sets its
-# own: PREFIX=/usr, the multiarch LIBDIR, DATCONF=). tests-c/deb-check.sh installs the packages in a bookworm chroot.
+# own: PREFIX=/usr, the multiarch LIBDIR, DATCONF=). tests-c/scripts/deb-check.sh installs the packages in a bookworm chroot.
 DEB_TARGET_DIR ?= $(CURDIR)/$(BUILD)/deb-target
 DEB_DEBS := dpkg-dev debhelper lintian gcc pkgconf libclang-dev libfabric-dev libibverbs-dev librdmacm-dev
 deb:
@@ -357,7 +357,7 @@ deb:
 # %{nil}; brp-strip still strips, as Debian's packages are). brp-compress
 # (the man pages' gzip) runs under bash: it needs bash (read -d '') but
 # says #!/bin/sh, which is dash on Debian, where it would compress nothing.
-# `make rpm-check` (tests-c/rpm-check.sh) inspects the packages and
+# `make rpm-check` (tests-c/scripts/rpm-check.sh) inspects the packages and
 # installs them in a throw-away root.
 RPM_DEBS    := rpm gcc pkgconf libclang-dev libfabric-dev libibverbs-dev librdmacm-dev
 RPM_SPEC    := redhat/udapl-rs.spec
@@ -381,7 +381,7 @@ rpm:
 	@ls -l $(BUILD)/rpm
 
 rpm-check: rpm
-	tests-c/rpm-check.sh $(BUILD)/rpm
+	tests-c/scripts/rpm-check.sh $(BUILD)/rpm
 .PHONY: rpm rpm-check
 
 # The packages as a site installs them, in `make test` (issue 42, item 4):
@@ -396,8 +396,8 @@ rpm-check: rpm
 test-packages: all
 	CARGO=true $(MAKE) --no-print-directory deb DEB_TARGET_DIR=$(CURDIR)/target
 	CARGO=true $(MAKE) --no-print-directory rpm RPM_TARGET_DIR=$(CURDIR)/target
-	tests-c/deb-check.sh $(BUILD)/deb; deb=$$?; \
-	tests-c/rpm-check.sh $(BUILD)/rpm; rpm=$$?; \
+	tests-c/scripts/deb-check.sh $(BUILD)/deb; deb=$$?; \
+	tests-c/scripts/rpm-check.sh $(BUILD)/rpm; rpm=$$?; \
 	[ $$deb = 0 ] && [ $$rpm = 0 ]
 .PHONY: test-packages
 

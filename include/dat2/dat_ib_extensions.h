@@ -9,7 +9,7 @@
  * Extended completions arrive as DAT_IB_DTO_EVENT events whose
  * event_extension_data holds a DAT_IB_EXTENSION_EVENT_DATA.
  *
- * Values, sizes and field offsets equal OFED's header (tests-c/abi_compare.c
+ * Values, sizes and field offsets equal OFED's header (tests-c/programs/abi_compare.c
  * asserts each at compile time); the Rust side is src/abi/src/ib_ext.rs.
  * This header includes what it needs: <dat2/udat.h> may come before it or
  * not.

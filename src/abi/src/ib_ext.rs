@@ -3,7 +3,7 @@
 //! completion event and its payload, the extra memory privilege and service type, the counter
 //! sets, and the provider-attribute names a program probes.
 //!
-//! Values are the ones Debian's header gives (tests-c/abi_compare.c asserts each).
+//! Values are the ones Debian's header gives (tests-c/programs/abi_compare.c asserts each).
 
 use crate::basic::*;
 use crate::consts::*;

@@ -1,7 +1,7 @@
 //! The DAT 2.0 C ABI, written once in Rust.
 //!
 //! Every type here is `repr(C)` and laid out exactly as OFED's uDAPL 2.0
-//! headers lay it out on x86_64 Linux (see `tests-c/abi_compare.c`, which
+//! headers lay it out on x86_64 Linux (see `tests-c/programs/abi_compare.c`, which
 //! asserts this at compile time against Debian's `<dat2/udat.h>`). cbindgen
 //! turns this crate into `include/dat2/dat_types.h`; nothing here has logic.
 //!

@@ -396,7 +396,7 @@ pub struct dat_provider_attr {
 }
 pub type DAT_PROVIDER_ATTR = dat_provider_attr;
 
-/// Rust-side layout checks (the C side is checked in tests-c/abi_compare.c).
+/// Rust-side layout checks (the C side is checked in tests-c/programs/abi_compare.c).
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<DAT_LMR_TRIPLET>() == 16);

@@ -20,7 +20,7 @@
 //! The layout facts (24-byte triplets, 48-byte DAT_EVENT, the u64
 //! `transfered_length` at offset 24, 104-byte DAT_EP_ATTR, 70 provider
 //! slots) are asserted below in Rust and, against the generated header, in
-//! `tests-c/abi12_check.c`.
+//! `tests-c/programs/abi12_check.c`.
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -242,7 +242,7 @@ pub struct dat_provider_attr {
 }
 pub type DAT_PROVIDER_ATTR = dat_provider_attr;
 
-/// Rust-side layout checks (the C side: tests-c/abi12_check.c).
+/// Rust-side layout checks (the C side: tests-c/programs/abi12_check.c).
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<DAT_RMR_PARAM>() == 48);

@@ -19,7 +19,7 @@ use crate::{Info, OfiDevice};
 /// connection layer; on shm a request through a stale context is refused
 /// at the initiator rather than dropped by the provider: docs/libfabric.md,
 /// "Where it stands"); verbs (FI_EP_MSG) and verbs;ofi_rxm, proven on
-/// soft-RoCE in the guest's pass of `make test` (tests-c/verbs-guest.sh,
+/// soft-RoCE in the guest's pass of `make test` (tests-c/scripts/verbs-guest.sh,
 /// which names what still fails there).
 pub const SUPPORTED: &[&str] = &["tcp", "tcp;ofi_rxm", "shm", "verbs", "verbs;ofi_rxm"];
 

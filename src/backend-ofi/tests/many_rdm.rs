@@ -8,7 +8,7 @@
 //! when the endpoint is enabled: about 33 MB and (here) 100-200 ms per
 //! endpoint, which is what made dtestcm's 1,000 endpoints a process seem to
 //! hang. This binary (its own process: the variable is read when libfabric
-//! loads its providers) uses 1 KiB buffers, as tests-c/ofi-dapltest.sh does
+//! loads its providers) uses 1 KiB buffers, as tests-c/scripts/ofi-dapltest.sh does
 //! for dtestcm (docs/libfabric.md, "Many endpoints over ofi_rxm").
 
 mod common;

@@ -6,7 +6,7 @@
 //! path as users get it: set up at a connection's first request) and, built with the verbs feature,
 //! `over_verbs::*`, ignored unless asked for: those need an RDMA port, named by
 //! DAPLRS_TEST_DEVICE (e.g. "verbs:rxe0:1"), and run in the soft-RoCE guest of
-//! tests-c/verbs-guest.sh (`<test binary> --ignored over_verbs::`). Built with the ofi feature
+//! tests-c/scripts/verbs-guest.sh (`<test binary> --ignored over_verbs::`). Built with the ofi feature
 //! (as `cargo test --workspace` builds this crate: daplrs-ofi asks for it), `over_ofi_tcp::*`,
 //! `over_ofi_shm::*` and `over_ofi_rxm::*` run them over libfabric's tcp (connected
 //! endpoints), shm and tcp;ofi_rxm (reliable datagrams under our connection layer) on
@@ -1090,7 +1090,7 @@ fn fenced_requests_wait_for_earlier_reads(dev: &TestDevice) {
         "fenced_requests_wait_for_earlier_reads (what the fenced requests carried)",
         "soft-RoCE lets a request with IBV_SEND_FENCE (which we set) gather its data before \
          an earlier multi-packet RDMA read has landed (seen on the guest's kernel 6.1: zeros \
-         sent; a one-packet read is fenced, see tests-c/test_dto_rules.c)",
+         sent; a one-packet read is fenced, see tests-c/programs/test_dto_rules.c)",
     ) {
         close(&[&client, &server]);
         return;

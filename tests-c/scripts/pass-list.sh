@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# pass-list.sh: reads the pass files of tests-c/passes/ (its README.md says
+# how they are written). The Makefile and verbs-guest.sh read them through it.
+#
+#   pass-list.sh NAME     what pass NAME runs (passes/NAME.pass or
+#                         passes/NAME.subset), in order, one name a line:
+#                         programs (built as build/tests/NAME) and scripts
+#                         (tests-c/scripts/NAME: the names with a dot)
+#   pass-list.sh --check  every pass file well formed (one name a line, each
+#                         an existing program source or script, none twice,
+#                         a reason on each -NAME line), and every *.pass
+#                         naming each test of provider-tests.list, to run it
+#                         or (-NAME # reason) to say why not
+set -u
+dir=$(cd "$(dirname "$0")/../passes" && pwd) || exit 1
+tests=$(dirname "$dir")
+
+# entries FILE: its lines without comments and blank lines ("NAME" or "-NAME")
+entries() { sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$1"; }
+
+if [ "${1:-}" != --check ]; then
+	if [ $# -ne 1 ] || [ -z "$1" ]; then
+		echo "usage: $0 NAME | --check" >&2
+		exit 2
+	fi
+	for f in "$dir/$1.pass" "$dir/$1.subset" ""; do [ -f "$f" ] && break; done
+	if [ -z "$f" ]; then
+		echo "pass-list: no pass $1 (neither $dir/$1.pass nor $1.subset)" >&2
+		exit 1
+	fi
+	runs=$(entries "$f" | grep -v '^-')
+	if [ -z "$runs" ]; then
+		echo "pass-list: $f runs nothing" >&2
+		exit 1
+	fi
+	printf '%s\n' "$runs"
+	exit 0
+fi
+
+errors=0
+err() {
+	echo "pass-list: $*" >&2
+	errors=$((errors + 1))
+}
+# exists NAME: a program source of programs/ or a script of scripts/
+exists() {
+	case $1 in
+	*.*) [ -f "$tests/scripts/$1" ] ;;
+	*) [ -f "$tests/programs/$1.c" ] ;;
+	esac
+}
+
+kind=$(entries "$dir/provider-tests.list")
+for t in $kind; do exists "$t" || err "provider-tests.list: $t: no programs/$t.c or scripts/$t"; done
+files=0
+for f in "$dir"/*.pass "$dir"/*.subset; do
+	[ -f "$f" ] || continue
+	files=$((files + 1))
+	base=${f##*/}
+	declare -A seen=()
+	n=0
+	while IFS= read -r raw || [ -n "$raw" ]; do
+		n=$((n + 1))
+		line=$(sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' <<<"$raw")
+		[ -n "$line" ] || continue
+		case $line in
+		*[[:space:]]*) err "$base:$n: one name a line, not '$line'"; continue ;;
+		esac
+		name=${line#-}
+		exists "$name" || err "$base:$n: $name: no programs/$name.c or scripts/$name"
+		[ -n "${seen[$name]:-}" ] && err "$base:$n: $name named twice"
+		seen[$name]=1
+		if [ "$name" != "$line" ] && ! grep -Eq '#[[:space:]]*[^[:space:]]' <<<"$raw"; then
+			err "$base:$n: -$name without a reason (-$name  # why)"
+		fi
+	done < "$f"
+	[ -n "$(entries "$f" | grep -v '^-')" ] || err "$base runs nothing"
+	if [ "${base%.pass}" != "$base" ]; then
+		for t in $kind; do
+			[ -n "${seen[$t]:-}" ] || err "$base names neither $t nor -$t (every test of provider-tests.list: run it, or say why not)"
+		done
+	fi
+	unset seen
+done
+if [ $errors -ne 0 ]; then
+	echo "pass-list: $errors errors in $dir" >&2
+	exit 1
+fi
+echo "pass-list: $files pass files in $dir well formed"
