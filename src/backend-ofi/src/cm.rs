@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::device::OfiDevice;
 use crate::domain::{getinfo, Domain};
+use crate::keymap::Share;
 use crate::keys::PeerTable;
 use crate::opened;
 use crate::qp::OfiQp;
@@ -29,6 +30,11 @@ use crate::{sockaddr_v4, Fid, Info};
 /// provider's 55 bytes of connection data (48, version 2's, left it 7).
 const MAGIC: [u8; 4] = [b'D', b'R', b'O', 3];
 pub(crate) const HEADER_BYTES: usize = 32;
+/// Version 4: version 3's header, then where a peer on this host maps our key
+/// table (`keymap::Share`, 16 bytes), where the connection data has room for
+/// it beside the consumer's (`Domain::shares_in_header`; not verbs' 55).
+const MAGIC_SHARED: [u8; 4] = [b'D', b'R', b'O', 4];
+pub(crate) const SHARED_HEADER_BYTES: usize = HEADER_BYTES + 16;
 
 /// The consumer's share of a connection message where the provider bounds
 /// none below it (see `OfiDevice::private_data_max`).
@@ -109,13 +115,19 @@ pub(crate) fn with_header(dev: &Domain, qp: Option<&OfiQp>, private_data: &[u8])
     let (key, address) = (dev.keys.key, dev.keys.address);
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
     let pd = qp.map_or(0, |q| q.pd());
-    let mut v = MAGIC.to_vec();
+    let share = dev.keys.share().filter(|_| dev.shares_in_header());
+    let mut v = if share.is_some() {
+        MAGIC_SHARED.to_vec()
+    } else {
+        MAGIC.to_vec()
+    };
     v.extend_from_slice(&narrow_key(key, "key table").to_le_bytes());
     v.extend_from_slice(&address.to_le_bytes());
     v.extend_from_slice(&narrow_key(fw_key, "farewell").to_le_bytes());
     v.extend_from_slice(&fw_address.to_le_bytes());
     v.extend_from_slice(&pd.to_le_bytes());
     debug_assert_eq!(v.len(), HEADER_BYTES);
+    v.extend_from_slice(&Share::encode(share));
     v.extend_from_slice(private_data);
     v
 }
@@ -123,7 +135,12 @@ pub(crate) fn with_header(dev: &Domain, qp: Option<&OfiQp>, private_data: &[u8])
 /// The peer's table and the consumer's private data of a message of ours
 /// (None: not from this backend).
 pub(crate) fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
-    if data.len() < HEADER_BYTES || data[..4] != MAGIC {
+    let bytes = match data.get(..4)? {
+        m if m == MAGIC => HEADER_BYTES,
+        m if m == MAGIC_SHARED => SHARED_HEADER_BYTES,
+        _ => return None,
+    };
+    if data.len() < bytes {
         return None;
     }
     let word = |i: usize| u32::from_le_bytes(data[i..i + 4].try_into().expect("4 bytes"));
@@ -134,8 +151,9 @@ pub(crate) fn strip_header(data: &[u8]) -> Option<(PeerTable, Vec<u8>)> {
         farewell_key: word(16) as u64,
         farewell_address: dword(20),
         pd: word(28),
+        share: Share::decode(&data[HEADER_BYTES..bytes]),
     };
-    Some((table, data[HEADER_BYTES..].to_vec()))
+    Some((table, data[bytes..].to_vec()))
 }
 
 pub(crate) struct OfiListener {
@@ -320,7 +338,7 @@ impl OfiDevice {
             .ok_or(Error::BadState)?;
         qp.open_endpoint(&self.dom, &request.info, true)?;
         qp.set_addresses(request.local, request.remote);
-        qp.set_peer_table(request.peer, None);
+        qp.set_peer_table(request.peer, self.dom.peer_keys.get(request.peer.share));
         let data = with_header(&self.dom, Some(&qp), private_data);
         let ep = qp.endpoint().ok_or(Error::BadState)?;
         // SAFETY: the QP's enabled endpoint, opened from the request; `data` lives for the call.
@@ -417,7 +435,7 @@ impl OfiDevice {
                         // active side's from the request).
                         let private_data = match strip_header(data) {
                             Some((peer, data)) => {
-                                qp.set_peer_table(peer, None);
+                                qp.set_peer_table(peer, self.dom.peer_keys.get(peer.share));
                                 data
                             }
                             None => Vec::new(),

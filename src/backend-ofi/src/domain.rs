@@ -466,10 +466,22 @@ impl Domain {
         self.name.split(' ').nth(1) == Some("shm")
     }
 
-    /// What our reliable-datagram handshake offers a peer on this host to map
-    /// our key table (`keymap`).
-    pub(crate) fn key_share(&self) -> Vec<u8> {
-        crate::keymap::Share::encode(self.keys.share())
+    /// Whether our header offers a peer on this host our key table (`keymap`):
+    /// where the connection data leaves the consumer its whole share beside it
+    /// (our own handshake over reliable datagrams; tcp, not verbs' 55 bytes).
+    pub(crate) fn shares_in_header(&self) -> bool {
+        self.cm_data.is_none_or(|n| {
+            n >= crate::cm::SHARED_HEADER_BYTES + crate::cm::MAX_PRIVATE_DATA as usize
+        })
+    }
+
+    /// The bytes our header takes of the connection data.
+    pub(crate) fn header_bytes(&self) -> usize {
+        if self.shares_in_header() {
+            crate::cm::SHARED_HEADER_BYTES
+        } else {
+            crate::cm::HEADER_BYTES
+        }
     }
 
     /// Whether a request through a peer's key whose entry says `remote`

@@ -4,9 +4,9 @@
 //! On shm the initiator must read a key's entry before every RDMA request (see
 //! `Domain::fresh_lookups`). Read through the provider, that is a second request to the
 //! target before each one, served by the target's progress: an 8 B write took two of the
-//! target's turns. So the table lives in a sealed memfd, and over reliable datagrams the
-//! handshake names it (`Share`: our pid, its descriptor and a random token the file holds,
-//! `rdm`); an initiator on the same host maps it read-only and reads an entry in place, as
+//! target's turns. So the table lives in a sealed memfd, and our connection header names it
+//! (`Share`: our pid, its descriptor and a random token the file holds, `cm::with_header`);
+//! an initiator on the same host maps it read-only and reads an entry in place, as
 //! fresh as a read through the provider and without the target. A peer on another host
 //! cannot open it, or finds another file without the token. Where the table is mapped,
 //! small RDMA requests are done by the initiator itself (`qp/inline.rs`).
@@ -269,11 +269,11 @@ pub(crate) struct PeerKeysCache {
 }
 
 impl PeerKeysCache {
-    /// The peer's table named in its handshake (`share`, `Share::encode`), or None: not
-    /// offered, on another host, or not ours to open (another user, a ptrace policy); the
-    /// QP then reads entries through the provider.
-    pub(crate) fn get(&self, share: &[u8]) -> Option<Arc<PeerKeys>> {
-        let (keys, id) = PeerKeys::open(Share::decode(share)?)
+    /// The peer's table named in its header (`cm::with_header`), or None: not offered, on
+    /// another host, or not ours to open (another user, a ptrace policy); the QP then reads
+    /// entries through the provider.
+    pub(crate) fn get(&self, share: Option<Share>) -> Option<Arc<PeerKeys>> {
+        let (keys, id) = PeerKeys::open(share?)
             .inspect_err(|e| log::debug!("peer key table not mapped: {e}"))
             .ok()?;
         let mut mapped = self.mapped.lock();
@@ -297,10 +297,10 @@ mod tests {
     #[test]
     fn a_peer_reads_our_entries_in_place() {
         let ours = TableMemory::new().expect("table memory");
-        let share = Share::encode(ours.share());
+        let share = ours.share();
         let cache = PeerKeysCache::default();
-        let theirs = cache.get(&share).expect("mapped");
-        assert!(Arc::ptr_eq(&theirs, &cache.get(&share).expect("again")));
+        let theirs = cache.get(share).expect("mapped");
+        assert!(Arc::ptr_eq(&theirs, &cache.get(share).expect("again")));
         let found = Remote {
             start: 0x7f00_0000_1000,
             length: 4096,
@@ -324,11 +324,12 @@ mod tests {
         assert!(theirs.read(77 + SLOTS as u32).is_none());
         e.key.store(0, Ordering::Release);
         assert!(theirs.read(77).is_none());
-        assert!(cache.get(&[1, 2, 3]).is_none());
+        assert!(Share::decode(&[1, 2, 3]).is_none());
+        assert_eq!(Share::decode(&Share::encode(share)), share);
         let forged = Share {
             token: ours.share().expect("shared").token ^ 1,
             ..ours.share().expect("shared")
         };
-        assert!(cache.get(&Share::encode(Some(forged))).is_none());
+        assert!(cache.get(Some(forged)).is_none());
     }
 }

@@ -93,6 +93,8 @@ pub(crate) struct PeerTable {
     pub farewell_address: u64,
     /// The peer QP's protection domain (0: not said).
     pub pd: u32,
+    /// Where a peer on this host maps the table (`keymap`; None: not offered).
+    pub share: Option<crate::keymap::Share>,
 }
 
 /// The device's exported table.

@@ -79,8 +79,6 @@ pub(crate) struct Pending {
     /// The active side's connection id (the tag of what we send it).
     tag: u64,
     peer: PeerTable,
-    /// Where its key table can be mapped (`keymap`; empty: nowhere).
-    share: Vec<u8>,
 }
 
 pub(crate) struct RdmListener {
@@ -180,14 +178,7 @@ impl OfiDevice {
         let provider = self.target().provider;
         let request = frame(
             REQUEST,
-            &[
-                &MAGIC,
-                provider.as_bytes(),
-                &name,
-                &header,
-                &tag,
-                &self.dom.key_share(),
-            ],
+            &[&MAGIC, provider.as_bytes(), &name, &header, &tag],
         );
         let connecting = match start_connect(remote) {
             Ok(s) => s,
@@ -249,15 +240,14 @@ impl OfiDevice {
             Some(v4(pending.stream.peer_addr())),
         );
         qp.insert_peer(&pending.name)?;
-        qp.set_peer_table(pending.peer, self.dom.peer_keys.get(&pending.share));
+        qp.set_peer_table(pending.peer, self.dom.peer_keys.get(pending.peer.share));
         qp.set_peer_tag(pending.tag);
         let name = qp.fabric_name()?;
         let header = with_header(&self.dom, Some(&qp), private_data);
         let tag = qp.tag().to_le_bytes();
         let generation = qp.attach_link(&pending.stream)?;
         // A peer gone by now is seen by the handshake thread (its read fails).
-        let share = self.dom.key_share();
-        let _ = write_frame(&pending.stream, ACCEPT, &[&name, &header, &tag, &share]);
+        let _ = write_frame(&pending.stream, ACCEPT, &[&name, &header, &tag]);
         hs.add(Conn {
             stream: pending.stream,
             buf: Vec::new(),
@@ -844,7 +834,7 @@ fn on_frame(
 /// connection request; anything else is closed, the consumer never sees it.
 fn request(dev: &Arc<OfiDevice>, conn: &mut Conn, listener: u64, fields: Vec<Vec<u8>>) {
     let ours =
-        fields.len() == 6 && fields[0] == MAGIC && fields[1] == dev.target().provider.as_bytes();
+        fields.len() == 5 && fields[0] == MAGIC && fields[1] == dev.target().provider.as_bytes();
     let Some(tag) = fields.get(4).and_then(|f| tag_of(f)).filter(|_| ours) else {
         return;
     };
@@ -872,7 +862,6 @@ fn request(dev: &Arc<OfiDevice>, conn: &mut Conn, listener: u64, fields: Vec<Vec
                 name,
                 tag,
                 peer,
-                share: fields[5].clone(),
             },
         );
     }
@@ -955,7 +944,7 @@ fn answer(dev: &Arc<OfiDevice>, conn: &mut Conn, kind: u8, f: Vec<Vec<u8>>) -> N
             conn.deadline = Some(Instant::now() + ACCEPT_TIMEOUT);
             Next::Keep
         }
-        ACCEPT if f.len() == 4 => {
+        ACCEPT if f.len() == 3 => {
             let (Some((peer, private_data)), Some(tag)) = (strip_header(&f[1]), tag_of(&f[2]))
             else {
                 failed(dev, &qp, CmEvent::rejected_not_by_peer(num));
@@ -966,7 +955,7 @@ fn answer(dev: &Arc<OfiDevice>, conn: &mut Conn, kind: u8, f: Vec<Vec<u8>>) -> N
                 failed(dev, &qp, CmEvent::rejected_not_by_peer(num));
                 return Next::Drop;
             }
-            qp.set_peer_table(peer, dev.dom.peer_keys.get(&f[3]));
+            qp.set_peer_table(peer, dev.dom.peer_keys.get(peer.share));
             log::debug!("QP {num}: peer inserted, ready");
             conn.deadline = None;
             conn.phase = Phase::Linked;

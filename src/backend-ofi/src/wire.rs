@@ -8,9 +8,9 @@ use std::sync::Arc;
 /// "DRSR", version 4: this backend's RDM handshake (version 1 sent receipts
 /// on the handshake's connection, 2 wrote them on the fabric; 3 carries
 /// each side's connection id, the tag of the messages it receives, since
-/// connections share endpoints: `port`; 4 where its key table can be mapped
-/// on this host: `keymap`). A peer of another version is rejected, not left
-/// waiting.
+/// connections share endpoints: `port`; 4 carries our header's version 4,
+/// where a peer on this host maps our key table: `cm::with_header`). A peer of
+/// another version is rejected, not left waiting.
 pub(crate) const MAGIC: [u8; 8] = [b'D', b'R', b'S', b'R', 0, 4, 0, 0];
 /// What travels on the handshake's connection (one byte, then the fields).
 pub(crate) const REQUEST: u8 = b'Q';

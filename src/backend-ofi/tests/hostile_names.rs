@@ -26,25 +26,18 @@ fn frame(kind: u8, fields: &[&[u8]]) -> Vec<u8> {
 
 /// A request from a peer naming itself `name`: the connection layer's magic,
 /// the provider, the name, the header of ours (no key table, no private
-/// data), its connection id and a key table to map that is none (pid 1's
-/// descriptor 0, token 0).
+/// data, a key table to map that is none: pid 1's descriptor 0, token 0) and
+/// its connection id.
 fn hostile_request(provider: &str, name: &[u8]) -> Vec<u8> {
     let layer_magic = [b'D', b'R', b'S', b'R', 0, 4, 0, 0];
-    let mut header = vec![b'D', b'R', b'O', 3];
+    let mut header = vec![b'D', b'R', b'O', 4];
     header.resize(32, 0);
+    header.extend_from_slice(&1u32.to_le_bytes());
+    header.resize(48, 0);
     let tag = 7u64.to_le_bytes();
-    let share = [[1u8, 0, 0, 0], [0; 4]].concat();
-    let share = [share, vec![0; 8]].concat();
     frame(
         b'Q',
-        &[
-            &layer_magic,
-            provider.as_bytes(),
-            name,
-            &header,
-            &tag,
-            &share,
-        ],
+        &[&layer_magic, provider.as_bytes(), name, &header, &tag],
     )
 }
 
