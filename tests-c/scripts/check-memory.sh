@@ -158,10 +158,15 @@ done
 # Debian's dtest binary (dapl2-utils) through our libdat2, both sides under
 # valgrind. Not through dtest_pair: a server under valgrind takes longer to
 # listen than its 10 s readiness wait; here the wait is 120 s (a bound, not
-# a sleep: the client starts as soon as port 15828 listens).
+# a sleep: the client starts as soon as port 15828 listens). Over TCP
+# (DAPLRS_SAME_HOST=never): on the same-host path the peer process places the
+# data, which valgrind cannot see, so every byte dtest prints of what it
+# received is "uninitialised" (313 errors, none ours); the path itself is
+# checked by the programs above.
 if command -v dtest > /dev/null; then
 	p0=$passed f0=$failed
 	vgdtest="$vgflags --suppressions=$top/tests-c/suppressions/valgrind-dtest.supp"
+	export DAPLRS_SAME_HOST=never
 	timeout 600 valgrind $vgdtest --log-file="$vg/dtest.vg.%p" dtest -P $ia -s > "$vg/dtest-server.log" 2>&1 &
 	server_pid=$!
 	for _ in $(seq 1200); do
@@ -178,6 +183,7 @@ if command -v dtest > /dev/null; then
 		bad "valgrind dtest server (see $vg/dtest-server.log)"
 	fi
 	grep -h 'ERROR SUMMARY\|definitely lost:' "$vg"/dtest.vg.* 2>/dev/null | sed 's/^==[0-9]*== /       /' | sort -u
+	unset DAPLRS_SAME_HOST
 else
 	bad "no dtest (dapl2-utils) for the valgrind pair"
 fi
