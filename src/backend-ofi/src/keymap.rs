@@ -311,16 +311,7 @@ mod tests {
         let e = &ours.entries()[77];
         e.fill(77, &found);
         let back = theirs.read(77).expect("key 77");
-        assert_eq!(
-            (
-                back.start,
-                back.length,
-                back.rights,
-                back.pd,
-                back.provider_key
-            ),
-            (found.start, 4096, found.rights, 3, 99)
-        );
+        assert_eq!(back.fields(), (found.start, 4096, found.rights, 3, 99));
         assert!(theirs.read(77 + SLOTS as u32).is_none());
         e.key.store(0, Ordering::Release);
         assert!(theirs.read(77).is_none());

@@ -84,6 +84,20 @@ pub(crate) struct Remote {
 
 pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
 
+#[cfg(test)]
+impl Remote {
+    /// Every field, for tests to compare at once.
+    pub(crate) fn fields(&self) -> (u64, u64, u32, u32, u64) {
+        (
+            self.start,
+            self.length,
+            self.rights,
+            self.pd,
+            self.provider_key,
+        )
+    }
+}
+
 /// What a peer's handshake announced: its key table and its farewell word.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct PeerTable {
@@ -362,13 +376,7 @@ mod tests {
         };
         let back = remote_of(&raw, 42).expect("key 42's entry");
         assert_eq!(
-            (
-                back.start,
-                back.length,
-                back.rights,
-                back.pd,
-                back.provider_key
-            ),
+            back.fields(),
             (found.start, 8192, found.rights, 7, 0x1_2345_6789)
         );
         assert!(remote_of(&raw, 42 + SLOTS as u32).is_none());
