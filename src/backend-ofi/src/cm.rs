@@ -32,13 +32,30 @@ const MAGIC: [u8; 4] = [b'D', b'R', b'O', 3];
 pub(crate) const HEADER_BYTES: usize = 32;
 /// Version 4: version 3's header, then where a peer on this host maps our key
 /// table (`keymap::Share`, 16 bytes), where the connection data has room for
-/// it beside the consumer's (`Domain::shares_in_header`; not verbs' 55).
+/// it beside the consumer's (`shares_in_header`; not verbs' 55).
 const MAGIC_SHARED: [u8; 4] = [b'D', b'R', b'O', 4];
 pub(crate) const SHARED_HEADER_BYTES: usize = HEADER_BYTES + 16;
 
 /// The consumer's share of a connection message where the provider bounds
 /// none below it (see `OfiDevice::private_data_max`).
 pub(crate) const MAX_PRIVATE_DATA: u32 = 192;
+
+/// Whether our header offers a peer on this host our key table (`keymap`):
+/// where the connection data leaves the consumer its whole share beside it
+/// (our own handshake over reliable datagrams; tcp, not verbs' 55 bytes).
+pub(crate) fn shares_in_header(dom: &Domain) -> bool {
+    dom.cm_data
+        .is_none_or(|n| n >= SHARED_HEADER_BYTES + MAX_PRIVATE_DATA as usize)
+}
+
+/// The bytes our header takes of `dom`'s connection data.
+pub(crate) fn header_bytes(dom: &Domain) -> usize {
+    if shares_in_header(dom) {
+        SHARED_HEADER_BYTES
+    } else {
+        HEADER_BYTES
+    }
+}
 
 /// Marks close-on-exec the listening socket bound to `addr`. libfabric's tcp
 /// provider (1.17) makes its sockets without SOCK_CLOEXEC, so a child the
@@ -115,7 +132,7 @@ pub(crate) fn with_header(dev: &Domain, qp: Option<&OfiQp>, private_data: &[u8])
     let (key, address) = (dev.keys.key, dev.keys.address);
     let (fw_key, fw_address) = qp.map_or((0, 0), |q| q.farewell.announce(dev));
     let pd = qp.map_or(0, |q| q.pd());
-    let share = dev.keys.share().filter(|_| dev.shares_in_header());
+    let share = dev.keys.share().filter(|_| shares_in_header(dev));
     let mut v = if share.is_some() {
         MAGIC_SHARED.to_vec()
     } else {

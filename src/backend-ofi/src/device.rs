@@ -87,7 +87,7 @@ impl OfiDevice {
     fn open_described(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>, OpenFailure> {
         let (dom, polled) = Domain::open(provider, place)?;
         let private_data_max = dom.cm_data.map_or(crate::cm::MAX_PRIVATE_DATA, |size| {
-            let left = size.saturating_sub(dom.header_bytes());
+            let left = size.saturating_sub(crate::cm::header_bytes(&dom));
             crate::cm::MAX_PRIVATE_DATA.min(left as u32)
         });
         let dev = Arc::new_cyclic(|me| OfiDevice {

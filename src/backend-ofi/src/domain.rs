@@ -466,24 +466,6 @@ impl Domain {
         self.name.split(' ').nth(1) == Some("shm")
     }
 
-    /// Whether our header offers a peer on this host our key table (`keymap`):
-    /// where the connection data leaves the consumer its whole share beside it
-    /// (our own handshake over reliable datagrams; tcp, not verbs' 55 bytes).
-    pub(crate) fn shares_in_header(&self) -> bool {
-        self.cm_data.is_none_or(|n| {
-            n >= crate::cm::SHARED_HEADER_BYTES + crate::cm::MAX_PRIVATE_DATA as usize
-        })
-    }
-
-    /// The bytes our header takes of the connection data.
-    pub(crate) fn header_bytes(&self) -> usize {
-        if self.shares_in_header() {
-            crate::cm::SHARED_HEADER_BYTES
-        } else {
-            crate::cm::HEADER_BYTES
-        }
-    }
-
     /// Whether a request through a peer's key whose entry says `remote`
     /// reads the entry again next time: always on shm (`fresh_lookups`); on
     /// a provider choosing its own keys, for a window's binding: its
