@@ -82,6 +82,12 @@ pub(crate) struct Domain {
     /// `fi_trywait`, which walks their endpoints. Elsewhere (verbs arms its
     /// completion channel there) they are asked too.
     pub(crate) level_waits: bool,
+    /// An RDMA read waits for the sends before it (tcp, FI_EP_MSG): tcp stops
+    /// reading a connection whose send found no receive, and reads posted
+    /// behind such a send did not all complete once the receive came (the
+    /// behaviour test many_large_reads_in_flight_complete_in_order, 1 run in
+    /// 4 with the key's entry known, 2 in 3 with it read in place).
+    pub(crate) reads_after_sends: bool,
     /// How many bytes of connection data the provider carries with a
     /// connect, accept or reject (FI_EP_MSG, where it says), of which our
     /// header takes some (`cm::with_header`); None over reliable datagrams.
@@ -411,6 +417,7 @@ impl Domain {
             atomics,
             verbs_errors: provider.split(';').next() == Some("verbs"),
             level_waits: provider == "tcp",
+            reads_after_sends: provider == "tcp",
             cm_data,
             receipts: endpoints != Endpoints::Msg,
             // Not ofi_rxm's: its matching costs little beside its round trip

@@ -244,10 +244,21 @@ impl OfiQp {
 
     /// Whether the newest request must wait for every earlier one because the
     /// provider would not keep DAT's order (`Domain::ordered`): all but a
-    /// send following a send (send-after-send order every provider keeps).
+    /// send following a send (send-after-send order every provider keeps);
+    /// and a read behind a send not yet complete where reads wait for sends
+    /// (`Domain::reads_after_sends`).
     pub(super) fn unordered(&self, dev: &Domain, inner: &Inner) -> bool {
         let n = inner.sends.slots.len();
-        if dev.ordered || n < 2 {
+        if n < 2 {
+            return false;
+        }
+        if dev.reads_after_sends && inner.sends.slots[n - 1].opcode == WcOpcode::RdmaRead {
+            let send = |s: &Slot| s.opcode == WcOpcode::Send && s.done.is_none();
+            if inner.sends.slots.iter().take(n - 1).any(send) {
+                return true;
+            }
+        }
+        if dev.ordered {
             return false;
         }
         let is_send = |i: usize| inner.sends.slots[i].opcode == WcOpcode::Send;
