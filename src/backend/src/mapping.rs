@@ -253,11 +253,20 @@ fn vma_span_at(maps: RawFd, addr: u64) -> io::Result<Option<(u64, u64, u64)>> {
 mod tests {
     use super::*;
 
+    /// Where the next `anonymous` mapping is asked for: far below where the kernel places
+    /// mappings (thread stacks, other tests' memory), a stretch of its own each time, so that
+    /// a hole a test leaves is not filled by another test's thread before it looks (a
+    /// fresh-clone run of make test-rust saw "all gone" fail so).
+    static NEXT_AT: std::sync::atomic::AtomicU64 =
+        std::sync::atomic::AtomicU64::new(0x3c00_0000_0000);
+
     fn anonymous(len: usize, prot: i32) -> u64 {
-        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let hint = NEXT_AT.fetch_add(1 << 30, Ordering::Relaxed);
+        // SAFETY: a fresh anonymous mapping, at the hint if that is free (no MAP_FIXED: nothing
+        // there is replaced); nothing else refers to it.
         let p = unsafe {
             libc::mmap(
-                std::ptr::null_mut(),
+                hint as *mut libc::c_void,
                 len,
                 prot,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
