@@ -59,60 +59,76 @@ impl Share {
     }
 }
 
+/// A table file's FILE_BYTES mapped (or as much anonymous memory), unmapped on drop.
+struct Mapping(NonNull<u8>);
+
+// SAFETY: a mapping is only reached through `&Entry` (atomics) and the token's word.
+unsafe impl Send for Mapping {}
+// SAFETY: as for Send.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `fd` (-1 with MAP_ANONYMOUS in `flags`) with `prot`.
+    fn new(prot: i32, flags: i32, fd: i32) -> std::io::Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel (zero-filled where anonymous or a new
+        // memfd; a peer's file has its size sealed, so it stays backed); no existing memory
+        // is affected.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), FILE_BYTES, prot, flags, fd, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapping(
+            NonNull::new(p.cast()).expect("mmap gave a mapping"),
+        ))
+    }
+
+    /// The table's SLOTS entries (an Entry is atomics only, valid at any bit pattern).
+    fn entries(&self) -> &[Entry] {
+        // SAFETY: SLOTS entries at the page-aligned start of the mapping, mapped for our life.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), SLOTS) }
+    }
+
+    /// The token's word, after the entries (a page boundary, so 8-aligned).
+    fn token(&self) -> *mut u64 {
+        // SAFETY: TABLE_BYTES is inside the mapping (FILE_BYTES).
+        unsafe { self.0.as_ptr().add(TABLE_BYTES).cast() }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; what borrows it borrows its owner, gone by now.
+        unsafe { libc::munmap(self.0.as_ptr().cast(), FILE_BYTES) };
+    }
+}
+
 /// Our table's entries: a sealed memfd mapped shared, or private memory where a memfd
 /// cannot be had (then nothing is offered to peers).
 pub(crate) struct TableMemory {
-    entries: NonNull<Entry>,
+    map: Mapping,
     file: Option<OwnedFd>,
     token: u64,
 }
 
-// SAFETY: the mapping is only reached through `&[Entry]`, whose fields are atomics.
-unsafe impl Send for TableMemory {}
-// SAFETY: as for Send.
-unsafe impl Sync for TableMemory {}
-
 impl TableMemory {
     pub(crate) fn new() -> std::io::Result<TableMemory> {
-        let file = memfile::create("daplrs-ofi-keys", FILE_BYTES)
-            .and_then(|fd| memfile::seal_size(&fd).map(|()| fd))
+        let file = memfile::create_sealed("daplrs-ofi-keys", FILE_BYTES)
             .inspect_err(|e| log::debug!("key table not shared: {e}"))
             .ok();
         let (flags, fd) = match &file {
             Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
             None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
         };
-        // SAFETY: a fresh mapping chosen by the kernel, zero-filled (an entry of zeros holds
-        // no key); no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FILE_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let entries = NonNull::new(p.cast()).expect("mmap gave a mapping");
+        // Zero-filled: an entry of zeros holds no key.
+        let map = Mapping::new(libc::PROT_READ | libc::PROT_WRITE, flags, fd)?;
         let token = random_token();
-        // SAFETY: the token's place is inside the mapping, after the entries, 8-aligned
-        // (a page boundary); nothing else refers to it.
-        unsafe { p.cast::<u8>().add(TABLE_BYTES).cast::<u64>().write(token) };
-        Ok(TableMemory {
-            entries,
-            file,
-            token,
-        })
+        // SAFETY: the token's word, writable; nothing else refers to it yet.
+        unsafe { map.token().write(token) };
+        Ok(TableMemory { map, file, token })
     }
 
     pub(crate) fn entries(&self) -> &[Entry] {
-        // SAFETY: SLOTS entries of zero-initialized, page-aligned memory mapped for our
-        // life; an Entry is atomics only, valid at any bit pattern.
-        unsafe { std::slice::from_raw_parts(self.entries.as_ptr(), SLOTS) }
+        self.map.entries()
     }
 
     /// What a peer on this host opens to map the table.
@@ -123,13 +139,6 @@ impl TableMemory {
             fd: fd as u32,
             token: self.token,
         })
-    }
-}
-
-impl Drop for TableMemory {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, no longer borrowed (`entries` borrows self).
-        unsafe { libc::munmap(self.entries.as_ptr().cast(), FILE_BYTES) };
     }
 }
 
@@ -150,7 +159,7 @@ fn random_token() -> u64 {
 
 /// A peer's table, mapped read-only, and the peer process it came from.
 pub(crate) struct PeerKeys {
-    entries: NonNull<Entry>,
+    map: Mapping,
     /// Its pid (from the handshake): the target of our own reads and writes
     /// of its memory (`qp/inline.rs`).
     pub(crate) pid: u32,
@@ -161,52 +170,25 @@ pub(crate) struct PeerKeys {
     maps: Option<std::fs::File>,
 }
 
-// SAFETY: as TableMemory's: reached only through atomic loads.
-unsafe impl Send for PeerKeys {}
-// SAFETY: as for Send.
-unsafe impl Sync for PeerKeys {}
-
 impl PeerKeys {
     /// Maps the table the handshake named (untrusted), if it is a sealed memfd of a table's
     /// size holding the token; also gives its identity (device, inode), under which
     /// connections to one peer share the mapping.
     fn open(share: Share) -> Result<(PeerKeys, (u64, u64)), memfile::Refusal> {
         let Share { pid, fd, token } = share;
-        let (file, len) = memfile::open_peer(pid, fd, false)?;
-        if len != FILE_BYTES as u64 {
+        let (file, meta) = memfile::open_peer(pid, fd, false)?;
+        if meta.len() != FILE_BYTES as u64 {
+            let len = meta.len();
             return Err(format!("pid {pid} fd {fd}: {len} bytes, not a key table"));
         }
-        let meta = file.metadata().map_err(|e| e.to_string())?;
-        // SAFETY: a fresh read-only mapping of a file whose size is sealed (so it stays
-        // backed); no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FILE_BYTES,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
-        }
-        let entries = NonNull::new(p.cast()).expect("mmap gave a mapping");
-        // SAFETY: inside the mapping, page-aligned; read once (volatile: another process's).
-        let held = unsafe {
-            p.cast::<u8>()
-                .add(TABLE_BYTES)
-                .cast::<u64>()
-                .read_volatile()
-        };
-        if held != token {
-            // SAFETY: the mapping just made, referred to by nothing.
-            unsafe { libc::munmap(p, FILE_BYTES) };
+        let map = Mapping::new(libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd())
+            .map_err(|e| format!("mmap: {e}"))?;
+        // SAFETY: the token's word; read once (volatile: another process's).
+        if unsafe { map.token().read_volatile() } != token {
             return Err(format!("pid {pid} fd {fd}: not the table announced"));
         }
         let keys = PeerKeys {
-            entries,
+            map,
             pid,
             cma: AtomicBool::new(true),
             maps: std::fs::File::open(format!("/proc/{pid}/maps")).ok(),
@@ -217,8 +199,7 @@ impl PeerKeys {
     /// What the peer's entry says of `key` now, as `keys::remote_of` reads a copy (None:
     /// the slot holds another key, or changed while read).
     pub(crate) fn read(&self, key: u32) -> Option<Remote> {
-        // SAFETY: the slot is inside the mapping (SLOTS entries); atomics only.
-        let e = unsafe { &*self.entries.as_ptr().add(key as usize % SLOTS) };
+        let e = &self.map.entries()[key as usize % SLOTS];
         // `Entry::fill` clears the key first and sets it last: the key read the same before
         // and after the fields (every load acquiring) means the fields are that key's.
         if e.key.load(Ordering::Acquire) != key as u64 {
@@ -251,13 +232,6 @@ impl PeerKeys {
     /// the kernel says (PROCMAP_QUERY, a call per mapping); None where it cannot say.
     pub(crate) fn memory_there(&self, va: u64, len: u64, write: bool) -> Option<bool> {
         daplrs_backend::mapping::mapped_in(self.maps.as_ref()?, va, len, write)
-    }
-}
-
-impl Drop for PeerKeys {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; nothing borrows it past `read`.
-        unsafe { libc::munmap(self.entries.as_ptr().cast(), FILE_BYTES) };
     }
 }
 

@@ -5,7 +5,7 @@
 //! a peer's file (the same user, as for cross-memory attach).
 
 use std::ffi::CString;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -43,6 +43,14 @@ pub fn seal_size(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// A new memory file of `len` bytes whose size nobody can change (`create`, `seal_size`):
+/// what peers map.
+pub fn create_sealed(name: &str, len: usize) -> io::Result<OwnedFd> {
+    let fd = create(name, len)?;
+    seal_size(&fd)?;
+    Ok(fd)
+}
+
 /// Whether a peer's memfd cannot shrink (so our mapping of it stays backed).
 pub fn size_sealed(fd: RawFd) -> bool {
     // SAFETY: fcntl(2) F_GET_SEALS on a descriptor we hold.
@@ -56,10 +64,23 @@ pub fn is_process_and_descriptor(pid: u32, fd: u32) -> bool {
     pid != 0 && pid <= i32::MAX as u32 && fd <= i32::MAX as u32
 }
 
+/// `file`, a peer's descriptor opened or duplicated (`what` names it), if it is a memory file
+/// whose size is sealed; with its metadata.
+pub fn sealed(file: File, what: &str) -> Result<(File, Metadata), Refusal> {
+    let meta = file.metadata().map_err(|e| format!("{what}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{what}: not a memory file"));
+    }
+    if !size_sealed(file.as_raw_fd()) {
+        return Err(format!("{what}: size not sealed"));
+    }
+    Ok((file, meta))
+}
+
 /// Opens descriptor `fd` of process `pid` (through /proc: the kernel's ptrace check decides),
-/// for reading and, if `write`, writing, if it is a memory file whose size is sealed. Returns
-/// it and its size.
-pub fn open_peer(pid: u32, fd: u32, write: bool) -> Result<(File, u64), Refusal> {
+/// for reading and, if `write`, writing, if it is a memory file whose size is sealed
+/// (`sealed`).
+pub fn open_peer(pid: u32, fd: u32, write: bool) -> Result<(File, Metadata), Refusal> {
     if !is_process_and_descriptor(pid, fd) {
         return Err(format!("offer names pid {pid} fd {fd}"));
     }
@@ -72,8 +93,8 @@ pub fn open_peer(pid: u32, fd: u32, write: bool) -> Result<(File, u64), Refusal>
         .custom_flags(libc::O_PATH)
         .open(&path)
         .map_err(|e| format!("open {path}: {e}"))?;
-    let meta = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
-    if !meta.is_file() {
+    let kind = path_only.metadata().map_err(|e| format!("{path}: {e}"))?;
+    if !kind.is_file() {
         return Err(format!("{path}: not a memory file"));
     }
     let reopen = format!("/proc/self/fd/{}", path_only.as_raw_fd());
@@ -83,10 +104,7 @@ pub fn open_peer(pid: u32, fd: u32, write: bool) -> Result<(File, u64), Refusal>
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(&reopen)
         .map_err(|e| format!("open {path}: {e}"))?;
-    if !size_sealed(file.as_raw_fd()) {
-        return Err(format!("{path}: size not sealed"));
-    }
-    Ok((file, meta.len()))
+    sealed(file, &path)
 }
 
 #[cfg(test)]
@@ -96,10 +114,9 @@ mod tests {
     #[test]
     fn a_sealed_file_of_ours_opens_as_a_peers_and_an_unsealed_one_does_not() {
         let me = std::process::id();
-        let sealed = create("memfile-test", 8192).unwrap();
-        seal_size(&sealed).unwrap();
-        let (_, len) = open_peer(me, sealed.as_raw_fd() as u32, false).unwrap();
-        assert_eq!(len, 8192);
+        let sealed = create_sealed("memfile-test", 8192).unwrap();
+        let (_, meta) = open_peer(me, sealed.as_raw_fd() as u32, false).unwrap();
+        assert_eq!(meta.len(), 8192);
         let unsealed = create("memfile-test", 8192).unwrap();
         assert!(open_peer(me, unsealed.as_raw_fd() as u32, false).is_err());
         assert!(open_peer(0, 3, false).is_err());

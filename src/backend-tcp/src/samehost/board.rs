@@ -93,8 +93,7 @@ impl Drop for Slot {
 
 impl Board {
     pub fn create() -> io::Result<Arc<Board>> {
-        let fd = daplrs_backend::memfile::create("daplrs-board", LEN)?;
-        daplrs_backend::memfile::seal_size(&fd)?;
+        let fd = daplrs_backend::memfile::create_sealed("daplrs-board", LEN)?;
         let map = sys::SharedMap::map(fd.as_raw_fd(), LEN)?;
         map.write_u32(OFF_VERSION, VERSION);
         map.write_u32(OFF_CAPACITY, SLOTS as u32);

@@ -405,8 +405,7 @@ impl TableLock {
 impl Table {
     fn create(capacity: usize) -> std::io::Result<Table> {
         let len = table_bytes(capacity);
-        let fd = daplrs_backend::memfile::create("daplrs-keys", len)?;
-        daplrs_backend::memfile::seal_size(&fd)?;
+        let fd = daplrs_backend::memfile::create_sealed("daplrs-keys", len)?;
         let map = sys::SharedMap::map(fd.as_raw_fd(), len)?;
         let mut nonce = [0u8; 8];
         getrandom(&mut nonce);
@@ -573,7 +572,7 @@ pub(crate) fn peer_descriptor_gone(pid: u32, fd: u32) -> bool {
 
 /// Opens the peer's memfd `fd` (a key table or ring) read-write: daplrs_backend::memfile.
 pub(crate) fn open_peer_memfd(pid: u32, fd: u32) -> Result<(std::fs::File, u64), Refusal> {
-    memfile::open_peer(pid, fd, true)
+    memfile::open_peer(pid, fd, true).map(|(file, meta)| (file, meta.len()))
 }
 
 /// A connection's same-host state (engine/samehost.rs).

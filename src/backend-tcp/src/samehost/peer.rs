@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{sys, Refusal};
+use daplrs_backend::memfile;
 
 pub(crate) struct PeerProcess {
     pid: u32,
@@ -22,7 +23,7 @@ pub(crate) struct PeerProcess {
 impl PeerProcess {
     /// Process `pid` (untrusted: read from an offer), through a pidfd if one is given.
     pub fn new(pid: u32) -> PeerProcess {
-        let pidfd = daplrs_backend::memfile::is_process_and_descriptor(pid, 0)
+        let pidfd = memfile::is_process_and_descriptor(pid, 0)
             .then(|| pidfd_open(pid).ok())
             .flatten();
         PeerProcess { pid, pidfd }
@@ -38,7 +39,7 @@ impl PeerProcess {
         let Some(pidfd) = self.pidfd.as_ref() else {
             return Err(io::ErrorKind::Unsupported.into());
         };
-        if !daplrs_backend::memfile::is_process_and_descriptor(self.pid, fd) {
+        if !memfile::is_process_and_descriptor(self.pid, fd) {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         // SAFETY: pidfd_getfd(2) with no flags; the new descriptor (close-on-exec) is
@@ -58,16 +59,8 @@ impl PeerProcess {
         let Ok(dup) = self.getfd(fd) else {
             return super::open_peer_memfd(self.pid, fd);
         };
-        let file = File::from(dup);
-        let what = || format!("pid {} fd {fd}", self.pid);
-        let meta = file.metadata().map_err(|e| format!("{}: {e}", what()))?;
-        if !meta.is_file() {
-            return Err(format!("{}: not a memory file", what()));
-        }
-        if !daplrs_backend::memfile::size_sealed(file.as_raw_fd()) {
-            return Err(format!("{}: size not sealed", what()));
-        }
-        Ok((file, meta.len()))
+        let what = format!("pid {} fd {fd}", self.pid);
+        memfile::sealed(File::from(dup), &what).map(|(file, meta)| (file, meta.len()))
     }
 
     /// Our duplicate of the peer's eventfd `fd` (see `sys::checked_eventfd`).
@@ -96,8 +89,7 @@ mod tests {
     fn reaches_memfds_and_eventfds() {
         let me = PeerProcess::new(std::process::id());
         assert!(me.pidfd.is_some(), "pidfd_open refused here");
-        let m = daplrs_backend::memfile::create("peer-test", 8192).unwrap();
-        daplrs_backend::memfile::seal_size(&m).unwrap();
+        let m = daplrs_backend::memfile::create_sealed("peer-test", 8192).unwrap();
         let (_, len) = me.memfd(m.as_raw_fd() as u32).expect("memfd");
         assert_eq!(len, 8192);
         let e = sys::eventfd().unwrap();

@@ -143,8 +143,7 @@ impl Ring {
     /// (None: every look reads it).
     pub fn create(slot: Option<Slot>) -> io::Result<Ring> {
         let len = OFF_DATA + CAPACITY;
-        let fd = daplrs_backend::memfile::create("daplrs-ring", len)?;
-        daplrs_backend::memfile::seal_size(&fd)?;
+        let fd = daplrs_backend::memfile::create_sealed("daplrs-ring", len)?;
         let map = sys::SharedMap::map(fd.as_raw_fd(), len)?;
         // Without a bell the writer sends doorbells through the socket, as before bells.
         let bell = sys::eventfd().ok();
@@ -810,8 +809,7 @@ mod tests {
         r.map.atomic_u64(OFF_TAIL).store(1, Ordering::SeqCst);
         assert!(Ring::open(&me(), r.fd().unwrap() as u32).is_err());
         // Not a ring (a key table's memfd, or any other file): refused.
-        let other = daplrs_backend::memfile::create("not-a-ring", 8192).unwrap();
-        daplrs_backend::memfile::seal_size(&other).unwrap();
+        let other = daplrs_backend::memfile::create_sealed("not-a-ring", 8192).unwrap();
         assert!(Ring::open(&me(), other.as_raw_fd() as u32).is_err());
     }
 }

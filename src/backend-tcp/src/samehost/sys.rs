@@ -595,8 +595,7 @@ fn userfaultfd() -> io::Result<OwnedFd> {
 pub(crate) unsafe fn share_pages(start: u64, len: u64, name: &str) -> io::Result<(OwnedFd, u64)> {
     // Everything that can fail before the move: once the pages moved, the caller must get the
     // descriptor (to move them back).
-    let fd = daplrs_backend::memfile::create(name, len as usize)?;
-    daplrs_backend::memfile::seal_size(&fd)?;
+    let fd = daplrs_backend::memfile::create_sealed(name, len as usize)?;
     let ino = inode_of(fd.as_raw_fd())?;
     let memfd = fd.as_raw_fd();
     // SAFETY: the caller's range (see above).
