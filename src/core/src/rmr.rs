@@ -217,7 +217,7 @@ impl Rmr {
                 return Err(HandleKind::Lmr.invalid());
             }
         }
-        let report = flags & (completion_flags::SUPPRESS | completion_flags::UNSIGNALLED) == 0;
+        let report = Ep::report_success(flags);
         let mut wr = SendWr {
             wr_id: 0,
             op,
