@@ -216,6 +216,7 @@ fn exited_poster_body() {
     .0;
     let base = server.buf.addr() as usize;
     let served_before = SERVED.load(Ordering::Relaxed);
+    let signals_before = connection_signals();
     std::thread::scope(|s| {
         let client = Moved(client);
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -243,8 +244,20 @@ fn exited_poster_body() {
         done_rx.recv().expect("done");
     });
     let served = SERVED.load(Ordering::Relaxed) - served_before;
-    eprintln!("sigio: handlers served {served} of {N} sends after their poster exited");
-    assert!(served as usize >= N / 2, "handlers served the sends again");
+    let signals = connection_signals() - signals_before;
+    eprintln!(
+        "sigio: {signals} signals for {N} sends after their poster exited, \
+         handlers served {served}"
+    );
+    // What the test is about is where the signals go: to a thread that is gone, none is
+    // taken. Which thread then places a frame is a race the handler usually wins but the
+    // progress thread, woken by the same arrival, may win under load (CI saw 11 of 20), so
+    // only one placed by a handler is asked for.
+    assert!(
+        signals as usize >= N / 2,
+        "the sends' signals reach the process again"
+    );
+    assert!(served >= 1, "handlers served the sends again");
     for i in 0..N {
         assert_eq!(super::dto(&next(&server.dto)).0, i as u64, "receive {i}");
     }
@@ -841,6 +854,12 @@ fn ping_pong_body() {
 }
 
 /// The server and client every body here starts from, connected (the PSP kept alive).
+/// The connection signals this process's handlers took so far (not the ACK timer's).
+fn connection_signals() -> u64 {
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    get(&stats::SIGNALS) - get(&stats::ACK_TIMER_SIGNALS)
+}
+
 fn connected_sides() -> (Side, Side, std::sync::Arc<super::Sp>) {
     let server = Side::new("sig-srv", mem_priv::ALL);
     let client = Side::new("sig-cli", mem_priv::ALL);
