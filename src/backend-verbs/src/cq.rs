@@ -32,10 +32,15 @@ pub(crate) struct VerbsCq {
     /// the CQ cannot overrun (an overrun is fatal to every QP on it).
     cqe: AtomicU32,
     attached: AtomicU32,
+    /// The most completions the QPs on this CQ may have outstanding, in the consumer's
+    /// requests: `attached` where the CQ grows as they post, their queue depths where it
+    /// cannot (siw, whose `attached` counts every piece a split read may take).
+    bound: AtomicU32,
     /// Whether completions must raise events even when nobody drives this CQ: its EVD feeds
     /// a CNO, whose waiter learns of them only through the event thread. Otherwise the CQ is
-    /// armed only by a thread about to sleep in `drive`: a consumer that polls costs no
-    /// event, no event-thread wake-up and no system call per completion.
+    /// armed only by a thread about to sleep in `drive`, or while it may hold more than
+    /// `depth` (`may_overrun`): a consumer that polls costs no event, no event-thread
+    /// wake-up and no system call per completion.
     events_wanted: std::sync::atomic::AtomicBool,
     /// Ends a `drive` (an eventfd).
     interrupt: OwnedFd,
@@ -144,6 +149,7 @@ impl VerbsCq {
             depth: AtomicU32::new(depth),
             cqe: AtomicU32::new(actual),
             attached: AtomicU32::new(0),
+            bound: AtomicU32::new(0),
             events_wanted: std::sync::atomic::AtomicBool::new(false),
             interrupt,
             driver: AtomicU64::new(0),
@@ -152,17 +158,41 @@ impl VerbsCq {
         Ok(me)
     }
 
-    /// Grows the hardware CQ by a QP's queue depths (`add`), or shrinks the count (`remove`).
-    pub(super) fn attach(&self, add: u32) -> Result<()> {
+    /// Grows the hardware CQ by `add` entries for a QP, whose completions outstanding may
+    /// grow by `bound` with them (see `bound`).
+    pub(super) fn attach(&self, add: u32, bound: u32) -> Result<()> {
         let want = self.attached.fetch_add(add, Ordering::SeqCst) + add;
         self.ensure(want.max(self.depth.load(Ordering::SeqCst)))
             .inspect_err(|_| {
                 self.attached.fetch_sub(add, Ordering::SeqCst);
-            })
+            })?;
+        self.bound.fetch_add(bound, Ordering::SeqCst);
+        self.arm_if_overrun_possible();
+        Ok(())
     }
 
-    pub(super) fn detach(&self, n: u32) {
+    /// Whether the QPs on this CQ may have more completions outstanding than the consumer
+    /// sized it for (`depth`). The hardware CQ is made big enough for all of them, so none
+    /// is lost, but the consumer must learn of the overrun as it happens (its EVD's overflow
+    /// is an asynchronous error, which a consumer polling another EVD waits for): the
+    /// completions must then reach the consumer by themselves, as for a CNO.
+    fn may_overrun(&self) -> bool {
+        self.bound.load(Ordering::SeqCst) > self.depth.load(Ordering::SeqCst)
+    }
+
+    /// Arms the CQ when it may overrun and nothing else arms it. Called as the QPs' room
+    /// grows (where it grows as they post, before the request that grew it is posted: that
+    /// request's completion then raises the event, whose drain takes whatever came before).
+    fn arm_if_overrun_possible(&self) {
+        if !self.events_wanted.load(Ordering::SeqCst) && self.may_overrun() {
+            self.arm();
+        }
+    }
+
+    /// Undoes `attach(n, bound)`.
+    pub(super) fn detach(&self, n: u32, bound: u32) {
         self.attached.fetch_sub(n, Ordering::SeqCst);
+        self.bound.fetch_sub(bound, Ordering::SeqCst);
     }
 
     fn ensure(&self, entries: u32) -> Result<()> {
@@ -360,7 +390,7 @@ impl VerbsCq {
     /// After an event: arms the CQ for the next one if its completions must raise events
     /// (`events_wanted`); a thread that drives it arms it itself before it sleeps.
     pub(super) fn rearm(&self) {
-        if self.events_wanted.load(Ordering::SeqCst) {
+        if self.events_wanted.load(Ordering::SeqCst) || self.may_overrun() {
             self.arm();
         }
     }
@@ -414,7 +444,9 @@ impl CompletionQueue for VerbsCq {
     }
     fn resize(&self, depth: u32) -> Result<()> {
         self.depth.store(depth, Ordering::SeqCst);
-        self.ensure(depth.max(self.attached.load(Ordering::SeqCst)))
+        self.ensure(depth.max(self.attached.load(Ordering::SeqCst)))?;
+        self.arm_if_overrun_possible();
+        Ok(())
     }
     fn depth(&self) -> u32 {
         self.depth.load(Ordering::SeqCst)

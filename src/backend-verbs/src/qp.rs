@@ -274,12 +274,14 @@ impl VerbsQp {
             u32::MAX
         };
         let send_room = first.min(hw_send_wr);
+        let send_bound = send_bound(shared.cq_resize, send_room, &cap);
         let recv_room = srq
             .as_ref()
             .map_or(first.min(cap.max_recv_wr), |s| s.max_wr());
-        if let Err(e) = send_cq.attach(send_room).and_then(|_| {
-            recv_cq.attach(recv_room).inspect_err(|_| {
-                send_cq.detach(send_room);
+        let recv_bound = recv_bound(srq.is_some(), recv_room);
+        if let Err(e) = send_cq.attach(send_room, send_bound).and_then(|_| {
+            recv_cq.attach(recv_room, recv_bound).inspect_err(|_| {
+                send_cq.detach(send_room, send_bound);
             })
         }) {
             // SAFETY: not shared with anyone yet.
@@ -1428,14 +1430,37 @@ fn reserve(cq: &VerbsCq, room: &AtomicU32, need: u32, cap: u32) -> Result<()> {
             return Ok(());
         }
         let new = cur.saturating_mul(2).min(cap).max(need);
-        cq.attach(new - cur)?;
+        cq.attach(new - cur, new - cur)?;
         if room
             .compare_exchange(cur, new, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
             return Ok(());
         }
-        cq.detach(new - cur);
+        cq.detach(new - cur, new - cur);
+    }
+}
+
+/// The most completions a QP's send queue may give its CQ (`VerbsCq::bound`): its room,
+/// which grows as it posts; or, where CQs cannot grow and the room is every piece a split
+/// read may take, its depth in the consumer's requests.
+fn send_bound(cq_resize: bool, send_room: u32, cap: &QpCap) -> u32 {
+    if cq_resize {
+        send_room
+    } else {
+        cap.max_send_wr
+    }
+}
+
+/// The same for its receives: its room, or none for a QP of an SRQ, whose room is the SRQ's
+/// whole depth for each of its QPs though all of them together take no more than it holds
+/// (counted once per QP, EPs sharing an SRQ and an EVD would make every completion raise an
+/// event). An overrun through an SRQ is found when the EVD is next read.
+fn recv_bound(of_srq: bool, recv_room: u32) -> u32 {
+    if of_srq {
+        0
+    } else {
+        recv_room
     }
 }
 
@@ -1443,8 +1468,12 @@ impl Drop for VerbsQp {
     fn drop(&mut self) {
         self.shared.unregister_qp(self.qp_num);
         self.release_windows();
-        self.send_cq.detach(self.send_room.load(Ordering::SeqCst));
-        self.recv_cq.detach(self.recv_room.load(Ordering::SeqCst));
+        let send_room = self.send_room.load(Ordering::SeqCst);
+        let send_bound = send_bound(self.shared.cq_resize, send_room, &self.cap);
+        self.send_cq.detach(send_room, send_bound);
+        let recv_room = self.recv_room.load(Ordering::SeqCst);
+        self.recv_cq
+            .detach(recv_room, recv_bound(self.srq.is_some(), recv_room));
         // SAFETY: our QP; its cm id (if any) was destroyed by `destroy`/`reset`.
         let rc = unsafe { ibv_destroy_qp(self.qp.0) };
         if rc != 0 {

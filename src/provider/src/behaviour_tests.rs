@@ -19,7 +19,7 @@
 
 use crate::backend::Sge;
 use crate::core::consts::{close_flags, dto_op, dto_status, evd_flags, event_number, mem_priv};
-use crate::core::ep::{Ep, EpState, RemoteBuffer};
+use crate::core::ep::{Ep, EpModify, EpState, RemoteBuffer};
 use crate::core::error::{ErrorType, SubType};
 use crate::core::evd::{Evd, EventData};
 use crate::core::handle::{self, Handle};
@@ -120,6 +120,7 @@ over_every_device!(
     provider_created_ep_is_configured_then_accepted,
     abrupt_disconnect_flushes_at_once,
     an_overflowing_evd_keeps_every_completion_and_reports_once,
+    an_evd_overrun_nobody_reads_is_reported_as_it_happens,
     fenced_requests_wait_for_earlier_reads,
     rmr_bind_on_a_disconnected_ep_is_flushed_and_leaves_it_unbound,
     a_waiting_thread_drives_its_connections,
@@ -1002,6 +1003,54 @@ fn an_overflowing_evd_keeps_every_completion_and_reports_once(dev: &TestDevice) 
     assert_eq!(cookies, vec![0, 1, 2, 3]);
     let async_evd = client.ia.async_evd().expect("async evd");
     assert_eq!(next(&async_evd).number, event_number::ASYNC_EVD_OVERFLOW);
+    assert_eq!(
+        async_evd.dequeue().expect_err("reported once").kind,
+        ErrorType::QueueEmpty
+    );
+    close(&[&client, &server]);
+}
+
+/// Receives complete into an EVD of two entries that nobody reads: its overflow is an
+/// asynchronous error the consumer waits for on the async EVD, not something it learns when
+/// it next reads the small one (over verbs, where a polled CQ raises no events, the CQ asks
+/// for them while its QPs may have more outstanding than the EVD holds). Every completion
+/// is still there afterwards, in order.
+fn an_evd_overrun_nobody_reads_is_reported_as_it_happens(dev: &TestDevice) {
+    let server = Side::on(dev, "srv", mem_priv::ALL);
+    let client = Side::on(dev, "cli", mem_priv::ALL);
+    let small = Evd::create(&server.ia, 2, None, evd_flags::DTO).expect("small evd");
+    server
+        .ep
+        .modify(EpModify {
+            recv_evd: Some(Some(small.clone())),
+            ..EpModify::default()
+        })
+        .expect("small receive EVD");
+    let _psp = connect_pair(&server, &client);
+    let async_evd = server.ia.async_evd().expect("async evd");
+    for i in 0..4u64 {
+        server
+            .ep
+            .post_recv(&[server.seg(8 * i as usize, 8)], i, 0)
+            .expect("recv");
+    }
+    for i in 0..4u64 {
+        client
+            .ep
+            .post_send(&[client.seg(8 * i as usize, 8)], 10 + i, 0)
+            .expect("send");
+    }
+    for i in 0..4u64 {
+        assert_eq!(
+            dto(&next(&client.dto)),
+            (10 + i, dto_status::SUCCESS, 8, dto_op::SEND)
+        );
+    }
+    assert_eq!(next(&async_evd).number, event_number::ASYNC_EVD_OVERFLOW);
+    for i in 0..4u64 {
+        let ev = small.dequeue().expect("kept");
+        assert_eq!(dto(&ev), (i, dto_status::SUCCESS, 8, dto_op::RECEIVE));
+    }
     assert_eq!(
         async_evd.dequeue().expect_err("reported once").kind,
         ErrorType::QueueEmpty
