@@ -14,8 +14,9 @@ use parking_lot::Mutex;
 
 use daplrs_backend::{CompletionQueue, NotifyFn, Result, WorkCompletion};
 
+use crate::poll_wait::{self, RingWatch};
 use crate::shared::Shared;
-use crate::{engine, readiness, sys};
+use crate::{readiness, sys};
 
 pub(crate) struct TcpCq {
     pub(crate) id: u64,
@@ -209,7 +210,7 @@ impl CompletionQueue for TcpCq {
         };
         // The waker, the claimed connections, the parked sets, then the rings' bells.
         let mut fds = Vec::with_capacity(claimed.len() + sets.len() + 1);
-        let mut rings = engine::RingWatch::default();
+        let mut rings = RingWatch::default();
         fds.push(sys::PollFd::new(wake_rx.as_raw_fd(), sys::POLLIN));
         for c in &claimed {
             let input = if c.input { sys::POLLIN } else { 0 };
@@ -234,7 +235,7 @@ impl CompletionQueue for TcpCq {
         rings.add_bells(&mut fds);
         // Spin first when spinning has paid lately: an answer a round trip away is then read
         // without this thread going to sleep and being woken for it.
-        let spin = engine::spin_window();
+        let spin = poll_wait::spin_window();
         let misses = self.spin_misses.load(Ordering::Relaxed);
         let spin_now = !spin.is_zero() && (misses < SPIN_GIVE_UP || misses & (SPIN_RETRY - 1) == 0);
         let mut polled = Ok(0);
@@ -244,7 +245,7 @@ impl CompletionQueue for TcpCq {
         } else if spin_now {
             let until = Instant::now() + spin;
             let until = deadline.map_or(until, |d| d.min(until));
-            polled = engine::spin_poll(&mut fds, until, false);
+            polled = poll_wait::spin_poll(&mut fds, until, false);
         }
         let caught = ready || matches!(polled, Ok(n) if n > 0);
         let misses = if caught { 0 } else { misses.saturating_add(1) };

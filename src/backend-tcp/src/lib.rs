@@ -30,6 +30,7 @@ mod engine;
 mod guarded;
 mod keys;
 mod mem;
+mod poll_wait;
 mod qp;
 mod readiness;
 mod samehost;

@@ -704,7 +704,7 @@ fn device_mtu_is_what_one_datagram_of_the_interface_carries() {
 
 #[test]
 fn spin_window_setting() {
-    use super::engine::parse_spin;
+    use super::poll_wait::parse_spin;
     use std::time::Duration;
     assert_eq!(parse_spin(None), Duration::from_micros(50));
     assert_eq!(parse_spin(Some("0")), Duration::ZERO);

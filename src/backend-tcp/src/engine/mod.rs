@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use crate::cq::TcpCq;
+use crate::poll_wait::POLL_LEASE;
 use crate::shared::Shared;
 use crate::srq::TcpSrq;
 use daplrs_backend::intmap::IntMap;
@@ -44,9 +45,7 @@ use budget::Charge;
 pub(crate) use budget::PeerMemory;
 pub(crate) use datagram::TcpAh;
 pub(crate) use lane::Lane;
-#[cfg(test)]
-pub(crate) use progress::parse_spin;
-pub(crate) use progress::{progress_loop, spin_poll, spin_window, RingWatch, POLL_LEASE};
+pub(crate) use progress::progress_loop;
 
 /// A peer that has not sent its whole HELLO by then is dropped (a legitimate peer sends it
 /// with its connect).
