@@ -1,42 +1,31 @@
-//! The completion queue (`TcpCq`): completions queued by the engine, and the waiting or
-//! polling application thread that drives its own connections (`drive`, `progress`).
+//! The completion queue (`TcpCq`): the backend's trait object over the completions the
+//! engine queues (completions.rs), and the waiting or polling application thread that
+//! drives its own connections (`drive`, `progress`) through the device's `Shared`.
 
-use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{OnceLock, Weak};
-use std::thread::ThreadId;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use daplrs_backend::{CompletionQueue, NotifyFn, Result, WorkCompletion};
 
+use crate::completions::Completions;
 use crate::poll_wait::{self, RingWatch};
 use crate::shared::Shared;
-use crate::{readiness, sys};
+use crate::sys;
 
 pub(crate) struct TcpCq {
-    pub(crate) id: u64,
-    queue: Mutex<VecDeque<WorkCompletion>>,
-    notify: Mutex<Option<NotifyFn>>,
+    /// What the engine queues into and `Shared` notifies (completions.rs).
+    completions: Arc<Completions>,
     depth: AtomicU32,
     shared: Weak<Shared>,
-    /// Wakes a thread blocked in `drive` (written by `interrupt`, polled by the driver);
-    /// made on the first drive (None if the pair could not be made: then nobody drives).
-    waker: OnceLock<Option<(UnixStream, UnixStream)>>,
-    /// The thread in `drive`, if any.
-    driver: Mutex<Option<ThreadId>>,
     /// The driver's (or poller's) read buffer.
     buf: Mutex<Vec<u8>>,
-    /// Which connections a poller's look reads (readiness.rs).
-    pub(crate) readiness: readiness::CqReadiness,
     /// The poller's lists, taken with `buf`.
     looks: Mutex<Looks>,
-    /// A connection could not be watched in `readiness`: looks read every connection.
-    scan_all: AtomicBool,
     /// Drives in a row whose spin window ended with nothing to read (see `drive`).
     spin_misses: AtomicU32,
     /// Connections stay claimed between the drives of one wait (see `end_drive`).
@@ -68,31 +57,19 @@ const SPIN_GIVE_UP: u32 = 8;
 const SPIN_RETRY: u32 = 64;
 
 impl TcpCq {
-    /// A CQ of `depth` completions, of the device whose state is `shared`.
-    pub(crate) fn new(id: u64, depth: u32, shared: Weak<Shared>) -> TcpCq {
+    /// A CQ of `depth` completions over `completions` (which the device's `Shared` finds by
+    /// id), of the device whose state is `shared`.
+    pub(crate) fn new(completions: Arc<Completions>, depth: u32, shared: Weak<Shared>) -> TcpCq {
         TcpCq {
-            id,
-            // Room a signal handler may fill without allocating (sigio.rs).
-            queue: Mutex::new(VecDeque::with_capacity(64)),
-            notify: Mutex::new(None),
+            completions,
             depth: AtomicU32::new(depth),
             shared,
-            waker: OnceLock::new(),
-            driver: Mutex::new(None),
             buf: Mutex::new(Vec::new()),
-            readiness: Default::default(),
             looks: Mutex::new(Looks::default()),
-            scan_all: AtomicBool::new(false),
             spin_misses: AtomicU32::new(0),
             keeps_claims: AtomicBool::new(false),
             disarmed: AtomicBool::new(false),
         }
-    }
-
-    /// Queues a completion (never dropped: a CQ past its depth keeps growing; the EVD above
-    /// reports the overflow).
-    pub(crate) fn push(&self, wc: WorkCompletion) {
-        self.queue.lock().push_back(wc);
     }
 
     /// A consumer that polled found a completion: its connections get their target signal
@@ -103,47 +80,9 @@ impl TcpCq {
         };
         // No `run`: what it delivers could call back into the consumer's EVD, which polls.
         self.disarmed.store(false, Ordering::Relaxed);
-        sh.engine.lock().rearm_for_cq(self.id);
+        sh.engine.lock().rearm_for_cq(self.completions.id);
         if sh.sweep_asked() {
             sh.wake(); // a signal handler came meanwhile: left to the progress thread
-        }
-    }
-
-    /// The queue, unless another thread holds it (for a signal handler: sigio.rs).
-    pub(crate) fn try_queue(
-        &self,
-    ) -> Option<parking_lot::MutexGuard<'_, VecDeque<WorkCompletion>>> {
-        self.queue.try_lock()
-    }
-
-    /// The pair that wakes a driver, made at first use (by `drive` or by `interrupt`, which
-    /// may come first: its byte then waits for the driver).
-    fn waker(&self) -> Option<&(UnixStream, UnixStream)> {
-        self.waker
-            .get_or_init(|| {
-                let (tx, rx) = UnixStream::pair().ok()?;
-                tx.set_nonblocking(true).ok()?;
-                rx.set_nonblocking(true).ok()?;
-                Some((tx, rx))
-            })
-            .as_ref()
-    }
-
-    /// Whether a connection could not be put in this CQ's readiness sets (`readiness_failed`).
-    pub(crate) fn scan_all(&self) -> bool {
-        self.scan_all.load(Ordering::Relaxed)
-    }
-
-    /// A connection could not be put in this CQ's readiness sets: from now on a poller's look
-    /// reads every connection of the CQ, as it did before there were such sets.
-    pub(crate) fn readiness_failed(&self) {
-        self.scan_all.store(true, Ordering::Relaxed);
-    }
-
-    pub(crate) fn notify(&self) {
-        let n = self.notify.lock().clone();
-        if let Some(n) = n {
-            n();
         }
     }
 }
@@ -153,22 +92,17 @@ impl CompletionQueue for TcpCq {
         self
     }
     fn id(&self) -> u64 {
-        self.id
+        self.completions.id
     }
     fn poll(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        let n = {
-            let mut q = self.queue.lock();
-            let n = max.min(q.len());
-            out.extend(q.drain(..n));
-            n
-        };
+        let n = self.completions.take(max, out);
         if n > 0 && self.disarmed.load(Ordering::Relaxed) {
             self.rearm();
         }
         n
     }
     fn set_notify(&self, notify: Option<NotifyFn>) {
-        *self.notify.lock() = notify;
+        self.completions.set_notify(notify);
     }
     fn resize(&self, depth: u32) -> Result<()> {
         self.depth.store(depth, Ordering::SeqCst);
@@ -193,14 +127,15 @@ impl CompletionQueue for TcpCq {
         if sh.stopped.load(Ordering::SeqCst) {
             return false;
         }
-        let Some((_, wake_rx)) = self.waker() else {
+        let Some((_, wake_rx)) = self.completions.waker() else {
             return false;
         };
-        let (claimed, sets) = sh.run(|eng, _| eng.claim_for_cq(self));
+        let (claimed, sets) = sh.run(|eng, _| eng.claim_for_cq(&self.completions));
         if claimed.is_empty() && sets.is_empty() {
             return false;
         }
-        *self.driver.lock() = Some(std::thread::current().id());
+        self.completions
+            .set_driver(Some(std::thread::current().id()));
         let ms = match deadline {
             None => DRIVE_MAX_MS,
             Some(d) => {
@@ -296,7 +231,7 @@ impl CompletionQueue for TcpCq {
             // The claims stay until the wait ends (`end_drive`).
             self.keeps_claims.store(true, Ordering::Relaxed);
         });
-        *self.driver.lock() = None;
+        self.completions.set_driver(None);
         true
     }
 
@@ -307,7 +242,7 @@ impl CompletionQueue for TcpCq {
             return;
         }
         if let Some(sh) = self.shared.upgrade() {
-            sh.run(|eng, _| eng.release_cq_claims(self.id));
+            sh.run(|eng, _| eng.release_cq_claims(self.completions.id));
         }
     }
 
@@ -329,11 +264,12 @@ impl CompletionQueue for TcpCq {
         let mut looks = self.looks.lock();
         let Looks { ready, quiet } = &mut *looks;
         ready.clear();
-        let scan_all = self.scan_all.load(Ordering::Relaxed);
+        let readiness = &self.completions.readiness;
+        let scan_all = readiness.scan_all();
         // Rings marked on the device's board (any CQ's: a look reads what it takes).
         let board = sh.samehost.board().filter(|b| !scan_all && b.marked());
         if !scan_all {
-            self.readiness.ready(ready);
+            readiness.ready(ready);
             ready.extend_from_slice(quiet);
             if ready.is_empty() && board.is_none() {
                 return false;
@@ -344,7 +280,7 @@ impl CompletionQueue for TcpCq {
         }
         sh.try_run(|eng, sh| {
             if scan_all {
-                *ready = eng.pollable_for_cq(self.id);
+                *ready = eng.pollable_for_cq(self.completions.id);
             } else {
                 if let Some(b) = board {
                     b.take(ready);
@@ -376,12 +312,6 @@ impl CompletionQueue for TcpCq {
     }
 
     fn interrupt(&self) {
-        // The driver itself needs no wake-up: it looks at its EVD again once `drive` returns.
-        if *self.driver.lock() == Some(std::thread::current().id()) {
-            return;
-        }
-        if let Some((tx, _)) = self.waker() {
-            let _ = (&*tx).write(&[1u8]);
-        }
+        self.completions.interrupt();
     }
 }

@@ -19,6 +19,7 @@ use daplrs_backend::{
 use daplrs_backend::{Error, Resource, Result};
 
 use crate::cm::TcpListenerHandle;
+use crate::completions::Completions;
 use crate::cq::TcpCq;
 use crate::mem::TcpPd;
 use crate::qp::TcpQp;
@@ -126,13 +127,11 @@ impl Device for TcpDevice {
     }
 
     fn create_cq(&self, depth: u32) -> Result<Arc<dyn CompletionQueue>> {
-        let cq = Arc::new(TcpCq::new(
-            self.shared.next_id(),
-            depth,
-            Arc::downgrade(&self.shared),
-        ));
-        self.shared.cqs.lock().insert(cq.id, Arc::downgrade(&cq));
-        Ok(cq)
+        let completions = Arc::new(Completions::new(self.shared.next_id()));
+        let weak = Arc::downgrade(&completions);
+        self.shared.cqs.lock().insert(completions.id, weak);
+        let shared = Arc::downgrade(&self.shared);
+        Ok(Arc::new(TcpCq::new(completions, depth, shared)))
     }
 
     fn create_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {

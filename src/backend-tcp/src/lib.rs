@@ -24,6 +24,7 @@
 extern crate self as daplrs_tcp;
 
 mod cm;
+mod completions;
 mod cq;
 mod device;
 mod engine;

@@ -19,14 +19,18 @@
 //! Each CQ also keeps the parked set of the connections it receives for that need only their
 //! input watched (`Parked`): the progress thread watches it nested in its own epoll set, and
 //! a thread waiting on the CQ claims it whole (engine/mod.rs `claim_for_cq`).
+//!
+//! The sets are the CQ's (completions.rs holds them), but a connection's place in them
+//! (`Watched`, `Parked`) holds the sets alone: the engine's connections name no CQ object
+//! here, so this file stands below both the CQ and the engine.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use daplrs_backend::intmap::IntSet;
 use parking_lot::Mutex;
 
-use crate::cq::TcpCq;
 use crate::samehost::ring::Ring;
 use crate::sys::Epoll;
 
@@ -52,7 +56,10 @@ pub(crate) struct CqReadiness {
     /// (engine/mod.rs `claim_for_cq`).
     parked: OnceLock<Option<Epoll>>,
     /// How many connections are parked in it.
-    parked_count: std::sync::atomic::AtomicUsize,
+    parked_count: AtomicUsize,
+    /// A connection could not be put in these sets (`failed`): a look reads every connection
+    /// of the CQ instead, as it did before there were such sets.
+    scan_all: AtomicBool,
 }
 
 /// Connections noted as posted on between two looks, at most: past that, a consumer that does
@@ -114,8 +121,20 @@ impl CqReadiness {
         self.boarded.lock().remove(&token);
     }
 
+    /// A connection could not be put in these sets: from now on a poller's look reads every
+    /// connection of the CQ, as it did before there were such sets.
+    pub(crate) fn failed(&self) {
+        self.scan_all.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a connection could not be put in these sets (`failed`): then they do not hold
+    /// every connection of the CQ, and a look or a driver walks them all.
+    pub(crate) fn scan_all(&self) -> bool {
+        self.scan_all.load(Ordering::Relaxed)
+    }
+
     /// Appends the tokens of the connections in these sets (sockets and rings): not all of
-    /// the CQ's if one could not be put in them (`TcpCq::readiness_failed`).
+    /// the CQ's if one could not be put in them (`failed`).
     pub(crate) fn members(&self, out: &mut Vec<u64>) {
         out.extend(self.socket_tokens.lock().iter());
         out.extend(self.rings.lock().iter().map(|(t, _)| *t));
@@ -126,8 +145,7 @@ impl CqReadiness {
     pub(crate) fn park(&self, fd: RawFd, token: u64) -> bool {
         let added = self.add_parked(fd, token);
         if added {
-            self.parked_count
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.parked_count.fetch_add(1, Ordering::Relaxed);
         }
         added
     }
@@ -144,8 +162,7 @@ impl CqReadiness {
 
     fn unpark(&self, fd: RawFd) {
         if self.remove_parked(fd) {
-            self.parked_count
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.parked_count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -179,7 +196,7 @@ impl CqReadiness {
 
     /// How many connections are parked here.
     pub(crate) fn parked_count(&self) -> usize {
-        self.parked_count.load(std::sync::atomic::Ordering::Relaxed)
+        self.parked_count.load(Ordering::Relaxed)
     }
 
     /// The parked set's descriptor, once made.
@@ -230,7 +247,8 @@ impl CqReadiness {
 /// leaves them. Declared before the socket in `Conn`, so that it leaves before the socket
 /// closes.
 pub(crate) struct Watched {
-    cqs: Vec<Arc<TcpCq>>,
+    /// The sets of the CQs it is in.
+    sets: Vec<Arc<CqReadiness>>,
     token: u64,
     via: Via,
 }
@@ -241,32 +259,32 @@ enum Via {
 }
 
 impl Watched {
-    /// Watches socket `fd` of connection `token` in the sets of `cqs`. A set that refuses it
-    /// turns its CQ's looks back to reading every connection (`TcpCq::readiness_failed`).
-    pub(crate) fn socket(cqs: Vec<Arc<TcpCq>>, token: u64, fd: RawFd) -> Watched {
-        let mut added = Vec::with_capacity(cqs.len());
-        for cq in cqs {
-            if !cq.readiness.watch_socket(fd, token) {
-                cq.readiness_failed();
+    /// Watches socket `fd` of connection `token` in `sets` (its CQs'). A set that refuses it
+    /// turns its CQ's looks back to reading every connection (`CqReadiness::failed`).
+    pub(crate) fn socket(sets: Vec<Arc<CqReadiness>>, token: u64, fd: RawFd) -> Watched {
+        let mut added = Vec::with_capacity(sets.len());
+        for set in sets {
+            if !set.watch_socket(fd, token) {
+                set.failed();
                 continue;
             }
-            added.push(cq);
+            added.push(set);
         }
         Watched {
-            cqs: added,
+            sets: added,
             token,
             via: Via::Socket(fd),
         }
     }
 
-    /// Watches `ring`, through which connection `token`'s frames come, in the sets of `cqs`.
+    /// Watches `ring`, through which connection `token`'s frames come, in `sets` (its CQs').
     /// A ring on our board (samehost/board.rs) is read when marked there, by any look.
-    pub(crate) fn ring(cqs: Vec<Arc<TcpCq>>, token: u64, ring: &Arc<Ring>) -> Watched {
-        for cq in &cqs {
-            cq.readiness.watch_ring(token, ring.clone());
+    pub(crate) fn ring(sets: Vec<Arc<CqReadiness>>, token: u64, ring: &Arc<Ring>) -> Watched {
+        for set in &sets {
+            set.watch_ring(token, ring.clone());
         }
         Watched {
-            cqs,
+            sets,
             token,
             via: Via::Ring,
         }
@@ -275,10 +293,10 @@ impl Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        for cq in &self.cqs {
+        for set in &self.sets {
             match self.via {
-                Via::Socket(fd) => cq.readiness.unwatch_socket(fd, self.token),
-                Via::Ring => cq.readiness.forget_ring(self.token),
+                Via::Socket(fd) => set.unwatch_socket(fd, self.token),
+                Via::Ring => set.forget_ring(self.token),
             }
         }
     }
@@ -287,7 +305,10 @@ impl Drop for Watched {
 /// A connection's place in its receive CQ's parked set (`CqReadiness::park`); dropped, it
 /// leaves it. Declared before the socket in `Conn`.
 pub(crate) struct Parked {
-    pub(crate) cq: Arc<TcpCq>,
+    /// The id of the CQ whose set it is in (a driver claims the set by it).
+    pub(crate) cq: u64,
+    /// That CQ's sets.
+    sets: Arc<CqReadiness>,
     fd: RawFd,
     /// The same-host ring its frames come through: we count as its sleeper while parked, so
     /// that its writer rings the bell (samehost/ring.rs), which is in the set beside the
@@ -296,18 +317,25 @@ pub(crate) struct Parked {
 }
 
 impl Parked {
-    /// Parks socket `fd` of connection `token` in `cq`'s set, with the bell of `ring` if its
-    /// frames come through one; None if it could not be, or if the ring holds data already.
+    /// Parks socket `fd` of connection `token` in the parked set of CQ `cq` (in `sets`), with
+    /// the bell of `ring` if its frames come through one; None if it could not be, or if the
+    /// ring holds data already.
     pub(crate) fn new(
-        cq: Arc<TcpCq>,
+        cq: u64,
+        sets: Arc<CqReadiness>,
         fd: RawFd,
         token: u64,
         ring: Option<Arc<Ring>>,
     ) -> Option<Parked> {
-        if !cq.readiness.park(fd, token) {
+        if !sets.park(fd, token) {
             return None;
         }
-        let mut parked = Parked { cq, fd, ring: None };
+        let mut parked = Parked {
+            cq,
+            sets,
+            fd,
+            ring: None,
+        };
         if let Some(ring) = ring {
             // Counted first, so that a frame written from now on rings the bell; one written
             // before is found here, and the connection is left to be read.
@@ -318,7 +346,7 @@ impl Parked {
                 return None;
             }
             if let Some(bell) = bell {
-                if !parked.cq.readiness.park_bell(bell, token) {
+                if !parked.sets.park_bell(bell, token) {
                     return None;
                 }
                 parked.ring = parked.ring.take().map(|(r, _)| (r, Some(bell)));
@@ -332,10 +360,10 @@ impl Drop for Parked {
     fn drop(&mut self) {
         if let Some((ring, bell)) = self.ring.take() {
             if let Some(bell) = bell {
-                self.cq.readiness.unpark_bell(bell);
+                self.sets.unpark_bell(bell);
             }
             ring.end_sleep();
         }
-        self.cq.readiness.unpark(self.fd);
+        self.sets.unpark(self.fd);
     }
 }

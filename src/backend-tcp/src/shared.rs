@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{CmEvent, CmHandler, CompletionQueue, DeviceAttr, Error, Result};
 
-use crate::cq::TcpCq;
+use crate::completions::Completions;
 use crate::engine::{Deferred, Engine};
 use crate::keys::Keys;
 use crate::mem::TcpMw;
@@ -34,7 +34,8 @@ pub(crate) struct Shared {
     cm_events: Mutex<VecDeque<CmEvent>>,
     /// Held by the one thread handing connection events to the handler.
     cm_turn: Mutex<()>,
-    pub(crate) cqs: Mutex<IntMap<u64, Weak<TcpCq>>>,
+    /// The CQs' completions by CQ id, so a QP can reach its CQs and a driver be interrupted.
+    pub(crate) cqs: Mutex<IntMap<u64, Weak<Completions>>>,
     pub(crate) srqs: Mutex<IntMap<u64, Weak<TcpSrq>>>,
     /// Memory windows by key index, so a bind work request can reach its window.
     pub(crate) mws: Mutex<IntMap<u32, Weak<TcpMw>>>,
@@ -375,7 +376,8 @@ impl Shared {
         }
     }
 
-    pub(crate) fn cq(&self, cq: &Arc<dyn CompletionQueue>) -> Result<Arc<TcpCq>> {
+    /// The completions of `cq`, a CQ of this device (`Error::Foreign` for another's).
+    pub(crate) fn cq(&self, cq: &Arc<dyn CompletionQueue>) -> Result<Arc<Completions>> {
         self.cqs
             .lock()
             .get(&cq.id())

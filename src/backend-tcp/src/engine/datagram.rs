@@ -84,8 +84,8 @@ impl Engine {
         sock: UdpSocket,
         local: SocketAddrV4,
         pd: u32,
-        send_cq: Arc<TcpCq>,
-        recv_cq: Arc<TcpCq>,
+        send_cq: Arc<Completions>,
+        recv_cq: Arc<Completions>,
         cap: QpCap,
     ) -> u32 {
         let n = self.create_qp(pd, send_cq, recv_cq, None, cap);

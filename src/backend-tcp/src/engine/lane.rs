@@ -29,7 +29,7 @@ pub(crate) struct Lane {
 struct Open {
     peer: Arc<PeerTable>,
     pd: u32,
-    cq: Arc<TcpCq>,
+    cq: Arc<Completions>,
     qp: u32,
 }
 
@@ -37,7 +37,7 @@ impl Lane {
     /// Does `wr` inline if the lane is open and the peer's table allows it: returns the CQ
     /// its completion was queued on, for the caller to notify with no lock held. None: the
     /// request is the engine's.
-    pub(crate) fn post(&self, sh: &Shared, wr: &SendWr) -> Option<Arc<TcpCq>> {
+    pub(crate) fn post(&self, sh: &Shared, wr: &SendWr) -> Option<Arc<Completions>> {
         let open = self.open.lock();
         let o = open.as_ref()?;
         let total = rdma_inline(sh, &o.peer, o.pd, wr)?;
@@ -51,7 +51,7 @@ impl Lane {
         Some(o.cq.clone())
     }
 
-    pub(super) fn open(&self, peer: Arc<PeerTable>, pd: u32, cq: Arc<TcpCq>, qp: u32) {
+    pub(super) fn open(&self, peer: Arc<PeerTable>, pd: u32, cq: Arc<Completions>, qp: u32) {
         *self.open.lock() = Some(Open { peer, pd, cq, qp });
     }
 

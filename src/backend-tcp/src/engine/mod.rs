@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use super::sys::{self, PollFd, POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};
 use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
-use crate::cq::TcpCq;
+use crate::completions::Completions;
 use crate::poll_wait::POLL_LEASE;
+use crate::readiness::{Parked, Watched};
 use crate::shared::Shared;
 use crate::srq::TcpSrq;
 use daplrs_backend::intmap::IntMap;
@@ -92,7 +93,7 @@ const SEND_BUFFER: i32 = 4 << 20;
 const CLOSE_LINGER: Duration = Duration::from_secs(5);
 
 pub(crate) enum Deferred {
-    Notify(Arc<TcpCq>),
+    Notify(Arc<Completions>),
     Cm(CmEvent),
     /// The driver of this CQ must look at its connections again (output is waiting).
     Interrupt(u64),
@@ -127,8 +128,8 @@ struct QpEntry {
     /// earlier RDMA read of the QP has completed (its data must not be gathered before), and
     /// every request posted after it waits behind it, so the wire order is the post order.
     fenced: VecDeque<SendWr>,
-    send_cq: Arc<TcpCq>,
-    recv_cq: Arc<TcpCq>,
+    send_cq: Arc<Completions>,
+    recv_cq: Arc<Completions>,
     srq: Option<Arc<TcpSrq>>,
     cap: QpCap,
     state: QpState,
@@ -213,10 +214,10 @@ struct Conn {
     /// nested in its set of returned connections unless a driver holds it (see
     /// `release_cq_claims`). Declared first, so that a dropped connection leaves the set
     /// before its socket closes.
-    parked: Option<crate::readiness::Parked>,
+    parked: Option<Parked>,
     /// In the readiness sets of its QP's CQs, for their pollers (readiness.rs): while
     /// established. Before the socket too, for the same reason.
-    watched: Option<crate::readiness::Watched>,
+    watched: Option<Watched>,
     stream: TcpStream,
     phase: Phase,
     dec: Decoder,
@@ -587,7 +588,7 @@ pub(crate) struct Engine {
     pub(crate) signalled_frames: u64,
     /// A handler left a frame (or a driver a connection) for the progress thread to read.
     pub(crate) signal_sweep: bool,
-    signalled_cqs: Vec<Arc<TcpCq>>,
+    signalled_cqs: Vec<Arc<Completions>>,
     signalled_rqs: Vec<RecvWr>,
     /// The device's slot among those signal handlers serve (../sigio.rs), which names its
     /// ACK timer; whether that timer runs for ACKs handlers hold (signalled.rs).
@@ -611,12 +612,12 @@ pub(crate) struct Engine {
     /// CQs whose parked set (readiness.rs) is in `returned_set`, by id (not kept alive by
     /// it: a CQ freed takes its set out of `returned_set` as it closes); watched there unless
     /// in `claimed_sets`.
-    nested: IntMap<u64, std::sync::Weak<TcpCq>>,
+    nested: IntMap<u64, std::sync::Weak<Completions>>,
     /// CQs whose parked set a driver holds, by id: the CQ and the driver's CQ.
-    claimed_sets: IntMap<u64, (Arc<TcpCq>, u64)>,
+    claimed_sets: IntMap<u64, (Arc<Completions>, u64)>,
     /// Per CQ, the CQs that receive for its QPs and how many of its QPs each receives for
     /// (a driver of the CQ claims their parked sets).
-    receivers: IntMap<u64, Vec<(Arc<TcpCq>, usize)>>,
+    receivers: IntMap<u64, Vec<(Arc<Completions>, usize)>>,
     /// Per driver's CQ, the connections it claimed one by one.
     driven_by: IntMap<u64, Vec<u64>>,
     /// Connections whose output drained while requests were held behind it.
@@ -713,7 +714,7 @@ impl Engine {
         self.deferred.push(Deferred::Cm(ev));
     }
 
-    pub(super) fn push_wc(&mut self, cq: &Arc<TcpCq>, wc: WorkCompletion) {
+    pub(super) fn push_wc(&mut self, cq: &Arc<Completions>, wc: WorkCompletion) {
         cq.push(wc);
         self.deferred.push(Deferred::Notify(cq.clone()));
     }
@@ -723,8 +724,8 @@ impl Engine {
     pub(crate) fn create_qp(
         &mut self,
         pd: u32,
-        send_cq: Arc<TcpCq>,
-        recv_cq: Arc<TcpCq>,
+        send_cq: Arc<Completions>,
+        recv_cq: Arc<Completions>,
         srq: Option<Arc<TcpSrq>>,
         cap: QpCap,
     ) -> u32 {
@@ -792,7 +793,7 @@ impl Engine {
     }
 
     /// A QP completing into `send` and `recv` came (`add`) or went: `recv` receives for both.
-    fn note_receiver(&mut self, send: &Arc<TcpCq>, recv: &Arc<TcpCq>, add: bool) {
+    fn note_receiver(&mut self, send: &Arc<Completions>, recv: &Arc<Completions>, add: bool) {
         let cqs = if send.id == recv.id {
             vec![send.id]
         } else {
@@ -826,16 +827,19 @@ impl Engine {
     /// leave the progress thread's set of returned connections, one `epoll_ctl` each
     /// whatever the connections (one each, before, both ways, at every wait: 8 B blocking
     /// round trips on one of 1,024 connections took milliseconds).
-    pub(crate) fn claim_for_cq(&mut self, tcq: &TcpCq) -> (Vec<Claim>, Vec<Arc<TcpCq>>) {
-        let cq = tcq.id;
+    pub(crate) fn claim_for_cq(
+        &mut self,
+        completions: &Completions,
+    ) -> (Vec<Claim>, Vec<Arc<Completions>>) {
+        let cq = completions.id;
         let sets = self.claim_parked_sets(cq);
         let mut out = Vec::new();
         // The CQ's connections from its readiness sets, not a walk of every QP of the IA.
-        let candidates = match tcq.scan_all() {
+        let candidates = match completions.readiness.scan_all() {
             true => self.conns_of_cq(cq, Some(cq)),
             false => {
                 let mut members = Vec::new();
-                tcq.readiness.members(&mut members);
+                completions.readiness.members(&mut members);
                 members
             }
         };
@@ -847,7 +851,7 @@ impl Engine {
                 continue;
             }
             if let Some(p) = c.parked.as_ref() {
-                match self.claimed_sets.get(&p.cq.id) {
+                match self.claimed_sets.get(&p.cq) {
                     Some((_, driver)) if *driver == cq => {
                         // Watched through its set; a quiet socket would not wake the
                         // driver for a small frame.
@@ -886,8 +890,8 @@ impl Engine {
     /// Takes the parked sets of the CQs receiving for `cq`'s QPs out of the progress thread's
     /// set of returned connections, for `cq`'s driver; those it holds already (earlier
     /// drives of the same wait) stay its own, those another driver holds are left to it.
-    fn claim_parked_sets(&mut self, cq: u64) -> Vec<Arc<TcpCq>> {
-        let receivers: Vec<Arc<TcpCq>> = self
+    fn claim_parked_sets(&mut self, cq: u64) -> Vec<Arc<Completions>> {
+        let receivers: Vec<Arc<Completions>> = self
             .receivers
             .get(&cq)
             .map(|l| l.iter().map(|(r, _)| r.clone()).collect())
@@ -937,7 +941,7 @@ impl Engine {
         }
         let fd = c.stream.as_raw_fd();
         let ring = c.same_host.reading_ring().cloned();
-        let Some(parked) = crate::readiness::Parked::new(cq.clone(), fd, token, ring) else {
+        let Some(parked) = Parked::new(cq.id, cq.readiness.clone(), fd, token, ring) else {
             return false;
         };
         if let Some(c) = self.conns.get_mut(&token) {
@@ -949,7 +953,7 @@ impl Engine {
 
     /// Puts `cq`'s parked set into the progress thread's set of returned connections, unless
     /// it is there or a driver holds it.
-    fn nest(&mut self, cq: &Arc<TcpCq>) {
+    fn nest(&mut self, cq: &Arc<Completions>) {
         if self.nested.contains_key(&cq.id) || self.claimed_sets.contains_key(&cq.id) {
             return;
         }
@@ -1004,9 +1008,9 @@ impl Engine {
         let Some(e) = self.qps.get(&qp) else {
             return;
         };
-        let mut cqs = vec![e.send_cq.clone()];
+        let mut sets = vec![e.send_cq.readiness.clone()];
         if e.recv_cq.id != e.send_cq.id {
-            cqs.push(e.recv_cq.clone());
+            sets.push(e.recv_cq.readiness.clone());
         }
         // Out of the sets first: a socket is in a set once.
         c.watched = None;
@@ -1019,8 +1023,8 @@ impl Engine {
         }
         let ring = c.same_host.reading_ring().cloned();
         c.watched = Some(match ring {
-            Some(ring) => crate::readiness::Watched::ring(cqs, token, &ring),
-            None => crate::readiness::Watched::socket(cqs, token, c.stream.as_raw_fd()),
+            Some(ring) => Watched::ring(sets, token, &ring),
+            None => Watched::socket(sets, token, c.stream.as_raw_fd()),
         });
     }
 
@@ -1037,7 +1041,7 @@ impl Engine {
     /// set, waking it if it polls without them, so that nothing arriving now waits for its
     /// next tick.
     pub(crate) fn release_cq_claims(&mut self, cq: u64) {
-        let released: Vec<Arc<TcpCq>> = self
+        let released: Vec<Arc<Completions>> = self
             .claimed_sets
             .values()
             .filter(|(_, driver)| *driver == cq)
