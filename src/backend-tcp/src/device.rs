@@ -23,6 +23,7 @@ use crate::completions::Completions;
 use crate::cq::TcpCq;
 use crate::mem::TcpPd;
 use crate::qp::TcpQp;
+use crate::receives::SharedReceives;
 use crate::shared::Shared;
 use crate::srq::TcpSrq;
 use crate::{engine, guarded, samehost, sigio, sys, wire, MAX_MESSAGE};
@@ -162,15 +163,11 @@ impl Device for TcpDevice {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<Arc<dyn SharedReceiveQueue>> {
-        let srq = Arc::new(TcpSrq::new(
-            self.shared.next_id(),
-            pd.id(),
-            max_wr,
-            max_sge,
-            Arc::downgrade(&self.shared),
-        ));
-        self.shared.srqs.lock().insert(srq.id, Arc::downgrade(&srq));
-        Ok(srq)
+        let receives = Arc::new(SharedReceives::new(self.shared.next_id(), pd.id()));
+        let weak = Arc::downgrade(&receives);
+        self.shared.srqs.lock().insert(receives.id, weak);
+        let shared = Arc::downgrade(&self.shared);
+        Ok(Arc::new(TcpSrq::new(receives, max_wr, max_sge, shared)))
     }
 
     fn set_cm_handler(&self, handler: Option<CmHandler>) {

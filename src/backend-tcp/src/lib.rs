@@ -34,6 +34,7 @@ mod mem;
 mod poll_wait;
 mod qp;
 mod readiness;
+mod receives;
 mod samehost;
 mod shared;
 mod sigio;

@@ -18,7 +18,7 @@ use crate::completions::Completions;
 use crate::engine::{Deferred, Engine};
 use crate::keys::Keys;
 use crate::mem::TcpMw;
-use crate::srq::TcpSrq;
+use crate::receives::SharedReceives;
 use crate::{samehost, sigio, wire, MAX_MESSAGE};
 
 pub(crate) struct Shared {
@@ -36,7 +36,8 @@ pub(crate) struct Shared {
     cm_turn: Mutex<()>,
     /// The CQs' completions by CQ id, so a QP can reach its CQs and a driver be interrupted.
     pub(crate) cqs: Mutex<IntMap<u64, Weak<Completions>>>,
-    pub(crate) srqs: Mutex<IntMap<u64, Weak<TcpSrq>>>,
+    /// The SRQs' receives by SRQ id, so a QP can reach its SRQ.
+    pub(crate) srqs: Mutex<IntMap<u64, Weak<SharedReceives>>>,
     /// Memory windows by key index, so a bind work request can reach its window.
     pub(crate) mws: Mutex<IntMap<u32, Weak<TcpMw>>>,
     next_id: AtomicU64,

@@ -22,8 +22,8 @@ use super::wire::{self, Decoder, Header, Kind, OutQueue, Status};
 use crate::completions::Completions;
 use crate::poll_wait::POLL_LEASE;
 use crate::readiness::{Parked, Watched};
+use crate::receives::SharedReceives;
 use crate::shared::Shared;
-use crate::srq::TcpSrq;
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{
     CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,
@@ -130,7 +130,7 @@ struct QpEntry {
     fenced: VecDeque<SendWr>,
     send_cq: Arc<Completions>,
     recv_cq: Arc<Completions>,
-    srq: Option<Arc<TcpSrq>>,
+    srq: Option<Arc<SharedReceives>>,
     cap: QpCap,
     state: QpState,
     rq: VecDeque<RecvWr>,
@@ -726,7 +726,7 @@ impl Engine {
         pd: u32,
         send_cq: Arc<Completions>,
         recv_cq: Arc<Completions>,
-        srq: Option<Arc<TcpSrq>>,
+        srq: Option<Arc<SharedReceives>>,
         cap: QpCap,
     ) -> u32 {
         self.next_qp += 1;
