@@ -40,6 +40,7 @@ mod shared;
 mod sigio;
 mod srq;
 pub(crate) mod sys;
+mod window;
 /// Also for the fuzzer's peers, which make thousands of connections (see the function).
 #[cfg(feature = "fuzzing")]
 pub use sys::connect_reusable;

@@ -1,17 +1,17 @@
 //! Protection domains, memory regions and memory windows: entries of the key registry
-//! (keys.rs), and the arenas same-host peers copy through (samehost/arena.rs).
+//! (keys.rs), and the arenas same-host peers copy through (samehost/arena.rs). A window's
+//! bindings, which the engine applies, are window.rs's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
-
 use daplrs_backend::{Error, Resource, Result};
 use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain, Registration};
 
-use crate::keys::{KeyEntry, Keys};
+use crate::keys::KeyEntry;
 use crate::samehost;
 use crate::shared::Shared;
+use crate::window::Window;
 
 pub(crate) struct TcpPd {
     id: u32,
@@ -81,17 +81,13 @@ impl ProtectionDomain for TcpPd {
             let index = keys.alloc_index().ok_or(Error::NoResource(Resource::Key))?;
             (index, keys.first_key(index))
         };
-        let mw = Arc::new(TcpMw {
-            index,
-            rkey: Mutex::new(key),
-            mapped: Mutex::new(key),
-            bound: AtomicBool::new(false),
-            pd: self.id,
+        let window = Arc::new(Window::new(index, key, self.id));
+        let weak = Arc::downgrade(&window);
+        self.shared.mws.lock().insert(index, weak);
+        Ok(Arc::new(TcpMw {
+            window,
             shared: Arc::downgrade(&self.shared),
-            live: AtomicBool::new(true),
-        });
-        self.shared.mws.lock().insert(index, Arc::downgrade(&mw));
-        Ok(mw)
+        }))
     }
 }
 
@@ -137,90 +133,12 @@ impl Drop for TcpMr {
     }
 }
 
+/// The backend's trait object over a memory window (window.rs), which the engine applies
+/// binds to.
 pub(crate) struct TcpMw {
-    index: u32,
-    /// The rkey of the last bind posted (index << 8 | generation): what the window carries
-    /// and what the next bind derives from. A bind posted behind a fence takes effect later.
-    rkey: Mutex<u32>,
-    /// The key under which the window's current binding is in the key registry (absent
-    /// there when the window grants nothing).
-    mapped: Mutex<u32>,
-    bound: AtomicBool,
-    pd: u32,
+    /// What the engine binds (window.rs), which the device's `Shared` finds by key index.
+    window: Arc<Window>,
     shared: Weak<Shared>,
-    live: AtomicBool,
-}
-
-impl TcpMw {
-    /// Applies a bind (mr Some) or unbind (None) with the new rkey; called by the engine in QP
-    /// order. Checks the region key is live, in the same PD, and covers the range.
-    pub(crate) fn apply_bind(
-        &self,
-        keys: &mut Keys,
-        mr_key: Option<u32>,
-        addr: u64,
-        length: u64,
-        access: u32,
-        new_rkey: u32,
-    ) -> bool {
-        if !self.live.load(Ordering::SeqCst) || new_rkey >> 8 != self.index {
-            return false;
-        }
-        let mut cur = self.mapped.lock();
-        keys.remove(*cur);
-        *cur = new_rkey;
-        self.bound.store(false, Ordering::SeqCst);
-        let Some(mr_key) = mr_key else { return true };
-        let Some(mr) = keys.get(mr_key) else {
-            return false;
-        };
-        let inside = addr >= mr.addr
-            && addr
-                .checked_add(length)
-                .map(|e| e <= mr.addr + mr.len)
-                .unwrap_or(false);
-        if mr.window || mr.pd != self.pd || !inside {
-            return false;
-        }
-        keys.insert(
-            new_rkey,
-            KeyEntry {
-                addr,
-                len: length,
-                access,
-                pd: self.pd,
-                window: true,
-                region: mr_key,
-                arena: mr.arena.map(|span| span.advanced(addr - mr.addr)),
-            },
-        );
-        self.bound.store(true, Ordering::SeqCst);
-        true
-    }
-
-    /// A peer's send-with-invalidate names `rkey`: if that is this window's current binding,
-    /// in the PD of the receiving QP, the binding ends (the window grants nothing until bound
-    /// again). Returns whether it did.
-    pub(crate) fn remote_invalidate(&self, keys: &mut Keys, rkey: u32, pd: u32) -> bool {
-        let cur = self.mapped.lock();
-        if !self.live.load(Ordering::SeqCst)
-            || *cur != rkey
-            || self.pd != pd
-            || !self.bound.load(Ordering::SeqCst)
-        {
-            return false;
-        }
-        keys.remove(rkey);
-        self.bound.store(false, Ordering::SeqCst);
-        true
-    }
-
-    /// A bind on this window was posted with `rkey` (called by the engine at post time).
-    pub(crate) fn note_posted(&self, rkey: u32) {
-        if rkey >> 8 == self.index {
-            *self.rkey.lock() = rkey;
-        }
-    }
 }
 
 impl MemoryWindow for TcpMw {
@@ -228,10 +146,10 @@ impl MemoryWindow for TcpMw {
         self
     }
     fn rkey(&self) -> u32 {
-        *self.rkey.lock()
+        self.window.rkey()
     }
     fn next_rkey(&self) -> u32 {
-        let cur = (self.index << 8) | (*self.rkey.lock() & 0xff);
+        let cur = (self.window.index() << 8) | (self.window.rkey() & 0xff);
         match self.shared.upgrade() {
             Some(shared) => shared.keys.lock().next_generation(cur),
             // The device is gone: any key will do, binds on it fail.
@@ -239,25 +157,20 @@ impl MemoryWindow for TcpMw {
         }
     }
     fn pd_id(&self) -> u32 {
-        self.pd
+        self.window.pd()
     }
     fn invalidate(&self) {
         if let Some(shared) = self.shared.upgrade() {
-            let mut keys = shared.keys.lock();
-            keys.remove(*self.mapped.lock());
-            self.bound.store(false, Ordering::SeqCst);
+            self.window.invalidate(&mut shared.keys.lock());
         }
     }
     fn dealloc(&self) {
-        if !self.live.swap(false, Ordering::SeqCst) {
+        if !self.window.retire() {
             return;
         }
         if let Some(shared) = self.shared.upgrade() {
-            let mut keys = shared.keys.lock();
-            keys.remove(*self.mapped.lock());
-            keys.free_index(self.index);
-            drop(keys);
-            shared.mws.lock().remove(&self.index);
+            self.window.release(&mut shared.keys.lock());
+            shared.mws.lock().remove(&self.window.index());
         }
     }
 }

@@ -17,8 +17,8 @@ use daplrs_backend::{CmEvent, CmHandler, CompletionQueue, DeviceAttr, Error, Res
 use crate::completions::Completions;
 use crate::engine::{Deferred, Engine};
 use crate::keys::Keys;
-use crate::mem::TcpMw;
 use crate::receives::SharedReceives;
+use crate::window::Window;
 use crate::{samehost, sigio, wire, MAX_MESSAGE};
 
 pub(crate) struct Shared {
@@ -39,7 +39,7 @@ pub(crate) struct Shared {
     /// The SRQs' receives by SRQ id, so a QP can reach its SRQ.
     pub(crate) srqs: Mutex<IntMap<u64, Weak<SharedReceives>>>,
     /// Memory windows by key index, so a bind work request can reach its window.
-    pub(crate) mws: Mutex<IntMap<u32, Weak<TcpMw>>>,
+    pub(crate) mws: Mutex<IntMap<u32, Weak<Window>>>,
     next_id: AtomicU64,
     pub(crate) limits: wire::Limits,
     pub(crate) stopped: AtomicBool,
