@@ -402,6 +402,31 @@ impl VerbsCq {
     }
 }
 
+/// A completion channel event: acknowledge, re-arm, then let the CQ's consumer reap it (the
+/// re-arm comes first so a completion arriving meanwhile raises a new event). The event
+/// thread's, and a consumer's that sleeps on the channel itself (`drive`).
+pub(super) fn completion_events(s: &Arc<Shared>) {
+    // One event a call: the channel stays readable while more are pending, and a consumer
+    // woken for its completion should not pay a failed read on its way back.
+    let mut cq: *mut ibv_cq = std::ptr::null_mut();
+    let mut ctx: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: our non-blocking channel.
+    if unsafe { ibv_get_cq_event(s.comp_channel.0, &mut cq, &mut ctx) } != 0 {
+        return;
+    }
+    let mine = s
+        .cqs
+        .lock()
+        .get(&(ctx as usize as u64))
+        .and_then(|w| w.upgrade());
+    // SAFETY: the event's CQ; its destruction waits for this acknowledgement.
+    unsafe { ibv_ack_cq_events(cq, 1) };
+    if let Some(c) = mine {
+        c.rearm();
+        c.fire();
+    }
+}
+
 impl CompletionQueue for VerbsCq {
     fn as_any(&self) -> &dyn std::any::Any {
         self
@@ -504,7 +529,7 @@ impl CompletionQueue for VerbsCq {
             if fds[0].revents != 0 {
                 // Events this thread queues need no interrupt: it returns next anyway.
                 self.driver.store(thread_token(), Ordering::SeqCst);
-                super::completion_events(&shared);
+                completion_events(&shared);
                 self.driver.store(0, Ordering::SeqCst);
             }
         }

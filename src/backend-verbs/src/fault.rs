@@ -17,7 +17,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use super::{all_qps, Shared};
+use super::qp::all_qps;
+use super::Shared;
 use daplrs_backend::CmEvent;
 
 /// Every open device (IA) of the process, with its context.

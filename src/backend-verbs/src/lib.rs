@@ -29,7 +29,7 @@ mod sys;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
@@ -43,6 +43,7 @@ use daplrs_backend::{
     ProtectionDomain, QpInit, QueuePair, SharedReceiveQueue,
 };
 use daplrs_backend::{Error, Resource, Result};
+use qp::all_qps;
 use qp::VerbsQp;
 use sys::Ptr;
 
@@ -68,15 +69,6 @@ const DRIVER_RECHECK_MS: i32 = 10;
 
 /// Inline payload asked of the device (small sends and writes skip the DMA read).
 const MAX_INLINE: u32 = 128;
-
-/// Every QP of the process by (device context, qp_num): asynchronous events arrive on the
-/// device's descriptor, which IAs on the same device share.
-/// Looked up for every completion (an IntMap: no SipHash on that path).
-type QpMap = IntMap<(usize, u32), Weak<VerbsQp>>;
-fn all_qps() -> &'static Mutex<QpMap> {
-    static QPS: OnceLock<Mutex<QpMap>> = OnceLock::new();
-    QPS.get_or_init(|| Mutex::new(IntMap::default()))
-}
 
 /// What happens on the event thread for work found elsewhere.
 enum Deferred {
@@ -137,27 +129,6 @@ impl Shared {
 
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn qp(&self, qp_num: u32) -> Option<Arc<VerbsQp>> {
-        all_qps()
-            .lock()
-            .get(&(self.ctx.0 as usize, qp_num))
-            .and_then(|w| w.upgrade())
-    }
-
-    fn register_qp(&self, qp: &Arc<VerbsQp>) {
-        all_qps()
-            .lock()
-            .insert((self.ctx.0 as usize, qp.qp_num), Arc::downgrade(qp));
-    }
-
-    fn unregister_qp(&self, qp_num: u32) {
-        let mut m = all_qps().lock();
-        let key = (self.ctx.0 as usize, qp_num);
-        if m.get(&key).is_some_and(|w| w.strong_count() == 0) {
-            m.remove(&key);
-        }
     }
 
     fn defer(&self, d: Deferred) {
@@ -587,7 +558,7 @@ fn event_loop(s: Arc<Shared>) {
             sys::eventfd_clear(&s.wake);
         }
         if fds[0].revents != 0 {
-            completion_events(&s);
+            cq::completion_events(&s);
         }
         if fds[1].revents != 0 {
             cm::events(&s);
@@ -603,30 +574,6 @@ fn event_loop(s: Arc<Shared>) {
                 Deferred::Break(qp_num) => cm::break_connection(&s, qp_num),
             }
         }
-    }
-}
-
-/// A completion channel event: acknowledge, re-arm, then let the CQ's consumer reap it (the
-/// re-arm comes first so a completion arriving meanwhile raises a new event).
-pub(crate) fn completion_events(s: &Arc<Shared>) {
-    // One event a call: the channel stays readable while more are pending, and a consumer
-    // woken for its completion should not pay a failed read on its way back.
-    let mut cq: *mut ibv_cq = std::ptr::null_mut();
-    let mut ctx: *mut libc::c_void = std::ptr::null_mut();
-    // SAFETY: our non-blocking channel.
-    if unsafe { ibv_get_cq_event(s.comp_channel.0, &mut cq, &mut ctx) } != 0 {
-        return;
-    }
-    let mine = s
-        .cqs
-        .lock()
-        .get(&(ctx as usize as u64))
-        .and_then(|w| w.upgrade());
-    // SAFETY: the event's CQ; its destruction waits for this acknowledgement.
-    unsafe { ibv_ack_cq_events(cq, 1) };
-    if let Some(c) = mine {
-        c.rearm();
-        c.fire();
     }
 }
 

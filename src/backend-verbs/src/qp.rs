@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -30,6 +30,40 @@ use daplrs_backend::{
     SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
 };
 use daplrs_backend::{Error, Resource, Result};
+
+/// Every QP of the process by (device context, qp_num): asynchronous events arrive on the
+/// device's descriptor, which IAs on the same device share.
+/// Looked up for every completion (an IntMap: no SipHash on that path).
+pub(super) type QpMap = IntMap<(usize, u32), Weak<VerbsQp>>;
+pub(super) fn all_qps() -> &'static Mutex<QpMap> {
+    static QPS: OnceLock<Mutex<QpMap>> = OnceLock::new();
+    QPS.get_or_init(|| Mutex::new(IntMap::default()))
+}
+
+/// An IA's QPs in the process's map (`all_qps`): kept here, with the QP, so that the IA's
+/// state names no QP.
+impl Shared {
+    pub(super) fn qp(&self, qp_num: u32) -> Option<Arc<VerbsQp>> {
+        all_qps()
+            .lock()
+            .get(&(self.ctx.0 as usize, qp_num))
+            .and_then(|w| w.upgrade())
+    }
+
+    fn register_qp(&self, qp: &Arc<VerbsQp>) {
+        all_qps()
+            .lock()
+            .insert((self.ctx.0 as usize, qp.qp_num), Arc::downgrade(qp));
+    }
+
+    fn unregister_qp(&self, qp_num: u32) {
+        let mut m = all_qps().lock();
+        let key = (self.ctx.0 as usize, qp_num);
+        if m.get(&key).is_some_and(|w| w.strong_count() == 0) {
+            m.remove(&key);
+        }
+    }
+}
 
 /// How long teardown waits for the hardware to flush a QP's outstanding requests.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
