@@ -20,7 +20,6 @@
 //! handle, and the data's length (`ud_request_data`); answers carry the length too. A
 //! resolution's id lives only until its answer.
 
-use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use std::time::{Duration, Instant};
 use rdma_sys::*;
 
 use super::ah::VerbsAh;
+use super::cm_state::{Owner, Request, UdRequester, UdResolution};
 use super::qp::{Phase, VerbsQp};
 use super::sys::{self, Ptr};
 use super::Shared;
@@ -43,28 +43,12 @@ const REJ_CONSUMER_DEFINED: i32 = 28;
 /// resolution's UNREACHABLE event carries it when the remote consumer said no.
 const SIDR_REJECT: i32 = 2;
 
-enum Owner {
-    Listener,
-    Request,
-    Qp(u32),
-    /// A datagram address resolution (`CmState::ud`).
-    Ud,
-}
-
 /// What a UDP port space answer (ESTABLISHED) says of the remote datagram QP.
 #[derive(Clone, Copy)]
 struct UdRemote {
     ah_attr: ibv_ah_attr,
     qp_num: u32,
     qkey: u32,
-}
-
-/// Where a datagram QP that asked is, as its request's header says (`ud_request_data`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct UdRequester {
-    qpn: u32,
-    lid: u16,
-    gid: [u8; 16],
 }
 
 /// The header of our datagram resolution messages: magic, version, the length of the
@@ -168,38 +152,6 @@ fn ud_local_address(s: &Shared) -> Option<(u8, [u8; 16], u16)> {
         }
     }
     mapped_any.or(first).map(|(i, g)| (i, g, pa.lid))
-}
-
-struct Request {
-    id: Ptr<rdma_cm_id>,
-    listener: u64,
-    /// What the requester offered: our accept may not ask for more.
-    responder_resources: u8,
-    initiator_depth: u8,
-    /// A datagram QP's request: where it is.
-    ud: Option<UdRequester>,
-}
-
-/// A datagram address resolution under way.
-struct UdResolution {
-    id: Ptr<rdma_cm_id>,
-    qp: Arc<VerbsQp>,
-    remote: SocketAddrV4,
-    private_data: Vec<u8>,
-    deadline: Option<Instant>,
-}
-
-#[derive(Default)]
-pub(super) struct CmState {
-    owners: HashMap<u64, Owner>,
-    requests: HashMap<u64, Request>,
-    listeners: HashMap<u64, Ptr<rdma_cm_id>>,
-    /// Connects with a timeout: qp_num -> when they give up.
-    deadlines: HashMap<u32, Instant>,
-    /// The UDP port space ids of the listeners, by the listener's token.
-    ud_listeners: HashMap<u64, Ptr<rdma_cm_id>>,
-    /// Datagram address resolutions under way, by token (also their id's context).
-    ud: HashMap<u64, UdResolution>,
 }
 
 fn create_id(s: &Arc<Shared>, token: u64) -> Result<Ptr<rdma_cm_id>> {
@@ -681,7 +633,7 @@ impl Shared {
             .lock()
             .ud
             .iter()
-            .filter(|(_, r)| r.qp.qp_num == qp.qp_num)
+            .filter(|(_, r)| r.qp.qp_num() == qp.qp_num)
             .map(|(t, _)| *t)
             .collect();
         for t in tokens {
@@ -999,7 +951,7 @@ fn ud_end(s: &Arc<Shared>, token: u64) -> Option<UdResolution> {
 fn ud_failed(s: &Arc<Shared>, token: u64, by_peer: bool, private_data: Vec<u8>) {
     if let Some(r) = ud_end(s, token) {
         s.defer_event(CmEvent::UdFailed {
-            qp_num: r.qp.qp_num,
+            qp_num: r.qp.qp_num(),
             id: token,
             by_peer,
             private_data,
@@ -1018,6 +970,9 @@ fn ud_event(s: &Arc<Shared>, e: Ev) {
         }
         (r.id.0, r.qp.clone(), r.private_data.clone())
     };
+    let Some(qp) = qp.as_any().downcast_ref::<VerbsQp>() else {
+        return; // only ours are kept (`ud_resolve`)
+    };
     match e.kind {
         // SAFETY: the resolution's live id.
         RDMA_CM_EVENT_ADDR_RESOLVED if unsafe { rdma_resolve_route(id, RESOLVE_MS) } != 0 => {
@@ -1029,7 +984,7 @@ fn ud_event(s: &Arc<Shared>, e: Ev) {
                 log::warn!("datagram resolution {token}: the route leaves through another device");
                 return ud_failed(s, token, false, Vec::new());
             }
-            let mut p = conn_param(&qp, &private_data, None);
+            let mut p = conn_param(qp, &private_data, None);
             // SAFETY: the live id; the private data lives across the call.
             if unsafe { rdma_connect(id, &mut p) } != 0 {
                 ud_failed(s, token, false, Vec::new());

@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use super::cm::{self, CmState};
+use super::cm;
+use super::cm_state::CmState;
 use super::cq::VerbsCq;
 use super::qp::VerbsQp;
 use super::sys::{self, Ptr};

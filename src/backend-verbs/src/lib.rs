@@ -18,6 +18,7 @@
 
 mod ah;
 mod cm;
+mod cm_state;
 mod cq;
 mod device;
 mod events;
@@ -38,7 +39,7 @@ use std::sync::Weak;
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use cm::CmState;
+use cm_state::CmState;
 use cq::VerbsCq;
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{CmEvent, CmHandler, DeviceAttr};
