@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::sys::Ptr;
-use super::{Shared, INTERNAL_BIT, RECV_BIT};
+use super::{ChannelCq, Shared, INTERNAL_BIT, RECV_BIT};
 use daplrs_backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
 use daplrs_backend::{Error, Resource, Result};
 
@@ -154,7 +154,8 @@ impl VerbsCq {
             interrupt,
             driver: AtomicU64::new(0),
         });
-        shared.cqs.lock().insert(id, Arc::downgrade(&me));
+        let weak = Arc::downgrade(&me);
+        shared.cqs.lock().insert(id, weak);
         Ok(me)
     }
 
@@ -424,6 +425,15 @@ pub(super) fn completion_events(s: &Arc<Shared>) {
     if let Some(c) = mine {
         c.rearm();
         c.fire();
+    }
+}
+
+impl ChannelCq for VerbsCq {
+    fn rearm(&self) {
+        VerbsCq::rearm(self);
+    }
+    fn fire(&self) {
+        VerbsCq::fire(self);
     }
 }
 

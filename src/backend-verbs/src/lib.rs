@@ -40,7 +40,6 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use cm_state::CmState;
-use cq::VerbsCq;
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{CmEvent, CmHandler, DeviceAttr};
 use sys::Ptr;
@@ -61,6 +60,16 @@ enum Deferred {
     Event(CmEvent),
     /// The QP failed (an error completion or a fatal async event): break its connection.
     Break(u32),
+}
+
+/// A CQ on the IA's completion channel (cq.rs `VerbsCq`), as `Shared` finds it by the id
+/// its hardware CQ carries: what a completion event does to it (cq.rs `completion_events`).
+/// The IA's state holds its CQs through this, and so names no type above it.
+pub(crate) trait ChannelCq: Send + Sync {
+    /// Arms the CQ for its next event if its completions must raise events.
+    fn rearm(&self);
+    /// Tells the consumer there may be completions.
+    fn fire(&self);
 }
 
 pub(crate) struct Shared {
@@ -95,7 +104,8 @@ pub(crate) struct Shared {
     wake: OwnedFd,
     cm_handler: Mutex<Option<CmHandler>>,
     deferred: Mutex<Vec<Deferred>>,
-    cqs: Mutex<IntMap<u64, Weak<VerbsCq>>>,
+    /// The IA's CQs by id (their hardware CQ's context), for their channel's events.
+    cqs: Mutex<IntMap<u64, Weak<dyn ChannelCq>>>,
     cm: Mutex<CmState>,
     closing: AtomicBool,
     /// The device failed or was removed (fault.rs).
