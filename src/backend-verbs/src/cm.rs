@@ -30,8 +30,8 @@ use rdma_sys::*;
 use super::ah::VerbsAh;
 use super::cm_state::{Owner, Request, UdRequester, UdResolution};
 use super::qp::{Phase, VerbsQp};
+use super::shared::Shared;
 use super::sys::{self, Ptr};
-use super::Shared;
 use daplrs_backend::{CmEvent, ConnRequestId, Listener, UdPeer};
 use daplrs_backend::{Error, Resource, Result};
 

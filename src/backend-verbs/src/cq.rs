@@ -13,8 +13,9 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use rdma_sys::*;
 
+use super::shared::{ChannelCq, Shared};
 use super::sys::Ptr;
-use super::{ChannelCq, Shared, INTERNAL_BIT, RECV_BIT};
+use super::{INTERNAL_BIT, RECV_BIT};
 use daplrs_backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
 use daplrs_backend::{Error, Resource, Result};
 

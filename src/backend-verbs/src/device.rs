@@ -16,8 +16,9 @@ use super::cm;
 use super::cm_state::CmState;
 use super::cq::VerbsCq;
 use super::qp::VerbsQp;
+use super::shared::Shared;
 use super::sys::{self, Ptr};
-use super::{events, fault, mem, sink, srq, Shared};
+use super::{events, fault, mem, sink, srq};
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{
     CmHandler, CompletionQueue, ConnRequestId, Device, DeviceAttr, Listener, ProtectionDomain,

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use super::qp::all_qps;
-use super::{cm, cq, fault, sys, Deferred, Shared};
+use super::shared::{Deferred, Shared};
+use super::{cm, cq, fault, sys};
 
 /// How often the event thread looks at the completion channel again while consumers sleep
 /// on it themselves.

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::qp::all_qps;
-use super::Shared;
+use super::shared::Shared;
 use daplrs_backend::CmEvent;
 
 /// Every open device (IA) of the process, with its context.

@@ -6,8 +6,8 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use rdma_sys::*;
 
+use super::shared::Shared;
 use super::sys::Ptr;
-use super::Shared;
 use daplrs_backend::{Error, Resource, Result};
 use daplrs_backend::{MemoryRegion, MemoryWindow, ProtectionDomain, Registration};
 

@@ -20,10 +20,11 @@ use rdma_sys::*;
 use super::ah::VerbsAh;
 use super::cq::VerbsCq;
 use super::mem::{downcast_pd, PdInner, VerbsMr, VerbsMw};
+use super::shared::Shared;
 use super::sink::{ReadSink, Sinks};
 use super::srq::{recv_sges, VerbsSrq};
 use super::sys::Ptr;
-use super::{Shared, INTERNAL_BIT, RECV_BIT, SPLIT_BIT};
+use super::{INTERNAL_BIT, RECV_BIT, SPLIT_BIT};
 use daplrs_backend::intmap::{IntMap, IntSet};
 use daplrs_backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,

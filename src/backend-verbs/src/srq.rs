@@ -7,8 +7,9 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::mem::{downcast_pd, PdInner};
+use super::shared::Shared;
 use super::sys::Ptr;
-use super::{Shared, RECV_BIT};
+use super::RECV_BIT;
 use daplrs_backend::intmap::IntSet;
 use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue};
 
