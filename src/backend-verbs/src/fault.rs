@@ -87,7 +87,7 @@ fn lost_on_context(ctx: usize, why: &str) {
 }
 
 /// A device-wide asynchronous event read by `s`'s event thread: served for every IA of the
-/// device. Returns false for events of another kind (QP events: see `super::async_events`).
+/// device. Returns false for events of another kind (QP events: events.rs `async_events`).
 pub(super) fn device_event(s: &Arc<Shared>, ev: &ibv_async_event) -> bool {
     use ibv_event_type::*;
     let ctx = s.ctx.0 as usize;
