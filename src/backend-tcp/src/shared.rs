@@ -285,10 +285,18 @@ impl Shared {
             && self.signal_sweep.swap(false, Ordering::SeqCst);
         // Or the engine's own request: a driver gave back an armed connection.
         if asked || eng.signal_sweep {
-            let mut buf = [0u8; 16 << 10];
-            let acks_due = self.take_acks_due();
-            eng.sweep_signalled(self, &mut buf, acks_due);
+            self.sweep(eng);
         }
+    }
+
+    /// `sweep_if_asked`'s sweep. Never inlined: `run` is, into every caller, and this
+    /// function's 16 KiB read buffer would then widen each caller's frame (page probes and
+    /// a memset on every post, sweep or not).
+    #[inline(never)]
+    fn sweep(&self, eng: &mut Engine) {
+        let mut buf = [0u8; 16 << 10];
+        let acks_due = self.take_acks_due();
+        eng.sweep_signalled(self, &mut buf, acks_due);
     }
 
     /// What the engine left to do once its lock is released, taken while it is held: the
