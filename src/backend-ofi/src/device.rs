@@ -208,10 +208,8 @@ impl OfiDevice {
             max_cq: clamp(dom.cq_cnt),
             max_cqe: 65536,
             max_mr: clamp(dom.mr_cnt.max(1 << 16)),
-            // libfabric states no bound; no region exceeds a process's address
-            // space (at most 2^56 bytes, x86-64 with 5-level paging), and a
-            // length beyond it is the caller's error, as on the other backends.
-            max_mr_size: 1 << 56,
+            // libfabric states no bound.
+            max_mr_size: daplrs_backend::MAX_REGION_BYTES,
             max_pd: 1 << 16,
             // A bind's context is announced before the bind registers
             // (`MemoryWindow::next_rkey`): a key of ours, which the key table

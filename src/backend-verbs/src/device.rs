@@ -230,7 +230,7 @@ fn device_attr(da: &ibv_device_attr, pa: &ibv_port_attr, iwarp: bool) -> DeviceA
         max_cq: u(da.max_cq),
         max_cqe: u(da.max_cqe),
         max_mr: u(da.max_mr),
-        max_mr_size: da.max_mr_size,
+        max_mr_size: da.max_mr_size.min(daplrs_backend::MAX_REGION_BYTES),
         max_pd: u(da.max_pd),
         max_mw: u(da.max_mw),
         max_srq: u(da.max_srq),

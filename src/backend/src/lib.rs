@@ -83,6 +83,11 @@ pub struct DeviceAttr {
     pub transport: &'static str,
 }
 
+/// The most bytes a region of a process's memory can span: its address space, at most 2^56
+/// bytes (x86-64 with 5-level paging). A device may state no bound (libfabric) or a bound
+/// past it (rxe: 2^64 - 1); a longer region is the caller's error, not a lack of resources.
+pub const MAX_REGION_BYTES: u64 = 1 << 56;
+
 /// Bytes a datagram receive reserves before the payload: on InfiniBand and RoCE the Global
 /// Route Header the NIC writes there (the receive's byte_len counts them); backends without
 /// one write a GRH of their own (see the TCP backend).
