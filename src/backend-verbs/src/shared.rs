@@ -85,9 +85,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Reads with more segments than the device reads into are split (iWARP: reads complete
-    /// in order there, which the split relies on; see `VerbsQp::post_split_read`).
+    /// in order there, which the split relies on; see `VerbsQp::post_split_read`). Not where
+    /// reads land in a bounce buffer (siw), which is one segment whatever the consumer gave:
+    /// a QP's send queue then needs no room for the pieces.
     pub(crate) fn splits_reads(&self) -> bool {
-        self.iwarp && self.read_sge_limit < self.attr.max_sge
+        self.iwarp
+            && self.read_sink != sink::ReadSink::Bounce
+            && self.read_sge_limit < self.attr.max_sge
     }
 
     pub(crate) fn next_id(&self) -> u64 {
