@@ -10,10 +10,11 @@
  *   max_eps (dat_ia_query) with DAT_INSUFFICIENT_RESOURCES.
  * - IA handles: IAs opened until refused (the registry's table, or the
  *   process's file descriptors): DAT_INSUFFICIENT_RESOURCES.
- * - File descriptors: with RLIMIT_NOFILE lowered to just above what is open,
- *   PSPs are created until refused (DAT_INSUFFICIENT_RESOURCES), then
- *   dat_cno_create, dat_ia_open and dat_psp_create_any are refused the same
- *   way; a connect is accepted and ends in a connection event other than
+ * - File descriptors (where a PSP takes one: not on rdma_cm, whose PSPs
+ *   share one event channel; skipped there, saying so): with RLIMIT_NOFILE
+ *   lowered to just above what is open, PSPs are created until refused
+ *   (DAT_INSUFFICIENT_RESOURCES), then dat_cno_create, dat_ia_open and
+ *   dat_psp_create_any are refused the same way; a connect is accepted and ends in a connection event other than
  *   ESTABLISHED (its socket is made on the provider's thread); the bystanders
  *   still talk, at the limit and after it is restored, and the refused EP
  *   connects once fds are available again.
@@ -203,6 +204,7 @@ static void test_eps(void)
 static void test_deep_queues(void)
 {
 	enum { DEPTH = 20000 };
+	int failed = check_failed; /* this case's own failures stop it, not an earlier case's */
 	DAT_IA_ATTR attr = ia_attr_of(ia_a);
 	CHECK(attr.max_dto_per_ep >= DEPTH, "max_dto_per_ep %d < %d", (int)attr.max_dto_per_ep, DEPTH);
 	DAT_EVD_HANDLE rcv = DAT_HANDLE_NULL, req = DAT_HANDLE_NULL;
@@ -212,8 +214,16 @@ static void test_deep_queues(void)
 	ea.max_recv_dtos = DEPTH;
 	DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
 	CHECK_RC(dat_ep_create(ia_a, pz_a, rcv, req, A.conn, &ea, &ep), DAT_SUCCESS);
-	if (check_failed || !ep)
+	if (check_failed > failed || !ep) {
+		/* nothing of this case left behind for the next ones to count */
+		if (ep)
+			dat_ep_free(ep);
+		if (rcv)
+			dat_evd_free(rcv);
+		if (req)
+			dat_evd_free(req);
 		return;
+	}
 	DAT_LMR_TRIPLET iov = seg(lc_a, abuf, 64);
 	long posted = 0;
 	DAT_RETURN rc = DAT_SUCCESS;
@@ -365,6 +375,20 @@ static int highest_fd(void)
 	return hi;
 }
 
+static int open_fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the DIR's own */
+}
+
 /* File descriptors: RLIMIT_NOFILE just above what is open. */
 static void test_fds(void)
 {
@@ -372,17 +396,37 @@ static void test_fds(void)
 	struct rlimit old, low;
 	DAT_RETURN rc = DAT_SUCCESS;
 	int n = 0;
+	int failed = check_failed; /* this case's own failures stop it, not an earlier case's */
 	struct side C;
 	if (getrlimit(RLIMIT_NOFILE, &old) != 0)
 		return;
+	/* the PSPs' listening sockets use the fds up: an IA whose PSPs take none
+	 * (rdma_cm's, on one event channel) has nothing here to run out of */
+	int before = open_fds();
+	DAT_PSP_HANDLE probe = DAT_HANDLE_NULL;
+	CHECK_RC(dat_psp_create_any(ia_a, &(DAT_CONN_QUAL){ 0 }, A.cr, DAT_PSP_CONSUMER_FLAG, &probe), DAT_SUCCESS);
+	int taken = open_fds() - before;
+	if (probe)
+		CHECK_RC(dat_psp_free(probe), DAT_SUCCESS);
+	if (taken < 1) {
+		printf("SKIP fds: a PSP of %s takes no file descriptor (%d), so PSPs cannot use them up\n",
+		       dat_test_ia(), taken);
+		return;
+	}
 	/* an EP to connect while no fd is left */
 	side_evds(&C, ia_a, pz_a);
 	DAT_EP_ATTR ea = ep_attr(0, 0, 16);
 	side_ep(&C, &ea);
 	DAT_CONN_QUAL qual = 0;
 	DAT_PSP_HANDLE target = listen_any(&B, &qual);
-	if (check_failed)
+	if (check_failed > failed) {
+		/* nothing of this case left behind for the next ones to count */
+		if (target)
+			dat_psp_free(target);
+		side_free_ep(&C);
+		side_free_evds(&C);
 		return;
+	}
 
 	low = old;
 	low.rlim_cur = highest_fd() + 1 + 4;
