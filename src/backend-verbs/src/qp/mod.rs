@@ -32,6 +32,11 @@ use daplrs_backend::{
 };
 use daplrs_backend::{Error, Resource, Result};
 
+mod room;
+mod states;
+
+use room::{recv_bound, reserve, send_bound, FIRST_ROOM};
+
 /// Every QP of the process by (device context, qp_num): asynchronous events arrive on the
 /// device's descriptor, which IAs on the same device share.
 /// Looked up for every completion (an IntMap: no SipHash on that path).
@@ -369,142 +374,6 @@ impl VerbsQp {
         }
         shared.register_qp(&me);
         Ok(me)
-    }
-
-    /// RESET -> INIT -> RTR -> RTS for a datagram QP: the IA's port, rdma_cm's UDP Q_Key
-    /// (what its address resolution tells peers), send PSN 0.
-    fn to_ud_ready(&self) -> Result<()> {
-        for state in [
-            ibv_qp_state::IBV_QPS_INIT,
-            ibv_qp_state::IBV_QPS_RTR,
-            ibv_qp_state::IBV_QPS_RTS,
-        ] {
-            // SAFETY: plain data.
-            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-            a.qp_state = state;
-            let mut mask = ibv_qp_attr_mask::IBV_QP_STATE.0;
-            if state == ibv_qp_state::IBV_QPS_INIT {
-                a.pkey_index = 0;
-                a.port_num = self.shared.port;
-                a.qkey = RDMA_UDP_QKEY;
-                mask |= ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
-                    | ibv_qp_attr_mask::IBV_QP_PORT.0
-                    | ibv_qp_attr_mask::IBV_QP_QKEY.0;
-            }
-            if state == ibv_qp_state::IBV_QPS_RTS {
-                a.sq_psn = 0;
-                mask |= ibv_qp_attr_mask::IBV_QP_SQ_PSN.0;
-            }
-            // SAFETY: our QP.
-            let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
-            if rc != 0 {
-                log::warn!("datagram QP {}: to state {state}: error {rc}", self.qp_num);
-                return Err(Error::NoResource(Resource::Qp));
-            }
-        }
-        Ok(())
-    }
-
-    /// RESET -> INIT, with the IA's port and every remote access the QP may be asked for.
-    fn to_init(&self) -> Result<()> {
-        // SAFETY: plain data.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = self.shared.port;
-        a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0) as _;
-        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
-            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
-            | ibv_qp_attr_mask::IBV_QP_PORT.0
-            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
-        // SAFETY: our QP.
-        let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask as i32) };
-        if rc != 0 {
-            log::warn!("QP {}: INIT failed: error {rc}", self.qp_num);
-            return Err(Error::NoResource(Resource::Qp));
-        }
-        Ok(())
-    }
-
-    /// INIT -> RTR -> RTS with the path and limits rdma_cm negotiated on `id`.
-    pub(super) fn to_rts(&self, id: *mut rdma_cm_id) -> Result<(), String> {
-        for state in [ibv_qp_state::IBV_QPS_RTR, ibv_qp_state::IBV_QPS_RTS] {
-            // SAFETY: plain data.
-            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-            a.qp_state = state;
-            let mut mask: i32 = 0;
-            // SAFETY: a live cm id and our QP.
-            let rc = unsafe { rdma_init_qp_attr(id, &mut a, &mut mask) };
-            if rc != 0 {
-                return Err(super::sys::os_error(
-                    "rdma_init_qp_attr",
-                    super::sys::errno(),
-                ));
-            }
-            if state == ibv_qp_state::IBV_QPS_RTS {
-                a.retry_cnt = 7;
-                a.rnr_retry = 7;
-            }
-            // SAFETY: as above.
-            let rc = unsafe { ibv_modify_qp(self.qp.0, &mut a, mask) };
-            if rc != 0 {
-                return Err(super::sys::os_error("ibv_modify_qp", rc));
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves the QP to ERR: the hardware flushes every outstanding request.
-    pub(super) fn to_error(&self) {
-        self.set_state(ibv_qp_state::IBV_QPS_ERR);
-    }
-
-    fn to_reset(&self) {
-        self.set_state(ibv_qp_state::IBV_QPS_RESET);
-    }
-
-    fn set_state(&self, state: ibv_qp_state::Type) {
-        // SAFETY: plain data.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = state;
-        // SAFETY: our QP.
-        unsafe { ibv_modify_qp(self.qp.0, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
-    }
-
-    /// Waits (bounded) until the hardware has completed every request posted to the QP,
-    /// reaping its CQs into their software queues; the EVDs report them afterwards.
-    pub(super) fn wait_flushed(&self, sends_only: bool) {
-        let until = Instant::now() + FLUSH_WAIT;
-        loop {
-            let recvs = if sends_only {
-                0
-            } else {
-                self.recvs_out.load(Ordering::SeqCst)
-            };
-            if self.sends_out.load(Ordering::SeqCst) == 0 && recvs == 0 {
-                break;
-            }
-            if Instant::now() >= until {
-                log::warn!(
-                    "QP {}: {} sends and {} receives not completed after {:?}",
-                    self.qp_num,
-                    self.sends_out.load(Ordering::SeqCst),
-                    recvs,
-                    FLUSH_WAIT
-                );
-                break;
-            }
-            self.send_cq.reap_now();
-            self.recv_cq.reap_now();
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        self.send_cq.fire();
-        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-            self.recv_cq.fire();
-        }
     }
 
     /// Accounts for one completion of this QP; returns the new rkey when it was a window bind.
@@ -1447,55 +1316,6 @@ impl QueuePair for VerbsQp {
         }
         sq.unsignaled_run = if signaled { 0 } else { sq.unsignaled_run + 1 };
         Ok(())
-    }
-}
-
-/// The CQ entries a new QP adds to each of its CQs; `reserve` adds more as its requests
-/// outstanding grow.
-const FIRST_ROOM: u32 = 1;
-
-/// Makes `room` (the entries a QP has added to `cq`) at least `need` requests outstanding: a
-/// QP never has more completions in its CQ than requests outstanding, so the CQ, holding the
-/// room of every QP it serves, cannot overflow. Grows by doubling, at most to `cap` (the
-/// queue's depth), resizing the CQ only when it is too small.
-fn reserve(cq: &VerbsCq, room: &AtomicU32, need: u32, cap: u32) -> Result<()> {
-    loop {
-        let cur = room.load(Ordering::SeqCst);
-        if need <= cur {
-            return Ok(());
-        }
-        let new = cur.saturating_mul(2).min(cap).max(need);
-        cq.attach(new - cur, new - cur)?;
-        if room
-            .compare_exchange(cur, new, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            return Ok(());
-        }
-        cq.detach(new - cur, new - cur);
-    }
-}
-
-/// The most completions a QP's send queue may give its CQ (`VerbsCq::bound`): its room,
-/// which grows as it posts; or, where CQs cannot grow and the room is every piece a split
-/// read may take, its depth in the consumer's requests.
-fn send_bound(cq_resize: bool, send_room: u32, cap: &QpCap) -> u32 {
-    if cq_resize {
-        send_room
-    } else {
-        cap.max_send_wr
-    }
-}
-
-/// The same for its receives: its room, or none for a QP of an SRQ, whose room is the SRQ's
-/// whole depth for each of its QPs though all of them together take no more than it holds
-/// (counted once per QP, EPs sharing an SRQ and an EVD would make every completion raise an
-/// event). An overrun through an SRQ is found when the EVD is next read.
-fn recv_bound(of_srq: bool, recv_room: u32) -> u32 {
-    if of_srq {
-        0
-    } else {
-        recv_room
     }
 }
 
