@@ -2,15 +2,17 @@
 # pass-list.sh: reads the pass files of tests-c/passes/ (its README.md says
 # how they are written). The Makefile and verbs-guest.sh read them through it.
 #
-#   pass-list.sh NAME     what pass NAME runs (passes/NAME.pass or
-#                         passes/NAME.subset), in order, one name a line:
+#   pass-list.sh NAME     what pass NAME runs, in order, one name a line:
 #                         programs (built as build/tests/NAME) and scripts
-#                         (tests-c/scripts/NAME: the names with a dot)
+#                         (tests-c/scripts/NAME: the names with a dot). For
+#                         passes/NAME.pass: every test of provider-tests.list
+#                         but its -NAME lines, in that list's order, then its
+#                         +NAME lines; for passes/NAME.subset: its lines.
 #   pass-list.sh --check  every pass file well formed (one name a line, each
 #                         an existing program source or script, none twice,
-#                         a reason on each -NAME line), and every *.pass
-#                         naming each test of provider-tests.list, to run it
-#                         or (-NAME # reason) to say why not
+#                         a reason on each -NAME line; in a *.pass only -NAME
+#                         lines of provider-tests.list and +NAME lines of
+#                         tests not in it)
 set -u
 dir=$(cd "$(dirname "$0")/../passes" && pwd) || exit 1
 tests=$(dirname "$dir")
@@ -28,7 +30,18 @@ if [ "${1:-}" != --check ]; then
 		echo "pass-list: no pass $1 (neither $dir/$1.pass nor $1.subset)" >&2
 		exit 1
 	fi
-	runs=$(entries "$f" | grep -v '^-')
+	case $f in
+	*.pass)
+		# no process substitution: the guest's root has no /dev/fd
+		left_out=$(entries "$f" | sed -n 's/^-//p')
+		runs=$(
+			entries "$dir/provider-tests.list" |
+				awk -v out="$left_out" 'BEGIN { n = split(out, a); for (i = 1; i <= n; i++) skip[a[i]] = 1 } !($0 in skip)'
+			entries "$f" | sed -n 's/^+//p'
+		)
+		;;
+	*) runs=$(entries "$f" | grep -v '^-') ;;
+	esac
 	if [ -z "$runs" ]; then
 		echo "pass-list: $f runs nothing" >&2
 		exit 1
@@ -66,20 +79,30 @@ for f in "$dir"/*.pass "$dir"/*.subset; do
 		case $line in
 		*[[:space:]]*) err "$base:$n: one name a line, not '$line'"; continue ;;
 		esac
-		name=${line#-}
+		name=${line#[-+]}
 		exists "$name" || err "$base:$n: $name: no programs/$name.c or scripts/$name"
 		[ -n "${seen[$name]:-}" ] && err "$base:$n: $name named twice"
 		seen[$name]=1
-		if [ "$name" != "$line" ] && ! grep -Eq '#[[:space:]]*[^[:space:]]' <<<"$raw"; then
+		if [ "${line:0:1}" = - ] && ! grep -Eq '#[[:space:]]*[^[:space:]]' <<<"$raw"; then
 			err "$base:$n: -$name without a reason (-$name  # why)"
 		fi
+		case $base in
+		*.pass)
+			listed=no
+			grep -qxF "$name" <<<"$kind" && listed=yes
+			case ${line:0:1}$listed in
+			-yes | +no) ;;
+			-no) err "$base:$n: -$name: not in provider-tests.list, so never run here anyway" ;;
+			+yes) err "$base:$n: +$name: in provider-tests.list, so run here already" ;;
+			*) err "$base:$n: $name: a *.pass has only -NAME (left out) and +NAME (added) lines" ;;
+			esac
+			;;
+		esac
 	done < "$f"
-	[ -n "$(entries "$f" | grep -v '^-')" ] || err "$base runs nothing"
-	if [ "${base%.pass}" != "$base" ]; then
-		for t in $kind; do
-			[ -n "${seen[$t]:-}" ] || err "$base names neither $t nor -$t (every test of provider-tests.list: run it, or say why not)"
-		done
-	fi
+	case $base in
+	*.pass) [ -n "$("$0" "${base%.pass}" 2>/dev/null)" ] || err "$base runs nothing" ;;
+	*) [ -n "$(entries "$f" | grep -v '^-')" ] || err "$base runs nothing" ;;
+	esac
 	unset seen
 done
 if [ $errors -ne 0 ]; then
