@@ -3,8 +3,10 @@
  * line run-tests.sh adds up. */
 #ifndef TESTS_C_CHECK_H
 #define TESTS_C_CHECK_H
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* An error code as providers compose it: class, type and subtype. */
 #define ERRCODE(type, sub) ((DAT_RETURN)(DAT_CLASS_ERROR | (type) | (sub)))
@@ -38,6 +40,22 @@ static inline const char *dat_test_ia(void)
 {
 	const char *name = getenv("DAT_TEST_IA");
 	return name && *name ? name : "rs-tcp";
+}
+
+/* Entries of a /proc directory such as /proc/self/fd (open descriptors, less
+ * the one this reads it with) or /proc/self/task (threads); -1 if unreadable. */
+static inline int proc_entries(const char *path)
+{
+	int n = 0;
+	DIR *d = opendir(path);
+	struct dirent *e;
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - (strcmp(path, "/proc/self/fd") == 0); /* the DIR's own fd */
 }
 
 /* The seconds a test's alarm allows: DEFAULT, or $DAT_TEST_ALARM where a

@@ -46,7 +46,6 @@
  * threshold is fixed at glibc's default: what is measured is what the
  * process keeps, not where the allocator chose to put it. */
 #include <dat2/udat.h>
-#include <dirent.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,20 +89,6 @@ static long rss_kb(void)
 	return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-static int count_dir(const char *path)
-{
-	int n = 0;
-	DIR *d = opendir(path);
-	struct dirent *e;
-	if (!d)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - (strcmp(path, "/proc/self/fd") == 0); /* the DIR's own fd */
-}
-
 struct sample {
 	long rss;
 	int fds, threads;
@@ -111,7 +96,7 @@ struct sample {
 
 static struct sample measure(void)
 {
-	struct sample s = { rss_kb(), count_dir("/proc/self/fd"), count_dir("/proc/self/task") };
+	struct sample s = { rss_kb(), proc_entries("/proc/self/fd"), proc_entries("/proc/self/task") };
 	return s;
 }
 

@@ -375,20 +375,6 @@ static int highest_fd(void)
 	return hi;
 }
 
-static int open_fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	if (!d)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the DIR's own */
-}
-
 /* File descriptors: RLIMIT_NOFILE just above what is open. */
 static void test_fds(void)
 {
@@ -402,10 +388,10 @@ static void test_fds(void)
 		return;
 	/* the PSPs' listening sockets use the fds up: an IA whose PSPs take none
 	 * (rdma_cm's, on one event channel) has nothing here to run out of */
-	int before = open_fds();
+	int before = proc_entries("/proc/self/fd");
 	DAT_PSP_HANDLE probe = DAT_HANDLE_NULL;
 	CHECK_RC(dat_psp_create_any(ia_a, &(DAT_CONN_QUAL){ 0 }, A.cr, DAT_PSP_CONSUMER_FLAG, &probe), DAT_SUCCESS);
-	int taken = open_fds() - before;
+	int taken = proc_entries("/proc/self/fd") - before;
 	if (probe)
 		CHECK_RC(dat_psp_free(probe), DAT_SUCCESS);
 	if (taken < 1) {
