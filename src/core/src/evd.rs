@@ -487,7 +487,8 @@ impl Evd {
         self.counters.inc(counters::evd::DEQUEUE);
         // With events queued (the rest of the batch a former poll found), the first of them
         // is the answer: no poll of the CQ, whose completions all came after them. A stale
-        // count is settled under the lock below.
+        // count is settled under the lock (`dequeue_queued`). With none, the CQ's first
+        // completion is the answer.
         let skipped = self.backlog.load(Ordering::Relaxed) != 0;
         if !skipped {
             self.drain(Take::Dequeue, out);
@@ -495,17 +496,39 @@ impl Evd {
                 self.counters.inc(counters::evd::DEQUEUE_FOUND);
                 return Ok(());
             }
-        }
-        let mut s = self.state.lock();
-        if s.queue.is_empty() {
+            // A poller: let the transport read what arrived on this thread (see
+            // `CompletionQueue::progress`), then look once more.
             if let Some(cq) = &self.cq {
-                // A poller: let the transport read what arrived on this thread (see
-                // `CompletionQueue::progress`), then look once more (at least once, when the
-                // poll above was skipped on a count another thread's dequeue made stale).
-                if MutexGuard::unlocked(&mut s, || cq.progress()) || skipped {
-                    MutexGuard::unlocked(&mut s, || self.drain_cq());
+                if cq.progress() {
+                    self.drain(Take::Dequeue, out);
+                    if out.is_some() {
+                        self.counters.inc(counters::evd::DEQUEUE_FOUND);
+                        return Ok(());
+                    }
                 }
             }
+            // Still nothing queued: empty, said without the EVD's lock (an event queued
+            // meanwhile came after this look).
+            if self.backlog.load(Ordering::Relaxed) == 0 {
+                self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
+                return Err(DatError::queue_empty());
+            }
+        }
+        self.dequeue_queued(out, skipped)
+    }
+
+    /// `dequeue_into` from the event queue, under its lock. `skipped`: the CQ was not looked
+    /// at for the count of events queued, which another thread's dequeue may have made stale;
+    /// if the queue is empty it is looked at once now.
+    fn dequeue_queued(&self, out: &mut Option<Event>, skipped: bool) -> DatResult<()> {
+        let mut s = self.state.lock();
+        if s.queue.is_empty() && skipped {
+            MutexGuard::unlocked(&mut s, || {
+                if let Some(cq) = &self.cq {
+                    cq.progress();
+                }
+                self.drain_cq();
+            });
         }
         *out = s.dequeue();
         if out.is_none() {
