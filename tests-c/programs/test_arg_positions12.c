@@ -116,24 +116,6 @@ static struct side A, B;
 static char abuf[BUF], bbuf[BUF];
 static char pd[8];
 
-/* The IA has no RMRs (max_rmrs 0). */
-static int no_rmrs;
-
-static void skip_no_rmrs(const char *what)
-{
-	printf("SKIP %s: %s has no RMRs (max_rmrs 0)\n", what, dat_test_ia());
-}
-
-/* A row that needs a live RMR: BAD, or on an IA without RMRs only covered
- * (the caller prints the SKIP line). */
-#define BAD_RMR(fn, n, expr, want)                                             \
-	do {                                                                   \
-		if (no_rmrs)                                                   \
-			cover_arg(#fn, n);                                     \
-		else                                                           \
-			BAD(fn, n, expr, want);                                \
-	} while (0)
-
 /* The posts of a connected EP (A's, connected to B's). */
 static void test_posts(void)
 {
