@@ -99,10 +99,7 @@ for f in "$dir"/*.pass "$dir"/*.subset; do
 			;;
 		esac
 	done < "$f"
-	case $base in
-	*.pass) [ -n "$("$0" "${base%.pass}" 2>/dev/null)" ] || err "$base runs nothing" ;;
-	*) [ -n "$(entries "$f" | grep -v '^-')" ] || err "$base runs nothing" ;;
-	esac
+	[ -n "$("$0" "${base%.*}" 2>/dev/null)" ] || err "$base runs nothing"
 	unset seen
 done
 if [ $errors -ne 0 ]; then
