@@ -6,18 +6,17 @@
 //! it and give DAT_INVALID_HANDLE with the kind's subtype for a NULL, freed, stale or
 //! wrong-type one, and `Object`, what an untyped handle names.
 //!
-//! `handle::ep` and `handle::evd`, on every data transfer, first try the calling thread's last
-//! lookups of their kind (`cached_lookup!`).
+//! A typed lookup is a load of the handle's slot and a reference taken (handle_table's `slot`):
+//! no lock and no cache, the same for every kind.
 
-use std::cell::RefCell;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::cno::Cno;
 use super::cr::Cr;
 use super::ep::Ep;
 use super::error::{DatError, DatResult, SubType};
 use super::evd::Evd;
-use super::handle_table::{self, AnyObject};
+use super::handle_table::{self, AnyObject, HandleObject};
 use super::ia::Ia;
 use super::lmr::Lmr;
 use super::pz::Pz;
@@ -98,99 +97,32 @@ pub fn children(ia: Handle) -> Vec<(Handle, Object)> {
         .collect()
 }
 
+/// The one type of each kind's objects (a slot of a kind holds that type).
+macro_rules! handle_object {
+    ($ty:ty: $($kind:expr),+) => {
+        impl HandleObject for $ty {
+            const KINDS: &'static [HandleKind] = &[$($kind),+];
+        }
+    };
+}
+handle_object!(Ia: HandleKind::Ia);
+handle_object!(Pz: HandleKind::Pz);
+handle_object!(Lmr: HandleKind::Lmr);
+handle_object!(Rmr: HandleKind::Rmr);
+handle_object!(Evd: HandleKind::Evd);
+handle_object!(Cno: HandleKind::Cno);
+handle_object!(Ep: HandleKind::Ep);
+handle_object!(Sp: HandleKind::Psp, HandleKind::Rsp, HandleKind::Csp);
+handle_object!(Cr: HandleKind::Cr);
+handle_object!(Srq: HandleKind::Srq);
+
 macro_rules! typed_lookup {
     ($fn_name:ident, $ty:ty, $kind:expr) => {
         /// Typed lookup; a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with the
         /// kind's subtype.
+        #[inline]
         pub fn $fn_name(handle: Handle) -> DatResult<Arc<$ty>> {
             handle_table::get::<$ty>(handle, $kind).ok_or_else(|| $kind.invalid())
-        }
-    };
-}
-
-/// The last handle of one kind a thread looked up, for the data-transfer path: a program
-/// posts on and polls the same EP and EVD over and over, and each lookup through the table
-/// (its lock, its map, a reference count up and down) cost a tenth of an RDMA read's
-/// instructions on the verbs path. The cache holds a `Weak`, so it keeps no object alive.
-struct LastLookup<T> {
-    handle: usize,
-    removals: u64,
-    object: Weak<T>,
-}
-
-impl<T> LastLookup<T> {
-    const EMPTY: LastLookup<T> = LastLookup {
-        handle: 0,
-        removals: u64::MAX,
-        object: Weak::new(),
-    };
-
-    /// The cached object if `handle` is the one cached and no handle was removed since.
-    fn get(&self, handle: Handle, removals: u64) -> Option<Arc<T>> {
-        if self.handle != handle.addr() || self.removals != removals {
-            return None;
-        }
-        self.object.upgrade()
-    }
-}
-
-/// A thread's last two lookups of one kind, the latest first: a program that alternates
-/// between two objects of a kind (a send ping-pong waits on its request EVD, then on its
-/// receive EVD) finds both.
-struct LastLookups<T>([LastLookup<T>; 2]);
-
-impl<T> LastLookups<T> {
-    const EMPTY: LastLookups<T> = LastLookups([LastLookup::EMPTY, LastLookup::EMPTY]);
-
-    fn get(&self, handle: Handle) -> Option<Arc<T>> {
-        let removals = handle_table::removals();
-        self.0.iter().find_map(|l| l.get(handle, removals))
-    }
-
-    fn remember(&mut self, latest: LastLookup<T>) {
-        self.0.swap(0, 1);
-        self.0[0] = latest;
-    }
-}
-
-macro_rules! cached_lookup {
-    ($fn_name:ident, $slow_name:ident, $cache:ident, $ty:ty, $kind:expr) => {
-        thread_local! {
-            static $cache: RefCell<LastLookups<$ty>> = const { RefCell::new(LastLookups::EMPTY) };
-        }
-
-        /// Typed lookup, first through this thread's last lookups of the kind (see
-        /// `LastLookups`); a NULL, freed, stale or wrong-type handle gives INVALID_HANDLE with
-        /// `bad`. Inlined into each entry point that takes such a handle: a hit is the cache's
-        /// look and nothing else (the call of a function that also holds the table's path cost
-        /// about as much again, saving and restoring the registers that path needs).
-        #[inline]
-        pub fn $fn_name(handle: Handle, bad: SubType) -> DatResult<Arc<$ty>> {
-            match $cache.with(|c| c.borrow().get(handle)) {
-                Some(o) => Ok(o),
-                None => $slow_name(handle, bad),
-            }
-        }
-
-        /// `$fn_name` through the table, remembering what it finds.
-        #[cold]
-        #[inline(never)]
-        fn $slow_name(handle: Handle, bad: SubType) -> DatResult<Arc<$ty>> {
-            // Read before the table: a removal between the two leaves the entry stale.
-            let removals = handle_table::removals();
-            match handle_table::get::<$ty>(handle, $kind) {
-                Some(o) => {
-                    $cache.with(|c| {
-                        c.borrow_mut().remember(LastLookup {
-                            handle: handle.addr(),
-                            removals,
-                            object: Arc::downgrade(&o),
-                        })
-                    });
-                    Ok(o)
-                }
-                None => Err(DatError::invalid_handle(bad)),
-            }
         }
     };
 }
@@ -200,21 +132,29 @@ typed_lookup!(pz, Pz, HandleKind::Pz);
 typed_lookup!(lmr, Lmr, HandleKind::Lmr);
 typed_lookup!(rmr, Rmr, HandleKind::Rmr);
 typed_lookup!(cno, Cno, HandleKind::Cno);
-cached_lookup!(ep_as, ep_from_table, LAST_EP, Ep, HandleKind::Ep);
-
-/// EP lookup (see `ep_as`), with the EP subtype.
-#[inline]
-pub fn ep(handle: Handle) -> DatResult<Arc<Ep>> {
-    ep_as(handle, SubType::InvalidHandleEp)
-}
 typed_lookup!(psp, Sp, HandleKind::Psp);
 typed_lookup!(rsp, Sp, HandleKind::Rsp);
 typed_lookup!(cr, Cr, HandleKind::Cr);
 typed_lookup!(srq, Srq, HandleKind::Srq);
 typed_lookup!(csp, Sp, HandleKind::Csp);
 
-// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
-cached_lookup!(evd, evd_from_table, LAST_EVD, Evd, HandleKind::Evd);
+/// EP lookup with the subtype `bad` for a bad handle (some calls name the EP's role).
+#[inline]
+pub fn ep_as(handle: Handle, bad: SubType) -> DatResult<Arc<Ep>> {
+    handle_table::get::<Ep>(handle, HandleKind::Ep).ok_or_else(|| DatError::invalid_handle(bad))
+}
+
+/// EP lookup (see `ep_as`), with the EP subtype.
+#[inline]
+pub fn ep(handle: Handle) -> DatResult<Arc<Ep>> {
+    ep_as(handle, SubType::InvalidHandleEp)
+}
+
+/// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).
+#[inline]
+pub fn evd(handle: Handle, bad: SubType) -> DatResult<Arc<Evd>> {
+    handle_table::get::<Evd>(handle, HandleKind::Evd).ok_or_else(|| DatError::invalid_handle(bad))
+}
 
 /// An optional EVD argument: NULL means none.
 pub fn evd_opt(handle: Handle, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
@@ -222,5 +162,45 @@ pub fn evd_opt(handle: Handle, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
         Ok(None)
     } else {
         evd(handle, bad).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind has one type: the slot of a kind's handle holds that type's object.
+    #[test]
+    fn every_kind_has_one_type() {
+        let lists: [&[HandleKind]; 10] = [
+            Ia::KINDS,
+            Pz::KINDS,
+            Lmr::KINDS,
+            Rmr::KINDS,
+            Evd::KINDS,
+            Cno::KINDS,
+            Ep::KINDS,
+            Sp::KINDS,
+            Cr::KINDS,
+            Srq::KINDS,
+        ];
+        let all: Vec<HandleKind> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+        for kind in [
+            HandleKind::Ia,
+            HandleKind::Pz,
+            HandleKind::Lmr,
+            HandleKind::Rmr,
+            HandleKind::Evd,
+            HandleKind::Cno,
+            HandleKind::Ep,
+            HandleKind::Psp,
+            HandleKind::Rsp,
+            HandleKind::Cr,
+            HandleKind::Srq,
+            HandleKind::Csp,
+        ] {
+            assert_eq!(all.iter().filter(|k| **k == kind).count(), 1, "{kind:?}");
+        }
+        assert_eq!(all.len(), 12);
     }
 }

@@ -1,21 +1,26 @@
 //! Handle values and the table of live handles, for every kind of DAT object.
 //!
-//! C receives the address of a word holding the DAT_PROVIDER pointer its registry dispatches
-//! through (`space`: a new word for every creation, so a handle value names one object for at
-//! least 2^32 further creations: its place in the stretch is its generation). The table of live
-//! handles is keyed by that address and is consulted *before* anything is read through a
-//! pointer, so a freed, stale or foreign handle is rejected without dereferencing it.
+//! C receives the address of a slot whose first word holds the DAT_PROVIDER pointer its
+//! registry dispatches through (`space`: a new slot for every creation, so a handle value names
+//! one object for at least 2^32 further creations: its place in the stretch is its generation).
+//! A typed lookup (`get::<Ep>`) checks that the value is a slot of the stretch before it reads
+//! it, and the slot gives its object only while it is live and of the kind asked for
+//! (`slot`): a freed, stale or foreign handle is rejected without a lock or a dereference
+//! outside the stretch. The table, keyed by the same address, holds what slower calls need:
+//! each object's owner and consumer context, and an IA's objects.
 //!
 //! The table names no object type: it sits below the objects, which register themselves in it
 //! when they are created, so it holds each as an `AnyObject` tagged with its `HandleKind`, and
-//! hands it back typed (`get::<Ep>`) to code that names the type. What needs every kind at once
-//! (the C layer's typed lookups, an IA's close) is in `handle`, above the objects.
+//! hands it back typed to code that names the type (`HandleObject` says which kinds a type's
+//! objects have). What needs every kind at once (the C layer's typed lookups, an IA's close) is
+//! in `handle`, above the objects.
 
+mod slot;
 mod space;
 
 use std::any::Any;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -28,6 +33,12 @@ use space::Space;
 /// A DAT object of any kind, as code below its kind's module holds it; that module (or one
 /// above it) downcasts it to the type.
 pub(crate) type AnyObject = dyn Any + Send + Sync;
+
+/// A type whose objects handles name, and the kinds of those handles: the one type of every
+/// kind (`handle`'s test checks that no kind has two), so a slot of a kind holds that type.
+pub(crate) trait HandleObject: Any + Send + Sync {
+    const KINDS: &'static [HandleKind];
+}
 
 /// A handle value: the address of its word (0 = DAT_HANDLE_NULL).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -170,8 +181,13 @@ impl Reservation {
     /// Makes the object reachable through its handle, as an object of the reserved kind owned
     /// by the IA `owner` (NULL for an IA). Returns whether `owner` is a live IA, whose
     /// counters then count the creation (`Ia::commit`).
-    pub(crate) fn commit<T: Any + Send + Sync>(mut self, object: Arc<T>, owner: Handle) -> bool {
+    pub(crate) fn commit<T: HandleObject>(mut self, object: Arc<T>, owner: Handle) -> bool {
+        assert!(
+            T::KINDS.contains(&self.kind),
+            "a handle of another type's kind"
+        );
         let mut t = table().lock();
+        space::slot_at(self.handle.0).publish(object.clone(), self.kind);
         t.reserved.remove(&self.handle.0);
         let owner_live = t.is_live_ia(owner);
         if !owner.is_null() {
@@ -227,7 +243,9 @@ pub(crate) fn reserve(kind: HandleKind, dispatch: usize) -> Reservation {
 pub fn set_dispatch(handle: Handle, dispatch: usize) {
     let t = table().lock();
     if t.live.contains_key(&handle.0) || t.reserved.contains_key(&handle.0) {
-        space::word(handle.0).store(dispatch, Ordering::SeqCst);
+        space::slot_at(handle.0)
+            .dispatch
+            .store(dispatch, Ordering::SeqCst);
     }
 }
 
@@ -240,22 +258,14 @@ pub(crate) fn get_any(handle: Handle) -> Option<(HandleKind, Arc<AnyObject>)> {
     t.live.get(&handle.0).map(|e| (e.kind, e.object.clone()))
 }
 
-/// The live object behind `handle` if it is of `kind` (and so of type `T`, the type of that
-/// kind's objects).
-pub(crate) fn get<T: Any + Send + Sync>(handle: Handle, kind: HandleKind) -> Option<Arc<T>> {
-    match get_any(handle) {
-        Some((k, object)) if k == kind => object.downcast().ok(),
-        _ => None,
-    }
-}
-
-/// Removals of live handles so far: a cached lookup is good while this has not moved.
-static REMOVALS: AtomicU64 = AtomicU64::new(0);
-
-/// `REMOVALS` now (inlined into the cached lookups of the C layer's entry points).
+/// The live object behind `handle` if it is of `kind` (one of `T`'s kinds): no lock, a load of
+/// its slot and a reference taken (inlined into every entry point that takes a handle).
 #[inline]
-pub(crate) fn removals() -> u64 {
-    REMOVALS.load(Ordering::Acquire)
+pub(crate) fn get<T: HandleObject>(handle: Handle, kind: HandleKind) -> Option<Arc<T>> {
+    if !T::KINDS.contains(&kind) {
+        return None;
+    }
+    space::slot(handle.0)?.get(kind)
 }
 
 /// Removes a live handle of `kind`; later lookups fail. Its value is not reissued for 2^32
@@ -268,9 +278,8 @@ pub(crate) fn remove(handle: Handle, kind: HandleKind) -> DatResult<bool> {
         _ => return Err(kind.invalid()),
     }
     let entry = t.live.remove(&handle.0).ok_or_else(|| kind.invalid())?;
-    // Under the table lock, before the handle's word is given back: a thread's cached
-    // lookup made before this point is as if it had looked up just before the removal.
-    REMOVALS.fetch_add(1, Ordering::Release);
+    // Before the slot is given back: a lookup in flight takes its reference first.
+    space::slot_at(handle.0).retract();
     if let Some(n) = t.owned.get_mut(&(entry.owner.0, kind)) {
         *n -= 1;
         if *n == 0 {

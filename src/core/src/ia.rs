@@ -11,7 +11,6 @@
 //! EVD, whose drain runs it), `cm` routes connection events (above the objects); `lifecycle`
 //! opens and closes an IA.
 
-use std::any::Any;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -22,7 +21,7 @@ use super::consts::event_number;
 use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, SubType};
 use super::event::{Event, EventData};
-use super::handle_table::{self, AnyObject, Handle, HandleKind, Reservation};
+use super::handle_table::{self, AnyObject, Handle, HandleKind, HandleObject, Reservation};
 use super::lmr_table::LmrTable;
 use super::pending::{EpShared, PendingDto, PendingTable, Window};
 use daplrs_backend::intmap::{IntMap, IntSet};
@@ -212,7 +211,7 @@ impl Ia {
 
     /// Makes a new object of this IA reachable through its handle, and counts its creation
     /// (DCNT_IA_*_CREATE).
-    pub(crate) fn commit<T: Any + Send + Sync>(&self, reservation: Reservation, object: &Arc<T>) {
+    pub(crate) fn commit<T: HandleObject>(&self, reservation: Reservation, object: &Arc<T>) {
         let kind = reservation.kind();
         if reservation.commit(object.clone(), self.handle) {
             if let Some(index) = create_counter(kind) {
