@@ -34,9 +34,8 @@
 #    connected endpoints): the C programs that pass there (passes/
 #    tests-verbs-ofi-vrxm.pass and tests-verbs-ofi-vmsg.pass), the
 #    DAT behaviour tests (over_ofi_device::*) on each, and on rs-ofi-vrxm
-#    Debian's dapltest (as on rs-rxe0), dtest, dtest -c, dtestx -q and
-#    dtestsrq (dtestx's transfers need immediate data, which libfabric's
-#    verbs does not give the backend: said, not run).
+#    Debian's dapltest (as on rs-rxe0), dtest, dtest -c, dtestx, dtestx -p,
+#    dtestx -q and dtestsrq.
 #  - on siw0, read-sink-wire.py: the connection captured while
 #    test_read_sink_wire reads, no read request naming the consumer's memory;
 #    then passes/tests-verbs-sink-mr.subset with DAPLRS_VERBS_SINK_MR=always;
@@ -568,7 +567,7 @@ ofi_debian() {
 		dtestx_pair "$name-dtestx" "$ia" "-s" ""
 		dtestx_pair "$name-dtestx-counters" "$ia" "-s -p" "-p"
 	else
-		echo "  skip $tag$name-dtestx, $name-dtestx-counters: $ia has no write with immediate data, their first transfer (libfabric's verbs carries 4 bytes of CQ data, which the backend keeps for send with invalidate: docs/libfabric.md), nor atomics (see $log)"
+		bad "$name-dtestx: $ia reports no write with immediate data, dtestx's first transfer (see $log; docs/libfabric.md)"
 	fi
 	run "$name-dtestx-q" ours_env dtestx -P "$ia" -q
 	grep -q "Open_Query: $ia num_attrs" "$out/$name-dtestx-q.log" || bad "$name-dtestx-q printed no Open_Query line"

@@ -96,7 +96,8 @@ impl Bounces {
         if buf.mr.is_none() {
             buf.mr = register_for_recv(dev, &mut buf.mem, "fi_mr_regattr (bounce buffer)")?;
         }
-        let tag = tag.map(|t| (t, 0));
+        // A closing send of a write with immediate data has its own bits.
+        let tag = tag.map(|t| (t, crate::qp::IMM_FIELDS));
         let rc = post_buffer(ep, &mut buf.mem, buf.mr.as_ref(), tag, context);
         crate::check(rc, "fi_recvmsg (bounce buffer)", Error::Internal)?;
         buf.posted = true;

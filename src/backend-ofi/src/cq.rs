@@ -294,7 +294,8 @@ impl Entry for fi::fi_cq_tagged_entry {
         Done {
             context: self.op_context as u64,
             result: Ok(self.len as u32),
-            data: (self.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(self.data),
+            data: (self.flags & fi::FI_REMOTE_CQ_DATA as u64 != 0)
+                .then(|| crate::qp::remote_data(self.tag, self.data)),
             tag: self.tag,
         }
     }

@@ -231,7 +231,7 @@ impl OfiDevice {
             atomics: self.dom.atomics,
             pins_for_write: false,
             pin_limit: None,
-            write_imm: self.dom.remote_data(),
+            write_imm: self.dom.write_imm(),
             transport: "libfabric",
         }
     }

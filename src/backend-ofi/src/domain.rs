@@ -491,6 +491,16 @@ impl Domain {
         unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size >= 8 }
     }
 
+    /// Whether RDMA writes with immediate data are offered: the closing
+    /// send's CQ data carries the data and the write's length (8 bytes), or,
+    /// over reliable datagrams, the data alone with the length in its tag
+    /// (4 bytes: `qp::IMM_CLOSE`).
+    pub(crate) fn write_imm(&self) -> bool {
+        // SAFETY: the domain attributes of our fi_info.
+        let size = unsafe { (*(*self.info.ptr()).domain_attr).cq_data_size };
+        size >= 8 || (self.rdm && size >= 4)
+    }
+
     /// A peer's send invalidates `rkey`: if that is a bound window of
     /// protection domain `pd`, its binding ends. Returns whether it did.
     pub(crate) fn invalidate_window(&self, rkey: u32, pd: u32) -> bool {

@@ -76,6 +76,37 @@ pub(crate) const INVALIDATE: u64 = 1 << 32;
 /// bit 34: at most MAX_IMM_WRITE bytes).
 const WRITE_IMM: u64 = 1 << 33;
 const MAX_IMM_WRITE: u64 = (1 << 30) - 1;
+/// Where the provider carries 4 bytes of remote CQ data (verbs;ofi_rxm),
+/// the closing send over reliable datagrams carries the immediate data
+/// alone, and its tag says what it is: this bit, and the write's length in
+/// `IMM_LEN_LOW` (its low 8 bits) and `IMM_LEN_HIGH` (the next 19), the tag
+/// bits the connection's number, `DIRECT` and the eager bits leave free. A
+/// receive ignores those bits, and the completion's data is read as the 8
+/// bytes' form (`remote_data`), so the rest of the path is the same.
+const IMM_CLOSE: u64 = 1 << 60;
+const IMM_LEN_LOW: u64 = 0xff << 32;
+const IMM_LEN_HIGH: u64 = ((1 << 19) - 1) << 41;
+/// The tag bits a receive ignores (see `IMM_CLOSE`).
+pub(crate) const IMM_FIELDS: u64 = IMM_CLOSE | IMM_LEN_LOW | IMM_LEN_HIGH;
+/// The longest write with immediate data whose length its tag carries.
+const MAX_IMM_WRITE_TAGGED: u64 = (1 << 27) - 1;
+
+/// The tag bits of the closing send of a write of `len` bytes (at most
+/// `MAX_IMM_WRITE_TAGGED`) with immediate data, over 4 bytes of CQ data.
+fn imm_close_tag(len: u64) -> u64 {
+    IMM_CLOSE | ((len & 0xff) << 32) | (((len >> 8) << 41) & IMM_LEN_HIGH)
+}
+
+/// A received message's remote CQ data in its 8 bytes' form: a closing send
+/// whose tag carries the write's length (`IMM_CLOSE`) reads as one whose
+/// data carries it (`WRITE_IMM`); any other as it came.
+pub(crate) fn remote_data(tag: u64, data: u64) -> u64 {
+    if tag & IMM_CLOSE == 0 {
+        return data;
+    }
+    let len = ((tag & IMM_LEN_LOW) >> 32) | (((tag & IMM_LEN_HIGH) >> 41) << 8);
+    WRITE_IMM | u64::from(data as u32) | (len << 34)
+}
 /// A connection tag's bit (reliable datagrams): its receives are the
 /// provider's to match, not fed from its port's eager buffers (an SRQ of
 /// ours: see `eager`); its peer sends every message under the tag as is.
@@ -801,6 +832,27 @@ fn or_null_mut<T>(v: &mut [T]) -> *mut T {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A closing send's tag carries every length up to its bound, clear of
+    /// the connection's number, `DIRECT` and the eager bits, and reads back
+    /// as the 8 bytes' form; any other data reads as it came.
+    #[test]
+    fn a_write_length_rides_in_the_closing_sends_tag() {
+        let conn = 0xdead_beef_u64 | DIRECT;
+        for len in [0, 1, 255, 256, 4096, 1 << 20, MAX_IMM_WRITE_TAGGED] {
+            let tag = imm_close_tag(len);
+            assert_eq!(tag & !IMM_FIELDS, 0, "{len}");
+            assert_eq!(tag & (conn | eager_bits()), 0, "{len}");
+            let data = remote_data(conn | tag, 0x1234_5678);
+            assert_eq!(data, WRITE_IMM | 0x1234_5678 | (len << 34), "{len}");
+        }
+        assert_eq!(remote_data(conn, INVALIDATE | 7), INVALIDATE | 7);
+        assert_eq!(remote_data(conn, 7), 7);
+    }
+
+    fn eager_bits() -> u64 {
+        crate::eager::EAGER | crate::eager::ANNOUNCE | crate::eager::LARGE
+    }
 
     fn send(ring: &mut Ring, wr_id: u64) -> u32 {
         ring.push(Slot {

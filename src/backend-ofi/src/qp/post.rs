@@ -671,10 +671,18 @@ impl OfiQp {
     /// after write order), and its completion is the request's. Should the
     /// provider refuse it, the request fails (its write is posted already).
     pub(super) fn close_write_imm(&self, inner: &mut Inner, token: u32, len: u64, imm: u32) {
+        // 8 bytes of CQ data carry the length; 4 only the data, the tag the
+        // length (reliable datagrams: see `IMM_CLOSE`).
+        let eight = self.dev.upgrade().is_some_and(|d| d.remote_data());
+        let (data, tag_bits) = if eight {
+            (WRITE_IMM | imm as u64 | (len << 34), 0)
+        } else {
+            (imm as u64, imm_close_tag(len))
+        };
         let msg = fi::fi_msg {
             context: self.context(token),
             addr: inner.dest,
-            data: WRITE_IMM | imm as u64 | (len << 34),
+            data,
             ..Default::default()
         };
         let mut flags = (fi::FI_COMPLETION | fi::FI_REMOTE_CQ_DATA) as u64;
@@ -687,7 +695,7 @@ impl OfiQp {
         let eager = inner.peer_tag & DIRECT == 0;
         let tagged = fi::fi_msg_tagged {
             addr: msg.addr,
-            tag: inner.peer_tag | if eager { EAGER } else { 0 },
+            tag: inner.peer_tag | tag_bits | if eager { EAGER } else { 0 },
             context: msg.context,
             data: msg.data,
             ..Default::default()
@@ -772,10 +780,15 @@ impl Kind {
                 rkey,
                 imm,
             } => {
-                if !remote_data {
+                if !dev.write_imm() {
                     return Err(Error::Unsupported);
                 }
-                if wr.sgl.iter().map(|s| s.length as u64).sum::<u64>() > MAX_IMM_WRITE {
+                let max = if remote_data {
+                    MAX_IMM_WRITE
+                } else {
+                    MAX_IMM_WRITE_TAGGED
+                };
+                if wr.sgl.iter().map(|s| s.length as u64).sum::<u64>() > max {
                     return Err(Error::TooLong);
                 }
                 Kind::Write {

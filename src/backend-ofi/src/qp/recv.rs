@@ -480,7 +480,8 @@ impl OfiQp {
         let Some(dev) = self.dev.upgrade() else {
             return (None, false);
         };
-        let flagged = |d: &u64| d & INVALIDATE != 0 || !dev.remote_data();
+        // 4 bytes of CQ data are an rkey, unless read as a write's (`remote_data`).
+        let flagged = |d: &u64| d & WRITE_IMM == 0 && (d & INVALIDATE != 0 || !dev.remote_data());
         let Some(rkey) = data.filter(flagged).map(|d| d as u32) else {
             return (None, false);
         };
@@ -511,7 +512,7 @@ impl OfiQp {
                     } else {
                         inner.tag
                     },
-                    ignore: 0,
+                    ignore: IMM_FIELDS,
                     context,
                     data: 0,
                 };
