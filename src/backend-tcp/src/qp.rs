@@ -1,5 +1,5 @@
 //! The queue pair (`TcpQp`): its calls run on the engine, and its same-host RDMA reads and
-//! writes go through its lane (engine/lane.rs).
+//! writes, and sends placed in the peer's receives, go through its lane (engine/lane.rs).
 
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -13,7 +13,8 @@ use crate::shared::Shared;
 pub(crate) struct TcpQp {
     qp_num: u32,
     shared: Arc<Shared>,
-    /// Its same-host RDMA reads and writes, without the engine (engine/lane.rs).
+    /// Its same-host RDMA reads and writes and placed sends, without the engine
+    /// (engine/lane.rs).
     lane: Arc<engine::Lane>,
 }
 

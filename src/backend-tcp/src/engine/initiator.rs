@@ -52,6 +52,9 @@ impl Engine {
     pub(crate) fn post_send(&mut self, sh: &Shared, qp: u32, wr: SendWr) -> Result<()> {
         self.note_poster(qp);
         let e = self.qps.get_mut(&qp).ok_or_else(bad_state)?;
+        // A post the lane declined: the engine's from here, the index of the peer's next
+        // receive included (lane.rs); `try_same_host` and `try_same_host_send` open it again.
+        e.close_lane();
         let opcode = wr.op.opcode();
         match e.state {
             QpState::Connected => {}
@@ -104,7 +107,7 @@ impl Engine {
             || (wr.fence && reads_out > 0)
             || (answers_with_data(opcode) && reads_out >= reads_allowed(&e.cap))
         {
-            e.lane.close();
+            e.close_lane();
             e.fenced.push_back(wr);
             return Ok(());
         }
@@ -186,7 +189,7 @@ impl Engine {
         };
         if let Some(e) = self.qps.get_mut(&qp) {
             // Requests after this one complete after it: they wait for the engine (lane.rs).
-            e.lane.close();
+            e.close_lane();
             e.outstanding.push_back(o);
             if consumes_recv {
                 e.sent_to_recvs += 1;

@@ -147,7 +147,8 @@ struct QpEntry {
     ud: Option<datagram::UdQp>,
     /// Our requests on the connection that consume a receive of the peer's (sends, writes
     /// with immediate data): the number of the peer's receive the next one consumes, which
-    /// the peer may have published for us to place a send in (samehost/ring.rs).
+    /// the peer may have published for us to place a send in (samehost/ring.rs). While the
+    /// lane has the QP's sends, its count is the current one (`close_lane` takes it back).
     sent_to_recvs: u64,
     /// Our receives the peer's requests consumed on the connection: the number of the next.
     recvs_done: u64,
@@ -157,11 +158,20 @@ struct QpEntry {
     /// Both sides agreed on the same-host path and our offer waits for the QP's first
     /// request (engine/samehost.rs, "set up at first use").
     offer_on_post: bool,
-    /// The QP's RDMA reads and writes done without the engine while it is open (lane.rs).
+    /// The QP's RDMA reads and writes, and sends placed in the peer's receives, done without
+    /// the engine while it is open (lane.rs).
     lane: Arc<Lane>,
 }
 
 impl QpEntry {
+    /// Closes the QP's lane (lane.rs), waiting for a post under way, and takes back the count
+    /// of the peer's receives the lane's sends consumed.
+    fn close_lane(&mut self) {
+        if let Some(next) = self.lane.close() {
+            self.sent_to_recvs = next;
+        }
+    }
+
     /// Takes the receive the peer's next message consumes (from the SRQ if the QP has one),
     /// with the PD it is placed under and whether it came from the QP's own queue.
     #[inline]
@@ -494,8 +504,12 @@ impl Conn {
         let Some(ring) = self.same_host.writing_ring() else {
             return send_out(&mut self.out, &self.stream);
         };
+        let mut turn = ring.writer_turn();
         let before = self.out.written();
         let result = self.out.write_with(|s| ring.write(s));
+        // What is left may end in part of a frame: a lane's frames wait for it (lane.rs).
+        turn.engine_behind = !self.out.is_empty();
+        drop(turn);
         if self.out.written() != before && ring.reader_needs_bell(POLL_LEASE) {
             wake_ring_reader(ring, fd);
         }
@@ -1120,7 +1134,7 @@ impl Engine {
             return;
         };
         // Every way out of Connected comes here: no read or write goes inline from now on.
-        e.lane.close();
+        e.close_lane();
         // In post order: the started requests, then those waiting behind a fence.
         let mut sends: Vec<(u64, WcOpcode)> = e
             .outstanding
@@ -1215,7 +1229,7 @@ impl Engine {
             QpState::Connected if e.ud.is_some() => {}
             _ => return Err(bad_state()),
         }
-        e.lane.close();
+        e.close_lane();
         e.conn = None;
         e.graceful_pending = false;
         e.remote = None;

@@ -279,15 +279,9 @@ impl Engine {
     /// and returns true; false (nothing done, nothing taken) sends it through the ring as
     /// before, which also produces every error (a receive too small, a bad key).
     pub(super) fn try_same_host_send(&mut self, sh: &Shared, qp: u32, wr: &SendWr) -> bool {
-        let write = match wr.op {
-            SendOp::Send => None,
-            SendOp::RdmaWriteImm {
-                remote_addr,
-                rkey,
-                imm,
-            } => Some((remote_addr, rkey, imm)),
-            _ => return false,
-        };
+        if !matches!(wr.op, SendOp::Send | SendOp::RdmaWriteImm { .. }) {
+            return false;
+        }
         let Some(e) = self.qps.get(&qp) else {
             return false;
         };
@@ -301,73 +295,53 @@ impl Engine {
             return false;
         };
         let k = e.sent_to_recvs;
-        let Some(recv) = ring.published_recv(k) else {
+        let Some((total, placed)) = lane::send_inline(sh, &peer, &ring, e.pd, k, wr) else {
             return false;
         };
-        let (pd, cq) = (e.pd, e.send_cq.clone());
-        let (total, how) = {
-            let keys = sh.keys.lock();
-            let Ok(ranges) = keys.local_ranges(&wr.sgl, pd, false) else {
-                return false;
-            };
-            let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
-            if total > u64::from(sh.limits.max_message) {
-                return false;
-            }
-            let how = match write {
-                None => peer.place(&keys, &ring, k, &recv, &ranges, wr.solicited),
-                Some((addr, rkey, imm)) => {
-                    let need = daplrs_backend::access::REMOTE_WRITE;
-                    match peer.transfer(&keys, rkey, addr, need, &ranges, true) {
-                        // The write's data is there: the receive is taken to report it (a
-                        // withdrawn one reports nothing: the peer's QP is gone).
-                        moved if moved.done() => {
-                            let placed = shm::ring::Placement {
-                                len: total as u32,
-                                imm: Some(imm),
-                                solicited: wr.solicited,
-                            };
-                            let _ = peer.take(&ring, k, placed);
-                            moved
-                        }
-                        not => not,
-                    }
-                }
-            };
-            if !how.done() {
-                return false;
-            }
-            (total, how)
-        };
-        shm::count_inline(&sh.samehost.stats, how);
+        let cq = e.send_cq.clone();
         if let Some(e) = self.qps.get_mut(&qp) {
             e.sent_to_recvs += 1;
         }
         self.push_wc(
             &cq,
-            WorkCompletion::new(
-                wr.wr_id,
-                WcStatus::Success,
-                wr.op.opcode(),
-                total as u32,
-                qp,
-            ),
+            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp),
         );
-        let mut h = Header::new(Kind::Placed);
-        h.addr = k;
-        h.length = total as u32;
-        if wr.solicited {
-            h.flags = wire::FLAG_SOLICITED;
-        }
-        if let Some((_, _, imm)) = write {
-            h.flags |= wire::FLAG_IMMEDIATE;
-            h.key = imm;
-        }
         if let Some(c) = self.conns.get_mut(&token) {
-            c.out.push_frame(h, Vec::new());
+            c.out.push_frame(placed, Vec::new());
         }
         self.try_write(token);
+        // After the frame is written: the lane's frames follow it (lane.rs).
+        self.open_lane(qp);
         true
+    }
+
+    /// Opens `qp`'s lane (lane.rs) after an inline post: its next inline posts need the
+    /// engine no more. With the QP's sends if the connection's frames go through the peer's
+    /// ring, all written (the lane's PLACED frames follow them), and the peer's reader gave
+    /// us its bell (the lane has no socket for a doorbell). Not on a connection that raises
+    /// the target signal: a post then also names the thread its answers' signals go to
+    /// (`note_poster`).
+    fn open_lane(&mut self, qp: u32) {
+        let Some(e) = self.qps.get_mut(&qp) else {
+            return;
+        };
+        // An open lane's count of the peer's receives is the current one.
+        e.close_lane();
+        let Some(c) = e.conn.and_then(|t| self.conns.get(&t)) else {
+            return;
+        };
+        let Some(peer) = c.same_host.peer.clone().filter(|_| !c.signalled) else {
+            return;
+        };
+        let sends = c
+            .same_host
+            .writing_ring()
+            .filter(|r| r.has_bell() && c.out.is_empty())
+            .map(|ring| lane::Sends {
+                ring: ring.clone(),
+                next_recv: e.sent_to_recvs,
+            });
+        e.lane.open(peer, e.pd, e.send_cq.clone(), qp, sends);
     }
 
     /// The peer's offer arrived on `token` (established, `qp`): map its table if the offer
@@ -577,26 +551,21 @@ impl Engine {
         if e.state != QpState::Connected || !e.outstanding.is_empty() || !e.fenced.is_empty() {
             return false;
         }
-        let Some(conn) = e.conn.and_then(|t| self.conns.get(&t)) else {
-            return false;
-        };
-        let Some(peer) = conn.same_host.peer.clone() else {
+        let Some(peer) = e
+            .conn
+            .and_then(|t| self.conns.get(&t)?.same_host.peer.clone())
+        else {
             return false;
         };
         let Some(total) = lane::rdma_inline(sh, &peer, e.pd, wr) else {
             return false;
         };
         let cq = e.send_cq.clone();
-        // The QP's next reads and writes need the engine no more (lane.rs), unless the
-        // connection raises the target signal: a post then also names the thread its
-        // answers' signals go to (`note_poster`).
-        if !conn.signalled {
-            e.lane.open(peer, e.pd, cq.clone(), qp);
-        }
         self.push_wc(
             &cq,
             WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp),
         );
+        self.open_lane(qp);
         true
     }
 }

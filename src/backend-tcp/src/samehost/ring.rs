@@ -17,8 +17,9 @@
 //! seccomp filter), the writer keeps the socket's doorbells; the reader watches both, so
 //! either side may do without.
 //!
-//! A single producer and a single consumer (each side's engine lock serialises its own
-//! threads). Positions count bytes ever written/read (wrapping u64); each side keeps its own
+//! A single producer and a single consumer: the writer's side writes under its turn
+//! (`writer_turn`: the engine's flushes and a QP lane's PLACED frames, engine/lane.rs), the
+//! reader's under its engine lock. Positions count bytes ever written/read (wrapping u64); each side keeps its own
 //! position privately and only publishes it, and every value read from the peer is checked
 //! (a peer may write anything into the shared pages: it can break its own connection, not
 //! make us read or write outside the mapping).
@@ -129,6 +130,16 @@ pub(crate) struct Ring {
     /// The ring's slot on the reader's board (board.rs): for the reader, to give back; for
     /// the writer, to mark after each write. None: the reader has no board for it.
     board: OnBoard,
+    /// The writer's turn: held across every write, by the engine or a QP's lane.
+    writer: parking_lot::Mutex<WriterTurn>,
+}
+
+/// What the writers of a ring must know of each other, under its writer's turn.
+#[derive(Default)]
+pub(crate) struct WriterTurn {
+    /// The engine's last write left part of its output queue unwritten, perhaps part of a
+    /// frame: nobody else writes before the engine has written the rest.
+    pub engine_behind: bool,
 }
 
 enum OnBoard {
@@ -164,6 +175,7 @@ impl Ring {
             fd: parking_lot::Mutex::new(Some(fd)),
             bell,
             board: slot.map_or(OnBoard::None, OnBoard::Reader),
+            writer: Default::default(),
         })
     }
 
@@ -222,6 +234,7 @@ impl Ring {
             bell,
             map,
             board,
+            writer: Default::default(),
         };
         // The reader's ring is new: it has read nothing, and we start writing at its head.
         let head = ring.head().load(Ordering::SeqCst);
@@ -385,6 +398,22 @@ impl Ring {
             slot.mark();
         }
         Ok(written)
+    }
+
+    /// The writer's turn, held across each write (the ring has one producer).
+    pub fn writer_turn(&self) -> parking_lot::MutexGuard<'_, WriterTurn> {
+        self.writer.lock()
+    }
+
+    /// Whether `n` bytes fit now (the reader only ever makes more room).
+    pub fn has_room_for(&self, n: usize) -> bool {
+        self.room(self.pos.load(Ordering::Relaxed))
+            .is_ok_and(|room| room >= n)
+    }
+
+    /// Whether the reader gave us its bell (else its doorbells go through the socket).
+    pub fn has_bell(&self) -> bool {
+        self.bell.is_some()
     }
 
     fn room(&self, tail: u64) -> io::Result<usize> {

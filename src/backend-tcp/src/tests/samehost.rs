@@ -251,6 +251,89 @@ fn placed_and_ringed_sends_keep_their_order() {
     close(&[&client, &server]);
 }
 
+/// Sends the QP's lane placed (engine/lane.rs), then sends that find no receive published
+/// and go through the engine and the ring: the lane hands the engine the number of the
+/// peer's next receive, so every message takes its own receive, in post order.
+#[test]
+fn sends_the_lane_placed_and_the_engine_sent_keep_their_order() {
+    let (server, _) = side("srv", mem_priv::ALL, Mode::Require);
+    let (client, c_stats) = side("cli", mem_priv::ALL, Mode::Require);
+    let _psp = connect_pair(&server, &client);
+    sync_server(&server, &client);
+    for i in 0..8u8 {
+        client.buf.write(100 * i as usize, &[b'a' + i; 8]);
+    }
+    let recv = |r: u64| {
+        server
+            .ep
+            .post_recv(&[server.seg(1000 + 8 * r as usize, 8)], 20 + r, 0)
+            .expect("recv");
+    };
+    let send = |i: u64| {
+        client
+            .ep
+            .post_send(&[client.seg(100 * i as usize, 8)], 10 + i, 0)
+            .expect("send");
+    };
+    for r in 0..3 {
+        recv(r);
+    }
+    let before = inline(&c_stats);
+    // The first opens the lane, the next two go by it: placed, completed at once.
+    for i in 0..3 {
+        send(i);
+    }
+    assert_eq!(inline(&c_stats), before + 3, "placed");
+    for i in 0..3 {
+        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
+    }
+    // No receive published: through the ring, after the placed ones.
+    for i in 3..6 {
+        send(i);
+    }
+    assert_eq!(inline(&c_stats), before + 3, "not placed");
+    for r in 3..6 {
+        recv(r);
+    }
+    for r in 0..6u64 {
+        assert_eq!(
+            dto(&next(&server.dto)),
+            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+        );
+        assert_eq!(
+            server.buf.read(1000 + 8 * r as usize, 8),
+            [b'a' + r as u8; 8]
+        );
+    }
+    for i in 3..6 {
+        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
+    }
+    // Nothing outstanding again: placed in the receives that follow, the right ones.
+    for r in 6..8 {
+        recv(r);
+    }
+    for i in 6..8 {
+        send(i);
+    }
+    assert_eq!(inline(&c_stats), before + 5, "placed again");
+    for r in 6..8u64 {
+        assert_eq!(
+            dto(&next(&server.dto)),
+            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+        );
+        assert_eq!(
+            server.buf.read(1000 + 8 * r as usize, 8),
+            [b'a' + r as u8; 8]
+        );
+    }
+    for i in 6..8 {
+        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
+    }
+    assert!(server.dto.dequeue().is_err(), "each receive completed once");
+    assert!(client.dto.dequeue().is_err(), "each send completed once");
+    close(&[&client, &server]);
+}
+
 /// A receive too small for the message is not placed in: the send travels through the ring
 /// and the receiver reports what DAT specifies (a local length error on the receive, the
 /// send refused, the connection broken), as over TCP.
