@@ -743,6 +743,13 @@ static int run_client(void)
 		fflush(stdout);
 	}
 
+	/* What the modes' traffic touched (buffers a provider keeps per connection
+	 * show here, not in the figure after connecting). */
+	double rss_traffic = rss_kib();
+	printf("# client RSS after the modes %.0f KiB (%.1f KiB per connection from before the first EP)\n",
+	       rss_traffic, (rss_traffic - s.rss_before) / n);
+	fflush(stdout);
+
 	/* The server answers END and leaves once EP 0 is disconnected. */
 	m->kind = MSG_END;
 	m->seq = 0;
