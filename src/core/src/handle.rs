@@ -25,7 +25,7 @@ use super::sp::Sp;
 use super::srq::Srq;
 
 pub use super::handle_table::{
-    consumer_context, handle_type, set_consumer_context, set_dispatch, Handle, HandleKind,
+    consumer_context, handle_type, set_consumer_context, set_dispatch, Handle, HandleKind, Held,
 };
 
 /// A live object, whatever its kind.
@@ -148,6 +148,19 @@ pub fn ep_as(handle: Handle, bad: SubType) -> DatResult<Arc<Ep>> {
 #[inline]
 pub fn ep(handle: Handle) -> DatResult<Arc<Ep>> {
     ep_as(handle, SubType::InvalidHandleEp)
+}
+
+/// An EP held for one data transfer call (see `handle_table::hold`), with the EP subtype.
+#[inline]
+pub fn ep_held(handle: Handle) -> DatResult<Held<Ep>> {
+    handle_table::hold::<Ep>(handle, HandleKind::Ep)
+        .ok_or_else(|| DatError::invalid_handle(SubType::InvalidHandleEp))
+}
+
+/// An EVD held for one dequeue (see `handle_table::hold`), with the subtype `bad`.
+#[inline]
+pub fn evd_held(handle: Handle, bad: SubType) -> DatResult<Held<Evd>> {
+    handle_table::hold::<Evd>(handle, HandleKind::Evd).ok_or_else(|| DatError::invalid_handle(bad))
 }
 
 /// EVD lookup with the role-specific subtype (INVALID_HANDLE_EVD_CONN, _EVD_REQUEST, ...).

@@ -36,7 +36,7 @@ pub(crate) type AnyObject = dyn Any + Send + Sync;
 
 /// A type whose objects handles name, and the kinds of those handles: the one type of every
 /// kind (`handle`'s test checks that no kind has two), so a slot of a kind holds that type.
-pub(crate) trait HandleObject: Any + Send + Sync {
+pub trait HandleObject: Any + Send + Sync {
     const KINDS: &'static [HandleKind];
 }
 
@@ -268,6 +268,52 @@ pub(crate) fn get<T: HandleObject>(handle: Handle, kind: HandleKind) -> Option<A
     space::slot(handle.0)?.get(kind)
 }
 
+/// The live object behind `handle` if it is of `kind`, held by its slot for as long as the
+/// `Held` lives, without a reference of its own: what a data transfer call uses, which needs
+/// the object only for the call (two atomic adds on the slot, not four with a reference).
+/// A free meanwhile leaves the object to the last holder to drop, so a `Held` must not be
+/// kept beyond the call, nor across the free of its own handle.
+#[inline]
+pub(crate) fn hold<T: HandleObject>(handle: Handle, kind: HandleKind) -> Option<Held<T>> {
+    if !T::KINDS.contains(&kind) {
+        return None;
+    }
+    let slot = space::slot(handle.0)?;
+    let object = std::ptr::NonNull::new(slot.hold::<T>(kind)?.cast_mut())?;
+    Some(Held { slot, object })
+}
+
+/// An object held by its handle's slot (see `hold`).
+pub struct Held<T: HandleObject> {
+    slot: &'static slot::Slot,
+    object: std::ptr::NonNull<T>,
+}
+
+impl<T: HandleObject> Held<T> {
+    /// A reference of the caller's own, to keep beyond the call.
+    pub fn arc(&self) -> Arc<T> {
+        // SAFETY: held, `object` is the slot's `Arc<T>`'s object, alive.
+        unsafe {
+            Arc::increment_strong_count(self.object.as_ptr());
+            Arc::from_raw(self.object.as_ptr())
+        }
+    }
+}
+
+impl<T: HandleObject> std::ops::Deref for Held<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the slot holds the object alive while `self` lives (`Slot::hold`).
+        unsafe { self.object.as_ref() }
+    }
+}
+
+impl<T: HandleObject> Drop for Held<T> {
+    fn drop(&mut self) {
+        self.slot.unhold();
+    }
+}
+
 /// Removes a live handle of `kind`; later lookups fail. Its value is not reissued for 2^32
 /// creations. Returns whether its owner is a live IA, whose counters then count the removal
 /// (`Ia::remove`).
@@ -278,7 +324,7 @@ pub(crate) fn remove(handle: Handle, kind: HandleKind) -> DatResult<bool> {
         _ => return Err(kind.invalid()),
     }
     let entry = t.live.remove(&handle.0).ok_or_else(|| kind.invalid())?;
-    // Before the slot is given back: a lookup in flight takes its reference first.
+    // Before the slot is given back; a lookup holding the object drops it when done.
     space::slot_at(handle.0).retract();
     if let Some(n) = t.owned.get_mut(&(entry.owner.0, kind)) {
         *n -= 1;

@@ -16,6 +16,11 @@ fn ep(handle: DAT_EP_HANDLE) -> DatResult<Arc<Ep>> {
     handle::ep(h(handle))
 }
 
+/// The EP of a data transfer call, held for the call (see `handle::ep_held`).
+fn ep_held(handle: DAT_EP_HANDLE) -> DatResult<handle::Held<Ep>> {
+    handle::ep_held(h(handle))
+}
+
 fn evd_opt(handle: DAT_EVD_HANDLE, bad: SubType) -> DatResult<Option<Arc<Evd>>> {
     handle::evd_opt(h(handle), bad)
 }
@@ -384,7 +389,7 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
-    let ep = ep(ep_handle)?;
+    let ep = ep_held(ep_handle)?;
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
@@ -409,7 +414,7 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
             // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
             return unsafe { post_send_iov(ep_handle, n, iov, cookie, flags) };
         }
-        let ep = ep(ep_handle)?;
+        let ep = ep_held(ep_handle)?;
         let mut buf = IovBuf::new();
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
@@ -427,7 +432,7 @@ pub(crate) unsafe extern "C" fn post_rdma_read_to_rmr(
     flags: DAT_COMPLETION_FLAGS,
 ) -> DAT_RETURN {
     guard(&calls::EP_POST_RDMA_READ_TO_RMR, || {
-        let ep = ep(ep_handle)?;
+        let ep = ep_held(ep_handle)?;
         // SAFETY: `local` is NULL or points to a readable struct (the C caller's contract).
         let local = unsafe { input(local, Param::LocalIov) }?;
         let local = RemoteBuffer {
@@ -467,7 +472,7 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     cookie: DAT_DTO_COOKIE,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
-    let ep = ep(ep_handle)?;
+    let ep = ep_held(ep_handle)?;
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
@@ -498,7 +503,7 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     remote: *const R,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
-    let ep = ep(ep_handle)?;
+    let ep = ep_held(ep_handle)?;
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
@@ -535,7 +540,7 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     remote: *const R,
     flags: DAT_COMPLETION_FLAGS,
 ) -> DatResult<()> {
-    let ep = ep(ep_handle)?;
+    let ep = ep_held(ep_handle)?;
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).

@@ -290,7 +290,7 @@ pub(crate) unsafe extern "C" fn dequeue(
     event: *mut DAT_EVENT,
 ) -> DAT_RETURN {
     guard(&calls::EVD_DEQUEUE, || {
-        let evd = evd(evd_handle)?;
+        let evd = handle::evd_held(h(evd_handle), SubType::InvalidHandleEvdRequest)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
         let event = unsafe { out(event, Param::Event) }?;
         let mut ev = None;

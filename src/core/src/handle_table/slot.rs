@@ -3,19 +3,24 @@
 //!
 //! A slot is never unmapped (space.rs), so any thread may read one whatever happened to its
 //! object: resolving a handle is a range check, a load of the slot's tag and, if the tag names
-//! the kind asked for, a reference taken on the object. The tag counts the lookups in flight; a
-//! removal first clears the kind (no lookup starts after that) and then waits for the count
-//! to drain before it lets the slot's reference go, so a lookup that read the object pointer
-//! always finds the object alive. No thread-local cache, no table lock on the way.
+//! the kind asked for, a count of the lookup in the tag, which holds the object until the
+//! lookup is done (`hold`, `unhold`). A removal clears the kind (no lookup starts after that)
+//! and drops the slot's reference at once if no lookup holds it; else it marks the slot, and
+//! the last lookup to leave drops the reference. No thread-local cache, no table lock, no wait.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::HandleKind;
 
-/// The tag's low half: lookups between their count and their release.
+/// The tag's low half: lookups holding the object.
 const READERS: usize = (1 << 32) - 1;
 const KIND_SHIFT: u32 = 32;
+/// The kind's bits (`(kind + 1) << KIND_SHIFT`; 0: none).
+const KIND: usize = 0xff << KIND_SHIFT;
+/// Set by a removal that found lookups holding the object: the last to leave drops the
+/// slot's reference.
+const RELEASE_PENDING: usize = 1 << 62;
 
 #[repr(C, align(32))]
 pub(crate) struct Slot {
@@ -59,58 +64,85 @@ impl Slot {
         self.tag.fetch_add(Self::live(kind), Ordering::Release);
     }
 
-    /// The live object if it is of `kind`, with a reference of the caller's. `T` must be the
-    /// type `kind`'s objects are published with (`HandleObject::KINDS` says which).
+    /// Counts a lookup of the live object if it is of `kind`: its pointer, the object alive
+    /// until the matching `unhold`. `T` must be the type `kind`'s objects are published with
+    /// (`HandleObject::KINDS` says which).
     #[inline]
-    pub(super) fn get<T>(&self, kind: HandleKind) -> Option<Arc<T>> {
+    pub(super) fn hold<T>(&self, kind: HandleKind) -> Option<*const T> {
         let live = Self::live(kind);
         // A plain load first: a stale handle's slot (or a page given back) is never written.
-        if self.tag.load(Ordering::Relaxed) & !READERS != live {
+        if self.tag.load(Ordering::Relaxed) & KIND != live {
             return None;
         }
         let tag = self.tag.fetch_add(1, Ordering::Acquire);
-        let object = if tag & !READERS == live {
-            let p = self.object.load(Ordering::Relaxed) as *const T;
-            // SAFETY: counted in the tag while the kind was live, so the removal that clears it
-            // waits for this lookup before it drops the slot's reference: `p` is that
-            // reference's object, an `Arc<T>` (the kind's type), alive until then.
-            unsafe {
-                Arc::increment_strong_count(p);
-                Some(Arc::from_raw(p))
-            }
-        } else {
-            None
+        if tag & KIND != live {
+            self.unhold();
+            return None;
+        }
+        Some(self.object.load(Ordering::Relaxed) as *const T)
+    }
+
+    /// A lookup counted by `hold` is done; the last to leave a removed slot drops its reference.
+    #[inline]
+    pub(super) fn unhold(&self) {
+        let before = self.tag.fetch_sub(1, Ordering::AcqRel);
+        if before & READERS == 1 && before & RELEASE_PENDING != 0 {
+            self.release_object();
+            self.tag.fetch_and(!RELEASE_PENDING, Ordering::Release);
+        }
+    }
+
+    /// The live object if it is of `kind`, with a reference of the caller's.
+    #[inline]
+    pub(super) fn get<T>(&self, kind: HandleKind) -> Option<Arc<T>> {
+        let p = self.hold::<T>(kind)?;
+        // SAFETY: held, `p` is the slot's `Arc<T>`'s object (the kind's type), alive.
+        let object = unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
         };
-        self.tag.fetch_sub(1, Ordering::Release);
-        object
+        self.unhold();
+        Some(object)
     }
 
     /// Ends the slot's object: no lookup finds it from now on, and the slot's reference is
-    /// dropped once the lookups in flight have taken theirs. Returns whether there was one.
+    /// dropped now, or by the last lookup holding it. Returns whether there was one.
     pub(super) fn retract(&self) -> bool {
         let tag = self.tag.fetch_and(READERS, Ordering::AcqRel);
-        if tag & !READERS == 0 {
+        if tag & KIND == 0 {
             return false;
         }
-        let mut spins = 0u32;
-        while self.tag.load(Ordering::Acquire) & READERS != 0 {
-            // A lookup holds its count for a few instructions, unless it was preempted.
-            spins += 1;
-            if spins < 100 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        let mut now = tag & READERS;
+        loop {
+            if now & READERS == 0 {
+                self.release_object();
+                return true;
+            }
+            match self.tag.compare_exchange(
+                now,
+                now | RELEASE_PENDING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
             }
         }
+    }
+
+    /// Drops the slot's reference (once: a retraction's, or its last lookup's).
+    fn release_object(&self) {
         let object = self.object.swap(0, Ordering::Relaxed);
         let release = self.release.swap(0, Ordering::Relaxed);
+        if release == 0 {
+            return;
+        }
         // SAFETY: `release` was stored by `publish` as `release::<T>` for the type of
         // `object`, whose reference is the slot's and is dropped here once.
         unsafe {
             let release: unsafe fn(usize) = std::mem::transmute(release);
             release(object);
         }
-        true
     }
 }
 
@@ -146,6 +178,33 @@ mod tests {
         assert!(!slot.retract());
         assert_eq!(Arc::strong_count(&object), 1);
         assert!(slot.get::<u64>(HandleKind::Ep).is_none());
+        assert!(slot.is_vacant());
+    }
+
+    /// A removal while a lookup holds the object leaves it to that lookup to drop the slot's
+    /// reference; the slot is vacant after.
+    #[test]
+    fn the_last_holder_of_a_removed_object_releases_it() {
+        let slot = Slot::empty();
+        let object = Arc::new(5u32);
+        slot.publish(object.clone(), HandleKind::Evd);
+        let p = slot.hold::<u32>(HandleKind::Evd).unwrap();
+        let q = slot.hold::<u32>(HandleKind::Evd).unwrap();
+        assert!(slot.retract());
+        assert!(slot.hold::<u32>(HandleKind::Evd).is_none());
+        // SAFETY: held.
+        assert_eq!(unsafe { *p }, 5);
+        assert_eq!(
+            Arc::strong_count(&object),
+            2,
+            "held: the slot's reference stays"
+        );
+        slot.unhold();
+        assert_eq!(Arc::strong_count(&object), 2);
+        // SAFETY: still held once.
+        assert_eq!(unsafe { *q }, 5);
+        slot.unhold();
+        assert_eq!(Arc::strong_count(&object), 1, "the last holder dropped it");
         assert!(slot.is_vacant());
     }
 
