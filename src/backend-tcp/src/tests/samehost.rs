@@ -275,6 +275,24 @@ fn sends_the_lane_placed_and_the_engine_sent_keep_their_order() {
             .post_send(&[client.seg(100 * i as usize, 8)], 10 + i, 0)
             .expect("send");
     };
+    // Receives `rs` completed in order, each with its own message.
+    let received = |rs: std::ops::Range<u64>| {
+        for r in rs {
+            assert_eq!(
+                dto(&next(&server.dto)),
+                (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+            );
+            assert_eq!(
+                server.buf.read(1000 + 8 * r as usize, 8),
+                [b'a' + r as u8; 8]
+            );
+        }
+    };
+    let sent = |is: std::ops::Range<u64>| {
+        for i in is {
+            assert_eq!(dto(&next(&client.dto)).0, 10 + i);
+        }
+    };
     for r in 0..3 {
         recv(r);
     }
@@ -284,9 +302,7 @@ fn sends_the_lane_placed_and_the_engine_sent_keep_their_order() {
         send(i);
     }
     assert_eq!(inline(&c_stats), before + 3, "placed");
-    for i in 0..3 {
-        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
-    }
+    sent(0..3);
     // No receive published: through the ring, after the placed ones.
     for i in 3..6 {
         send(i);
@@ -295,19 +311,8 @@ fn sends_the_lane_placed_and_the_engine_sent_keep_their_order() {
     for r in 3..6 {
         recv(r);
     }
-    for r in 0..6u64 {
-        assert_eq!(
-            dto(&next(&server.dto)),
-            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
-        );
-        assert_eq!(
-            server.buf.read(1000 + 8 * r as usize, 8),
-            [b'a' + r as u8; 8]
-        );
-    }
-    for i in 3..6 {
-        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
-    }
+    received(0..6);
+    sent(3..6);
     // Nothing outstanding again: placed in the receives that follow, the right ones.
     for r in 6..8 {
         recv(r);
@@ -316,19 +321,8 @@ fn sends_the_lane_placed_and_the_engine_sent_keep_their_order() {
         send(i);
     }
     assert_eq!(inline(&c_stats), before + 5, "placed again");
-    for r in 6..8u64 {
-        assert_eq!(
-            dto(&next(&server.dto)),
-            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
-        );
-        assert_eq!(
-            server.buf.read(1000 + 8 * r as usize, 8),
-            [b'a' + r as u8; 8]
-        );
-    }
-    for i in 6..8 {
-        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
-    }
+    received(6..8);
+    sent(6..8);
     assert!(server.dto.dequeue().is_err(), "each receive completed once");
     assert!(client.dto.dequeue().is_err(), "each send completed once");
     close(&[&client, &server]);
