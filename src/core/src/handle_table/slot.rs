@@ -27,7 +27,7 @@ pub(crate) struct Slot {
     /// The DAT_PROVIDER pointer C's registry jumps through: the handle is this word's address.
     pub(super) dispatch: AtomicUsize,
     /// `(kind + 1) << 32` while an object of that kind is live (0 when none), plus the lookups
-    /// in flight.
+    /// holding the object, plus `RELEASE_PENDING` while a removed object waits for the last.
     tag: AtomicUsize,
     /// `Arc::into_raw` of the live object: the slot's own reference.
     object: AtomicUsize,
