@@ -7,7 +7,8 @@
 //! wrong-type one, and `Object`, what an untyped handle names.
 //!
 //! A typed lookup is a load of the handle's slot and a reference taken (handle_table's `slot`):
-//! no lock and no cache, the same for every kind.
+//! no lock and no cache, the same for every kind. A data transfer call holds its EP or EVD in
+//! the slot for the call instead (`ep_held`, `evd_held`: no reference).
 
 use std::sync::Arc;
 

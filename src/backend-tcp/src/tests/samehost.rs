@@ -25,6 +25,48 @@ fn inline(stats: &Stats) -> u64 {
     stats.inline_ops.load(Ordering::Relaxed)
 }
 
+// The send-order tests' layout: message `i` is 8 bytes `b'a' + i` at client offset 100 * i,
+// sent with cookie 10 + i; receive `r` is 8 bytes at server offset 1000 + 8 * r, cookie 20 + r.
+
+fn post_recvs(server: &Side, rs: std::ops::Range<u64>) {
+    for r in rs {
+        server
+            .ep
+            .post_recv(&[server.seg(1000 + 8 * r as usize, 8)], 20 + r, 0)
+            .expect("recv");
+    }
+}
+
+fn post_sends(client: &Side, is: std::ops::Range<u64>) {
+    for i in is {
+        client
+            .ep
+            .post_send(&[client.seg(100 * i as usize, 8)], 10 + i, 0)
+            .expect("send");
+    }
+}
+
+/// Receives `rs` completed in order, each with its own message.
+fn expect_received(server: &Side, rs: std::ops::Range<u64>) {
+    for r in rs {
+        assert_eq!(
+            dto(&next(&server.dto)),
+            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
+        );
+        assert_eq!(
+            server.buf.read(1000 + 8 * r as usize, 8),
+            [b'a' + r as u8; 8]
+        );
+    }
+}
+
+/// Sends `is` completed in order.
+fn expect_sent(client: &Side, is: std::ops::Range<u64>) {
+    for i in is {
+        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
+    }
+}
+
 fn mapped(stats: &Stats) -> u64 {
     stats.mapped_ops.load(Ordering::Relaxed)
 }
@@ -213,39 +255,15 @@ fn placed_and_ringed_sends_keep_their_order() {
         client.buf.write(100 * i as usize, &[b'a' + i; 8]);
     }
     // Through the ring: nothing posted yet.
-    client
-        .ep
-        .post_send(&[client.seg(0, 8)], 10, 0)
-        .expect("send 0");
+    post_sends(&client, 0..1);
     assert_eq!(inline(&c_stats), before);
-    for r in 0..4u64 {
-        server
-            .ep
-            .post_recv(&[server.seg(1000 + 8 * r as usize, 8)], 20 + r, 0)
-            .expect("recv");
-    }
-    assert_eq!(dto(&next(&client.dto)).0, 10);
+    post_recvs(&server, 0..4);
+    expect_sent(&client, 0..1);
     // Nothing outstanding now: placed, in receives 1 to 3.
-    for i in 1..4u64 {
-        client
-            .ep
-            .post_send(&[client.seg(100 * i as usize, 8)], 10 + i, 0)
-            .expect("send");
-    }
+    post_sends(&client, 1..4);
     assert_eq!(inline(&c_stats), before + 3);
-    for i in 1..4u64 {
-        assert_eq!(dto(&next(&client.dto)).0, 10 + i);
-    }
-    for r in 0..4u64 {
-        assert_eq!(
-            dto(&next(&server.dto)),
-            (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
-        );
-        assert_eq!(
-            server.buf.read(1000 + 8 * r as usize, 8),
-            [b'a' + r as u8; 8]
-        );
-    }
+    expect_sent(&client, 1..4);
+    expect_received(&server, 0..4);
     assert!(server.dto.dequeue().is_err(), "each receive completed once");
     assert!(client.dto.dequeue().is_err(), "each send completed once");
     close(&[&client, &server]);
@@ -263,66 +281,24 @@ fn sends_the_lane_placed_and_the_engine_sent_keep_their_order() {
     for i in 0..8u8 {
         client.buf.write(100 * i as usize, &[b'a' + i; 8]);
     }
-    let recv = |r: u64| {
-        server
-            .ep
-            .post_recv(&[server.seg(1000 + 8 * r as usize, 8)], 20 + r, 0)
-            .expect("recv");
-    };
-    let send = |i: u64| {
-        client
-            .ep
-            .post_send(&[client.seg(100 * i as usize, 8)], 10 + i, 0)
-            .expect("send");
-    };
-    // Receives `rs` completed in order, each with its own message.
-    let received = |rs: std::ops::Range<u64>| {
-        for r in rs {
-            assert_eq!(
-                dto(&next(&server.dto)),
-                (20 + r, dto_status::SUCCESS, 8, dto_op::RECEIVE)
-            );
-            assert_eq!(
-                server.buf.read(1000 + 8 * r as usize, 8),
-                [b'a' + r as u8; 8]
-            );
-        }
-    };
-    let sent = |is: std::ops::Range<u64>| {
-        for i in is {
-            assert_eq!(dto(&next(&client.dto)).0, 10 + i);
-        }
-    };
-    for r in 0..3 {
-        recv(r);
-    }
+    post_recvs(&server, 0..3);
     let before = inline(&c_stats);
     // The first opens the lane, the next two go by it: placed, completed at once.
-    for i in 0..3 {
-        send(i);
-    }
+    post_sends(&client, 0..3);
     assert_eq!(inline(&c_stats), before + 3, "placed");
-    sent(0..3);
+    expect_sent(&client, 0..3);
     // No receive published: through the ring, after the placed ones.
-    for i in 3..6 {
-        send(i);
-    }
+    post_sends(&client, 3..6);
     assert_eq!(inline(&c_stats), before + 3, "not placed");
-    for r in 3..6 {
-        recv(r);
-    }
-    received(0..6);
-    sent(3..6);
+    post_recvs(&server, 3..6);
+    expect_received(&server, 0..6);
+    expect_sent(&client, 3..6);
     // Nothing outstanding again: placed in the receives that follow, the right ones.
-    for r in 6..8 {
-        recv(r);
-    }
-    for i in 6..8 {
-        send(i);
-    }
+    post_recvs(&server, 6..8);
+    post_sends(&client, 6..8);
     assert_eq!(inline(&c_stats), before + 5, "placed again");
-    received(6..8);
-    sent(6..8);
+    expect_received(&server, 6..8);
+    expect_sent(&client, 6..8);
     assert!(server.dto.dequeue().is_err(), "each receive completed once");
     assert!(client.dto.dequeue().is_err(), "each send completed once");
     close(&[&client, &server]);
