@@ -23,7 +23,7 @@ use super::error::{DatError, DatResult, SubType};
 use super::event::{Event, EventData};
 use super::handle_table::{self, AnyObject, Handle, HandleKind, HandleObject, Reservation};
 use super::lmr_table::LmrTable;
-use super::pending::{EpShared, PendingDto, PendingTable, Window};
+use super::pending::{EpShared, Pending, PendingDto, Window};
 use daplrs_backend::intmap::{IntMap, IntSet};
 use daplrs_backend::{CmEvent, Device};
 
@@ -109,7 +109,7 @@ pub struct Ia {
     /// RMR's own state): a peer's send-with-invalidate and dat_ep_post_rdma_read_to_rmr name
     /// an RMR by its context.
     pub(crate) rmrs_by_context: Mutex<IntMap<u32, Weak<dyn Window>>>,
-    pending: Mutex<PendingTable>,
+    pending: Pending,
     /// DCNT_IA_* (see `counters`).
     pub(crate) counters: Counters,
     /// The device's count of dropped datagrams as last added to `counters`.
@@ -157,7 +157,7 @@ impl Ia {
             closed_listeners: Mutex::new(IntSet::default()),
             lmrs: LmrTable::default(),
             rmrs_by_context: Mutex::new(IntMap::default()),
-            pending: Mutex::new(PendingTable::default()),
+            pending: Pending::default(),
             counters: Counters::new(counters::ia::ALL),
             ud_dropped_seen: AtomicU64::new(0),
         });
@@ -199,7 +199,7 @@ impl Ia {
     pub(crate) fn release_device(&self) {
         self.device.set_cm_handler(None);
         self.device.close();
-        self.pending.lock().clear();
+        self.pending.clear();
     }
 
     // ---- the handles of its objects -----------------------------------------------------------
@@ -353,9 +353,13 @@ impl Ia {
 
     // ---- DTO bookkeeping -------------------------------------------------------------------
 
-    /// Registers a request about to be posted; the returned id is its wr_id.
-    pub(crate) fn track(&self, p: PendingDto) -> u64 {
-        self.pending.lock().insert(p)
+    /// Registers a request about to be posted on the EP or SRQ `owner`; the returned id is
+    /// its wr_id.
+    #[inline]
+    pub(crate) fn track(&self, owner: Handle, p: PendingDto) -> DatResult<u64> {
+        self.pending
+            .insert(owner, p)
+            .ok_or(DatError::resources(SubType::None))
     }
 
     /// Ends the tracking of a request: its post failed, or it completed (then through
@@ -363,7 +367,7 @@ impl Ia {
     /// cost a fifth more, saving registers and moving the entry out through its return value.
     #[inline]
     pub(crate) fn untrack(&self, wr_id: u64) -> Option<PendingDto> {
-        self.pending.lock().remove(wr_id)
+        self.pending.remove(wr_id)
     }
 
     /// Brings the counters the device keeps itself up to date (before they are read):

@@ -160,15 +160,18 @@ impl Srq {
             self.ia
                 .lmrs
                 .check_iov(Arc::as_ptr(&self.pz) as usize, iov, mem_priv::LOCAL_WRITE)?;
-        let wr_id = self.ia.track(PendingDto {
-            ep: Handle::NULL,
-            cookie,
-            op: dto_op::RECEIVE,
-            report_success: true,
-            rmr: None,
-            ext: None,
-            recv: None,
-        });
+        let wr_id = self.ia.track(
+            self.handle,
+            PendingDto {
+                ep: Handle::NULL,
+                cookie,
+                op: dto_op::RECEIVE,
+                report_success: true,
+                rmr: None,
+                ext: None,
+                recv: None,
+            },
+        )?;
         if let Err(e) = self.srq.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
             return Err(from_backend(e, Some(Param::NumSegments)));

@@ -48,7 +48,7 @@ impl Ep {
         let qp = qp
             .or_else(|| self.qp())
             .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        let wr_id = self.ia.track(pending);
+        let wr_id = self.ia.track(self.handle, pending)?;
         wr.wr_id = wr_id;
         if let Err(e) = qp.post_send(wr) {
             self.ia.untrack(wr_id);
@@ -308,15 +308,18 @@ impl Ep {
             .check_iov_into(pz, iov, mem_priv::LOCAL_WRITE, &mut sgl)?;
         // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
         let (op, ext) = ud::recv_kind(service_type);
-        let wr_id = self.ia.track(PendingDto {
-            ep: self.handle,
-            cookie,
-            op,
-            report_success: Self::report_success(flags),
-            rmr: None,
-            ext,
-            recv: Some(self.shared.clone()),
-        });
+        let wr_id = self.ia.track(
+            self.handle,
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op,
+                report_success: Self::report_success(flags),
+                rmr: None,
+                ext,
+                recv: Some(self.shared.clone()),
+            },
+        )?;
         if let Err(e) = qp.post_recv(RecvWr { wr_id, sgl }) {
             self.ia.untrack(wr_id);
             return Err(from_backend(e, Some(Param::NumSegments)));

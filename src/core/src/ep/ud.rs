@@ -284,15 +284,18 @@ impl Ep {
             return Err(DatError::length());
         }
         let report = Self::report_success(flags);
-        let wr_id = self.ia.track(PendingDto {
-            ep: self.handle,
-            cookie,
-            op: ib_ext::DTO_SEND_UD,
-            report_success: report,
-            rmr: None,
-            ext: Some(ib_ext::TYPE_UD_SEND),
-            recv: None,
-        });
+        let wr_id = self.ia.track(
+            self.handle,
+            PendingDto {
+                ep: self.handle,
+                cookie,
+                op: ib_ext::DTO_SEND_UD,
+                report_success: report,
+                rmr: None,
+                ext: Some(ib_ext::TYPE_UD_SEND),
+                recv: None,
+            },
+        )?;
         let wr = SendWr {
             wr_id,
             op: SendOp::Send,
