@@ -7,9 +7,10 @@
 //! so a peer cannot walk keys, nor predict a key from others it holds: it has to guess one of
 //! 2^32 values, and a wrong guess breaks its connection (REMOTE_ACCESS), so every guess costs a
 //! reconnect.
-//! Every copy into or out of registered memory happens here, under the registry lock, after the
-//! key, range, protection domain and access have been checked. Deregistration takes the same
-//! lock, so once it returns no copy can touch the range.
+//! Every copy into or out of registered memory happens here, under the registry's read side
+//! (read_mostly.rs: copies on different threads run at once), after the key, range,
+//! protection domain and access have been checked. Deregistration takes its write side, so
+//! once it returns no copy can touch the range.
 //! The registry may also be published to same-host peers (samehost/): every change is then
 //! made in the shared table too, under both locks, and a peer copies only under the table's
 //! mutex, so the same holds for copies made by other processes.

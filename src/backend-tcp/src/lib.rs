@@ -33,6 +33,7 @@ mod keys;
 mod mem;
 mod poll_wait;
 mod qp;
+mod read_mostly;
 mod readiness;
 mod receives;
 mod samehost;

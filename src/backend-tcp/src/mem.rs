@@ -42,7 +42,7 @@ impl ProtectionDomain for TcpPd {
             true => samehost::arena::existing(addr, length),
             false => None,
         };
-        let mut keys = self.shared.keys.lock();
+        let mut keys = self.shared.keys.write();
         let index = keys.alloc_index().ok_or(Error::NoResource(Resource::Key))?;
         let key = keys.first_key(index);
         keys.insert(
@@ -77,7 +77,7 @@ impl ProtectionDomain for TcpPd {
 
     fn alloc_mw(&self) -> Result<Arc<dyn MemoryWindow>> {
         let (index, key) = {
-            let mut keys = self.shared.keys.lock();
+            let mut keys = self.shared.keys.write();
             let index = keys.alloc_index().ok_or(Error::NoResource(Resource::Key))?;
             (index, keys.first_key(index))
         };
@@ -113,7 +113,7 @@ impl MemoryRegion for TcpMr {
             return;
         };
         {
-            let mut keys = shared.keys.lock();
+            let mut keys = shared.keys.write();
             keys.remove(self.reg.lkey);
             // A window bound into this region must not outlive it: its range would then name
             // memory the consumer may unmap.
@@ -151,7 +151,7 @@ impl MemoryWindow for TcpMw {
     fn next_rkey(&self) -> u32 {
         let cur = (self.window.index() << 8) | (self.window.rkey() & 0xff);
         match self.shared.upgrade() {
-            Some(shared) => shared.keys.lock().next_generation(cur),
+            Some(shared) => shared.keys.write().next_generation(cur),
             // The device is gone: any key will do, binds on it fail.
             None => (cur & !0xff) | ((cur + 1) & 0xff),
         }
@@ -161,7 +161,7 @@ impl MemoryWindow for TcpMw {
     }
     fn invalidate(&self) {
         if let Some(shared) = self.shared.upgrade() {
-            self.window.invalidate(&mut shared.keys.lock());
+            self.window.invalidate(&mut shared.keys.write());
         }
     }
     fn dealloc(&self) {
@@ -169,7 +169,7 @@ impl MemoryWindow for TcpMw {
             return;
         }
         if let Some(shared) = self.shared.upgrade() {
-            self.window.release(&mut shared.keys.lock());
+            self.window.release(&mut shared.keys.write());
             shared.mws.lock().remove(&self.window.index());
         }
     }

@@ -17,6 +17,7 @@ use daplrs_backend::{CmEvent, CmHandler, CompletionQueue, DeviceAttr, Error, Res
 use crate::completions::Completions;
 use crate::engine::{Deferred, Engine};
 use crate::keys::Keys;
+use crate::read_mostly::ReadMostly;
 use crate::receives::SharedReceives;
 use crate::window::Window;
 use crate::{samehost, sigio, wire, MAX_MESSAGE};
@@ -26,7 +27,8 @@ pub(crate) struct Shared {
     pub(crate) addr: Ipv4Addr,
     pub(crate) attr: DeviceAttr,
     pub(crate) engine: Mutex<Engine>,
-    pub(crate) keys: Mutex<Keys>,
+    /// Read by every copy into or out of registered memory, written by registrations.
+    pub(crate) keys: ReadMostly<Keys>,
     wake_tx: UnixStream,
     pub(crate) wake_rx: UnixStream,
     pub(crate) cm_handler: Mutex<Option<CmHandler>>,
@@ -85,7 +87,7 @@ impl Shared {
             addr,
             attr,
             engine: Mutex::new(Engine::new(samehost.supported())),
-            keys: Mutex::new(Keys::published_in(samehost.publisher())),
+            keys: ReadMostly::new(Keys::published_in(samehost.publisher())),
             wake_tx,
             wake_rx,
             cm_handler: Mutex::new(None),
@@ -123,7 +125,7 @@ impl Shared {
     fn promote(&self, keys: &[u32]) {
         for &key in keys {
             let region = {
-                let keys = self.keys.lock();
+                let keys = self.keys.read();
                 let Some(e) = keys.get(key) else { continue };
                 let region = if e.window { e.region } else { key };
                 match keys.get(region) {
@@ -138,7 +140,7 @@ impl Shared {
             else {
                 continue;
             };
-            let mut keys = self.keys.lock();
+            let mut keys = self.keys.write();
             // Still the region that was asked for (not deregistered meanwhile): publish.
             if keys.set_region_arena(region.0, region.1, region.2, span) {
                 arenas.insert(region.0, arena);

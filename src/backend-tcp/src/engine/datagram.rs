@@ -167,7 +167,7 @@ impl Engine {
         if ud.out.len() >= e.cap.max_send_wr.max(1) as usize {
             return Err(Error::NoResource(Resource::WorkQueue));
         }
-        let message = match sh.keys.lock().gather(&wr.sgl, e.pd) {
+        let message = match sh.keys.read().gather(&wr.sgl, e.pd) {
             Ok(m) => m,
             Err(status) => {
                 self.ud_failed_request(qp, wr.wr_id, status, true);
@@ -261,7 +261,7 @@ impl Engine {
             let mut data = Vec::with_capacity(GRH_LEN as usize + message.len());
             data.extend_from_slice(&grh(*src.ip(), sh.addr, message.len()));
             data.extend_from_slice(message);
-            let status = match sh.keys.lock().scatter(&wr.sgl, e.pd, &data) {
+            let status = match sh.keys.read().scatter(&wr.sgl, e.pd, &data) {
                 Ok(()) => WcStatus::Success,
                 Err(s) => s,
             };

@@ -175,7 +175,7 @@ impl Engine {
             local: None,
         };
         let built = {
-            let mut keys = sh.keys.lock();
+            let mut keys = sh.keys.write();
             Request::new(sh, &wr, pd, seq, &mut o).build(&mut keys)
         };
         let frame = match built {
@@ -342,7 +342,7 @@ impl Engine {
                     if p.len() != o.len as usize {
                         WcStatus::BadResponse
                     } else {
-                        match sh.keys.lock().scatter(&o.read_sgl, pd, p) {
+                        match sh.keys.read().scatter(&o.read_sgl, pd, p) {
                             Ok(()) => WcStatus::Success,
                             Err(s) => s,
                         }

@@ -162,7 +162,7 @@ pub(super) fn send_inline(
         _ => return None,
     };
     let recv = ring.published_recv(k)?;
-    let keys = sh.keys.lock();
+    let keys = sh.keys.read();
     let ranges = keys.local_ranges(&wr.sgl, pd, false).ok()?;
     let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
     if total > u64::from(sh.limits.max_message) {
@@ -226,7 +226,7 @@ pub(super) fn rdma_inline(sh: &Shared, peer: &PeerTable, pd: u32, wr: &SendWr) -
         ),
         _ => return None,
     };
-    let keys = sh.keys.lock();
+    let keys = sh.keys.read();
     // A read writes our segments; a write reads them.
     let ranges = keys.local_ranges(&wr.sgl, pd, !write).ok()?;
     let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();

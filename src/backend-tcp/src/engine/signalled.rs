@@ -180,7 +180,7 @@ impl Engine {
         let Some(e) = self.qps.get(&qp) else {
             return false;
         };
-        let Some(keys) = sh.keys.try_lock() else {
+        let Some(keys) = sh.keys.try_read() else {
             return false;
         };
         // A refused write is left to the progress thread, which refuses it as usual.
@@ -201,7 +201,7 @@ impl Engine {
         if len > wire::HELD_ANSWER_MAX {
             return false;
         }
-        let Some(keys) = sh.keys.try_lock() else {
+        let Some(keys) = sh.keys.try_read() else {
             return false;
         };
         let Some(c) = self.conns.get_mut(&token) else {
@@ -241,7 +241,7 @@ impl Engine {
         if queue.len() >= queue.capacity() {
             return false;
         }
-        let Some(keys) = sh.keys.try_lock() else {
+        let Some(keys) = sh.keys.try_read() else {
             return false;
         };
         // A receive too small (or memory gone) is left to the progress thread, which fails it.

@@ -484,7 +484,7 @@ impl Engine {
             return;
         };
         let (sgl, pd) = (o.read_sgl.clone(), e.pd);
-        let failed = sh.keys.lock().scatter(&sgl, pd, &partial).err();
+        let failed = sh.keys.read().scatter(&sgl, pd, &partial).err();
         c.sink = Some(ReadSink {
             qp,
             header,
@@ -523,7 +523,7 @@ impl Engine {
         let Some((header, partial)) = c.dec.take_pending() else {
             return;
         };
-        let keys = sh.keys.lock();
+        let keys = sh.keys.read();
         let failed = match keys.check_local_sgl(&sgl, pd, true) {
             Err(s) => Some(s),
             Ok(room) if room < u64::from(header.payload_len) => Some(WcStatus::LocalLength),
@@ -570,7 +570,7 @@ impl Engine {
         self.requests_served += 1;
         let failed = sh
             .keys
-            .lock()
+            .read()
             .remote_write_part(header.key, header.addr, header.payload_len, pd, 0, &partial)
             .err()
             .map(|_| WcStatus::RemoteAccess);
@@ -686,7 +686,7 @@ impl Engine {
         let result = match sink.failed {
             None if want > 0 => {
                 let fd = c.stream.as_raw_fd();
-                let keys = sh.keys.lock();
+                let keys = sh.keys.read();
                 let r = match sink.purpose {
                     SinkFor::Write => {
                         let h = &sink.header;

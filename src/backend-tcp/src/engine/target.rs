@@ -56,7 +56,7 @@ impl Engine {
                 let Some((wr, pd, own_rq)) = e.take_receive() else {
                     return Outcome::Hold;
                 };
-                let placed = sh.keys.lock().scatter(&wr.sgl, pd, p);
+                let placed = sh.keys.read().scatter(&wr.sgl, pd, p);
                 self.message_received(sh, token, qp, h, wr.wr_id, own_rq, placed, p.len())
             }
             // A write-with-immediate waits for a posted receive, as a send does.
@@ -127,12 +127,12 @@ impl Engine {
         let r = match h.flags {
             wire::FLAG_FETCH_ADD if p.len() == 16 => {
                 sh.keys
-                    .lock()
+                    .read()
                     .remote_atomic(h.key, h.addr, pd, operands[0], None)
             }
             wire::FLAG_CMP_SWAP if p.len() == 16 => {
                 sh.keys
-                    .lock()
+                    .read()
                     .remote_atomic(h.key, h.addr, pd, operands[0], Some(operands[1]))
             }
             _ => Err(Status::RemoteInvalid),
@@ -205,7 +205,7 @@ impl Engine {
             },
             None => sh
                 .keys
-                .lock()
+                .read()
                 .remote_read(h.key, h.addr, h.length, pd)
                 .map(|data| self.answer(token, resp, data)),
         };
@@ -233,7 +233,7 @@ impl Engine {
         let head = full.encode();
         let sent = sh
             .keys
-            .lock()
+            .read()
             .remote_read_to_socket(h.key, h.addr, h.length, pd, fd, &head);
         match sent {
             Ok((sent, rest)) => {
@@ -277,7 +277,7 @@ impl Engine {
         let status = match placed {
             Err(s) => s,
             Ok(()) if h.flags & wire::FLAG_INVALIDATE != 0 => {
-                let mut keys = sh.keys.lock();
+                let mut keys = sh.keys.write();
                 let window = sh.mws.lock().get(&(h.key >> 8)).and_then(|w| w.upgrade());
                 match window {
                     Some(w) if w.remote_invalidate(&mut keys, h.key, qp_pd) => {
@@ -331,7 +331,7 @@ impl Engine {
         h: &Header,
         p: &[u8],
     ) -> Outcome {
-        let r = sh.keys.lock().remote_write(h.key, h.addr, pd, p);
+        let r = sh.keys.read().remote_write(h.key, h.addr, pd, p);
         self.ack_write(token, qp, h, r)
     }
 

@@ -26,6 +26,13 @@ pub(crate) struct PeerTable {
     pub(super) mapping: Arc<PeerMapping>,
     /// The protection domain of the peer's QP on this connection.
     pub(super) qp_pd: u32,
+    /// The arena this connection copied through last, with our mapping of it (None: it
+    /// could not be mapped): the connections of one IA share `mapping`, whose arena list
+    /// and mappings' counts each of their copies locked and counted, passing those cache
+    /// lines between threads posting on different EPs (`bench/mtrate -s`). It keeps that
+    /// one mapping alive after the mapping's list dropped it, until the connection copies
+    /// through another arena or ends.
+    last_arena: parking_lot::Mutex<Option<(ArenaSpan, Option<Arc<sys::SharedMap>>)>>,
 }
 
 /// A peer's table as mapped here: once per device and peer table, however many connections
@@ -151,6 +158,7 @@ impl PeerTable {
         Ok(PeerTable {
             mapping: Arc::new(mapping),
             qp_pd: offer.pd,
+            last_arena: Default::default(),
         })
     }
 
@@ -166,6 +174,7 @@ impl PeerTable {
                 return Ok(PeerTable {
                     mapping,
                     qp_pd: offer.pd,
+                    last_arena: Default::default(),
                 });
             }
         }
@@ -462,7 +471,12 @@ impl PeerTable {
     ) -> Moved {
         let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
         if let Some(span) = e.arena {
-            let map = self.mapping.arenas.lock().get(&self.mapping.process, span);
+            let mut last = self.last_arena.lock();
+            if !last.as_ref().is_some_and(|(s, _)| same_arena(s, &span)) {
+                let map = self.mapping.arenas.lock().get(&self.mapping.process, span);
+                *last = Some((span, map));
+            }
+            let map = last.as_ref().and_then(|(_, m)| m.as_ref());
             // The offset comes from the peer's table (untrusted): copy_ranges copies nothing
             // outside the mapping.
             if let (Some(map), Some(off)) = (map, span.off.checked_add(addr - e.addr)) {

@@ -148,20 +148,26 @@ impl SharedMap {
         let r = unsafe {
             match limit {
                 None => libc::pthread_mutex_lock(m),
-                Some(limit) => match libc::pthread_mutex_trylock(m) {
-                    // Free (the usual case): no clock reading, no system call. EOWNERDEAD
-                    // (taken over from a dead holder) is handled below, as for a lock.
-                    r @ (0 | libc::EOWNERDEAD | libc::ENOTRECOVERABLE) => r,
-                    _ => {
-                        let mut ts: libc::timespec = std::mem::zeroed();
-                        libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
-                        let ns = ts.tv_nsec as u64 + limit.subsec_nanos() as u64;
-                        ts.tv_sec +=
-                            limit.as_secs() as libc::time_t + (ns / 1_000_000_000) as libc::time_t;
-                        ts.tv_nsec = (ns % 1_000_000_000) as _;
-                        libc::pthread_mutex_timedlock(m, &ts)
+                Some(limit) => {
+                    let mut r = libc::pthread_mutex_trylock(m);
+                    if r == libc::EBUSY {
+                        r = try_lock_spinning(m);
                     }
-                },
+                    match r {
+                        // Free (the usual case): no clock reading, no system call. EOWNERDEAD
+                        // (taken over from a dead holder) is handled below, as for a lock.
+                        r @ (0 | libc::EOWNERDEAD | libc::ENOTRECOVERABLE) => r,
+                        _ => {
+                            let mut ts: libc::timespec = std::mem::zeroed();
+                            libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts);
+                            let ns = ts.tv_nsec as u64 + limit.subsec_nanos() as u64;
+                            ts.tv_sec += limit.as_secs() as libc::time_t
+                                + (ns / 1_000_000_000) as libc::time_t;
+                            ts.tv_nsec = (ns % 1_000_000_000) as _;
+                            libc::pthread_mutex_timedlock(m, &ts)
+                        }
+                    }
+                }
             }
         };
         match r {
@@ -907,4 +913,28 @@ impl SharedMap {
 /// The inode number of a file we hold (what /proc/<pid>/maps shows for its mappings).
 pub(crate) fn inode_of(fd: RawFd) -> io::Result<u64> {
     identity(fd).map(|(_, ino)| ino)
+}
+
+/// A trylock of `m` that found it held, tried again for about a microsecond: the
+/// table's mutex is held for one key's check and copy (tens of ns for small messages), so a
+/// thread that finds it held nearly always gets it by spinning, where sleeping in the kernel
+/// cost each of two threads posting on one IA a futex wait and wake per message.
+///
+/// # Safety
+/// `m` is an initialised mutex, as for `pthread_mutex_trylock`.
+#[cold]
+unsafe fn try_lock_spinning(m: *mut libc::pthread_mutex_t) -> libc::c_int {
+    const TRIES: u32 = 64;
+    let mut r = libc::EBUSY;
+    for i in 0..TRIES {
+        for _ in 0..(4 << i.min(4)) {
+            std::hint::spin_loop();
+        }
+        // SAFETY: the caller's.
+        r = unsafe { libc::pthread_mutex_trylock(m) };
+        if r != libc::EBUSY {
+            return r;
+        }
+    }
+    r
 }
