@@ -9,6 +9,11 @@
 //!
 //! The checks are the same for both ABIs; `T` is the table type of the
 //! library asking (each library's registry holds tables of its ABI only).
+//!
+//! `provider_of` runs outside the exports' panic boundary (exports.rs,
+//! `@body object`): keep it to compares, loads and the registry's
+//! non-poisoning lock, nothing that can panic (no indexing, no unwrap, no
+//! allocation).
 
 use crate::registry;
 use crate::table::{ProviderPtr, ProviderTable};

@@ -15,7 +15,8 @@
 //! a call of that version: check the handle (DAT_INVALID_HANDLE with the
 //! call's subtype, as OFED's registry returns it), map an IA handle to the
 //! provider's own, call the provider's slot or return DAT_NOT_IMPLEMENTED
-//! for an empty one, all inside the library's panic boundary. The names
+//! for an empty one, inside the library's panic boundary (but for object
+//! handles, whose dispatch cannot panic: see `@body object`). The names
 //! the expansion uses unqualified are the invoking module's, which is how
 //! one declaration serves two ABIs: that ABI's types, constants and
 //! `DAT_PROVIDER` (`use dat_abi::*` or `use dat_abi12::*`, so the same
@@ -518,16 +519,19 @@ macro_rules! __dat_call {
     };
 
     // `h` must be a live object of a registered provider, else
-    // DAT_INVALID_HANDLE | `sub`.
+    // DAT_INVALID_HANDLE | `sub`. The one arm outside `ffi_guard`: every
+    // data transfer call and dat_evd_dequeue come this way, and the guard
+    // spilled each call's arguments into a closure on the stack (about 25
+    // instructions a call). Nothing here can panic: `provider_of` compares
+    // and loads (`dispatch.rs`, which keeps it so), and the provider's
+    // function is `extern "C"`, which does not unwind into us.
     (@body object($sub:ident) $h:ident => $slot:ident($($a:expr),*)) => {
-        ffi_guard(|| {
-            // SAFETY: provider_of reads the handle only once it may be an
-            // object; the tables of this library's registry are of its ABI.
-            match unsafe { $crate::dispatch::provider_of::<DAT_PROVIDER>($h) } {
-                Some(p) => $crate::__dat_call! { @slot p.$slot($h $(, $a)*) },
-                None => error(DAT_INVALID_HANDLE, $sub),
-            }
-        })
+        // SAFETY: provider_of reads the handle only once it may be an
+        // object; the tables of this library's registry are of its ABI.
+        match unsafe { $crate::dispatch::provider_of::<DAT_PROVIDER>($h) } {
+            Some(p) => $crate::__dat_call! { @slot p.$slot($h $(, $a)*) },
+            None => error(DAT_INVALID_HANDLE, $sub),
+        }
     };
     // `h` must be an open IA handle, else DAT_INVALID_HANDLE |
     // DAT_INVALID_HANDLE_IA; the provider is called with its own IA handle.
