@@ -60,6 +60,9 @@ pub(crate) struct OfiCq {
     /// receipt words after the provider's entries. The CQ only keeps them
     /// for its reader, which knows them.
     pub(crate) awaiting: Mutex<Vec<Weak<dyn Any + Send + Sync>>>,
+    /// Datagram QPs completing here: each read of the CQ reads theirs
+    /// (`dgram`). Kept for the reader, which knows them, as `awaiting`.
+    pub(crate) datagrams: Mutex<Vec<Weak<dyn Any + Send + Sync>>>,
 }
 
 impl OfiCq {
@@ -100,6 +103,7 @@ impl OfiCq {
             })?,
             shared: dev.rdm,
             awaiting: Mutex::new(Vec::new()),
+            datagrams: Mutex::new(Vec::new()),
         }))
     }
 
@@ -235,6 +239,24 @@ impl OfiCq {
     /// receipt words until none does (`OfiQp::take_receipt`).
     pub(crate) fn await_receipts(&self, qp: Weak<dyn Any + Send + Sync>) {
         self.awaiting.lock().push(qp);
+    }
+
+    /// The datagram QPs completing here (those gone are forgotten).
+    pub(crate) fn datagram_qps(&self) -> Vec<Arc<dyn Any + Send + Sync>> {
+        let mut d = self.datagrams.lock();
+        if d.is_empty() {
+            return Vec::new();
+        }
+        d.retain(|w| w.strong_count() > 0);
+        d.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// A datagram QP completes here: the CQ's reads read its own CQ.
+    pub(crate) fn add_datagram_qp(&self, qp: Weak<dyn Any + Send + Sync>) {
+        let mut d = self.datagrams.lock();
+        if !d.iter().any(|w| w.ptr_eq(&qp)) {
+            d.push(qp);
+        }
     }
 
     /// A seat for an endpoint on a fid_cq this CQ reads (see `ready`): on

@@ -34,6 +34,10 @@ pub(crate) struct Tables {
     pub requests: HashMap<u64, Request>,
     /// RDM connection requests not yet accepted or rejected (see `rdm`).
     pub handshakes: HashMap<u64, crate::rdm::Pending>,
+    /// Datagram address requests not yet answered (see `rdm::ud`).
+    pub ud_requests: HashMap<u64, crate::rdm::UdPending>,
+    /// The datagram QPs (destroyed at close).
+    pub dgram_qps: Vec<Weak<crate::dgram::DgramQp>>,
 }
 
 pub struct OfiDevice {
@@ -54,6 +58,8 @@ pub struct OfiDevice {
     /// Some object has no wait descriptor: the progress thread then looks at
     /// everything each millisecond instead of sleeping.
     polled: AtomicBool,
+    /// The datagram side (`dgram=<provider>` in the entry), if any.
+    pub(crate) dgram: Option<Arc<crate::dgram::Dgram>>,
 }
 
 /// The deepest DAT queue an EP may have (uDAPL benchmarks ask for 20,000).
@@ -63,7 +69,16 @@ const MAX_RDM_QPS: u32 = 1 << 16;
 impl OfiDevice {
     /// Opens "ofi <provider> [where]".
     pub fn open(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>> {
-        Self::open_described(provider, place).map_err(|e| {
+        Self::open_with(provider, place, None)
+    }
+
+    /// Opens "ofi <provider> [where] [dgram=<datagram provider>]".
+    pub fn open_with(
+        provider: &str,
+        place: Option<&str>,
+        dgram: Option<&str>,
+    ) -> Result<Arc<OfiDevice>> {
+        Self::open_described(provider, place, dgram).map_err(|e| {
             log::warn!("{}", e.why);
             // libfabric's calls fail in many ways when the process has no file
             // descriptor left (often as "no data"): that is a lack of
@@ -78,14 +93,39 @@ impl OfiDevice {
 
     /// Why "ofi <provider> [where]" cannot open, in words (None when it can).
     pub fn diagnose(provider: &str, place: Option<&str>) -> Option<String> {
-        Self::open_described(provider, place)
+        Self::diagnose_with(provider, place, None)
+    }
+
+    /// As `diagnose`, with a datagram provider.
+    pub fn diagnose_with(
+        provider: &str,
+        place: Option<&str>,
+        dgram: Option<&str>,
+    ) -> Option<String> {
+        Self::open_described(provider, place, dgram)
             .map(|d| d.close())
             .err()
             .map(|e| e.why)
     }
 
-    fn open_described(provider: &str, place: Option<&str>) -> Result<Arc<OfiDevice>, OpenFailure> {
+    fn open_described(
+        provider: &str,
+        place: Option<&str>,
+        dgram: Option<&str>,
+    ) -> Result<Arc<OfiDevice>, OpenFailure> {
         let (dom, polled) = Domain::open(provider, place)?;
+        let dgram = match dgram {
+            None => None,
+            // The datagram addresses travel in our handshake (`rdm::ud`).
+            Some(p) if !dom.rdm => {
+                return Err(format!(
+                    "dgram={p}: datagrams need an entry of reliable datagrams (FI_EP_RDM), \
+                     whose handshake of ours carries their addresses; '{provider}' connects"
+                )
+                .into())
+            }
+            Some(p) => Some(Arc::new(crate::dgram::Dgram::open(p, dom.address)?)),
+        };
         let private_data_max = dom.cm_data.map_or(crate::cm::MAX_PRIVATE_DATA, |size| {
             let left = size.saturating_sub(crate::cm::header_bytes(&dom));
             crate::cm::MAX_PRIVATE_DATA.min(left as u32)
@@ -100,6 +140,7 @@ impl OfiDevice {
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             polled: AtomicBool::new(polled),
+            dgram,
         });
         dev.start_progress()
             .map_err(|e| format!("progress thread: {e}"))?;
@@ -225,8 +266,9 @@ impl OfiDevice {
             // libfabric bounds RDMA reads in flight only by the transmit queue.
             max_rd_atomic: clamp(tx.size),
             max_private_data: self.private_data_max,
-            mtu: 4096,
-            ud: false,
+            // A datagram's payload where the entry has them.
+            mtu: self.dgram.as_ref().map_or(4096, |d| d.mtu()),
+            ud: self.dgram.is_some(),
             max_rdma_read_sge: clamp(tx.rma_iov_limit.max(1)).min(clamp(tx.iov_limit.max(1))),
             atomics: self.dom.atomics,
             pins_for_write: false,
@@ -433,8 +475,51 @@ impl Device for OfiDevice {
     }
 
     fn disconnect(&self, qp: &Arc<dyn QueuePair>, abrupt: bool) -> Result<()> {
+        if let Some(d) = crate::dgram::DgramQp::of(qp) {
+            d.disconnect();
+            return Ok(());
+        }
         OfiQp::of(qp)?.disconnect(abrupt);
         Ok(())
+    }
+
+    fn create_ud_qp(&self, init: QpInit) -> Result<Arc<dyn QueuePair>> {
+        let dg = self.dgram.as_ref().ok_or(Error::Unsupported)?;
+        let qp = crate::dgram::DgramQp::open(dg, &self.dom, init)?;
+        // Its CQ has no wait object: read at the polled pace and by the
+        // consumers' reads of its DAT CQs.
+        self.polled.store(true, Ordering::Release);
+        let mut t = self.tables.lock();
+        t.dgram_qps.retain(|w| w.strong_count() > 0);
+        t.dgram_qps.push(Arc::downgrade(&qp));
+        drop(t);
+        self.dom.waiter.wake();
+        Ok(qp)
+    }
+
+    fn ud_resolve(
+        &self,
+        qp: &Arc<dyn QueuePair>,
+        remote: std::net::SocketAddrV4,
+        private_data: &[u8],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<u64> {
+        let qp = crate::dgram::DgramQp::of(qp).ok_or(Error::Foreign)?;
+        self.resolve_ud(qp, remote, private_data, timeout)
+    }
+
+    fn ud_accept(
+        &self,
+        req: u64,
+        qp: &Arc<dyn QueuePair>,
+        private_data: &[u8],
+    ) -> Result<daplrs_backend::UdPeer> {
+        let qp = crate::dgram::DgramQp::of(qp).ok_or(Error::Foreign)?;
+        self.accept_ud(req, qp, private_data)
+    }
+
+    fn ud_dropped(&self) -> u64 {
+        self.dgram.as_ref().map_or(0, |d| d.dropped())
     }
 
     fn close(&self) {
@@ -448,6 +533,10 @@ impl Device for OfiDevice {
         }
         for qp in self.registry.all() {
             qp.destroy_now();
+        }
+        let dgram_qps = std::mem::take(&mut self.tables.lock().dgram_qps);
+        for qp in dgram_qps.iter().filter_map(Weak::upgrade) {
+            qp.destroy();
         }
         let handshakes = self.handshakes.lock().take();
         if let Some(hs) = handshakes {
@@ -466,6 +555,7 @@ impl Drop for OfiDevice {
         let mut tables = self.tables.lock();
         tables.requests.clear();
         tables.handshakes.clear();
+        tables.ud_requests.clear();
     }
 }
 

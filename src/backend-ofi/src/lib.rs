@@ -11,9 +11,10 @@
 //! fed through bounce buffers, `bounce`), and a progress thread that
 //! sleeps on the provider's wait descriptors (`wait`); 64-bit fetch-and-add
 //! and compare-and-swap where the provider has them (`Domain::atomics`);
-//! no datagrams (the device says so in its attributes, and the trait's
-//! defaults refuse them). Remote virtual addresses are translated for providers that address
-//! registrations by offset (`keys`).
+//! datagram QPs over a second provider's `FI_EP_DGRAM` endpoints where the
+//! entry names one (`dgram=udp`: `dgram`, their addresses exchanged over the
+//! reliable-datagram handshake, `rdm::ud`). Remote virtual addresses are
+//! translated for providers that address registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bounce;
@@ -21,6 +22,7 @@ pub mod catalog;
 mod cm;
 mod cq;
 mod device;
+mod dgram;
 mod domain;
 mod eager;
 mod farewell;

@@ -39,8 +39,11 @@ use crate::keys::PeerTable;
 use crate::qp::OfiQp;
 use crate::wire::{
     frame, parse_frame, write_frame, ACCEPT, ACCEPTING, CLOSE, MAGIC, MAX_FRAME, READY, REJECT,
-    REQUEST,
+    REQUEST, UD_REQUEST,
 };
+
+mod ud;
+pub(crate) use ud::UdPending;
 
 /// How long a connecting peer may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -261,6 +264,9 @@ impl OfiDevice {
     }
 
     pub(crate) fn reject_rdm(&self, req: u64, private_data: &[u8]) -> Result<()> {
+        if self.reject_ud(req, private_data) {
+            return Ok(());
+        }
         let pending = self
             .tables
             .lock()
@@ -376,6 +382,16 @@ enum Phase {
     AwaitingReady,
     /// Connected: waiting for a close or the end.
     Linked,
+    /// A datagram resolution's TCP connect is under way (`ud`); `until`:
+    /// its deadline, if DAT gave one.
+    UdConnecting {
+        request: Vec<u8>,
+        until: Option<Instant>,
+        id: u64,
+        qp: u32,
+    },
+    /// A datagram resolution waits for the answer.
+    UdAwaitingAnswer { id: u64, qp: u32 },
 }
 
 /// A handshake connection the handshake thread reads.
@@ -410,6 +426,8 @@ struct Table {
     /// Connects that failed before a socket was read: their events, said
     /// by the thread.
     deferred: Vec<(Arc<OfiQp>, CmEvent)>,
+    /// Events of no QP's connection to say (datagram resolutions: `ud`).
+    emits: Vec<CmEvent>,
 }
 
 /// The device's handshake thread and what it reads.
@@ -481,7 +499,7 @@ impl Handshakes {
         t.next += 1;
         let token = t.next;
         let events = match conn.phase {
-            Phase::Connecting { .. } => libc::EPOLLOUT as u32,
+            Phase::Connecting { .. } | Phase::UdConnecting { .. } => libc::EPOLLOUT as u32,
             _ => (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
         } | libc::EPOLLONESHOT as u32;
         if let Phase::Request { listener } = conn.phase {
@@ -523,7 +541,7 @@ impl Handshakes {
                 }
             }
         }
-        let deferred = !t.deferred.is_empty();
+        let deferred = !t.deferred.is_empty() || !t.emits.is_empty();
         drop(t);
         if sooner || deferred {
             self.poke();
@@ -589,7 +607,7 @@ impl Handshakes {
     /// Puts connection `token` back, to read on (one-shot: armed again).
     fn keep(&self, token: u64, conn: Conn) {
         let events = match conn.phase {
-            Phase::Connecting { .. } => libc::EPOLLOUT as u32,
+            Phase::Connecting { .. } | Phase::UdConnecting { .. } => libc::EPOLLOUT as u32,
             _ => (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
         } | libc::EPOLLONESHOT as u32;
         let fd = conn.stream.as_raw_fd();
@@ -684,11 +702,18 @@ fn run(me: Weak<Handshakes>) {
         for (qp, event) in deferred {
             failed(&dev, &qp, event);
         }
+        let emits = std::mem::take(&mut hs.table.lock().emits);
+        for event in emits {
+            dev.emit(event);
+        }
     }
 }
 
 /// Reads what `conn` has (or, `expired`, handles its deadline).
 fn handle(dev: &Arc<OfiDevice>, hs: &Handshakes, conn: &mut Conn, expired: bool) -> Next {
+    if let Phase::UdConnecting { .. } = conn.phase {
+        return ud::connected(dev, conn, expired);
+    }
     if let Phase::Connecting { .. } = conn.phase {
         return match connected(conn, expired) {
             Ok(next) => next,
@@ -800,6 +825,8 @@ fn on_frame(
             }
             if kind == REQUEST {
                 request(dev, conn, listener, fields);
+            } else if kind == UD_REQUEST {
+                ud::request(dev, conn, listener, fields);
             }
             // Read or not ours: either way not read any more here (a
             // request waits for the consumer in the device's table).
@@ -826,7 +853,8 @@ fn on_frame(
             }
             Next::Keep
         }
-        Phase::Connecting { .. } => Next::Keep,
+        Phase::Connecting { .. } | Phase::UdConnecting { .. } => Next::Keep,
+        Phase::UdAwaitingAnswer { .. } => ud::answer(dev, conn, kind, fields),
     }
 }
 
@@ -991,6 +1019,9 @@ fn answer(dev: &Arc<OfiDevice>, conn: &mut Conn, kind: u8, f: Vec<Vec<u8>>) -> N
 
 /// A deadline passed: a request never read, or an answer never came.
 fn timed_out(dev: &Arc<OfiDevice>, conn: &mut Conn) -> Next {
+    if let Phase::UdAwaitingAnswer { .. } = conn.phase {
+        return ud::unanswered(dev, conn);
+    }
     if let (Phase::AwaitingAnswer, Some(qp)) = (&conn.phase, &conn.qp) {
         if qp.is_link(conn.generation) {
             failed(dev, qp, CmEvent::TimedOut { qp_num: qp.num() });
@@ -1011,6 +1042,9 @@ fn failed(dev: &Arc<OfiDevice>, qp: &Arc<OfiQp>, event: CmEvent) {
 /// (the peer's process gone) a broken connection. What the provider
 /// completed before is read first; the rest is flushed.
 fn on_end(dev: &Arc<OfiDevice>, conn: &mut Conn, graceful: bool) -> Next {
+    if let Phase::UdAwaitingAnswer { .. } = conn.phase {
+        return ud::unanswered(dev, conn);
+    }
     let Some(qp) = conn.qp.clone() else {
         return Next::Drop;
     };

@@ -20,7 +20,12 @@ impl Reader for Registry {
         let Some(dev) = cq.dev.upgrade() else {
             return false;
         };
-        let (added, broken) = reap_giving_receipts(cq, &dev, self);
+        let (mut added, broken) = reap_giving_receipts(cq, &dev, self);
+        for qp in cq.datagram_qps() {
+            if let Ok(qp) = qp.downcast::<crate::dgram::DgramQp>() {
+                added |= qp.progress(consumer.then_some(cq));
+            }
+        }
         if consumer {
             // The core polls with its EVD's lock held, and a broken
             // connection's flush would notify that EVD (and take that lock)

@@ -22,6 +22,10 @@ pub(crate) const CLOSE: u8 = b'C';
 /// an IB CM's MRA, it holds off the active side's timeout: opening an
 /// ofi_rxm endpoint on verbs took 9 s in the soft-RoCE guest under load).
 pub(crate) const ACCEPTING: u8 = b'W';
+/// A datagram QP asks for the address of the one its peer accepts with
+/// (`rdm::ud`), and the answer.
+pub(crate) const UD_REQUEST: u8 = b'U';
+pub(crate) const UD_ACCEPT: u8 = b'V';
 /// The largest frame we read (addresses and private data are far smaller).
 pub(crate) const MAX_FRAME: usize = 64 << 10;
 /// One frame: its kind, then each field as a 32-bit length and its bytes.

@@ -23,10 +23,26 @@ pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
     )
 }
 
+/// The words of "ofi <provider> [<where>] [dgram=<provider>]" after the provider: where,
+/// and the libfabric provider of its datagram EPs (docs/libfabric.md, Datagrams).
+#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+pub(crate) fn ofi_options(ia_params: &str) -> (Option<&str>, Option<&str>) {
+    let mut place = None;
+    let mut dgram = None;
+    for w in ia_params.split_whitespace().skip(2) {
+        match w.strip_prefix("dgram=") {
+            Some(p) => dgram = Some(p),
+            None => place = place.or(Some(w)),
+        }
+    }
+    (place, dgram)
+}
+
 /// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
 /// a provider built with the verbs backend "verbs rxe0 1", "verbs eth2", "verbs 192.0.2.1", and
 /// in one built with the libfabric backend "ofi tcp lo", "ofi tcp 127.0.0.1", "ofi verbs rxe0"
-/// (a libfabric provider and where: an interface, an address or the provider's domain).
+/// (a libfabric provider and where: an interface, an address or the provider's domain;
+/// "ofi tcp;ofi_rxm 127.0.0.1 dgram=udp" adds datagram EPs over libfabric's udp).
 pub fn open_device(ia_params: &str) -> Result<Arc<dyn Device>> {
     match parse_ia_params(ia_params) {
         ("tcp", target, _) => {
@@ -39,8 +55,9 @@ pub fn open_device(ia_params: &str) -> Result<Arc<dyn Device>> {
             Ok(device)
         }
         #[cfg(feature = "ofi")]
-        ("ofi", provider, place) => {
-            let device = ofi::OfiDevice::open(provider, place)?;
+        ("ofi", provider, _) => {
+            let (place, dgram) = ofi_options(ia_params);
+            let device = ofi::OfiDevice::open_with(provider, place, dgram)?;
             Ok(device)
         }
         _ => Err(Error::NoDevice),
@@ -62,7 +79,10 @@ pub fn diagnose(ia_params: &str) -> Option<String> {
                 .to_string(),
         ),
         #[cfg(feature = "ofi")]
-        ("ofi", provider, place) => ofi::OfiDevice::diagnose(provider, place),
+        ("ofi", provider, _) => {
+            let (place, dgram) = ofi_options(ia_params);
+            ofi::OfiDevice::diagnose_with(provider, place, dgram)
+        }
         #[cfg(not(feature = "ofi"))]
         ("ofi", _, _) => Some(
             "this provider library has no libfabric backend: name libdaplrs-ofi.so.2 in dat.conf \
@@ -74,5 +94,25 @@ pub fn diagnose(ia_params: &str) -> Option<String> {
              address>\", \"verbs <device> [port] | <netdev> | <IPv4 address>\" or \"ofi <libfabric \
              provider> [interface | IPv4 address | domain]\")"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ofi_options;
+
+    #[test]
+    fn an_ofi_entry_names_where_and_its_datagram_provider_in_any_order() {
+        assert_eq!(ofi_options("ofi tcp lo"), (Some("lo"), None));
+        assert_eq!(ofi_options("ofi shm"), (None, None));
+        assert_eq!(ofi_options("ofi shm dgram=udp"), (None, Some("udp")));
+        assert_eq!(
+            ofi_options("ofi tcp;ofi_rxm 127.0.0.1 dgram=udp"),
+            (Some("127.0.0.1"), Some("udp"))
+        );
+        assert_eq!(
+            ofi_options("ofi verbs;ofi_rxm dgram=verbs rxe0"),
+            (Some("rxe0"), Some("verbs"))
+        );
     }
 }

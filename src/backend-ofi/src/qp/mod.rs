@@ -528,7 +528,7 @@ fn ours<T: Any, D: ?Sized>(object: &Arc<D>, any: &dyn Any) -> Result<Arc<T>> {
     Ok(unsafe { Arc::from_raw(raw) })
 }
 
-fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
+pub(crate) fn ofi_cq(cq: &Arc<dyn daplrs_backend::CompletionQueue>) -> Result<Arc<OfiCq>> {
     ours(cq, cq.as_any())
 }
 impl OfiQp {
