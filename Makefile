@@ -168,7 +168,8 @@ reserve-ports:
 # `cargo test --workspace` runs the DAT behaviour tests
 # (src/provider/src/behaviour_tests.rs) over TCP (over_tcp::*), the same-host
 # path required (over_samehost::*) and as users get it (over_samehost_lazy::*),
-# and the ofi entries; test-verbs runs them over verbs in the guest.
+# and the ofi entries, and the datagram tests over the devices with datagrams
+# (datagrams_over_*::*); test-verbs runs them over verbs in the guest.
 test-rust:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features daplrs/verbs -- -D warnings

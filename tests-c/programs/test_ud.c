@@ -18,8 +18,9 @@
  * - datagrams both ways: receives complete as DAT_IB_DTO_EVENT
  *   (DAT_IB_UD_RECV, DAT_IB_DTO_RECV_UD) with the message after a 40-byte GRH
  *   area, sends as DAT_IB_DTO_EVENT (DAT_IB_UD_SEND, DAT_IB_DTO_SEND_UD);
- * - a datagram that finds no receive posted is dropped (and, on rs-tcp,
- *   counted in DCNT_IA_DIAG_ERR_RQ_UDSDPRD), the next ones still arrive;
+ * - a datagram that finds no receive posted is dropped (and, on rs-tcp and
+ *   the ofi entries, counted in DCNT_IA_DIAG_ERR_RQ_UDSDPRD), the next ones
+ *   still arrive;
  * - one larger than its receive fails that receive
  *   (DAT_DTO_ERR_LOCAL_LENGTH) and stops the EP, as an InfiniBand UD QP goes
  *   to its error state: the rest flushed, DAT_CONNECTION_EVENT_BROKEN,
@@ -49,6 +50,8 @@ static DAT_PZ_HANDLE pz_a, pz_b;
 static DAT_LMR_CONTEXT lc_a, lc_b;
 static struct side A, B;
 static int mtu;
+/* The IA offers fetch-and-add (DAT_IB_FETCH_AND_ADD). */
+static int atomics;
 
 static DAT_IB_EXTENSION_EVENT_DATA *ext_of(DAT_EVENT *ev)
 {
@@ -87,6 +90,8 @@ static int capabilities(void)
 			ud = !strcmp(v, "TRUE");
 		if (!strcmp(n, "DAT_IB_TRANSPORT_MTU"))
 			mtu = atoi(v);
+		if (!strcmp(n, DAT_IB_ATTR_FETCH_AND_ADD))
+			atomics = !strcmp(v, "TRUE");
 	}
 	CHECK(mtu >= 256, "DAT_IB_TRANSPORT_MTU = %d", mtu);
 	return ud;
@@ -239,6 +244,14 @@ static void post_recv(struct side *s, DAT_LMR_CONTEXT lc, char *buf, int len, ui
 	CHECK_RC(dat_ep_post_recv(s->ep, 1, &r, ck(cookie), DAT_COMPLETION_DEFAULT_FLAG), DAT_SUCCESS);
 }
 
+/* Whether the IA's datagrams are ours end to end (rs-tcp, an ofi entry: its
+ * datagram QPs are buffers of ours), so drops are counted as they happen and
+ * a receive too small fails as DAT_DTO_ERR_LOCAL_LENGTH. */
+static int ud_ours(DAT_IA_HANDLE ia)
+{
+	return ia_is_tcp(ia) || ia_adapter_is(ia, "ofi ");
+}
+
 static DAT_UINT64 dropped(DAT_IA_HANDLE ia)
 {
 	DAT_UINT64 c[DCNT_IA_ALL_COUNTERS];
@@ -260,12 +273,12 @@ static void datagrams(DAT_IB_ADDR_HANDLE *ah_a, DAT_IB_ADDR_HANDLE *ah_b)
 	send_ud(&B, lc_b, bbuf, 10, ah_b, 0xb2, "B to A");
 	recv_ud(&A, 0xa2, DAT_DTO_SUCCESS, 10, ra, "B answers", "B to A");
 
-	/* no receive posted at B: dropped (rs-tcp counts it, which also says when it
-	 * happened; elsewhere we give it a second); the next one arrives */
+	/* no receive posted at B: dropped (rs-tcp and ofi count it, which also says
+	 * when it happened; elsewhere we give it a second); the next one arrives */
 	DAT_UINT64 before = dropped(ia_b), after = before;
 	strcpy(abuf, "lost");
 	send_ud(&A, lc_a, abuf, 5, ah_a, 0xa3, "to nobody");
-	if (ia_is_tcp(ia_b)) {
+	if (ud_ours(ia_b)) {
 		for (int i = 0; i < 500 && after == before; i++) {
 			usleep(10000);
 			after = dropped(ia_b);
@@ -287,7 +300,7 @@ static void datagrams(DAT_IB_ADDR_HANDLE *ah_a, DAT_IB_ADDR_HANDLE *ah_b)
 	post_recv(&B, lc_b, rb + 1024, 256, 0xb6);
 	memset(abuf, 'x', 100);
 	send_ud(&A, lc_a, abuf, 100, ah_a, 0xa5, "too large for its receive");
-	if (ia_is_tcp(ia_b)) {
+	if (ud_ours(ia_b)) {
 		recv_ud(&B, 0xb5, DAT_DTO_ERR_LOCAL_LENGTH, 0, NULL, NULL, "too large for its receive");
 	} else {
 		/* a NIC names the error its own way (soft-RoCE: a QP operation error) */
@@ -332,7 +345,10 @@ static void refused(DAT_IB_ADDR_HANDLE *ah_a)
 	CHECK_TYPE(dat_ep_post_rdma_write(A.ep, 1, &l, ck(2), &r, 0), DAT_INVALID_PARAMETER);
 	CHECK_TYPE(dat_ep_post_rdma_read(A.ep, 1, &l, ck(3), &r, 0), DAT_INVALID_PARAMETER);
 	CHECK_TYPE(dat_ib_post_rdma_write_immed(A.ep, 1, &l, ck(4), &r, 5, 0), DAT_INVALID_PARAMETER);
-	CHECK_TYPE(dat_ib_post_fetch_and_add(A.ep, 1, &l, ck(5), &r, 0), DAT_INVALID_PARAMETER);
+	/* an IA without atomics refuses them first, whatever the EP
+	 * (DAT_NOT_IMPLEMENTED: tcp;ofi_rxm's entry) */
+	CHECK_TYPE(dat_ib_post_fetch_and_add(A.ep, 1, &l, ck(5), &r, 0),
+		   atomics ? DAT_INVALID_PARAMETER : DAT_NOT_IMPLEMENTED);
 	expect_empty(A.req, "refused requests complete nothing");
 
 	struct side C = A;

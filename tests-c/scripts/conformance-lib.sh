@@ -170,7 +170,8 @@ fft() {
 # IB's SIDR answers). With -u the client may instead wait for the server's
 # own resolution while the server waits for the client's, until both time
 # out, printing nothing (dtestx does not flush): our provider's log
-# (DAT_LOG for its datagram engine, unbuffered) then names the refused resolution.
+# (DAT_LOG for its datagram engines, rs-tcp's and the ofi backend's,
+# unbuffered) then names the refused resolution.
 # That outcome, and only that, is retried, at most seven times, saying so (the
 # window is the server's time from sending its address to dat_psp_create
 # returning: it widens on a loaded machine, and over libfabric's tcp, whose
@@ -183,7 +184,7 @@ dtestx_pair() {
 	for try in 1 2 3 4 5 6 7 8; do
 		deferred=$'\n'
 		[ $try -eq 1 ] || client_nice=19
-		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" env DAT_LOG=daplrs_tcp::engine::datagram=info "$@"
+		dtest_pair $envf $name "" 15828 'FAILED|ERROR' "" env DAT_LOG=daplrs_tcp::engine::datagram=info,daplrs_libfabric::rdm::ud=info "$@"
 		msgs=$deferred
 		deferred=""
 		if [ $try -lt 8 ] && [ $failed -gt $f ] &&

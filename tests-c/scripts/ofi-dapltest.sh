@@ -14,16 +14,19 @@
 #
 # What libfabric's tcp provider lacks is said, not failed: dtestx's atomics
 # (it has none: dtestx reads the provider's attributes and skips them) and
-# dtestx -u (no datagrams in the ofi backend).
+# dtestx -u (an entry of connected endpoints has no datagram EPs: they ride
+# on the handshake of reliable-datagram entries, docs/libfabric.md, Datagrams).
 #
 # DAT_TEST_IA=rs-ofi-shm runs dtestx and dtestx -p alone, over shm, whose
 # atomics the backend maps: there they must run (CMP_SWAP and FETCH_ADD
-# PASSED, nothing skipped); then dtestsrq (the SRQ of our own over
+# PASSED, nothing skipped); then dtestx -c -u (datagram EPs over libfabric's
+# udp: the entry's dgram=udp) and dtestsrq (the SRQ of our own over
 # reliable datagrams: docs/libfabric.md, "Shared receive queues").
 #
 # DAT_TEST_IA=rs-ofi-rxm runs the same over tcp;ofi_rxm (FI_EP_RDM, our
-# connection layer), dtestsrq included (SRQs of our own, as over shm);
-# dtestcm there with libfabric's defaults.
+# connection layer), dtestsrq included (SRQs of our own, as over shm) and
+# dtestx -c -u (datagram EPs over udp, dgram=udp); dtestcm there with
+# libfabric's defaults.
 #
 # Prints "ofi-dapltest: N passed, N failed".
 set -u
@@ -45,7 +48,10 @@ rs-ofi-shm) out="$top/build/tests/ofi-dapltest-shm" only_dtestx=1 ;;
 esac
 mkdir -p "$out"
 conf_name=ofi-dapltest
-no_datagrams="the ofi backend has no datagram endpoints (docs/libfabric.md)"
+# Datagram EPs: the reliable-datagram entries have them (dgram=udp); a
+# connected entry's PSPs are libfabric's passive endpoints, which carry none.
+[ "$ia" = rs-ofi-tcp ] &&
+	no_datagrams="rs-ofi-tcp connects (FI_EP_MSG): datagram EPs ride on the handshake of reliable-datagram entries (docs/libfabric.md, Datagrams)"
 . "$top/tests-c/scripts/conformance-lib.sh"
 
 conf="$top/build/tests/ofi-dat.conf"
@@ -75,6 +81,7 @@ if [ -n "${only_dtestx:-}" ]; then
 			ok
 		fi
 	done
+	dtestx_pair ofi_env dtestx-u "$bin/dtestx" -c -u
 	dtest_pair ofi_env dtestsrq "ready on port" - 'FAILED|ERROR|Error|ERR[: ]' "Test Complete" "$bin/dtestsrq"
 	echo "ofi-dapltest: $passed passed, $failed failed"
 	[ $failed -eq 0 ]

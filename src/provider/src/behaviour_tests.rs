@@ -11,7 +11,10 @@
 //! `over_ofi_shm::*` and `over_ofi_rxm::*` run them over libfabric's tcp (connected
 //! endpoints), shm and tcp;ofi_rxm (reliable datagrams under our connection layer) on
 //! 127.0.0.1 (and `over_ofi_device::*`, ignored unless asked for, over the libfabric domain
-//! DAPLRS_TEST_DEVICE names, e.g. "ofi:verbs;ofi_rxm:rxe0" in the guest). What a device cannot do is skipped on it alone, from what its attributes say
+//! DAPLRS_TEST_DEVICE names, e.g. "ofi:verbs;ofi_rxm:rxe0" in the guest). The datagram EP
+//! tests (`datagrams`) run over the devices with datagrams alone: `datagrams_over_tcp::*`,
+//! `datagrams_over_ofi_rxm_udp::*` and `datagrams_over_ofi_shm_udp::*` (libfabric's udp beside
+//! tcp;ofi_rxm and shm). What a device cannot do is skipped on it alone, from what its attributes say
 //! (no memory windows, no SRQs, iWARP), with the reason printed. Never silent.
 //!
 //! The TCP backend's own tests (its wire protocol, hostile peers, the same-host rings and
@@ -35,6 +38,41 @@ use std::sync::Arc;
 
 mod progress;
 use progress::*;
+
+mod datagrams;
+use datagrams::*;
+
+/// Instantiates each datagram test once per device with datagram EPs: the TCP backend, and
+/// libfabric's udp beside tcp;ofi_rxm and beside shm (`dgram=udp`).
+macro_rules! over_datagram_devices {
+    ($($test:ident),* $(,)?) => {
+        mod datagrams_over_tcp {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::Tcp)
+            })*
+        }
+        #[cfg(feature = "ofi")]
+        mod datagrams_over_ofi_rxm_udp {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::Ofi("tcp;ofi_rxm 127.0.0.1 dgram=udp".into()))
+            })*
+        }
+        #[cfg(feature = "ofi")]
+        mod datagrams_over_ofi_shm_udp {
+            $(#[test]
+            fn $test() {
+                super::$test(&super::TestDevice::Ofi("shm 127.0.0.1 dgram=udp".into()))
+            })*
+        }
+    };
+}
+
+over_datagram_devices!(
+    datagram_eps_resolve_and_carry_datagrams,
+    a_rejected_resolution_says_so,
+);
 
 /// Instantiates each behaviour test once per device: a module per device, a `#[test]` per
 /// test in it, named as the test.

@@ -76,6 +76,11 @@ impl TestDevice {
             ["ofi", provider] => Ok(TestDevice::Ofi(format!("{provider} 127.0.0.1"))),
             #[cfg(feature = "ofi")]
             ["ofi", provider, place] => Ok(TestDevice::Ofi(format!("{provider} {place}"))),
+            // "ofi:verbs;ofi_rxm:rxe0:dgram=verbs": with datagram EPs.
+            #[cfg(feature = "ofi")]
+            ["ofi", provider, place, dgram] => {
+                Ok(TestDevice::Ofi(format!("{provider} {place} {dgram}")))
+            }
             #[cfg(not(feature = "verbs"))]
             ["verbs", ..] => Err(format!(
                 "{DEVICE_ENV}={s:?}: these tests were built without the verbs feature"
