@@ -63,6 +63,8 @@ cat > "$conf" <<CONF
 rs-ofi-tcp u2.0 nonthreadsafe default $ofi_lib dapl.2.0 "ofi tcp lo" ""
 rs-ofi-tcp u1.2 nonthreadsafe default $ofi_lib dapl.1.2 "ofi tcp lo" ""
 rs-ofi-none u2.0 nonthreadsafe default $ofi_lib dapl.2.0 "ofi nosuchprov" ""
+rs-ofi-shmdg u2.0 nonthreadsafe default $ofi_lib dapl.2.0 "ofi shm dgram=udp" ""
+rs-ofi-tcpdg u2.0 nonthreadsafe default $ofi_lib dapl.2.0 "ofi tcp lo dgram=udp" ""
 CONF
 out=$(DAT_OVERRIDE="$conf" "$top/build/bin/datinfo" 2>&1)
 for api in 2.0 1.2; do
@@ -72,6 +74,13 @@ for api in 2.0 1.2; do
 	expect "$e" "MR mode "
 	expect "$e" "limits: transmit depth "
 done
+# datagram EPs (dgram=udp): a line for them; none on a connected entry
+e=$(entry "$out" "rs-ofi-shmdg  u2.0")
+expect "$e" "libfabric provider shm "
+expect "$e" "datagrams: libfabric provider udp "
+expect "$e" "DAT_IB_UD"
+e=$(entry "$out" "rs-ofi-tcpdg  u2.0")
+expect "$e" "dgram=udp: datagrams need an entry of reliable datagrams (FI_EP_RDM)"
 e=$(entry "$out" "rs-ofi-none  u2.0")
 expect "$e" "libfabric provider 'nosuchprov' offers no connected or reliable-datagram endpoint with sends, RDMA and send-after-send order: fi_getinfo: No data available"
 # the entries make install registers: at least tcp on lo

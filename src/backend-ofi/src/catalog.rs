@@ -94,10 +94,16 @@ fn offered() -> Vec<(String, String)> {
 /// What libfabric gave an open entry, in a few lines (datinfo prints them):
 /// provider, fabric, domain, endpoint type, progress, MR mode, orders and
 /// limits. Err: why the entry does not open.
-pub fn describe(provider: &str, place: Option<&str>) -> Result<Vec<String>, String> {
-    let dev = OfiDevice::open(provider, place)
-        .map_err(|e| OfiDevice::diagnose(provider, place).unwrap_or_else(|| e.to_string()))?;
-    let lines = describe_info(dev.dom.info.ptr());
+pub fn describe(
+    provider: &str,
+    place: Option<&str>,
+    dgram: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let dev = OfiDevice::open_with(provider, place, dgram).map_err(|e| {
+        OfiDevice::diagnose_with(provider, place, dgram).unwrap_or_else(|| e.to_string())
+    })?;
+    let mut lines = describe_info(dev.dom.info.ptr());
+    lines.extend(dev.dgram.as_ref().map(|d| d.describe()));
     daplrs_backend::Device::close(&*dev);
     Ok(lines)
 }
@@ -220,10 +226,21 @@ mod tests {
                 .any(|e| e.ia_name == "rs-ofi-shm" && e.ia_params == "ofi shm shm"),
             "no rs-ofi-shm entry"
         );
-        let rxm = describe("tcp;ofi_rxm", Some("lo")).expect("ofi tcp;ofi_rxm lo opens");
+        let rxm = describe("tcp;ofi_rxm", Some("lo"), None).expect("ofi tcp;ofi_rxm lo opens");
         assert!(rxm[0].contains("FI_EP_RDM"), "{rxm:?}");
-        let lines = describe("tcp", Some("lo")).expect("ofi tcp lo opens");
+        let lines = describe("tcp", Some("lo"), None).expect("ofi tcp lo opens");
         assert!(lines[0].contains("libfabric provider tcp") && lines[0].contains("FI_EP_MSG"));
-        assert!(describe("nosuchprov", None).is_err());
+        assert!(describe("nosuchprov", None, None).is_err());
+        // With datagrams: a fourth line says what carries them.
+        let dg = describe("tcp;ofi_rxm", Some("127.0.0.1"), Some("udp")).expect("with udp");
+        assert_eq!(dg.len(), rxm.len() + 1, "{dg:?}");
+        let last = dg.last().expect("lines");
+        assert!(
+            last.starts_with("datagrams: libfabric provider udp") && last.contains("MTU 1464 B")
+        );
+        assert!(
+            describe("tcp", Some("lo"), Some("udp")).is_err(),
+            "a connected entry has none"
+        );
     }
 }

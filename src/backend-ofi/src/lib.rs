@@ -175,6 +175,23 @@ pub(crate) fn prepare_libfabric() {
     });
 }
 
+/// The words of an ofi entry's ia_params after its provider ("ofi <provider>
+/// [<where>] [dgram=<provider>]", in any order after the provider): where,
+/// and the libfabric provider of its datagram EPs (`dgram`).
+pub fn entry_options<'a>(
+    words: impl Iterator<Item = &'a str>,
+) -> (Option<&'a str>, Option<&'a str>) {
+    let mut place = None;
+    let mut dgram = None;
+    for w in words {
+        match w.strip_prefix("dgram=") {
+            Some(p) => dgram = Some(p),
+            None => place = place.or(Some(w)),
+        }
+    }
+    (place, dgram)
+}
+
 /// The words of an ofi entry's ia_params after "ofi": the libfabric provider
 /// ("tcp", "verbs", "tcp;ofi_rxm") and where ("lo", "eth0", an IPv4 address,
 /// or a verbs device such as "rxe0" for the provider's domain name).

@@ -35,7 +35,10 @@ pub unsafe extern "C" fn daplrs_ofi_describe(
     let described = std::panic::catch_unwind(|| {
         let mut words = params.split_whitespace();
         match (words.next(), words.next()) {
-            (Some("ofi"), Some(provider)) => catalog::describe(provider, words.next()),
+            (Some("ofi"), Some(provider)) => {
+                let (place, dgram) = daplrs_libfabric::entry_options(words);
+                catalog::describe(provider, place, dgram)
+            }
             _ => Err(format!(
                 "\"{params}\" is not an ofi entry (\"ofi <provider> [where]\")"
             )),

@@ -25,17 +25,9 @@ pub(crate) fn parse_ia_params(ia_params: &str) -> (&str, &str, Option<&str>) {
 
 /// The words of "ofi <provider> [<where>] [dgram=<provider>]" after the provider: where,
 /// and the libfabric provider of its datagram EPs (docs/libfabric.md, Datagrams).
-#[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+#[cfg(feature = "ofi")]
 pub(crate) fn ofi_options(ia_params: &str) -> (Option<&str>, Option<&str>) {
-    let mut place = None;
-    let mut dgram = None;
-    for w in ia_params.split_whitespace().skip(2) {
-        match w.strip_prefix("dgram=") {
-            Some(p) => dgram = Some(p),
-            None => place = place.or(Some(w)),
-        }
-    }
-    (place, dgram)
+    ofi::entry_options(ia_params.split_whitespace().skip(2))
 }
 
 /// Opens the device named by an IA's ia_params: "tcp lo", "tcp eth0", "tcp 127.0.0.1", and in
@@ -97,7 +89,7 @@ pub fn diagnose(ia_params: &str) -> Option<String> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "ofi"))]
 mod tests {
     use super::ofi_options;
 

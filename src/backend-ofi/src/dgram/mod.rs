@@ -154,6 +154,21 @@ impl Dgram {
         max.saturating_sub(HEADER).min(MTU_MAX) as u32
     }
 
+    /// What datinfo says of the datagram side.
+    pub(crate) fn describe(&self) -> String {
+        let (max, prefix, rx, tx) = self.ep_limits();
+        // SAFETY: the fabric attributes of our fi_info.
+        let version = unsafe { (*(*self.info.ptr()).fabric_attr).prov_version };
+        format!(
+            "datagrams: libfabric provider {} {}.{}, FI_EP_DGRAM, max message {max} B \
+             (prefix {prefix} B), MTU {} B, transmit depth {tx}, receive depth {rx}",
+            self.provider,
+            version >> 16,
+            version & 0xffff,
+            self.mtu()
+        )
+    }
+
     /// Whether posts name a registration's descriptor (FI_MR_LOCAL).
     fn local_descs(&self) -> bool {
         // SAFETY: the domain attributes of our fi_info.
