@@ -37,6 +37,8 @@ const MAGIC: [u8; 3] = [b'D', b'G', 1];
 const SOLICITED: u8 = 1;
 /// The largest payload offered whatever the provider says (an InfiniBand MTU).
 const MTU_MAX: usize = 4096;
+/// The one datagram provider `dgram=` takes (`Dgram::open`).
+const TESTED: &str = "udp";
 /// Room in a fabric address name.
 const NAME_BYTES: usize = 256;
 
@@ -88,6 +90,14 @@ fn hints(provider: &str) -> Info {
 impl Dgram {
     /// Opens `provider`'s datagram endpoints on `address`.
     pub(crate) fn open(provider: &str, address: Ipv4Addr) -> std::result::Result<Dgram, String> {
+        // Only what was tested is offered: over verbs (rxe, soft-RoCE guest) the datagrams
+        // of test_ud never arrived (posts completed, receives timed out; not found yet).
+        if provider != TESTED {
+            return Err(format!(
+                "datagrams ({provider}): only `dgram={TESTED}` is supported; over verbs the \
+                 datagrams do not arrive yet (docs/libfabric.md, Datagrams)"
+            ));
+        }
         let info = getinfo(provider, address)?;
         let fail =
             |what: &str, rc: i32| format!("datagrams ({provider}): {what}: {}", fi::strerror(rc));
