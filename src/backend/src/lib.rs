@@ -18,6 +18,7 @@ pub mod intmap;
 pub mod mapping;
 pub mod memfile;
 pub mod netif;
+pub mod peer_fd;
 
 use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddrV4};

@@ -377,78 +377,7 @@ pub(crate) fn peek_u64(pid: u32, addr: u64) -> io::Result<u64> {
     }
 }
 
-/// A new eventfd for a ring's reader to sleep on (non-blocking: a reader drains it, a
-/// writer never waits on it).
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: plain eventfd(2); the descriptor is owned at once.
-    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` was just created and nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
-/// `dup`, a duplicate of a peer's descriptor, if it is an eventfd, made non-blocking: it
-/// shares the peer's open file, so that ringing never waits however the peer made it.
-pub(crate) fn checked_eventfd(dup: OwnedFd) -> io::Result<OwnedFd> {
-    // The kernel gives every eventfd (and other descriptors with no file of their own) one
-    // anonymous inode: one with another inode is no eventfd. One with that inode is taken
-    // without a look at its name through /proc (a path walk, the dearest part of mapping a
-    // peer's ring): what we write to it (8 bytes) lands in the peer's own open file, which
-    // only an eventfd takes; the others refuse the write.
-    if identity(dup.as_raw_fd()).ok() != eventfd_identity() {
-        let what = std::fs::read_link(format!("/proc/self/fd/{}", dup.as_raw_fd()))?;
-        return match what.as_os_str() == "anon_inode:[eventfd]" {
-            true => nonblocking(dup),
-            false => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{} is no eventfd", what.display()),
-            )),
-        };
-    }
-    nonblocking(dup)
-}
-
-/// The device and inode of what descriptor `fd` names.
-fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
-    // SAFETY: fstat(2) fills the one struct we pass.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.st_dev, st.st_ino))
-}
-
-/// The device and inode an eventfd of ours has (None if it cannot be told).
-fn eventfd_identity() -> Option<(u64, u64)> {
-    static IDENTITY: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
-    *IDENTITY.get_or_init(|| identity(eventfd().ok()?.as_raw_fd()).ok())
-}
-
-/// `fd`, made non-blocking (it may share a peer's open file: ringing never waits).
-fn nonblocking(dup: OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: fcntl(2) on the descriptor we own.
-    let flags = unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if flags & libc::O_NONBLOCK == 0
-        // SAFETY: as above.
-        && unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(dup)
-}
-
-/// Signals an eventfd (a full counter is signalled already: nothing lost).
-pub(crate) fn eventfd_signal(fd: RawFd) {
-    let one = 1u64;
-    // SAFETY: writes the 8 bytes of `one` to a descriptor we hold.
-    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-}
+pub(crate) use daplrs_backend::peer_fd::{eventfd, eventfd_signal};
 
 /// Resets an eventfd's counter (non-blocking: nothing to read is fine).
 pub(crate) fn eventfd_drain(fd: RawFd) {
@@ -912,7 +841,7 @@ impl SharedMap {
 
 /// The inode number of a file we hold (what /proc/<pid>/maps shows for its mappings).
 pub(crate) fn inode_of(fd: RawFd) -> io::Result<u64> {
-    identity(fd).map(|(_, ino)| ino)
+    daplrs_backend::peer_fd::identity(fd).map(|(_, ino)| ino)
 }
 
 /// A trylock of `m` that found it held, tried again for about a microsecond: the
