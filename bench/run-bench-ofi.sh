@@ -110,14 +110,15 @@ record_table() {
 }
 
 # datperf_pair ENTRY LOG SIZE CLIENT_ARGS...: one datperf server and client
-# (server options -e or not as the client's: the last of CLIENT_ARGS).
+# (server options -e or not as the client's: the last of CLIENT_ARGS). The server
+# polls (-p) unless SERVER_POLL is set empty: then it blocks in dat_evd_wait.
 datperf_pair() {
 	local e=$1 log=$2 size=$3
 	shift 3
 	local extra=()
 	[ "${*: -1}" = -e ] && extra=(-e)
 	start "$log-server.txt" "server listening" "${ours[@]}" "$bin/datperf" -P "$e" -s -q $DATPERF_QUAL \
-		-S "$size" -A 60 -p "${extra[@]}" || { stop_pid "$server_pid"; server_pid=""; return 1; }
+		-S "$size" -A 60 ${SERVER_POLL--p} "${extra[@]}" || { stop_pid "$server_pid"; server_pid=""; return 1; }
 	timeout -k 5 300 "${ours[@]}" "$bin/datperf" -P "$e" -h 127.0.0.1 -q $DATPERF_QUAL -S "$size" -w $WINDOW \
 		-p "$@" >>"$log.txt" 2>&1 || echo "  datperf failed: see ${log#"$top"/}.txt" >&2
 	finish
@@ -127,6 +128,7 @@ m_datperf() {
 	local e=$1 r=$2 log=$out/$1-r$2-datperf
 	: >"$log.txt"
 	: >"$log-mem.txt"
+	: >"$log-blocked.txt"
 	# The write ping-pong with each DAT target spinning on its memory alone.
 	datperf_pair "$e" "$log-mem" 8 -t write_lat -n "${mem_iters[$e]}" || return
 	record "$e" datperf write_lat "$(figure write_lat 8 4 "$log-mem.txt")"
@@ -142,6 +144,10 @@ m_datperf() {
 	w=$(sed -n 's/.*(RDMA reads \([0-9]*\)).*/\1/p' "$log.txt" | head -1)
 	[ -n "$w" ] && read_window[$e]=$w
 	record_table "$e" datperf "$log.txt"
+	# The same reads from a DAT target blocked in dat_evd_wait: served by its
+	# progress thread (woken by our doorbell on one host, libfabric.md).
+	SERVER_POLL= datperf_pair "$e" "$log-blocked" 1M -t read_bw -N "$BW_ITERS" -B 4096 || return
+	record "$e" datperf read_bw_blocked "$(figure read_bw 1048576 6 "$log-blocked.txt")"
 }
 
 m_raw() {
@@ -173,6 +179,7 @@ print_table() {
 		row("RDMA read 8 B, median", "read_lat", "us", "<= 1.3x", 2)
 		row("RDMA write 1 MiB, 8 in flight", "write_bw", "MB/s", ">= 0.9x", 0)
 		row("RDMA read 1 MiB, in flight as datperf", "read_bw", "MB/s", ">= 0.9x", 0)
+		row("  the same, DAT target blocked (raw: polls)", "read_bw_blocked", "MB/s", "", 0, "read_bw")
 		printf "medians of %d interleaved round(s); latency %d samples (DAT target on memory: %d), bandwidth %d messages\n\n", rounds, lat, mem, bw
 	}' "$out/results-$e.txt"
 }

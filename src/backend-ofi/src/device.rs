@@ -334,6 +334,8 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
     let mut napping_since: Option<std::time::Instant> = None;
     // Woken from a nap: a connection to break, a new CQ or the stop.
     let mut woken = false;
+    // Woken from the idle pace's nap (a peer's doorbell among the reasons): turn quickly.
+    let mut rung = false;
     loop {
         let Some(dev) = me.upgrade() else { return };
         if dev.stop.load(Ordering::Acquire) {
@@ -351,11 +353,18 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         napping_since = None;
         woken = false;
         if dev.polled.load(Ordering::Acquire) {
-            let nap = cadence.next(waiter.take_posted());
-            let cqs = dev.progress_once(if nap.is_some() { 0 } else { 1 });
-            if let Some(nap) = nap {
-                drop((cqs, dev));
-                woken = waiter.nap(nap);
+            let nap = cadence
+                .next(waiter.take_posted() || rung)
+                .unwrap_or(FULL_TURN);
+            // Peers on this host ring while we nap (keymap) rather than wait for the next
+            // turn. Said before the last look, so a request posted after it finds us napping.
+            dev.dom.keys.set_idle(true);
+            let cqs = dev.progress_once(0);
+            drop((cqs, dev));
+            rung = waiter.nap(nap);
+            woken = rung;
+            if let Some(dev) = me.upgrade() {
+                dev.dom.keys.set_idle(false);
             }
             continue;
         }

@@ -386,6 +386,7 @@ impl Domain {
         let local_descs = mr_mode & fi::FI_MR_LOCAL as i32 != 0;
         let keys = crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
             .map_err(|e| format!("key table: {e}"))?;
+        keys.set_bell(waiter.wake_fd());
         if !keys.registrations_distinct(domain.ptr()) {
             return Err(String::from(
                 "libfabric's MR cache gives overlapping registrations one key \

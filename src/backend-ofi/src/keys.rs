@@ -127,6 +127,16 @@ pub(crate) struct KeyTable {
 }
 
 impl KeyTable {
+    /// The doorbell peers on this host ring (`keymap`): the progress thread's eventfd.
+    pub(crate) fn set_bell(&self, fd: std::os::fd::RawFd) {
+        self.memory.set_bell(fd);
+    }
+
+    /// The progress thread sleeps at its idle pace (peers ring), or is back (`keymap`).
+    pub(crate) fn set_idle(&self, idle: bool) {
+        self.memory.set_idle(idle);
+    }
+
     /// Registers the table for remote reads; `by_offset`: the provider
     /// addresses registrations by offset (the table's entry 0 is then at 0).
     pub(crate) fn open(domain: *mut fi::fid_domain, by_offset: bool) -> Result<KeyTable> {

@@ -85,6 +85,11 @@ impl Waiter {
         Ok(())
     }
 
+    /// The eventfd that wakes the thread (`wake`), also peers' doorbell (`keymap`).
+    pub(crate) fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
     /// A consumer polled a CQ and moved the provider itself.
     pub(crate) fn consumer_polled(&self) {
         let now = self.epoch.elapsed().as_nanos() as u64 + 1;

@@ -538,6 +538,10 @@ impl OfiQp {
             inner.starts.remove(&rkey);
         }
         crate::check(rc, "post", Error::NoResource(Resource::WorkQueue))?;
+        if let Some(peer) = inner.peer_keys.as_ref() {
+            // A target on this host sleeping at its idle pace serves it now.
+            peer.ring();
+        }
         inner.sends_given += 1;
         if let Kind::Send { .. } = request.kind {
             self.await_receipt(&dev, inner, request.token);
