@@ -91,8 +91,27 @@ pub const MAX_REGION_BYTES: u64 = 1 << 56;
 
 /// Bytes a datagram receive reserves before the payload: on InfiniBand and RoCE the Global
 /// Route Header the NIC writes there (the receive's byte_len counts them); backends without
-/// one write a GRH of their own (see the TCP backend).
+/// one write a GRH of their own (`software_grh`).
 pub const GRH_LEN: u32 = 40;
+
+/// The GRH area a software backend writes before a received datagram: an InfiniBand GRH (IP
+/// version 6, payload length, next header 0x1B, hop limit 64) whose source and destination
+/// GIDs are the IPv4-mapped addresses of the sending and the receiving IA, as RoCE GIDs of
+/// IPv4 addresses are.
+pub fn software_grh(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    payload_len: usize,
+) -> [u8; GRH_LEN as usize] {
+    let mut g = [0u8; GRH_LEN as usize];
+    g[0] = 0x60;
+    g[4..6].copy_from_slice(&(payload_len.min(0xffff) as u16).to_be_bytes());
+    g[6] = 0x1b;
+    g[7] = 64;
+    g[8..24].copy_from_slice(&src.to_ipv6_mapped().octets());
+    g[24..40].copy_from_slice(&dst.to_ipv6_mapped().octets());
+    g
+}
 
 /// One element of a scatter-gather list: the 2.0 LMR triplet, same layout as ibv_sge.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

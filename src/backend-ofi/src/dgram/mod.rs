@@ -289,21 +289,6 @@ fn parse_header(d: &[u8]) -> Option<(Ipv4Addr, bool)> {
     Some((ip, d[3] & SOLICITED != 0))
 }
 
-/// The GRH area of a received datagram, as an InfiniBand GRH (IP version 6,
-/// payload length, next header 0x1B, hop limit 64) whose GIDs are the
-/// IPv4-mapped addresses of the sending and the receiving IA (as the TCP
-/// backend writes it).
-fn grh(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize) -> [u8; daplrs_backend::GRH_LEN as usize] {
-    let mut g = [0u8; daplrs_backend::GRH_LEN as usize];
-    g[0] = 0x60;
-    g[4..6].copy_from_slice(&(payload_len.min(0xffff) as u16).to_be_bytes());
-    g[6] = 0x1b;
-    g[7] = 64;
-    g[8..24].copy_from_slice(&src.to_ipv6_mapped().octets());
-    g[24..40].copy_from_slice(&dst.to_ipv6_mapped().octets());
-    g
-}
-
 /// Opens a registration of `len` bytes at `addr` for local sends and
 /// receives (FI_MR_LOCAL providers).
 fn register(dg: &Dgram, addr: *const u8, len: usize) -> Result<Fid<fi::fid_mr>> {

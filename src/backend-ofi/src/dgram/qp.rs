@@ -5,7 +5,7 @@
 //!
 //! The provider never sees the consumer's receives. A datagram lands in a
 //! buffer of ours and is copied into the receive posted first, after a GRH
-//! area (`grh`); one that finds no receive is dropped and counted, one
+//! area (`daplrs_backend::software_grh`); one that finds no receive is dropped and counted, one
 //! larger than its receive fails it (LocalLength) and stops the QP: Error,
 //! the rest flushed, `CmEvent::Broken`, as an InfiniBand UD QP. So the
 //! trait's semantics hold whatever the provider does with a datagram that
@@ -29,7 +29,7 @@ use daplrs_backend::{
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
-use super::{grh, header, parse_header, register, Dgram, OfiAh, HEADER};
+use super::{header, parse_header, register, Dgram, OfiAh, HEADER};
 use crate::cq::{drain, Done, OfiCq};
 use crate::domain::Domain;
 use crate::{opened, Fid};
@@ -390,7 +390,11 @@ impl DgramQp {
             return;
         };
         let mut data = Vec::with_capacity(GRH_LEN as usize + payload.len());
-        data.extend_from_slice(&grh(from, self.dg.address, payload.len()));
+        data.extend_from_slice(&daplrs_backend::software_grh(
+            from,
+            self.dg.address,
+            payload.len(),
+        ));
         data.extend_from_slice(payload);
         match crate::srq::copy_into(&wr, &data) {
             Ok(n) => out.received.push(WorkCompletion {

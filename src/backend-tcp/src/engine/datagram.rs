@@ -63,20 +63,6 @@ fn peer(addr: Ipv4Addr, qpn: u32) -> UdPeer {
     }
 }
 
-/// The GRH area of a received datagram: an InfiniBand GRH (IP version 6, payload length,
-/// next header 0x1B, hop limit 64) whose source and destination GIDs are the IPv4-mapped
-/// addresses of the sending and the receiving IA, as RoCE GIDs of IPv4 addresses are.
-pub(crate) fn grh(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize) -> [u8; GRH_LEN as usize] {
-    let mut g = [0u8; GRH_LEN as usize];
-    g[0] = 0x60;
-    g[4..6].copy_from_slice(&(payload_len.min(0xffff) as u16).to_be_bytes());
-    g[6] = 0x1b;
-    g[7] = 64;
-    g[8..24].copy_from_slice(&src.to_ipv6_mapped().octets());
-    g[24..40].copy_from_slice(&dst.to_ipv6_mapped().octets());
-    g
-}
-
 impl Engine {
     /// A new datagram QP on `sock` (bound to the device's address), ready at once.
     pub(crate) fn create_ud_qp(
@@ -259,7 +245,11 @@ impl Engine {
                 continue;
             };
             let mut data = Vec::with_capacity(GRH_LEN as usize + message.len());
-            data.extend_from_slice(&grh(*src.ip(), sh.addr, message.len()));
+            data.extend_from_slice(&daplrs_backend::software_grh(
+                *src.ip(),
+                sh.addr,
+                message.len(),
+            ));
             data.extend_from_slice(message);
             let status = match sh.keys.read().scatter(&wr.sgl, e.pd, &data) {
                 Ok(()) => WcStatus::Success,
