@@ -178,7 +178,7 @@ done > "$out/dat.conf"
 ofi_lib=$top/build/lib/libdaplrs-ofi.so.2
 for v in "u2.0 nonthreadsafe default $ofi_lib dapl.2.0" "u1.2 nonthreadsafe default $ofi_lib dapl.1.2" \
 	"u2.0 threadsafe default $ofi_lib dapl.2.0" "u1.2 threadsafe default $ofi_lib dapl.1.2"; do
-	echo "rs-ofi-vrxm $v \"ofi verbs;ofi_rxm rxe0\" \"\""
+	echo "rs-ofi-vrxm $v \"ofi verbs;ofi_rxm rxe0 dgram=verbs\" \"\""
 	echo "rs-ofi-vmsg $v \"ofi verbs rxe0\" \"\""
 done >> "$out/dat.conf"
 sed "s|default $lib |default $libpath |" "$out/dat.conf" > "$out/ofed-dat.conf"
@@ -572,7 +572,12 @@ ofi_debian() {
 	run "$name-dtestx-q" ours_env dtestx -P "$ia" -q
 	grep -q "Open_Query: $ia num_attrs" "$out/$name-dtestx-q.log" || bad "$name-dtestx-q printed no Open_Query line"
 	dtestsrq_pair "$name-dtestsrq" "$ia"
-	echo "  skip $tag$name-dtestx-ud: the ofi backend has no datagram endpoints (docs/libfabric.md)"
+	# datagrams over the entry's dgram= provider (verbs UD on rxe0)
+	if [ "$ia" = rs-ofi-vrxm ]; then
+		dtestx_pair "$name-dtestx-ud" "$ia" "-s -u" "-c -u"
+	else
+		echo "  skip $tag$name-dtestx-ud: $ia has no datagram EPs (dgram= is not set; docs/libfabric.md)"
+	fi
 }
 
 for k in $VERBS_KINDS; do

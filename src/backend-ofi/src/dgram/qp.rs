@@ -445,7 +445,7 @@ impl DgramQp {
     /// Gathers `wr`'s message behind our header into send buffer `i` and
     /// hands it to the provider.
     fn post_datagram(&self, i: usize, wr: &SendWr, len: usize, fi_addr: u64) -> Result<()> {
-        let (_, prefix, _, _) = self.dg.ep_limits();
+        let prefix = self.dg.tx_prefix();
         let at = self.recv_bufs + i;
         let buf = self.buffer(at);
         let h = header(self.dg.address, wr.solicited);
