@@ -313,6 +313,31 @@ fn atomics_offered(info: &Info, domain: &Fid<fi::fid_domain>) -> bool {
         && offered(fi::fi_op_FI_CSWAP, fi::FI_COMPARE_ATOMIC)
 }
 
+/// An opened fabric and its domain.
+pub(crate) type FabricDomain = (Fid<fi::fid_fabric>, Fid<fi::fid_domain>);
+
+/// Opens the fabric and domain `info` describes; on failure, the call that failed and its
+/// code. The entry's own provider and a `dgram=` provider open theirs alike.
+pub(crate) fn fabric_and_domain(
+    info: &Info,
+) -> std::result::Result<FabricDomain, (&'static str, i32)> {
+    // SAFETY: an fi_info of fi_getinfo; each object opened is owned by a Fid (closed on drop).
+    unsafe {
+        let mut fabric = null_mut();
+        let rc = fi::fi_fabric((*info.ptr()).fabric_attr, &mut fabric, null_mut());
+        if rc != 0 {
+            return Err(("fi_fabric", rc));
+        }
+        let fabric = Fid(fabric);
+        let mut domain = null_mut();
+        let rc = fi::fi_domain(fabric.ptr(), info.ptr(), &mut domain, null_mut());
+        if rc != 0 {
+            return Err(("fi_domain", rc));
+        }
+        Ok((fabric, Fid(domain)))
+    }
+}
+
 impl Domain {
     /// Opens the fabric, domain and EQ of "ofi <provider> [where]"; also
     /// whether the progress thread must poll (the provider moves data only
@@ -331,20 +356,9 @@ impl Domain {
             target.address
         };
         let fail = |what: &str, rc: i32| OpenFailure::from(format!("{what}: {}", fi::strerror(rc)));
-        // SAFETY: the fi_info of fi_getinfo above; each object opened is owned by a Fid.
-        let (fabric, domain, eq) = unsafe {
-            let mut fabric = null_mut();
-            let rc = fi::fi_fabric((*info.ptr()).fabric_attr, &mut fabric, null_mut());
-            if rc != 0 {
-                return Err(fail("fi_fabric", rc));
-            }
-            let fabric = Fid(fabric);
-            let mut domain = null_mut();
-            let rc = fi::fi_domain(fabric.ptr(), info.ptr(), &mut domain, null_mut());
-            if rc != 0 {
-                return Err(fail("fi_domain", rc));
-            }
-            let domain = Fid(domain);
+        let (fabric, domain) = fabric_and_domain(&info).map_err(|(what, rc)| fail(what, rc))?;
+        // SAFETY: the fabric just opened; the EQ opened is owned by a Fid.
+        let eq = unsafe {
             let mut eq = null_mut();
             let mut rc = -1;
             // A descriptor to sleep on (see `wait`), else whatever the provider has.
@@ -362,7 +376,7 @@ impl Domain {
             if rc != 0 {
                 return Err(fail("fi_eq_open", rc));
             }
-            (fabric, domain, Fid(eq))
+            Fid(eq)
         };
         // SAFETY: the fi_info of fi_getinfo above.
         let parks =

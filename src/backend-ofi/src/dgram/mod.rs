@@ -91,20 +91,10 @@ impl Dgram {
         let info = getinfo(provider, address)?;
         let fail =
             |what: &str, rc: i32| format!("datagrams ({provider}): {what}: {}", fi::strerror(rc));
-        // SAFETY: the fi_info just returned; each object opened is owned by a Fid.
+        let (fabric, domain) =
+            crate::domain::fabric_and_domain(&info).map_err(|(what, rc)| fail(what, rc))?;
+        // SAFETY: the domain just opened; the AV opened is owned by a Fid.
         unsafe {
-            let mut fabric = null_mut();
-            let rc = fi::fi_fabric((*info.ptr()).fabric_attr, &mut fabric, null_mut());
-            if rc != 0 {
-                return Err(fail("fi_fabric", rc));
-            }
-            let fabric = Fid(fabric);
-            let mut domain = null_mut();
-            let rc = fi::fi_domain(fabric.ptr(), info.ptr(), &mut domain, null_mut());
-            if rc != 0 {
-                return Err(fail("fi_domain", rc));
-            }
-            let domain = Fid(domain);
             let mut attr = fi::fi_av_attr {
                 type_: fi::fi_av_type_FI_AV_TABLE,
                 count: 64,
