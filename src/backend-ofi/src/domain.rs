@@ -488,6 +488,18 @@ impl Domain {
         self.name.split(' ').nth(1) == Some("shm")
     }
 
+    /// Whether shm moves a read of `len` bytes in segments through its bounce
+    /// buffers (1.17 picks cross-memory attach for no read, `smr_select_proto`)
+    /// and so refuses every other request to that peer until it completed
+    /// (`sar_status`). Each refused attempt took the peer's lock, spinning
+    /// while the peer copied under it, and looked at the peer's mappings: the
+    /// QP holds what follows such a read until it completed (`OfiQp::issue`).
+    pub(crate) fn segmented_read(&self, len: u64) -> bool {
+        /// shm's largest message kept whole (`SMR_INJECT_SIZE`).
+        const SHM_INJECT_MAX: u64 = 4096;
+        self.fresh_lookups() && len > SHM_INJECT_MAX
+    }
+
     /// Whether a request through a peer's key whose entry says `remote`
     /// reads the entry again next time: always on shm (`fresh_lookups`); on
     /// a provider choosing its own keys, for a window's binding: its

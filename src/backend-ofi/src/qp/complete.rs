@@ -88,6 +88,9 @@ impl OfiQp {
             self.received(&mut inner, token, result, data, out);
         } else {
             inner.sends_given = inner.sends_given.saturating_sub(1);
+            if inner.segmented == Some(token) {
+                inner.segmented = None;
+            }
             let num = self.num;
             inner.sends.mark(token, |s| match result {
                 Ok(_) => WorkCompletion::new(s.wr_id, WcStatus::Success, s.opcode, s.len, num),

@@ -64,6 +64,7 @@ impl OfiQp {
         inner.state = QpState::Connecting;
         inner.recvs_given = 0;
         inner.sends_given = 0;
+        inner.segmented = None;
         inner.messages = 0;
         inner.received = 0;
         inner.receipts_over = false;

@@ -343,6 +343,9 @@ struct Inner {
     /// Receives and requests the provider holds now (at most its depths).
     recvs_given: usize,
     sends_given: usize,
+    /// A read the provider moves in segments, one at a time per peer (shm:
+    /// `Domain::segmented_read`), is out: its token. The requests after it wait.
+    segmented: Option<u32>,
     local: Option<SocketAddrV4>,
     remote: Option<SocketAddrV4>,
     /// The disconnection was reported (once per connection).
@@ -568,6 +571,7 @@ impl OfiQp {
                 announced: None,
                 recvs_given: 0,
                 sends_given: 0,
+                segmented: None,
                 local: None,
                 remote: None,
                 ended: false,

@@ -168,6 +168,7 @@ impl OfiQp {
         }
         if inner.broke
             || !inner.held.is_empty()
+            || inner.segmented.is_some()
             || (request.fence && inner.sends.slots.len() > 1)
             || !self.provider_room(inner, &request.kind)
         {
@@ -177,10 +178,10 @@ impl OfiQp {
         match self.issue(inner, &request) {
             Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
                 // The provider is busy (ofi_rxm: its connection to the peer
-                // is still being made): held, and tried again by the
-                // progress thread, in order.
+                // is still being made; shm: a large transfer to the peer
+                // runs): held, and tried again in order (`retry_busy`).
                 inner.held.push_back(request);
-                dev.retry_later(self.num);
+                self.retry_busy(&dev, inner);
                 Ok(())
             }
             Err(e) => {
@@ -292,6 +293,20 @@ impl OfiQp {
         inner.sends_given + need <= self.depths.1.saturating_sub(2).max(need)
     }
 
+    /// Has the held requests posted again after the provider said it was busy.
+    /// With requests of ours still at the provider, the next one's completion
+    /// does it (each calls `release_held`), on whichever thread reads the CQ:
+    /// asking the progress thread as well woke it at every refusal while a
+    /// polling consumer kept a window of large transfers going (shm refuses a
+    /// peer's RMA while one of its transfers is segmented), and the two then
+    /// spun on shm's locks on two CPUs (1 MiB reads 0.70x of raw shm's).
+    /// With none, nothing else would come back here: the progress thread does.
+    pub(super) fn retry_busy(&self, dev: &Domain, inner: &Inner) {
+        if inner.sends_given == 0 {
+            dev.retry_later(self.num);
+        }
+    }
+
     pub(super) fn send_room(&self, inner: &Inner) -> bool {
         inner.sends.slots.len() < self.cap.max_send_wr.max(1) as usize
     }
@@ -307,7 +322,8 @@ impl OfiQp {
                 return;
             }
             let first = front.token.wrapping_sub(inner.sends.base) & TOKEN_MASK == 0;
-            if front.fence && !first {
+            if (front.fence && !first) || inner.segmented.is_some() {
+                // Its completion comes back here.
                 return;
             }
             let rkey = front.kind.rkey();
@@ -323,7 +339,7 @@ impl OfiQp {
                     Ok(()) => return,
                     Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
                         // Busy (see `post_request`): tried again soon.
-                        dev.retry_later(self.num);
+                        self.retry_busy(&dev, inner);
                         return;
                     }
                     Err(e) => {
@@ -344,7 +360,7 @@ impl OfiQp {
                 Err(Error::NoResource(Resource::WorkQueue)) if dev.rdm => {
                     // Busy (see `post_request`): it keeps its place.
                     inner.held.push_front(request);
-                    dev.retry_later(self.num);
+                    self.retry_busy(&dev, inner);
                     return;
                 }
                 Err(e) => {
@@ -543,6 +559,9 @@ impl OfiQp {
             peer.ring();
         }
         inner.sends_given += 1;
+        if matches!(request.kind, Kind::Read { .. }) && dev.segmented_read(request.len) {
+            inner.segmented = Some(request.token);
+        }
         if let Kind::Send { .. } = request.kind {
             self.await_receipt(&dev, inner, request.token);
         }
