@@ -330,6 +330,8 @@ impl Cadence {
 fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
     const FULL_TURN: std::time::Duration = std::time::Duration::from_millis(1);
     waiter.precise_naps();
+    // Held while this thread runs: its end, or the process's, tells peers (keymap).
+    let _alive = me.upgrade().map(|dev| dev.dom.keys.hold_alive());
     let mut cadence = Cadence::default();
     let mut napping_since: Option<std::time::Instant> = None;
     // Woken from a nap: a connection to break, a new CQ or the stop.

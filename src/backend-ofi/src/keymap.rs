@@ -16,6 +16,15 @@
 //! ofi_rxm have no descriptor to sleep on, so the thread looks once a millisecond). An
 //! initiator that hands the provider a request for such a target rings it: a target blocked
 //! in `dat_evd_wait` served 1 MiB reads at one a millisecond (about 1,000 MB/s) without it.
+//!
+//! And it holds the target's sign of life: a robust process-shared mutex its progress thread
+//! holds while the device lives (`TableMemory::hold_alive`). libfabric 1.17's shm guards each
+//! endpoint's queues with a spin lock in shared memory; a process killed while holding its
+//! own (its progress takes it all the time) leaves it held, and a request of ours to it then
+//! spins forever inside the provider, with the QP's lock held, so that the connection's end
+//! is never reported (test_peer_killed hung 3 runs in 8). The kernel marks a robust mutex
+//! whose holder died (FUTEX_OWNER_DIED in its word): one load says the peer is gone, and the
+//! QP gives the provider nothing more for it (`OfiQp::peer_gone`).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -36,6 +45,10 @@ const FILE_BYTES: usize = TABLE_BYTES + 4096;
 /// In that page: the token (8 bytes), the doorbell's descriptor, the idle word.
 const BELL_FD_AT: usize = TABLE_BYTES + 8;
 const IDLE_AT: usize = TABLE_BYTES + 12;
+/// The sign of life: a pthread_mutex_t (robust, process-shared), its futex word first.
+const ALIVE_AT: usize = TABLE_BYTES + 64;
+/// The futex word's bit the kernel sets when a robust mutex's holder dies (linux/futex.h).
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
 /// The doorbell's descriptor word before one is set.
 const NO_BELL: u32 = u32::MAX;
 
@@ -105,6 +118,12 @@ impl Mapping {
         unsafe { self.0.as_ptr().add(TABLE_BYTES).cast() }
     }
 
+    /// The sign of life's mutex (ALIVE_AT, 64-aligned, inside the mapping).
+    fn alive_mutex(&self) -> *mut libc::pthread_mutex_t {
+        // SAFETY: ALIVE_AT plus a mutex's size is inside FILE_BYTES.
+        unsafe { self.0.as_ptr().add(ALIVE_AT).cast() }
+    }
+
     /// The 32-bit word at `at` of the doorbell (4-aligned, inside the mapping; an atomic is
     /// valid at any bit pattern, and only read where the mapping is read-only).
     fn word(&self, at: usize) -> &AtomicU32 {
@@ -123,7 +142,9 @@ impl Drop for Mapping {
 /// Our table's entries: a sealed memfd mapped shared, or private memory where a memfd
 /// cannot be had (then nothing is offered to peers).
 pub(crate) struct TableMemory {
-    map: Mapping,
+    /// Shared with the thread holding the sign of life (`Alive`), which unlocks it before
+    /// the memory may go.
+    map: Arc<Mapping>,
     file: Option<OwnedFd>,
     token: u64,
 }
@@ -143,7 +164,29 @@ impl TableMemory {
         // SAFETY: the token's word, writable; nothing else refers to it yet.
         unsafe { map.token().write(token) };
         map.word(BELL_FD_AT).store(NO_BELL, Ordering::Release);
-        Ok(TableMemory { map, file, token })
+        init_robust(map.alive_mutex())?;
+        Ok(TableMemory {
+            map: Arc::new(map),
+            file,
+            token,
+        })
+    }
+
+    /// Holds our sign of life on the calling thread until the guard drops (on this thread).
+    /// The progress thread's, for the device's life: its end, or the process's, tells peers.
+    pub(crate) fn hold_alive(&self) -> Alive {
+        let m = self.map.alive_mutex();
+        // SAFETY: our mutex, initialized in `new`; its memory is held by the guard's Arc.
+        let rc = unsafe { libc::pthread_mutex_lock(m) };
+        if rc == libc::EOWNERDEAD {
+            // An earlier holder thread of ours ended without unlocking: ours again.
+            // SAFETY: we hold it (EOWNERDEAD locks it).
+            unsafe { libc::pthread_mutex_consistent(m) };
+        }
+        Alive {
+            map: (rc == 0 || rc == libc::EOWNERDEAD).then(|| self.map.clone()),
+            _here: std::marker::PhantomData,
+        }
     }
 
     /// Names `fd` (the progress thread's eventfd) as our doorbell for peers on this host.
@@ -172,6 +215,42 @@ impl TableMemory {
             fd: fd as u32,
             token: self.token,
         })
+    }
+}
+
+/// Initializes the robust process-shared mutex at `m` (zeroed memory of ours).
+fn init_robust(m: *mut libc::pthread_mutex_t) -> std::io::Result<()> {
+    // SAFETY: an attribute object of ours, destroyed after use; `m` is a mutex's worth of
+    // our writable mapping, not yet used.
+    unsafe {
+        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+        libc::pthread_mutexattr_init(&mut attr);
+        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+        libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+        let rc = libc::pthread_mutex_init(m, &attr);
+        libc::pthread_mutexattr_destroy(&mut attr);
+        match rc {
+            0 => Ok(()),
+            e => Err(std::io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// Our sign of life held (`TableMemory::hold_alive`): unlocked on drop, on the thread that
+/// locked it, before the table's memory can be unmapped (the kernel's robust list of that
+/// thread names it until then).
+pub(crate) struct Alive {
+    map: Option<Arc<Mapping>>,
+    /// Unlocked where it was locked: never sent to another thread.
+    _here: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        if let Some(map) = &self.map {
+            // SAFETY: locked by this thread in `hold_alive` (the guard is not Send).
+            unsafe { libc::pthread_mutex_unlock(map.alive_mutex()) };
+        }
     }
 }
 
@@ -272,6 +351,14 @@ impl PeerKeys {
         }
     }
 
+    /// Whether the peer's process (or its device's progress thread) ended: it held its sign
+    /// of life when it died. One load of a line written once.
+    #[inline]
+    pub(crate) fn gone(&self) -> bool {
+        let word = self.map.word(ALIVE_AT).load(Ordering::Acquire);
+        word & FUTEX_OWNER_DIED != 0
+    }
+
     /// Whether our reads and writes of the peer's memory may be tried.
     pub(crate) fn cma_allowed(&self) -> bool {
         self.cma.load(Ordering::Relaxed)
@@ -350,6 +437,34 @@ mod tests {
             ..ours.share().expect("shared")
         };
         assert!(cache.get(Some(forged)).is_none());
+    }
+
+    /// A table whose sign of life's holder ended holding it reads as gone to a peer (a
+    /// killed process: the kernel marks the robust mutex); one never held, or let go, does
+    /// not; a new holder makes it alive again.
+    #[test]
+    fn a_holder_that_ended_holding_the_sign_of_life_reads_as_gone() {
+        let ours = TableMemory::new().expect("table memory");
+        let theirs = PeerKeysCache::default().get(ours.share()).expect("mapped");
+        assert!(!theirs.gone(), "never held");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let held = ours.hold_alive();
+                assert!(!theirs.gone(), "held");
+                drop(held);
+            });
+        });
+        assert!(!theirs.gone(), "let go");
+        // Joined by hand: the scope's own join returns once the closure ended, maybe
+        // before the kernel walked the thread's robust list at its exit.
+        std::thread::scope(|s| {
+            let ended = s.spawn(|| std::mem::forget(ours.hold_alive()));
+            ended.join().expect("the holder thread");
+        });
+        assert!(theirs.gone(), "its holder ended holding it");
+        let again = ours.hold_alive();
+        assert!(!theirs.gone(), "held again");
+        drop(again);
     }
 
     /// A peer rings our doorbell only while we say we nap; a table naming no doorbell

@@ -132,6 +132,11 @@ impl KeyTable {
         self.memory.set_bell(fd);
     }
 
+    /// Our sign of life for peers on this host, held by the calling thread (`keymap`).
+    pub(crate) fn hold_alive(&self) -> crate::keymap::Alive {
+        self.memory.hold_alive()
+    }
+
     /// The progress thread sleeps at its idle pace (peers ring), or is back (`keymap`).
     pub(crate) fn set_idle(&self, idle: bool) {
         self.memory.set_idle(idle);

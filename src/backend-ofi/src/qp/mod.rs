@@ -623,6 +623,13 @@ impl OfiQp {
         context_of(self.conn.load(Ordering::Acquire), token)
     }
 
+    /// The peer on this host died holding its sign of life (`keymap`): nothing more of
+    /// ours goes to the provider for it (shm would spin forever on the lock the peer left
+    /// held); what waits is flushed when the connection's end is read (`rdm::on_end`).
+    fn peer_gone(inner: &Inner) -> bool {
+        inner.peer_keys.as_ref().is_some_and(|p| p.gone())
+    }
+
     /// The endpoint the QP posts on: its own, or its port's.
     fn ep_of(inner: &Inner) -> Option<*mut fi::fid_ep> {
         match (&inner.ep, &inner.port) {

@@ -441,6 +441,10 @@ impl OfiQp {
         if let Some(status) = self.try_inline(inner, request) {
             return Ok(Some(status));
         }
+        if self.rdm && Self::peer_gone(inner) {
+            // Held as for a busy provider until the connection's end flushes it.
+            return Err(Error::NoResource(Resource::WorkQueue));
+        }
         let dev = self.dev.upgrade().ok_or(Error::NoDevice)?;
         if dev.rdm
             && request.len == 0
@@ -723,7 +727,12 @@ impl OfiQp {
             data: msg.data,
             ..Default::default()
         };
+        let gone = self.rdm && Self::peer_gone(inner);
         let posted = Self::ep_of(inner).map_or(-(fi::FI_ENOTCONN as isize), |ep| {
+            if gone {
+                // As busy: kept until the connection's end (`peer_gone`).
+                return -(fi::FI_EAGAIN as isize);
+            }
             // SAFETY: an enabled endpoint; no buffers.
             unsafe {
                 if self.rdm {

@@ -442,7 +442,7 @@ impl OfiQp {
         let (Some(ep), true, key) = (Self::ep_of(&inner), open, inner.peer.farewell_key) else {
             return;
         };
-        if key == 0 {
+        if key == 0 || Self::peer_gone(&inner) {
             return;
         }
         let words = [inner.received, !inner.received];
