@@ -37,7 +37,7 @@ pub(super) struct KeyEntry {
     pub window: bool,
     /// The memory region's key: its own for a region, the one it is bound into for a window.
     pub region: u32,
-    /// Where the key's memory lies in a memfd same-host peers may map (samehost/arena.rs).
+    /// Where the key's memory lies in a memfd same-host peers may map (daplrs_backend::arena).
     pub arena: Option<ArenaSpan>,
 }
 
@@ -456,7 +456,7 @@ impl Keys {
         // Sent straight from the memory, which must be there: once the header is out, only
         // the whole payload may follow it.
         // SAFETY: as below.
-        if !unsafe { super::guarded::readable(addr, len) } {
+        if !unsafe { daplrs_backend::guarded::readable(addr, len) } {
             return Err(Some(Status::RemoteAccess));
         }
         // SAFETY: check_remote verified [addr, addr+len) lies in a live registration with

@@ -28,7 +28,7 @@ mod completions;
 mod cq;
 mod device;
 mod engine;
-mod guarded;
+use daplrs_backend::guarded;
 mod keys;
 mod mem;
 mod poll_wait;
@@ -64,8 +64,8 @@ pub use daplrs_backend::netif::resolve_address;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod test_support {
-    pub use super::samehost::arena::test_pages::Pages;
     pub use super::samehost::{test_hooks, Mode, Stats};
+    pub use daplrs_backend::arena::test_pages::Pages;
 }
 
 #[cfg(test)]

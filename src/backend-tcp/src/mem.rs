@@ -1,5 +1,5 @@
 //! Protection domains, memory regions and memory windows: entries of the key registry
-//! (keys.rs), and the arenas same-host peers copy through (samehost/arena.rs). A window's
+//! (keys.rs), and the arenas same-host peers copy through (daplrs_backend::arena). A window's
 //! bindings, which the engine applies, are window.rs's.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -15,7 +15,9 @@ use std::os::fd::{AsRawFd, RawFd};
 /// registry lock, so the registration cannot end during the copy.
 pub(super) unsafe fn copy_from_registered(addr: u64, out: &mut [u8]) -> bool {
     // SAFETY: `out` is ours; the range is the caller's promise.
-    unsafe { super::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, out.len()) }
+    unsafe {
+        daplrs_backend::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, out.len())
+    }
 }
 
 /// Returns a copy of `len` bytes at `addr` (without zero-filling the new buffer first); None
@@ -26,7 +28,8 @@ pub(super) unsafe fn copy_from_registered(addr: u64, out: &mut [u8]) -> bool {
 pub(super) unsafe fn read_registered(addr: u64, len: usize) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(len);
     // SAFETY: the vector's capacity is `len` bytes; the range is the caller's promise.
-    if !unsafe { super::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, len) } {
+    if !unsafe { daplrs_backend::guarded::copy(out.as_mut_ptr(), addr as usize as *const u8, len) }
+    {
         return None;
     }
     // SAFETY: the first `len` bytes were just initialised by the copy.
@@ -41,7 +44,7 @@ pub(super) unsafe fn read_registered(addr: u64, len: usize) -> Option<Vec<u8>> {
 /// As for `copy_from_registered`, and the registration grants write access.
 pub(super) unsafe fn copy_to_registered(addr: u64, data: &[u8]) -> bool {
     // SAFETY: `data` is only read; the range is the caller's promise.
-    unsafe { super::guarded::copy(addr as usize as *mut u8, data.as_ptr(), data.len()) }
+    unsafe { daplrs_backend::guarded::copy(addr as usize as *mut u8, data.as_ptr(), data.len()) }
 }
 
 /// A 64-bit atomic on this process's word at `addr`: fetch-and-add of `operand`, or with
@@ -54,7 +57,7 @@ pub(super) unsafe fn copy_to_registered(addr: u64, data: &[u8]) -> bool {
 /// why the access is atomic).
 pub(super) unsafe fn atomic_registered(addr: u64, operand: u64, swap: Option<u64>) -> Option<u64> {
     // SAFETY: the caller's promise.
-    unsafe { super::guarded::atomic(addr as usize as *mut u64, operand, swap) }
+    unsafe { daplrs_backend::guarded::atomic(addr as usize as *mut u64, operand, swap) }
 }
 
 pub(super) use libc::{POLLERR, POLLHUP, POLLIN, POLLNVAL, POLLOUT, POLLRDHUP};

@@ -13,7 +13,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod arena;
 pub mod error;
+pub mod guarded;
 pub mod intmap;
 pub mod mapping;
 pub mod memfile;

@@ -187,7 +187,7 @@ impl TestDevice {
 
 /// Memory the transport writes behind Rust's back: accessed only through its raw pointer.
 /// A mapping of its own, zero-filled: two heap buffers may share a page, and a region with a
-/// page in another region's arena gets none (samehost/arena.rs), which tests of the same-host
+/// page in another region's arena gets none (daplrs_backend::arena), which tests of the same-host
 /// path must not depend on.
 pub(crate) struct Buffer {
     pages: daplrs_tcp::test_support::Pages,

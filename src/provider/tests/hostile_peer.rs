@@ -119,7 +119,7 @@ fn rss_kib() -> u64 {
 
 /// Our open descriptors, but for the memfds of arenas (registered memory peers copy through
 /// often moves into one during the run, which holds a descriptor while registered: not a
-/// leak; see samehost/arena.rs).
+/// leak; see daplrs_backend::arena).
 fn fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd")
         .expect("fds")

@@ -26,7 +26,7 @@
 //! read once), and bound our wait for its mutex.
 //!
 //! Registered memory that peers copy through often moves into an *arena*, a memfd peers map,
-//! so that their copies need no system call (arena.rs). Peers ask for it: the table has a
+//! so that their copies need no system call (daplrs_backend::arena). Peers ask for it: the table has a
 //! small ring of requests, written under its mutex, and a futex word (the bell) that the
 //! owner's keeper thread sleeps on; the owner checks each key asked for and moves what it
 //! may. What a peer writes there can make us move a region of ours, never touch another.
@@ -36,7 +36,7 @@
 //! device opens. Log target `daplrs::samehost`: whether each connection took the path, and why
 //! not.
 
-pub(crate) mod arena;
+pub(crate) use daplrs_backend::arena;
 pub(crate) mod board;
 pub(crate) mod peer;
 pub(crate) mod peer_table;
@@ -114,7 +114,7 @@ const _: () = assert!(OFF_ALIVE + sys::MUTEX_SIZE <= OFF_BELL);
 const _: () = assert!(OFF_REQS + 4 * REQUESTS <= OFF_SLOTS);
 
 /// One slot: state (0 empty, 1 live), key, addr, len, access, pd, window (0/1), region, and
-/// the key's arena (arena.rs): our descriptor of its memfd (NO_ARENA: none), its inode, and
+/// the key's arena (daplrs_backend::arena): our descriptor of its memfd (NO_ARENA: none), its inode, and
 /// the offset of the key's first byte in it.
 const SLOT_LEN: usize = 64;
 const S_STATE: usize = 0;
@@ -199,7 +199,7 @@ impl Keeper {
         let (t, until) = (table.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("daplrs-samehost".into())
-            // The promoter moves pages (arena.rs) on this thread.
+            // The promoter moves pages (daplrs_backend::arena) on this thread.
             .stack_size(256 * 1024)
             .spawn(move || {
                 crate::sigio::block_here();
@@ -227,7 +227,7 @@ impl Keeper {
 pub struct Stats {
     /// RDMA reads and writes completed on the same-host path.
     pub inline_ops: AtomicU64,
-    /// Of those, the ones copied through a mapping of the peer's arena (arena.rs).
+    /// Of those, the ones copied through a mapping of the peer's arena (daplrs_backend::arena).
     pub mapped_ops: AtomicU64,
     /// Connections whose peer table we mapped.
     pub attached: AtomicU64,
@@ -248,7 +248,7 @@ pub(crate) struct Local {
     _keeper: Option<Keeper>,
     /// Peers' tables mapped here, by (pid, nonce), shared by the connections to them.
     peers: parking_lot::Mutex<IntMap<(u32, u64), std::sync::Weak<PeerMapping>>>,
-    /// Registrations make arenas (arena.rs): the path is supported and DAPLRS_SAME_HOST_MAP
+    /// Registrations make arenas (daplrs_backend::arena): the path is supported and DAPLRS_SAME_HOST_MAP
     /// allows it.
     shares_pages: bool,
     /// What the keeper hands peers' requests to.
@@ -320,7 +320,7 @@ impl Local {
         self.mode != Mode::Never && self.table.is_some()
     }
 
-    /// Whether memory registered on this device may move into arenas peers map (arena.rs).
+    /// Whether memory registered on this device may move into arenas peers map (daplrs_backend::arena).
     pub fn shares_pages(&self) -> bool {
         self.shares_pages
     }
@@ -743,14 +743,14 @@ mod tests {
             .done());
     }
 
-    /// A key whose memory lies in an arena (arena.rs) is copied through our mapping of the
+    /// A key whose memory lies in an arena (daplrs_backend::arena) is copied through our mapping of the
     /// arena, under the same checks; an arena the table names wrongly (a hostile owner's, or
     /// a descriptor reused) is not used, and cross-memory attach moves the bytes instead.
     #[test]
     fn a_key_in_an_arena_is_copied_through_the_mapping() {
         let local = Local::new(Mode::Auto, 64, "test");
         let mut keys = Keys::published_in(local.publisher());
-        let pages = arena::tests::Pages::new(3 * 4096);
+        let pages = arena::test_pages::Pages::new(3 * 4096);
         // SAFETY: our own mapping, used only through this slice in this test.
         let target = unsafe { std::slice::from_raw_parts_mut(pages.ptr, pages.len) };
         target[100..108].copy_from_slice(b"arena!!!");
@@ -799,8 +799,8 @@ mod tests {
         // Mappings of their own: two heap buffers may share a page, and a region with a page
         // in another's arena gets none.
         let (a, b) = (
-            arena::tests::Pages::new(1 << 20),
-            arena::tests::Pages::new(1 << 20),
+            arena::test_pages::Pages::new(1 << 20),
+            arena::test_pages::Pages::new(1 << 20),
         );
         // SAFETY: inside our own mappings.
         unsafe {

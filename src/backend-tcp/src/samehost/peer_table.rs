@@ -48,7 +48,7 @@ pub(super) struct PeerMapping {
     /// The peer's `/proc/<pid>/mem`, for small transfers (`sys::proc_mem`); None if it could
     /// not be opened (then process_vm_readv/writev carry everything).
     mem: Option<std::fs::File>,
-    /// The peer's arenas (arena.rs) mapped here.
+    /// The peer's arenas (daplrs_backend::arena) mapped here.
     pub(super) arenas: parking_lot::Mutex<PeerArenas>,
     /// What copying through the peer's keys by cross-memory attach has cost us, to ask the
     /// peer to map their memory into arenas where that pays.
@@ -108,7 +108,7 @@ impl PeerArenas {
 /// What cross-memory attach through a peer's keys has cost us, by key, in units of about a
 /// microsecond (a system call, and each 8 KiB it copies more slowly than a copy through a
 /// mapping would). Once a key's memory has cost about what mapping it would (`worth_mapping`),
-/// the peer is asked to map it into an arena (arena.rs), and asked again at each doubling
+/// the peer is asked to map it into an arena (daplrs_backend::arena), and asked again at each doubling
 /// should a request be lost or not be met. Moving pages costs far more than a transfer: memory
 /// registered for one message (a message layer's rendezvous) is never moved, memory used
 /// again and again is.

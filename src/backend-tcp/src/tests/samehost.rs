@@ -447,7 +447,7 @@ fn placements_racing_a_flush_never_write_a_flushed_receive() {
 /// Sends (and everything else that is not an inline read or write) travel through the
 /// receivers' rings in both directions, in order, also messages several times a ring's size
 /// and more than a ring of small ones in flight; the server's frames arrive the same way.
-/// Registered memory a peer copies through often moves into an arena (samehost/arena.rs) on
+/// Registered memory a peer copies through often moves into an arena (daplrs_backend::arena) on
 /// its owner's keeper thread, at the peer's request, and the peer then copies through its
 /// mapping; not before the copies by cross-memory attach have cost about what the move does.
 /// The data stays whole throughout, and the pages are private again once deregistered.
@@ -488,10 +488,10 @@ fn memory_peers_copy_through_often_moves_into_an_arena() {
     let mapped_now = mapped(&c_stats);
     assert!(mapped_now >= 2);
     let (addr, len) = (server.buf.addr(), server.buf.len() as u64);
-    assert!(!super::super::samehost::arena::tests::is_private(addr, len));
+    assert!(!daplrs_backend::arena::is_private(addr, len));
     server.lmr.free().expect("free");
     assert!(
-        super::super::samehost::arena::tests::is_private(addr, len),
+        daplrs_backend::arena::is_private(addr, len),
         "private again once deregistered"
     );
     assert_eq!(server.buf.read(2000, 17), b"through the arena");
@@ -530,7 +530,7 @@ fn a_region_freed_while_its_pages_move_is_private_when_the_free_returns() {
         std::thread::sleep(Duration::from_micros(50 * (round % 5)));
         lmr.free().expect("free");
         assert!(
-            super::super::samehost::arena::tests::is_private(addr, len),
+            daplrs_backend::arena::is_private(addr, len),
             "round {round}: still in an arena after the free returned"
         );
         assert_eq!(
@@ -595,7 +595,7 @@ fn memory_registered_per_message_never_moves() {
         assert_eq!(client.buf.read(0, 4096), fill, "round {round}: ours");
         lmr.free().expect("free");
         assert!(
-            super::super::samehost::arena::tests::is_private(addr, len),
+            daplrs_backend::arena::is_private(addr, len),
             "round {round}: the buffer moved"
         );
     }

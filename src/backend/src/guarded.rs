@@ -17,7 +17,7 @@
 use std::sync::Once;
 
 /// Installs the fault handler (once; `copy` and `atomic` do it too).
-pub(super) fn install() {
+pub fn install() {
     imp::install();
 }
 
@@ -27,7 +27,7 @@ pub(super) fn install() {
 /// # Safety
 /// Each range is either memory of ours that stays valid for the call, or lies inside a live
 /// registration (which the consumer may have unmapped since: that is what is guarded).
-pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> bool {
+pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> bool {
     if len == 0 {
         return true;
     }
@@ -41,7 +41,7 @@ pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> bool {
 ///
 /// # Safety
 /// As for `copy`.
-pub(super) unsafe fn readable(addr: u64, len: usize) -> bool {
+pub unsafe fn readable(addr: u64, len: usize) -> bool {
     let page = 4096u64; // the smallest page size: larger pages are probed more often, not less
     let Some(last) = addr.checked_add(len.max(1) as u64 - 1) else {
         return false;
@@ -65,7 +65,7 @@ pub(super) unsafe fn readable(addr: u64, len: usize) -> bool {
 ///
 /// # Safety
 /// `addr` is 8-byte aligned and lies inside a live registration (see `copy`).
-pub(super) unsafe fn atomic(addr: *mut u64, operand: u64, swap: Option<u64>) -> Option<u64> {
+pub unsafe fn atomic(addr: *mut u64, operand: u64, swap: Option<u64>) -> Option<u64> {
     imp::install();
     // SAFETY: the caller's promise; a fault on the word is recovered (`imp`).
     unsafe { imp::atomic(addr, operand, swap) }

@@ -52,11 +52,14 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
 
-use super::{sys, LOG};
+mod sys;
+
+/// Log target.
+const LOG: &str = "daplrs::arena";
 
 /// What a key names of its arena: published in the key table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ArenaSpan {
+pub struct ArenaSpan {
     /// Our descriptor of the memfd (the peer opens /proc/<pid>/fd/<fd>).
     pub fd: u32,
     /// Its inode: the peer checks that the descriptor still names this memfd.
@@ -78,7 +81,7 @@ impl ArenaSpan {
 /// A memfd holding registered pages of ours, mapped at their addresses `[start, start +
 /// len)`. Dropped with the last registration in it, it moves the pages back to private
 /// memory.
-pub(crate) struct Arena {
+pub struct Arena {
     fd: OwnedFd,
     ino: u64,
     start: u64,
@@ -159,8 +162,7 @@ extern "C" fn private_in_child() {
             if copy == libc::MAP_FAILED {
                 continue;
             }
-            let copied =
-                super::super::guarded::copy(copy as *mut u8, start as usize as *const u8, len);
+            let copied = crate::guarded::copy(copy as *mut u8, start as usize as *const u8, len);
             let moved = copied
                 && libc::mremap(
                     copy,
@@ -186,7 +188,7 @@ struct Live {
 }
 
 /// Whether DAPLRS_SAME_HOST_MAP lets registrations make arenas (auto, the default, or never).
-pub(crate) fn enabled() -> bool {
+pub fn enabled() -> bool {
     match std::env::var("DAPLRS_SAME_HOST_MAP")
         .as_deref()
         .map(str::trim)
@@ -342,7 +344,7 @@ fn pages_of(addr: u64, len: u64) -> Option<(u64, u64)> {
 /// registration of the same buffer), with the span of `addr` in it: nothing moves. Without
 /// a system call when no arena covers the range, the usual case: registration stays as cheap
 /// as without arenas.
-pub(crate) fn existing(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
+pub fn existing(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
     let (start, end) = pages_of(addr, len)?;
     let found = ARENAS
         .lock()
@@ -366,7 +368,7 @@ pub(crate) fn existing(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
 /// None: the region stays served by cross-memory attach. Moving costs hundreds of
 /// microseconds, more for large regions: it is done for memory that peers use often (a
 /// peer's request, peer_table.rs `Heat`), not at registration.
-pub(crate) fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
+pub fn share(addr: u64, len: u64) -> Option<(Arc<Arena>, ArenaSpan)> {
     let (start, end) = pages_of(addr, len)?;
     let mut arenas = ARENAS.lock();
     arenas.retain(|l| l.arena.strong_count() > 0);
@@ -446,6 +448,12 @@ impl Drop for Arena {
     }
 }
 
+/// Whether `[addr, addr + len)` is private anonymous memory now (no arena's): what a
+/// deregistration leaves.
+pub fn is_private(addr: u64, len: u64) -> bool {
+    pages_of(addr, len).is_some_and(|(start, end)| cover_now(start, end) == Cover::Private)
+}
+
 impl Arena {
     fn span(&self, off: u64) -> ArenaSpan {
         ArenaSpan {
@@ -456,8 +464,7 @@ impl Arena {
     }
 }
 
-/// Test memory (this crate's tests, and with the feature `testing` the `daplrs` crate's).
-#[cfg(any(test, feature = "testing"))]
+/// Test memory, for the backends' tests too.
 pub mod test_pages {
     /// Page-aligned private memory of our own (a mapping of its own: no page shared with
     /// other memory), unmapped on drop.
@@ -496,16 +503,44 @@ pub mod test_pages {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    pub(crate) use super::test_pages::Pages;
+    use super::test_pages::Pages;
 
-    /// Whether `[addr, addr + len)` is private anonymous memory (no arena's).
-    pub(crate) fn is_private(addr: u64, len: u64) -> bool {
-        let (start, end) = pages_of(addr, len).expect("a range");
-        cover_now(start, end) == Cover::Private
+    /// Another mapping of an arena's memfd, as a peer's.
+    struct PeerView(*const u8, usize);
+
+    impl PeerView {
+        fn map(fd: i32, len: usize) -> PeerView {
+            // SAFETY: a fresh shared mapping of the memfd, read only.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            PeerView(p.cast(), len)
+        }
+
+        fn byte(&self, at: usize) -> u8 {
+            assert!(at < self.1);
+            // SAFETY: inside the mapping; read once (another mapping writes it).
+            unsafe { self.0.add(at).read_volatile() }
+        }
+    }
+
+    impl Drop for PeerView {
+        fn drop(&mut self) {
+            // SAFETY: our mapping.
+            unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+        }
     }
 
     #[test]
@@ -592,12 +627,10 @@ pub(crate) mod tests {
             assert_eq!(unsafe { *mem.ptr.add(i) }, (i % 251) as u8, "byte {i} kept");
         }
         // The memfd holds the live bytes: a write by us shows in another mapping of it.
-        let other = sys::SharedMap::map(arena.fd.as_raw_fd(), page).unwrap();
+        let other = PeerView::map(arena.fd.as_raw_fd(), page);
         // SAFETY: inside our mapping.
         unsafe { *mem.ptr.add(page + 100) = 0xab };
-        let mut b = [0u8; 1];
-        other.copy_out(100, &mut b);
-        assert_eq!(b[0], 0xab);
+        assert_eq!(other.byte(100), 0xab);
         // A second registration inside it shares the arena.
         let (again, span2) = share(addr + 4, 4).expect("same arena");
         assert!(Arc::ptr_eq(&arena, &again));
