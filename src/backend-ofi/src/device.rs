@@ -206,6 +206,7 @@ impl OfiDevice {
         {
             qp.retry_held();
         }
+        self.dom.arenas.serve(&self.dom);
         // Polling at the idle pace, the EQ's timed read is the thread's tick.
         self.handle_cm_events(eq_wait_ms);
         let cqs: Vec<Arc<OfiCq>> = {

@@ -127,6 +127,11 @@ pub(crate) struct Domain {
     /// numbers): tried again each turn of the progress thread, which does not
     /// sleep meanwhile (`Domain::retry_later`).
     retries: Mutex<Vec<u32>>,
+    /// The arenas our registrations hold for peers on this host (`arenas`).
+    pub(crate) arenas: crate::arenas::Arenas,
+    /// Registrations may move into arenas: our table is offered to peers and
+    /// DAPLRS_SAME_HOST_MAP is not `never`.
+    pub(crate) shares_pages: bool,
 }
 
 /// The capabilities every entry needs (docs/libfabric.md, Opening an IA).
@@ -401,6 +406,7 @@ impl Domain {
         let keys = crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
             .map_err(|e| format!("key table: {e}"))?;
         keys.set_bell(waiter.wake_fd());
+        let shares_pages = keys.share().is_some() && daplrs_backend::arena::enabled();
         if !keys.registrations_distinct(domain.ptr()) {
             return Err(String::from(
                 "libfabric's MR cache gives overlapping registrations one key \
@@ -457,6 +463,8 @@ impl Domain {
             windows: Mutex::new(HashMap::new()),
             peer_keys: Default::default(),
             retries: Mutex::new(Vec::new()),
+            arenas: Default::default(),
+            shares_pages,
         });
         Ok((dom, polled))
     }

@@ -25,14 +25,20 @@
 //! is never reported (test_peer_killed hung 3 runs in 8). The kernel marks a robust mutex
 //! whose holder died (FUTEX_OWNER_DIED in its word): one load says the peer is gone, and the
 //! QP gives the provider nothing more for it (`OfiQp::peer_gone`).
+//!
+//! After that page come the keys' arenas (`arenas`): where a key's memory lies in a memfd of
+//! the target's (daplrs_backend::arena) that a peer on this host maps and copies through,
+//! with no system call; and a page of our own requests that peers move keys of theirs into
+//! arenas (a peer's table is read-only to us, so we ask in ours, which it maps).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use daplrs_backend::arena::ArenaSpan;
 use daplrs_backend::{memfile, peer_fd};
 use parking_lot::Mutex;
 
@@ -40,8 +46,13 @@ use crate::keys::{Entry, Remote, ENTRY_BYTES, SLOTS};
 
 const TABLE_BYTES: usize = SLOTS * ENTRY_BYTES;
 /// The file: the entries, then a page holding the token and the doorbell (outside the
-/// registration peers read through the provider).
-const FILE_BYTES: usize = TABLE_BYTES + 4096;
+/// registration peers read through the provider), the keys' arena spans (a slot per entry)
+/// and the page of our requests.
+const FILE_BYTES: usize = REQUESTS_AT + 4096;
+const SPANS_AT: usize = TABLE_BYTES + 4096;
+const REQUESTS_AT: usize = SPANS_AT + SLOTS * std::mem::size_of::<SpanSlot>();
+/// The requests after their count's line: a ring.
+const REQUESTS: usize = (4096 - 64) / std::mem::size_of::<RequestSlot>();
 /// In that page: the token (8 bytes), the doorbell's descriptor, the idle word.
 const BELL_FD_AT: usize = TABLE_BYTES + 8;
 const IDLE_AT: usize = TABLE_BYTES + 12;
@@ -51,6 +62,23 @@ const ALIVE_AT: usize = TABLE_BYTES + 64;
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
 /// The doorbell's descriptor word before one is set.
 const NO_BELL: u32 = u32::MAX;
+
+/// Where a key's memory lies in an arena (`ArenaSpan`), for peers: the key last, as in
+/// `Entry::fill` (0: none).
+#[repr(C)]
+struct SpanSlot {
+    key: AtomicU64,
+    fd: AtomicU64,
+    ino: AtomicU64,
+    off: AtomicU64,
+}
+
+/// One of our requests that a peer (its table's token) move a key of its into an arena.
+#[repr(C)]
+struct RequestSlot {
+    token: AtomicU64,
+    key: AtomicU64,
+}
 
 /// What a peer needs to map our table, as the handshake carries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +144,22 @@ impl Mapping {
     fn token(&self) -> *mut u64 {
         // SAFETY: TABLE_BYTES is inside the mapping (FILE_BYTES).
         unsafe { self.0.as_ptr().add(TABLE_BYTES).cast() }
+    }
+
+    /// The span slots, one per entry (atomics only: valid at any bit pattern).
+    fn spans(&self) -> &[SpanSlot] {
+        // SAFETY: SLOTS slots at SPANS_AT (page-aligned), inside the mapping for our life.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(SPANS_AT).cast(), SLOTS) }
+    }
+
+    /// How many requests were ever made, then the ring of the last REQUESTS.
+    fn requests(&self) -> (&AtomicU64, &[RequestSlot]) {
+        // SAFETY: the count's word and REQUESTS slots after its line, inside the mapping.
+        unsafe {
+            let at = self.0.as_ptr().add(REQUESTS_AT);
+            let ring = std::slice::from_raw_parts(at.add(64).cast(), REQUESTS);
+            (&*at.cast::<AtomicU64>(), ring)
+        }
     }
 
     /// The sign of life's mutex (ALIVE_AT, 64-aligned, inside the mapping).
@@ -207,6 +251,33 @@ impl TableMemory {
         self.map.entries()
     }
 
+    /// Says where `key`'s memory lies in an arena of ours; `None`: nowhere (any more).
+    pub(crate) fn set_span(&self, key: u32, span: Option<ArenaSpan>) {
+        let slot = &self.map.spans()[key as usize % SLOTS];
+        slot.key.store(0, Ordering::Release);
+        if let Some(s) = span {
+            slot.fd.store(s.fd as u64, Ordering::Release);
+            slot.ino.store(s.ino, Ordering::Release);
+            slot.off.store(s.off, Ordering::Release);
+            slot.key.store(key as u64, Ordering::Release);
+        }
+    }
+
+    /// Asks the peer whose table holds `token` to move its `key` into an arena: a slot of
+    /// our ring (a request overwritten before the peer read it is made again later).
+    pub(crate) fn ask(&self, token: u64, key: u32) {
+        let (count, ring) = self.map.requests();
+        let n = count.fetch_add(1, Ordering::AcqRel);
+        let slot = &ring[n as usize % REQUESTS];
+        slot.token.store(token, Ordering::Release);
+        slot.key.store(key as u64, Ordering::Release);
+    }
+
+    /// Our table's token (peers' requests name it).
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
     /// What a peer on this host opens to map the table.
     pub(crate) fn share(&self) -> Option<Share> {
         let fd = self.file.as_ref()?.as_raw_fd();
@@ -282,6 +353,12 @@ pub(crate) struct PeerKeys {
     maps: Option<std::fs::File>,
     /// Our duplicate of its doorbell (None: it names none, or the kernel gave no pidfd).
     bell: Option<OwnedFd>,
+    /// Its table's token: what our requests of it name.
+    pub(crate) token: u64,
+    /// How many of its requests we have read (`asked_of`).
+    seen: AtomicU64,
+    /// Its arenas we mapped, and which of its keys we copy through often (`arenas`).
+    pub(crate) arenas: crate::arenas::PeerArenas,
 }
 
 impl PeerKeys {
@@ -314,6 +391,9 @@ impl PeerKeys {
             cma: AtomicBool::new(true),
             maps: std::fs::File::open(format!("/proc/{pid}/maps")).ok(),
             bell,
+            token,
+            seen: AtomicU64::new(0),
+            arenas: Default::default(),
         };
         Ok((keys, (meta.dev(), meta.ino())))
     }
@@ -359,6 +439,46 @@ impl PeerKeys {
         word & FUTEX_OWNER_DIED != 0
     }
 
+    /// Where the peer's `key` lies in one of its arenas (None: in none, or the slot changed
+    /// while read).
+    pub(crate) fn span(&self, key: u32) -> Option<ArenaSpan> {
+        let slot = &self.map.spans()[key as usize % SLOTS];
+        if slot.key.load(Ordering::Acquire) != key as u64 {
+            return None;
+        }
+        let span = ArenaSpan {
+            fd: slot.fd.load(Ordering::Acquire) as u32,
+            ino: slot.ino.load(Ordering::Acquire),
+            off: slot.off.load(Ordering::Acquire),
+        };
+        (slot.key.load(Ordering::Acquire) == key as u64).then_some(span)
+    }
+
+    /// The keys the peer asked since the last call that a table of `token` (ours) move into
+    /// arenas; untrusted (the owner checks each). At most a ring's worth.
+    pub(crate) fn asked_of(&self, token: u64) -> Vec<u32> {
+        let (count, ring) = self.map.requests();
+        let now = count.load(Ordering::Acquire);
+        if self.seen.load(Ordering::Relaxed) == now {
+            return Vec::new();
+        }
+        let seen = self.seen.swap(now, Ordering::AcqRel);
+        let from = seen.max(now.saturating_sub(REQUESTS as u64));
+        (from..now)
+            .map(|n| &ring[n as usize % REQUESTS])
+            .filter(|s| s.token.load(Ordering::Acquire) == token)
+            .map(|s| s.key.load(Ordering::Acquire) as u32)
+            .collect()
+    }
+
+    /// Rings the peer's doorbell whether it naps or not (a request of ours waits in our
+    /// table for its progress thread).
+    pub(crate) fn ring_now(&self) {
+        if let Some(bell) = &self.bell {
+            peer_fd::eventfd_signal(bell.as_raw_fd());
+        }
+    }
+
     /// Whether our reads and writes of the peer's memory may be tried.
     pub(crate) fn cma_allowed(&self) -> bool {
         self.cma.load(Ordering::Relaxed)
@@ -399,6 +519,15 @@ impl PeerKeysCache {
         let keys = Arc::new(keys);
         mapped.insert(id, Arc::downgrade(&keys));
         Some(keys)
+    }
+
+    /// The peers' tables mapped now.
+    pub(crate) fn mapped(&self) -> Vec<Arc<PeerKeys>> {
+        self.mapped
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 }
 

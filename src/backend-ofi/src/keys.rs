@@ -137,6 +137,34 @@ impl KeyTable {
         self.memory.hold_alive()
     }
 
+    /// Where `key`'s memory lies in an arena of ours, for peers on this host (`arenas`).
+    pub(crate) fn set_span(&self, key: u32, span: Option<daplrs_backend::arena::ArenaSpan>) {
+        self.memory.set_span(key, span);
+    }
+
+    /// Asks a peer on this host (its table's `token`) for `key`'s arena (`arenas`).
+    pub(crate) fn ask(&self, token: u64, key: u32) {
+        self.memory.ask(token, key);
+    }
+
+    /// Our table's token, which peers' requests name.
+    pub(crate) fn token(&self) -> u64 {
+        self.memory.token()
+    }
+
+    /// The memory of our live registration `key` (start, length); None for a window's key
+    /// or a key not live.
+    pub(crate) fn region(&self, key: u32) -> Option<(u64, u64)> {
+        let e = self.entry(key);
+        let (start, length) = (
+            e.start.load(Ordering::Acquire),
+            e.length.load(Ordering::Acquire),
+        );
+        let rights = e.scope.load(Ordering::Acquire) as u32;
+        let live = e.key.load(Ordering::Acquire) == key as u64;
+        (live && rights & WINDOW == 0).then_some((start, length))
+    }
+
     /// The progress thread sleeps at its idle pace (peers ring), or is back (`keymap`).
     pub(crate) fn set_idle(&self, idle: bool) {
         self.memory.set_idle(idle);

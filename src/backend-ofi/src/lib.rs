@@ -17,6 +17,7 @@
 //! translated for providers that address registrations by offset (`keys`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod arenas;
 mod bounce;
 pub mod catalog;
 mod cm;

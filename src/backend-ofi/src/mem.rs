@@ -65,6 +65,7 @@ impl OfiPd {
             return Err(Error::NoResource(Resource::Key));
         }
         dev.descs.lock().insert(key, desc as usize);
+        dev.arenas.registered(dev, key, addr, length);
         Ok(mr)
     }
 }
@@ -192,6 +193,7 @@ impl MemoryRegion for OfiMr {
     fn deregister(&self) {
         if let Some(dev) = self.dev.upgrade() {
             dev.descs.lock().remove(&self.reg.lkey);
+            dev.arenas.deregistered(&dev, self.reg.lkey);
             dev.keys.withdraw(self.reg.lkey);
         }
         // Closing the registration (Fid's drop) makes its key invalid for every peer.

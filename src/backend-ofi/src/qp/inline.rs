@@ -12,6 +12,10 @@
 //! only when nothing of the QP's before it is still out (at the provider or awaiting a
 //! receipt), so that its data is placed after theirs as DAT's order asks.
 //!
+//! Where the peer moved the key's memory into an arena (`arenas`), the copy is the CPU's,
+//! through our mapping of it: no system call. A key copied through often otherwise is asked
+//! for (`PeerArenas::copied`).
+//!
 //! What goes through shm (large reads, which shm moves faster with both CPUs copying;
 //! requests behind others; atomics and writes with immediate data) is first checked against
 //! the target's mappings (PROCMAP_QUERY on its /proc/<pid>/maps; before Linux 6.11 a read of
@@ -49,6 +53,16 @@ impl OfiQp {
             Kind::Write { imm: None, .. } => true,
             _ => false,
         };
+        let plain = matches!(
+            request.kind,
+            Kind::Read { .. } | Kind::Write { imm: None, .. }
+        );
+        if first && plain {
+            // Through the peer's arena, reads of any size too: one copy, no segments.
+            if let Some(done) = self.through_arena(inner, peer, request, va, writes) {
+                return Some(done);
+            }
+        }
         if first && here {
             return self.transfer(peer, request, va, writes);
         }
@@ -65,6 +79,32 @@ impl OfiQp {
                 None
             }
         }
+    }
+
+    /// The read or write of `request` through our mapping of the peer's arena, where its
+    /// key has one; None: by cross-memory attach (then counted, and the arena asked for
+    /// once the key is copied through often).
+    fn through_arena(
+        &self,
+        inner: &Inner,
+        peer: &PeerKeys,
+        request: &Request,
+        va: u64,
+        write: bool,
+    ) -> Option<WcStatus> {
+        let rkey = request.kind.rkey()?;
+        let start = inner.starts.get(&rkey).copied().flatten()?.start;
+        let Some(span) = peer.span(rkey) else {
+            if peer.arenas.copied(rkey, request.len) {
+                if let Some(dev) = self.dev.upgrade() {
+                    dev.keys.ask(peer.token, rkey);
+                    peer.ring_now();
+                }
+            }
+            return None;
+        };
+        peer.arenas
+            .copy(peer, span, va.checked_sub(start)?, &request.sgl, write)
     }
 
     /// The read or write of `request` between our segments and the peer's memory at `va`.
