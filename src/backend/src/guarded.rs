@@ -295,28 +295,14 @@ mod imp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arena::test_pages::Pages;
     use std::sync::atomic::{AtomicBool, Ordering};
-
-    fn mapping(len: usize) -> *mut u8 {
-        // SAFETY: a fresh anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p as *mut u8
-    }
 
     #[test]
     fn copies_and_atomics_work_and_missing_memory_is_reported() {
         let page = 4096;
-        let m = mapping(2 * page);
+        let pages = Pages::new(2 * page);
+        let m = pages.ptr;
         let mut buf = vec![0u8; 3 * page];
         // SAFETY: our mapping and buffer throughout.
         unsafe {
@@ -344,7 +330,6 @@ mod tests {
             assert!(copy(buf.as_mut_ptr(), m, 16));
             assert!(!copy(m, buf.as_ptr(), 16));
             assert_eq!(atomic(m as *mut u64, 1, None), None);
-            libc::munmap(m as *mut libc::c_void, 2 * page);
         }
     }
 
@@ -368,7 +353,8 @@ mod tests {
     #[test]
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     fn other_faults_reach_the_handler_before_ours() {
-        let m = mapping(4096);
+        let pages = Pages::new(4096);
+        let m = pages.ptr;
         // SAFETY: the child only makes async-signal-safe calls and ends with _exit; the
         // handler only fixes the test's page.
         unsafe {
@@ -391,7 +377,6 @@ mod tests {
                 libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
                 "the child's fault did not reach its handler (status {status:#x})"
             );
-            libc::munmap(m as *mut libc::c_void, 4096);
         }
     }
 }
