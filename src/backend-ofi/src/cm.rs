@@ -293,7 +293,7 @@ impl OfiDevice {
     ) -> Result<()> {
         let info = self.connect_info(remote).map_err(|why| {
             log::warn!("connect: {why}");
-            Error::NoDevice
+            crate::out_of_descriptors_said(Error::NoDevice)
         })?;
         qp.open_endpoint(&self.dom, &info, false)?;
         qp.set_addresses(None, Some(remote));

@@ -651,7 +651,7 @@ impl From<String> for OpenFailure {
 }
 
 /// Whether the process can open no more file descriptors.
-fn out_of_descriptors() -> bool {
+pub(crate) fn out_of_descriptors() -> bool {
     // SAFETY: a plain system call; the descriptor, if any, is closed at once.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if fd >= 0 {

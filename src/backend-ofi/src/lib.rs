@@ -110,14 +110,26 @@ pub(crate) fn check(rc: isize, what: &str, otherwise: Error) -> Result<isize, Er
     } else {
         log::warn!("{what}: {}", fi::strerror(rc as i32));
     }
-    Err(match -rc as u32 {
+    let e = match -rc as u32 {
         fi::FI_ENOMEM => Error::NoResource(Resource::Memory),
         fi::FI_EAGAIN => Error::NoResource(Resource::WorkQueue),
         fi::FI_ENOSYS | fi::FI_EOPNOTSUPP => Error::Unsupported,
         fi::FI_EADDRINUSE => Error::AddrInUse,
         fi::FI_ENODATA | fi::FI_ENODEV => Error::NoDevice,
         _ => otherwise,
-    })
+    };
+    Err(out_of_descriptors_said(e))
+}
+
+/// `e`, or a lack of resources where the process has no file descriptor left: a provider
+/// that could not open one says so in its own words (verbs opening an endpoint: ENODATA,
+/// "no device"), and DAT's answer is DAT_INSUFFICIENT_RESOURCES (test_resources).
+pub(crate) fn out_of_descriptors_said(e: Error) -> Error {
+    match e {
+        Error::NoResource(_) => e,
+        _ if domain::out_of_descriptors() => Error::NoResource(Resource::Host),
+        _ => e,
+    }
 }
 
 /// Checks a libfabric call made while opening an object.
