@@ -22,10 +22,10 @@
 //! memory. DAPLRS_SAME_HOST_MAP=never keeps every region where it is.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use daplrs_backend::arena::{self, Arena, ArenaSpan};
+use daplrs_backend::arena::{self, Arena, ArenaSpan, Heat};
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{peer_fd, Sge, WcStatus};
 use parking_lot::Mutex;
@@ -158,41 +158,21 @@ impl Drop for PeerArena {
 /// Arenas mapped per peer at most: an old one whose memfd the peer closed stays mapped (its
 /// pages) until then.
 const MAPPED_MAX: usize = 8;
-/// What copies by cross-memory attach through one key cost before we ask for its arena, in
-/// units of one copy plus one per 4 KiB (a copy costs about a microsecond and a little per
-/// KiB, a move in and back hundreds: daplrs_backend::arena); asked again at each 16-fold.
-const ASK_AFTER: u32 = 256;
-
-/// 0 below ASK_AFTER, then one more at each 16-fold of it.
-fn level(heat: u32) -> u32 {
-    match heat / ASK_AFTER {
-        0 => 0,
-        n => 1 + n.ilog2() / 4,
-    }
-}
 
 /// The peer's arenas we mapped, and how often we copied through each of its keys.
+#[derive(Default)]
 pub(crate) struct PeerArenas {
     maps: Mutex<Vec<(ArenaSpan, Arc<PeerArena>)>>,
-    heat: [AtomicU32; 64],
-}
-
-impl Default for PeerArenas {
-    fn default() -> PeerArenas {
-        PeerArenas {
-            maps: Mutex::new(Vec::new()),
-            heat: std::array::from_fn(|_| AtomicU32::new(0)),
-        }
-    }
+    /// What our requests through each key cost us without an arena, as rs-tcp counts it:
+    /// asked once that is about what moving the key's memory costs the owner.
+    heat: Mutex<Heat>,
 }
 
 impl PeerArenas {
-    /// Counts a copy of `len` bytes through `key` not made through an arena: true when it is
-    /// time to ask the peer for the key's arena.
-    pub(crate) fn copied(&self, key: u32, len: u64) -> bool {
-        let units = 1 + (len / 4096).min(u64::from(u32::MAX / 2)) as u32;
-        let before = self.heat[key as usize % 64].fetch_add(units, Ordering::Relaxed);
-        level(before.saturating_add(units)) > level(before)
+    /// Counts a request of `len` bytes through `key` (of `key_len` bytes) not made through
+    /// an arena: true when it is time to ask the peer for the key's arena.
+    pub(crate) fn copied(&self, key: u32, key_len: u64, len: u64) -> bool {
+        self.heat.lock().add(key, key_len, len)
     }
 
     /// Copies between our segments and the peer's memory at `off` bytes into its key of

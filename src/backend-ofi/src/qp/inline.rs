@@ -93,9 +93,10 @@ impl OfiQp {
         write: bool,
     ) -> Option<WcStatus> {
         let rkey = request.kind.rkey()?;
-        let start = inner.starts.get(&rkey).copied().flatten()?.start;
+        let entry = inner.starts.get(&rkey).copied().flatten()?;
+        let start = entry.start;
         let Some(span) = peer.span(rkey) else {
-            if peer.arenas.copied(rkey, request.len) {
+            if peer.arenas.copied(rkey, entry.length, request.len) {
                 if let Some(dev) = self.dev.upgrade() {
                     dev.keys.ask(peer.token, rkey);
                     peer.ring_now();

@@ -669,9 +669,9 @@ pub mod test_hooks {
 
 #[cfg(test)]
 mod tests {
-    use super::peer_table::worth_mapping;
     use super::*;
     use daplrs_backend::access;
+    use daplrs_backend::arena::worth_mapping;
 
     fn entry(addr: u64, len: u64) -> KeyEntry {
         KeyEntry {

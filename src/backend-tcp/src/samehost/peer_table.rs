@@ -9,6 +9,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
+use daplrs_backend::arena::Heat;
 use daplrs_backend::intmap::IntMap;
 
 use super::arena::ArenaSpan;
@@ -102,45 +103,6 @@ impl PeerArenas {
         }
         let len = usize::try_from(len).map_err(|_| "too large".to_string())?;
         sys::SharedMap::map(file.as_raw_fd(), len).map_err(|e| format!("mmap: {e}"))
-    }
-}
-
-/// What cross-memory attach through a peer's keys has cost us, by key, in units of about a
-/// microsecond (a system call, and each 8 KiB it copies more slowly than a copy through a
-/// mapping would). Once a key's memory has cost about what mapping it would (`worth_mapping`),
-/// the peer is asked to map it into an arena (daplrs_backend::arena), and asked again at each doubling
-/// should a request be lost or not be met. Moving pages costs far more than a transfer: memory
-/// registered for one message (a message layer's rendezvous) is never moved, memory used
-/// again and again is.
-#[derive(Default)]
-struct Heat {
-    spent: IntMap<u32, (u64, u64)>,
-}
-
-/// Keys whose cost is kept, at most: the count starts again past it.
-const HEAT_KEYS: usize = 4096;
-
-/// What mapping `len` bytes into an arena costs the owner, moving them in and back, in the
-/// units of `Heat`: about 250 us, and 2 us a KiB (measured here: 4 KiB moved in and back in
-/// 310 us, 1 MiB in 2.1 ms).
-pub(super) fn worth_mapping(len: u64) -> u64 {
-    256 + len / 512
-}
-
-impl Heat {
-    /// Counts a transfer of `bytes` through `key` (of `key_len` bytes) by cross-memory attach;
-    /// true when the owner should now be asked to map the key's memory.
-    fn add(&mut self, key: u32, key_len: u64, bytes: u64) -> bool {
-        if self.spent.len() >= HEAT_KEYS && !self.spent.contains_key(&key) {
-            self.spent.clear();
-        }
-        let (spent, ask_at) = self.spent.entry(key).or_insert((0, worth_mapping(key_len)));
-        *spent += 1 + bytes / 8192;
-        if *spent < *ask_at {
-            return false;
-        }
-        *ask_at = ask_at.saturating_mul(2);
-        true
     }
 }
 
