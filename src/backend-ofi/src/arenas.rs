@@ -62,13 +62,18 @@ impl Arenas {
     }
 
     /// `key` is being deregistered: peers stop mapping its memory before the key goes; the
-    /// arena goes with its last registration (its pages move back, outside our lock).
+    /// arena goes with its last registration (its pages move back, outside our lock). The
+    /// span is withdrawn under the lock a move holds, so a move that met this
+    /// deregistration cannot publish it again after.
     pub(crate) fn deregistered(&self, dom: &Domain, key: u32) {
         if !dom.shares_pages {
             return;
         }
-        dom.keys.set_span(key, None);
-        let dropped = self.held.lock().remove(&key);
+        let dropped = {
+            let mut held = self.held.lock();
+            dom.keys.set_span(key, None);
+            held.remove(&key)
+        };
         drop(dropped);
     }
 
