@@ -22,6 +22,7 @@
 //! memory. DAPLRS_SAME_HOST_MAP=never keeps every region where it is.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -227,13 +228,13 @@ impl PeerArenas {
         if let Some((_, m)) = maps.iter().find(|(s, _)| same(s)) {
             return Some(m.clone());
         }
-        let file = peer_fd::PeerProcess::new(peer.pid).getfd(span.fd).ok()?;
-        let (_, ino) = peer_fd::identity(file.as_raw_fd()).ok()?;
-        let len = std::fs::File::from(file.try_clone().ok()?)
-            .metadata()
-            .ok()?
-            .len() as usize;
-        if ino != span.ino || len == 0 || !daplrs_backend::memfile::size_sealed(file.as_raw_fd()) {
+        let file = std::fs::File::from(peer_fd::PeerProcess::new(peer.pid).getfd(span.fd).ok()?);
+        let meta = file.metadata().ok()?;
+        let len = meta.len() as usize;
+        if meta.ino() != span.ino
+            || len == 0
+            || !daplrs_backend::memfile::size_sealed(file.as_raw_fd())
+        {
             return None;
         }
         // SAFETY: a fresh shared mapping of the peer's sealed memfd (it cannot shrink under
