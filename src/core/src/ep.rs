@@ -11,6 +11,7 @@ mod dto;
 mod ud;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -241,9 +242,43 @@ pub struct Ep {
     handle: Handle,
     ia: Arc<Ia>,
     inner: Mutex<EpInner>,
+    /// The IOV limits of `inner`'s attributes, readable without its lock (`iov_limit`).
+    iov_limits: IovLimits,
     pub(crate) shared: Arc<EpShared>,
     /// A datagram EP's address handles and resolution records (empty otherwise).
     ud: Mutex<ud::UdTables>,
+}
+
+/// Which IOV limit of an EP (`Ep::iov_limit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IovKind {
+    Recv,
+    Request,
+    RdmaRead,
+    RdmaWrite,
+}
+
+/// An EP's IOV limits as its attributes last set them, each an atomic: the post path reads
+/// one without the EP's lock (taking it there cost a lock and an unlock per post).
+struct IovLimits([AtomicU32; 4]);
+
+impl IovLimits {
+    fn of(attr: &EpAttr) -> IovLimits {
+        let limits = IovLimits(Default::default());
+        limits.set(attr);
+        limits
+    }
+
+    fn set(&self, attr: &EpAttr) {
+        for (kind, value) in [
+            (IovKind::Recv, attr.max_recv_iov),
+            (IovKind::Request, attr.max_request_iov),
+            (IovKind::RdmaRead, attr.max_rdma_read_iov),
+            (IovKind::RdmaWrite, attr.max_rdma_write_iov),
+        ] {
+            self.0[kind as usize].store(value, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The INVALID_STATE subtype naming an EP state.
@@ -466,6 +501,7 @@ impl Ep {
                 reservation.handle(),
                 attr.recv_completion_flags,
             )),
+            iov_limits: IovLimits::of(&attr),
             ud: Mutex::new(ud::UdTables::default()),
             inner: Mutex::new(EpInner {
                 state,
@@ -503,10 +539,12 @@ impl Ep {
     pub fn attr(&self) -> EpAttr {
         self.inner.lock().attr
     }
-    /// One IOV limit of the EP's attributes (`limit` picks it), without copying them all: the
-    /// post path's bound on the triplets it reads.
-    pub fn iov_limit(&self, limit: impl FnOnce(&EpAttr) -> u32) -> u32 {
-        limit(&self.inner.lock().attr)
+    /// One IOV limit of the EP's attributes, without its lock: the C layer's bound on the
+    /// triplets a post reads. The post checks the count again under the lock it takes anyway
+    /// (a dat_ep_modify between the two is seen there).
+    #[inline]
+    pub fn iov_limit(&self, kind: IovKind) -> u32 {
+        self.iov_limits.0[kind as usize].load(Ordering::Relaxed)
     }
     /// What the IA keeps of the EP by its QP's number.
     fn qp_owner(self: &Arc<Self>) -> QpOwner {
@@ -692,6 +730,7 @@ impl Ep {
         i.request_evd = request_evd;
         i.connect_evd = connect_evd;
         i.attr = attr;
+        self.iov_limits.set(&attr);
         self.shared
             .set_recv_completion_flags(attr.recv_completion_flags);
         if let Some((qp, sink)) = rebuilt {

@@ -5,7 +5,7 @@ use crate::boundary::{
     IovBuf, LocalTriplet, RemoteTriplet,
 };
 use crate::calls;
-use daplrs::core::ep::{Ep, EpAttr, EpModify, RemoteBuffer};
+use daplrs::core::ep::{Ep, EpAttr, EpModify, IovKind, RemoteBuffer};
 use daplrs::core::error::{DatError, DatResult, Param, SubType};
 use daplrs::core::evd::Evd;
 use daplrs::core::handle;
@@ -393,7 +393,7 @@ pub(crate) unsafe fn post_send_iov<T: LocalTriplet>(
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(IovKind::Request)) }?;
     ep.post_send(iov, cookie.as_u64(), flags)
 }
 
@@ -418,7 +418,7 @@ pub(crate) unsafe extern "C" fn post_send_with_invalidate(
         let mut buf = IovBuf::new();
         // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
         // caller's contract).
-        let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_request_iov)) }?;
+        let iov = unsafe { buf.read(iov, n, ep.iov_limit(IovKind::Request)) }?;
         ep.post_send_with_invalidate(iov, cookie.as_u64(), flags, rmr_context)
     })
 }
@@ -476,7 +476,7 @@ pub(crate) unsafe fn post_recv_iov<T: LocalTriplet>(
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_recv_iov)) }?;
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(IovKind::Recv)) }?;
     ep.post_recv(iov, cookie.as_u64(), flags)
 }
 
@@ -507,7 +507,7 @@ pub(crate) unsafe fn post_rdma_read_iov<T: LocalTriplet, R: RemoteTriplet>(
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_rdma_read_iov)) }?;
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(IovKind::RdmaRead)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_read(
         iov,
@@ -544,7 +544,7 @@ pub(crate) unsafe fn post_rdma_write_iov<T: LocalTriplet, R: RemoteTriplet>(
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { buf.read(iov, n, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
+    let iov = unsafe { buf.read(iov, n, ep.iov_limit(IovKind::RdmaWrite)) }?;
     // SAFETY: `remote` is NULL or points to a readable triplet (the C caller's contract).
     ep.post_rdma_write(
         iov,

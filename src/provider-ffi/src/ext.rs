@@ -7,7 +7,7 @@ use crate::calls::{self, Call};
 use crate::ia;
 use daplrs::backend::Sge;
 use daplrs::core::counters;
-use daplrs::core::ep::{Ep, RemoteBuffer};
+use daplrs::core::ep::{Ep, IovKind, RemoteBuffer};
 use daplrs::core::error::{DatError, DatResult, Param};
 use daplrs::core::ext::{self, Atomic};
 use daplrs::core::handle::{self, HandleKind};
@@ -101,7 +101,7 @@ unsafe fn rdma_write_immed(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> 
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { buf.read(iov, segments, ep.iov_limit(|a| a.max_rdma_write_iov)) }?;
+    let iov = unsafe { buf.read(iov, segments, ep.iov_limit(IovKind::RdmaWrite)) }?;
     // SAFETY: this entry point's pointer arguments, passed on under the same C contract.
     ep.post_rdma_write_immed(iov, cookie, unsafe { remote(rmr) }?, imm, flags)
 }
@@ -122,7 +122,7 @@ unsafe fn post_send_ud(handle: DAT_HANDLE, a: &mut VaArgs) -> DatResult<()> {
     let mut buf = IovBuf::new();
     // SAFETY: `iov` is NULL or points to as many readable triplets as the count says (the C
     // caller's contract).
-    let iov = unsafe { buf.read(iov, segments, ep.iov_limit(|a| a.max_request_iov)) }?;
+    let iov = unsafe { buf.read(iov, segments, ep.iov_limit(IovKind::Request)) }?;
     // SAFETY: `ah` is NULL or points to a readable struct (the C caller's contract).
     let ah = unsafe { input(ah, Param::AddressHandle) }?;
     ep.post_send_ud(iov, ah.ah as usize as u64, ah.qpn, cookie, flags)
