@@ -79,11 +79,7 @@ impl WcSink for Vec<WorkCompletion> {
 }
 
 /// The QP numbered `qp_num`, from the last one's cache or the process's map.
-fn qp_of(
-    last: &mut LastQp,
-    shared: Option<&Arc<Shared>>,
-    qp_num: u32,
-) -> Option<Arc<super::qp::VerbsQp>> {
+fn qp_of(last: &mut LastQp, shared: &Weak<Shared>, qp_num: u32) -> Option<Arc<super::qp::VerbsQp>> {
     if let Some(qp) = last
         .as_ref()
         .filter(|(n, _)| *n == qp_num)
@@ -91,7 +87,9 @@ fn qp_of(
     {
         return Some(qp);
     }
-    let qp = shared?.qp(qp_num)?;
+    // The device's state is needed only when the cache misses: one upgrade then, none per
+    // completion of the QP seen last.
+    let qp = shared.upgrade()?.qp(qp_num)?;
     *last = Some((qp_num, Arc::downgrade(&qp)));
     Some(qp)
 }
@@ -219,7 +217,6 @@ impl VerbsCq {
         // Not zeroed (1.5 KiB a call, each poll of an empty queue too): ibv_poll_cq writes
         // the entries it returns, and only those are read.
         let mut wcs = std::mem::MaybeUninit::<[ibv_wc; BATCH]>::uninit();
-        let mut shared = None;
         let mut left = limit;
         while left > 0 {
             let want = BATCH.min(left);
@@ -231,9 +228,8 @@ impl VerbsCq {
             }
             // SAFETY: ibv_poll_cq wrote the first n entries (n <= want).
             let got = unsafe { std::slice::from_raw_parts(first, n as usize) };
-            let shared = shared.get_or_insert_with(|| self.shared.upgrade());
             for wc in got {
-                self.convert(shared.as_ref(), wc, last, out);
+                self.convert(wc, last, out);
             }
             // A short batch emptied the queue: no second poll of it.
             if (n as usize) < want {
@@ -245,13 +241,7 @@ impl VerbsCq {
 
     /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
     /// the backend's own requests are accounted for and not queued).
-    fn convert(
-        &self,
-        shared: Option<&Arc<Shared>>,
-        wc: &ibv_wc,
-        last: &mut LastQp,
-        queue: &mut impl WcSink,
-    ) {
+    fn convert(&self, wc: &ibv_wc, last: &mut LastQp, queue: &mut impl WcSink) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
         let status = match status_of(wc.status) {
             // soft-RoCE fails a receive too small for its message as a local QP
@@ -271,7 +261,7 @@ impl VerbsCq {
                 wc.wr_id
             );
         }
-        let qp = qp_of(last, shared, wc.qp_num);
+        let qp = qp_of(last, &self.shared, wc.qp_num);
         if qp.as_ref().is_some_and(|q| q.dropped_after_loss(is_recv)) {
             return; // completed already, flushed, when the device went (qp.rs `flush_lost`)
         }
