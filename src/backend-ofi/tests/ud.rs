@@ -102,6 +102,7 @@ impl Node {
     fn send(&self, wr_id: u64, off: usize, len: u32, to: &UdPeer) {
         let wr = SendWr {
             wr_id,
+            ctx: daplrs_backend::WrContext::NONE,
             op: SendOp::Send,
             sgl: vec![self.sge(off, len)].into(),
             signaled: true,

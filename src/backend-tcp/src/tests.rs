@@ -504,6 +504,7 @@ fn answer_read_before_a_failed_write_is_reported() {
     ));
     let write = |wr_id: u64| SendWr {
         wr_id,
+        ctx: daplrs_backend::WrContext::NONE,
         op: SendOp::RdmaWrite {
             remote_addr: 0x1000,
             rkey: 0x5500,

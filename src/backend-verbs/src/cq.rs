@@ -16,7 +16,7 @@ use rdma_sys::*;
 use super::shared::{ChannelCq, Shared};
 use super::sys::Ptr;
 use super::{INTERNAL_BIT, RECV_BIT};
-use daplrs_backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion};
+use daplrs_backend::{CompletionQueue, NotifyFn, WcOpcode, WcStatus, WorkCompletion, WrContext};
 use daplrs_backend::{Error, Resource, Result};
 
 pub(crate) struct VerbsCq {
@@ -302,8 +302,11 @@ impl VerbsCq {
             WcOpcode::Send
         };
         let mut new_rkey = 0;
+        let mut ctx = WrContext::NONE;
         if let Some(qp) = &qp {
-            if let Some(rkey) = qp.completed(wc.wr_id, is_recv, status, queue) {
+            let completed = qp.completed(wc.wr_id, is_recv, status, queue);
+            ctx = completed.ctx;
+            if let Some(rkey) = completed.new_rkey {
                 opcode = WcOpcode::BindMw;
                 new_rkey = rkey;
             }
@@ -321,6 +324,7 @@ impl VerbsCq {
         };
         let wc_out = WorkCompletion {
             wr_id: wc.wr_id & !RECV_BIT,
+            ctx,
             status,
             opcode,
             byte_len,

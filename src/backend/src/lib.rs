@@ -275,9 +275,23 @@ impl SendOp {
     }
 }
 
+/// What the consumer keeps of a work request, handed to the backend with it and given back,
+/// untouched, in its completion: the consumer's record of the request lives in the backend's
+/// own record of it (a verbs QP's send queue), not in a second table keyed by wr_id. Opaque
+/// to the backend; `NONE` when the consumer keeps its own record (see
+/// `QueuePair::carries_context`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrContext(pub [u64; 3]);
+
+impl WrContext {
+    pub const NONE: WrContext = WrContext([0; 3]);
+}
+
 #[derive(Clone)]
 pub struct SendWr {
     pub wr_id: u64,
+    /// Given back in the request's completion by a QP that `carries_context`.
+    pub ctx: WrContext,
     pub op: SendOp,
     pub sgl: SgeList,
     /// Whether the consumer waits for this request's success. Every request is reported
@@ -328,6 +342,8 @@ pub enum WcStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkCompletion {
     pub wr_id: u64,
+    /// The request's `SendWr::ctx`, from a QP that `carries_context` (else `NONE`).
+    pub ctx: WrContext,
     pub status: WcStatus,
     pub opcode: WcOpcode,
     pub byte_len: u32,
@@ -356,6 +372,7 @@ impl WorkCompletion {
     ) -> WorkCompletion {
         WorkCompletion {
             wr_id,
+            ctx: WrContext::NONE,
             status,
             opcode,
             byte_len: if status == WcStatus::Success {
@@ -374,6 +391,12 @@ impl WorkCompletion {
     /// A request or receive that did not execute: the QP left the connected state.
     pub fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: u32) -> WorkCompletion {
         WorkCompletion::new(wr_id, WcStatus::Flushed, opcode, 0, qp_num)
+    }
+
+    /// The same completion, carrying the request's context.
+    #[inline]
+    pub fn with_ctx(self, ctx: WrContext) -> WorkCompletion {
+        WorkCompletion { ctx, ..self }
     }
 }
 
@@ -535,6 +558,12 @@ pub trait QueuePair: Send + Sync {
     /// builds the request once, in place, and a backend that hands it to the device copies
     /// nothing of it (one that keeps it clones what it keeps).
     fn post_send(&self, wr: &SendWr) -> Result<()>;
+    /// Whether every completion of a request this QP's `post_send` took (flushed ones too)
+    /// carries the request's `SendWr::ctx`: the consumer then needs no record of its own.
+    /// A backend that keeps a record per request anyway keeps the context in it.
+    fn carries_context(&self) -> bool {
+        false
+    }
     /// Valid in every state; in Error flushed at once.
     fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// Flushes everything outstanding and returns to Init (only from Error or Init).

@@ -18,9 +18,13 @@ use daplrs_backend::{WcOpcode, WcStatus, WorkCompletion};
 /// Ends the tracking of a completed request and returns it. Every completion passes here
 /// (those of a NULL EVD's sink CQ too), so this is where the core learns that an SRQ receive
 /// was consumed and the SRQ's low watermark may have been crossed.
+/// A request whose record the backend carried (`PendingDto::carried`) has no entry to end.
 #[inline]
-pub(crate) fn retire(ia: &Ia, wr_id: u64) -> Option<PendingDto> {
-    let p = ia.untrack(wr_id)?;
+pub(crate) fn retire(ia: &Ia, wc: &WorkCompletion) -> Option<PendingDto> {
+    if let Some(p) = PendingDto::from_carried(&wc.ctx) {
+        return Some(p);
+    }
+    let p = ia.untrack(wc.wr_id)?;
     if p.ep.is_null() && p.op == dto_op::RECEIVE {
         srq::receive_consumed();
     }
@@ -33,7 +37,7 @@ pub(crate) fn retire(ia: &Ia, wr_id: u64) -> Option<PendingDto> {
 /// and restored registers and passed the event (72 bytes) out through memory.
 #[inline(always)]
 pub(crate) fn event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
-    let pending = retire(ia, wc.wr_id)?;
+    let pending = retire(ia, wc)?;
     let status = dto_status_of(wc.status);
     if status == dto_status::SUCCESS && !pending.report_success {
         return None;

@@ -11,7 +11,7 @@ mod dto;
 mod ud;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -24,11 +24,12 @@ use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType}
 use super::evd::{Evd, Event, EventData};
 use super::handle_table::{self, AnyObject, Handle, HandleKind};
 use super::ia::{Ia, QpOwner};
-use super::pending::{EpShared, PendingDto};
+use super::pending::{carried_wr_id, EpShared, PendingDto};
 use super::pz::Pz;
 use super::srq::Srq;
 use daplrs_backend::{
     CompletionQueue, DeviceAttr, QpCap, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, SgeList,
+    WrContext,
 };
 
 /// DAT_EP_ATTR without the transport/provider-specific attribute lists.
@@ -244,6 +245,8 @@ pub struct Ep {
     inner: Mutex<EpInner>,
     /// The IOV limits of `inner`'s attributes, readable without its lock (`iov_limit`).
     iov_limits: IovLimits,
+    /// Numbers the requests whose record the backend carries (`pending::carried_wr_id`).
+    carried_seq: AtomicU64,
     pub(crate) shared: Arc<EpShared>,
     /// A datagram EP's address handles and resolution records (empty otherwise).
     ud: Mutex<ud::UdTables>,
@@ -502,6 +505,7 @@ impl Ep {
                 attr.recv_completion_flags,
             )),
             iov_limits: IovLimits::of(&attr),
+            carried_seq: AtomicU64::new(0),
             ud: Mutex::new(ud::UdTables::default()),
             inner: Mutex::new(EpInner {
                 state,
@@ -1183,7 +1187,7 @@ fn build_qp(
             let mut batch = Vec::new();
             while cq.poll(64, &mut batch) > 0 {
                 for wc in batch.drain(..) {
-                    completion::retire(&ia, wc.wr_id);
+                    completion::retire(&ia, &wc);
                 }
             }
         })));

@@ -14,7 +14,7 @@ use super::ep::{Ep, RemoteBuffer};
 use super::error::{DatError, DatResult, Param};
 use super::handle::Object;
 use super::pending::PendingDto;
-use daplrs_backend::{SendOp, SendWr, Sge};
+use daplrs_backend::{SendOp, SendWr, Sge, WrContext};
 
 /// The two 64-bit atomics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +48,7 @@ impl Ep {
             Some(qp),
             &mut SendWr {
                 wr_id: 0,
+                ctx: WrContext::NONE,
                 op: SendOp::RdmaWriteImm {
                     remote_addr: remote.address,
                     rkey: remote.rmr_context,
@@ -128,6 +129,7 @@ impl Ep {
             Some(qp),
             &mut SendWr {
                 wr_id: 0,
+                ctx: WrContext::NONE,
                 op: send_op,
                 sgl,
                 signaled: Self::report_success(flags),

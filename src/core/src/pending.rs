@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::counters::{self, Counters};
 use super::handle_table::Handle;
+use daplrs_backend::WrContext;
 
 /// A posted request the core waits to see completed.
 pub(crate) struct PendingDto {
@@ -25,6 +26,59 @@ pub(crate) struct PendingDto {
     /// For a receive of an EP's own queue (not an SRQ's): the EP's counters and
     /// recv_completion_flags, for its completion (see `EpShared`).
     pub recv: Option<Arc<EpShared>>,
+}
+
+/// The wr_id of the `seq`th request an EP posted with its record carried by the backend
+/// (`PendingDto::carried`): unique among the QP's requests in flight (a queue holds fewer than
+/// 2^32), and never a tracked request's, whose generation bits are never all 0.
+#[inline]
+pub(crate) fn carried_wr_id(seq: u64) -> u64 {
+    seq & u64::from(u32::MAX)
+}
+
+/// How a carried record's third word says what the request is: the operation, whether its
+/// success is reported, and a mark that it is a record at all (`WrContext::NONE` is not).
+const CARRIED: u64 = 1 << 63;
+const REPORT_SUCCESS: u64 = 1 << 62;
+
+impl PendingDto {
+    /// The record as a backend that carries context keeps it (`QueuePair::carries_context`),
+    /// if it is nothing but the EP, cookie, operation and report flag: a bind, an extended
+    /// request or a receive holds more and stays in the IA's table.
+    #[inline]
+    pub(crate) fn carried(&self) -> Option<WrContext> {
+        if self.rmr.is_some() || self.ext.is_some() || self.recv.is_some() || self.ep.is_null() {
+            return None;
+        }
+        let report = if self.report_success {
+            REPORT_SUCCESS
+        } else {
+            0
+        };
+        Some(WrContext([
+            self.cookie,
+            self.ep.addr() as u64,
+            CARRIED | report | u64::from(self.op),
+        ]))
+    }
+
+    /// The record a completion carries back, if it carries one.
+    #[inline]
+    pub(crate) fn from_carried(ctx: &WrContext) -> Option<PendingDto> {
+        let [cookie, ep, word] = ctx.0;
+        if word & CARRIED == 0 {
+            return None;
+        }
+        Some(PendingDto {
+            ep: Handle::from_ptr(ep as usize as *const std::ffi::c_void),
+            cookie,
+            op: word as u32,
+            report_success: word & REPORT_SUCCESS != 0,
+            rmr: None,
+            ext: None,
+            recv: None,
+        })
+    }
 }
 
 /// The requests posted and not completed yet, by wr_id: a slab whose wr_id is a slot's index
@@ -55,7 +109,8 @@ impl PendingTable {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.0 = slot.0.wrapping_add(1) & GENERATION_MASK;
+        // Never generation 0: a wr_id with none is a carried request's (`carried_wr_id`).
+        slot.0 = (slot.0 & GENERATION_MASK) % GENERATION_MASK + 1;
         slot.1 = Some(p);
         (u64::from(slot.0) << 32) | u64::from(index)
     }
@@ -228,6 +283,35 @@ mod tests {
             assert_eq!(id >> 62, 0);
             assert!(t.remove(id).is_some());
         }
+    }
+
+    /// A simple request's record rides in its context and comes back whole; one that holds
+    /// more does not ride; a carried request's wr_id is never a tracked one's.
+    #[test]
+    fn a_carried_record_comes_back_whole() {
+        use super::carried_wr_id;
+        use daplrs_backend::WrContext;
+        let mut p = dto(0xfeed_beef_0000_0001);
+        p.ep = Handle::from_ptr(0x7f00_0000_1020 as *const _);
+        p.op = 3;
+        p.report_success = false;
+        let ctx = p.carried().expect("a plain DTO rides");
+        let back = PendingDto::from_carried(&ctx).unwrap();
+        assert_eq!((back.cookie, back.ep, back.op), (p.cookie, p.ep, p.op));
+        assert!(!back.report_success);
+        assert!(PendingDto::from_carried(&WrContext::NONE).is_none());
+        p.ext = Some(1);
+        assert!(
+            p.carried().is_none(),
+            "an extended request stays in the table"
+        );
+        let mut t = PendingTable::default();
+        for _ in 0..3 {
+            let id = t.insert(dto(1));
+            assert_ne!(id >> 32, 0, "a tracked wr_id has a generation");
+            t.remove(id);
+        }
+        assert_eq!(carried_wr_id(u64::from(u32::MAX) + 5) >> 32, 0);
     }
 
     /// Consecutive handles' requests go to different shards, and each wr_id finds its own

@@ -19,7 +19,7 @@ use super::ia::Ia;
 use super::lmr::{access_of, Lmr, VA_TYPE_VA, VA_TYPE_ZB};
 use super::pending::{PendingDto, Window};
 use super::pz::Pz;
-use daplrs_backend::{MemoryWindow, SendOp, SendWr, Sge, SgeList};
+use daplrs_backend::{MemoryWindow, SendOp, SendWr, Sge, SgeList, WrContext};
 
 #[derive(Clone)]
 struct Binding {
@@ -220,6 +220,7 @@ impl Rmr {
         let report = Ep::report_success(flags);
         let mut wr = SendWr {
             wr_id: 0,
+            ctx: WrContext::NONE,
             op,
             sgl: SgeList::new(),
             signaled: true,

@@ -31,7 +31,7 @@ use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
     Error, MemoryRegion, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result,
-    SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrContext,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -230,6 +230,9 @@ impl Registry {
 
 struct Slot {
     wr_id: u64,
+    /// The consumer's record of a request (`SendWr::ctx`), given back with its completion
+    /// whatever made it (`Ring::mark`, `Ring::flush`).
+    ctx: WrContext,
     opcode: WcOpcode,
     /// A request's length (libfabric reports lengths for receives only).
     len: u32,
@@ -267,7 +270,7 @@ impl Ring {
         // The first result stands (a write with immediate data may fail in
         // its write and then be flushed in its send).
         if let Some(slot) = self.slots.get_mut(idx).filter(|s| s.done.is_none()) {
-            slot.done = Some(wc(slot));
+            slot.done = Some(wc(slot).with_ctx(slot.ctx));
         }
     }
 
@@ -305,7 +308,7 @@ impl Ring {
                 let unreceived = s.receipt.is_some_and(|n| n > received);
                 match s.done {
                     Some(wc) if !(unreceived && wc.status == WcStatus::Success) => wc,
-                    _ => WorkCompletion::flushed(s.wr_id, s.opcode, qp_num),
+                    _ => WorkCompletion::flushed(s.wr_id, s.opcode, qp_num).with_ctx(s.ctx),
                 }
             })
             .collect()
@@ -868,6 +871,7 @@ mod tests {
     fn send(ring: &mut Ring, wr_id: u64) -> u32 {
         ring.push(Slot {
             wr_id,
+            ctx: WrContext::NONE,
             opcode: WcOpcode::Send,
             len: 8,
             done: None,

@@ -147,6 +147,7 @@ impl OfiQp {
         };
         let token = inner.sends.push(Slot {
             wr_id: wr.wr_id,
+            ctx: wr.ctx,
             opcode: wr.op.opcode(),
             len: len as u32,
             done: None,
@@ -276,7 +277,9 @@ impl OfiQp {
         match inner.state {
             QpState::Connected => self.post_request(&mut inner, wr, out),
             QpState::Error => {
-                out.push_back(WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num));
+                out.push_back(
+                    WorkCompletion::flushed(wr.wr_id, wr.op.opcode(), self.num).with_ctx(wr.ctx),
+                );
                 Ok(())
             }
             _ => Err(Error::NotConnected),

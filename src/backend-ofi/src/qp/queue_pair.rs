@@ -6,6 +6,10 @@ impl QueuePair for OfiQp {
     fn as_any(&self) -> &dyn Any {
         self
     }
+    /// Every request's slot in the send ring keeps its context (`Slot::ctx`).
+    fn carries_context(&self) -> bool {
+        true
+    }
 
     fn qp_num(&self) -> u32 {
         self.num
@@ -68,6 +72,7 @@ impl QueuePair for OfiQp {
         }
         let token = inner.recvs.push(Slot {
             wr_id: wr.wr_id,
+            ctx: WrContext::NONE,
             opcode: WcOpcode::Recv,
             len: 0,
             done: None,

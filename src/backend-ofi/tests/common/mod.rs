@@ -104,6 +104,7 @@ pub fn sge(buf: &mut [u8], off: usize, len: usize, lkey: u32) -> Sge {
 pub fn send_wr(wr_id: u64, op: SendOp, sgl: Vec<Sge>) -> SendWr {
     SendWr {
         wr_id,
+        ctx: daplrs_backend::WrContext::NONE,
         op,
         sgl: sgl.into(),
         signaled: true,

@@ -13,7 +13,7 @@ impl Engine {
         let cq = e.send_cq.clone();
         self.push_wc(
             &cq,
-            WorkCompletion::new(o.wr_id, status, o.opcode, o.len, qp),
+            WorkCompletion::new(o.wr_id, status, o.opcode, o.len, qp).with_ctx(o.ctx),
         );
     }
 
@@ -60,7 +60,10 @@ impl Engine {
             QpState::Connected => {}
             QpState::Error => {
                 let cq = e.send_cq.clone();
-                self.push_wc(&cq, WorkCompletion::flushed(wr.wr_id, opcode, qp));
+                self.push_wc(
+                    &cq,
+                    WorkCompletion::flushed(wr.wr_id, opcode, qp).with_ctx(wr.ctx),
+                );
                 return Ok(());
             }
             _ => return Err(bad_state()),
@@ -168,6 +171,7 @@ impl Engine {
         e.next_seq += 1;
         let mut o = Outstanding {
             wr_id: wr.wr_id,
+            ctx: wr.ctx,
             opcode: wr.op.opcode(),
             len: 0,
             seq,

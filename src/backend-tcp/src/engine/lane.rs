@@ -67,13 +67,10 @@ impl Lane {
             }
             _ => rdma_inline(sh, &o.peer, o.pd, wr)?,
         };
-        o.cq.push(WorkCompletion::new(
-            wr.wr_id,
-            WcStatus::Success,
-            wr.op.opcode(),
-            total,
-            o.qp,
-        ));
+        o.cq.push(
+            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, o.qp)
+                .with_ctx(wr.ctx),
+        );
         Some(o.cq.clone())
     }
 

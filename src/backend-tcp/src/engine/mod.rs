@@ -27,7 +27,7 @@ use crate::shared::Shared;
 use daplrs_backend::intmap::IntMap;
 use daplrs_backend::{
     CmEvent, Error, QpCap, QpState, RecvWr, Resource, Result, SendOp, SendWr, Sge, WcOpcode,
-    WcStatus, WorkCompletion,
+    WcStatus, WorkCompletion, WrContext,
 };
 
 mod budget;
@@ -114,6 +114,8 @@ impl Drop for ListenerEntry {
 
 struct Outstanding {
     wr_id: u64,
+    /// The consumer's record of the request, given back with its completion.
+    ctx: WrContext,
     opcode: WcOpcode,
     len: u32,
     seq: u64,
@@ -1136,14 +1138,22 @@ impl Engine {
         // Every way out of Connected comes here: no read or write goes inline from now on.
         e.close_lane();
         // In post order: the started requests, then those waiting behind a fence.
-        let mut sends: Vec<(u64, WcOpcode)> = e
+        let mut sends: Vec<WorkCompletion> = e
             .outstanding
             .drain(..)
-            .map(|o| (o.wr_id, o.opcode))
+            .map(|o| WorkCompletion::flushed(o.wr_id, o.opcode, qp).with_ctx(o.ctx))
             .collect();
-        sends.extend(e.fenced.drain(..).map(|w| (w.wr_id, w.op.opcode())));
+        sends.extend(
+            e.fenced
+                .drain(..)
+                .map(|w| WorkCompletion::flushed(w.wr_id, w.op.opcode(), qp).with_ctx(w.ctx)),
+        );
         if let Some(ud) = e.ud.as_mut() {
-            sends.extend(ud.out.drain(..).map(|o| (o.wr_id, WcOpcode::Send)));
+            sends.extend(
+                ud.out
+                    .drain(..)
+                    .map(|o| WorkCompletion::flushed(o.wr_id, WcOpcode::Send, qp)),
+            );
         }
         // Before the receives flush: no peer places a message in their buffers after, and
         // those it placed messages in (and completed its sends) complete first.
@@ -1154,8 +1164,8 @@ impl Engine {
             .unwrap_or_default();
         let recvs: Vec<RecvWr> = e.rq.drain(..).collect();
         let (scq, rcq) = (e.send_cq.clone(), e.recv_cq.clone());
-        for (wr_id, opcode) in sends {
-            self.push_wc(&scq, WorkCompletion::flushed(wr_id, opcode, qp));
+        for wc in sends {
+            self.push_wc(&scq, wc);
         }
         for (i, r) in recvs.into_iter().enumerate() {
             // What the slot says was placed is the peer's word: never more than the receive.

@@ -304,7 +304,8 @@ impl Engine {
         }
         self.push_wc(
             &cq,
-            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp),
+            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp)
+                .with_ctx(wr.ctx),
         );
         if let Some(c) = self.conns.get_mut(&token) {
             c.out.push_frame(placed, Vec::new());
@@ -563,7 +564,8 @@ impl Engine {
         let cq = e.send_cq.clone();
         self.push_wc(
             &cq,
-            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp),
+            WorkCompletion::new(wr.wr_id, WcStatus::Success, wr.op.opcode(), total, qp)
+                .with_ctx(wr.ctx),
         );
         self.open_lane(qp);
         true

@@ -297,13 +297,9 @@ impl Engine {
         let Some(o) = e.outstanding.pop_front() else {
             return false;
         };
-        queue.push_back(WorkCompletion::new(
-            o.wr_id,
-            WcStatus::Success,
-            o.opcode,
-            o.len,
-            qp,
-        ));
+        queue.push_back(
+            WorkCompletion::new(o.wr_id, WcStatus::Success, o.opcode, o.len, qp).with_ctx(o.ctx),
+        );
         drop(queue);
         self.signalled_cqs.push(e.send_cq.clone());
         true

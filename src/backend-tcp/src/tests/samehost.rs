@@ -1233,6 +1233,7 @@ mod hostile {
     fn first_request(qp: &Arc<dyn QueuePair>) {
         let wr = daplrs_backend::SendWr {
             wr_id: 1,
+            ctx: daplrs_backend::WrContext::NONE,
             op: daplrs_backend::SendOp::Send,
             sgl: Vec::new().into(),
             signaled: true,

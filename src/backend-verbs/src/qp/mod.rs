@@ -28,7 +28,7 @@ use super::{INTERNAL_BIT, RECV_BIT, SPLIT_BIT};
 use daplrs_backend::intmap::{IntMap, IntSet};
 use daplrs_backend::{
     AddressHandle, MemoryWindow, QpCap, QpInit, QpState, QueuePair, RecvWr, SendOp, SendWr,
-    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion,
+    SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, WrContext,
 };
 use daplrs_backend::{Error, Resource, Result};
 
@@ -158,10 +158,35 @@ pub(crate) struct VerbsQp {
     flushed_here: AtomicBool,
 }
 
+/// What a completion did to its QP (`VerbsQp::completed`): the rkey a window bind gave, and
+/// the context of the request it completed.
+pub(super) struct Completed {
+    pub(super) new_rkey: Option<u32>,
+    pub(super) ctx: WrContext,
+}
+
+/// A request in the send queue: the device's wr_id and the consumer's record of it
+/// (`QueuePair::carries_context`), given back with the request's completion.
+#[derive(Clone, Copy)]
+struct Posted {
+    wr_id: u64,
+    ctx: WrContext,
+}
+
+impl Posted {
+    /// One of the backend's own requests (a bind's invalidation, a piece of a split read).
+    fn internal(wr_id: u64) -> Posted {
+        Posted {
+            wr_id,
+            ctx: WrContext::NONE,
+        }
+    }
+}
+
 /// Posted send requests, oldest first, and how many unsignaled ones were posted in a row.
 #[derive(Default)]
 struct SendQueue {
-    posted: VecDeque<u64>,
+    posted: VecDeque<Posted>,
     unsignaled_run: u32,
     /// iWARP: the requests posted that the device completes with their own completion (the
     /// signaled ones, every read among them), and the completions that came before those of
@@ -180,26 +205,22 @@ impl VerbsQp {
     /// at once, where the consumer can see it: after whatever the hardware still holds of this
     /// QP; then false), the scatter list's length, and the request queue's depth (as deep as
     /// the EP asked, whatever the device rounded it up to). True: post it.
-    fn begin_send(
-        &self,
-        wr_id: u64,
-        opcode: WcOpcode,
-        sgl: &[daplrs_backend::Sge],
-    ) -> Result<bool> {
+    fn begin_send(&self, wr: &SendWr) -> Result<bool> {
         match self.phase() {
             Phase::Connected => {}
             Phase::Error => {
                 self.wait_flushed(true);
                 self.send_cq.push_synthetic(vec![WorkCompletion::flushed(
-                    wr_id,
-                    opcode,
+                    wr.wr_id,
+                    wr.op.opcode(),
                     self.qp_num,
-                )]);
+                )
+                .with_ctx(wr.ctx)]);
                 return Ok(false);
             }
             _ => return Err(Error::NotConnected),
         }
-        if sgl.len() > self.cap.max_send_sge as usize {
+        if wr.sgl.len() > self.cap.max_send_sge as usize {
             return Err(Error::TooLong);
         }
         let requests =
@@ -385,7 +406,8 @@ impl VerbsQp {
         is_recv: bool,
         status: WcStatus,
         queue: &mut impl super::cq::WcSink,
-    ) -> Option<u32> {
+    ) -> Completed {
+        let mut ctx = WrContext::NONE;
         if is_recv {
             match &self.srq {
                 Some(s) => s.completed(wr_id),
@@ -405,11 +427,13 @@ impl VerbsQp {
             let mut sq = self.sq.lock();
             // The oldest request, always when every request is signaled: nothing before it
             // to retire, no search.
-            if sq.posted.front() == Some(&wr_id) {
-                sq.posted.pop_front();
-                self.sends_out.fetch_sub(1, Ordering::SeqCst);
-            } else {
-                self.retire_through(&mut sq, wr_id, queue);
+            match sq.posted.front() {
+                Some(front) if front.wr_id == wr_id => {
+                    ctx = front.ctx;
+                    sq.posted.pop_front();
+                    self.sends_out.fetch_sub(1, Ordering::SeqCst);
+                }
+                _ => ctx = self.retire_through(&mut sq, wr_id, queue),
             }
         }
         // A datagram QP in error stops too (reported as broken, see `cm::break_connection`).
@@ -423,13 +447,18 @@ impl VerbsQp {
         // A bind's entry is made before its post (`post_wr`), so before its completion is
         // reaped (on RoCE its send-queue record, read under the lock just taken, says so).
         if is_recv || self.binds_out.load(Ordering::Acquire) == 0 {
-            return None;
+            return Completed {
+                new_rkey: None,
+                ctx,
+            };
         }
-        let (mw, rkey) = self.forget_bind(wr_id)?;
-        if status == WcStatus::Success {
-            mw.set_bound(rkey);
-        }
-        Some(rkey)
+        let new_rkey = self.forget_bind(wr_id).map(|(mw, rkey)| {
+            if status == WcStatus::Success {
+                mw.set_bound(rkey);
+            }
+            rkey
+        });
+        Completed { new_rkey, ctx }
     }
 
     /// Retires the send-queue requests posted up to `wr_id`, whose completion this is: those
@@ -437,23 +466,36 @@ impl VerbsQp {
     /// posted (a device completing one twice, or out of posting order after it was retired)
     /// retires nothing: without this check it would retire every request still outstanding,
     /// each as a success.
-    fn retire_through(&self, sq: &mut SendQueue, wr_id: u64, queue: &mut impl super::cq::WcSink) {
-        let Some(at) = sq.posted.iter().position(|&w| w == wr_id) else {
+    /// Returns the completed request's context.
+    fn retire_through(
+        &self,
+        sq: &mut SendQueue,
+        wr_id: u64,
+        queue: &mut impl super::cq::WcSink,
+    ) -> WrContext {
+        let Some(at) = sq.posted.iter().position(|p| p.wr_id == wr_id) else {
             log::warn!("QP {}: completion of {wr_id:#x}, not posted", self.qp_num);
-            return;
+            return WrContext::NONE;
         };
+        let mut ctx = WrContext::NONE;
         for front in sq.posted.drain(..=at) {
             self.sends_out.fetch_sub(1, Ordering::SeqCst);
-            if front != wr_id && front & INTERNAL_BIT == 0 {
-                queue.push_wc(WorkCompletion::new(
-                    front,
-                    WcStatus::Success,
-                    WcOpcode::Send,
-                    0,
-                    self.qp_num,
-                ));
+            if front.wr_id == wr_id {
+                ctx = front.ctx;
+            } else if front.wr_id & INTERNAL_BIT == 0 {
+                queue.push_wc(
+                    WorkCompletion::new(
+                        front.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::Send,
+                        0,
+                        self.qp_num,
+                    )
+                    .with_ctx(front.ctx),
+                );
             }
         }
+        ctx
     }
 
     /// Whether the hardware already put the QP in error (a responder that refused a remote
@@ -544,7 +586,7 @@ impl VerbsQp {
     ) {
         let mut sq = self.sq.lock();
         let sq = &mut *sq;
-        if !sq.posted.contains(&wc.wr_id) {
+        if !sq.posted.iter().any(|p| p.wr_id == wc.wr_id) {
             log::warn!(
                 "QP {}: completion of {:#x}, not posted",
                 self.qp_num,
@@ -559,7 +601,7 @@ impl VerbsQp {
             wc.status = WcStatus::LocalProtection;
         }
         sq.early.insert(wc.wr_id, wc);
-        while let Some(&front) = sq.posted.front() {
+        while let Some(&Posted { wr_id: front, ctx }) = sq.posted.front() {
             let done = match sq.early.remove(&front) {
                 Some(wc) => Some(wc),
                 // Unsignaled: done once anything after it is.
@@ -582,9 +624,11 @@ impl VerbsQp {
             if front & INTERNAL_BIT != 0 {
                 continue;
             }
-            let mut wc = done.unwrap_or_else(|| {
-                WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
-            });
+            let mut wc = done
+                .unwrap_or_else(|| {
+                    WorkCompletion::new(front, WcStatus::Success, WcOpcode::Send, 0, self.qp_num)
+                })
+                .with_ctx(ctx);
             // The read a failed piece belonged to: flushed behind it, it fails as the piece did.
             if let Some(failed) = sq.split_error.take() {
                 if wc.status != WcStatus::Success {
@@ -749,9 +793,12 @@ impl VerbsQp {
         let with_inv = bind.inv.is_some();
         self.sends_out.fetch_add(posted, Ordering::SeqCst);
         if with_inv {
-            sq.posted.push_back(INTERNAL_BIT);
+            sq.posted.push_back(Posted::internal(INTERNAL_BIT));
         }
-        sq.posted.push_back(wr.wr_id);
+        sq.posted.push_back(Posted {
+            wr_id: wr.wr_id,
+            ctx: wr.ctx,
+        });
         if self.shared.iwarp && signaled {
             sq.signaled.insert(wr.wr_id);
         }
@@ -838,7 +885,8 @@ impl VerbsQp {
             wr.wr_id,
             wr.op.opcode(),
             self.qp_num,
-        )]);
+        )
+        .with_ctx(wr.ctx)]);
     }
 
     /// The device is gone (fault.rs): every request and receive still outstanding completes
@@ -855,8 +903,8 @@ impl VerbsQp {
         let sends: Vec<WorkCompletion> = sq
             .posted
             .drain(..)
-            .filter(|id| id & INTERNAL_BIT == 0)
-            .map(|id| flushed(id, WcOpcode::Send))
+            .filter(|p| p.wr_id & INTERNAL_BIT == 0)
+            .map(|p| flushed(p.wr_id, WcOpcode::Send).with_ctx(p.ctx))
             .collect();
         sq.early.clear();
         sq.signaled.clear();
@@ -981,7 +1029,13 @@ impl VerbsQp {
         self.sends_out.fetch_add(n, Ordering::SeqCst);
         self.split_extra.fetch_add(n - 1, Ordering::SeqCst);
         for &id in &ids {
-            sq.posted.push_back(id);
+            // The last piece is the read's own: it carries the read's context.
+            let ctx = if id == wr.wr_id {
+                wr.ctx
+            } else {
+                WrContext::NONE
+            };
+            sq.posted.push_back(Posted { wr_id: id, ctx });
             sq.signaled.insert(id);
         }
         let mut bad = std::ptr::null_mut();
@@ -1131,6 +1185,10 @@ impl QueuePair for VerbsQp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+    /// The send queue's record of each request (`SendQueue::posted`) holds its context.
+    fn carries_context(&self) -> bool {
+        true
+    }
     fn qp_num(&self) -> u32 {
         self.qp_num
     }
@@ -1146,7 +1204,7 @@ impl QueuePair for VerbsQp {
         if wr.fence && self.bounced_out.load(Ordering::SeqCst) > 0 {
             self.wait_bounced_reads()?;
         }
-        if !self.begin_send(wr.wr_id, wr.op.opcode(), &wr.sgl)? {
+        if !self.begin_send(wr)? {
             return Ok(());
         }
         if matches!(wr.op, SendOp::RdmaRead { .. }) && self.shared.read_sink != ReadSink::Consumer {
@@ -1270,7 +1328,7 @@ impl QueuePair for VerbsQp {
         if !self.ud || !matches!(wr.op, SendOp::Send) {
             return Err(Error::Invalid);
         }
-        if !self.begin_send(wr.wr_id, WcOpcode::Send, &wr.sgl)? {
+        if !self.begin_send(&wr)? {
             return Ok(());
         }
         let sges = &wr.sgl;
@@ -1305,7 +1363,10 @@ impl QueuePair for VerbsQp {
             self.cap.max_send_wr,
         )?;
         self.sends_out.fetch_add(1, Ordering::SeqCst);
-        sq.posted.push_back(wr.wr_id);
+        sq.posted.push_back(Posted {
+            wr_id: wr.wr_id,
+            ctx: wr.ctx,
+        });
         let mut bad = std::ptr::null_mut();
         // SAFETY: our QP; the request, its scatter list and the AH (held by the caller) live
         // across the call.

@@ -48,10 +48,25 @@ impl Ep {
         let qp = qp
             .or_else(|| self.qp())
             .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        let wr_id = self.ia.track(self.handle, pending)?;
+        // One record per request: the backend's, when it carries ours in it; else the IA's
+        // table keeps ours by wr_id.
+        let carried = if qp.carries_context() {
+            pending.carried()
+        } else {
+            None
+        };
+        let wr_id = match carried {
+            Some(ctx) => {
+                wr.ctx = ctx;
+                carried_wr_id(self.carried_seq.fetch_add(1, Ordering::Relaxed))
+            }
+            None => self.ia.track(self.handle, pending)?,
+        };
         wr.wr_id = wr_id;
         if let Err(e) = qp.post_send(wr) {
-            self.ia.untrack(wr_id);
+            if carried.is_none() {
+                self.ia.untrack(wr_id);
+            }
             // The backend refuses the segments of the request.
             return Err(from_backend(e, Some(Param::NumSegments)));
         }
@@ -121,6 +136,7 @@ impl Ep {
         let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_request_iov)?;
         let mut wr = SendWr {
             wr_id: 0,
+            ctx: WrContext::NONE,
             op,
             sgl: SgeList::new(),
             signaled: Self::report_success(flags),
@@ -166,6 +182,7 @@ impl Ep {
         let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_write_iov)?;
         let mut wr = SendWr {
             wr_id: 0,
+            ctx: WrContext::NONE,
             op: SendOp::RdmaWrite {
                 remote_addr: remote.address,
                 rkey: remote.rmr_context,
@@ -210,6 +227,7 @@ impl Ep {
         let (pz, qp) = self.request_common(flags, iov.len(), |a| a.max_rdma_read_iov)?;
         let mut wr = SendWr {
             wr_id: 0,
+            ctx: WrContext::NONE,
             op: SendOp::RdmaRead {
                 remote_addr: remote.address,
                 rkey: remote.rmr_context,

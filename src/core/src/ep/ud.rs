@@ -56,7 +56,7 @@ use super::super::evd::{Event, EventData, UdConnExt};
 use super::super::pending::PendingDto;
 use super::EpState;
 use super::{state_error, Ep};
-use daplrs_backend::{AddressHandle, QueuePair, SendOp, SendWr, Sge, UdPeer};
+use daplrs_backend::{AddressHandle, QueuePair, SendOp, SendWr, Sge, UdPeer, WrContext};
 
 /// Tokens of address handles ("AH") and resolution records ("CM") as C sees them: opaque,
 /// never NULL, never a valid pointer of the consumer's, unique for the life of the process.
@@ -298,6 +298,7 @@ impl Ep {
         )?;
         let wr = SendWr {
             wr_id,
+            ctx: WrContext::NONE,
             op: SendOp::Send,
             sgl,
             signaled: report,
