@@ -204,7 +204,9 @@ impl VerbsQp {
     /// What every send-queue post checks first: the QP's phase (in Error the request is flushed
     /// at once, where the consumer can see it: after whatever the hardware still holds of this
     /// QP; then false), the scatter list's length, and the request queue's depth (as deep as
-    /// the EP asked, whatever the device rounded it up to). True: post it.
+    /// the EP asked, whatever the device rounded it up to). True: post it. Inlined, as is
+    /// `post_begun`: `post_send` is one function from the trait call to the doorbell.
+    #[inline(always)]
     fn begin_send(&self, wr: &SendWr) -> Result<bool> {
         match self.phase() {
             Phase::Connected => {}
@@ -1131,6 +1133,7 @@ fn set_opcode(op: &SendOp, w: &mut ibv_send_wr) {
 
 impl VerbsQp {
     /// The rest of `post_send`, once `begin_send` took the request.
+    #[inline(always)]
     fn post_begun(&self, wr: &SendWr) -> Result<()> {
         if let SendOp::RdmaRead { remote_addr, rkey } = wr.op {
             if wr.sgl.len() > self.shared.read_sge_limit as usize && self.shared.splits_reads() {

@@ -38,7 +38,9 @@ impl Ep {
 
     /// Posts a send-queue request with its tracking entry on `qp` (the EP's, from
     /// `request_common`, or None to look it up). The request is the caller's, built in place
-    /// and handed down by reference: this sets its wr_id.
+    /// and handed down by reference: this sets its wr_id. Inlined into each post: as a call
+    /// of its own its entry and exit cost a same-host write 30 instructions.
+    #[inline(always)]
     pub(crate) fn post_tracked(
         &self,
         qp: Option<Arc<dyn QueuePair>>,
