@@ -32,11 +32,6 @@ impl QueuePair for TcpQp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
-    /// Every request's record (the engine's `Outstanding`, a fenced request, a completion
-    /// queued in its post) keeps its context.
-    fn carries_context(&self) -> bool {
-        true
-    }
     fn qp_num(&self) -> u32 {
         self.qp_num
     }

@@ -278,8 +278,8 @@ impl SendOp {
 /// What the consumer keeps of a work request, handed to the backend with it and given back,
 /// untouched, in its completion: the consumer's record of the request lives in the backend's
 /// own record of it (a verbs QP's send queue), not in a second table keyed by wr_id. Opaque
-/// to the backend; `NONE` when the consumer keeps its own record (see
-/// `QueuePair::carries_context`).
+/// to the backend; `NONE` when the consumer keeps its own record (receives, and requests
+/// whose record holds more than it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WrContext(pub [u64; 3]);
 
@@ -290,7 +290,7 @@ impl WrContext {
 #[derive(Clone)]
 pub struct SendWr {
     pub wr_id: u64,
-    /// Given back in the request's completion by a QP that `carries_context`.
+    /// Given back in every completion of the request, flushes included.
     pub ctx: WrContext,
     pub op: SendOp,
     pub sgl: SgeList,
@@ -342,7 +342,7 @@ pub enum WcStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkCompletion {
     pub wr_id: u64,
-    /// The request's `SendWr::ctx`, from a QP that `carries_context` (else `NONE`).
+    /// The request's `SendWr::ctx` (`NONE` for a receive).
     pub ctx: WrContext,
     pub status: WcStatus,
     pub opcode: WcOpcode,
@@ -557,13 +557,10 @@ pub trait QueuePair: Send + Sync {
     /// Valid in Connected (executed) and Error (flushed at once). By reference: the core
     /// builds the request once, in place, and a backend that hands it to the device copies
     /// nothing of it (one that keeps it clones what it keeps).
+    /// Every completion of a request it took, flushed ones and those made without the
+    /// device included, carries the request's `SendWr::ctx` (the backend keeps it in its
+    /// own record of the request): the core may keep no record of its own.
     fn post_send(&self, wr: &SendWr) -> Result<()>;
-    /// Whether every completion of a request this QP's `post_send` took (flushed ones too)
-    /// carries the request's `SendWr::ctx`: the consumer then needs no record of its own.
-    /// A backend that keeps a record per request anyway keeps the context in it.
-    fn carries_context(&self) -> bool {
-        false
-    }
     /// Valid in every state; in Error flushed at once.
     fn post_recv(&self, wr: RecvWr) -> Result<()>;
     /// Flushes everything outstanding and returns to Init (only from Error or Init).

@@ -42,8 +42,8 @@ const CARRIED: u64 = 1 << 63;
 const REPORT_SUCCESS: u64 = 1 << 62;
 
 impl PendingDto {
-    /// The record as a backend that carries context keeps it (`QueuePair::carries_context`),
-    /// if it is nothing but the EP, cookie, operation and report flag: a bind, an extended
+    /// The record as the backend keeps it, in the request's context (`SendWr::ctx`), if it is
+    /// nothing but the EP, cookie, operation and report flag: a bind, an extended
     /// request or a receive holds more and stays in the IA's table.
     #[inline]
     pub(crate) fn carried(&self) -> Option<WrContext> {

@@ -6,10 +6,6 @@ impl QueuePair for OfiQp {
     fn as_any(&self) -> &dyn Any {
         self
     }
-    /// Every request's slot in the send ring keeps its context (`Slot::ctx`).
-    fn carries_context(&self) -> bool {
-        true
-    }
 
     fn qp_num(&self) -> u32 {
         self.num

@@ -166,7 +166,7 @@ pub(super) struct Completed {
 }
 
 /// A request in the send queue: the device's wr_id and the consumer's record of it
-/// (`QueuePair::carries_context`), given back with the request's completion.
+/// (`SendWr::ctx`), given back with the request's completion.
 #[derive(Clone, Copy)]
 struct Posted {
     wr_id: u64,
@@ -1187,10 +1187,6 @@ impl VerbsQp {
 impl QueuePair for VerbsQp {
     fn as_any(&self) -> &dyn std::any::Any {
         self
-    }
-    /// The send queue's record of each request (`SendQueue::posted`) holds its context.
-    fn carries_context(&self) -> bool {
-        true
     }
     fn qp_num(&self) -> u32 {
         self.qp_num

@@ -50,13 +50,9 @@ impl Ep {
         let qp = qp
             .or_else(|| self.qp())
             .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        // One record per request: the backend's, when it carries ours in it; else the IA's
-        // table keeps ours by wr_id.
-        let carried = if qp.carries_context() {
-            pending.carried()
-        } else {
-            None
-        };
+        // One record per request: the backend's, which carries ours in it when ours is only
+        // the request's context; else the IA's table keeps ours by wr_id.
+        let carried = pending.carried();
         let wr_id = match carried {
             Some(ctx) => {
                 wr.ctx = ctx;
