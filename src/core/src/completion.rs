@@ -11,18 +11,18 @@ use super::counters;
 use super::event::{DtoExt, Event, EventData};
 use super::handle_table::Handle;
 use super::ia::Ia;
-use super::pending::PendingDto;
+use super::pending::{Carried, PendingDto};
 use super::srq;
 use daplrs_backend::{WcOpcode, WcStatus, WorkCompletion};
 
-/// Ends the tracking of a completed request and returns it. Every completion passes here
-/// (those of a NULL EVD's sink CQ too), so this is where the core learns that an SRQ receive
-/// was consumed and the SRQ's low watermark may have been crossed.
-/// A request whose record the backend carried (`PendingDto::carried`) has no entry to end.
+/// Ends the tracking of a completed request whose record waits in the IA's table and
+/// returns it. Every such completion passes here (those of a NULL EVD's sink CQ too), so this
+/// is where the core learns that an SRQ receive was consumed and the SRQ's low watermark may
+/// have been crossed. A request whose record the backend carried (`Carried`) has no entry.
 #[inline]
 pub(crate) fn retire(ia: &Ia, wc: &WorkCompletion) -> Option<PendingDto> {
-    if let Some(p) = PendingDto::from_carried(&wc.ctx) {
-        return Some(p);
+    if Carried::from_ctx(&wc.ctx).is_some() {
+        return None;
     }
     let p = ia.untrack(wc.wr_id)?;
     if p.ep.is_null() && p.op == dto_op::RECEIVE {
@@ -31,12 +31,45 @@ pub(crate) fn retire(ia: &Ia, wc: &WorkCompletion) -> Option<PendingDto> {
     Some(p)
 }
 
+/// The event of a send, RDMA write or RDMA read whose record came back in its completion:
+/// always a notification event (only receives may be unsolicited), a DTO completion naming
+/// the EP, the cookie and the operation; None when its success is not reported.
+#[inline(always)]
+fn carried_event(record: Carried, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
+    let status = dto_status_of(wc.status);
+    if status == dto_status::SUCCESS && !record.report_success {
+        return None;
+    }
+    let transferred = if status == dto_status::SUCCESS {
+        wc.byte_len
+    } else {
+        0
+    };
+    let event = Event {
+        number: event_number::DTO_COMPLETION,
+        evd,
+        data: EventData::Dto {
+            ep: record.ep,
+            cookie: record.cookie,
+            status,
+            transferred,
+            op: record.op,
+            rmr_context: 0,
+            ext: None,
+        },
+    };
+    Some((event, true))
+}
+
 /// Converts a work completion into the DAT event for the EVD `evd` and whether it is a
 /// notification event (see `evd`'s module notes), or None when the consumer asked not to
 /// see it. Inlined into the EVD's drain, its one caller: as a call of its own it saved
 /// and restored registers and passed the event (72 bytes) out through memory.
 #[inline(always)]
 pub(crate) fn event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
+    if let Some(record) = Carried::from_ctx(&wc.ctx) {
+        return carried_event(record, wc, evd);
+    }
     let pending = retire(ia, wc)?;
     let status = dto_status_of(wc.status);
     if status == dto_status::SUCCESS && !pending.report_success {

@@ -29,7 +29,7 @@ pub(crate) struct PendingDto {
 }
 
 /// The wr_id of the `seq`th request an EP posted with its record carried by the backend
-/// (`PendingDto::carried`): unique among the QP's requests in flight (a queue holds fewer than
+/// (`Carried`): unique among the QP's requests in flight (a queue holds fewer than
 /// 2^32), and never a tracked request's, whose generation bits are never all 0.
 #[inline]
 pub(crate) fn carried_wr_id(seq: u64) -> u64 {
@@ -41,42 +41,48 @@ pub(crate) fn carried_wr_id(seq: u64) -> u64 {
 const CARRIED: u64 = 1 << 63;
 const REPORT_SUCCESS: u64 = 1 << 62;
 
-impl PendingDto {
-    /// The record as the backend keeps it, in the request's context (`SendWr::ctx`), if it is
-    /// nothing but the EP, cookie, operation and report flag: a bind, an extended
-    /// request or a receive holds more and stays in the IA's table.
+/// The whole record of a send, RDMA write or RDMA read: what its completion's event names.
+/// It rides in the request's context (`SendWr::ctx`), which the backend keeps in its own
+/// record of the request and hands back in every completion: no entry in the IA's table, and
+/// plain words with no drop on either path (a bind, an extended request or a receive holds
+/// more and is a `PendingDto` in the table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Carried {
+    pub ep: Handle,
+    pub cookie: u64,
+    pub op: u32,
+    /// DAT_COMPLETION_SUPPRESS_FLAG / UNSIGNALLED: no event on success.
+    pub report_success: bool,
+}
+
+impl Carried {
+    /// The record as the request's context.
     #[inline]
-    pub(crate) fn carried(&self) -> Option<WrContext> {
-        if self.rmr.is_some() || self.ext.is_some() || self.recv.is_some() || self.ep.is_null() {
-            return None;
-        }
+    pub(crate) fn ctx(self) -> WrContext {
         let report = if self.report_success {
             REPORT_SUCCESS
         } else {
             0
         };
-        Some(WrContext([
+        WrContext([
             self.cookie,
             self.ep.addr() as u64,
             CARRIED | report | u64::from(self.op),
-        ]))
+        ])
     }
 
     /// The record a completion carries back, if it carries one.
     #[inline]
-    pub(crate) fn from_carried(ctx: &WrContext) -> Option<PendingDto> {
+    pub(crate) fn from_ctx(ctx: &WrContext) -> Option<Carried> {
         let [cookie, ep, word] = ctx.0;
         if word & CARRIED == 0 {
             return None;
         }
-        Some(PendingDto {
+        Some(Carried {
             ep: Handle::from_ptr(ep as usize as *const std::ffi::c_void),
             cookie,
             op: word as u32,
             report_success: word & REPORT_SUCCESS != 0,
-            rmr: None,
-            ext: None,
-            recv: None,
         })
     }
 }
@@ -285,26 +291,25 @@ mod tests {
         }
     }
 
-    /// A simple request's record rides in its context and comes back whole; one that holds
-    /// more does not ride; a carried request's wr_id is never a tracked one's.
+    /// A send's, write's or read's record rides in its context and comes back whole; an empty
+    /// context carries none; a carried request's wr_id is never a tracked one's.
     #[test]
     fn a_carried_record_comes_back_whole() {
-        use super::carried_wr_id;
+        use super::{carried_wr_id, Carried};
         use daplrs_backend::WrContext;
-        let mut p = dto(0xfeed_beef_0000_0001);
-        p.ep = Handle::from_ptr(0x7f00_0000_1020 as *const _);
-        p.op = 3;
-        p.report_success = false;
-        let ctx = p.carried().expect("a plain DTO rides");
-        let back = PendingDto::from_carried(&ctx).unwrap();
-        assert_eq!((back.cookie, back.ep, back.op), (p.cookie, p.ep, p.op));
-        assert!(!back.report_success);
-        assert!(PendingDto::from_carried(&WrContext::NONE).is_none());
-        p.ext = Some(1);
-        assert!(
-            p.carried().is_none(),
-            "an extended request stays in the table"
-        );
+        let c = Carried {
+            ep: Handle::from_ptr(0x7f00_0000_1020 as *const _),
+            cookie: 0xfeed_beef_0000_0001,
+            op: 3,
+            report_success: false,
+        };
+        assert_eq!(Carried::from_ctx(&c.ctx()), Some(c));
+        let reported = Carried {
+            report_success: true,
+            ..c
+        };
+        assert_eq!(Carried::from_ctx(&reported.ctx()), Some(reported));
+        assert!(Carried::from_ctx(&WrContext::NONE).is_none());
         let mut t = PendingTable::default();
         for _ in 0..3 {
             let id = t.insert(dto(1));

@@ -36,11 +36,28 @@ impl Ep {
         }
     }
 
-    /// Posts a send-queue request with its tracking entry on `qp` (the EP's, from
-    /// `request_common`, or None to look it up). The request is the caller's, built in place
-    /// and handed down by reference: this sets its wr_id. Inlined into each post: as a call
-    /// of its own its entry and exit cost a same-host write 30 instructions.
+    /// Posts a send, RDMA write or RDMA read on `qp` (the EP's, from `request_common`): its
+    /// record rides in the request's context (`Carried`), which the backend hands back in the
+    /// completion; the wr_id is the EP's next number. The request is the caller's, built in
+    /// place and handed down by reference. Inlined into each post: as a call of its own its
+    /// entry and exit cost a same-host write 30 instructions.
     #[inline(always)]
+    pub(crate) fn post_carried(
+        &self,
+        qp: Arc<dyn QueuePair>,
+        wr: &mut SendWr,
+        record: Carried,
+    ) -> DatResult<()> {
+        wr.ctx = record.ctx();
+        wr.wr_id = carried_wr_id(self.carried_seq.fetch_add(1, Ordering::Relaxed));
+        // The backend refuses the segments of the request.
+        qp.post_send(wr)
+            .map_err(|e| from_backend(e, Some(Param::NumSegments)))
+    }
+
+    /// Posts a send-queue request whose record holds more than `Carried` (a bind, an extended
+    /// request) on `qp` (the EP's, or None to look it up): the record waits in the IA's table
+    /// by wr_id.
     pub(crate) fn post_tracked(
         &self,
         qp: Option<Arc<dyn QueuePair>>,
@@ -50,21 +67,10 @@ impl Ep {
         let qp = qp
             .or_else(|| self.qp())
             .ok_or(DatError::invalid_state(SubType::EpUnconfigured))?;
-        // One record per request: the backend's, which carries ours in it when ours is only
-        // the request's context; else the IA's table keeps ours by wr_id.
-        let carried = pending.carried();
-        let wr_id = match carried {
-            Some(ctx) => {
-                wr.ctx = ctx;
-                carried_wr_id(self.carried_seq.fetch_add(1, Ordering::Relaxed))
-            }
-            None => self.ia.track(self.handle, pending)?,
-        };
+        let wr_id = self.ia.track(self.handle, pending)?;
         wr.wr_id = wr_id;
         if let Err(e) = qp.post_send(wr) {
-            if carried.is_none() {
-                self.ia.untrack(wr_id);
-            }
+            self.ia.untrack(wr_id);
             // The backend refuses the segments of the request.
             return Err(from_backend(e, Some(Param::NumSegments)));
         }
@@ -152,17 +158,14 @@ impl Ep {
         if total > u64::from(self.ia.max_msg_size) {
             return Err(DatError::length());
         }
-        self.post_tracked(
-            Some(qp),
+        self.post_carried(
+            qp,
             &mut wr,
-            PendingDto {
+            Carried {
                 ep: self.handle,
                 cookie,
                 op: dto_op::SEND,
                 report_success: Self::report_success(flags),
-                rmr: None,
-                ext: None,
-                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_SEND, total);
@@ -197,17 +200,14 @@ impl Ep {
         if total > u64::from(self.ia.max_rdma_size) || total > u64::from(remote.length) {
             return Err(DatError::length());
         }
-        self.post_tracked(
-            Some(qp),
+        self.post_carried(
+            qp,
             &mut wr,
-            PendingDto {
+            Carried {
                 ep: self.handle,
                 cookie,
                 op: dto_op::RDMA_WRITE,
                 report_success: Self::report_success(flags),
-                rmr: None,
-                ext: None,
-                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_WRITE, total);
@@ -264,17 +264,14 @@ impl Ep {
         if wr.sgl.len() > self.ia.max_rdma_read_sge as usize {
             return Err(DatError::bad(Param::NumSegments));
         }
-        self.post_tracked(
-            Some(qp),
+        self.post_carried(
+            qp,
             &mut wr,
-            PendingDto {
+            Carried {
                 ep: self.handle,
                 cookie,
                 op: dto_op::RDMA_READ,
                 report_success: Self::report_success(flags),
-                rmr: None,
-                ext: None,
-                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_READ, want);
