@@ -268,7 +268,9 @@ pub(crate) unsafe extern "C" fn wait(
     nmore: *mut DAT_COUNT,
 ) -> DAT_RETURN {
     guard(&calls::EVD_WAIT, || {
-        let evd = evd(evd_handle)?;
+        // Held for the wait, as a dequeue holds it: no reference of its own (a free while it
+        // waits is refused, DAT_INVALID_STATE, and the slot keeps the EVD alive meanwhile).
+        let evd = handle::evd_held(h(evd_handle), SubType::InvalidHandleEvdRequest)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
         let event = unsafe { out(event, Param::Event) }?;
         let mut ev = None;
