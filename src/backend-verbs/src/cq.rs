@@ -78,20 +78,36 @@ impl WcSink for Vec<WorkCompletion> {
     }
 }
 
-/// The QP numbered `qp_num`, from the last one's cache or the process's map.
-fn qp_of(last: &mut LastQp, shared: &Weak<Shared>, qp_num: u32) -> Option<Arc<super::qp::VerbsQp>> {
-    if let Some(qp) = last
-        .as_ref()
-        .filter(|(n, _)| *n == qp_num)
-        .and_then(|(_, w)| w.upgrade())
-    {
-        return Some(qp);
+/// The QP a reap's completions came from last, held for the reap: the next completion usually
+/// comes from the same QP, which is then a compare and a borrow (no reference counted per
+/// completion).
+type HeldQp = Option<(u32, Arc<super::qp::VerbsQp>)>;
+
+/// The QP numbered `qp_num`: the one this reap holds, or the one the CQ saw last (`last`, a
+/// weak reference kept between reaps, upgraded once a reap), or the process's map.
+fn qp_of<'a>(
+    held: &'a mut HeldQp,
+    last: &mut LastQp,
+    shared: &Weak<Shared>,
+    qp_num: u32,
+) -> Option<&'a Arc<super::qp::VerbsQp>> {
+    if held.as_ref().is_none_or(|(n, _)| *n != qp_num) {
+        let seen = last
+            .as_ref()
+            .filter(|(n, _)| *n == qp_num)
+            .and_then(|(_, w)| w.upgrade());
+        let qp = match seen {
+            Some(qp) => qp,
+            // The device's state is needed only when both miss.
+            None => {
+                let qp = shared.upgrade()?.qp(qp_num)?;
+                *last = Some((qp_num, Arc::downgrade(&qp)));
+                qp
+            }
+        };
+        *held = Some((qp_num, qp));
     }
-    // The device's state is needed only when the cache misses: one upgrade then, none per
-    // completion of the QP seen last.
-    let qp = shared.upgrade()?.qp(qp_num)?;
-    *last = Some((qp_num, Arc::downgrade(&qp)));
-    Some(qp)
+    held.as_ref().map(|(_, qp)| qp)
 }
 
 /// How long a waiting consumer polls the hardware queue before it sleeps.
@@ -218,6 +234,7 @@ impl VerbsCq {
         // the entries it returns, and only those are read.
         let mut wcs = std::mem::MaybeUninit::<[ibv_wc; BATCH]>::uninit();
         let mut left = limit;
+        let mut held: HeldQp = None;
         while left > 0 {
             let want = BATCH.min(left);
             let first = wcs.as_mut_ptr().cast::<ibv_wc>();
@@ -229,7 +246,7 @@ impl VerbsCq {
             // SAFETY: ibv_poll_cq wrote the first n entries (n <= want).
             let got = unsafe { std::slice::from_raw_parts(first, n as usize) };
             for wc in got {
-                self.convert(wc, last, out);
+                self.convert(wc, last, &mut held, out);
             }
             // A short batch emptied the queue: no second poll of it.
             if (n as usize) < want {
@@ -241,7 +258,7 @@ impl VerbsCq {
 
     /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
     /// the backend's own requests are accounted for and not queued).
-    fn convert(&self, wc: &ibv_wc, last: &mut LastQp, queue: &mut impl WcSink) {
+    fn convert(&self, wc: &ibv_wc, last: &mut LastQp, held: &mut HeldQp, queue: &mut impl WcSink) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
         let status = match status_of(wc.status) {
             // soft-RoCE fails a receive too small for its message as a local QP
@@ -261,7 +278,7 @@ impl VerbsCq {
                 wc.wr_id
             );
         }
-        let qp = qp_of(last, &self.shared, wc.qp_num);
+        let qp = qp_of(held, last, &self.shared, wc.qp_num);
         if qp.as_ref().is_some_and(|q| q.dropped_after_loss(is_recv)) {
             return; // completed already, flushed, when the device went (qp.rs `flush_lost`)
         }
