@@ -36,7 +36,7 @@
 //! solicited: on verbs a SOLICITED_WAIT receive EVD notifies on every receive, as the default.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -126,6 +126,38 @@ enum Take {
     Waiter,
 }
 
+/// What in an EVD's state keeps `Evd::queue_event` from handing an event to its taker without
+/// the state lock (bits of `Evd::take_blocks`). With none of them, and the queue empty, a
+/// taken event changes nothing in the state: it is counted as queued and removed at once,
+/// which leaves the counts as they were, and nobody is to be told of it.
+struct Blocks;
+
+impl Blocks {
+    /// A CNO: a notification event taken may have to trigger it.
+    const CNO: u8 = 1;
+    /// A waiter: a threshold-1 wait of another thread may not take the event.
+    const WAITER: u8 = 2;
+    const UNWAITABLE: u8 = 4;
+    const FREED: u8 = 8;
+
+    fn of(s: &EvdState) -> u8 {
+        let mut b = 0;
+        if s.cno.is_some() {
+            b |= Self::CNO;
+        }
+        if s.waiter {
+            b |= Self::WAITER;
+        }
+        if !s.waitable {
+            b |= Self::UNWAITABLE;
+        }
+        if s.freed {
+            b |= Self::FREED;
+        }
+        b
+    }
+}
+
 /// What `Evd::queue_event` did with an event.
 enum Queued {
     /// Written to the caller's slot as dequeued.
@@ -152,6 +184,9 @@ pub struct Evd {
     /// that finds events queued returns the first of them without polling the CQ (whatever
     /// the CQ holds arrived after them).
     backlog: AtomicUsize,
+    /// What keeps a drain from handing its first event straight to its taker without the
+    /// state lock (`Blocks`), mirrored from the state under that lock (`mirror`).
+    take_blocks: AtomicU8,
     /// EPs, PSPs, RSPs using this EVD.
     pub(crate) users: UseCount,
     /// DCNT_EVD_* (see `counters`).
@@ -233,6 +268,7 @@ impl Evd {
             drain_lock: Mutex::new(Vec::new()),
             driven_by: AtomicU64::new(0),
             backlog: AtomicUsize::new(0),
+            take_blocks: AtomicU8::new(0),
             users: UseCount::default(),
         });
         if let Some(cq) = &evd.cq {
@@ -249,6 +285,7 @@ impl Evd {
             // A CNO's waiter learns of completions only if they reach the EVD by themselves.
             cq.set_events_wanted(evd.state.lock().cno.is_some());
         }
+        evd.mirror(&evd.state.lock());
         ia.commit(reservation, &evd);
         if flags & evd_flags::ASYNC != 0 {
             ia.adopt_async_evd(&evd, false);
@@ -354,6 +391,30 @@ impl Evd {
         self.queue_event(event, notify, Take::None, &mut None);
     }
 
+    /// Keeps `take_blocks` as `s` says (called under the state lock after a change of the
+    /// fields `Blocks` reads).
+    fn mirror(&self, s: &EvdState) {
+        self.take_blocks.store(Blocks::of(s), Ordering::Relaxed);
+    }
+
+    /// Whether `take` may have the event (a notification event or not: `notify`) without the
+    /// state lock: the queue is empty and nothing in the state wants to know (`Blocks`). A
+    /// change racing with this look (an event queued by a provider, a waiter, a CNO) orders
+    /// after it, as if it came after the take.
+    #[inline(always)]
+    fn takes_unlocked(&self, take: Take, notify: bool) -> bool {
+        let blocks = self.take_blocks.load(Ordering::Relaxed);
+        let allowed = match take {
+            Take::None => return false,
+            Take::Dequeue => blocks & (Blocks::CNO | Blocks::FREED) == 0,
+            Take::Wait => notify && blocks == 0,
+            // The waiter is this thread, whose wait ignores the CNO (DAT notifies the CNO of
+            // an EVD with no waiter of its own).
+            Take::Waiter => notify && blocks & (Blocks::UNWAITABLE | Blocks::FREED) == 0,
+        };
+        allowed && self.backlog.load(Ordering::Relaxed) == 0
+    }
+
     /// Queues a provider-generated event, or writes it to `taken` as dequeued when `take`
     /// allows (see `Take`). A taken event is accounted for as one queued and removed at once:
     /// it counts as a notification event that was dequeued, and triggers the CNO as a queued
@@ -365,6 +426,10 @@ impl Evd {
         take: Take,
         taken: &mut Option<Event>,
     ) -> Queued {
+        if self.takes_unlocked(take, notify) {
+            *taken = Some(event);
+            return Queued::Taken;
+        }
         let mut overflow_now = false;
         let cno_to_trigger;
         let driving;
@@ -583,6 +648,7 @@ impl Evd {
             return Err(DatError::invalid_state(SubType::EvdWaiter));
         }
         s.waiter = true;
+        self.mirror(&s);
         s.threshold = threshold as usize;
         // Whether to try `drive` before the next condition-variable wait.
         let mut drive = true;
@@ -651,6 +717,7 @@ impl Evd {
             MutexGuard::unlocked(&mut s, || cq.end_drive());
         }
         s.waiter = false;
+        self.mirror(&s);
         s.threshold = 1;
         if s.queue.len() < s.qlen {
             s.overflowed = false;
@@ -669,6 +736,7 @@ impl Evd {
         let driving = {
             let mut s = self.state.lock();
             s.waitable = waitable;
+            self.mirror(&s);
             s.driving
         };
         self.wake_waiter(driving);
@@ -703,7 +771,12 @@ impl Evd {
             }
         }
         let wanted = cno.is_some();
-        let old = std::mem::replace(&mut self.state.lock().cno, cno);
+        let old = {
+            let mut s = self.state.lock();
+            let old = std::mem::replace(&mut s.cno, cno);
+            self.mirror(&s);
+            old
+        };
         if let Some(old) = old {
             old.users.release();
         }
@@ -742,7 +815,9 @@ impl Evd {
             s.queue.clear();
             self.backlog.store(0, Ordering::Relaxed);
             s.popped = s.pushed;
-            (s.cno.take(), s.driving)
+            let cno = s.cno.take();
+            self.mirror(&s);
+            (cno, s.driving)
         };
         self.wake_waiter(driving);
         if let Some(c) = cno {
