@@ -85,27 +85,29 @@ type HeldQp = Option<(u32, Arc<super::qp::VerbsQp>)>;
 
 /// The QP numbered `qp_num`: the one this reap holds, or the one the CQ saw last (`last`, a
 /// weak reference kept between reaps, upgraded once a reap), or the process's map.
+#[inline(always)]
 fn qp_of<'a>(
     held: &'a mut HeldQp,
     last: &mut LastQp,
     shared: &Weak<Shared>,
     qp_num: u32,
 ) -> Option<&'a Arc<super::qp::VerbsQp>> {
-    if held.as_ref().is_none_or(|(n, _)| *n != qp_num) {
+    if !matches!(held, Some((n, _)) if *n == qp_num) {
         let seen = last
             .as_ref()
             .filter(|(n, _)| *n == qp_num)
             .and_then(|(_, w)| w.upgrade());
         let qp = match seen {
             Some(qp) => qp,
-            // The device's state is needed only when both miss.
+            // The device's state is needed only when both miss (or the QP seen last is gone
+            // and its number names another).
             None => {
                 let qp = shared.upgrade()?.qp(qp_num)?;
                 *last = Some((qp_num, Arc::downgrade(&qp)));
                 qp
             }
         };
-        *held = Some((qp_num, qp));
+        return Some(&held.insert((qp_num, qp)).1);
     }
     held.as_ref().map(|(_, qp)| qp)
 }

@@ -418,7 +418,9 @@ impl VerbsQp {
                     // Receives complete in order: it is the first (the search ends there).
                     let id = wr_id & !RECV_BIT;
                     let mut ids = self.recv_ids.lock();
-                    if let Some(at) = ids.iter().position(|&r| r == id) {
+                    if ids.front() == Some(&id) {
+                        ids.pop_front();
+                    } else if let Some(at) = ids.iter().position(|&r| r == id) {
                         ids.remove(at);
                     }
                 }
