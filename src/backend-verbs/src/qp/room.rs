@@ -12,9 +12,8 @@ pub(super) const FIRST_ROOM: u32 = 1;
 
 /// Makes `room` (the entries a QP has added to `cq`) at least `need` requests outstanding: a
 /// QP never has more completions in its CQ than requests outstanding, so the CQ, holding the
-/// room of every QP it serves, cannot overflow. Grows by doubling, at most to `cap` (the
-/// queue's depth), resizing the CQ only when it is too small.
-/// Inlined: nearly every post finds the room it needs made already (one load and a compare).
+/// room of every QP it serves, cannot overflow. Inlined: nearly every post finds the room it
+/// needs made already (one load and a compare); `grow` makes more.
 #[inline(always)]
 pub(super) fn reserve(cq: &VerbsCq, room: &AtomicU32, need: u32, cap: u32) -> Result<()> {
     if need <= room.load(Ordering::SeqCst) {
@@ -23,7 +22,8 @@ pub(super) fn reserve(cq: &VerbsCq, room: &AtomicU32, need: u32, cap: u32) -> Re
     grow(cq, room, need, cap)
 }
 
-/// `reserve` when the room must grow.
+/// `reserve` when the room must grow: by doubling, at most to `cap` (the queue's depth),
+/// resizing the CQ only when it is too small.
 #[inline(never)]
 fn grow(cq: &VerbsCq, room: &AtomicU32, need: u32, cap: u32) -> Result<()> {
     loop {
