@@ -20,7 +20,9 @@
 # Iterations: LAT_ITERS (tcp, default 20000) and RDM_LAT_ITERS (rxm, shm, default
 # 5000) latency samples; MEM_ITERS (default 1000) for the RDM write ping-pong
 # whose DAT target spins on its memory alone (there each one-way hop waits for
-# the target's progress thread's millisecond turn: 1 to 2 ms a sample);
+# the target's progress thread's millisecond turn: 1 to 2 ms a sample); SPIN_ITERS
+# (default 1000) for the write and send ping-pongs whose two sides spin without
+# sched_yield;
 # BW_ITERS (default 2048) messages per bandwidth figure. At a load of 2 to 4
 # the whole run takes about 4 minutes, a round 40 to 50 s (printed as it goes).
 #
@@ -41,6 +43,7 @@ ROUNDS=${ROUNDS:-5}
 LAT_ITERS=${LAT_ITERS:-20000}
 RDM_LAT_ITERS=${RDM_LAT_ITERS:-5000}
 MEM_ITERS=${MEM_ITERS:-1000}
+SPIN_ITERS=${SPIN_ITERS:-1000}
 BW_ITERS=${BW_ITERS:-2048}
 ENTRIES=${ENTRIES:-rs-ofi-tcp rs-ofi-rxm rs-ofi-shm}
 WINDOW=8
@@ -118,7 +121,8 @@ datperf_pair() {
 	local extra=()
 	[ "${*: -1}" = -e ] && extra=(-e)
 	start "$log-server.txt" "server listening" "${ours[@]}" "$bin/datperf" -P "$e" -s -q $DATPERF_QUAL \
-		-S "$size" -A 60 ${SERVER_POLL--p} "${extra[@]}" || { stop_pid "$server_pid"; server_pid=""; return 1; }
+		-S "$size" -A 60 ${SERVER_POLL--p} "${extra[@]}" ${SERVER_SPIN:+-y spin} ||
+		{ stop_pid "$server_pid"; server_pid=""; return 1; }
 	timeout -k 5 300 "${ours[@]}" "$bin/datperf" -P "$e" -h 127.0.0.1 -q $DATPERF_QUAL -S "$size" -w $WINDOW \
 		-p "$@" >>"$log.txt" 2>&1 || echo "  datperf failed: see ${log#"$top"/}.txt" >&2
 	finish
@@ -132,6 +136,12 @@ m_datperf() {
 	# The write ping-pong with each DAT target spinning on its memory alone.
 	datperf_pair "$e" "$log-mem" 8 -t write_lat -n "${mem_iters[$e]}" || return
 	record "$e" datperf write_lat "$(figure write_lat 8 4 "$log-mem.txt")"
+	# Both sides spin on their memory with no DAT call and no sched_yield (issue
+	# 40): a send is placed only by the target's progress thread, rung by the peer.
+	: >"$log-spin.txt"
+	SERVER_SPIN=1 datperf_pair "$e" "$log-spin" 8 -t write_lat,send_lat -n "$SPIN_ITERS" -y spin || return
+	record "$e" datperf spin_write_lat "$(figure write_lat 8 4 "$log-spin.txt")"
+	record "$e" datperf spin_send_lat "$(figure send_lat 8 4 "$log-spin.txt")"
 	# With -e each side's wait on its memory also dequeues its request EVD, as
 	# ofi-raw's reads its CQ (libfabric's tcp, ofi_rxm and shm place the peer's
 	# data only inside a call of the target: like with like). read_lat has no
@@ -176,6 +186,8 @@ print_table() {
 		printf "%-44s %10s %10s %-5s %8s  %s\n", "figure (" what ", polling)", "raw ofi", entry, "unit", "ratio", "target (issue 25)"
 		row("RDMA write 8 B one-way, DAT target on memory", "write_lat", "us", "<= 1.3x", 2)
 		row("RDMA write 8 B one-way, DAT target polls EVD", "write_lat_evd", "us", "<= 1.3x", 2, "write_lat")
+		row("  both sides spin, no yield (raw: write_lat)", "spin_write_lat", "us", "<= 3x (issue 40)", 2, "write_lat")
+		row("send 8 B one-way, both sides spin, no yield", "spin_send_lat", "us", "<= 3x (issue 40)", 2, "write_lat")
 		row("RDMA read 8 B, median", "read_lat", "us", "<= 1.3x", 2)
 		row("RDMA write 1 MiB, 8 in flight", "write_bw", "MB/s", ">= 0.9x", 0)
 		row("RDMA read 1 MiB, in flight as datperf", "read_bw", "MB/s", ">= 0.9x", 0)

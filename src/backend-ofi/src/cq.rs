@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
@@ -63,6 +63,9 @@ pub(crate) struct OfiCq {
     /// Datagram QPs completing here: each read of the CQ reads theirs
     /// (`dgram`). Kept for the reader, which knows them, as `awaiting`.
     pub(crate) datagrams: Mutex<Vec<Weak<dyn Any + Send + Sync>>>,
+    /// A consumer's wait found completions (`drive`): the poll that takes them does not
+    /// count it as gone (`PollStamp`).
+    wait_found: AtomicBool,
 }
 
 impl OfiCq {
@@ -104,6 +107,7 @@ impl OfiCq {
             shared: dev.rdm,
             awaiting: Mutex::new(Vec::new()),
             datagrams: Mutex::new(Vec::new()),
+            wait_found: AtomicBool::new(false),
         }))
     }
 
@@ -423,6 +427,18 @@ impl CompletionQueue for OfiCq {
         let mut q = self.queue.lock();
         let n = max.min(q.len());
         out.extend(q.drain(..n));
+        drop(q);
+        // Found: a consumer that polled for it leaves (perhaps to spin on its memory, which
+        // moves nothing) unless it polls again soon, so the progress thread and peers'
+        // bells serve again (`PollStamp`); not one whose wait found it (`drive`), which
+        // waits again.
+        if n > 0 {
+            if self.wait_found.load(Ordering::Relaxed) {
+                self.wait_found.store(false, Ordering::Relaxed);
+            } else {
+                self.ready.waiter().consumer_found();
+            }
+        }
         n
     }
 
@@ -458,11 +474,13 @@ impl CompletionQueue for OfiCq {
         loop {
             dev.waiter.consumer_polled();
             if self.reap_for_consumer() {
-                dev.waiter.consumer_left();
+                // Still counts as polling: it comes back to wait (`poll`).
+                self.wait_found.store(true, Ordering::Relaxed);
                 return true;
             }
             if std::time::Instant::now() >= until {
-                dev.waiter.consumer_left();
+                // Going to sleep: it leaves as after a find.
+                dev.waiter.consumer_found();
                 return false;
             }
             std::thread::yield_now();
@@ -479,7 +497,7 @@ impl CompletionQueue for OfiCq {
         };
         dev.waiter.consumer_polled();
         if self.reap_for_consumer() {
-            dev.waiter.consumer_left();
+            dev.waiter.consumer_found();
         }
         true
     }

@@ -21,8 +21,10 @@ use parking_lot::Mutex;
 use crate::cm::Request;
 use crate::cq::{OfiCq, Reader};
 use crate::domain::{Domain, OpenFailure};
+use crate::keymap::Nap;
 use crate::mem::OfiPd;
 use crate::qp::{OfiQp, Registry};
+use crate::wait::Woken;
 
 /// What the device's connection management finds its objects by (the QPs'
 /// and ports' are the `Registry`'s).
@@ -347,11 +349,20 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
         if !woken && waiter.consumer_polling() {
             let since = *napping_since.get_or_insert_with(std::time::Instant::now);
             let left = FULL_TURN.saturating_sub(since.elapsed());
-            if !left.is_zero() {
+            // Peers on this host ring once the consumer stops polling (`Nap::ForPoller`).
+            // Said before the last look, so a consumer that stopped after it is rung for.
+            dev.dom.keys.set_nap(Nap::ForPoller);
+            if !left.is_zero() && waiter.consumer_polling() {
                 drop(dev);
-                woken = waiter.nap(left);
+                // A peer's ring is answered by the consumer if it polls still: the loop's
+                // next look says.
+                woken = waiter.nap(left) == Woken::Wake;
+                if let Some(dev) = me.upgrade() {
+                    dev.dom.keys.set_nap(Nap::Awake);
+                }
                 continue;
             }
+            dev.dom.keys.set_nap(Nap::Awake);
         }
         napping_since = None;
         woken = false;
@@ -361,13 +372,13 @@ fn progress_loop(me: Weak<OfiDevice>, waiter: Arc<crate::wait::Waiter>) {
                 .unwrap_or(FULL_TURN);
             // Peers on this host ring while we nap (keymap) rather than wait for the next
             // turn. Said before the last look, so a request posted after it finds us napping.
-            dev.dom.keys.set_idle(true);
+            dev.dom.keys.set_nap(Nap::IdlePace);
             let cqs = dev.progress_once(0);
             drop((cqs, dev));
-            rung = waiter.nap(nap);
+            rung = waiter.nap(nap) != Woken::No;
             woken = rung;
             if let Some(dev) = me.upgrade() {
-                dev.dom.keys.set_idle(false);
+                dev.dom.keys.set_nap(Nap::Awake);
             }
             continue;
         }

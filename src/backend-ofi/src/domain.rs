@@ -387,7 +387,14 @@ impl Domain {
         let parks =
             endpoints != Endpoints::Msg && unsafe { (*info.ptr()).addr_format } == fi::FI_ADDR_STR;
 
-        let waiter = crate::wait::Waiter::new().map_err(|e| format!("epoll: {e}"))?;
+        // SAFETY: the domain attributes of our fi_info.
+        let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
+        let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
+        let local_descs = mr_mode & fi::FI_MR_LOCAL as i32 != 0;
+        let keys = crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
+            .map_err(|e| format!("key table: {e}"))?;
+        let waiter =
+            crate::wait::Waiter::new(keys.poll_stamp()).map_err(|e| format!("epoll: {e}"))?;
         let eq_fd = crate::wait::wait_fd(eq.fid());
         // SAFETY: the domain attributes of our fi_info.
         let manual = unsafe { (*(*info.ptr()).domain_attr).data_progress }
@@ -399,13 +406,7 @@ impl Domain {
             Some(fd) => waiter.watch(fd).is_err(),
             None => true,
         };
-        // SAFETY: the domain attributes of our fi_info.
-        let mr_mode = unsafe { (*(*info.ptr()).domain_attr).mr_mode };
-        let virt_addr = mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0;
-        let local_descs = mr_mode & fi::FI_MR_LOCAL as i32 != 0;
-        let keys = crate::keys::KeyTable::open(domain.ptr(), !virt_addr)
-            .map_err(|e| format!("key table: {e}"))?;
-        keys.set_bell(waiter.wake_fd());
+        keys.set_bell(waiter.bell_fd());
         let shares_pages = keys.share().is_some() && daplrs_backend::arena::enabled();
         if !keys.registrations_distinct(domain.ptr()) {
             return Err(String::from(

@@ -165,9 +165,14 @@ impl KeyTable {
         (live && rights & WINDOW == 0).then_some((start, length))
     }
 
-    /// The progress thread sleeps at its idle pace (peers ring), or is back (`keymap`).
-    pub(crate) fn set_idle(&self, idle: bool) {
-        self.memory.set_idle(idle);
+    /// How the progress thread naps, which says when peers ring (`keymap::Nap`).
+    pub(crate) fn set_nap(&self, nap: crate::keymap::Nap) {
+        self.memory.set_nap(nap);
+    }
+
+    /// Where our consumers' polls are stamped (`keymap::PollStamp`).
+    pub(crate) fn poll_stamp(&self) -> crate::keymap::PollStamp {
+        self.memory.poll_stamp()
     }
 
     /// Registers the table for remote reads; `by_offset`: the provider

@@ -115,6 +115,11 @@ pub(crate) struct Ready {
 }
 
 impl Ready {
+    /// The IA's progress thread's waiter, which the CQ's consumers stamp.
+    pub(crate) fn waiter(&self) -> &Waiter {
+        &self.waiter
+    }
+
     pub(crate) fn new(waiter: Arc<Waiter>) -> std::io::Result<Arc<Ready>> {
         // SAFETY: a plain system call; the descriptor is owned once created.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };

@@ -12,25 +12,34 @@
 //! cost the poller its round trips, docs/libfabric.md, Progress).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use ofi_sys as fi;
 
-/// How long after a consumer's last poll it still counts as polling: its
-/// next look comes well within it (a `sched_yield` apart), while a consumer
-/// that went to spin on its memory or to block hands the provider back at
-/// the thread's next turn (1 ms at most, see `device::progress_loop`).
-const POLLER_WINDOW: Duration = Duration::from_micros(100);
+use crate::keymap::PollStamp;
+
+/// What ended a nap (`Waiter::nap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// It ran its course.
+    No,
+    /// A peer on this host rang (`keymap`): a request of theirs is for us.
+    Bell,
+    /// We were woken: a connection to break, a new CQ or the stop.
+    Wake,
+}
 
 pub(crate) struct Waiter {
     epoll: OwnedFd,
     wake: OwnedFd,
-    /// Where `polled_at` counts from.
-    epoch: Instant,
-    /// When a consumer last polled a CQ of the IA (nanoseconds from `epoch`,
-    /// plus one: 0 is never).
-    polled_at: AtomicU64,
+    /// The doorbell peers on this host ring (`keymap`): apart from `wake`, so that a
+    /// thread standing back for a polling consumer can tell a peer's ring, which the
+    /// consumer answers if it still polls, from work of its own.
+    bell: OwnedFd,
+    /// When a consumer last polled a CQ of the IA and posted, in the doorbell's
+    /// page that peers on this host read (`keymap::PollStamp`).
+    polled: PollStamp,
     /// A request or receive was posted since the progress thread last looked
     /// (`take_posted`): on a provider it must poll, its turns come quickly for
     /// a while (`device::Cadence`).
@@ -41,7 +50,7 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn new() -> std::io::Result<Waiter> {
+    pub(crate) fn new(polled: PollStamp) -> std::io::Result<Waiter> {
         // SAFETY: plain system calls; each descriptor is owned once created.
         unsafe {
             let epoll = libc::epoll_create1(libc::EPOLL_CLOEXEC);
@@ -54,15 +63,21 @@ impl Waiter {
                 return Err(std::io::Error::last_os_error());
             }
             let wake = OwnedFd::from_raw_fd(wake);
+            let bell = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
+            if bell < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let bell = OwnedFd::from_raw_fd(bell);
             let w = Waiter {
                 epoll,
                 wake,
-                epoch: Instant::now(),
-                polled_at: AtomicU64::new(0),
+                bell,
+                polled,
                 posted: AtomicBool::new(false),
                 sleeping: AtomicBool::new(false),
             };
             w.watch(w.wake.as_raw_fd())?;
+            w.watch(w.bell.as_raw_fd())?;
             Ok(w)
         }
     }
@@ -85,21 +100,21 @@ impl Waiter {
         Ok(())
     }
 
-    /// The eventfd that wakes the thread (`wake`), also peers' doorbell (`keymap`).
-    pub(crate) fn wake_fd(&self) -> RawFd {
-        self.wake.as_raw_fd()
+    /// The eventfd peers on this host ring (`keymap`).
+    pub(crate) fn bell_fd(&self) -> RawFd {
+        self.bell.as_raw_fd()
     }
 
     /// A consumer polled a CQ and moved the provider itself.
     pub(crate) fn consumer_polled(&self) {
-        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
-        self.polled_at.store(now, Ordering::Relaxed);
+        self.polled.polled();
     }
 
     /// A post on the IA: its answer, or the peer's next message, is due soon.
     /// Read before written, so that a stream of posts leaves the line shared.
     #[inline]
     pub(crate) fn note_post(&self) {
+        self.polled.posted();
         if !self.posted.load(Ordering::Relaxed) {
             self.posted.store(true, Ordering::Relaxed);
         }
@@ -110,49 +125,51 @@ impl Waiter {
         self.posted.load(Ordering::Relaxed) && self.posted.swap(false, Ordering::Relaxed)
     }
 
-    /// The consumer found what it polled for: it no longer counts as polling.
-    pub(crate) fn consumer_left(&self) {
-        self.polled_at.store(0, Ordering::Relaxed);
+    /// The consumer found what it polled for: unless it posts or polls again, it no
+    /// longer counts as polling (`PollStamp`).
+    #[inline]
+    pub(crate) fn consumer_found(&self) {
+        self.polled.found();
     }
 
-    /// Whether a consumer polls (it did within `POLLER_WINDOW`).
+    /// Whether a consumer polls (it did lately, and has not left: `PollStamp`).
     pub(crate) fn consumer_polling(&self) -> bool {
-        let at = self.polled_at.load(Ordering::Relaxed);
-        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
-        at != 0 && Duration::from_nanos(now.saturating_sub(at)) < POLLER_WINDOW
+        self.polled.polling()
     }
 
-    /// Sleeps for `d` on the wake descriptor alone (not the provider's, which
-    /// stay ready until the poller reads them), or until `wake`: returns
-    /// whether `wake` ended it (then there is work for the thread itself).
-    pub(crate) fn nap(&self, d: Duration) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.wake.as_raw_fd(),
+    /// Sleeps for `d` on the wake descriptor and the doorbell alone (not the
+    /// provider's, which stay ready until the poller reads them): returns what
+    /// ended it (`Wake`: there is work for the thread itself).
+    pub(crate) fn nap(&self, d: Duration) -> Woken {
+        let mut pfds = [self.wake.as_raw_fd(), self.bell.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
-        };
+        });
         let ts = libc::timespec {
             tv_sec: d.as_secs() as libc::time_t,
             tv_nsec: d.subsec_nanos() as libc::c_long,
         };
-        // SAFETY: one pollfd of ours and a timespec, no signal mask.
-        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if n > 0 {
-            self.drain_wake();
+        // SAFETY: two pollfds of ours and a timespec, no signal mask.
+        let n = unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        if n <= 0 {
+            return Woken::No;
         }
-        n > 0
+        let [wake, bell] = pfds.map(|p| p.revents != 0);
+        if bell {
+            drain(&self.bell);
+        }
+        if wake {
+            drain(&self.wake);
+            return Woken::Wake;
+        }
+        Woken::Bell
     }
 
     /// Naps end when asked, not up to 50 us late (the default timer slack).
     pub(crate) fn precise_naps(&self) {
         // SAFETY: sets the calling thread's timer slack (1 us).
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
-    }
-
-    fn drain_wake(&self) {
-        let mut v = 0u64;
-        // SAFETY: reading our eventfd's counter resets it.
-        unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
 
     /// Wakes the thread sleeping in `sleep` (to stop it).
@@ -196,15 +213,20 @@ impl Waiter {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
         // SAFETY: an open epoll descriptor; room for 8 events.
         let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), 8, -1) };
-        let wake = self.wake.as_raw_fd();
-        if events
-            .iter()
-            .take(n.max(0) as usize)
-            .any(|e| e.u64 == wake as u64)
-        {
-            self.drain_wake();
+        for fd in [&self.wake, &self.bell] {
+            let mut ready = events.iter().take(n.max(0) as usize);
+            if ready.any(|e| e.u64 == fd.as_raw_fd() as u64) {
+                drain(fd);
+            }
         }
     }
+}
+
+/// Resets an eventfd of ours (nonblocking: nothing to read is no wait).
+fn drain(fd: &OwnedFd) {
+    let mut v = 0u64;
+    // SAFETY: reading our eventfd's counter into eight bytes of ours.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
 }
 
 /// The wait descriptor of an object opened with `FI_WAIT_FD`, if it has one.
