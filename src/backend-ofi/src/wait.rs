@@ -111,7 +111,8 @@ impl Waiter {
     }
 
     /// A post on the IA: its answer, or the peer's next message, is due soon.
-    /// Read before written, so that a stream of posts leaves the line shared.
+    /// Stamped for peers (`PollStamp::posted`); the thread's flag is read
+    /// before written, so that a stream of posts leaves its line shared.
     #[inline]
     pub(crate) fn note_post(&self) {
         self.polled.posted();
@@ -125,8 +126,8 @@ impl Waiter {
         self.posted.load(Ordering::Relaxed) && self.posted.swap(false, Ordering::Relaxed)
     }
 
-    /// The consumer found what it polled for: unless it posts or polls again, it no
-    /// longer counts as polling (`PollStamp`).
+    /// The consumer found what it polled for: unless it polls again, it no longer
+    /// counts as polling once its last post is a few microseconds old (`PollStamp`).
     #[inline]
     pub(crate) fn consumer_found(&self) {
         self.polled.found();
