@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::arena::ArenaSpan;
+use daplrs_backend::clock::monotonic_ns;
 use daplrs_backend::{memfile, peer_fd};
 use parking_lot::Mutex;
 
@@ -154,18 +155,6 @@ fn stamp_polling(map: &Mapping) -> bool {
     let left = v & FOUND != 0
         && now.saturating_sub(map.posted_at().load(Ordering::SeqCst)) >= POST_GRACE_NS;
     fresh && !left
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the host.
-#[inline]
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime(2) writes the one timespec we pass (vDSO, no system call).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Where a key's memory lies in an arena (`ArenaSpan`), for peers: the key last, as in

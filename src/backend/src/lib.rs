@@ -14,6 +14,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod arena;
+pub mod clock;
 pub mod error;
 pub mod guarded;
 pub mod intmap;

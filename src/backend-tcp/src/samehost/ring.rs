@@ -59,6 +59,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use daplrs_backend::clock::monotonic_ns;
+
 use super::board::{PeerSlot, Slot};
 use super::peer::PeerProcess;
 use super::{sys, Refusal};
@@ -267,7 +269,7 @@ impl Ring {
     /// only decides whether it gets woken: a stamp from the future counts as a look now.
     pub fn polled_within(&self, lease: Duration) -> bool {
         let at = self.polled_at().load(Ordering::SeqCst);
-        at != 0 && sys::monotonic_ns().saturating_sub(at) < lease.as_nanos() as u64
+        at != 0 && monotonic_ns().saturating_sub(at) < lease.as_nanos() as u64
     }
 
     // ---- the reader's side ----
@@ -346,8 +348,7 @@ impl Ring {
 
     /// An application thread polls the ring now (and will again soon): stamps the time.
     pub fn note_poller(&self) {
-        self.polled_at()
-            .store(sys::monotonic_ns(), Ordering::SeqCst);
+        self.polled_at().store(monotonic_ns(), Ordering::SeqCst);
     }
 
     /// Like `begin_sleep`, for a thread that leaves the ring to a polling application thread
