@@ -26,7 +26,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
-use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue, WcStatus};
+use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue, WcStatus, WrContext};
 use ofi_sys as fi;
 use parking_lot::Mutex;
 
@@ -49,7 +49,7 @@ struct Context {
 struct Inner {
     next: u32,
     /// Posted and not consumed: token -> wr_id.
-    slots: HashMap<u32, u64>,
+    slots: HashMap<u32, (u64, WrContext)>,
     /// Posted, waiting for the provider's room, oldest first.
     waiting: VecDeque<(u32, RecvWr)>,
     /// Given to the provider and not consumed.
@@ -155,12 +155,12 @@ impl OfiSrq {
 
     /// The receive `token` was consumed: its wr_id; the provider's room goes
     /// to the oldest waiting receive.
-    pub(crate) fn take(&self, token: u32) -> Option<u64> {
+    pub(crate) fn take(&self, token: u32) -> Option<(u64, WrContext)> {
         let Mode::Context(c) = &self.mode else {
             return None;
         };
         let mut inner = c.inner.lock();
-        let wr_id = inner.slots.remove(&token)?;
+        let taken = inner.slots.remove(&token)?;
         inner.given = inner.given.saturating_sub(1);
         while inner.given < c.depth {
             let Some((t, wr)) = inner.waiting.pop_front() else {
@@ -173,7 +173,7 @@ impl OfiSrq {
             }
             inner.given += 1;
         }
-        Some(wr_id)
+        Some(taken)
     }
 
     fn post_to_context(&self, c: &Context, wr: RecvWr) -> Result<()> {
@@ -183,7 +183,7 @@ impl OfiSrq {
         }
         let token = inner.next;
         inner.next = (inner.next + 1) % TOKENS;
-        inner.slots.insert(token, wr.wr_id);
+        inner.slots.insert(token, (wr.wr_id, wr.ctx));
         if inner.given < c.depth && inner.waiting.is_empty() {
             if let Err(e) = self.post_now(&c.srx, token, &wr) {
                 inner.slots.remove(&token);

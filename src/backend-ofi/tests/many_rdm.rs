@@ -78,6 +78,7 @@ fn two_hundred_connects_at_once_over_tcp_rxm() {
     for (i, b) in passive.iter().enumerate() {
         b.post_recv(RecvWr {
             wr_id: i as u64,
+            ctx: daplrs_backend::WrContext::NONE,
             sgl: vec![sge(&mut theirs, 64 * i, 64, mr_b.lkey())].into(),
         })
         .unwrap();

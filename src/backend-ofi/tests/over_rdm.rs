@@ -35,6 +35,7 @@ fn connect_transfer_reject_disconnect(provider: &str) {
     connect_pair(&dev, &rx, &e, &f);
     e.post_recv(RecvWr {
         wr_id: 102,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: vec![sge(&mut mine, 512, 64, mr_a.lkey())].into(),
     })
     .unwrap();
@@ -77,6 +78,7 @@ fn round(
     let mr_b = pds[1].reg_mr(theirs.as_ptr() as u64, 4096, rights).unwrap();
     b.post_recv(RecvWr {
         wr_id: 100,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: vec![sge(&mut theirs, 0, 64, mr_b.lkey())].into(),
     })
     .unwrap();

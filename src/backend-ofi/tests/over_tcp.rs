@@ -49,6 +49,7 @@ fn deep_queues_windows_and_a_refused_access() {
         let sgl = vec![sge(&mut theirs, 0, 8, mr_b.lkey())];
         b.post_recv(RecvWr {
             wr_id: i,
+            ctx: daplrs_backend::WrContext::NONE,
             sgl: sgl.into(),
         })
         .unwrap();
@@ -107,6 +108,7 @@ fn deep_queues_windows_and_a_refused_access() {
     let sgl = vec![sge(&mut theirs, 4096, 8, mr_b.lkey())];
     b.post_recv(RecvWr {
         wr_id: 20,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: sgl.into(),
     })
     .unwrap();
@@ -216,6 +218,7 @@ fn shared_receive_queue() {
         let sgl = vec![sge(&mut dst, i * 8, 8, mr_b.lkey())].into();
         srq.post_recv(RecvWr {
             wr_id: i as u64,
+            ctx: daplrs_backend::WrContext::NONE,
             sgl,
         })
         .unwrap();

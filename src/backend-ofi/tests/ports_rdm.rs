@@ -98,6 +98,7 @@ fn many_connections_on_one_evd_set(provider: &str) {
             let lkey = mrs[s].1.lkey();
             q.post_recv(RecvWr {
                 wr_id: (i * 100) as u64,
+                ctx: daplrs_backend::WrContext::NONE,
                 sgl: vec![sge(&mut recv_bufs[s], at, SLOT, lkey)].into(),
             })
             .unwrap();
@@ -134,6 +135,7 @@ fn many_connections_on_one_evd_set(provider: &str) {
         qps[1][0]
             .post_recv(RecvWr {
                 wr_id: k as u64,
+                ctx: daplrs_backend::WrContext::NONE,
                 sgl: vec![sge(&mut recv_bufs[1], at, SLOT, lkey)].into(),
             })
             .unwrap();

@@ -67,6 +67,7 @@ fn shared_by_two_qps(provider: &str) {
     let post = |srq: &Arc<dyn SharedReceiveQueue>, n: usize, area: &mut [u8]| {
         srq.post_recv(RecvWr {
             wr_id: n as u64,
+            ctx: daplrs_backend::WrContext::NONE,
             sgl: vec![sge(area, n * SLOT, SLOT, mr_in.lkey())].into(),
         })
         .unwrap()
@@ -130,6 +131,7 @@ fn shared_by_two_qps(provider: &str) {
     let long = 3 * MESSAGES * SLOT;
     srq.post_recv(RecvWr {
         wr_id: 999,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: vec![sge(&mut area, long, 4096, mr_in.lkey())].into(),
     })
     .unwrap();

@@ -96,7 +96,13 @@ impl Node {
 
     fn recv(&self, wr_id: u64, off: usize, len: u32) {
         let sgl = vec![self.sge(off, len)].into();
-        self.qp.post_recv(RecvWr { wr_id, sgl }).expect("post recv");
+        self.qp
+            .post_recv(RecvWr {
+                wr_id,
+                ctx: daplrs_backend::WrContext::NONE,
+                sgl,
+            })
+            .expect("post recv");
     }
 
     fn send(&self, wr_id: u64, off: usize, len: u32, to: &UdPeer) {

@@ -10,8 +10,8 @@ use super::mem::{downcast_pd, PdInner};
 use super::shared::Shared;
 use super::sys::Ptr;
 use super::RECV_BIT;
-use daplrs_backend::intmap::IntSet;
-use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue};
+use daplrs_backend::intmap::IntMap;
+use daplrs_backend::{Error, RecvWr, Resource, Result, SharedReceiveQueue, WrContext};
 
 /// One empty segment, for a receive of zero-length messages where the device wants one.
 static EMPTY_SGE: [daplrs_backend::Sge; 1] = [daplrs_backend::Sge {
@@ -42,8 +42,9 @@ pub(crate) struct VerbsSrq {
     pub(super) me: Weak<VerbsSrq>,
     _pd: Arc<PdInner>,
     max_wr: AtomicU32,
-    /// Receives posted and not completed (dat_srq_query counts them).
-    posted: Mutex<IntSet<u64>>,
+    /// Receives posted and not completed (dat_srq_query counts them), with the consumer's
+    /// record of each (`RecvWr::ctx`, given back in its completion).
+    posted: Mutex<IntMap<u64, WrContext>>,
 }
 
 impl VerbsSrq {
@@ -69,12 +70,16 @@ impl VerbsSrq {
             me: me.clone(),
             _pd: pd,
             max_wr: AtomicU32::new(a.attr.max_wr),
-            posted: Mutex::new(IntSet::default()),
+            posted: Mutex::new(IntMap::default()),
         }))
     }
 
-    pub(super) fn completed(&self, wr_id: u64) {
-        self.posted.lock().remove(&(wr_id & !RECV_BIT));
+    /// A receive of the SRQ completed: its context.
+    pub(super) fn completed(&self, wr_id: u64) -> WrContext {
+        self.posted
+            .lock()
+            .remove(&(wr_id & !RECV_BIT))
+            .unwrap_or(WrContext::NONE)
     }
 
     fn modify(&self, mut attr: ibv_srq_attr, mask: ibv_srq_attr_mask) -> Result<(), i32> {
@@ -100,7 +105,7 @@ impl SharedReceiveQueue for VerbsSrq {
         w.wr_id = wr.wr_id | RECV_BIT;
         w.sg_list = super::sys::sge_ptr(sges);
         w.num_sge = sges.len() as i32;
-        self.posted.lock().insert(wr.wr_id);
+        self.posted.lock().insert(wr.wr_id, wr.ctx);
         let mut bad = std::ptr::null_mut();
         // SAFETY: our SRQ; the request is copied by verbs.
         let rc = unsafe { ibv_post_srq_recv(self.srq.0, &mut w, &mut bad) };

@@ -278,9 +278,9 @@ impl SendOp {
 
 /// What the consumer keeps of a work request, handed to the backend with it and given back,
 /// untouched, in its completion: the consumer's record of the request lives in the backend's
-/// own record of it (a verbs QP's send queue), not in a second table keyed by wr_id. Opaque
-/// to the backend; `NONE` when the consumer keeps its own record (receives, and requests
-/// whose record holds more than it).
+/// own record of it (a verbs QP's send or receive queue), not in a second table keyed by
+/// wr_id. Opaque to the backend; `NONE` when the consumer keeps its own record (requests
+/// whose record holds more than it, an SRQ's receives).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WrContext(pub [u64; 3]);
 
@@ -307,7 +307,28 @@ pub struct SendWr {
 
 pub struct RecvWr {
     pub wr_id: u64,
+    /// Given back in every completion of the receive, flushes included.
+    pub ctx: WrContext,
     pub sgl: SgeList,
+}
+
+impl RecvWr {
+    /// The completion of this receive (see `WorkCompletion::new`), carrying its context.
+    #[inline]
+    pub fn completion(
+        &self,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        qp_num: u32,
+    ) -> WorkCompletion {
+        WorkCompletion::new(self.wr_id, status, opcode, byte_len, qp_num).with_ctx(self.ctx)
+    }
+
+    /// This receive, flushed.
+    pub fn flushed(&self, qp_num: u32) -> WorkCompletion {
+        WorkCompletion::flushed(self.wr_id, WcOpcode::Recv, qp_num).with_ctx(self.ctx)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -808,6 +808,15 @@ impl Evd {
         self.users.force_retire();
         if let Some(cq) = &self.cq {
             cq.set_notify(None);
+            // What the CQ still holds is never reported: its records end here (a receive's
+            // holds a reference to its EP's counters, `PendingDto::recv_ctx`).
+            let mut batch = self.drain_lock.lock();
+            batch.clear();
+            while cq.poll(64, &mut batch) > 0 {
+                for wc in batch.drain(..) {
+                    completion::retire(&self.ia, &wc);
+                }
+            }
         }
         let (cno, driving) = {
             let mut s = self.state.lock();

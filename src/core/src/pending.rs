@@ -37,9 +37,14 @@ pub(crate) fn carried_wr_id(seq: u64) -> u64 {
 }
 
 /// How a carried record's third word says what the request is: the operation, whether its
-/// success is reported, and a mark that it is a record at all (`WrContext::NONE` is not).
+/// success is reported, and a mark that it is a record at all (`WrContext::NONE` is not); a
+/// receive's also says that it is one and the DAT_IB_EXT_TYPE its event reports, if any.
 const CARRIED: u64 = 1 << 63;
 const REPORT_SUCCESS: u64 = 1 << 62;
+const RECEIVE: u64 = 1 << 61;
+const HAS_EXT: u64 = 1 << 60;
+const EXT_SHIFT: u32 = 32;
+const EXT_MASK: u64 = 0xffff;
 
 /// The whole record of a send, RDMA write or RDMA read: what its completion's event names.
 /// It rides in the request's context (`SendWr::ctx`), which the backend keeps in its own
@@ -71,11 +76,11 @@ impl Carried {
         ])
     }
 
-    /// The record a completion carries back, if it carries one.
+    /// The record a completion carries back, if it carries one of a send-queue request.
     #[inline]
     pub(crate) fn from_ctx(ctx: &WrContext) -> Option<Carried> {
         let [cookie, ep, word] = ctx.0;
-        if word & CARRIED == 0 {
+        if word & (CARRIED | RECEIVE) != CARRIED {
             return None;
         }
         Some(Carried {
@@ -83,6 +88,57 @@ impl Carried {
             cookie,
             op: word as u32,
             report_success: word & REPORT_SUCCESS != 0,
+        })
+    }
+}
+
+impl PendingDto {
+    /// The record of a receive of an EP's own queue as the receive's context (`RecvWr::ctx`),
+    /// which the backend keeps in its record of the receive and hands back in every
+    /// completion of it: no entry in the IA's table. The context holds the record's reference
+    /// to the EP's `EpShared` (the EP may be gone when its receives complete, flushed), which
+    /// `from_recv_ctx` takes back, once, with the completion.
+    #[inline]
+    pub(crate) fn recv_ctx(
+        shared: Arc<EpShared>,
+        cookie: u64,
+        op: u32,
+        ext: Option<u32>,
+        report_success: bool,
+    ) -> WrContext {
+        let report = if report_success { REPORT_SUCCESS } else { 0 };
+        let ext = ext.map_or(0, |k| HAS_EXT | ((u64::from(k) & EXT_MASK) << EXT_SHIFT));
+        WrContext([
+            cookie,
+            Arc::into_raw(shared) as usize as u64,
+            CARRIED | RECEIVE | report | ext | u64::from(op),
+        ])
+    }
+
+    /// The record a receive's completion carries back (`recv_ctx`), if it carries one.
+    ///
+    /// # Safety
+    /// Once per receive: the context's reference to the EP's `EpShared` becomes the returned
+    /// record's. Every backend gives a receive's context back in exactly one completion (the
+    /// trait's contract for `post_recv`), and that completion is converted (`completion`) or
+    /// retired exactly once; a post the backend refused gives it back to the poster.
+    #[inline]
+    pub(crate) unsafe fn from_recv_ctx(ctx: &WrContext) -> Option<PendingDto> {
+        let [cookie, shared, word] = ctx.0;
+        if word & (CARRIED | RECEIVE) != CARRIED | RECEIVE {
+            return None;
+        }
+        // SAFETY: `shared` is `Arc::into_raw` of an `Arc<EpShared>` (`recv_ctx`), whose
+        // reference is taken back here once (the function's contract).
+        let shared = unsafe { Arc::from_raw(shared as usize as *const EpShared) };
+        Some(PendingDto {
+            ep: shared.handle,
+            cookie,
+            op: word as u32,
+            report_success: word & REPORT_SUCCESS != 0,
+            rmr: None,
+            ext: (word & HAS_EXT != 0).then_some(((word >> EXT_SHIFT) & EXT_MASK) as u32),
+            recv: Some(shared),
         })
     }
 }

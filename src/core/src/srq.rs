@@ -28,7 +28,7 @@ use super::ia::Ia;
 use super::pending::PendingDto;
 use super::pz::Pz;
 use super::use_count::UseCount;
-use daplrs_backend::{RecvWr, Sge, SharedReceiveQueue};
+use daplrs_backend::{RecvWr, Sge, SharedReceiveQueue, WrContext};
 
 /// DAT_SRQ_ATTR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,7 +172,9 @@ impl Srq {
                 recv: None,
             },
         )?;
-        if let Err(e) = self.srq.post_recv(RecvWr { wr_id, sgl }) {
+        // The record waits in the IA's table: the EP that takes the receive is not known yet.
+        let ctx = WrContext::NONE;
+        if let Err(e) = self.srq.post_recv(RecvWr { wr_id, ctx, sgl }) {
             self.ia.untrack(wr_id);
             return Err(from_backend(e, Some(Param::NumSegments)));
         }

@@ -100,6 +100,7 @@ impl EngineDatagram {
         self.qp
             .post_recv(RecvWr {
                 wr_id,
+                ctx: daplrs::backend::WrContext::NONE,
                 sgl: vec![Sge {
                     addr: self.ptr as u64 + (slot * SLOT) as u64,
                     length: SLOT as u32,

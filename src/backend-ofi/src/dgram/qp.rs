@@ -24,7 +24,7 @@ use std::sync::{Arc, Weak};
 
 use daplrs_backend::{
     AddressHandle, CmEvent, Error, QpCap, QpInit, QpState, QueuePair, RecvWr, Resource, Result,
-    SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion, GRH_LEN,
+    SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion, WrContext, GRH_LEN,
 };
 use ofi_sys as fi;
 use parking_lot::Mutex;
@@ -109,7 +109,7 @@ struct Inner {
     /// Send buffers free.
     free: Vec<usize>,
     /// A send buffer's request: its wr_id and payload length.
-    sending: Vec<Option<(u64, u32)>>,
+    sending: Vec<Option<(u64, WrContext, u32)>>,
 }
 
 /// What a read of the CQ hands the DAT CQs.
@@ -231,24 +231,29 @@ impl DgramQp {
     /// `event` (if any) is said after them.
     fn stop(&self, inner: &mut Inner, out: &mut Out, event: Option<CmEvent>) {
         inner.state = QpState::Error;
-        out.received.extend(
-            inner
-                .recvs
-                .drain(..)
-                .map(|wr| WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, self.num)),
-        );
+        out.received
+            .extend(inner.recvs.drain(..).map(|wr| wr.flushed(self.num)));
         out.event = event;
     }
 
     /// A request failed with `status`: it completes so, and the QP stops
     /// (Broken), as a verbs UD QP does.
-    fn failed(&self, inner: &mut Inner, out: &mut Out, wr_id: u64, status: WcStatus, send: bool) {
+    /// `request`: the wr_id and context of the request or receive that failed.
+    fn failed(
+        &self,
+        inner: &mut Inner,
+        out: &mut Out,
+        request: (u64, WrContext),
+        status: WcStatus,
+        send: bool,
+    ) {
+        let (wr_id, ctx) = request;
         let (op, list) = if send {
             (WcOpcode::Send, &mut out.sent)
         } else {
             (WcOpcode::Recv, &mut out.received)
         };
-        list.push(WorkCompletion::new(wr_id, status, op, 0, self.num));
+        list.push(WorkCompletion::new(wr_id, status, op, 0, self.num).with_ctx(ctx));
         let broken = CmEvent::Broken { qp_num: self.num };
         self.stop(inner, out, Some(broken));
     }
@@ -342,28 +347,21 @@ impl DgramQp {
 
     fn sent(&self, i: usize, result: std::result::Result<u32, WcStatus>, out: &mut Out) {
         let mut inner = self.inner.lock();
-        let Some((wr_id, len)) = inner.sending.get_mut(i).and_then(Option::take) else {
+        let Some((wr_id, ctx, len)) = inner.sending.get_mut(i).and_then(Option::take) else {
             return;
         };
         inner.free.push(i);
         match result {
-            Ok(_) => out.sent.push(WorkCompletion::new(
-                wr_id,
-                WcStatus::Success,
-                WcOpcode::Send,
-                len,
-                self.num,
-            )),
+            Ok(_) => out.sent.push(
+                WorkCompletion::new(wr_id, WcStatus::Success, WcOpcode::Send, len, self.num)
+                    .with_ctx(ctx),
+            ),
             Err(status) if inner.state == QpState::Error => {
-                out.sent.push(WorkCompletion::new(
-                    wr_id,
-                    status,
-                    WcOpcode::Send,
-                    0,
-                    self.num,
-                ));
+                out.sent.push(
+                    WorkCompletion::new(wr_id, status, WcOpcode::Send, 0, self.num).with_ctx(ctx),
+                );
             }
-            Err(status) => self.failed(&mut inner, out, wr_id, status, true),
+            Err(status) => self.failed(&mut inner, out, (wr_id, ctx), status, true),
         }
     }
 
@@ -399,9 +397,9 @@ impl DgramQp {
         match crate::srq::copy_into(&wr, &data) {
             Ok(n) => out.received.push(WorkCompletion {
                 solicited,
-                ..WorkCompletion::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, n, self.num)
+                ..wr.completion(WcStatus::Success, WcOpcode::Recv, n, self.num)
             }),
-            Err(status) => self.failed(&mut inner, out, wr.wr_id, status, false),
+            Err(status) => self.failed(&mut inner, out, (wr.wr_id, wr.ctx), status, false),
         }
     }
 
@@ -415,7 +413,13 @@ impl DgramQp {
             let flushed = WorkCompletion::flushed(wr.wr_id, WcOpcode::Send, self.num);
             out.sent.push(flushed);
         } else if len > u64::from(self.dg.mtu()) {
-            self.failed(&mut inner, &mut out, wr.wr_id, WcStatus::LocalLength, true);
+            self.failed(
+                &mut inner,
+                &mut out,
+                (wr.wr_id, wr.ctx),
+                WcStatus::LocalLength,
+                true,
+            );
         } else if let Some(fi_addr) = fi_addr {
             let i = inner
                 .free
@@ -425,7 +429,7 @@ impl DgramQp {
                 inner.free.push(i);
                 return Err(e);
             }
-            inner.sending[i] = Some((wr.wr_id, len as u32));
+            inner.sending[i] = Some((wr.wr_id, wr.ctx, len as u32));
         } else {
             log::debug!("datagram QP {}: send to a QP no resolution named", self.num);
             let wc = WorkCompletion::new(
@@ -435,7 +439,7 @@ impl DgramQp {
                 len as u32,
                 self.num,
             );
-            out.sent.push(wc);
+            out.sent.push(wc.with_ctx(wr.ctx));
         }
         drop(inner);
         self.deliver(out);
@@ -571,7 +575,7 @@ impl QueuePair for DgramQp {
         let mut inner = self.inner.lock();
         if inner.state == QpState::Error {
             drop(inner);
-            let flushed = WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, self.num);
+            let flushed = wr.flushed(self.num);
             self.recv_cq.push([flushed]);
             return Ok(());
         }

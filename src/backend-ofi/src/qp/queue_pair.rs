@@ -59,8 +59,7 @@ impl QueuePair for OfiQp {
         }
         if inner.state == QpState::Error {
             drop(inner);
-            self.recv_cq
-                .push([WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, self.num)]);
+            self.recv_cq.push([wr.flushed(self.num)]);
             return Ok(());
         }
         if inner.recvs.slots.len() >= self.cap.max_recv_wr.max(1) as usize {
@@ -68,7 +67,7 @@ impl QueuePair for OfiQp {
         }
         let token = inner.recvs.push(Slot {
             wr_id: wr.wr_id,
-            ctx: WrContext::NONE,
+            ctx: wr.ctx,
             opcode: WcOpcode::Recv,
             len: 0,
             done: None,

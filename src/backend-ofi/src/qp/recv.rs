@@ -15,11 +15,11 @@ impl OfiQp {
         data: Option<u64>,
         out: &mut VecDeque<WorkCompletion>,
     ) -> bool {
-        let Some(wr_id) = self.srq.as_ref().and_then(|srq| srq.take(token)) else {
+        let Some(taken) = self.srq.as_ref().and_then(|srq| srq.take(token)) else {
             log::debug!("QP {}: completion of SRQ receive {token}, gone", self.num);
             return false;
         };
-        let (wc, refused) = self.shared_completion(wr_id, result, data);
+        let (wc, refused) = self.shared_completion(taken, result, data);
         out.push_back(wc);
         if refused {
             let mut inner = self.inner.lock();
@@ -29,15 +29,16 @@ impl OfiQp {
         refused
     }
 
-    /// The completion of an SRQ's receive `wr_id` this QP consumed, and
+    /// The completion of an SRQ's receive `taken` (wr_id, context) this QP consumed, and
     /// whether it named a window it may not invalidate (it then fails and
     /// the connection breaks).
     pub(super) fn shared_completion(
         &self,
-        wr_id: u64,
+        taken: (u64, WrContext),
         result: Result<u32, WcStatus>,
         data: Option<u64>,
     ) -> (WorkCompletion, bool) {
+        let (wr_id, ctx) = taken;
         let num = self.num;
         let (invalidated, refused) = self.invalidation(data);
         let imm = data.filter(|d| d & WRITE_IMM != 0);
@@ -59,7 +60,7 @@ impl OfiQp {
                 )
             },
         };
-        (wc, refused)
+        (wc.with_ctx(ctx), refused)
     }
 
     /// The QP's SRQ where it is a pool of ours (see `srq`).
@@ -135,7 +136,7 @@ impl OfiQp {
                     Err(status)
                 }
             };
-            let (wc, refused) = self.shared_completion(wr.wr_id, result, landed.data);
+            let (wc, refused) = self.shared_completion((wr.wr_id, wr.ctx), result, landed.data);
             self.give_receipts(inner, std::iter::once(&wc));
             out.push_back(wc);
             if refused {

@@ -158,6 +158,7 @@ pub fn connect_transfer_reject_disconnect(provider: &str) -> Rig {
     // A receive posted before the connection exists is kept until it does.
     b.post_recv(RecvWr {
         wr_id: 100,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: vec![sge(&mut theirs, 0, 64, mr_b.lkey())].into(),
     })
     .unwrap();
@@ -279,6 +280,7 @@ pub fn connect_transfer_reject_disconnect(provider: &str) -> Rig {
     // Disconnect: both sides learn it; a receive still posted is flushed.
     b.post_recv(RecvWr {
         wr_id: 101,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: vec![sge(&mut theirs, 64, 64, mr_b.lkey())].into(),
     })
     .unwrap();

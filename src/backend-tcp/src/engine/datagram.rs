@@ -26,6 +26,7 @@ pub(crate) struct UdQp {
 /// A datagram posted and not yet handed to the kernel.
 pub(crate) struct UdOut {
     pub wr_id: u64,
+    pub ctx: WrContext,
     pub dest: SocketAddrV4,
     /// Datagram header and message.
     pub datagram: Vec<u8>,
@@ -103,12 +104,28 @@ impl Engine {
 
     /// A request of `qp` failed: it completes with `status`, and the QP stops (Error,
     /// everything else flushed, Broken), as a verbs QP does.
-    fn ud_failed_request(&mut self, qp: u32, wr_id: u64, status: WcStatus, send: bool) {
-        self.ud_complete(qp, wr_id, status, 0, send);
+    fn ud_failed_request(
+        &mut self,
+        qp: u32,
+        wr_id: u64,
+        ctx: WrContext,
+        status: WcStatus,
+        send: bool,
+    ) {
+        self.ud_complete(qp, (wr_id, ctx), status, 0, send);
         self.fail_qp(qp, Some(CmEvent::Broken { qp_num: qp }));
     }
 
-    fn ud_complete(&mut self, qp: u32, wr_id: u64, status: WcStatus, len: u32, send: bool) {
+    /// `request`: the wr_id and context of the request or receive completing.
+    fn ud_complete(
+        &mut self,
+        qp: u32,
+        request: (u64, WrContext),
+        status: WcStatus,
+        len: u32,
+        send: bool,
+    ) {
+        let (wr_id, ctx) = request;
         let Some(e) = self.qps.get(&qp) else { return };
         let cq = if send {
             e.send_cq.clone()
@@ -123,7 +140,8 @@ impl Engine {
                 if send { WcOpcode::Send } else { WcOpcode::Recv },
                 len,
                 qp,
-            ),
+            )
+            .with_ctx(ctx),
         );
     }
 
@@ -142,7 +160,7 @@ impl Engine {
         match e.state {
             QpState::Connected => {}
             QpState::Error => {
-                self.ud_complete(qp, wr.wr_id, WcStatus::Flushed, 0, true);
+                self.ud_complete(qp, (wr.wr_id, wr.ctx), WcStatus::Flushed, 0, true);
                 return Ok(());
             }
             _ => return Err(bad_state()),
@@ -156,12 +174,12 @@ impl Engine {
         let message = match sh.keys.read().gather(&wr.sgl, e.pd) {
             Ok(m) => m,
             Err(status) => {
-                self.ud_failed_request(qp, wr.wr_id, status, true);
+                self.ud_failed_request(qp, wr.wr_id, wr.ctx, status, true);
                 return Ok(());
             }
         };
         if message.len() as u64 > u64::from(sh.attr.mtu) {
-            self.ud_failed_request(qp, wr.wr_id, WcStatus::LocalLength, true);
+            self.ud_failed_request(qp, wr.wr_id, wr.ctx, WcStatus::LocalLength, true);
             return Ok(());
         }
         let flags = if wr.solicited {
@@ -175,6 +193,7 @@ impl Engine {
         if let Some(ud) = self.qps.get_mut(&qp).and_then(|e| e.ud.as_mut()) {
             ud.out.push_back(UdOut {
                 wr_id: wr.wr_id,
+                ctx: wr.ctx,
                 dest,
                 datagram,
             });
@@ -207,10 +226,10 @@ impl Engine {
             };
             let Some(o) = ud.out.pop_front() else { return };
             if status != WcStatus::Success {
-                return self.ud_failed_request(qp, o.wr_id, status, true);
+                return self.ud_failed_request(qp, o.wr_id, o.ctx, status, true);
             }
             let len = (o.datagram.len() - wire::UD_HEADER_LEN) as u32;
-            self.ud_complete(qp, o.wr_id, status, len, true);
+            self.ud_complete(qp, (o.wr_id, o.ctx), status, len, true);
         }
     }
 
@@ -256,7 +275,7 @@ impl Engine {
                 Err(s) => s,
             };
             if status != WcStatus::Success {
-                self.ud_failed_request(qp, wr.wr_id, status, false);
+                self.ud_failed_request(qp, wr.wr_id, wr.ctx, status, false);
                 continue;
             }
             let rcq = e.recv_cq.clone();
@@ -264,7 +283,7 @@ impl Engine {
                 &rcq,
                 WorkCompletion {
                     solicited: flags & wire::FLAG_SOLICITED != 0,
-                    ..WorkCompletion::new(wr.wr_id, status, WcOpcode::Recv, data.len() as u32, qp)
+                    ..wr.completion(status, WcOpcode::Recv, data.len() as u32, qp)
                 },
             );
         }

@@ -218,7 +218,7 @@ impl Engine {
         }
         if e.state == QpState::Error {
             let cq = e.recv_cq.clone();
-            self.push_wc(&cq, WorkCompletion::flushed(wr.wr_id, WcOpcode::Recv, qp));
+            self.push_wc(&cq, wr.flushed(qp));
             return Ok(());
         }
         if wr.sgl.len() > e.cap.max_recv_sge.max(1) as usize {

@@ -1152,7 +1152,7 @@ impl Engine {
             sends.extend(
                 ud.out
                     .drain(..)
-                    .map(|o| WorkCompletion::flushed(o.wr_id, WcOpcode::Send, qp)),
+                    .map(|o| WorkCompletion::flushed(o.wr_id, WcOpcode::Send, qp).with_ctx(o.ctx)),
             );
         }
         // Before the receives flush: no peer places a message in their buffers after, and
@@ -1177,8 +1177,7 @@ impl Engine {
                 Some(p) => WorkCompletion {
                     imm: p.imm,
                     solicited: p.solicited,
-                    ..WorkCompletion::new(
-                        r.wr_id,
+                    ..r.completion(
                         WcStatus::Success,
                         if p.imm.is_some() {
                             WcOpcode::RecvRdmaImm
@@ -1189,7 +1188,7 @@ impl Engine {
                         qp,
                     )
                 },
-                None => WorkCompletion::flushed(r.wr_id, WcOpcode::Recv, qp),
+                None => r.flushed(qp),
             };
             self.push_wc(&rcq, wc);
         }

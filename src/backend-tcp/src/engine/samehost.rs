@@ -254,8 +254,7 @@ impl Engine {
             WorkCompletion {
                 imm: imm.then_some(h.key),
                 solicited: h.flags & wire::FLAG_SOLICITED != 0,
-                ..WorkCompletion::new(
-                    wr.wr_id,
+                ..wr.completion(
                     WcStatus::Success,
                     if imm {
                         WcOpcode::RecvRdmaImm

@@ -252,13 +252,7 @@ impl Engine {
         let Some(wr) = e.rq.pop_front() else {
             return false;
         };
-        queue.push_back(WorkCompletion::new(
-            wr.wr_id,
-            WcStatus::Success,
-            WcOpcode::Recv,
-            p.len() as u32,
-            qp,
-        ));
+        queue.push_back(wr.completion(WcStatus::Success, WcOpcode::Recv, p.len() as u32, qp));
         drop(queue);
         e.recvs_done += 1;
         self.signalled_cqs.push(e.recv_cq.clone());

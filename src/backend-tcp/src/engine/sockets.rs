@@ -755,7 +755,9 @@ impl Engine {
                 if e.rq.front().map(|w| w.wr_id) != Some(wr_id) {
                     return;
                 }
-                e.rq.pop_front();
+                let Some(wr) = e.rq.pop_front() else {
+                    return;
+                };
                 let len = s.header.payload_len as usize;
                 let placed = if placed == WcStatus::Success {
                     Ok(())
@@ -763,7 +765,7 @@ impl Engine {
                     Err(placed)
                 };
                 if let Outcome::Broken =
-                    self.message_received(sh, token, s.qp, &s.header, wr_id, true, placed, len)
+                    self.message_received(sh, token, s.qp, &s.header, &wr, true, placed, len)
                 {
                     return;
                 }

@@ -57,7 +57,7 @@ impl Engine {
                     return Outcome::Hold;
                 };
                 let placed = sh.keys.read().scatter(&wr.sgl, pd, p);
-                self.message_received(sh, token, qp, h, wr.wr_id, own_rq, placed, p.len())
+                self.message_received(sh, token, qp, h, &wr, own_rq, placed, p.len())
             }
             // A write-with-immediate waits for a posted receive, as a send does.
             Kind::WriteImm if !e.has_receive() => Outcome::Hold,
@@ -97,13 +97,7 @@ impl Engine {
                 WorkCompletion {
                     imm: Some(h.length),
                     solicited: h.flags & wire::FLAG_SOLICITED != 0,
-                    ..WorkCompletion::new(
-                        wr.wr_id,
-                        WcStatus::Success,
-                        WcOpcode::RecvRdmaImm,
-                        p.len() as u32,
-                        qp,
-                    )
+                    ..wr.completion(WcStatus::Success, WcOpcode::RecvRdmaImm, p.len() as u32, qp)
                 },
             );
         }
@@ -252,7 +246,7 @@ impl Engine {
         }
     }
 
-    /// A peer's SEND `h` is in receive `wr_id` (taken from the QP's own queue if `own_rq`), or
+    /// A peer's SEND `h` is in receive `recv` (taken from the QP's own queue if `own_rq`), or
     /// failed to go in (`placed`): the receive completes, and the peer learns the outcome
     /// (ACK); a failure then breaks the connection. A send-with-invalidate ends the binding
     /// of one of our windows (of this QP's PD) once its message is placed; a key that names
@@ -264,7 +258,7 @@ impl Engine {
         token: u64,
         qp: u32,
         h: &Header,
-        wr_id: u64,
+        recv: &RecvWr,
         own_rq: bool,
         placed: Result<(), WcStatus>,
         len: usize,
@@ -294,7 +288,7 @@ impl Engine {
             WorkCompletion {
                 invalidated,
                 solicited: h.flags & wire::FLAG_SOLICITED != 0,
-                ..WorkCompletion::new(wr_id, status, WcOpcode::Recv, len as u32, qp)
+                ..recv.completion(status, WcOpcode::Recv, len as u32, qp)
             },
         );
         if own_rq {

@@ -327,6 +327,7 @@ fn messages_held_when_the_peer_left_are_received_then_its_end() {
         };
         q.post_recv(daplrs_backend::RecvWr {
             wr_id: i,
+            ctx: daplrs_backend::WrContext::NONE,
             sgl: vec![sge].into(),
         })
         .expect("receive");
@@ -400,6 +401,7 @@ fn partial_frames_count_on_the_budget_and_breaks_spare_others() {
         .expect("mr");
     q.post_recv(daplrs_backend::RecvWr {
         wr_id: 77,
+        ctx: daplrs_backend::WrContext::NONE,
         sgl: vec![daplrs_backend::Sge {
             addr: buf.addr(),
             length: 16 << 20,

@@ -95,6 +95,7 @@ impl Node {
         self.qp
             .post_recv(RecvWr {
                 wr_id,
+                ctx: daplrs_backend::WrContext::NONE,
                 sgl: vec![self.sge(off, len)].into(),
             })
             .expect("post recv");

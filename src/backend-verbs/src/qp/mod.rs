@@ -150,9 +150,10 @@ pub(crate) struct VerbsQp {
     sinks_out: AtomicU32,
     /// Of those, the reads into a bounce buffer whose response is not copied out yet.
     bounced_out: AtomicU32,
-    /// The receives posted (without an SRQ) and not completed, oldest first: a device that
+    /// The receives posted (without an SRQ) and not completed, oldest first, each with the
+    /// consumer's record of it (`RecvWr::ctx`, given back in its completion): a device that
     /// dies completes none of them, and `flush_lost` does.
-    recv_ids: Mutex<VecDeque<u64>>,
+    recv_ids: Mutex<VecDeque<Posted>>,
     /// The device is gone and what was outstanding completed here (`flush_lost`): what it
     /// may still report of this QP is dropped, and every later request completes flushed.
     flushed_here: AtomicBool,
@@ -165,8 +166,8 @@ pub(super) struct Completed {
     pub(super) ctx: WrContext,
 }
 
-/// A request in the send queue: the device's wr_id and the consumer's record of it
-/// (`SendWr::ctx`), given back with the request's completion.
+/// A request in the send or receive queue: the device's wr_id and the consumer's record of
+/// it (`SendWr::ctx`, `RecvWr::ctx`), given back with the request's completion.
 #[derive(Clone, Copy)]
 struct Posted {
     wr_id: u64,
@@ -412,16 +413,21 @@ impl VerbsQp {
         let mut ctx = WrContext::NONE;
         if is_recv {
             match &self.srq {
-                Some(s) => s.completed(wr_id),
+                Some(s) => ctx = s.completed(wr_id),
                 None => {
                     self.recvs_out.fetch_sub(1, Ordering::SeqCst);
                     // Receives complete in order: it is the first (the search ends there).
                     let id = wr_id & !RECV_BIT;
                     let mut ids = self.recv_ids.lock();
-                    if ids.front() == Some(&id) {
-                        ids.pop_front();
-                    } else if let Some(at) = ids.iter().position(|&r| r == id) {
-                        ids.remove(at);
+                    let posted = match ids.front() {
+                        Some(front) if front.wr_id == id => ids.pop_front(),
+                        _ => match ids.iter().position(|r| r.wr_id == id) {
+                            Some(at) => ids.remove(at),
+                            None => None,
+                        },
+                    };
+                    if let Some(p) = posted {
+                        ctx = p.ctx;
                     }
                 }
             }
@@ -917,7 +923,7 @@ impl VerbsQp {
         self.split_extra.store(0, Ordering::SeqCst);
         let recvs: Vec<WorkCompletion> = ids
             .drain(..)
-            .map(|id| flushed(id, WcOpcode::Recv))
+            .map(|p| flushed(p.wr_id, WcOpcode::Recv).with_ctx(p.ctx))
             .collect();
         self.recvs_out.store(0, Ordering::SeqCst);
         drop(ids);
@@ -1223,11 +1229,7 @@ impl QueuePair for VerbsQp {
         if self.phase() == Phase::Error {
             // Flushed at once (see post_send).
             self.wait_flushed(false);
-            self.recv_cq.push_synthetic(vec![WorkCompletion::flushed(
-                wr.wr_id,
-                WcOpcode::Recv,
-                self.qp_num,
-            )]);
+            self.recv_cq.push_synthetic(vec![wr.flushed(self.qp_num)]);
             return Ok(());
         }
         if self.recvs_out.load(Ordering::SeqCst) + 1 > self.cap.max_recv_wr {
@@ -1244,11 +1246,7 @@ impl QueuePair for VerbsQp {
         let mut ids = self.recv_ids.lock();
         if self.flushed_here.load(Ordering::SeqCst) {
             drop(ids);
-            self.recv_cq.push_synthetic(vec![WorkCompletion::flushed(
-                wr.wr_id,
-                WcOpcode::Recv,
-                self.qp_num,
-            )]);
+            self.recv_cq.push_synthetic(vec![wr.flushed(self.qp_num)]);
             return Ok(());
         }
         let out = self.recvs_out.fetch_add(1, Ordering::SeqCst) + 1;
@@ -1264,7 +1262,10 @@ impl QueuePair for VerbsQp {
             log::debug!("QP {}: ibv_post_recv: error {rc}", self.qp_num);
             return Err(Error::NoResource(Resource::Qp));
         }
-        ids.push_back(wr.wr_id);
+        ids.push_back(Posted {
+            wr_id: wr.wr_id,
+            ctx: wr.ctx,
+        });
         Ok(())
     }
     fn replaced_after_reset(&self) -> bool {
