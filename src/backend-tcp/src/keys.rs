@@ -534,7 +534,7 @@ pub struct Ranges {
 impl Ranges {
     pub const INLINE: usize = 4;
 
-    fn push(&mut self, r: (u64, usize)) {
+    pub(crate) fn push(&mut self, r: (u64, usize)) {
         if self.heap.is_empty() && self.len < Self::INLINE {
             self.inline[self.len] = r;
             self.len += 1;

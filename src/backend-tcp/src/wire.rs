@@ -535,6 +535,9 @@ pub struct OutQueue {
     /// (`keep_ack_room`): a handler may not allocate. Bytes before `held_from` are written.
     held: Vec<u8>,
     held_from: usize,
+    /// A written chunk kept, emptied, for the next frame's header (`push_frame`): a frame
+    /// on its own in the queue, each small send's, then takes no malloc and no free.
+    spare: Vec<u8>,
 }
 
 /// Small payloads are appended to the previous chunk instead of queued on their own.
@@ -545,6 +548,14 @@ pub const HELD_ACKS: usize = 16;
 pub const HELD_ANSWER_MAX: usize = 4096;
 
 impl OutQueue {
+    /// Keeps a written chunk of a coalescing size as the spare, if there is none.
+    fn keep_spare(&mut self, mut chunk: Vec<u8>) {
+        if self.spare.capacity() == 0 && chunk.capacity() <= 2 * COALESCE_MAX {
+            chunk.clear();
+            self.spare = chunk;
+        }
+    }
+
     /// Nothing to write: no chunk, no held ACK.
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty() && !self.holds_acks()
@@ -651,7 +662,11 @@ impl OutQueue {
             Some(last) if last.len() < COALESCE_MAX => {
                 last.extend_from_slice(&hb);
             }
-            _ => self.chunks.push_back(hb.to_vec()),
+            _ => {
+                let mut chunk = std::mem::take(&mut self.spare);
+                chunk.extend_from_slice(&hb);
+                self.chunks.push_back(chunk);
+            }
         }
         if payload.is_empty() {
             return;
@@ -692,11 +707,15 @@ impl OutQueue {
     ) -> std::io::Result<()> {
         while !self.is_empty() && self.written < end {
             let mut limit = end - self.written;
-            let mut slices: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(17);
+            // On the stack: a write is on every send's path, and a list on the heap cost
+            // each a malloc and a free.
+            let mut slices = [std::io::IoSlice::new(&[]); 17];
+            let mut used = 0;
             if self.holds_acks() {
                 let held = &self.held[self.held_from..];
                 let take = (held.len() as u64).min(limit) as usize;
-                slices.push(std::io::IoSlice::new(&held[..take]));
+                slices[used] = std::io::IoSlice::new(&held[..take]);
+                used += 1;
                 limit -= take as u64;
             }
             for (i, c) in self.chunks.iter().take(16).enumerate() {
@@ -705,10 +724,11 @@ impl OutQueue {
                 }
                 let from = if i == 0 { self.front_pos } else { 0 };
                 let take = ((c.len() - from) as u64).min(limit) as usize;
-                slices.push(std::io::IoSlice::new(&c[from..from + take]));
+                slices[used] = std::io::IoSlice::new(&c[from..from + take]);
+                used += 1;
                 limit -= take as u64;
             }
-            let mut n = send(&slices)?;
+            let mut n = send(&slices[..used])?;
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
@@ -721,7 +741,9 @@ impl OutQueue {
                 let left = front.len() - self.front_pos;
                 if n >= left {
                     n -= left;
-                    self.chunks.pop_front();
+                    if let Some(chunk) = self.chunks.pop_front() {
+                        self.keep_spare(chunk);
+                    }
                     self.front_pos = 0;
                 } else {
                     self.front_pos += n;

@@ -209,9 +209,8 @@ impl Engine {
             let Some(wr) = e.rq.get((w.published - e.recvs_done) as usize) else {
                 break;
             };
-            let sgl: Vec<(u64, u32, u32)> =
-                wr.sgl.iter().map(|s| (s.addr, s.length, s.lkey)).collect();
-            w.ring.publish_recv(w.published, &sgl);
+            let sgl = wr.sgl.iter().map(|s| (s.addr, s.length, s.lkey));
+            w.ring.publish_recv(w.published, sgl);
             w.published += 1;
         }
         w.ring.set_published(w.published);

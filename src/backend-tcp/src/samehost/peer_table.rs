@@ -19,7 +19,7 @@ use super::{OFF_ALIVE, OFF_BELL, OFF_CAPACITY, OFF_MAGIC, OFF_MUTEX, OFF_NONCE, 
 use super::{OFF_REQS, OFF_REQ_COUNT, OFF_SLOTS, SLOT_LEN};
 use super::{S_ACCESS, S_ADDR, S_ARENA_FD, S_ARENA_INO, S_ARENA_OFF, S_KEY, S_LEN, S_PD};
 use super::{S_REGION, S_STATE, S_WINDOW};
-use crate::keys::{KeyEntry, Keys};
+use crate::keys::{KeyEntry, Keys, Ranges};
 use crate::wire::SameHostOffer;
 
 /// A peer's table, mapped, and the process it belongs to.
@@ -339,7 +339,7 @@ impl PeerTable {
         solicited: bool,
     ) -> Moved {
         let len: u64 = local.iter().map(|&(_, n)| n as u64).sum();
-        let Some(segments) = recv.segments.as_ref().filter(|_| len <= recv.capacity()) else {
+        let Some(segments) = recv.segments().filter(|_| len <= recv.capacity()) else {
             return Moved::Not;
         };
         self.under_peer_mutex(|requests| {
@@ -472,8 +472,8 @@ impl PeerTable {
 }
 
 /// The part `[from, from + n)` of the byte stream that `ranges` make, in order.
-fn sub_ranges(ranges: &[(u64, usize)], from: u64, n: u64) -> Vec<(u64, usize)> {
-    let mut out = Vec::new();
+fn sub_ranges(ranges: &[(u64, usize)], from: u64, n: u64) -> Ranges {
+    let mut out = Ranges::default();
     let (mut skip, mut left) = (from, n);
     for &(addr, len) in ranges {
         if left == 0 {

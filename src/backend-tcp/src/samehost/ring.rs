@@ -463,8 +463,11 @@ fn state(j: u64, what: u64) -> u64 {
 /// segment against the reader's key table before it copies).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PublishedRecv {
-    /// (address, length, key) of each segment; None: more segments than a slot holds.
-    pub segments: Option<Vec<(u64, u32, u32)>>,
+    /// (address, length, key) of the first `len` segments, read into the writer's stack (a
+    /// send placed here takes no malloc).
+    read: [(u64, u32, u32); RECV_SGES],
+    /// How many; None: more segments than a slot holds.
+    len: Option<usize>,
 }
 
 /// What a writer placed in a receive it took: what the PLACED frame says too, kept in the
@@ -479,10 +482,15 @@ pub(crate) struct Placement {
 }
 
 impl PublishedRecv {
+    /// (address, length, key) of each segment; None: more segments than a slot holds.
+    pub fn segments(&self) -> Option<&[(u64, u32, u32)]> {
+        self.len.map(|n| &self.read[..n])
+    }
+
     /// Bytes the receive takes.
     pub fn capacity(&self) -> u64 {
-        self.segments
-            .iter()
+        self.segments()
+            .into_iter()
             .flatten()
             .map(|&(_, len, _)| u64::from(len))
             .sum()
@@ -503,13 +511,14 @@ impl Ring {
     /// Publishes receive `j` of the connection, with the scatter list `sgl` as (address,
     /// length, key); the caller publishes them in order, and only once receive j - RECV_SLOTS
     /// is done (its slot is then free). Visible to the writer once `set_published` counts it.
-    pub fn publish_recv(&self, j: u64, sgl: &[(u64, u32, u32)]) {
+    pub fn publish_recv(&self, j: u64, sgl: impl ExactSizeIterator<Item = (u64, u32, u32)>) {
         let slot = self.recv_slot(j);
-        if sgl.len() > RECV_SGES {
+        let n = sgl.len();
+        if n > RECV_SGES {
             self.map.write_u32(slot + 8, NOT_PLACEABLE);
         } else {
-            self.map.write_u32(slot + 8, sgl.len() as u32);
-            for (i, &(addr, len, key)) in sgl.iter().enumerate() {
+            self.map.write_u32(slot + 8, n as u32);
+            for (i, (addr, len, key)) in sgl.enumerate() {
                 let at = slot + RS_SGES + 16 * i;
                 self.map.write_u64(at, addr);
                 self.map.write_u32(at + 8, len);
@@ -571,20 +580,20 @@ impl Ring {
             return None;
         }
         let slot = self.recv_slot(k);
-        let n = self.map.read_u32(slot + 8);
-        let segments = (n as usize <= RECV_SGES).then(|| {
-            (0..n as usize)
-                .map(|i| {
-                    let at = slot + RS_SGES + 16 * i;
-                    (
-                        self.map.read_u64(at),
-                        self.map.read_u32(at + 8),
-                        self.map.read_u32(at + 12),
-                    )
-                })
-                .collect()
-        });
-        Some(PublishedRecv { segments })
+        let n = self.map.read_u32(slot + 8) as usize;
+        let mut recv = PublishedRecv {
+            read: [(0, 0, 0); RECV_SGES],
+            len: (n <= RECV_SGES).then_some(n),
+        };
+        for (i, seg) in recv.read.iter_mut().enumerate().take(recv.len.unwrap_or(0)) {
+            let at = slot + RS_SGES + 16 * i;
+            *seg = (
+                self.map.read_u64(at),
+                self.map.read_u32(at + 8),
+                self.map.read_u32(at + 12),
+            );
+        }
+        Some(recv)
     }
 
     /// Takes receive `k` with what was placed in it (the caller holds the reader's key table
@@ -642,20 +651,20 @@ mod tests {
     fn the_receive_window_hands_each_receive_over_once() {
         let (r, w) = pair();
         assert_eq!(w.published_recv(0), None, "nothing published yet");
-        r.publish_recv(0, &[(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)]);
+        r.publish_recv(0, [(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)].into_iter());
         let too_many: Vec<(u64, u32, u32)> = (0..RECV_SGES as u64 + 1).map(|i| (i, 1, 1)).collect();
-        r.publish_recv(1, &too_many);
-        r.publish_recv(2, &[(0x3000, 8, 0x4403)]);
+        r.publish_recv(1, too_many.iter().copied());
+        r.publish_recv(2, [(0x3000, 8, 0x4403)].into_iter());
         assert_eq!(w.published_recv(0), None, "not counted yet");
         r.set_published(3);
         let first = w.published_recv(0).expect("receive 0");
         assert_eq!(
-            first.segments,
-            Some(vec![(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)])
+            first.segments(),
+            Some(&[(0x1000, 64, 0x4401), (0x2000, 16, 0x4402)][..])
         );
         assert_eq!(first.capacity(), 80);
         assert_eq!(
-            w.published_recv(1).expect("receive 1").segments,
+            w.published_recv(1).expect("receive 1").segments(),
             None,
             "not placeable"
         );
@@ -675,7 +684,7 @@ mod tests {
         assert_eq!(r.placement(2), None);
         assert!(!r.withdraw_recv(0), "a taken receive is not withdrawn");
         // Slot reuse: receive 64 in slot 0, once receive 0 is done.
-        r.publish_recv(64, &[(0x5000, 8, 0x4404)]);
+        r.publish_recv(64, [(0x5000, 8, 0x4404)].into_iter());
         r.set_published(65);
         assert!(w.published_recv(64).is_some());
         assert!(!r.recv_taken(0), "the slot names receive 64 now");
