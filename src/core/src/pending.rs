@@ -375,6 +375,48 @@ mod tests {
         assert_eq!(carried_wr_id(u64::from(u32::MAX) + 5) >> 32, 0);
     }
 
+    /// A receive's record rides in its context and comes back whole, with its reference to
+    /// the EP's counters taken back once; a send-queue record is not a receive's, nor the
+    /// reverse.
+    #[test]
+    fn a_receive_record_comes_back_whole() {
+        use super::{Carried, EpShared};
+        use std::sync::Arc;
+        let shared = Arc::new(EpShared::new(
+            Handle::from_ptr(0x7f00_0000_2040 as *const _),
+            0,
+        ));
+        for (ext, report) in [(None, true), (Some(9u32), false)] {
+            let ctx = PendingDto::recv_ctx(shared.clone(), 0xabcd, 14, ext, report);
+            assert_eq!(
+                Arc::strong_count(&shared),
+                2,
+                "the context holds a reference"
+            );
+            assert!(Carried::from_ctx(&ctx).is_none(), "not a send-queue record");
+            // SAFETY: the context is taken back once, here.
+            let p = unsafe { PendingDto::from_recv_ctx(&ctx) }.expect("a receive's record");
+            assert_eq!(p.ep, shared.handle);
+            assert_eq!(
+                (p.cookie, p.op, p.ext, p.report_success),
+                (0xabcd, 14, ext, report)
+            );
+            assert!(p.rmr.is_none());
+            drop(p);
+            assert_eq!(Arc::strong_count(&shared), 1, "taken back and dropped");
+        }
+        let send = Carried {
+            ep: shared.handle,
+            cookie: 1,
+            op: 0,
+            report_success: true,
+        };
+        // SAFETY: not a receive's context: nothing is taken.
+        assert!(unsafe { PendingDto::from_recv_ctx(&send.ctx()) }.is_none());
+        // SAFETY: as above.
+        assert!(unsafe { PendingDto::from_recv_ctx(&daplrs_backend::WrContext::NONE) }.is_none());
+    }
+
     /// Consecutive handles' requests go to different shards, and each wr_id finds its own
     /// request through its shard only, whatever the index in the shard.
     #[test]
