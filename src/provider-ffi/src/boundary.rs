@@ -11,6 +11,7 @@ use dat_abi::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
+use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -60,25 +61,22 @@ pub(crate) unsafe fn input<'a, T>(p: *const T, param: Param) -> DatResult<&'a T>
 
 /// Most IOVs are short: keep up to this many segments on the stack.
 const INLINE_SEGMENTS: usize = 8;
-const NO_SEGMENT: Sge = Sge {
-    addr: 0,
-    length: 0,
-    lkey: 0,
-};
 
 /// Where a local IOV copied out of the caller's DAT_LMR_TRIPLET array lives: on the stack
 /// up to `INLINE_SEGMENTS` segments, else on the heap. The caller owns it and `read` hands
 /// back the segments by reference: returned by value, the inline array (136 bytes) was
-/// copied once more on every post.
+/// copied once more on every post. The inline array starts uninitialized: `read` writes
+/// the segments it hands back, and zeroing all eight first cost each post 13 instructions.
 pub(crate) struct IovBuf {
-    inline: [Sge; INLINE_SEGMENTS],
+    inline: [MaybeUninit<Sge>; INLINE_SEGMENTS],
     heap: Vec<Sge>,
 }
 
 impl IovBuf {
+    #[inline(always)]
     pub(crate) fn new() -> IovBuf {
         IovBuf {
-            inline: [NO_SEGMENT; INLINE_SEGMENTS],
+            inline: [MaybeUninit::uninit(); INLINE_SEGMENTS],
             heap: Vec::new(),
         }
     }
@@ -115,9 +113,10 @@ impl IovBuf {
         if triplets.len() <= INLINE_SEGMENTS {
             let segments = &mut self.inline[..triplets.len()];
             for (d, t) in segments.iter_mut().zip(triplets) {
-                *d = t.sge()?;
+                d.write(t.sge()?);
             }
-            Ok(segments)
+            // SAFETY: the loop above wrote every one of these segments (an error left it).
+            Ok(unsafe { &*(segments as *const [MaybeUninit<Sge>] as *const [Sge]) })
         } else {
             self.heap = triplets.iter().map(|t| t.sge()).collect::<DatResult<_>>()?;
             Ok(&self.heap)

@@ -169,6 +169,7 @@ impl Ep {
             },
         )?;
         self.count_post(counters::ep::POST_SEND, total);
+        wr.dispose();
         Ok(())
     }
 
@@ -211,6 +212,7 @@ impl Ep {
             },
         )?;
         self.count_post(counters::ep::POST_WRITE, total);
+        wr.dispose();
         Ok(())
     }
 
@@ -275,6 +277,7 @@ impl Ep {
             },
         )?;
         self.count_post(counters::ep::POST_READ, want);
+        wr.dispose();
         Ok(())
     }
 
