@@ -101,6 +101,7 @@ pub mod ep {
 pub mod evd {
     pub const WAIT: usize = 0;
     pub const WAIT_BLOCKED: usize = 1;
+    /// Not counted itself: read as DEQUEUE_FOUND + DEQUEUE_NOT_FOUND (`ext::query_counters`).
     pub const DEQUEUE: usize = 3;
     pub const DEQUEUE_FOUND: usize = 4;
     pub const DEQUEUE_NOT_FOUND: usize = 5;

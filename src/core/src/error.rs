@@ -362,6 +362,7 @@ impl DatError {
 
     /// The exact DAT_RETURN value: DAT_CLASS_ERROR | type | subtype. An error naming a
     /// parameter has no argument subtype here: see [`DatError::code_in`].
+    #[inline]
     pub fn code(&self) -> u32 {
         CLASS_ERROR | self.kind as u32 | self.sub as u16 as u32
     }
@@ -370,10 +371,19 @@ impl DatError {
     /// refused parameter becomes DAT_INVALID_ARGn (DAT_INVALID_HANDLEn for a handle) for its
     /// position there. A parameter the call does not have is the provider's bug, never some
     /// ARGn: `Err` with the parameter, for the caller to report (as DAT_INTERNAL_ERROR).
+    ///
+    /// Inlined into the boundary: most errors name no parameter (an empty dequeue's
+    /// DAT_QUEUE_EMPTY), and they need no call.
+    #[inline]
     pub fn code_in(&self, params: &[Param]) -> Result<u32, Param> {
-        let Some(param) = self.param else {
-            return Ok(self.code());
-        };
+        match self.param {
+            None => Ok(self.code()),
+            Some(param) => self.code_at(param, params),
+        }
+    }
+
+    /// `code_in` for an error that names `param`.
+    fn code_at(&self, param: Param, params: &[Param]) -> Result<u32, Param> {
         let position = params.iter().position(|p| *p == param).ok_or(param)? + 1;
         let sub = match self.kind {
             ErrorType::InvalidHandle => SubType::handle_arg(position),

@@ -166,6 +166,18 @@ enum Queued {
     Queued(usize),
 }
 
+/// How many converted events a drain holds before it queues them (`Evd::queue_events`): the
+/// buffer stays small (1.3 KiB) whatever the CQ's batch.
+const EVENTS_AT_ONCE: usize = 16;
+
+/// A drain's buffers, behind the lock that keeps concurrent drains in CQ order: the
+/// completions of one poll, and their events waiting to be queued together.
+#[derive(Default)]
+struct DrainBufs {
+    completions: Vec<WorkCompletion>,
+    events: Vec<(Event, bool)>,
+}
+
 pub struct Evd {
     handle: Handle,
     ia: Arc<Ia>,
@@ -175,7 +187,7 @@ pub struct Evd {
     /// Completion queue feeding DTO/RMR-bind events; created for EVDs with those flags.
     cq: Option<Arc<dyn CompletionQueue>>,
     /// Serialises CQ drains so completions enter the queue in CQ order.
-    drain_lock: Mutex<Vec<WorkCompletion>>,
+    drain_lock: Mutex<DrainBufs>,
     /// The thread whose `wait` is in `CompletionQueue::drive` now (0: none), readable without
     /// the state lock: the CQ's notification, when that thread's own drive raises it, leaves
     /// the completions to the wait, which drains them as the drive returns (see `wait`).
@@ -265,7 +277,7 @@ impl Evd {
             }),
             cond: Condvar::new(),
             cq,
-            drain_lock: Mutex::new(Vec::new()),
+            drain_lock: Mutex::new(DrainBufs::default()),
             driven_by: AtomicU64::new(0),
             backlog: AtomicUsize::new(0),
             take_blocks: AtomicU8::new(0),
@@ -342,7 +354,9 @@ impl Evd {
 
     /// Moves completions from the CQ into the event queue.
     pub(crate) fn drain_cq(&self) {
-        self.drain_with(Take::None, &mut None);
+        if let Some(cq) = &self.cq {
+            self.drain_with(cq, Take::None, &mut None);
+        }
     }
 
     /// Moves completions from the CQ into the event queue, in CQ order. With `take`, the
@@ -351,23 +365,48 @@ impl Evd {
     /// in the same order, without its round trip through the queue, written once where the
     /// caller reads it (returned by value it was moved three times on its way out). Returns
     /// how many events are queued behind a taken one.
+    /// Inlined: an EVD with no CQ (a connection EVD polled while it connects) answers here,
+    /// not after a call's prologue.
+    #[inline(always)]
     fn drain(&self, take: Take, taken: &mut Option<Event>) -> usize {
-        self.drain_with(take, taken)
+        match &self.cq {
+            Some(cq) => self.drain_taking(cq, take, taken),
+            None => 0,
+        }
     }
 
-    /// `drain`, inlined into it and into `drain_cq`: there, with nothing to take, the take's
-    /// path is compiled out (it cost the notification's drain 19 instructions per event).
+    #[inline(never)]
+    fn drain_taking(
+        &self,
+        cq: &Arc<dyn CompletionQueue>,
+        take: Take,
+        taken: &mut Option<Event>,
+    ) -> usize {
+        self.drain_with(cq, take, taken)
+    }
+
+    /// `drain` of `cq` (the EVD's), inlined into it and into `drain_cq`: there, with nothing
+    /// to take, the take's path is compiled out (it cost the notification's drain 19
+    /// instructions per event).
     #[inline(always)]
-    fn drain_with(&self, mut take: Take, taken: &mut Option<Event>) -> usize {
-        let Some(cq) = self.cq.as_ref() else {
-            return 0;
-        };
+    fn drain_with(
+        &self,
+        cq: &Arc<dyn CompletionQueue>,
+        mut take: Take,
+        taken: &mut Option<Event>,
+    ) -> usize {
         const BATCH: usize = 64;
         let mut behind = 0;
-        let mut batch = self.drain_lock.lock();
+        let mut bufs = self.drain_lock.lock();
+        let DrainBufs {
+            completions: batch,
+            events,
+        } = &mut *bufs;
         loop {
             batch.clear();
-            let n = cq.poll(BATCH, &mut batch);
+            let n = cq.poll(BATCH, batch);
+            // One completion is queued as it comes: through the buffer it costs more.
+            let single = n == 1;
             for wc in batch.drain(..) {
                 let Some((ev, notify)) = completion::event(&self.ia, &wc, self.handle) else {
                     continue;
@@ -381,9 +420,19 @@ impl Evd {
                     *taken = Some(ev);
                     continue;
                 }
-                if let Queued::Queued(len) = self.queue_event(ev, notify, take, taken) {
-                    behind = len;
+                if take != Take::None || single {
+                    if let Queued::Queued(len) = self.queue_event(ev, notify, take, taken) {
+                        behind = len;
+                    }
+                    continue;
                 }
+                events.push((ev, notify));
+                if events.len() == EVENTS_AT_ONCE {
+                    behind = self.queue_events(events);
+                }
+            }
+            if !events.is_empty() {
+                behind = self.queue_events(events);
             }
             // A short batch emptied the CQ as it was: no second look (a poll of an empty
             // hardware queue each time).
@@ -392,6 +441,45 @@ impl Evd {
             }
         }
         behind
+    }
+
+    /// Queues `events` (emptied) in order under one hold of the state lock, with what
+    /// `queue_event` does for each of them with nothing to take: the waiter woken, the CNO
+    /// triggered and an overflow reported once for all of them. A poll of many completions
+    /// (a window of requests in flight) took and released the lock once per event, and
+    /// triggered a CNO's socket once per event. Returns the queue's length after them.
+    fn queue_events(&self, events: &mut Vec<(Event, bool)>) -> usize {
+        let mut overflow_now = false;
+        let mut notified = false;
+        let (cno, driving, len) = {
+            let mut s = self.state.lock();
+            if s.freed {
+                events.clear();
+                return 0;
+            }
+            for (event, notify) in events.drain(..) {
+                if s.queue.len() >= s.qlen && !s.overflowed {
+                    s.overflowed = true;
+                    overflow_now = true;
+                }
+                s.enqueue(event, notify);
+                notified |= notify;
+            }
+            self.backlog.store(s.queue.len(), Ordering::Relaxed);
+            let cno = if notified { self.after_push(&s) } else { None };
+            let driving = s.driving && s.driver != thread_token();
+            (cno, driving, s.queue.len())
+        };
+        if notified {
+            self.wake_waiter(driving);
+        }
+        if let Some(cno) = cno {
+            cno.trigger(self.handle);
+        }
+        if overflow_now {
+            self.overflowed_now();
+        }
+        len
     }
 
     /// Queues a provider-generated notification event (never dropped).
@@ -495,11 +583,16 @@ impl Evd {
             cno.trigger(self.handle);
         }
         if overflow_now {
-            log::warn!("EVD {:?} overflowed its queue length", self.handle);
-            self.ia
-                .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
+            self.overflowed_now();
         }
         Queued::Queued(len)
+    }
+
+    /// Reports that the queue went past its length (once until a dequeue leaves it below).
+    fn overflowed_now(&self) {
+        log::warn!("EVD {:?} overflowed its queue length", self.handle);
+        self.ia
+            .post_async(event_number::ASYNC_EVD_OVERFLOW, self.handle, self.handle);
     }
 
     /// Wakes the waiter, wherever it waits.
@@ -563,7 +656,7 @@ impl Evd {
     /// dat_evd_dequeue, the event written to `out` (None on entry): once, where the boundary
     /// converts it, instead of moved out through return values.
     pub fn dequeue_into(&self, out: &mut Option<Event>) -> DatResult<()> {
-        self.counters.inc(counters::evd::DEQUEUE);
+        // DEQUEUE is FOUND + NOT_FOUND, summed where the counters are read (ext.rs).
         // With events queued (the rest of the batch a former poll found), the first of them
         // is the answer: no poll of the CQ, whose completions all came after them. A stale
         // count is settled under the lock (`dequeue_queued`). With none, the CQ's first
@@ -824,9 +917,10 @@ impl Evd {
             cq.set_notify(None);
             // What the CQ still holds is never reported: its records end here (a receive's
             // holds a reference to its EP's counters, `PendingDto::recv_ctx`).
-            let mut batch = self.drain_lock.lock();
+            let mut bufs = self.drain_lock.lock();
+            let batch = &mut bufs.completions;
             batch.clear();
-            while cq.poll(64, &mut batch) > 0 {
+            while cq.poll(64, batch) > 0 {
                 for wc in batch.drain(..) {
                     completion::retire(&self.ia, &wc);
                 }

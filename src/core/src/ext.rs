@@ -164,7 +164,13 @@ pub fn query_counters(object: &Object, counter: usize, reset: bool) -> Option<Ve
         Object::Evd(evd) => &evd.counters,
         _ => return None,
     };
-    let all = c.snapshot(reset);
+    let mut all = c.snapshot(reset);
+    if let Object::Evd(_) = object {
+        // Every dequeue finds or does not (`Evd::dequeue_into`): its own count is their sum,
+        // not a third increment on each call.
+        use super::counters::evd;
+        all[evd::DEQUEUE] = all[evd::DEQUEUE_FOUND] + all[evd::DEQUEUE_NOT_FOUND];
+    }
     match counter {
         n if n == all.len() => Some(all),
         n if n < all.len() => Some(vec![all[n]]),
