@@ -365,6 +365,7 @@ impl Evd {
     /// in the same order, without its round trip through the queue, written once where the
     /// caller reads it (returned by value it was moved three times on its way out). Returns
     /// how many events are queued behind a taken one.
+    ///
     /// Inlined: an EVD with no CQ (a connection EVD polled while it connects) answers here,
     /// not after a call's prologue.
     #[inline(always)]
@@ -375,6 +376,7 @@ impl Evd {
         }
     }
 
+    /// `drain` of an EVD that has a CQ: one copy of the drain for the calls that take.
     #[inline(never)]
     fn drain_taking(
         &self,
