@@ -81,13 +81,20 @@ struct EvdState {
 }
 
 impl EvdState {
-    /// Appends an event; `notify` says whether it is a notification event.
-    fn enqueue(&mut self, event: Event, notify: bool) {
+    /// Appends an event; `notify` says whether it is a notification event. Returns whether
+    /// the queue went past its length with it just now (marked `overflowed`, reported once
+    /// until a dequeue leaves it below).
+    fn enqueue(&mut self, event: Event, notify: bool) -> bool {
+        let overflow_now = self.queue.len() >= self.qlen && !self.overflowed;
+        if overflow_now {
+            self.overflowed = true;
+        }
         self.queue.push_back(event);
         self.pushed += 1;
         if notify {
             self.last_notify = self.pushed;
         }
+        overflow_now
     }
 
     fn dequeue(&mut self) -> Option<Event> {
@@ -460,11 +467,7 @@ impl Evd {
                 return 0;
             }
             for (event, notify) in events.drain(..) {
-                if s.queue.len() >= s.qlen && !s.overflowed {
-                    s.overflowed = true;
-                    overflow_now = true;
-                }
-                s.enqueue(event, notify);
+                overflow_now |= s.enqueue(event, notify);
                 notified |= notify;
             }
             self.backlog.store(s.queue.len(), Ordering::Relaxed);
@@ -526,7 +529,7 @@ impl Evd {
             *taken = Some(event);
             return Queued::Taken;
         }
-        let mut overflow_now = false;
+        let overflow_now;
         let cno_to_trigger;
         let driving;
         let len;
@@ -560,11 +563,7 @@ impl Evd {
                 *taken = Some(event);
                 return Queued::Taken;
             }
-            if s.queue.len() >= s.qlen && !s.overflowed {
-                s.overflowed = true;
-                overflow_now = true;
-            }
-            s.enqueue(event, notify);
+            overflow_now = s.enqueue(event, notify);
             self.backlog.store(s.queue.len(), Ordering::Relaxed);
             cno_to_trigger = if notify { self.after_push(&s) } else { None };
             driving = s.driving && s.driver != thread_token();
@@ -625,7 +624,8 @@ impl Evd {
             if s.queue.len() >= s.qlen {
                 return Err(DatError::queue_full());
             }
-            s.enqueue(
+            // Never past its length: a full queue refused the event above.
+            let _ = s.enqueue(
                 Event {
                     number: event_number::SOFTWARE,
                     evd: self.handle,
