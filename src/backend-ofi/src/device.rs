@@ -565,6 +565,7 @@ impl Device for OfiDevice {
         if let Some(hs) = handshakes {
             hs.stop();
         }
+        self.dom.left_locks.stop();
     }
 }
 

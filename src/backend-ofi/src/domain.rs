@@ -123,6 +123,8 @@ pub(crate) struct Domain {
     pub(crate) windows: Mutex<HashMap<u32, Weak<dyn Window>>>,
     /// Peers' key tables mapped on this host (shm: `keymap`).
     pub(crate) peer_keys: crate::keymap::PeerKeysCache,
+    /// The watch over shm's locks a killed peer left held (`left_locks`).
+    pub(crate) left_locks: Arc<crate::left_locks::LeftLocks>,
     /// QPs whose held requests the provider was too busy to take (their
     /// numbers): tried again each turn of the progress thread, which does not
     /// sleep meanwhile (`Domain::retry_later`).
@@ -463,6 +465,7 @@ impl Domain {
             descs: Mutex::new(HashMap::new()),
             windows: Mutex::new(HashMap::new()),
             peer_keys: Default::default(),
+            left_locks: crate::left_locks::LeftLocks::new(provider == "shm"),
             retries: Mutex::new(Vec::new()),
             arenas: Default::default(),
             shares_pages,

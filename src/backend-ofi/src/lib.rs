@@ -15,6 +15,8 @@
 //! entry names one (`dgram=udp`: `dgram`, their addresses exchanged over the
 //! reliable-datagram handshake, `rdm::ud`). Remote virtual addresses are
 //! translated for providers that address registrations by offset (`keys`).
+//! On shm, a thread releases the locks a killed peer left held in shm's
+//! shared memory (`left_locks`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod arenas;
@@ -29,6 +31,7 @@ mod eager;
 mod farewell;
 mod keymap;
 mod keys;
+mod left_locks;
 mod mem;
 mod port;
 mod qp;

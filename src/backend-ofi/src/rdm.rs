@@ -243,9 +243,13 @@ impl OfiDevice {
             Some(v4(pending.stream.peer_addr())),
         );
         qp.insert_peer(&pending.name)?;
-        qp.set_peer_table(pending.peer, self.dom.peer_keys.get(pending.peer.share));
-        qp.set_peer_tag(pending.tag);
         let name = qp.fabric_name()?;
+        let keys = self.dom.peer_keys.get(pending.peer.share);
+        self.dom
+            .left_locks
+            .watch(&name, &pending.name, keys.as_ref());
+        qp.set_peer_table(pending.peer, keys);
+        qp.set_peer_tag(pending.tag);
         let header = with_header(&self.dom, Some(&qp), private_data);
         let tag = qp.tag().to_le_bytes();
         let generation = qp.attach_link(&pending.stream)?;
@@ -983,7 +987,11 @@ fn answer(dev: &Arc<OfiDevice>, conn: &mut Conn, kind: u8, f: Vec<Vec<u8>>) -> N
                 failed(dev, &qp, CmEvent::rejected_not_by_peer(num));
                 return Next::Drop;
             }
-            qp.set_peer_table(peer, dev.dom.peer_keys.get(peer.share));
+            let keys = dev.dom.peer_keys.get(peer.share);
+            if let Ok(own) = qp.fabric_name() {
+                dev.dom.left_locks.watch(&own, &f[0], keys.as_ref());
+            }
+            qp.set_peer_table(peer, keys);
             log::debug!("QP {num}: peer inserted, ready");
             conn.deadline = None;
             conn.phase = Phase::Linked;
