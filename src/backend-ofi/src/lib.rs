@@ -154,18 +154,12 @@ pub(crate) const FI_ADDR_UNSPEC: u64 = u64::MAX;
 pub(crate) fn prepare_libfabric() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if std::env::var_os("FI_UNIVERSE_SIZE").is_none() {
-            // SAFETY: NUL-terminated strings; setenv(3) with overwrite 0
-            // keeps a value set meanwhile. Before libfabric's first call in
-            // the process, nothing of ours reads the environment concurrently.
-            unsafe { libc::setenv(c"FI_UNIVERSE_SIZE".as_ptr(), c"16".as_ptr(), 0) };
-        }
+        default_env("FI_UNIVERSE_SIZE", "16");
         // DAT's contexts must stop granting access when an LMR is freed or a
         // window unbound, and two LMRs over the same memory are two regions
         // with their own rights: libfabric's MR cache (verbs) keeps and shares
         // registrations with every right (`KeyTable::registrations_distinct`).
-        // SAFETY: as above; overwrite 0 keeps a value the user chose.
-        unsafe { libc::setenv(c"FI_MR_CACHE_MONITOR".as_ptr(), c"disabled".as_ptr(), 0) };
+        default_env("FI_MR_CACHE_MONITOR", "disabled");
         // ofi_rxm (1.17 to 1.22) never returns from closing a connection that
         // has a segmented message half received (its loop over the
         // connection's `deferred_sar_msgs` unlinks another list entry, so the
@@ -175,8 +169,7 @@ pub(crate) fn prepare_libfabric() {
         // sends what would be segmented (verbs: 16 to 128 KiB) by rendezvous
         // instead; on tcp ofi_rxm segments nothing anyway (dynamic receive
         // buffers). See docs/libfabric.md, "Where it stands".
-        // SAFETY: as above; overwrite 0 keeps a value the user chose.
-        unsafe { libc::setenv(c"FI_OFI_RXM_SAR_LIMIT".as_ptr(), c"0".as_ptr(), 0) };
+        default_env("FI_OFI_RXM_SAR_LIMIT", "0");
         // ofi_rxm over tcp (1.17) shares one receive context among an
         // endpoint's connections unless told not to, and fills it at
         // `fi_enable`: 68 MB touched per port, 14 connections a second at
@@ -186,9 +179,20 @@ pub(crate) fn prepare_libfabric() {
         // messages, against 90), 6,200 to 7,600 connections a second
         // against 4,950 (issue 37). verbs;ofi_rxm wants it off too (see
         // docs/libfabric.md).
-        // SAFETY: as above; overwrite 0 keeps a value the user chose.
-        unsafe { libc::setenv(c"FI_OFI_RXM_USE_SRX".as_ptr(), c"0".as_ptr(), 0) };
+        default_env("FI_OFI_RXM_USE_SRX", "0");
     });
+}
+
+/// Sets `name` to `value` where the user set nothing, before libfabric's
+/// first call reads it. Through std's environment lock, which Rust readers
+/// take: a plain setenv(3) here crashed a test's thread reading the
+/// environment at that moment (glibc's getenv walking the array setenv had
+/// just grown and freed). A C thread calling getenv(3) in that instant is not
+/// covered: it happens once, at the process's first IA over libfabric.
+fn default_env(name: &str, value: &str) {
+    if std::env::var_os(name).is_none() {
+        std::env::set_var(name, value);
+    }
 }
 
 /// The words of an ofi entry's ia_params after its provider ("ofi <provider>

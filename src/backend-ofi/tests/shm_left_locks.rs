@@ -62,6 +62,9 @@ fn child_role() {
         _ => {
             let wc = common::completion(&cq);
             println!("@received {:?}", wc.status);
+            // Alive until the parent is done: our receipt of its send may still be on its
+            // way (it waits for the parent's lock to be released), and our end would flush it.
+            let _ = std::io::stdin().read_line(&mut String::new());
             return;
         }
     };
@@ -122,6 +125,7 @@ impl Peer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
