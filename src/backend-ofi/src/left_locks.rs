@@ -84,11 +84,9 @@ impl LeftLocks {
         let (Some(own), Some(peer)) = (region_name(own), region_name(peer)) else {
             return;
         };
-        {
-            let mut peers = self.peers.lock();
-            peers.retain(|_, w| w.strong_count() > 0);
-            peers.insert((own, peer), Arc::downgrade(keys));
-        }
+        // Entries whose table is no longer held are dropped by the thread's looks
+        // (`newly_gone`), not here: a retain per connection made N connections cost N².
+        self.peers.lock().insert((own, peer), Arc::downgrade(keys));
         let mut thread = self.thread.lock();
         if thread.is_none() && !self.stop.load(Ordering::Acquire) {
             let me = self.me.clone();
