@@ -1,7 +1,7 @@
 //! Spin locks a killed peer left held in shm's shared memory.
 //!
 //! shm guards each endpoint's region with a spin lock in the region itself
-//! (libfabric 1.17-1.18, `struct smr_region`): a sender holds its peer's
+//! (libfabric 1.17 to 1.19, `struct smr_region`): a sender holds its peer's
 //! region's lock while it writes a command there, and an endpoint holds its
 //! own while it progresses. A process killed holding one leaves it held, and
 //! every later caller spins inside the provider forever: our send to the dead
