@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use daplrs_backend::arena::{self, Arena, ArenaSpan, Heat};
 use daplrs_backend::intmap::IntMap;
+use daplrs_backend::shared_map::SharedMap;
 use daplrs_backend::{peer_fd, Sge, WcStatus};
 use parking_lot::Mutex;
 
@@ -143,24 +144,6 @@ impl Arenas {
     }
 }
 
-/// A peer's arena mapped here (read-write, shared), unmapped on drop.
-struct PeerArena {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: plain shared memory, reached only by copies into and out of it.
-unsafe impl Send for PeerArena {}
-// SAFETY: as for Send.
-unsafe impl Sync for PeerArena {}
-
-impl Drop for PeerArena {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; nothing borrows it past a copy.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// Arenas mapped per peer at most: an old one whose memfd the peer closed stays mapped (its
 /// pages) until then.
 const MAPPED_MAX: usize = 8;
@@ -168,7 +151,7 @@ const MAPPED_MAX: usize = 8;
 /// The peer's arenas we mapped, and how often we copied through each of its keys.
 #[derive(Default)]
 pub(crate) struct PeerArenas {
-    maps: Mutex<Vec<(ArenaSpan, Arc<PeerArena>)>>,
+    maps: Mutex<Vec<(ArenaSpan, Arc<SharedMap>)>>,
     /// What our requests through each key cost us without an arena, as rs-tcp counts it:
     /// asked once that is about what moving the key's memory costs the owner.
     heat: Mutex<Heat>,
@@ -195,7 +178,7 @@ impl PeerArenas {
         let map = self.mapped(peer, span)?;
         let total: u64 = sgl.iter().map(|s| s.length as u64).sum();
         let start = span.off.checked_add(off)?;
-        if start.checked_add(total)? > map.len as u64 {
+        if start.checked_add(total)? > map.len() as u64 {
             return None;
         }
         let mut at = start as usize;
@@ -204,7 +187,7 @@ impl PeerArenas {
             // SAFETY: `at..at + n` is inside the mapping (checked above); ours is the
             // consumer's registered segment, which the guarded copy survives being unmapped.
             let done = unsafe {
-                let theirs = map.ptr.add(at);
+                let theirs = map.as_ptr().add(at);
                 let ours = s.addr as usize as *mut u8;
                 if write {
                     daplrs_backend::guarded::copy(theirs, ours, n)
@@ -222,7 +205,7 @@ impl PeerArenas {
 
     /// Our mapping of the peer's arena of `span`: opened through its pidfd the first time
     /// (its descriptor must still name that memfd: the inode checks it).
-    fn mapped(&self, peer: &PeerKeys, span: ArenaSpan) -> Option<Arc<PeerArena>> {
+    fn mapped(&self, peer: &PeerKeys, span: ArenaSpan) -> Option<Arc<SharedMap>> {
         let same = |s: &ArenaSpan| s.fd == span.fd && s.ino == span.ino;
         let mut maps = self.maps.lock();
         if let Some((_, m)) = maps.iter().find(|(s, _)| same(s)) {
@@ -237,22 +220,8 @@ impl PeerArenas {
         {
             return None;
         }
-        // SAFETY: a fresh shared mapping of the peer's sealed memfd (it cannot shrink under
-        // us); no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let m = Arc::new(PeerArena { ptr: p.cast(), len });
+        // The peer's memfd is sealed: it cannot shrink under the mapping.
+        let m = Arc::new(SharedMap::map(file.as_raw_fd(), len).ok()?);
         if maps.len() >= MAPPED_MAX {
             maps.remove(0);
         }

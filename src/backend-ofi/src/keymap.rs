@@ -34,12 +34,12 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use daplrs_backend::arena::ArenaSpan;
 use daplrs_backend::clock::monotonic_ns;
+use daplrs_backend::shared_map::SharedMap;
 use daplrs_backend::{memfile, peer_fd};
 use parking_lot::Mutex;
 
@@ -206,28 +206,9 @@ impl Share {
 }
 
 /// A table file's FILE_BYTES mapped (or as much anonymous memory), unmapped on drop.
-struct Mapping(NonNull<u8>);
-
-// SAFETY: a mapping is only reached through `&Entry` (atomics) and the token's word.
-unsafe impl Send for Mapping {}
-// SAFETY: as for Send.
-unsafe impl Sync for Mapping {}
+struct Mapping(SharedMap);
 
 impl Mapping {
-    /// Maps `fd` (-1 with MAP_ANONYMOUS in `flags`) with `prot`.
-    fn new(prot: i32, flags: i32, fd: i32) -> std::io::Result<Mapping> {
-        // SAFETY: a fresh mapping chosen by the kernel (zero-filled where anonymous or a new
-        // memfd; a peer's file has its size sealed, so it stays backed); no existing memory
-        // is affected.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), FILE_BYTES, prot, flags, fd, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Mapping(
-            NonNull::new(p.cast()).expect("mmap gave a mapping"),
-        ))
-    }
-
     /// The table's SLOTS entries (an Entry is atomics only, valid at any bit pattern).
     fn entries(&self) -> &[Entry] {
         // SAFETY: SLOTS entries at the page-aligned start of the mapping, mapped for our life.
@@ -236,8 +217,7 @@ impl Mapping {
 
     /// The token's word, after the entries (a page boundary, so 8-aligned).
     fn token(&self) -> *mut u64 {
-        // SAFETY: TABLE_BYTES is inside the mapping (FILE_BYTES).
-        unsafe { self.0.as_ptr().add(TABLE_BYTES).cast() }
+        self.0.at(TABLE_BYTES)
     }
 
     /// The span slots, one per entry (atomics only: valid at any bit pattern).
@@ -259,34 +239,18 @@ impl Mapping {
     /// When a consumer last polled (POLLED_AT, 8-aligned, inside the mapping; an atomic is
     /// valid at any bit pattern, and only read where the mapping is read-only).
     fn polled_at(&self) -> &AtomicU64 {
-        // SAFETY: as said.
-        unsafe { &*self.0.as_ptr().add(POLLED_AT).cast::<AtomicU64>() }
+        self.0.atomic_u64(POLLED_AT)
     }
 
     /// When a consumer last posted (POSTED_AT, as POLLED_AT).
     fn posted_at(&self) -> &AtomicU64 {
-        // SAFETY: as for `polled_at`.
-        unsafe { &*self.0.as_ptr().add(POSTED_AT).cast::<AtomicU64>() }
-    }
-
-    /// The sign of life's mutex (ALIVE_AT, 64-aligned, inside the mapping).
-    fn alive_mutex(&self) -> *mut libc::pthread_mutex_t {
-        // SAFETY: ALIVE_AT plus a mutex's size is inside FILE_BYTES.
-        unsafe { self.0.as_ptr().add(ALIVE_AT).cast() }
+        self.0.atomic_u64(POSTED_AT)
     }
 
     /// The 32-bit word at `at` of the doorbell (4-aligned, inside the mapping; an atomic is
     /// valid at any bit pattern, and only read where the mapping is read-only).
     fn word(&self, at: usize) -> &AtomicU32 {
-        // SAFETY: BELL_FD_AT and NAP_AT are 4-aligned offsets inside FILE_BYTES.
-        unsafe { &*self.0.as_ptr().add(at).cast::<AtomicU32>() }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; what borrows it borrows its owner, gone by now.
-        unsafe { libc::munmap(self.0.as_ptr().cast(), FILE_BYTES) };
+        self.0.atomic_u32(at)
     }
 }
 
@@ -305,17 +269,16 @@ impl TableMemory {
         let file = memfile::create_sealed("daplrs-ofi-keys", FILE_BYTES)
             .inspect_err(|e| log::debug!("key table not shared: {e}"))
             .ok();
-        let (flags, fd) = match &file {
-            Some(f) => (libc::MAP_SHARED, f.as_raw_fd()),
-            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
-        };
         // Zero-filled: an entry of zeros holds no key.
-        let map = Mapping::new(libc::PROT_READ | libc::PROT_WRITE, flags, fd)?;
+        let map = Mapping(match &file {
+            Some(f) => SharedMap::map(f.as_raw_fd(), FILE_BYTES)?,
+            None => SharedMap::anonymous(FILE_BYTES)?,
+        });
         let token = random_token();
         // SAFETY: the token's word, writable; nothing else refers to it yet.
         unsafe { map.token().write(token) };
         map.word(BELL_FD_AT).store(NO_BELL, Ordering::Release);
-        init_robust(map.alive_mutex())?;
+        map.0.init_robust_mutex(ALIVE_AT)?;
         Ok(TableMemory {
             map: Arc::new(map),
             file,
@@ -326,16 +289,11 @@ impl TableMemory {
     /// Holds our sign of life on the calling thread until the guard drops (on this thread).
     /// The progress thread's, for the device's life: its end, or the process's, tells peers.
     pub(crate) fn hold_alive(&self) -> Alive {
-        let m = self.map.alive_mutex();
-        // SAFETY: our mutex, initialized in `new`; its memory is held by the guard's Arc.
-        let rc = unsafe { libc::pthread_mutex_lock(m) };
-        if rc == libc::EOWNERDEAD {
-            // An earlier holder thread of ours ended without unlocking: ours again.
-            // SAFETY: we hold it (EOWNERDEAD locks it).
-            unsafe { libc::pthread_mutex_consistent(m) };
-        }
+        // An earlier holder thread of ours that ended without unlocking makes it ours again
+        // (EOWNERDEAD, made consistent by `lock`).
+        let held = self.map.0.lock(ALIVE_AT, None);
         Alive {
-            map: (rc == 0 || rc == libc::EOWNERDEAD).then(|| self.map.clone()),
+            map: held.is_ok().then(|| self.map.clone()),
             _here: std::marker::PhantomData,
         }
     }
@@ -402,24 +360,6 @@ impl TableMemory {
     }
 }
 
-/// Initializes the robust process-shared mutex at `m` (zeroed memory of ours).
-fn init_robust(m: *mut libc::pthread_mutex_t) -> std::io::Result<()> {
-    // SAFETY: an attribute object of ours, destroyed after use; `m` is a mutex's worth of
-    // our writable mapping, not yet used.
-    unsafe {
-        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-        libc::pthread_mutexattr_init(&mut attr);
-        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
-        libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
-        let rc = libc::pthread_mutex_init(m, &attr);
-        libc::pthread_mutexattr_destroy(&mut attr);
-        match rc {
-            0 => Ok(()),
-            e => Err(std::io::Error::from_raw_os_error(e)),
-        }
-    }
-}
-
 /// Our sign of life held (`TableMemory::hold_alive`): unlocked on drop, on the thread that
 /// locked it, before the table's memory can be unmapped (the kernel's robust list of that
 /// thread names it until then).
@@ -432,8 +372,8 @@ pub(crate) struct Alive {
 impl Drop for Alive {
     fn drop(&mut self) {
         if let Some(map) = &self.map {
-            // SAFETY: locked by this thread in `hold_alive` (the guard is not Send).
-            unsafe { libc::pthread_mutex_unlock(map.alive_mutex()) };
+            // Locked by this thread in `hold_alive` (the guard is not Send).
+            map.0.unlock(ALIVE_AT);
         }
     }
 }
@@ -485,7 +425,8 @@ impl PeerKeys {
             let len = meta.len();
             return Err(format!("pid {pid} fd {fd}: {len} bytes, not a key table"));
         }
-        let map = Mapping::new(libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd())
+        let map = SharedMap::map_read_only(file.as_raw_fd(), FILE_BYTES)
+            .map(Mapping)
             .map_err(|e| format!("mmap: {e}"))?;
         // SAFETY: the token's word; read once (volatile: another process's).
         if unsafe { map.token().read_volatile() } != token {

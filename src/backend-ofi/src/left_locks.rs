@@ -28,11 +28,13 @@
 //! the region is the dead connection's (its requests are flushed at its end).
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use daplrs_backend::shared_map::SharedMap;
 use parking_lot::Mutex;
 
 use crate::keymap::PeerKeys;
@@ -229,21 +231,14 @@ fn region_name(address: &[u8]) -> Option<String> {
 }
 
 /// A region's header, mapped on its own (the provider's mapping is its).
-struct Region {
-    at: *mut u8,
-}
-
-// SAFETY: a shared mapping, read and written with atomics only.
-unsafe impl Send for Region {}
-// SAFETY: as Send: the mapping is read and written with atomics only.
-unsafe impl Sync for Region {}
+struct Region(SharedMap);
 
 impl Region {
     /// Maps `/dev/shm/<name>` if its layout is one we know.
     fn open(name: &str) -> Option<Region> {
         let region = Region::map(name)?;
-        // SAFETY: the header's first byte, in the mapping.
-        let version = unsafe { std::ptr::read_volatile(region.at) };
+        // The header's first byte, read once (another process's).
+        let version = region.0.read_u32(0).to_ne_bytes()[0];
         if !VERSIONS.contains(&version) {
             log::warn!("shm region {name}: layout {version} not known: its lock not watched");
             return None;
@@ -253,31 +248,19 @@ impl Region {
 
     fn map(name: &str) -> Option<Region> {
         let path = std::ffi::CString::new(name).ok()?;
-        // SAFETY: a NUL-terminated name; the descriptor is closed below.
+        // SAFETY: a NUL-terminated name; the descriptor is owned below and closed on drop.
         let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR, 0) };
         if fd < 0 {
             log::debug!("shm region {name}: {}", std::io::Error::last_os_error());
             return None;
         }
-        // SAFETY: mapping an open descriptor; checked below.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                HEADER,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        // SAFETY: ours, mapped or not.
-        unsafe { libc::close(fd) };
-        (at != libc::MAP_FAILED).then(|| Region { at: at.cast() })
+        // SAFETY: a descriptor just opened, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        SharedMap::map(fd.as_raw_fd(), HEADER).ok().map(Region)
     }
 
     fn word(&self) -> &AtomicI32 {
-        // SAFETY: an aligned word inside our mapping, which lives as long as `self`.
-        unsafe { AtomicI32::from_ptr(self.at.add(LOCK_AT).cast()) }
+        self.0.atomic_i32(LOCK_AT)
     }
 
     #[cfg(test)]
@@ -306,13 +289,6 @@ impl Region {
     fn release(&self) {
         // SAFETY: the lock word of the region, a pthread_spinlock_t.
         unsafe { libc::pthread_spin_unlock(self.word().as_ptr().cast()) };
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, borrowed by nothing now.
-        unsafe { libc::munmap(self.at.cast(), HEADER) };
     }
 }
 
@@ -358,9 +334,9 @@ mod tests {
                 libc::close(fd);
             }
             let raw = Region::map(&name).unwrap();
-            // SAFETY: the header of our file.
+            raw.0.write_u32(0, u32::from(version).to_le());
+            // SAFETY: the lock word of our file, used by nobody yet.
             unsafe {
-                std::ptr::write_volatile(raw.at, version);
                 libc::pthread_spin_init(raw.word().as_ptr().cast(), libc::PTHREAD_PROCESS_SHARED);
             }
             (TestFile(path), name)

@@ -14,7 +14,11 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use daplrs_backend::{access, CmEvent, Device, QueuePair, RecvWr, SendOp, WcStatus};
+use daplrs_backend::shared_map::SharedMap;
+use daplrs_backend::{
+    access, CmEvent, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QueuePair, RecvWr,
+    SendOp, WcStatus,
+};
 use daplrs_libfabric::OfiDevice;
 
 use common::{one_device, qp, send_wr, sge};
@@ -34,14 +38,15 @@ fn child_role() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    let (dev, rx) = one_device("shm");
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(16).unwrap();
-    let b = qp(&dev, &pd, &cq);
-    let mut buf = vec![0u8; 64];
-    let mr = pd
-        .reg_mr(buf.as_ptr() as u64, 64, access::LOCAL_WRITE)
-        .unwrap();
+    let Side {
+        dev,
+        rx,
+        cq,
+        qp: b,
+        mut buf,
+        mr,
+        ..
+    } = side(16);
     b.post_recv(RecvWr {
         wr_id: 7,
         ctx: daplrs_backend::WrContext::NONE,
@@ -80,6 +85,37 @@ fn child_role() {
     }
 }
 
+/// An shm device with a QP and a 64-byte buffer registered: what each side posts from.
+struct Side {
+    dev: Arc<OfiDevice>,
+    rx: Receiver<CmEvent>,
+    pd: Arc<dyn ProtectionDomain>,
+    cq: Arc<dyn CompletionQueue>,
+    qp: Arc<dyn QueuePair>,
+    buf: Vec<u8>,
+    mr: Arc<dyn MemoryRegion>,
+}
+
+fn side(cq_depth: u32) -> Side {
+    let (dev, rx) = one_device("shm");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(cq_depth).unwrap();
+    let qp = qp(&dev, &pd, &cq);
+    let buf = vec![0u8; 64];
+    let mr = pd
+        .reg_mr(buf.as_ptr() as u64, 64, access::LOCAL_WRITE)
+        .unwrap();
+    Side {
+        dev,
+        rx,
+        pd,
+        cq,
+        qp,
+        buf,
+        mr,
+    }
+}
+
 /// The lock words of the regions of process `pid` (files "<pid>:<uid>:<n>"), mapped.
 fn regions_of(pid: u32) -> Vec<&'static AtomicI32> {
     let prefix = format!("{pid}:");
@@ -94,23 +130,13 @@ fn regions_of(pid: u32) -> Vec<&'static AtomicI32> {
             .write(true)
             .open(entry.path())
             .unwrap();
-        // SAFETY: a shared mapping of the region's header, kept for the process's life.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        assert_ne!(at, libc::MAP_FAILED);
-        // SAFETY: the first byte of the mapping.
-        let version = unsafe { *(at as *const u8) };
+        // Kept mapped for the process's life.
+        let map: &'static SharedMap = Box::leak(Box::new(
+            SharedMap::map(std::os::fd::AsRawFd::as_raw_fd(&file), 4096).unwrap(),
+        ));
+        let version = map.read_u32(0).to_ne_bytes()[0];
         assert_eq!(version, 4, "{name}: a layout this test does not know");
-        // SAFETY: an aligned word inside the mapping, which is never unmapped.
-        words.push(unsafe { AtomicI32::from_ptr(at.cast::<u8>().add(LOCK_AT).cast()) });
+        words.push(map.atomic_i32(LOCK_AT));
     }
     words
 }
@@ -192,14 +218,15 @@ fn within_deadline<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send +
 /// broken, a send posted on it completes flushed, a new connection to a live
 /// child carries a message, and the device closes.
 fn survives_a_peer_killed_holding(role: &str) {
-    let (dev, rx) = one_device("shm");
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(64).unwrap();
-    let a = qp(&dev, &pd, &cq);
-    let mut buf = vec![0u8; 64];
-    let mr = pd
-        .reg_mr(buf.as_ptr() as u64, 64, access::LOCAL_WRITE)
-        .unwrap();
+    let Side {
+        dev,
+        rx,
+        pd,
+        cq,
+        qp: a,
+        mut buf,
+        mr,
+    } = side(64);
     let msg = sge(&mut buf, 0, 8, mr.lkey());
 
     let mut peer = connect(&dev, &rx, &a, role);

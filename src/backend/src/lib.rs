@@ -22,6 +22,7 @@ pub mod mapping;
 pub mod memfile;
 pub mod netif;
 pub mod peer_fd;
+pub mod shared_map;
 
 use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddrV4};
