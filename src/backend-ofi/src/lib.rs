@@ -28,6 +28,7 @@ mod device;
 mod dgram;
 mod domain;
 mod eager;
+mod environ;
 mod farewell;
 mod keymap;
 mod keys;
@@ -154,45 +155,35 @@ pub(crate) const FI_ADDR_UNSPEC: u64 = u64::MAX;
 pub(crate) fn prepare_libfabric() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        default_env("FI_UNIVERSE_SIZE", "16");
-        // DAT's contexts must stop granting access when an LMR is freed or a
-        // window unbound, and two LMRs over the same memory are two regions
-        // with their own rights: libfabric's MR cache (verbs) keeps and shares
-        // registrations with every right (`KeyTable::registrations_distinct`).
-        default_env("FI_MR_CACHE_MONITOR", "disabled");
-        // ofi_rxm (1.17 to 1.22) never returns from closing a connection that
-        // has a segmented message half received (its loop over the
-        // connection's `deferred_sar_msgs` unlinks another list entry, so the
-        // list never empties): a peer that dies mid-message, or an endpoint
-        // closed then, hangs the thread in `fi_cq_read` or `fi_close` with
-        // the endpoint's lock held. A SAR limit at or below the eager limit
-        // sends what would be segmented (verbs: 16 to 128 KiB) by rendezvous
-        // instead; on tcp ofi_rxm segments nothing anyway (dynamic receive
-        // buffers). See docs/libfabric.md, "Where it stands".
-        default_env("FI_OFI_RXM_SAR_LIMIT", "0");
-        // ofi_rxm over tcp (1.17) shares one receive context among an
-        // endpoint's connections unless told not to, and fills it at
-        // `fi_enable`: 68 MB touched per port, 14 connections a second at
-        // one, 72 KiB a connection at 1,024. Without it a connection's
-        // buffers are touched as its messages come: 1.1 MB a port, 4.8 KiB
-        // a connection at 1,024 (39 KiB once every connection has carried
-        // messages, against 90), 6,200 to 7,600 connections a second
-        // against 4,950 (issue 37). verbs;ofi_rxm wants it off too (see
-        // docs/libfabric.md).
-        default_env("FI_OFI_RXM_USE_SRX", "0");
+        environ::add_defaults(&[
+            ("FI_UNIVERSE_SIZE", "16"),
+            // DAT's contexts must stop granting access when an LMR is freed or a
+            // window unbound, and two LMRs over the same memory are two regions
+            // with their own rights: libfabric's MR cache (verbs) keeps and shares
+            // registrations with every right (`KeyTable::registrations_distinct`).
+            ("FI_MR_CACHE_MONITOR", "disabled"),
+            // ofi_rxm (1.17 to 1.22) never returns from closing a connection that
+            // has a segmented message half received (its loop over the
+            // connection's `deferred_sar_msgs` unlinks another list entry, so the
+            // list never empties): a peer that dies mid-message, or an endpoint
+            // closed then, hangs the thread in `fi_cq_read` or `fi_close` with
+            // the endpoint's lock held. A SAR limit at or below the eager limit
+            // sends what would be segmented (verbs: 16 to 128 KiB) by rendezvous
+            // instead; on tcp ofi_rxm segments nothing anyway (dynamic receive
+            // buffers). See docs/libfabric.md, "Where it stands".
+            ("FI_OFI_RXM_SAR_LIMIT", "0"),
+            // ofi_rxm over tcp (1.17) shares one receive context among an
+            // endpoint's connections unless told not to, and fills it at
+            // `fi_enable`: 68 MB touched per port, 14 connections a second at
+            // one, 72 KiB a connection at 1,024. Without it a connection's
+            // buffers are touched as its messages come: 1.1 MB a port, 4.8 KiB
+            // a connection at 1,024 (39 KiB once every connection has carried
+            // messages, against 90), 6,200 to 7,600 connections a second
+            // against 4,950 (issue 37). verbs;ofi_rxm wants it off too (see
+            // docs/libfabric.md).
+            ("FI_OFI_RXM_USE_SRX", "0"),
+        ]);
     });
-}
-
-/// Sets `name` to `value` where the user set nothing, before libfabric's
-/// first call reads it. Through std's environment lock, which Rust readers
-/// take: a plain setenv(3) here crashed a test's thread reading the
-/// environment at that moment (glibc's getenv walking the array setenv had
-/// just grown and freed). A C thread calling getenv(3) in that instant is not
-/// covered: it happens once, at the process's first IA over libfabric.
-fn default_env(name: &str, value: &str) {
-    if std::env::var_os(name).is_none() {
-        std::env::set_var(name, value);
-    }
 }
 
 /// The words of an ofi entry's ia_params after its provider ("ofi <provider>
