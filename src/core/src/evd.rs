@@ -416,8 +416,11 @@ impl Evd {
             let n = cq.poll(BATCH, batch);
             // One completion is queued as it comes: through the buffer it costs more.
             let single = n == 1;
-            for wc in batch.drain(..) {
-                let Some((ev, notify)) = completion::event(&self.ia, &wc, self.handle) else {
+            // Read in place (the batch is cleared at the next poll): moved out, each
+            // completion was copied once more: 18 to 23 instructions a same-host DTO (cost
+            // guard), 25 to 27 a blocking verbs read or write (bench-cost).
+            for wc in batch.iter() {
+                let Some((ev, notify)) = completion::event(&self.ia, wc, self.handle) else {
                     continue;
                 };
                 // Only the first event may be taken: a later one would overtake it.
