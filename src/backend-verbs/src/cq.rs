@@ -54,11 +54,23 @@ pub(crate) struct VerbsCq {
 #[derive(Default)]
 struct Reaped {
     wcs: VecDeque<WorkCompletion>,
-    last_qp: LastQp,
+    last_qp: Option<LastQp>,
 }
 
-/// The QP the last completion came from.
-type LastQp = Option<(u32, Weak<super::qp::VerbsQp>)>;
+/// The QP the last completion came from, by number and address. It holds no reference: the
+/// QP's drop first clears it from both its CQs (`VerbsCq::forget_qp`), under the queue's
+/// lock, which a reap holds throughout; so a QP named here is alive for the whole of a reap
+/// (its drop, if begun, waits for the lock before it touches anything). A reference per reap
+/// (a `Weak` upgraded, then dropped) cost each poll that found a completion an atomic
+/// compare-and-swap loop and a decrement; one held by the CQ would have kept its QP alive.
+#[derive(Clone, Copy)]
+struct LastQp {
+    qp_num: u32,
+    qp: std::ptr::NonNull<super::qp::VerbsQp>,
+}
+
+// SAFETY: a QP is Sync; the address is only dereferenced under the queue's lock (see above).
+unsafe impl Send for LastQp {}
 
 /// Where converted completions go: the CQ's software queue, or, when nothing waits in it,
 /// the caller's batch itself (no move through the queue on the way).
@@ -78,38 +90,27 @@ impl WcSink for Vec<WorkCompletion> {
     }
 }
 
-/// The QP a reap's completions came from last, held for the reap: the next completion usually
-/// comes from the same QP, which is then a compare and a borrow (no reference counted per
-/// completion).
-type HeldQp = Option<(u32, Arc<super::qp::VerbsQp>)>;
-
-/// The QP numbered `qp_num`: the one this reap holds, or the one the CQ saw last (`last`, a
-/// weak reference kept between reaps, upgraded once a reap), or the process's map.
+/// The QP numbered `qp_num`: the one the CQ saw last (`last`), or the process's map's,
+/// which becomes `last`. The caller holds the CQ's queue lock, from which `last` is borrowed,
+/// for as long as it uses the QP (see `LastQp`).
 #[inline(always)]
 fn qp_of<'a>(
-    held: &'a mut HeldQp,
-    last: &mut LastQp,
+    last: &'a mut Option<LastQp>,
     shared: &Weak<Shared>,
     qp_num: u32,
-) -> Option<&'a Arc<super::qp::VerbsQp>> {
-    if !matches!(held, Some((n, _)) if *n == qp_num) {
-        let seen = last
-            .as_ref()
-            .filter(|(n, _)| *n == qp_num)
-            .and_then(|(_, w)| w.upgrade());
-        let qp = match seen {
-            Some(qp) => qp,
-            // The device's state is needed only when both miss (or the QP seen last is gone
-            // and its number names another).
-            None => {
-                let qp = shared.upgrade()?.qp(qp_num)?;
-                *last = Some((qp_num, Arc::downgrade(&qp)));
-                qp
-            }
-        };
-        return Some(&held.insert((qp_num, qp)).1);
-    }
-    held.as_ref().map(|(_, qp)| qp)
+) -> Option<&'a super::qp::VerbsQp> {
+    let seen = match *last {
+        Some(seen) if seen.qp_num == qp_num => seen,
+        // The device's state is needed only on a miss.
+        _ => {
+            let qp = shared.upgrade()?.live_qp(qp_num)?;
+            *last = Some(LastQp { qp_num, qp });
+            last.expect("just set")
+        }
+    };
+    // SAFETY: a QP named by `last` is alive while the queue lock is held (`LastQp`); the
+    // borrow is tied to `last`'s, which is the lock's.
+    Some(unsafe { seen.qp.as_ref() })
 }
 
 /// How long a waiting consumer polls the hardware queue before it sleeps.
@@ -230,13 +231,12 @@ impl VerbsCq {
 
     /// Moves what the hardware CQ holds, up to `limit` of its entries, into `out` (holding
     /// the software queue's lock, so completions keep their order).
-    fn reap(&self, last: &mut LastQp, out: &mut impl WcSink, limit: usize) {
+    fn reap(&self, last: &mut Option<LastQp>, out: &mut impl WcSink, limit: usize) {
         const BATCH: usize = 32;
         // Not zeroed (1.5 KiB a call, each poll of an empty queue too): ibv_poll_cq writes
         // the entries it returns, and only those are read.
         let mut wcs = std::mem::MaybeUninit::<[ibv_wc; BATCH]>::uninit();
         let mut left = limit;
-        let mut held: HeldQp = None;
         while left > 0 {
             let want = BATCH.min(left);
             let first = wcs.as_mut_ptr().cast::<ibv_wc>();
@@ -248,7 +248,7 @@ impl VerbsCq {
             // SAFETY: ibv_poll_cq wrote the first n entries (n <= want).
             let got = unsafe { std::slice::from_raw_parts(first, n as usize) };
             for wc in got {
-                self.convert(wc, last, &mut held, out);
+                self.convert(wc, last, out);
             }
             // A short batch emptied the queue: no second poll of it.
             if (n as usize) < want {
@@ -260,7 +260,7 @@ impl VerbsCq {
 
     /// Queues the completion `wc` reports (after those of the unsignaled requests it retires;
     /// the backend's own requests are accounted for and not queued).
-    fn convert(&self, wc: &ibv_wc, last: &mut LastQp, held: &mut HeldQp, queue: &mut impl WcSink) {
+    fn convert(&self, wc: &ibv_wc, last: &mut Option<LastQp>, queue: &mut impl WcSink) {
         let is_recv = wc.wr_id & RECV_BIT != 0;
         let status = match status_of(wc.status) {
             // soft-RoCE fails a receive too small for its message as a local QP
@@ -280,7 +280,7 @@ impl VerbsCq {
                 wc.wr_id
             );
         }
-        let qp = qp_of(held, last, &self.shared, wc.qp_num);
+        let qp = qp_of(last, &self.shared, wc.qp_num);
         if qp.as_ref().is_some_and(|q| q.dropped_after_loss(is_recv)) {
             return; // completed already, flushed, when the device went (qp.rs `flush_lost`)
         }
@@ -386,6 +386,14 @@ impl VerbsCq {
         let before = q.wcs.len();
         self.reap(&mut q.last_qp, &mut q.wcs, usize::MAX);
         q.wcs.len() > before
+    }
+
+    /// Forgets `qp` as the QP this CQ saw last: the first thing its drop does (see `LastQp`).
+    pub(super) fn forget_qp(&self, qp: &super::qp::VerbsQp) {
+        let mut q = self.queue.lock();
+        if q.last_qp.is_some_and(|l| std::ptr::eq(l.qp.as_ptr(), qp)) {
+            q.last_qp = None;
+        }
     }
 
     /// Queues completions the hardware will never produce (receives of a destroyed SRQ).

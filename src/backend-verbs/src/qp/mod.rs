@@ -49,6 +49,18 @@ pub(super) fn all_qps() -> &'static Mutex<QpMap> {
 /// An IA's QPs in the process's map (`all_qps`): kept here, with the QP, so that the IA's
 /// state names no QP.
 impl Shared {
+    /// The QP numbered `qp_num` if its drop has not begun, without a reference: the caller
+    /// holds the queue lock of one of its CQs, which its drop waits for first
+    /// (`VerbsCq::forget_qp`), for as long as it uses it.
+    pub(super) fn live_qp(&self, qp_num: u32) -> Option<std::ptr::NonNull<VerbsQp>> {
+        let qps = all_qps().lock();
+        // The entry stays (and with it the allocation) while the map's lock is held: the
+        // drop removes it only after it forgot the QP in its CQs.
+        let w = qps.get(&(self.ctx.0 as usize, qp_num))?;
+        (w.strong_count() > 0)
+            .then(|| std::ptr::NonNull::new(w.as_ptr().cast_mut()).expect("a live QP"))
+    }
+
     pub(super) fn qp(&self, qp_num: u32) -> Option<Arc<VerbsQp>> {
         all_qps()
             .lock()
@@ -1386,6 +1398,9 @@ impl QueuePair for VerbsQp {
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
+        // First: a reap that found this QP uses it until it lets its CQ's lock go.
+        self.send_cq.forget_qp(self);
+        self.recv_cq.forget_qp(self);
         self.shared.unregister_qp(self.qp_num);
         self.release_windows();
         let send_room = self.send_room.load(Ordering::SeqCst);
