@@ -21,7 +21,7 @@ use super::completion;
 use super::consts::{async_reason, completion_flags, dto_op, evd_flags, event_number, mem_priv};
 use super::counters;
 use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType};
-use super::evd::{Evd, Event, EventData};
+use super::evd::{Evd, Event, EventData, EventSlot};
 use super::handle_table::{self, AnyObject, Handle, HandleKind};
 use super::ia::{Ia, QpOwner};
 use super::pending::{carried_wr_id, Carried, EpShared, PendingDto};
@@ -358,7 +358,7 @@ impl Evd {
         &self,
         timeout_us: u32,
         threshold: i32,
-        out: &mut Option<Event>,
+        out: &mut impl EventSlot,
     ) -> DatResult<usize> {
         self.wait_with(timeout_us, threshold, out, || consumer_controlled(self))
     }

@@ -46,7 +46,7 @@ use super::completion;
 use super::consts::{evd_flags, evd_state, event_number};
 use super::counters::{self, Counters};
 use super::error::{DatError, DatResult, Param, SubType};
-pub use super::event::{DtoExt, Event, EventData, UdConnExt};
+pub use super::event::{DtoExt, Event, EventData, EventSlot, UdConnExt};
 use super::handle_table::{self, AnyObject, Handle, HandleKind};
 use super::ia::{EventQueue, Ia};
 use super::use_count::UseCount;
@@ -362,7 +362,7 @@ impl Evd {
     /// Moves completions from the CQ into the event queue.
     pub(crate) fn drain_cq(&self) {
         if let Some(cq) = &self.cq {
-            self.drain_with(cq, Take::None, &mut None);
+            self.drain_with(cq, Take::None, &mut None::<Event>);
         }
     }
 
@@ -376,7 +376,7 @@ impl Evd {
     /// Inlined: an EVD with no CQ (a connection EVD polled while it connects) answers here,
     /// not after a call's prologue.
     #[inline(always)]
-    fn drain(&self, take: Take, taken: &mut Option<Event>) -> usize {
+    fn drain(&self, take: Take, taken: &mut impl EventSlot) -> usize {
         match &self.cq {
             Some(cq) => self.drain_taking(cq, take, taken),
             None => 0,
@@ -389,7 +389,7 @@ impl Evd {
         &self,
         cq: &Arc<dyn CompletionQueue>,
         take: Take,
-        taken: &mut Option<Event>,
+        taken: &mut impl EventSlot,
     ) -> usize {
         self.drain_with(cq, take, taken)
     }
@@ -402,7 +402,7 @@ impl Evd {
         &self,
         cq: &Arc<dyn CompletionQueue>,
         mut take: Take,
-        taken: &mut Option<Event>,
+        taken: &mut impl EventSlot,
     ) -> usize {
         const BATCH: usize = 64;
         let mut behind = 0;
@@ -429,7 +429,7 @@ impl Evd {
                 // caller's slot (through `queue_event` it was copied twice on the way and the
                 // call cost a blocking read's wait 50 instructions).
                 if self.takes_unlocked(take, notify) {
-                    *taken = Some(ev);
+                    taken.put(ev);
                     continue;
                 }
                 if take != Take::None || single {
@@ -490,7 +490,7 @@ impl Evd {
     /// Queues a provider-generated event (never dropped); `notify`: whether it is a
     /// notification event (wakes the waiter, triggers the CNO).
     pub(crate) fn push(&self, event: Event, notify: bool) {
-        self.queue_event(event, notify, Take::None, &mut None);
+        self.queue_event(event, notify, Take::None, &mut None::<Event>);
     }
 
     /// Keeps `take_blocks` as `s` says (called under the state lock after a change of the
@@ -526,10 +526,10 @@ impl Evd {
         event: Event,
         notify: bool,
         take: Take,
-        taken: &mut Option<Event>,
+        taken: &mut impl EventSlot,
     ) -> Queued {
         if self.takes_unlocked(take, notify) {
-            *taken = Some(event);
+            taken.put(event);
             return Queued::Taken;
         }
         let overflow_now;
@@ -563,7 +563,7 @@ impl Evd {
                 if let Some(cno) = cno {
                     cno.trigger(self.handle);
                 }
-                *taken = Some(event);
+                taken.put(event);
                 return Queued::Taken;
             }
             overflow_now = s.enqueue(event, notify);
@@ -656,7 +656,7 @@ impl Evd {
 
     /// dat_evd_dequeue, the event written to `out` (None on entry): once, where the boundary
     /// converts it, instead of moved out through return values.
-    pub fn dequeue_into(&self, out: &mut Option<Event>) -> DatResult<()> {
+    pub fn dequeue_into(&self, out: &mut impl EventSlot) -> DatResult<()> {
         // DEQUEUE is FOUND + NOT_FOUND, summed where the counters are read (ext.rs).
         // With events queued (the rest of the batch a former poll found), the first of them
         // is the answer: no poll of the CQ, whose completions all came after them. A stale
@@ -665,7 +665,7 @@ impl Evd {
         let skipped = self.backlog.load(Ordering::Relaxed) != 0;
         if !skipped {
             self.drain(Take::Dequeue, out);
-            if out.is_some() {
+            if out.is_filled() {
                 self.counters.inc(counters::evd::DEQUEUE_FOUND);
                 return Ok(());
             }
@@ -674,7 +674,7 @@ impl Evd {
             if let Some(cq) = &self.cq {
                 if cq.progress() {
                     self.drain(Take::Dequeue, out);
-                    if out.is_some() {
+                    if out.is_filled() {
                         self.counters.inc(counters::evd::DEQUEUE_FOUND);
                         return Ok(());
                     }
@@ -693,7 +693,7 @@ impl Evd {
     /// `dequeue_into` from the event queue, under its lock. `skipped`: the CQ was not looked
     /// at for the count of events queued, which another thread's dequeue may have made stale;
     /// if the queue is empty it is looked at once now.
-    fn dequeue_queued(&self, out: &mut Option<Event>, skipped: bool) -> DatResult<()> {
+    fn dequeue_queued(&self, out: &mut impl EventSlot, skipped: bool) -> DatResult<()> {
         let mut s = self.state.lock();
         if s.queue.is_empty() && skipped {
             MutexGuard::unlocked(&mut s, || {
@@ -703,11 +703,11 @@ impl Evd {
                 self.drain_cq();
             });
         }
-        *out = s.dequeue();
-        if out.is_none() {
+        let Some(event) = s.dequeue() else {
             self.counters.inc(counters::evd::DEQUEUE_NOT_FOUND);
             return Err(DatError::queue_empty());
-        }
+        };
+        out.put(event);
         self.backlog.store(s.queue.len(), Ordering::Relaxed);
         self.counters.inc(counters::evd::DEQUEUE_FOUND);
         if s.queue.len() < s.qlen {
@@ -726,7 +726,7 @@ impl Evd {
         &self,
         timeout_us: u32,
         threshold: i32,
-        out: &mut Option<Event>,
+        out: &mut impl EventSlot,
         controlled: impl FnOnce() -> Option<SubType>,
     ) -> DatResult<usize> {
         self.counters.inc(counters::evd::WAIT);
@@ -734,7 +734,7 @@ impl Evd {
             // Threshold 1 returns the first notification event: one the drain finds with
             // the queue empty is returned as it comes (see `Take::Wait`).
             let behind = self.drain(Take::Wait, out);
-            if out.is_some() {
+            if out.is_filled() {
                 return Ok(behind);
             }
         } else {
@@ -767,10 +767,13 @@ impl Evd {
                 break Err(DatError::bad_handle(Param::EvdHandle));
             }
             if s.ready() {
-                *out = s.dequeue();
+                let event = s.dequeue();
                 self.backlog.store(s.queue.len(), Ordering::Relaxed);
-                match out {
-                    Some(_) => break Ok(s.queue.len()),
+                match event {
+                    Some(event) => {
+                        out.put(event);
+                        break Ok(s.queue.len());
+                    }
                     None => break Err(DatError::internal()),
                 }
             }
@@ -797,7 +800,7 @@ impl Evd {
                 // event straight to this waiter when the queue is empty.
                 if s.threshold == 1 {
                     let behind = MutexGuard::unlocked(&mut s, || self.drain(Take::Waiter, out));
-                    if out.is_some() {
+                    if out.is_filled() {
                         break Ok(behind);
                     }
                 } else {

@@ -83,3 +83,26 @@ pub struct Event {
     pub evd: Handle,
     pub data: EventData,
 }
+
+/// Where a dequeue or a wait puts the event it returns (`Evd::dequeue_into`,
+/// `Evd::wait_into`): once, where the drain makes it. The boundary's slot is the caller's
+/// `DAT_EVENT`, so a completion becomes the C event with no `Event` kept in between (kept in
+/// an `Option` and converted after the call, it was moved once more: 20 instructions a
+/// blocking verbs read).
+pub trait EventSlot {
+    /// Takes the event the call returns: at most once, and only when the call succeeds.
+    fn put(&mut self, event: Event);
+    /// Whether `put` was called.
+    fn is_filled(&self) -> bool;
+}
+
+impl EventSlot for Option<Event> {
+    #[inline(always)]
+    fn put(&mut self, event: Event) {
+        *self = Some(event);
+    }
+    #[inline(always)]
+    fn is_filled(&self) -> bool {
+        self.is_some()
+    }
+}

@@ -3,7 +3,7 @@
 use crate::boundary::{boolean, c, guard, h, input, out, sockaddr_of};
 use crate::calls;
 use daplrs::core::error::{DatError, Param, SubType};
-use daplrs::core::evd::{DtoExt, Evd, Event, EventData, UdConnExt};
+use daplrs::core::evd::{DtoExt, Evd, Event, EventData, EventSlot, UdConnExt};
 use daplrs::core::handle::{self, Handle};
 use dat_abi::ib_ext::{
     DAT_IB_EXTENSION_EVENT_DATA, DAT_IB_OP_ERR, DAT_IB_UD_CONNECTION_REQUEST_EVENT,
@@ -63,6 +63,31 @@ fn write_ud_extension_data(dst: &mut DAT_EVENT, ext: &UdConnExt) {
     unsafe {
         (dst.event_extension_data.as_mut_ptr() as *mut DAT_IB_EXTENSION_EVENT_DATA).write(data)
     };
+}
+
+/// The caller's DAT_EVENT as the slot a dequeue or wait puts its event in: converted there
+/// as the drain makes it.
+struct CEvent<'a> {
+    dst: &'a mut DAT_EVENT,
+    filled: bool,
+}
+
+impl<'a> CEvent<'a> {
+    fn new(dst: &'a mut DAT_EVENT) -> CEvent<'a> {
+        CEvent { dst, filled: false }
+    }
+}
+
+impl EventSlot for CEvent<'_> {
+    #[inline(always)]
+    fn put(&mut self, event: Event) {
+        to_c_event(&event, self.dst);
+        self.filled = true;
+    }
+    #[inline(always)]
+    fn is_filled(&self) -> bool {
+        self.filled
+    }
 }
 
 /// Writes a core event as the 120-byte DAT_EVENT C expects.
@@ -273,11 +298,7 @@ pub(crate) unsafe extern "C" fn wait(
         let evd = handle::evd_held(h(evd_handle), SubType::InvalidHandleEvdRequest)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
         let event = unsafe { out(event, Param::Event) }?;
-        let mut ev = None;
-        let more = evd.wait_into(timeout, threshold, &mut ev)?;
-        if let Some(ev) = &ev {
-            to_c_event(ev, event);
-        }
+        let more = evd.wait_into(timeout, threshold, &mut CEvent::new(event))?;
         // SAFETY: `nmore` is NULL or points to a writable value of its type (the C caller's
         // contract).
         if let Some(n) = unsafe { nmore.as_mut() } {
@@ -295,12 +316,7 @@ pub(crate) unsafe extern "C" fn dequeue(
         let evd = handle::evd_held(h(evd_handle), SubType::InvalidHandleEvdRequest)?;
         // SAFETY: `event` is NULL or points to writable memory (the C caller's contract).
         let event = unsafe { out(event, Param::Event) }?;
-        let mut ev = None;
-        evd.dequeue_into(&mut ev)?;
-        if let Some(ev) = &ev {
-            to_c_event(ev, event);
-        }
-        Ok(())
+        evd.dequeue_into(&mut CEvent::new(event))
     })
 }
 
