@@ -238,7 +238,7 @@ impl Region {
     fn open(name: &str) -> Option<Region> {
         let region = Region::map(name)?;
         // The header's first byte, read once (another process's).
-        let version = region.0.read_u32(0).to_ne_bytes()[0];
+        let version = region.0.read_u8(0);
         if !VERSIONS.contains(&version) {
             log::warn!("shm region {name}: layout {version} not known: its lock not watched");
             return None;
@@ -334,7 +334,7 @@ mod tests {
                 libc::close(fd);
             }
             let raw = Region::map(&name).unwrap();
-            raw.0.write_u32(0, u32::from(version).to_le());
+            raw.0.write_u8(0, version);
             // SAFETY: the lock word of our file, used by nobody yet.
             unsafe {
                 libc::pthread_spin_init(raw.word().as_ptr().cast(), libc::PTHREAD_PROCESS_SHARED);

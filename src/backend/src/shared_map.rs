@@ -93,6 +93,19 @@ impl SharedMap {
         unsafe { self.ptr.add(off).cast() }
     }
 
+    /// Reads a byte another process may write at any time (volatile: read once, as is).
+    #[inline]
+    pub fn read_u8(&self, off: usize) -> u8 {
+        // SAFETY: in bounds (see `at`); any bit pattern is a valid u8.
+        unsafe { std::ptr::read_volatile(self.at::<u8>(off)) }
+    }
+
+    #[inline]
+    pub fn write_u8(&self, off: usize, v: u8) {
+        // SAFETY: in bounds; the mapping is writable.
+        unsafe { std::ptr::write_volatile(self.at::<u8>(off), v) }
+    }
+
     /// Reads a word another process may write at any time (volatile: read once, as is).
     #[inline]
     pub fn read_u32(&self, off: usize) -> u32 {
