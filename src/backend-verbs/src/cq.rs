@@ -520,9 +520,10 @@ impl CompletionQueue for VerbsCq {
         // is microseconds away costs no sleep, no re-arm and no wake-up.
         let spin_until = Instant::now() + SPIN;
         let mut spins = 0u32;
+        // What the reaps below find is not announced (`fire`): the caller drains it as soon
+        // as this returns (see the trait's `drive`).
         loop {
             if self.reap_some() {
-                self.fire();
                 return true;
             }
             spins += 1;
@@ -535,7 +536,6 @@ impl CompletionQueue for VerbsCq {
         // one before it is found by the look.
         self.arm();
         if self.reap_some() {
-            self.fire();
             return true;
         }
         // Bounded, so a lost wake-up costs a round of the caller's loop, never a hang.

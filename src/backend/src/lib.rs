@@ -465,7 +465,8 @@ pub trait CompletionQueue: Send + Sync {
     /// would then have to wake it (one thread wake-up less per round trip). Returns false at
     /// once when the backend cannot do that for this CQ now (the caller waits its own way);
     /// true after it waited (completions may have been added, `interrupt` may have been
-    /// called, or a deadline or the backend's own bound passed).
+    /// called, or a deadline or the backend's own bound passed). The caller drains this CQ
+    /// when it returns: what the drive found here need not go through the notification hook.
     fn drive(&self, deadline: Option<Instant>) -> bool {
         let _ = deadline;
         false
