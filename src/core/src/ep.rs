@@ -352,7 +352,7 @@ impl Evd {
         Ok((ev.ok_or_else(DatError::internal)?, more))
     }
 
-    /// `wait`, the event written to `out` (None on entry) as in `dequeue_into`; returns how
+    /// `wait`, the event written to `out` (empty on entry) as in `dequeue_into`; returns how
     /// many events remain.
     pub fn wait_into(
         &self,

@@ -367,7 +367,7 @@ impl Evd {
     }
 
     /// Moves completions from the CQ into the event queue, in CQ order. With `take`, the
-    /// first event goes straight to the caller's `taken` (None on entry) instead when the
+    /// first event goes straight to the caller's `taken` (empty on entry) instead when the
     /// queue is empty and the caller would dequeue it at once (see `Take`): the same event,
     /// in the same order, without its round trip through the queue, written once where the
     /// caller reads it (returned by value it was moved three times on its way out). Returns
@@ -654,8 +654,8 @@ impl Evd {
         ev.ok_or_else(DatError::internal)
     }
 
-    /// dat_evd_dequeue, the event written to `out` (None on entry): once, where the boundary
-    /// converts it, instead of moved out through return values.
+    /// dat_evd_dequeue, the event put into `out` (empty on entry; see `EventSlot`): once,
+    /// where the caller reads it, instead of moved out through return values.
     pub fn dequeue_into(&self, out: &mut impl EventSlot) -> DatResult<()> {
         // DEQUEUE is FOUND + NOT_FOUND, summed where the counters are read (ext.rs).
         // With events queued (the rest of the batch a former poll found), the first of them
@@ -718,7 +718,7 @@ impl Evd {
 
     /// dat_evd_wait (`Evd::wait`, in ep.rs): waits until `threshold` events are queued with a
     /// notification event among them (see the module's rules) or `timeout_us` passes, writes
-    /// the first event to `out` (None on entry) as in `dequeue_into` and returns how many
+    /// the first event to `out` (empty on entry) as in `dequeue_into` and returns how many
     /// remain. With a threshold above 1, `controlled` says which consumer-controlled DTO
     /// stream feeds the EVD, if one does: DAT_INVALID_STATE with that subtype (the EPs know;
     /// asked without the EVD's state lock, as they take EP locks).
