@@ -94,6 +94,14 @@ impl Shared {
             && self.read_sge_limit < self.attr.max_sge
     }
 
+    /// The device needs none of the adjustments a send-queue request may get: iWARP's reads
+    /// (signaled, in order, split: `splits_reads` implies iWARP), siw's lengths and empty
+    /// reads, reads into sinks of our own. Its reliable QPs post on the plain path
+    /// (`VerbsQp::plain`).
+    pub(crate) fn posts_plain(&self) -> bool {
+        !self.iwarp && !self.recv_needs_sge && self.read_sink == sink::ReadSink::Consumer
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

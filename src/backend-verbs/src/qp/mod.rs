@@ -131,9 +131,9 @@ pub(crate) struct VerbsQp {
     /// whole depth from the start.
     recv_room: AtomicU32,
     max_inline: u32,
-    /// A reliable QP on a device with none of the quirks a request is adjusted for (iWARP's
-    /// reads in order, siw's lengths, reads into sinks of our own): its sends, writes, reads
-    /// and atomics take `post_send`'s plain path, which leaves those adjustments out.
+    /// A reliable QP on a device with none of the quirks a request is adjusted for
+    /// (`Shared::posts_plain`, read once a post from here): its sends, writes, reads and
+    /// atomics take `post_send`'s plain path, which leaves those adjustments out.
     plain: bool,
     pub(super) conn: Mutex<Conn>,
     /// The `Phase`, changed only under `conn`'s lock (with the rest of the connection's
@@ -383,11 +383,7 @@ impl VerbsQp {
             send_room: AtomicU32::new(send_room),
             recv_room: AtomicU32::new(recv_room),
             max_inline,
-            plain: !ud
-                && !shared.iwarp
-                && !shared.recv_needs_sge
-                && shared.read_sink == ReadSink::Consumer
-                && !shared.splits_reads(),
+            plain: !ud && shared.posts_plain(),
             phase: AtomicU8::new(if ud { Phase::Connected } else { Phase::Idle } as u8),
             conn: Mutex::new(Conn {
                 cm_id: Ptr::null(),
