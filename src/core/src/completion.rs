@@ -11,13 +11,13 @@ use super::counters;
 use super::event::{DtoExt, Event, EventData};
 use super::handle_table::Handle;
 use super::ia::Ia;
-use super::pending::{Carried, PendingDto};
+use super::pending::{Carried, EpShared, PendingDto, Received};
 use super::srq;
 use daplrs_backend::{WcOpcode, WcStatus, WorkCompletion};
 
 /// Ends the tracking of a completed request whose record is more than `Carried` and returns
 /// the record: a receive of an EP's own queue, whose record rode in its context
-/// (`PendingDto::recv_ctx`), or one whose record waits in the IA's table. Every such
+/// (`Received`), or one whose record waits in the IA's table. Every such
 /// completion passes here, once (those of a NULL EVD's sink CQ too), so this is where the
 /// core learns that an SRQ receive was consumed and the SRQ's low watermark may have been
 /// crossed. A request whose record the backend carried (`Carried`) has no more to it.
@@ -29,8 +29,8 @@ pub(crate) fn retire(ia: &Ia, wc: &WorkCompletion) -> Option<PendingDto> {
     // SAFETY: a completion is converted or retired once (an EVD's drain, a sink's, an EVD's
     // end), and the backend gives a receive's context back in one completion
     // (`RecvWr::ctx`'s contract).
-    if let Some(p) = unsafe { PendingDto::from_recv_ctx(&wc.ctx) } {
-        return Some(p);
+    if let Some(r) = unsafe { Received::from_ctx(&wc.ctx) } {
+        return Some(r.into_pending());
     }
     let p = ia.untrack(wc.wr_id)?;
     if p.ep.is_null() && p.op == dto_op::RECEIVE {
@@ -81,17 +81,46 @@ pub(crate) fn event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event,
     recorded_event(ia, wc, evd)
 }
 
-/// `event` for a completion whose record is a `PendingDto` (a receive, a bind, an extended
+/// The event of a receive of an EP's own queue, whose record came back in its completion
+/// (`Received`): no table and no `PendingDto` on the way (with them, a send ping-pong's
+/// receive cost about 90 instructions more).
+#[inline(always)]
+fn received_event(
+    ia: &Ia,
+    record: Received,
+    wc: &WorkCompletion,
+    evd: Handle,
+) -> Option<(Event, bool)> {
+    let status = dto_status_of(wc.status);
+    if status == dto_status::SUCCESS && !record.report_success {
+        return None;
+    }
+    let notify = notifies(ia, wc, Some(&record.shared));
+    if status == dto_status::SUCCESS {
+        count_receive(ia, wc, record.op, Some(&record.shared));
+    }
+    let kind = dto_kind(ia, wc, status, record.op, record.ext);
+    let event = dto_event(evd, record.shared.handle, record.cookie, wc, status, kind);
+    Some((event, notify))
+}
+
+/// `event` for a completion whose record is not `Carried`: a receive of an EP's own queue
+/// (`Received`), or a `PendingDto` of the IA's table (an SRQ's receive, a bind, an extended
 /// request). A call of its own: inlined, its drops and branches cost the drain of every
-/// send, write and read's completion about 15 instructions (cost guard: a same-host read).
+/// send, write and read's completion about 15 instructions (cost guard: a same-host read);
+/// the receive's check inlined cost a blocking read's 5.
 #[inline(never)]
 fn recorded_event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
+    // SAFETY: as in `retire`: this completion is converted here, once.
+    if let Some(record) = unsafe { Received::from_ctx(&wc.ctx) } {
+        return received_event(ia, record, wc, evd);
+    }
     let pending = retire(ia, wc)?;
     let status = dto_status_of(wc.status);
     if status == dto_status::SUCCESS && !pending.report_success {
         return None;
     }
-    let notify = notifies(ia, wc, &pending);
+    let notify = notifies(ia, wc, pending.recv.as_deref());
     // A bind is known by its tracking entry, not by the completion's opcode: verbs leaves
     // the opcode of a failed or flushed completion undefined.
     if let Some((rmr, rmr_context)) = pending.rmr.as_ref() {
@@ -116,28 +145,40 @@ fn recorded_event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, b
     } else {
         pending.ep
     };
-    let transferred = if status == dto_status::SUCCESS {
-        wc.byte_len
-    } else {
-        0
-    };
-    // A peer's send-with-invalidate ended the binding of one of our RMRs.
-    let (recv_op, invalidated) = match wc.invalidated {
+    if status == dto_status::SUCCESS {
+        count_receive(ia, wc, pending.op, pending.recv.as_deref());
+    }
+    let kind = dto_kind(ia, wc, status, pending.op, pending.ext);
+    Some((dto_event(evd, ep, pending.cookie, wc, status, kind), notify))
+}
+
+/// What a DTO completion's event says beyond its record: its number, operation, extension
+/// data and the RMR context a peer's send-with-invalidate ended the binding of (0 for none).
+struct DtoKind {
+    number: u32,
+    op: u32,
+    ext: Option<DtoExt>,
+    invalidated: u32,
+}
+
+/// The `DtoKind` of a completed request of operation `op` (and DAT_IB_EXT_TYPE `ext`, for an
+/// extended request or a datagram receive). A receive a peer's send-with-invalidate consumed
+/// ends that binding of one of our RMRs here.
+#[inline(always)]
+fn dto_kind(ia: &Ia, wc: &WorkCompletion, status: u32, op: u32, ext: Option<u32>) -> DtoKind {
+    let (op, invalidated) = match wc.invalidated {
         Some(ctx) if status == dto_status::SUCCESS => {
             if let Some(rmr) = ia.rmr_by_context(ctx) {
                 rmr.bind_failed(ctx);
             }
             (dto_op::RECEIVE_WITH_INVALIDATE, ctx)
         }
-        _ => (pending.op, 0),
+        _ => (op, 0),
     };
-    if status == dto_status::SUCCESS {
-        count_receive(ia, wc, &pending);
-    }
     // An extended request, or a receive the peer's write-with-immediate consumed, is a
     // DAT_IB_DTO_EVENT carrying its extension data; everything else a DTO completion.
-    let (number, op, ext) = match (pending.ext, wc.imm) {
-        (Some(kind), _) => (ib_ext::DTO_EVENT, pending.op, Some(DtoExt { kind, imm: 0 })),
+    let (number, op, ext) = match (ext, wc.imm) {
+        (Some(kind), _) => (ib_ext::DTO_EVENT, op, Some(DtoExt { kind, imm: 0 })),
         (None, Some(imm)) if wc.opcode == WcOpcode::RecvRdmaImm => (
             ib_ext::DTO_EVENT,
             ib_ext::DTO_RECV_IMMED,
@@ -146,37 +187,59 @@ fn recorded_event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, b
                 imm,
             }),
         ),
-        _ => (event_number::DTO_COMPLETION, recv_op, None),
+        _ => (event_number::DTO_COMPLETION, op, None),
     };
-    let event = Event {
+    DtoKind {
         number,
+        op,
+        ext,
+        invalidated,
+    }
+}
+
+/// The DTO event of a completion with DAT status `status` for EP `ep`'s request `cookie`.
+#[inline(always)]
+fn dto_event(
+    evd: Handle,
+    ep: Handle,
+    cookie: u64,
+    wc: &WorkCompletion,
+    status: u32,
+    kind: DtoKind,
+) -> Event {
+    let transferred = if status == dto_status::SUCCESS {
+        wc.byte_len
+    } else {
+        0
+    };
+    Event {
+        number: kind.number,
         evd,
         data: EventData::Dto {
             ep,
-            cookie: pending.cookie,
+            cookie,
             status,
             transferred,
-            op,
-            rmr_context: invalidated,
-            ext,
+            op: kind.op,
+            rmr_context: kind.invalidated,
+            ext: kind.ext,
         },
-    };
-    Some((event, notify))
+    }
 }
 
 /// Whether a work completion's event is a notification event (see `evd`'s module rules):
 /// not for a successful receive of an EP whose recv_completion_flags ask for
 /// DAT_COMPLETION_SOLICITED_WAIT_FLAG when the peer's send did not ask for solicited
 /// notification. The EP's flags are read without its lock (drains run under EP locks):
-/// through the receive's tracking entry, or for an SRQ's receive through the QP it reached.
-fn notifies(ia: &Ia, wc: &WorkCompletion, pending: &PendingDto) -> bool {
+/// through `ep`, the receive's record's, or for an SRQ's receive through the QP it reached.
+fn notifies(ia: &Ia, wc: &WorkCompletion, ep: Option<&EpShared>) -> bool {
     if wc.solicited
         || wc.status != WcStatus::Success
         || !matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaImm)
     {
         return true;
     }
-    let flags = match &pending.recv {
+    let flags = match ep {
         Some(shared) => shared.recv_completion_flags(),
         None => match ia.ep_shared_by_qp(wc.qp_num) {
             Some(ep) => ep.recv_completion_flags(),
@@ -187,20 +250,21 @@ fn notifies(ia: &Ia, wc: &WorkCompletion, pending: &PendingDto) -> bool {
 }
 
 /// Counts a successful receive on its EP: DCNT_EP_RECV (or _RECV_UD, _RECV_RDMA_IMM) and its
-/// bytes. An EP's own receive names its counters; an SRQ's is known by the QP it reached.
+/// bytes, for a request of operation `op`. An EP's own receive names its counters (`ep`); an
+/// SRQ's is known by the QP it reached.
 #[inline(always)]
-fn count_receive(ia: &Ia, wc: &WorkCompletion, pending: &PendingDto) {
-    if pending.op != dto_op::RECEIVE && pending.op != ib_ext::DTO_RECV_UD {
+fn count_receive(ia: &Ia, wc: &WorkCompletion, op: u32, ep: Option<&EpShared>) {
+    if op != dto_op::RECEIVE && op != ib_ext::DTO_RECV_UD {
         return;
     }
     let counter = if wc.opcode == WcOpcode::RecvRdmaImm {
         counters::ep::RECV_RDMA_IMM
-    } else if pending.op == ib_ext::DTO_RECV_UD {
+    } else if op == ib_ext::DTO_RECV_UD {
         counters::ep::RECV_UD
     } else {
         counters::ep::RECV
     };
-    match &pending.recv {
+    match ep {
         Some(shared) => shared.count(counter, u64::from(wc.byte_len)),
         None => {
             if let Some(e) = ia.ep_shared_by_qp(wc.qp_num) {

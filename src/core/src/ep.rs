@@ -24,7 +24,7 @@ use super::error::{from_backend, DatError, DatResult, ErrorType, Param, SubType}
 use super::evd::{Evd, Event, EventData, EventSlot};
 use super::handle_table::{self, AnyObject, Handle, HandleKind};
 use super::ia::{Ia, QpOwner};
-use super::pending::{carried_wr_id, Carried, EpShared, PendingDto};
+use super::pending::{carried_wr_id, Carried, EpShared, PendingDto, Received};
 use super::pz::Pz;
 use super::srq::Srq;
 use daplrs_backend::{

@@ -920,7 +920,7 @@ impl Evd {
         if let Some(cq) = &self.cq {
             cq.set_notify(None);
             // What the CQ still holds is never reported: its records end here (a receive's
-            // holds a reference to its EP's counters, `PendingDto::recv_ctx`).
+            // holds a reference to its EP's counters, `Received`).
             let mut bufs = self.drain_lock.lock();
             let batch = &mut bufs.completions;
             batch.clear();

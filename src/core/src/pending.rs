@@ -92,14 +92,26 @@ impl Carried {
     }
 }
 
-impl PendingDto {
-    /// The record of a receive of an EP's own queue as the receive's context (`RecvWr::ctx`),
-    /// which the backend keeps in its record of the receive and hands back in every
-    /// completion of it: no entry in the IA's table. The context holds the record's reference
-    /// to the EP's `EpShared` (the EP may be gone when its receives complete, flushed), which
-    /// `from_recv_ctx` takes back, once, with the completion.
+/// The whole record of a receive of an EP's own queue (not an SRQ's): what its completion's
+/// event names and counts. Like `Carried` it rides in the request's context (`RecvWr::ctx`),
+/// which the backend keeps in its record of the receive and hands back in every completion
+/// of it: no entry in the IA's table. The context holds the record's reference to the EP's
+/// `EpShared` (the EP may be gone when its receives complete, flushed), which `from_ctx`
+/// takes back, once, with the completion.
+pub(crate) struct Received {
+    pub shared: Arc<EpShared>,
+    pub cookie: u64,
+    pub op: u32,
+    /// DAT_COMPLETION_SUPPRESS_FLAG / UNSIGNALLED: no event on success.
+    pub report_success: bool,
+    /// For a datagram EP's receive: the DAT_IB_EXT_TYPE its DAT_IB_DTO_EVENT reports.
+    pub ext: Option<u32>,
+}
+
+impl Received {
+    /// The record as the receive's context.
     #[inline]
-    pub(crate) fn recv_ctx(
+    pub(crate) fn ctx(
         shared: Arc<EpShared>,
         cookie: u64,
         op: u32,
@@ -115,7 +127,7 @@ impl PendingDto {
         ])
     }
 
-    /// The record a receive's completion carries back (`recv_ctx`), if it carries one.
+    /// The record a receive's completion carries back (`ctx`), if it carries one.
     ///
     /// # Safety
     /// Once per receive: the context's reference to the EP's `EpShared` becomes the returned
@@ -123,23 +135,34 @@ impl PendingDto {
     /// trait's contract for `post_recv`), and that completion is converted (`completion`) or
     /// retired exactly once; a post the backend refused gives it back to the poster.
     #[inline]
-    pub(crate) unsafe fn from_recv_ctx(ctx: &WrContext) -> Option<PendingDto> {
+    pub(crate) unsafe fn from_ctx(ctx: &WrContext) -> Option<Received> {
         let [cookie, shared, word] = ctx.0;
         if word & (CARRIED | RECEIVE) != CARRIED | RECEIVE {
             return None;
         }
-        // SAFETY: `shared` is `Arc::into_raw` of an `Arc<EpShared>` (`recv_ctx`), whose
+        // SAFETY: `shared` is `Arc::into_raw` of an `Arc<EpShared>` (`ctx`), whose
         // reference is taken back here once (the function's contract).
         let shared = unsafe { Arc::from_raw(shared as usize as *const EpShared) };
-        Some(PendingDto {
-            ep: shared.handle,
+        Some(Received {
+            shared,
             cookie,
             op: word as u32,
             report_success: word & REPORT_SUCCESS != 0,
-            rmr: None,
             ext: (word & HAS_EXT != 0).then_some(((word >> EXT_SHIFT) & EXT_MASK) as u32),
-            recv: Some(shared),
         })
+    }
+
+    /// The record as a table's (`completion::retire`'s callers treat every record alike).
+    pub(crate) fn into_pending(self) -> PendingDto {
+        PendingDto {
+            ep: self.shared.handle,
+            cookie: self.cookie,
+            op: self.op,
+            report_success: self.report_success,
+            rmr: None,
+            ext: self.ext,
+            recv: Some(self.shared),
+        }
     }
 }
 
@@ -380,14 +403,14 @@ mod tests {
     /// reverse.
     #[test]
     fn a_receive_record_comes_back_whole() {
-        use super::{Carried, EpShared};
+        use super::{Carried, EpShared, Received};
         use std::sync::Arc;
         let shared = Arc::new(EpShared::new(
             Handle::from_ptr(0x7f00_0000_2040 as *const _),
             0,
         ));
         for (ext, report) in [(None, true), (Some(9u32), false)] {
-            let ctx = PendingDto::recv_ctx(shared.clone(), 0xabcd, 14, ext, report);
+            let ctx = Received::ctx(shared.clone(), 0xabcd, 14, ext, report);
             assert_eq!(
                 Arc::strong_count(&shared),
                 2,
@@ -395,7 +418,9 @@ mod tests {
             );
             assert!(Carried::from_ctx(&ctx).is_none(), "not a send-queue record");
             // SAFETY: the context is taken back once, here.
-            let p = unsafe { PendingDto::from_recv_ctx(&ctx) }.expect("a receive's record");
+            let p = unsafe { Received::from_ctx(&ctx) }
+                .expect("a receive's record")
+                .into_pending();
             assert_eq!(p.ep, shared.handle);
             assert_eq!(
                 (p.cookie, p.op, p.ext, p.report_success),
@@ -412,9 +437,9 @@ mod tests {
             report_success: true,
         };
         // SAFETY: not a receive's context: nothing is taken.
-        assert!(unsafe { PendingDto::from_recv_ctx(&send.ctx()) }.is_none());
+        assert!(unsafe { Received::from_ctx(&send.ctx()) }.is_none());
         // SAFETY: as above.
-        assert!(unsafe { PendingDto::from_recv_ctx(&daplrs_backend::WrContext::NONE) }.is_none());
+        assert!(unsafe { Received::from_ctx(&daplrs_backend::WrContext::NONE) }.is_none());
     }
 
     /// Consecutive handles' requests go to different shards, and each wr_id finds its own

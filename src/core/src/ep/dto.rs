@@ -324,14 +324,14 @@ impl Ep {
             .check_iov_into(pz, iov, mem_priv::LOCAL_WRITE, &mut sgl)?;
         // A datagram EP's receives complete as DAT_IB_DTO_EVENTs (DAT_IB_UD_RECV).
         let (op, ext) = ud::recv_kind(service_type);
-        // The receive's record rides in its context (`PendingDto::recv_ctx`); the wr_id is
-        // the EP's next number, as a carried send's.
+        // The receive's record rides in its context (`Received`); the wr_id is the EP's next
+        // number, as a carried send's.
         let report = Self::report_success(flags);
-        let ctx = PendingDto::recv_ctx(self.shared.clone(), cookie, op, ext, report);
+        let ctx = Received::ctx(self.shared.clone(), cookie, op, ext, report);
         let wr_id = carried_wr_id(self.carried_seq.fetch_add(1, Ordering::Relaxed));
         if let Err(e) = qp.post_recv(RecvWr { wr_id, ctx, sgl }) {
             // SAFETY: the backend refused the receive: the context is ours again, once.
-            drop(unsafe { PendingDto::from_recv_ctx(&ctx) });
+            drop(unsafe { Received::from_ctx(&ctx) });
             return Err(from_backend(e, Some(Param::NumSegments)));
         }
         self.count_post(counters::ep::POST_RECV, total);
