@@ -760,6 +760,9 @@ impl Evd {
         s.threshold = threshold as usize;
         // Whether to try `drive` before the next condition-variable wait.
         let mut drive = true;
+        // Whether the deadline was just computed from a timeout above 0: not passed, so the
+        // first drive does not read the clock to check it.
+        let mut fresh = timeout_us != 0;
         // Whether `drive` ran: `end_drive` is then owed before this thread leaves or blocks.
         let mut drove = false;
         let result = loop {
@@ -781,7 +784,9 @@ impl Evd {
                 break Err(DatError::invalid_state(SubType::EvdUnwaitable));
             }
             if let (Some(cq), true) = (&self.cq, drive) {
-                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                if !std::mem::take(&mut fresh)
+                    && deadline.is_some_and(|d| std::time::Instant::now() >= d)
+                {
                     break Err(DatError::timeout());
                 }
                 // Wait by running the transport for our own connections (see
