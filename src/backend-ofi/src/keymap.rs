@@ -39,7 +39,7 @@ use std::sync::{Arc, Weak};
 
 use daplrs_backend::arena::ArenaSpan;
 use daplrs_backend::clock::monotonic_ns;
-use daplrs_backend::shared_map::SharedMap;
+use daplrs_backend::shared_map::{SharedMap, SharedWords};
 use daplrs_backend::{memfile, peer_fd};
 use parking_lot::Mutex;
 
@@ -167,12 +167,18 @@ struct SpanSlot {
     off: AtomicU64,
 }
 
+// SAFETY: atomics only.
+unsafe impl SharedWords for SpanSlot {}
+
 /// One of our requests that a peer (its table's token) move a key of its into an arena.
 #[repr(C)]
 struct RequestSlot {
     token: AtomicU64,
     key: AtomicU64,
 }
+
+// SAFETY: atomics only.
+unsafe impl SharedWords for RequestSlot {}
 
 /// What a peer needs to map our table, as the handshake carries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,10 +215,9 @@ impl Share {
 struct Mapping(SharedMap);
 
 impl Mapping {
-    /// The table's SLOTS entries (an Entry is atomics only, valid at any bit pattern).
+    /// The table's SLOTS entries, at the start of the mapping.
     fn entries(&self) -> &[Entry] {
-        // SAFETY: SLOTS entries at the page-aligned start of the mapping, mapped for our life.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), SLOTS) }
+        self.0.slice(0, SLOTS)
     }
 
     /// The token's word, after the entries (a page boundary, so 8-aligned).
@@ -220,20 +225,16 @@ impl Mapping {
         self.0.at(TABLE_BYTES)
     }
 
-    /// The span slots, one per entry (atomics only: valid at any bit pattern).
+    /// The span slots, one per entry, at SPANS_AT.
     fn spans(&self) -> &[SpanSlot] {
-        // SAFETY: SLOTS slots at SPANS_AT (page-aligned), inside the mapping for our life.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(SPANS_AT).cast(), SLOTS) }
+        self.0.slice(SPANS_AT, SLOTS)
     }
 
-    /// How many requests were ever made, then the ring of the last REQUESTS.
+    /// How many requests were ever made, then (on the next cache line) the ring of the last
+    /// REQUESTS.
     fn requests(&self) -> (&AtomicU64, &[RequestSlot]) {
-        // SAFETY: the count's word and REQUESTS slots after its line, inside the mapping.
-        unsafe {
-            let at = self.0.as_ptr().add(REQUESTS_AT);
-            let ring = std::slice::from_raw_parts(at.add(64).cast(), REQUESTS);
-            (&*at.cast::<AtomicU64>(), ring)
-        }
+        let ring = self.0.slice(REQUESTS_AT + 64, REQUESTS);
+        (self.0.atomic_u64(REQUESTS_AT), ring)
     }
 
     /// When a consumer last polled (POLLED_AT, 8-aligned, inside the mapping; an atomic is

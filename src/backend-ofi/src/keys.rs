@@ -51,6 +51,9 @@ pub(crate) struct Entry {
     pub(crate) provider_key: AtomicU64,
 }
 
+// SAFETY: atomics only: an entry may lie in a table file a peer maps (keymap.rs).
+unsafe impl daplrs_backend::shared_map::SharedWords for Entry {}
+
 impl Entry {
     /// Holds `found` for `key`. The key last: a peer that reads the slot
     /// while it changes sees the old key (gone) or the new one with its start.

@@ -12,6 +12,18 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// A type whose values may lie in a shared mapping and be read as `&T` while another
+/// process writes them: valid at every bit pattern, every field an atomic (`SharedMap::slice`).
+///
+/// # Safety
+/// Implement it only for the atomic integers and `#[repr(C)]` structs of them.
+pub unsafe trait SharedWords {}
+
+// SAFETY: atomics, valid at every bit pattern, changed by any process at any time.
+unsafe impl SharedWords for std::sync::atomic::AtomicU64 {}
+// SAFETY: as above.
+unsafe impl SharedWords for std::sync::atomic::AtomicU32 {}
+
 /// A shared mapping of a file, unmapped on drop.
 pub struct SharedMap {
     ptr: *mut u8,
@@ -150,6 +162,21 @@ impl SharedMap {
     pub fn atomic_i32(&self, off: usize) -> &std::sync::atomic::AtomicI32 {
         // SAFETY: as in atomic_u64.
         unsafe { &*self.at::<std::sync::atomic::AtomicI32>(off) }
+    }
+
+    /// `n` values of `T` at `off`, which must lie in the mapping, aligned (else a panic).
+    #[inline]
+    pub fn slice<T: SharedWords>(&self, off: usize, n: usize) -> &[T] {
+        assert!(
+            off.is_multiple_of(std::mem::align_of::<T>())
+                && n.checked_mul(std::mem::size_of::<T>())
+                    .and_then(|bytes| bytes.checked_add(off))
+                    .is_some_and(|end| end <= self.len),
+            "{n} values at offset {off} outside the shared mapping"
+        );
+        // SAFETY: in bounds and aligned (asserted above); the mapping lives as long as `self`,
+        // and a `SharedWords` type is valid at every bit pattern and changed only atomically.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off).cast(), n) }
     }
 
     /// Copies `data` into the mapping at `off` (bounds checked).
@@ -348,4 +375,35 @@ unsafe fn try_lock_spinning(m: *mut libc::pthread_mutex_t) -> libc::c_int {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A slice names the mapping's words where they lie: a store through it is read at its
+    /// offset.
+    #[test]
+    fn a_slice_is_the_mapping_s_words() {
+        let map = SharedMap::anonymous(4096).expect("an anonymous mapping");
+        let words: &[AtomicU64] = map.slice(64, 8);
+        words[3].store(0x5eed, Ordering::SeqCst);
+        assert_eq!(map.read_u64(64 + 3 * 8), 0x5eed);
+        assert_eq!(
+            map.slice::<AtomicU64>(4096 - 8, 1).len(),
+            1,
+            "the last word"
+        );
+    }
+
+    /// Out of bounds, misaligned or overflowing: a panic, never a slice.
+    #[test]
+    fn a_slice_outside_the_mapping_panics() {
+        let map = SharedMap::anonymous(4096).expect("an anonymous mapping");
+        for (off, n) in [(4096 - 8, 2), (4, 1), (8, usize::MAX / 4)] {
+            let r = std::panic::catch_unwind(|| map.slice::<AtomicU64>(off, n).len());
+            assert!(r.is_err(), "{n} words at {off}");
+        }
+    }
 }
