@@ -15,23 +15,32 @@ use super::pending::{Carried, EpShared, PendingDto, Received};
 use super::srq;
 use daplrs_backend::{WcOpcode, WcStatus, WorkCompletion};
 
-/// Ends the tracking of a completed request whose record is more than `Carried` and returns
-/// the record: a receive of an EP's own queue, whose record rode in its context
-/// (`Received`), or one whose record waits in the IA's table. Every such
-/// completion passes here, once (those of a NULL EVD's sink CQ too), so this is where the
-/// core learns that an SRQ receive was consumed and the SRQ's low watermark may have been
-/// crossed. A request whose record the backend carried (`Carried`) has no more to it.
+/// Ends the tracking of a completed request nobody converts (an EVD's end, a sink CQ's
+/// completions): a receive of an EP's own queue gives back its record's reference to the
+/// EP's `EpShared` (`Received`), a table record leaves the IA's table (`untracked`). A
+/// request whose record the backend carried (`Carried`) has no more to it.
 #[inline]
-pub(crate) fn retire(ia: &Ia, wc: &WorkCompletion) -> Option<PendingDto> {
+pub(crate) fn retire(ia: &Ia, wc: &WorkCompletion) {
     if Carried::from_ctx(&wc.ctx).is_some() {
-        return None;
+        return;
     }
     // SAFETY: a completion is converted or retired once (an EVD's drain, a sink's, an EVD's
     // end), and the backend gives a receive's context back in one completion
     // (`RecvWr::ctx`'s contract).
-    if let Some(r) = unsafe { Received::from_ctx(&wc.ctx) } {
-        return Some(r.into_pending());
+    if let Some(record) = unsafe { Received::from_ctx(&wc.ctx) } {
+        drop(record);
+        return;
     }
+    untracked(ia, wc);
+}
+
+/// The record of a completed request that waits in the IA's table (a bind, an extended
+/// request, an SRQ's receive), taken out of it. Every such completion passes here, once
+/// (converted or retired, those of a NULL EVD's sink CQ too), so this is where the core
+/// learns that an SRQ receive was consumed and the SRQ's low watermark may have been
+/// crossed.
+#[inline]
+fn untracked(ia: &Ia, wc: &WorkCompletion) -> Option<PendingDto> {
     let p = ia.untrack(wc.wr_id)?;
     if p.ep.is_null() && p.op == dto_op::RECEIVE {
         srq::receive_consumed();
@@ -111,16 +120,16 @@ fn received_event(
 /// the receive's check inlined cost a blocking read's 5.
 #[inline(never)]
 fn recorded_event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, bool)> {
-    // SAFETY: as in `retire`: this completion is converted here, once.
+    // SAFETY: a completion is converted or retired once (see `retire`).
     if let Some(record) = unsafe { Received::from_ctx(&wc.ctx) } {
         return received_event(ia, record, wc, evd);
     }
-    let pending = retire(ia, wc)?;
+    let pending = untracked(ia, wc)?;
     let status = dto_status_of(wc.status);
     if status == dto_status::SUCCESS && !pending.report_success {
         return None;
     }
-    let notify = notifies(ia, wc, pending.recv.as_deref());
+    let notify = notifies(ia, wc, None);
     // A bind is known by its tracking entry, not by the completion's opcode: verbs leaves
     // the opcode of a failed or flushed completion undefined.
     if let Some((rmr, rmr_context)) = pending.rmr.as_ref() {
@@ -146,7 +155,7 @@ fn recorded_event(ia: &Ia, wc: &WorkCompletion, evd: Handle) -> Option<(Event, b
         pending.ep
     };
     if status == dto_status::SUCCESS {
-        count_receive(ia, wc, pending.op, pending.recv.as_deref());
+        count_receive(ia, wc, pending.op, None);
     }
     let kind = dto_kind(ia, wc, status, pending.op, pending.ext);
     Some((dto_event(evd, ep, pending.cookie, wc, status, kind), notify))

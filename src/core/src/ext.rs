@@ -66,7 +66,6 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: Some(ib_ext::TYPE_RDMA_WRITE_IMMED),
-                recv: None,
             },
         )?;
         self.count_post(counters::ep::POST_WRITE_IMM, total);
@@ -143,7 +142,6 @@ impl Ep {
                 report_success: Self::report_success(flags),
                 rmr: None,
                 ext: Some(kind),
-                recv: None,
             },
         )?;
         self.shared.counters.inc(counter);

@@ -363,7 +363,7 @@ impl Ia {
     }
 
     /// Ends the tracking of a request: its post failed, or it completed (then through
-    /// `completion::retire`). Inlined into the completion's conversion: as a call of its own it
+    /// `completion::untracked`). Inlined into the completion's conversion: as a call of its own it
     /// cost a fifth more, saving registers and moving the entry out through its return value.
     #[inline]
     pub(crate) fn untrack(&self, wr_id: u64) -> Option<PendingDto> {

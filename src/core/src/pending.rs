@@ -23,9 +23,6 @@ pub(crate) struct PendingDto {
     pub rmr: Option<(Arc<dyn Window>, u32)>,
     /// For an IB-extension request: the DAT_IB_EXT_TYPE its DAT_IB_DTO_EVENT reports.
     pub ext: Option<u32>,
-    /// For a receive of an EP's own queue (not an SRQ's): the EP's counters and
-    /// recv_completion_flags, for its completion (see `EpShared`).
-    pub recv: Option<Arc<EpShared>>,
 }
 
 /// The wr_id of the `seq`th request an EP posted with its record carried by the backend
@@ -150,19 +147,6 @@ impl Received {
             report_success: word & REPORT_SUCCESS != 0,
             ext: (word & HAS_EXT != 0).then_some(((word >> EXT_SHIFT) & EXT_MASK) as u32),
         })
-    }
-
-    /// The record as a table's (`completion::retire`'s callers treat every record alike).
-    pub(crate) fn into_pending(self) -> PendingDto {
-        PendingDto {
-            ep: self.shared.handle,
-            cookie: self.cookie,
-            op: self.op,
-            report_success: self.report_success,
-            rmr: None,
-            ext: self.ext,
-            recv: Some(self.shared),
-        }
     }
 }
 
@@ -342,7 +326,6 @@ mod tests {
             report_success: true,
             rmr: None,
             ext: None,
-            recv: None,
         }
     }
 
@@ -418,16 +401,13 @@ mod tests {
             );
             assert!(Carried::from_ctx(&ctx).is_none(), "not a send-queue record");
             // SAFETY: the context is taken back once, here.
-            let p = unsafe { Received::from_ctx(&ctx) }
-                .expect("a receive's record")
-                .into_pending();
-            assert_eq!(p.ep, shared.handle);
+            let r = unsafe { Received::from_ctx(&ctx) }.expect("a receive's record");
+            assert_eq!(r.shared.handle, shared.handle);
             assert_eq!(
-                (p.cookie, p.op, p.ext, p.report_success),
+                (r.cookie, r.op, r.ext, r.report_success),
                 (0xabcd, 14, ext, report)
             );
-            assert!(p.rmr.is_none());
-            drop(p);
+            drop(r);
             assert_eq!(Arc::strong_count(&shared), 1, "taken back and dropped");
         }
         let send = Carried {

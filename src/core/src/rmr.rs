@@ -234,7 +234,6 @@ impl Rmr {
             report_success: report,
             rmr: Some((self.clone() as Arc<dyn Window>, new_rkey)),
             ext: None,
-            recv: None,
         };
         let new_binding = lmr.map(|l| Binding {
             lmr: l,

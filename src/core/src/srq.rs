@@ -7,7 +7,7 @@
 //! (DAT_SRQ_LW_DEFAULT) never fires: no count is below 0.
 //!
 //! The rule lives here, with no help from the backend: every SRQ receive a QP consumes
-//! completes, every completion passes through `completion::retire` as soon as the backend
+//! completes, every completion passes through `completion::untracked` as soon as the backend
 //! produces it (the EVD drains its CQ from the CQ's notify hook), and by then the backend's
 //! `posted()` count, which dat_srq_query reports, no longer holds that receive. Checking the
 //! armed SRQs there is one rule for both backends with no trait surface: the alternative, the
@@ -169,7 +169,6 @@ impl Srq {
                 report_success: true,
                 rmr: None,
                 ext: None,
-                recv: None,
             },
         )?;
         // The record waits in the IA's table: the EP that takes the receive is not known yet.

@@ -293,7 +293,6 @@ impl Ep {
                 report_success: report,
                 rmr: None,
                 ext: Some(ib_ext::TYPE_UD_SEND),
-                recv: None,
             },
         )?;
         let wr = SendWr {
